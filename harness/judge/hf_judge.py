@@ -1,0 +1,159 @@
+"""Transformers backend: one forward pass per prompt, logits at the last position only.
+
+Prompts are wrapped in the tokenizer's chat template, tokenized once, sorted by length and run in
+left-padded batches with explicit position ids (so a padded row computes exactly what it would
+alone). The answer-token log-probabilities are read from the log-softmax over the full
+vocabulary at the position where the assistant's first token would go.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ConfigError, JudgeInputError
+from harness.judge.base import AnswerTokens, resolve_answer_tokens, template_fingerprint
+from harness.types import PairRequest, PairScore
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+           "float16": "float16", "fp16": "float16"}
+
+
+def pick_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r} asked for but CUDA is not available")
+    return device
+
+
+def pick_dtype(dtype: str, device: str):
+    import torch
+
+    if dtype == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if dtype not in _DTYPES:
+        raise ConfigError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
+    return getattr(torch, _DTYPES[dtype])
+
+
+def load_model_and_tokenizer(path: str | Path, gguf_file: str | None, dtype, device: str,
+                             revision: str | None = None, trust_remote_code: bool = False):
+    """Load an HF directory (or a GGUF file inside one) for causal-LM scoring."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
+    if revision:
+        kwargs["revision"] = revision
+    if gguf_file:
+        kwargs["gguf_file"] = gguf_file
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path), **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, **kwargs)
+    except (OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"cannot load model from {path}{'/' + gguf_file if gguf_file else ''}: {first}") from None
+    model.to(device).eval()
+    return model, tok
+
+
+class HFJudge:
+    """A transformers causal LM as a pairwise judge (CPU or CUDA, HF dirs and GGUF files)."""
+
+    def __init__(self, path: str | Path, *, name: str | None = None, gguf_file: str | None = None,
+                 revision: str | None = None, dtype: str = "auto", device: str = "auto",
+                 batch_size: int = 8, max_length: int | None = None, labels: Sequence[str] = ("A", "B"),
+                 system_prompt: str | None = None, trust_remote_code: bool = False,
+                 model: Any = None, tokenizer: Any = None) -> None:
+        import torch
+
+        self.device = pick_device(device)
+        self.torch_dtype = pick_dtype(dtype, self.device)
+        if model is None or tokenizer is None:
+            model, tokenizer = load_model_and_tokenizer(path, gguf_file, self.torch_dtype, self.device,
+                                                        revision, trust_remote_code)
+        self.model, self.tokenizer = model, tokenizer
+        self.batch_size = int(batch_size)
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+        self.system_prompt = system_prompt
+        self.max_length = int(max_length or _context_length(model.config))
+        self.answers: AnswerTokens = resolve_answer_tokens(tokenizer, labels)
+        self._answer_ids = torch.tensor(self.answers.all_ids, device=self.device)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        if self.pad_id is None:
+            self.pad_id = 0
+        name = name or Path(str(path)).name
+        self.identity = "|".join([
+            "hf", name, revision or "-", gguf_file or "-", str(self.torch_dtype).removeprefix("torch."),
+            f"tmpl={template_fingerprint(getattr(tokenizer, 'chat_template', None))}",
+            f"sys={template_fingerprint(system_prompt)}", self.answers.describe(),
+        ])
+
+    # -- prompt -> token ids ------------------------------------------------------------------
+    def format_prompt(self, prompt: str) -> str:
+        """The exact text the model reads: chat template with the generation prompt."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            return prompt
+        messages = [{"role": "user", "content": prompt}]
+        if self.system_prompt:
+            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def encode(self, requests: Sequence[PairRequest]) -> list[list[int]]:
+        texts = [self.format_prompt(r.prompt) for r in requests]
+        ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        for r, row in zip(requests, ids):
+            if len(row) >= self.max_length:
+                raise JudgeInputError(
+                    f"prompt for document {r.doc_id!r} pair ({r.a_id}, {r.b_id}) is {len(row)} tokens, "
+                    f"longer than the model's context of {self.max_length}"
+                )
+            if not row:
+                raise JudgeInputError(f"empty prompt for document {r.doc_id!r} pair ({r.a_id}, {r.b_id})")
+        return ids
+
+    # -- scoring --------------------------------------------------------------------------------
+    def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
+        ids = self.encode(requests)
+        out: list[PairScore | None] = [None] * len(ids)
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            lps = self.answer_logprobs([ids[i] for i in batch])
+            for i, row in zip(batch, lps):
+                out[i] = self.answers.score(row)
+        return out  # type: ignore[return-value]
+
+    def answer_logprobs(self, rows: Sequence[Sequence[int]]) -> list[list[float]]:
+        """Full-vocabulary log-probs of the answer ids at the next position, one row per prompt."""
+        import torch
+
+        width = max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for k, r in enumerate(rows):
+            input_ids[k, width - len(r):] = torch.tensor(r, dtype=torch.long)
+            mask[k, width - len(r):] = 1
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.inference_mode():
+            logits = self.model(
+                input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
+                position_ids=position_ids.to(self.device), logits_to_keep=1, use_cache=False,
+            ).logits[:, -1, :]
+            logp = torch.log_softmax(logits.float(), dim=-1)[:, self._answer_ids]
+        return logp.cpu().tolist()
+
+
+def _context_length(config: Any) -> int:
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        v = getattr(config, attr, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return 2048
