@@ -1,0 +1,1 @@
+"""Experiments: plain functions (`run_*`) plus a `main(cfg, out_dir)` that unpacks Hydra config."""
