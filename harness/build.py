@@ -68,7 +68,8 @@ def cached(judge: Judge, cache: ScoreCache | None, chunk: int = 16) -> Judge:
 
 
 def load_documents(task: Mapping[str, Any], data: Mapping[str, Any]) -> list[Document]:
-    """The task's documents: fetched/verified into data.dir (from data.mirror when set), sliced."""
+    """The task's documents: fetched/verified into data.dir (from data.mirror when set), sliced,
+    then cut to shard `task.shard_index` of `task.num_shards` when those are set."""
     from harness.data import TASKS, load_task
     from harness.data.fetch import ensure_data
 
@@ -81,7 +82,7 @@ def load_documents(task: Mapping[str, Any], data: Mapping[str, Any]) -> list[Doc
     if name == "jsonl":
         kwargs["path"] = task.get("path")
     else:
-        ensure_data(data_dir, mirror=data.get("mirror"), only=list(spec.files))
+        ensure_data(data_dir, mirror=data.get("mirror"), only=[name, "zepo"])
     offset = int(_get(task, "offset", 0))
     limit = task.get("docs")
     docs = load_task(name, data_dir=data_dir, limit=None if limit is None else offset + int(limit), **kwargs)
@@ -89,4 +90,7 @@ def load_documents(task: Mapping[str, Any], data: Mapping[str, Any]) -> list[Doc
     aspect = task.get("aspect")
     if aspect is not None and spec.aspects and aspect not in spec.aspects:
         raise ConfigError(f"unknown aspect {aspect!r} for task {name!r}; known: {', '.join(spec.aspects)}")
-    return docs
+    # task.num_shards / task.shard_index (absent = unsharded): a contiguous block of the slice.
+    from harness.shard import select_shard, shard_spec
+
+    return select_shard(docs, shard_spec(task))

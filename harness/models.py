@@ -21,7 +21,9 @@ from harness.errors import ConfigError
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("HARNESS_CACHE", Path.home() / ".cache" / "harness"))
+    """Where converted and tiny models live: $HARNESS_MODEL_CACHE, else $HARNESS_CACHE, else ~/.cache/harness."""
+    env = os.environ.get("HARNESS_MODEL_CACHE") or os.environ.get("HARNESS_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "harness"
 
 
 def resolve_model_path(path: str, gguf_file: str | None = None) -> tuple[str, str | None]:

@@ -58,8 +58,13 @@ ASPECT_GLOSS = {
 }
 
 
+# Score keys that are not aspect words: the instruction asks about the aspect they measure.
+_ASKS_ABOUT = {"gpt4_score": "helpfulness"}
+
+
 def default_instruction(aspect: str, family: str) -> str:
     """A neutral pairwise instruction for an aspect, ending in the A/B answer format."""
+    aspect = _ASKS_ABOUT.get(aspect, aspect)
     if aspect not in ASPECT_GLOSS:
         raise ConfigError(f"unknown aspect {aspect!r}; known: {', '.join(sorted(ASPECT_GLOSS))}")
     noun = _NOUN[_check_family(family)]

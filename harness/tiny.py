@@ -47,7 +47,7 @@ def build_tokenizer(vocab_size: int = 512):
     return fast
 
 
-def build_tiny_model(out: Path, arch: str = "llama", seed: int = 0, max_positions: int = 2048) -> Path:
+def build_tiny_model(out: Path, arch: str = "llama", seed: int = 0, max_positions: int = 16384) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
@@ -75,7 +75,7 @@ def build_tiny_model(out: Path, arch: str = "llama", seed: int = 0, max_position
 def ensure_tiny_model(arch: str) -> Path:
     from harness.models import cache_dir
 
-    out = cache_dir() / "models" / f"tiny-{arch}-v1"
+    out = cache_dir() / "models" / f"tiny-{arch}-v2"
     if (out / "config.json").is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -88,7 +88,7 @@ class Tracker:
             self._run = wandb.init(
                 project=project, entity=entity, group=group, job_type=job_type, name=name,
                 config=redact(dict(config or {})), mode=mode, dir=str(self.out_dir), tags=list(tags),
-                reinit="finish_previous", settings=wandb.Settings(start_method="thread", silent=True),
+                reinit="finish_previous", settings=wandb.Settings(silent=True),
             )
 
     @property

@@ -60,3 +60,17 @@ def smollm2_judge(smollm2_path):
     from harness.judge.hf_judge import HFJudge
 
     return HFJudge(smollm2_path, name="SmolLM2-135M-Instruct", batch_size=4, device="cpu")
+
+
+def run_harness(args: list[str], tmp: Path, *, env: dict | None = None, timeout: int = 600):
+    """Run `python -m harness.run` in a subprocess with an isolated cache and data dir."""
+    import subprocess
+    import sys
+
+    full_env = {**os.environ, "HARNESS_DATA_MIRROR": str(SHARED_DATA), "WANDB_MODE": "offline",
+                "HARNESS_DATA_DIR": str(tmp / "data"), "HARNESS_CACHE": str(tmp / "cache"),
+                "HYDRA_FULL_ERROR": "0", **(env or {})}
+    # Tiny models and converted SmolLM2 live in the shared model cache, not the per-test cache.
+    full_env.setdefault("HARNESS_MODEL_CACHE", str(Path.home() / ".cache" / "harness"))
+    return subprocess.run([sys.executable, "-m", "harness.run", *args], cwd=REPO, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)

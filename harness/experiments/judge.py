@@ -117,8 +117,23 @@ def load_judgments(path: str | Path) -> tuple[list[Judgment], float | None]:
         if row.get("kind") == "content_free":
             p_cf = float(row["p_a"])
         else:
-            judgments.append(metrics.judgment_from_row(row))
+            judgments.append(metrics.judgment_from_row(row, str(path), record=i))
     return judgments, p_cf
+
+
+def write_run(out: Path, judgments: Sequence[Judgment], p_cf: float, *, task: str, aspect: str | None,
+              family: str, instruction: str, judge_identity: str, n_docs: int, shuffles: int,
+              seed: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """judgments.jsonl + results.json of one judged set (run_judge; harness.shard's merge).
+
+    `extra` adds run facts that are not metrics (e.g. judge_calls: requests that missed the cache)."""
+    write_judgments(out / "judgments.jsonl", judgments, p_cf)
+    summary = metrics.summarize(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed)
+    results = {"task": task, "aspect": aspect, "family": family, "instruction": instruction,
+               "judge": judge_identity, "n_docs": n_docs, "n_judgments": len(judgments),
+               "p_content_free": p_cf, "shuffles": shuffles, "seed": seed, **(extra or {}), "metrics": summary}
+    write_json_atomic(out / "results.json", results)
+    return results
 
 
 def run_judge(judge: Judge, docs: Sequence[Document], *, task: str, aspect: str | None, instruction: str,
@@ -129,12 +144,10 @@ def run_judge(judge: Judge, docs: Sequence[Document], *, task: str, aspect: str 
     out.mkdir(parents=True, exist_ok=True)
     judgments, p_cf = judge_documents(judge, docs, aspect=aspect, instruction=instruction, family=family,
                                       max_candidates=max_candidates, progress=progress)
-    write_judgments(out / "judgments.jsonl", judgments, p_cf)
-    summary = metrics.summarize(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed)
-    results = {"task": task, "aspect": aspect, "family": family, "instruction": instruction,
-               "judge": judge.identity, "n_docs": len(docs), "n_judgments": len(judgments),
-               "p_content_free": p_cf, "shuffles": shuffles, "seed": seed, "metrics": summary}
-    write_json_atomic(out / "results.json", results)
+    results = write_run(out, judgments, p_cf, task=task, aspect=aspect, family=family, instruction=instruction,
+                        judge_identity=judge.identity, n_docs=len(docs), shuffles=shuffles, seed=seed,
+                        extra={"judge_calls": getattr(judge, "calls", None)})
+    summary = results["metrics"]
     if tracker is not None:
         tracker.log({f"{mode}/{k}": v for mode, m in summary.items() for k, v in m.items()})
         tracker.summary({f"{mode}/{k}": v for mode, m in summary.items() for k, v in m.items()})
@@ -156,19 +169,23 @@ def main(cfg: Any, out_dir: Path) -> dict[str, Any]:
     """Hydra entry: build judge, documents and tracker from cfg, then call run_judge."""
     from harness.build import build_judge, cached, load_documents, open_cache
     from harness.data import TASKS
+    from harness.shard import PreemptibleJudge, record_attempt
 
     task = cfg.task
     family = task.get("family") or TASKS[task.name].family
     docs = load_documents(task, cfg.data)
     aspect = task.get("aspect")
     instruction = resolve_instruction(cfg.experiment.get("instruction"), aspect, family, Path(str(cfg.data.dir)))
-    judge = cached(build_judge(cfg.model, cfg.backend), open_cache(cfg.cache), cfg.cache.get("chunk", 16))
+    chunk = cfg.cache.get("chunk", 16)
+    # Chunk-at-a-time with preemption signals held until each chunk is cached (harness.shard).
+    judge = PreemptibleJudge(cached(build_judge(cfg.model, cfg.backend), open_cache(cfg.cache), chunk), chunk)
     tracker = make_tracker(cfg, out_dir)
     try:
-        return run_judge(judge, docs, task=task.name, aspect=aspect, instruction=instruction, family=family,
-                         out_dir=out_dir, tracker=tracker, max_candidates=task.get("max_candidates"),
-                         shuffles=cfg.experiment.get("shuffles", 100), seed=cfg.seed,
-                         progress=cfg.get("progress", True))
+        with record_attempt(out_dir, judge):
+            return run_judge(judge, docs, task=task.name, aspect=aspect, instruction=instruction, family=family,
+                             out_dir=out_dir, tracker=tracker, max_candidates=task.get("max_candidates"),
+                             shuffles=cfg.experiment.get("shuffles", 100), seed=cfg.seed,
+                             progress=cfg.get("progress", True))
     finally:
         tracker.finish()
 

@@ -97,5 +97,6 @@ class CachedJudge:
             self.cache.put_many(self.identity, [(k, s) for (k, _), s in zip(part, scores)])
             found.update((k, s) for (k, _), s in zip(part, scores))
             if progress is not None:
-                progress.update(sum(1 for k in keys if k in dict(part)))
+                done = {k for k, _ in part}
+                progress.update(sum(1 for k in keys if k in done))
         return [found[k] for k in keys]

@@ -1,0 +1,99 @@
+"""The transformers judge: one forward pass, exact answer-token read-out, batching invariance."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from harness.errors import JudgeInputError
+from harness.judge.base import renormalise, resolve_answer_tokens
+from harness.judge.cache import CachedJudge, ScoreCache
+from harness.judge.hf_judge import HFJudge
+from harness.types import PairRequest
+
+
+def _requests(n: int = 7) -> list[PairRequest]:
+    # Mixed lengths so batches need real left padding.
+    return [PairRequest("d", f"a{k}", f"b{k}", "Source text: " + "the summary is good . " * (1 + 3 * k)
+                        + f"Question: which one {k}? Answer: ") for k in range(n)]
+
+
+def _plain_p_a(judge: HFJudge, req: PairRequest) -> float:
+    """Reference: one unpadded full forward pass, softmax over the whole last-position row."""
+    ids = judge.encode([req])[0]
+    with torch.inference_mode():
+        logits = judge.model(input_ids=torch.tensor([ids])).logits[0, -1].float()
+    logp = torch.log_softmax(logits, -1)
+    lp = {lab: torch.logsumexp(logp[[i for _, i in judge.answers.variants[lab]]], 0).item() for lab in "AB"}
+    return math.exp(lp["A"]) / (math.exp(lp["A"]) + math.exp(lp["B"]))
+
+
+@pytest.mark.parametrize("arch", ["tiny_llama", "tiny_mistral"])
+def test_batched_equals_unbatched_plain_forward(arch, request):
+    path = request.getfixturevalue(arch)
+    judge = HFJudge(path, batch_size=3, device="cpu", dtype="float32")
+    reqs = _requests()
+    batched = judge.score_pairs(reqs)
+    for r, s in zip(reqs, batched):
+        assert abs(s.p_a - _plain_p_a(judge, r)) < 1e-4
+    # Results come back in request order whatever the length sorting did.
+    single = HFJudge(path, batch_size=1, device="cpu", model=judge.model, tokenizer=judge.tokenizer)
+    assert [round(s.p_a, 5) for s in single.score_pairs(reqs)] == [round(s.p_a, 5) for s in batched]
+
+
+@pytest.mark.slow
+def test_smollm2_batched_equals_plain(smollm2_judge, shared_data):
+    from harness.data import load_task
+    from harness.experiments.judge import build_requests
+    from harness.prompts import default_instruction
+
+    docs = load_task("summeval", data_dir=shared_data, limit=1)
+    reqs, _ = build_requests(docs, default_instruction("coherence", "summarization"), "summarization",
+                             "coherence", max_candidates=3)
+    scores = smollm2_judge.score_pairs(reqs[:4])
+    for r, s in zip(reqs[:4], scores):
+        assert abs(s.p_a - _plain_p_a(smollm2_judge, r)) < 1e-4
+    # SmolLM2 answers 'A' as token 49 and ' A' as 330 (ecosystem.md).
+    assert smollm2_judge.answers.variants["A"] == (("A", 49), (" A", 330))
+
+
+def test_answer_tokens_and_renormalise(tiny_judge):
+    ans = tiny_judge.answers
+    assert [t for t, _ in ans.variants["A"]][0] == "A"
+    assert len(set(ans.all_ids)) == len(ans.all_ids)
+    s = ans.score([math.log(0.2), math.log(0.1), math.log(0.05), math.log(0.05)])
+    assert s.p_a == pytest.approx(0.3 / 0.4)
+    assert renormalise(-math.inf, [-math.inf]) == 0.5
+
+
+def test_label_that_is_not_one_token_is_refused(tiny_judge):
+    with pytest.raises(JudgeInputError, match="not a single token"):
+        resolve_answer_tokens(tiny_judge.tokenizer, ("Candidate-Alpha-Zulu", "B"))
+
+
+def test_prompt_longer_than_context_is_refused(tiny_llama):
+    judge = HFJudge(tiny_llama, device="cpu", max_length=32)
+    with pytest.raises(JudgeInputError, match="longer than the model's context"):
+        judge.score_pairs([PairRequest("doc7", "x", "y", "word " * 100)])
+
+
+def test_cache_serves_repeats_and_separates_identities(tiny_judge, tmp_path):
+    cache = ScoreCache(tmp_path / "c.sqlite")
+    cj = CachedJudge(tiny_judge, cache, chunk=2)
+    reqs = _requests(5)
+    first = cj.score_pairs(reqs + reqs[:2])  # duplicates inside one batch are scored once
+    assert cj.calls == 5
+    again = CachedJudge(tiny_judge, ScoreCache(tmp_path / "c.sqlite")).score_pairs(reqs)
+    assert [s.p_a for s in again] == [s.p_a for s in first[:5]]
+
+    class Other:  # same prompts, another judge identity: never served the first judge's answers
+        identity = tiny_judge.identity + "|other"
+
+        def score_pairs(self, requests):
+            return tiny_judge.score_pairs(requests)
+
+    other = CachedJudge(Other(), cache)
+    other.score_pairs(reqs)
+    assert other.calls == 5
