@@ -51,9 +51,11 @@ def build_judge(model: Mapping[str, Any], backend: Mapping[str, Any]) -> Judge:
     if kind == "api":
         from harness.judge.api_judge import ApiJudge
 
-        opts = {k: v for k, v in backend.items() if k != "name"}
+        opts = {k: v for k, v in backend.items() if k not in ("name", "model")}
+        if opts.get("logprob_mode", "auto") != "top" and not opts.get("token_ids") and not opts.get("tokenizer"):
+            opts["tokenizer"] = str(model["path"])  # the served model's tokenizer gives exact answer ids
         return ApiJudge(model=_get(backend, "model", model.get("name")), labels=labels,
-                        system_prompt=model.get("system_prompt"), **{k: v for k, v in opts.items() if k != "model"})
+                        system_prompt=model.get("system_prompt"), **opts)
     raise ConfigError(f"unknown backend {kind!r}; use hf, vllm or api")
 
 

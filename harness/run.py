@@ -43,10 +43,13 @@ def resolve_entry(entry: str):
         raise ConfigError(f"experiment.entry {entry!r} cannot be imported: {e}") from None
 
 
-def run(cfg: DictConfig, out_dir: Path) -> Any:
+def run(cfg: DictConfig, out_dir: Path, overrides: list[str] | None = None) -> Any:
+    """Check, record (config.json, overrides.json: secrets refused/redacted) and run the experiment."""
     check_no_secrets(cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out_dir / "config.json", redact(OmegaConf.to_container(cfg, resolve=True)))
+    if overrides is not None:
+        write_json_atomic(out_dir / "overrides.json", list(overrides))
     return resolve_entry(cfg.experiment.entry)(cfg, out_dir)
 
 
@@ -54,9 +57,10 @@ def run(cfg: DictConfig, out_dir: Path) -> Any:
 def main(cfg: DictConfig) -> Any:
     from hydra.core.hydra_config import HydraConfig
 
-    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    hc = HydraConfig.get()
+    out_dir = Path(hc.runtime.output_dir)
     try:
-        return run(cfg, out_dir)
+        return run(cfg, out_dir, list(hc.overrides.task))
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -53,12 +53,12 @@ class AnswerTokens:
         pos = 0
         for label in self.labels:
             n = len(self.variants[label])
-            per_label.append(_logsumexp(values[pos : pos + n]))
+            per_label.append(logsumexp(values[pos : pos + n]))
             pos += n
         return PairScore(token_logprobs=token_logprobs, p_a=renormalise(per_label[0], per_label[1:]))
 
 
-def _logsumexp(xs: Sequence[float]) -> float:
+def logsumexp(xs: Sequence[float]) -> float:
     m = max(xs)
     if m == -math.inf:
         return -math.inf

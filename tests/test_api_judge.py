@@ -1,0 +1,282 @@
+"""ApiJudge against a real loopback server backed by the tiny model: same P(A) as HFJudge,
+fault survival with exactly-once answers, and an API key that never leaks."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from harness.errors import ConfigError
+from harness.http import ApiError, HttpSettings, JsonClient
+from harness.judge.api_judge import ApiJudge
+from harness.judge.base import renormalise
+from harness.judge.cache import CachedJudge, ScoreCache
+from harness.judge.hf_judge import HFJudge
+from harness.prompts import default_instruction, render
+from harness.types import Candidate, Document, PairRequest
+from openai_server import OpenAIServer
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = "HARNESS_TEST_API_KEY"
+FAST = dict(backoff_base_s=0.01, backoff_max_s=2.0, timeout_s=5.0)
+
+
+def _requests() -> list[PairRequest]:
+    docs = [
+        Document("d1", "The council approved a new park after a long debate about costs.",
+                 (Candidate("s1", "Council approves park."), Candidate("s2", "A debate happened about money."))),
+        Document("d2", "User: any tips for learning the guitar?",
+                 (Candidate("r1", "Practice chords daily."), Candidate("r2", "I like pizza."))),
+        Document("d3", "Heavy rain closed two roads in the valley on Monday.",
+                 (Candidate("a", "Rain closed roads."), Candidate("b", "Monday was a day."),
+                  Candidate("c", "Two valley roads shut by rain."))),
+    ]
+    out = []
+    for d in docs:
+        instr = default_instruction("coherence", "summarization")
+        for a in d.candidates:
+            for b in d.candidates:
+                if a.id != b.id:
+                    out.append(PairRequest(d.id, a.id, b.id, render(d, a, b, instr, "summarization")))
+    return out
+
+
+REQUESTS = _requests()
+
+
+@pytest.fixture
+def key(monkeypatch) -> str:
+    value = f"sk-test-{uuid.uuid4().hex}"
+    monkeypatch.setenv(ENV, value)
+    return value
+
+
+@pytest.fixture(scope="module")
+def local_scores(tiny_judge):
+    return tiny_judge.score_pairs(REQUESTS)
+
+
+def _assert_same(api_scores, local_scores, tol=1e-5):
+    assert len(api_scores) == len(local_scores)
+    for got, want in zip(api_scores, local_scores):
+        assert got.p_a == pytest.approx(want.p_a, abs=tol)
+        assert set(got.token_logprobs) == set(want.token_logprobs)
+        for k, v in want.token_logprobs.items():
+            assert got.token_logprobs[k] == pytest.approx(v, abs=1e-4)
+
+
+def test_exact_mode_matches_local_judge(tiny_judge, tiny_llama, local_scores, key):
+    with OpenAIServer(judge=tiny_judge, api_key=key) as srv:
+        judge = ApiJudge("tiny-test", srv.url, tokenizer=str(tiny_llama), api_key_env=ENV, concurrency=3, **FAST)
+        scores = judge.score_pairs(REQUESTS)
+    assert judge.mode == "exact"
+    assert judge.identity.startswith(f"api|{srv.url}|tiny-test|chat|A:A=38;A: A=263;B:B=39;B: B=264")
+    _assert_same(scores, local_scores)
+    assert len({s.p_a for s in scores}) > 3  # the tiny model really discriminates between prompts
+    bodies = [r.body for r in srv.ok_requests()]
+    assert len(bodies) == len(REQUESTS) and all(r.authorized for r in srv.requests)
+    assert all(b["logprob_token_ids"] == [38, 263, 39, 264] and b["max_tokens"] == 1 and b["temperature"] == 0
+               and b["logprobs"] is True and b["messages"] == [{"role": "user", "content": b["messages"][0]["content"]}]
+               for b in bodies)
+    assert sorted(b["messages"][0]["content"] for b in bodies) == sorted(r.prompt for r in REQUESTS)
+    assert judge.stats["missing"] == 0 and judge.stats["unreadable"] == 0
+
+
+def test_exact_mode_from_configured_token_ids_and_system_prompt(tiny_judge, tiny_llama):
+    system = "You are a careful and impartial judge."
+    local = HFJudge(tiny_llama, system_prompt=system, model=tiny_judge.model, tokenizer=tiny_judge.tokenizer,
+                    device="cpu")
+    want = local.score_pairs(REQUESTS[:5])
+    with OpenAIServer(judge=tiny_judge) as srv:
+        judge = ApiJudge("tiny-test", srv.url, token_ids={"A": 38, " A": 263, "B": 39, " B": 264},
+                         system_prompt=system, api_key_env=None, **FAST)
+        got = judge.score_pairs(REQUESTS[:5])
+    _assert_same(got, want)
+    assert srv.requests[0].body["messages"][0] == {"role": "system", "content": system}
+    assert want[0].p_a != pytest.approx(tiny_judge.score_pairs(REQUESTS[:1])[0].p_a, abs=1e-6)  # system prompt matters
+
+
+def _biased_judge(tiny_judge, tiny_llama, bias: float) -> HFJudge:
+    """The tiny model with a logit bias on the answer ids: its A/B tokens rank inside the top 20."""
+    import torch
+
+    model = copy.deepcopy(tiny_judge.model)
+    old = model.lm_head
+    head = torch.nn.Linear(old.in_features, old.out_features, bias=True)
+    with torch.no_grad():
+        head.weight.copy_(old.weight)
+        head.bias.zero_()
+        head.bias[tiny_judge.answers.all_ids] = bias
+    model.lm_head = head
+    return HFJudge(tiny_llama, model=model, tokenizer=tiny_judge.tokenizer, device="cpu", batch_size=4)
+
+
+def test_top_mode_matches_local_judge_when_answers_are_in_the_top_k(tiny_judge, tiny_llama):
+    biased = _biased_judge(tiny_judge, tiny_llama, bias=14.0)
+    requests = REQUESTS[::2]
+    want = biased.score_pairs(requests)
+    with OpenAIServer(judge=biased) as srv:
+        judge = ApiJudge("tiny-test", srv.url, logprob_mode="top", top_logprobs=20, api_key_env=None, **FAST)
+        got = judge.score_pairs(requests)
+        # Precondition checked on the server's own distribution: every variant ranks in the top 20,
+        # and other tokens rank among them (the read-out must pick the right entries).
+        worst = 0
+        for r in requests:
+            lp = srv.next_token_logprobs(srv.tokens_for("/v1/chat/completions",
+                                                        {"messages": [{"role": "user", "content": r.prompt}]}))
+            top = lp.topk(20).indices.tolist()
+            assert all(i in top for i in biased.answers.all_ids)
+            worst = max(worst, *(top.index(i) for i in biased.answers.all_ids))
+        assert worst > 3
+    assert judge.mode == "top" and judge.identity.endswith("top20:A,B|sys=e3b0c44298fc")
+    _assert_same(got, want)
+    assert judge.stats["missing"] == 0
+    assert all("logprob_token_ids" not in r.body and r.body["top_logprobs"] == 20 for r in srv.requests)
+
+
+def test_top_mode_reports_missing_variants(tiny_judge):
+    """The random tiny model ranks most answer tokens far below the top 20: they must be reported."""
+    odd = [PairRequest("odd", "a", "b", p) for p in ("x y z " * 50, "the the the the", "0123456789 " * 10)]
+    requests = REQUESTS[::3] + odd
+    with OpenAIServer(judge=tiny_judge) as srv:
+        judge = ApiJudge("tiny-test", srv.url, logprob_mode="top", top_logprobs=20, api_key_env=None, **FAST)
+        got = judge.score_pairs(requests)
+        expected_missing, expected_unreadable = 0, 0
+        for r, s in zip(requests, got):
+            lp = srv.next_token_logprobs(srv.tokens_for("/v1/chat/completions",
+                                                        {"messages": [{"role": "user", "content": r.prompt}]}))
+            top = set(lp.topk(20).indices.tolist())
+            present = {k: float(lp[i]) for k, i in zip(tiny_judge.answers.keys, tiny_judge.answers.all_ids) if i in top}
+            expected_missing += 4 - len(present)
+            assert set(s.token_logprobs) == set(present)
+            if not present:
+                expected_unreadable += 1
+                assert s.p_a == 0.5
+            else:
+                a = [v for k, v in present.items() if k.startswith("A:")]
+                b = [v for k, v in present.items() if k.startswith("B:")]
+                lse = lambda xs: math.log(sum(math.exp(x) for x in xs)) if xs else -math.inf  # noqa: E731
+                assert s.p_a == pytest.approx(renormalise(lse(a), [lse(b)]), abs=1e-6)
+    # This prompt set exercises both paths: some labels read, some requests unreadable.
+    assert 0 < expected_unreadable < len(requests)
+    assert judge.stats["missing"] == expected_missing and judge.stats["unreadable"] == expected_unreadable
+
+
+def test_legacy_completions_endpoint_sends_the_raw_prompt(tiny_judge):
+    with OpenAIServer(judge=tiny_judge) as srv:
+        judge = ApiJudge("tiny-test", srv.url, endpoint="completions",
+                         token_ids={"A": 38, " A": 263, "B": 39, " B": 264}, api_key_env=None, **FAST)
+        got = judge.score_pairs(REQUESTS[:4])
+    rows = [tiny_judge.tokenizer(r.prompt)["input_ids"] for r in REQUESTS[:4]]
+    want = [tiny_judge.answers.score(lp) for lp in tiny_judge.answer_logprobs(rows)]
+    _assert_same(got, want)
+    assert all(r.path == "/v1/completions" and r.body["prompt"] in {q.prompt for q in REQUESTS} for r in srv.requests)
+
+
+def test_faults_are_survived_and_every_request_is_answered_exactly_once(tiny_judge, local_scores, caplog):
+    faults = ["429:1", "500", "hang", "malformed", "content_type", "no_choices", "disconnect", "500"]
+    # The client timeout is far above a tiny-model forward (ms) even on a loaded machine, so the
+    # only timeout is the injected hang.
+    with OpenAIServer(judge=tiny_judge, hang_s=5.0) as srv:
+        srv.inject(*faults)
+        judge = ApiJudge("tiny-test", srv.url, token_ids={"A": 38, " A": 263, "B": 39, " B": 264},
+                         api_key_env=None, concurrency=4, max_retries=4, backoff_base_s=0.01, timeout_s=1.5)
+        with caplog.at_level(logging.WARNING, logger="harness.http"):
+            got = judge.score_pairs(REQUESTS)
+    _assert_same(got, local_scores)
+    assert srv.faults_left == 0
+    assert len(srv.requests) == len(REQUESTS) + len(faults)
+    assert sorted(r.outcome for r in srv.requests if r.outcome != "ok") == sorted(faults)
+    # One logical request id per PairRequest, each answered with exactly one 200.
+    ok = srv.ok_requests()
+    assert len(ok) == len(REQUESTS) and set(srv.successes.values()) == {1}
+    assert Counter(r.body["messages"][0]["content"] for r in ok) == Counter(r.prompt for r in REQUESTS)
+    assert set(srv.successes) == {r.request_id for r in srv.requests}  # every faulted request was retried
+    assert judge.client.stats["retries"] == len(faults) and judge.stats["requests"] == len(REQUESTS)
+    assert {"retry:429", "retry:500", "retry:timeout", "retry:malformed response", "retry:connection"} <= set(
+        judge.client.stats)
+    # Retry-After: 1 was honoured (the base backoff here is 10 ms).
+    limited = next(r for r in srv.requests if r.outcome == "429:1")
+    retry = next(r for r in srv.requests if r.request_id == limited.request_id and r.outcome == "ok")
+    assert retry.t - limited.t >= 0.95
+    assert len([m for m in caplog.messages if "retry" in m]) == len(faults)
+
+
+def test_retries_exhausted_and_client_errors_fail_with_one_clear_line(tiny_judge):
+    with OpenAIServer(judge=tiny_judge) as srv:
+        srv.inject("500", "500", "500")
+        judge = ApiJudge("tiny-test", srv.url, logprob_mode="top", api_key_env=None, max_retries=2, **{
+            k: v for k, v in FAST.items()})
+        with pytest.raises(ApiError, match=r"gave up after 3 attempts; last error: 500: internal error"):
+            judge.score_pairs(REQUESTS[:1])
+        assert len(srv.requests) == 3
+        # A 400 is not retried: the server's message is shown.
+        client = JsonClient(HttpSettings(srv.url, api_key_env=None, **FAST))
+        with pytest.raises(ApiError, match="HTTP 400: top_logprobs must be in 1..20") as e:
+            client.post("/chat/completions", {"model": "m", "messages": [], "logprobs": True, "top_logprobs": 50})
+        assert e.value.status == 400 and len(srv.requests) == 4
+        assert client.get("/models")["data"][0]["id"] == "tiny-test"
+
+
+def test_api_key_is_sent_but_never_stored_logged_or_written(tiny_judge, key, tmp_path, caplog, monkeypatch):
+    with caplog.at_level(logging.DEBUG):
+        with OpenAIServer(judge=tiny_judge, api_key=key) as srv:
+            srv.inject("500", "429", "malformed")
+            judge = ApiJudge("tiny-test", srv.url, logprob_mode="top", api_key_env=ENV, **FAST)
+            cache = ScoreCache(tmp_path / "scores.sqlite")
+            CachedJudge(judge, cache).score_pairs(REQUESTS[:4])
+            cache.close()
+            assert srv.requests and all(r.authorized for r in srv.requests)  # the key was sent
+            # A wrong key: the server echoes what it got; the error must not repeat it.
+            wrong = f"sk-wrong-{uuid.uuid4().hex}"
+            monkeypatch.setenv(ENV, wrong)
+            with pytest.raises(ApiError) as e:
+                judge.score_pairs(REQUESTS[:1])
+            assert e.value.status == 401 and srv.requests[-1].outcome == "401"
+            assert wrong not in str(e.value) and "***" in str(e.value) and f"${ENV}" in str(e.value)
+            logging.getLogger("test").error("failure: %s", e.value)
+    for secret in (key, wrong):
+        assert secret not in caplog.text
+        assert secret not in repr(judge) + repr(judge.client) + repr(judge.client.settings)
+        assert all(secret not in repr(v) for obj in (judge, judge.client) for v in vars(obj).values())
+        for f in tmp_path.rglob("*"):
+            if f.is_file():
+                assert secret.encode() not in f.read_bytes(), f
+    assert list(tmp_path.glob("scores.sqlite*"))  # the cache was really written
+
+
+def test_configuration_errors_are_one_line(tiny_llama):
+    with pytest.raises(ConfigError, match="logprob_mode=exact needs the answer token ids"):
+        ApiJudge("m", "http://127.0.0.1:9/v1", logprob_mode="exact")
+    with pytest.raises(ConfigError, match="top_logprobs must be in 1..20"):
+        ApiJudge("m", "http://127.0.0.1:9/v1", top_logprobs=50)
+    with pytest.raises(ConfigError, match=r"token_ids keys \['C'\]"):
+        ApiJudge("m", "http://127.0.0.1:9/v1", token_ids={"A": 1, "B": 2, "C": 3})
+    with pytest.raises(ConfigError, match="base_url must start with http"):
+        ApiJudge("m", "127.0.0.1:9/v1")
+    # mode=auto resolves ids from the tokenizer when given, else falls back to top-K.
+    assert ApiJudge("m", "http://127.0.0.1:9/v1", tokenizer="tiny:llama").mode == "exact"
+    assert ApiJudge("m", "http://127.0.0.1:9/v1").mode == "top"
+
+
+def test_backend_config_builds_an_api_judge(tiny_judge, local_scores, key):
+    """conf/backend/api.yaml + conf/model/tiny_llama.yaml through harness.build: the shipped keys fit."""
+    from omegaconf import OmegaConf
+
+    from harness.build import build_judge
+
+    conf = REPO / "conf"
+    backend = OmegaConf.to_container(OmegaConf.load(conf / "backend" / "api.yaml"))
+    model = OmegaConf.to_container(OmegaConf.load(conf / "model" / "tiny_llama.yaml"))
+    with OpenAIServer(judge=tiny_judge, api_key=key, model=model["name"]) as srv:
+        backend.update(base_url=srv.url, api_key_env=ENV, tokenizer=model["path"])
+        judge = build_judge(model, backend)
+        assert isinstance(judge, ApiJudge) and judge.mode == backend["logprob_mode"] == "exact"
+        _assert_same(judge.score_pairs(REQUESTS[:4]), local_scores[:4])
+    assert {r.body["model"] for r in srv.requests} == {"tiny-llama"}

@@ -1,0 +1,66 @@
+"""Bad input through the real CLI: one `error:` line naming the problem, exit 2, no traceback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run_harness
+
+GOOD = {"doc_id": "d1", "source": "the source text", "candidate_id": "c1", "text": "a summary",
+        "scores": {"coherence": 3.0}}
+
+
+def _jsonl(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def _assert_one_line_error(r, *needles):
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert "Traceback" not in r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, r.stderr[-2000:]
+    for n in needles:
+        assert n in errors[0], errors[0]
+
+
+def _bad_data_cases(tmp):
+    second = {**GOOD, "candidate_id": "c2"}
+    return {
+        "missing file": (tmp / "nope.jsonl", ("nope.jsonl", "not found")),
+        "wrong schema": (_jsonl(tmp / "schema.jsonl", [GOOD, {k: v for k, v in second.items() if k != "text"}]),
+                         ("schema.jsonl", "line 2", "text")),
+        "nan score": (_jsonl(tmp / "nan.jsonl", [GOOD, json.dumps(second).replace("3.0", "NaN")]),
+                      ("nan.jsonl", "line 2", "coherence")),
+        "empty candidate": (_jsonl(tmp / "empty.jsonl", [GOOD, {**second, "text": "  "}]),
+                            ("empty.jsonl", "line 2", "text")),
+    }
+
+
+@pytest.mark.parametrize("case", ["missing file", "wrong schema", "nan score", "empty candidate"])
+def test_bad_data_file(case, tmp_path):
+    path, needles = _bad_data_cases(tmp_path)[case]
+    r = run_harness(["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={path}",
+                     "task.aspect=coherence", f"hydra.run.dir={tmp_path / 'run'}", "wandb.mode=disabled"], tmp_path)
+    _assert_one_line_error(r, *needles)
+
+
+@pytest.mark.parametrize("override, needles", [
+    ("model.labels=[Zulu-Alpha-Quebec,B]", ("Zulu-Alpha-Quebec", "not a single token")),
+    ("model.max_length=64", ("longer than the model's context of 64",)),
+    ("task.aspect=brilliance", ("unknown aspect 'brilliance'",)),
+])
+def test_bad_config(override, needles, tmp_path):
+    r = run_harness(["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2", override,
+                     f"hydra.run.dir={tmp_path / 'run'}", "wandb.mode=disabled"], tmp_path)
+    _assert_one_line_error(r, *needles)
+
+
+def test_secret_in_config_is_refused(tmp_path):
+    r = run_harness(["experiment=judge", "model=tiny_llama", "+backend.api_key=sk-should-never-be-here",
+                     f"hydra.run.dir={tmp_path / 'run'}", "wandb.mode=disabled"], tmp_path)
+    _assert_one_line_error(r, "environment variable")
+    assert not any("sk-should-never-be-here" in p.read_text(errors="ignore")
+                   for p in (tmp_path / "run").rglob("*") if p.is_file())
