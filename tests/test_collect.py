@@ -1,0 +1,118 @@
+"""harness.collect: multirun directory -> table (markdown, CSV), pivot, figures; the CLI.
+
+The run directories here are written the way a Hydra multirun writes them (results.json,
+config.json, overrides.json); test_slurm.py collects real SLURM and local multiruns.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.collect import (build_table, collect, collect_runs, find_runs, main, parse_overrides, pivot_table,
+                             to_csv, to_markdown)
+from harness.errors import ConfigError, DataError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _job(root: Path, num: int, overrides: list[str], spearman: float, a_rate: float = 0.5) -> Path:
+    d = root / str(num)
+    d.mkdir(parents=True)
+    if num == 2:  # Hydra's own record (hydra.output_subdir set) is read too
+        (d / ".hydra").mkdir()
+        (d / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    else:
+        (d / "overrides.json").write_text(json.dumps(overrides))
+    metrics = {"none": {"spearman": spearman, "a_rate": a_rate, "ece": float("nan") if num == 1 else 0.1},
+               "permutation": {"spearman": spearman + 0.1, "a_rate": 0.5}}
+    (d / "results.json").write_text(json.dumps({"task": "summeval", "p_content_free": 0.25, "metrics": metrics}))
+    (d / "config.json").write_text(json.dumps({"task": {"name": "summeval"}}))
+    return d
+
+
+@pytest.fixture
+def sweep(tmp_path) -> Path:
+    root = tmp_path / "multirun"
+    k = 0
+    for model in ("m1", "m2"):
+        for aspect in ("coherence", "fluency"):
+            _job(root, k, ["experiment=judge", f"model={model}", f"task.aspect={aspect}", "task.docs=4"], 0.1 * (k + 1))
+            k += 1
+    for extra in range(4, 11):  # job 10 must sort after 9, not after 1
+        _job(root, extra, ["experiment=judge", "model=m3", f"task.aspect=a{extra}", "task.docs=4"], 0.0)
+    (root / ".submitit" / "7_0").mkdir(parents=True)  # never mistaken for a run
+    return root
+
+
+def test_runs_are_found_in_job_number_order(sweep):
+    assert [p.name for p in find_runs(sweep)] == [str(i) for i in range(11)]
+    assert parse_overrides(["+x=1", "++y.z=a=b", "~gone", "k=v"]) == {"x": "1", "y.z": "a=b", "k": "v"}
+
+
+def test_table_rows_are_varying_overrides_and_columns_metrics(sweep):
+    runs = collect_runs(sweep)[:4]
+    t = build_table(runs, ["none/spearman", "permutation/spearman", "p_content_free", "none/missing"])
+    assert t.columns == ["model", "task.aspect", "none/spearman", "permutation/spearman", "p_content_free",
+                         "none/missing"]
+    assert t.rows[1][:3] == ["m1", "fluency", 0.2] and t.rows[1][4:] == [0.25, None]
+    assert t.caption == "experiment=judge task.docs=4"
+    md = to_markdown(t, digits=2)
+    assert "| m2 | fluency | 0.40 | 0.50 | 0.25 | – |" in md and md.rstrip().endswith("task.docs=4")
+    csv_lines = to_csv(t).splitlines()
+    assert csv_lines[0] == "model,task.aspect,none/spearman,permutation/spearman,p_content_free,none/missing"
+    assert csv_lines[3] == f"m2,coherence,{0.30000000000000004!r},{0.30000000000000004 + 0.1!r},0.25,"
+
+
+def test_pivot_lays_out_one_metric(sweep):
+    runs = collect_runs(sweep)[:4]
+    t = pivot_table(runs, "task.aspect", "model", "none/spearman")
+    assert t.columns == ["task.aspect \\ model", "m1", "m2"]
+    assert t.rows == [["coherence", 0.1, 0.30000000000000004], ["fluency", 0.2, 0.4]]
+    with pytest.raises(ConfigError, match="also differ in model"):
+        pivot_table(runs, "task.aspect", "task.docs", "none/spearman")
+
+
+def test_collect_writes_table_csv_and_figures(sweep, tmp_path):
+    t = collect(sweep, tmp_path / "out", metrics=["none/spearman", "none/ece"])
+    assert (tmp_path / "out" / "table.md").read_text() == to_markdown(t)
+    assert (tmp_path / "out" / "table.csv").read_text() == to_csv(t)
+    assert math.isnan(t.rows[1][-1]) and "nan" in (tmp_path / "out" / "table.md").read_text()
+    pngs = sorted(p.name for p in (tmp_path / "out" / "figures").iterdir())
+    assert pngs == ["none_ece.png", "none_spearman.png"]
+    assert (tmp_path / "out" / "figures" / "none_spearman.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Without --metrics: the default columns that exist.
+    assert collect(sweep).columns[-4:] == ["none/spearman", "permutation/spearman", "none/a_rate", "none/ece"]
+
+
+def test_errors_name_the_problem(sweep, tmp_path):
+    with pytest.raises(ConfigError, match="metric 'none/nope' is in no run"):
+        collect(sweep, metrics=["none/nope"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="no results.json"):
+        collect(tmp_path / "empty")
+    with pytest.raises(ConfigError, match="not a directory"):
+        collect(tmp_path / "absent")
+    with pytest.raises(ConfigError, match="exactly one"):
+        collect(sweep, pivot=["task.aspect", "model"], metrics=["none/spearman", "none/a_rate"])
+    bad = tmp_path / "bad" / "0"
+    bad.mkdir(parents=True)
+    (bad / "results.json").write_text("{oops")
+    with pytest.raises(DataError, match=r"results.json, record 1"):
+        collect(tmp_path / "bad")
+
+
+def test_cli_prints_markdown_and_exits_2_on_user_error(sweep, tmp_path, capsys):
+    assert main(["table", str(sweep), "--metrics", "none/spearman", "--no-figures", "--out", str(tmp_path / "o")]) == 0
+    assert "| model | task.aspect | none/spearman |" in capsys.readouterr().out
+    assert not (tmp_path / "o" / "figures").exists()
+    assert main(["merge", str(sweep / "0"), "--out", str(tmp_path / "m")]) == 2  # not a shard run with judgments
+    assert "error:" in capsys.readouterr().err
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "collect.py"), "table", str(sweep), "--pivot",
+                        "task.aspect", "model", "--metrics", "none/a_rate"], capture_output=True, text=True)
+    assert r.returncode == 0 and "| task.aspect \\ model |" in r.stdout, r.stderr

@@ -1,0 +1,157 @@
+"""Document shards and their merge; preemption-safe chunks (in-process, no cluster needed).
+
+The SLURM versions of these checks (array tasks, a real USR2 requeue) are in test_slurm.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from harness.errors import ConfigError, DataError
+from harness.shard import (ATTEMPTS, PreemptibleJudge, ShardSpec, deferred_signals, merge_shards,
+                           record_attempt, select_shard, shard_bounds, shard_spec)
+from harness.types import Candidate, Document
+
+
+def _docs(n: int) -> list[Document]:
+    return [Document(f"d{i}", "src", (Candidate("a", "x"), Candidate("b", "y"))) for i in range(n)]
+
+
+def test_shards_are_contiguous_ordered_and_cover_every_document_once():
+    for n in range(1, 12):
+        for count in range(1, n + 1):
+            blocks = [select_shard(_docs(n), ShardSpec(i, count)) for i in range(count)]
+            assert [d.id for b in blocks for d in b] == [f"d{i}" for i in range(n)]
+            assert max(map(len, blocks)) - min(map(len, blocks)) <= 1
+    assert shard_bounds(10, ShardSpec(3, 4)) == (7, 10)
+
+
+def test_shard_spec_defaults_and_errors():
+    assert shard_spec({}) == ShardSpec(0, 1)
+    assert shard_spec({"num_shards": None, "shard_index": None}) == ShardSpec(0, 1)
+    assert shard_spec({"num_shards": 4, "shard_index": 3}) == ShardSpec(3, 4)
+    for bad in ({"num_shards": 4, "shard_index": 4}, {"num_shards": 0}, {"num_shards": "2"},
+                {"num_shards": 2, "shard_index": -1}, {"num_shards": True}):
+        with pytest.raises(ConfigError, match="task."):
+            shard_spec(bad)
+    with pytest.raises(ConfigError, match="holds no documents.*num_shards <= 2"):
+        select_shard(_docs(2), ShardSpec(0, 3))
+
+
+def _judge_run(judge, docs, out, task_cfg):
+    """A real judge run into `out`, with the config.json the Hydra entry point would write."""
+    from harness.experiments.judge import run_judge
+    from harness.tracking import write_json_atomic
+
+    out.mkdir(parents=True)
+    write_json_atomic(out / "config.json", {"task": task_cfg, "experiment": {"name": "judge"}})
+    return run_judge(judge, docs, task="summeval", aspect="coherence", instruction="Which is better? A or B.",
+                     family="summarization", out_dir=out, max_candidates=3, shuffles=5, progress=False)
+
+
+@pytest.fixture(scope="module")
+def bs1_judge(tiny_llama):
+    from harness.judge.hf_judge import HFJudge
+
+    # batch_size=1: each prompt alone, so a prompt's score cannot depend on which shard or chunk
+    # it was batched with and sharded == unsharded holds bit for bit.
+    return HFJudge(tiny_llama, batch_size=1, device="cpu")
+
+
+def test_merged_shards_equal_the_unsharded_run(bs1_judge, shared_data, tmp_path):
+    from harness.data import load_task
+
+    docs = load_task("summeval", data_dir=shared_data, limit=3)
+    task = {"name": "summeval", "docs": 3, "max_candidates": 3}
+    full = _judge_run(bs1_judge, docs, tmp_path / "full", task)
+    dirs = []
+    for i in (2, 0, 1):  # any order on the command line
+        spec = ShardSpec(i, 3)
+        _judge_run(bs1_judge, select_shard(docs, spec), tmp_path / f"shard-{i}",
+                   {**task, "num_shards": 3, "shard_index": i})
+        dirs.append(tmp_path / f"shard-{i}")
+    merged = merge_shards(dirs, tmp_path / "merged")
+    merged_rows = (tmp_path / "merged" / "judgments.jsonl").read_bytes()
+    assert merged_rows == (tmp_path / "full" / "judgments.jsonl").read_bytes()
+    on_disk = json.loads((tmp_path / "merged" / "results.json").read_text())
+    assert on_disk == merged
+    assert {k: v for k, v in merged.items() if k != "judge_calls"} == \
+        {k: v for k, v in full.items() if k != "judge_calls"}
+    assert merged["n_docs"] == 3 and merged["n_judgments"] == 18
+
+    # Missing, duplicated and foreign shards are refused with the reason.
+    with pytest.raises(ConfigError, match=r"shards \[1\] of 3 are missing"):
+        merge_shards(dirs[:2], tmp_path / "m2")
+    with pytest.raises(ConfigError, match="shard 2 given twice"):
+        merge_shards(dirs + dirs[:1], tmp_path / "m3")
+    with pytest.raises(ConfigError, match="num_shards is 1"):
+        merge_shards(dirs + [tmp_path / "full"], tmp_path / "m4")
+    with pytest.raises(DataError, match="not found: not a finished judge run"):
+        merge_shards([tmp_path / "nothing"], tmp_path / "m5")
+
+
+def test_deferred_signal_reaches_its_handler_only_after_the_block():
+    seen = []
+
+    def handler(signum, frame):
+        seen.append(("handler", signum))
+
+    old = signal.signal(signal.SIGUSR2, handler)
+    try:
+        with deferred_signals() as pending:
+            os.kill(os.getpid(), signal.SIGUSR2)
+            seen.append(("inside", None))
+            assert pending == [signal.SIGUSR2]
+        assert seen == [("inside", None), ("handler", signal.SIGUSR2)]
+        assert signal.getsignal(signal.SIGUSR2) is handler  # restored for the next signal
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+
+
+def test_preempted_cached_judge_resumes_without_repeating_a_call(tiny_judge, shared_data, tmp_path):
+    """USR2 mid-run -> SystemExit at a chunk boundary; the rerun pays only for what is missing."""
+    from harness.data import load_task
+    from harness.experiments.judge import build_requests
+    from harness.judge.cache import CachedJudge, ScoreCache
+
+    docs = load_task("summeval", data_dir=shared_data, limit=1)
+    reqs, _ = build_requests(docs, "Which is better? A or B.", "summarization", "coherence", max_candidates=4)
+
+    def exit_on_usr2(signum, frame):
+        raise SystemExit(-1)  # what submitit's handler does after `scontrol requeue`
+
+    class SignalAfterFirstModelCall:
+        """The real tiny judge; sends this process USR2 while the first chunk is being scored."""
+
+        identity = tiny_judge.identity
+
+        def __init__(self):
+            self.sent = False
+
+        def score_pairs(self, requests):
+            if not self.sent:
+                self.sent = True
+                os.kill(os.getpid(), signal.SIGUSR2)
+            return tiny_judge.score_pairs(requests)
+
+    old = signal.signal(signal.SIGUSR2, exit_on_usr2)
+    cache_path = tmp_path / "c.sqlite"
+    try:
+        first = PreemptibleJudge(CachedJudge(SignalAfterFirstModelCall(), ScoreCache(cache_path), chunk=3), 3)
+        with pytest.raises(SystemExit), record_attempt(tmp_path, first):
+            first.score_pairs(reqs)
+        second = PreemptibleJudge(CachedJudge(tiny_judge, ScoreCache(cache_path), chunk=3), 3)
+        with record_attempt(tmp_path, second):
+            scores = second.score_pairs(reqs)
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+    attempts = [json.loads(line) for line in (tmp_path / ATTEMPTS).read_text().splitlines()]
+    assert [a["status"] for a in attempts] == ["interrupted", "completed"]
+    assert attempts[0]["calls"] == 3  # the chunk in flight was committed before the exit
+    assert sum(a["calls"] for a in attempts) == len(reqs) == len(ScoreCache(cache_path))
+    fresh = tiny_judge.score_pairs(reqs)  # uncached, other batches: equal up to float rounding
+    assert [s.p_a for s in scores] == pytest.approx([s.p_a for s in fresh], abs=1e-6)
