@@ -16,7 +16,7 @@ import numpy as np
 from harness.errors import ConfigError, located
 
 METHODS = ("none", "hoeffding", "bernstein")
-_WHERE = "bbe"
+_WHERE = "A-BB settings (experiment.*)"
 
 
 def config_error(msg: str, field: str) -> ConfigError:

@@ -124,3 +124,52 @@ def reference_agreement(reference: Sequence[float | None], original: Sequence[fl
         sig = ranking.retained_signal([ref[n] for n in names], [mine[n] for n in names])
         out[label] = {k: sig[k] for k in ("pearson", "spearman", "kendall")}
     return out
+
+
+# --- flat records for tables, sweeps and W&B ---------------------------------------------------
+
+
+def flat_metrics(bj: Mapping[str, Any], sig: Mapping[str, Any], ref: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The numbers a sweep table and the plots read (harness.collect: results.json 'metrics')."""
+    v, sens, g = bj.get("verification") or {}, bj["sensitivity"], bj["guarantee"]
+    out = {"tau": bj["tau"], "delta": bj["delta"]["total"], "delta_markov": bj["delta"]["markov"],
+           "delta_noise": bj["delta"]["noise"], "delta_est": bj["delta"]["est"], "d": bj["d"],
+           "n_estimate": bj["n_neighbours"], "alpha": bj["alpha"], "alpha_max": bj["alpha_max"],
+           "sigma": bj["sigma"], "sigma_max": bj["sigma_max"], "mu_value": bj["mu"]["value"],
+           "sensitivity_plugin": sens["plugin"], "sensitivity_ctx": sens["ctx"], "sensitivity_ucb": sens["ucb"],
+           "guarantee_markov": g["markov_term"], "guarantee_noise": g["noise_term"], "guarantee_total": g["total"],
+           "violations": v.get("violations"), "trials": v.get("n_trials"), "violation_rate": v.get("rate"),
+           "violation_cp_low": v.get("cp_low"), "violation_cp_high": v.get("cp_high"),
+           "verify_mean_distance": v.get("mean_distance"), "verify_max_distance": v.get("max_distance")}
+    for scope, key in (("per_model", "model"), ("per_item", "item"), ("elo", "elo")):
+        block = sig.get(scope) or {}
+        for stat in ("pearson", "spearman", "kendall", "variance_reduction"):
+            out[f"{key}_{stat}"] = block.get(stat)
+    if ref:
+        for label in ("original", "bounded"):
+            out[f"reference_spearman_{label}"] = ref[label]["spearman"]
+    return out
+
+
+def numeric_leaves(obj: Any, prefix: str) -> dict[str, float]:
+    """Every numeric leaf of a nested dict as 'prefix/a/b' (bools as 0/1) for W&B."""
+    if isinstance(obj, Mapping):
+        return {k: v for key, val in obj.items() for k, v in numeric_leaves(val, f"{prefix}/{key}").items()}
+    if isinstance(obj, bool):
+        return {prefix: float(obj)}
+    return {prefix: obj} if isinstance(obj, int | float) else {}
+
+
+def model_rows(rank: Mapping[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """The models table (W&B): mean and Elo with intervals and ranks, before and after."""
+    cols = ["model", "mean_before", "mean_after", "mean_rank_before", "mean_rank_after",
+            "elo_before", "elo_lo_before", "elo_hi_before", "elo_after", "elo_lo_after", "elo_hi_after",
+            "elo_rank_before", "elo_rank_after"]
+    b, a = rank["before"], rank["after"]
+    names = list(dict.fromkeys([*b["mean"], *b["elo"]]))
+    get = lambda t, n, k: t.get(n, {}).get(k)  # noqa: E731 - the baseline has an Elo but no mean
+    rows = [[n, get(b["mean"], n, "mean"), get(a["mean"], n, "mean"), get(b["mean"], n, "rank"),
+             get(a["mean"], n, "rank"), get(b["elo"], n, "elo"), get(b["elo"], n, "lo"), get(b["elo"], n, "hi"),
+             get(a["elo"], n, "elo"), get(a["elo"], n, "lo"), get(a["elo"], n, "hi"), get(b["elo"], n, "rank"),
+             get(a["elo"], n, "rank")] for n in names]
+    return cols, rows
