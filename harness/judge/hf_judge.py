@@ -63,6 +63,35 @@ def load_model_and_tokenizer(path: str | Path, gguf_file: str | None, dtype, dev
     return model, tok
 
 
+def format_chat(tokenizer: Any, prompt: str, system_prompt: str | None = None) -> str:
+    """The exact text a judge model reads: its chat template with the generation prompt.
+
+    Shared by every local backend (transformers, vLLM) so they score identical token ids.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        return prompt
+    messages = [{"role": "user", "content": prompt}]
+    if system_prompt:
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def encode_prompts(tokenizer: Any, requests: Sequence[PairRequest], system_prompt: str | None,
+                   max_length: int) -> list[list[int]]:
+    """Chat-formatted token ids per request; refuses empty prompts and prompts over `max_length`."""
+    texts = [format_chat(tokenizer, r.prompt, system_prompt) for r in requests]
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    for r, row in zip(requests, ids):
+        if len(row) >= max_length:
+            raise JudgeInputError(
+                f"prompt for document {r.doc_id!r} pair ({r.a_id}, {r.b_id}) is {len(row)} tokens, "
+                f"longer than the model's context of {max_length}"
+            )
+        if not row:
+            raise JudgeInputError(f"empty prompt for document {r.doc_id!r} pair ({r.a_id}, {r.b_id})")
+    return [list(row) for row in ids]
+
+
 class HFJudge:
     """A transformers causal LM as a pairwise judge (CPU or CUDA, HF dirs and GGUF files)."""
 
@@ -70,7 +99,7 @@ class HFJudge:
                  revision: str | None = None, dtype: str = "auto", device: str = "auto",
                  batch_size: int = 8, max_length: int | None = None, labels: Sequence[str] = ("A", "B"),
                  system_prompt: str | None = None, trust_remote_code: bool = False,
-                 model: Any = None, tokenizer: Any = None) -> None:
+                 model: Any = None, tokenizer: Any = None, prefix_reuse: bool = False) -> None:
         import torch
 
         self.device = pick_device(device)
@@ -89,6 +118,15 @@ class HFJudge:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if self.pad_id is None:
             self.pad_id = 0
+        # Prefix reuse changes only the order of float operations (results equal within fp
+        # tolerance), so it is deliberately not part of `identity` (the cache key).
+        self.prefix_reuse = bool(prefix_reuse)
+        self.prompts = 0
+        """Prompts scored so far (both paths)."""
+        self.tokens_processed = 0
+        """Real tokens run through the model so far: full prompts, or shared prefixes once."""
+        self.prefix_scorer = None
+        """The PrefixScorer once prefix reuse has run (its counters say how the work split)."""
         name = name or Path(str(path)).name
         self.identity = "|".join([
             "hf", name, revision or "-", gguf_file or "-", str(self.torch_dtype).removeprefix("torch."),
@@ -99,29 +137,28 @@ class HFJudge:
     # -- prompt -> token ids ------------------------------------------------------------------
     def format_prompt(self, prompt: str) -> str:
         """The exact text the model reads: chat template with the generation prompt."""
-        if not getattr(self.tokenizer, "chat_template", None):
-            return prompt
-        messages = [{"role": "user", "content": prompt}]
-        if self.system_prompt:
-            messages.insert(0, {"role": "system", "content": self.system_prompt})
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return format_chat(self.tokenizer, prompt, self.system_prompt)
 
     def encode(self, requests: Sequence[PairRequest]) -> list[list[int]]:
-        texts = [self.format_prompt(r.prompt) for r in requests]
-        ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
-        for r, row in zip(requests, ids):
-            if len(row) >= self.max_length:
-                raise JudgeInputError(
-                    f"prompt for document {r.doc_id!r} pair ({r.a_id}, {r.b_id}) is {len(row)} tokens, "
-                    f"longer than the model's context of {self.max_length}"
-                )
-            if not row:
-                raise JudgeInputError(f"empty prompt for document {r.doc_id!r} pair ({r.a_id}, {r.b_id})")
-        return ids
+        return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length)
 
     # -- scoring --------------------------------------------------------------------------------
     def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
         ids = self.encode(requests)
+        self.prompts += len(ids)
+        if self.prefix_reuse and ids:
+            from harness.judge.prefix import PrefixScorer, supports_prefix_reuse
+
+            if supports_prefix_reuse(self.model, ids):
+                if self.prefix_scorer is None:
+                    self.prefix_scorer = PrefixScorer(self.model, self._answer_ids, self.pad_id,
+                                                      self.device, self.batch_size)
+                before = self.prefix_scorer.tokens_processed
+                rows = self.prefix_scorer.answer_logprobs(ids)
+                self.tokens_processed += self.prefix_scorer.tokens_processed - before
+                return [self.answers.score(row) for row in rows]
+            log.warning("prefix reuse skipped: prompts exceed the model's sliding window")
+        self.tokens_processed += sum(len(r) for r in ids)
         out: list[PairScore | None] = [None] * len(ids)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
         for start in range(0, len(order), self.batch_size):

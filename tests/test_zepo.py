@@ -1,0 +1,294 @@
+"""ZEPO search: greedy keep-best selection, resumability, and the experiment end to end.
+
+- A scripted judge with a designed position bias (named as such) tests the selection logic,
+  where knowing the true fairness of each instruction is the point.
+- End to end: the real tiny Llama judge, the real API optimizer against a real loopback
+  OpenAI-compatible server that injects 429/500/hang/malformed replies and garbage completions.
+- Resume: a run interrupted after epoch 0 finishes with the unbroken run's history, repeating no
+  optimizer request and no judge call.
+- Slow: SmolLM2 as judge and local optimizer on real SummEval documents.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from harness import zepo
+from harness.errors import ConfigError
+from harness.judge.cache import CachedJudge, ScoreCache
+from harness.types import Candidate, Document, PairScore
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+PHRASES = (
+    "Which {n} candidate shows better {w}? Reply 'A' if candidate A is better and 'B' if candidate B is better. "
+    "Return the letter only.",
+    "Judge the {w} of both {n} candidates. If candidate A has better {w}, return 'A'; if candidate B does, "
+    "return 'B'. Only the letter.",
+    "Consider {w}. Compare candidate A with candidate B and answer 'A' when A is better or 'B' when B is better, "
+    "nothing else.",
+    "Assess {w} in the two {n} candidates. Output A if candidate A is better and B if candidate B is better. "
+    "Give only the choice.",
+    "Read both {n} candidates and decide which has stronger {w}: answer 'A' for candidate A or 'B' for "
+    "candidate B only.",
+)
+GARBAGE = ("Sure! Here are some options:\n1. Rate the texts.\n2. Pick one.", "I cannot help with that.")
+
+
+def scripted_completion(body: dict) -> str:
+    """The loopback server's optimizer replies: a function of the request's seed (so runs are
+    reproducible whatever the fault order), garbage for half the seeds."""
+    seed = int(body.get("seed", 0))
+    content = body["messages"][-1]["content"]
+    word = re.search(r'keep the word "([^"]+)"', content).group(1)
+    noun = "summary" if "summary" in content.lower() else "response"
+    if seed % 4 < 2:
+        return GARBAGE[seed % 4]
+    return PHRASES[seed % len(PHRASES)].format(w=word, n=noun) + f" (variant {seed % 97})"
+
+
+# -- selection logic with a scripted, position-biased judge ----------------------------------------
+class ScriptedBiasJudge:
+    """SCRIPTED judge with a designed bias: P(A) = sigmoid(quality gap + bias(instruction)), where the
+    bias is read from a '(variant N)' marker in the instruction, so each instruction's A-rate is
+    known by design. It stands in for a model only in the selection-logic tests."""
+
+    identity = "scripted-bias-judge|v1"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    @staticmethod
+    def bias(prompt: str) -> float:
+        m = re.search(r"\(variant (\d+)\)", prompt)
+        return 3.0 if m is None else (int(m.group(1)) % 13 - 6) / 2.0
+
+    def score_pairs(self, requests):
+        out = []
+        for r in requests:
+            self.calls += 1
+            qa, qb = (float(re.search(rf"candidate {x}: q(\d+)", r.prompt).group(1)) if f"candidate {x}: q" in r.prompt
+                      else 0.0 for x in "AB")
+            z = (qa - qb) * 0.4 + self.bias(r.prompt)
+            out.append(PairScore({"A:A": -math.log1p(math.exp(-z)), "B:B": -math.log1p(math.exp(z))},
+                                 1 / (1 + math.exp(-z))))
+        return out
+
+
+class ScriptedOptimizer:
+    """SCRIPTED optimizer: returns PHRASES by seed (a stand-in for the LLM in selection tests)."""
+
+    identity = "scripted-optimizer"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def paraphrase(self, instruction, n, seed, aspect, avoid=()):
+        self.calls += 1
+        return [PHRASES[seed % len(PHRASES)].format(w=aspect, n="summary") + f" (variant {seed % 97})"]
+
+
+def _docs(n: int = 3) -> list[Document]:
+    return [Document(f"d{k}", f"source {k}", tuple(Candidate(f"c{i}", f"q{i}", {"coherence": float(i)})
+                                                   for i in range(4))) for k in range(n)]
+
+
+def _search(tmp_path, cache_name="c.sqlite", state="state.json", **kw):
+    judge = CachedJudge(ScriptedBiasJudge(), ScoreCache(tmp_path / cache_name))
+    opt = ScriptedOptimizer()
+    docs = _docs()
+    settings = zepo.SearchSettings(**{"population": 3, "epochs": 3, "shuffles": 5, **kw})
+    s = zepo.Search(judge, opt, "Which summary is more coherent? Answer 'A' or 'B'.", "coherence",
+                    "summarization", docs[:1], docs[1:], settings, state_path=tmp_path / state)
+    return s, judge, opt
+
+
+@pytest.mark.parametrize("objective", ["fairness", "fairness_prob", "confidence", "calibration"])
+def test_greedy_keeps_the_first_best_and_paraphrases_it(tmp_path, objective):
+    s, _, _ = _search(tmp_path, objective=objective)
+    res = s.run()
+    cands = res.candidates
+    assert len(cands) == 9 and cands[0].text == s.initial and cands[0].parent is None
+    assert [c.epoch for c in cands] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    key = [zepo.objective_key(c.objectives[objective]) for c in cands]
+    first_max = key.index(max(key))
+    assert res.best.index == first_max  # strictly higher replaces; ties keep the earlier
+    # Epoch 0 paraphrases the initial; epoch e paraphrases the best after epoch e-1.
+    for e in (1, 2):
+        prev = [k for k, c in enumerate(cands) if c.epoch < e]
+        best_before = max(prev, key=lambda k: (key[k], -k))
+        assert {c.parent for c in cands if c.epoch == e} == {best_before}
+    assert all(c.parent == 0 for c in cands[1:3])
+    # The initial instruction is biased towards A by design; the search must leave it.
+    if objective == "fairness":
+        assert cands[0].a_rate == 1.0 and res.best.fairness > cands[0].fairness
+
+
+def test_split_documents_disjoint_by_default_and_leaky_on_request():
+    docs = _docs(5)
+    search, ev = zepo.split_documents(docs, 2)
+    assert [d.id for d in search] == ["d0", "d1"] and [d.id for d in ev] == ["d2", "d3", "d4"]
+    _, ev = zepo.split_documents(docs, 2, eval_docs=1)
+    assert [d.id for d in ev] == ["d2"]
+    _, ev = zepo.split_documents(docs, 2, leak=True)
+    assert [d.id for d in ev] == [d.id for d in docs]
+    with pytest.raises(ConfigError, match="no evaluation documents"):
+        zepo.split_documents(docs, 5)
+    with pytest.raises(ConfigError, match="only 5"):
+        zepo.split_documents(docs, 6)
+
+
+def test_interrupted_search_resumes_exactly(tmp_path):
+    ref, ref_judge, ref_opt = _search(tmp_path / "a")
+    ref_res = ref.run()
+
+    class Killed(Exception):
+        pass
+
+    def kill(epoch, scored, best):
+        if epoch == 0:
+            raise Killed
+
+    first, j1, o1 = _search(tmp_path / "b")
+    first.on_epoch = kill
+    with pytest.raises(Killed):
+        first.run()
+    state = json.loads((tmp_path / "b" / "state.json").read_text())
+    assert len(state["candidates"]) == 3 and state["epoch"] == 0
+    again, j2, o2 = _search(tmp_path / "b")
+    res = again.run()
+    assert [c.to_row() for c in res.candidates] == [c.to_row() for c in ref_res.candidates]
+    assert o1.calls + o2.calls == ref_opt.calls  # no paraphrase asked twice
+    assert j1.calls + j2.calls == ref_judge.calls  # no pair judged twice
+    # Same directory, different settings: refused rather than mixed.
+    other, _, _ = _search(tmp_path / "b", objective="confidence")
+    with pytest.raises(ConfigError, match="different settings"):
+        other.run()
+    # More epochs continue the finished search instead of starting over.
+    more, _, o3 = _search(tmp_path / "b", epochs=4)
+    assert len(more.run().candidates) == 12 and o3.calls == 3
+
+
+# -- end to end: tiny Llama judge, API optimizer on a loopback server -----------------------------
+def _compose(overrides):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=overrides)
+
+
+def e2e_overrides(tmp: Path, url: str, data: Path, *extra: str) -> list[str]:
+    return ["experiment=zepo", "model=tiny_llama", "optimizer=api", f"optimizer.base_url={url}",
+            "optimizer.model=scripted-loopback", "optimizer.timeout_s=1", "optimizer.max_retries=6",
+            "+optimizer.backoff_base_s=0.01", "+optimizer.backoff_max_s=0.05",
+            "task=usr_zepo", "task.aspect=overall", "task.offset=27", "task.docs=2", "task.max_candidates=3",
+            "experiment.search_docs=1", "experiment.population=3", "experiment.epochs=2", "experiment.shuffles=5",
+            f"data.dir={tmp / 'data'}", f"data.mirror={data}", f"cache.path={tmp / 'cache' / 'requests.sqlite'}",
+            "progress=false", "wandb.mode=disabled", *extra]
+
+
+@pytest.fixture(scope="module")
+def e2e(tmp_path_factory, shared_data, tiny_llama):
+    """One unbroken run through the Hydra entry, with faults injected into the optimizer server."""
+    from openai_server import OpenAIServer
+
+    from harness.run import run
+
+    tmp = tmp_path_factory.mktemp("zepo_e2e")
+    with OpenAIServer(script=scripted_completion, hang_s=1.5) as srv:
+        srv.inject("429", "500", "hang", "malformed", "no_choices")
+        cfg = _compose(e2e_overrides(tmp, srv.url, shared_data, "wandb.mode=offline"))
+        results = run(cfg, tmp / "run")
+        yield {"tmp": tmp, "srv": srv, "results": results, "ok": len(srv.ok_requests()),
+               "faults_left": srv.faults_left, "outcomes": [r.outcome for r in srv.requests],
+               "replies": [scripted_completion(r.body) for r in srv.ok_requests()]}
+
+
+def test_e2e_history_selection_and_faults(e2e):
+    out = e2e["tmp"] / "run"
+    rows = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()]
+    assert len(rows) == 6 and [r["epoch"] for r in rows] == [0, 0, 0, 1, 1, 1]
+    for r in rows:
+        for k in ("text", "epoch", "index", "parent", "objectives", "a_rate", "fairness", "confidence",
+                  "spearman_heldout"):
+            assert k in r
+        assert set(r["objectives"]) == set(zepo.OBJECTIVES)
+        assert r["spearman_heldout"] is not None and r["text"] not in GARBAGE
+    selected = [r for r in rows if r["selected"]]
+    assert len(selected) == 1
+    best_fair = max(r["fairness"] for r in rows)
+    assert selected[0]["fairness"] == best_fair
+    assert selected[0]["index"] == min(r["index"] for r in rows if r["fairness"] == best_fair)
+    assert (out / "best_instruction.txt").read_text().strip() == selected[0]["text"]
+    # Every injected fault was served and survived; garbage completions were asked again.
+    assert e2e["faults_left"] == 0 and {"429", "500", "hang", "malformed", "no_choices"} <= set(e2e["outcomes"])
+    assert set(GARBAGE) & set(e2e["replies"])
+    res = json.loads((out / "results.json").read_text())
+    assert res["search_doc_ids"] and not set(res["search_doc_ids"]) & set(res["eval_doc_ids"])
+    for label in ("initial", "best"):
+        assert {"none", "permutation"} <= set(res[label]["metrics"])
+        assert (out / f"eval_{label}" / "judgments.jsonl").is_file()
+    table = [json.loads(x) for x in (out / "tables" / "candidates.jsonl").read_text().splitlines()]
+    assert len(table) == 6 and (out / "search.png").stat().st_size > 0
+    assert list(out.glob("wandb/offline-run-*")), "offline W&B run missing"
+
+
+def test_e2e_killed_after_epoch0_resumes_without_repeats(e2e, shared_data, tmp_path):
+    """Same seed, fresh caches: interrupted after epoch 0, resumed, same history as the unbroken run."""
+    from openai_server import OpenAIServer
+
+    from harness.experiments import zepo as zexp
+
+    class Killed(Exception):
+        pass
+
+    def kill(epoch):
+        if epoch == 0:
+            raise Killed
+
+    with OpenAIServer(script=scripted_completion) as srv:
+        cfg = _compose(e2e_overrides(tmp_path, srv.url, shared_data))
+        parts = zexp.prepare(cfg)
+        with pytest.raises(Killed):
+            zexp.run_zepo(**parts, out_dir=tmp_path / "run", after_epoch=kill)
+        calls_1, requests_1 = parts["judge"].calls, len(srv.requests)
+        assert json.loads((tmp_path / "run" / "state.json").read_text())["epoch"] == 0
+        parts = zexp.prepare(cfg)
+        zexp.run_zepo(**parts, out_dir=tmp_path / "run")
+        calls_2, requests_2 = parts["judge"].calls, len(srv.requests) - requests_1
+    ref = [json.loads(x) for x in (e2e["tmp"] / "run" / "history.jsonl").read_text().splitlines()]
+    got = [json.loads(x) for x in (tmp_path / "run" / "history.jsonl").read_text().splitlines()]
+    assert got == ref
+    assert requests_1 + requests_2 == e2e["ok"]  # every optimizer completion requested exactly once
+    n_cached = len(ScoreCache(tmp_path / "cache" / "requests.sqlite"))
+    assert calls_1 + calls_2 == n_cached == len(ScoreCache(e2e["tmp"] / "cache" / "requests.sqlite"))
+    assert requests_2 > 0 and calls_2 > 0  # the second part did real work (epoch 1)
+
+
+# -- slow: SmolLM2 judge and local SmolLM2 optimizer on SummEval ----------------------------------
+@pytest.mark.slow
+def test_smollm2_search_moves_decision_rate_toward_half(shared_data, smollm2_path, tmp_path):
+    """The real thing, small: the demo config (SmolLM2 judges AND paraphrases, local optimizer, the
+    fairness_prob objective) on 1 search + 1 held-out SummEval document, 3 systems, 2 x 2 candidates."""
+    from harness.run import run
+
+    cfg = _compose(["experiment=zepo_demo", f"data.dir={tmp_path / 'data'}", f"data.mirror={shared_data}",
+                    f"cache.path={tmp_path / 'cache' / 'requests.sqlite'}", "progress=false", "wandb.mode=disabled",
+                    "task.offset=85", "task.docs=2", "experiment.search_docs=1", "experiment.population=2",
+                    "experiment.heldout_spearman=false", "optimizer.max_new_tokens=100"])
+    res = run(cfg, tmp_path / "run")
+    assert res["objective"] == "fairness_prob"
+    init, best = res["initial"], res["best"]
+    rate = [r["search"]["a_rate_prob"] for r in (init, best)]
+    held = [r["metrics"]["none"]["a_rate_prob"] for r in (init, best)]
+    sp = [r["metrics"]["none"]["spearman_pairs"] for r in (init, best)]
+    print(f"\nsearch mean P(A) {rate[0]:.3f} -> {rate[1]:.3f}; held-out mean P(A) {held[0]:.3f} -> {held[1]:.3f}; "
+          f"held-out Spearman (PairS) {sp[0]:.3f} -> {sp[1]:.3f}")
+    assert res["n_candidates"] >= 3  # the local optimizer produced usable paraphrases
+    assert abs(rate[1] - 0.5) < abs(rate[0] - 0.5)  # strictly fairer on the search document
+    assert all(0 <= x <= 1 for x in held) and all(-1 <= x <= 1 for x in sp)
