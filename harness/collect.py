@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ConfigError, DataError, HarnessError, located
+from harness.errors import ConfigError, DataError, HarnessError
+from harness.tracking import read_json
 
 DEFAULT_METRICS = ("none/spearman", "none/kendall", "permutation/spearman", "none/a_rate", "none/fairness",
                    "none/ece")
@@ -91,13 +92,6 @@ def parse_overrides(lines: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def _load_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise DataError(f"not valid JSON ({e.msg})", where=located(path, e.lineno)) from None
-
-
 def read_run(path: str | Path) -> Run:
     path = Path(path)
     overrides: dict[str, str] = {}
@@ -107,8 +101,8 @@ def read_run(path: str | Path) -> Run:
         from omegaconf import OmegaConf
 
         overrides = parse_overrides(list(OmegaConf.load(path / ".hydra" / "overrides.yaml")))
-    config = _load_json(path / "config.json") if (path / "config.json").is_file() else {}
-    return Run(path, overrides, _load_json(path / "results.json"), config)
+    config = read_json(path / "config.json") if (path / "config.json").is_file() else {}
+    return Run(path, overrides, read_json(path / "results.json"), config)
 
 
 def collect_runs(root: str | Path) -> list[Run]:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, DataError, located
+from harness.tracking import read_json
 from harness.types import Document, PairRequest, PairScore
 
 ATTEMPTS = "attempts.jsonl"
@@ -94,20 +95,12 @@ class ShardRun:
     """results.json of the shard."""
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise DataError(f"{path.name} not found: not a finished judge run", where=str(path.parent))
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise DataError(f"not valid JSON ({e.msg})", where=located(path, e.lineno)) from None
-
-
 def read_shard(path: str | Path) -> ShardRun:
     path = Path(path)
-    config, results = _read_json(path / "config.json"), _read_json(path / "results.json")
-    if not (path / "judgments.jsonl").is_file():
-        raise DataError("judgments.jsonl not found: not a judge run", where=str(path))
+    for name in ("config.json", "results.json", "judgments.jsonl"):
+        if not (path / name).is_file():
+            raise DataError(f"{name} not found: not a finished judge run", where=str(path))
+    config, results = read_json(path / "config.json"), read_json(path / "results.json")
     return ShardRun(path, shard_spec(config.get("task") or {}), config, results)
 
 

@@ -53,6 +53,19 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
+def read_json(path: str | Path) -> Any:
+    """Parse a JSON file; a missing or broken file is one DataError line naming it."""
+    from harness.errors import DataError, located
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path.name} not found", where=str(path.parent))
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise DataError(f"not valid JSON ({e.msg})", where=located(path, e.lineno)) from None
+
+
 def write_json_atomic(path: str | Path, obj: Any) -> None:
     """Write JSON through a temporary file and os.replace: a crash leaves old or new, never half."""
     path = Path(path)
