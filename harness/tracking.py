@@ -18,7 +18,13 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-_SECRET_WORDS = ("key", "token", "secret", "password")
+_SECRET_NAMES = {"key", "token", "secret", "password", "api_key", "apikey", "auth", "authorization"}
+_SECRET_SUFFIXES = ("_key", "_token", "_secret", "_password")
+
+
+def _is_secret_key(name: str) -> bool:
+    """api_key, hf_token, ... are secrets; max_new_tokens, api_key_env (a variable's name) are not."""
+    return name in _SECRET_NAMES or name.endswith(_SECRET_SUFFIXES)
 
 
 def redact(obj: Any) -> Any:
@@ -31,7 +37,7 @@ def redact(obj: Any) -> Any:
         out = {}
         for k, v in obj.items():
             ks = str(k).lower()
-            if any(w in ks for w in _SECRET_WORDS) and not ks.endswith("_env") and not isinstance(v, Mapping):
+            if _is_secret_key(ks) and not isinstance(v, Mapping):
                 out[k] = "<redacted>" if v not in (None, "") else v
             else:
                 out[k] = redact(v)
