@@ -8,7 +8,6 @@ import csv
 import importlib.util
 import inspect
 import json
-from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf

@@ -274,12 +274,13 @@ def test_e2e_killed_after_epoch0_resumes_without_repeats(e2e, shared_data, tmp_p
 @pytest.mark.slow
 def test_smollm2_search_moves_decision_rate_toward_half(shared_data, smollm2_path, tmp_path):
     """The real thing, small: the demo config (SmolLM2 judges AND paraphrases, local optimizer, the
-    fairness_prob objective) on 1 search + 1 held-out SummEval document, 3 systems, 2 x 2 candidates."""
+    fairness_prob objective) on 1 search + 1 held-out SummEval document, 3 systems, one epoch of 3
+    candidates (the initial + 2 paraphrases)."""
     from harness.run import run
 
     cfg = _compose(["experiment=zepo_demo", f"data.dir={tmp_path / 'data'}", f"data.mirror={shared_data}",
                     f"cache.path={tmp_path / 'cache' / 'requests.sqlite'}", "progress=false", "wandb.mode=disabled",
-                    "task.offset=85", "task.docs=2", "experiment.search_docs=1", "experiment.population=2",
+                    "task.offset=85", "task.docs=2", "experiment.search_docs=1", "experiment.epochs=1",
                     "experiment.heldout_spearman=false", "optimizer.max_new_tokens=100"])
     res = run(cfg, tmp_path / "run")
     assert res["objective"] == "fairness_prob"
@@ -289,6 +290,6 @@ def test_smollm2_search_moves_decision_rate_toward_half(shared_data, smollm2_pat
     sp = [r["metrics"]["none"]["spearman_pairs"] for r in (init, best)]
     print(f"\nsearch mean P(A) {rate[0]:.3f} -> {rate[1]:.3f}; held-out mean P(A) {held[0]:.3f} -> {held[1]:.3f}; "
           f"held-out Spearman (PairS) {sp[0]:.3f} -> {sp[1]:.3f}")
-    assert res["n_candidates"] >= 3  # the local optimizer produced usable paraphrases
+    assert res["n_candidates"] >= 2  # the local optimizer produced usable paraphrases
     assert abs(rate[1] - 0.5) < abs(rate[0] - 0.5)  # strictly fairer on the search document
     assert all(0 <= x <= 1 for x in held) and all(-1 <= x <= 1 for x in sp)
