@@ -136,6 +136,25 @@ def test_duplicates_nested_prompts_and_chunks(plain_judge):
     assert len(chunk_rows(rows, 10**6)) == 1
 
 
+@pytest.mark.parametrize("window", [16, 4096])
+def test_sliding_window_falls_back_or_matches(tiny_mistral, window):
+    """A window shorter than the prompts: plain path; a long one: prefix reuse, same numbers."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_mistral, sliding_window=window).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_mistral)
+    reqs = _requests(INSTRUCTIONS[:2])[:12]
+    plain = HFJudge("w", model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=4)
+    reuse = HFJudge("w", model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=3,
+                    prefix_reuse=True)
+    expected, got = plain.score_pairs(reqs), reuse.score_pairs(reqs)
+    assert max(abs(e.p_a - g.p_a) for e, g in zip(expected, got)) < TOL
+    if window == 16:
+        assert reuse.prefix_scorer is None and reuse.tokens_processed == plain.tokens_processed
+    else:
+        assert reuse.prefix_scorer is not None and reuse.tokens_processed < plain.tokens_processed
+
+
 def test_build_tree_shapes():
     rows = [[1, 2, 3, 4, 5], [1, 2, 3, 4, 6], [1, 2, 3], [1, 2, 3, 4, 5], [7, 8]]
     top = build_tree(rows, min_prefix=1)

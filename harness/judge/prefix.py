@@ -240,10 +240,17 @@ def _cache_layers(cache) -> list[tuple[Any, Any]]:
 
 
 def supports_prefix_reuse(model: Any, rows: Sequence[Sequence[int]]) -> bool:
-    """False where a sliding window would make a padded, pieced-together cache differ from a full pass."""
+    """Whether the pieced-together, left-padded cache computes exactly what a full pass does.
+
+    Sliding-window masks are built on cache indices, which padding shifts; a batch's padded
+    layout is at most twice the longest prompt, so within half the window nothing is cut.
+    Attention kinds other than full and sliding (chunked, linear, ...) are not supported.
+    """
     config = getattr(model, "config", None)
-    window = getattr(config, "sliding_window", None)
-    layer_types = getattr(config, "layer_types", None) or []
-    if any(t != "full_attention" for t in layer_types) and window:
+    types = set(getattr(config, "layer_types", None) or [])
+    if types - {"full_attention", "sliding_attention"}:
         return False
-    return not (isinstance(window, int) and window > 0 and max((len(r) for r in rows), default=0) > window)
+    window = getattr(config, "sliding_window", None)
+    sliding = isinstance(window, int) and window > 0 and (not types or "sliding_attention" in types)
+    longest = max((len(r) for r in rows), default=0)
+    return not sliding or 2 * longest <= window
