@@ -25,7 +25,6 @@ import logging
 import os
 import random
 import re
-import sqlite3
 import threading
 import time
 import urllib.error
@@ -296,13 +295,11 @@ class CompletionCache:
     """SQLite key -> completion text; WAL mode, one commit per put (optimizer calls are few)."""
 
     def __init__(self, path: str | Path) -> None:
+        from harness.judge.cache import open_sqlite
+
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, model TEXT, text TEXT)")
-        self._db.commit()
+        self._db = open_sqlite(self.path, "CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, model TEXT, text TEXT)")
 
     def get(self, key: str) -> str | None:
         with self._lock:

@@ -27,20 +27,31 @@ def request_key(identity: str, prompt: str) -> str:
     return h.hexdigest()
 
 
+def open_sqlite(path: str | Path, schema: str) -> sqlite3.Connection:
+    """A WAL-mode connection shared across threads (callers lock), with `schema` created.
+
+    WAL keeps every committed transaction through a crash or SIGKILL, and lets a second process
+    (a resumed or sharded job) read while another writes.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, timeout=60, check_same_thread=False)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute(schema)
+    db.commit()
+    return db
+
+
 class ScoreCache:
     """SQLite table key -> (p_a, token_logprobs json)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS scores (key TEXT PRIMARY KEY, identity TEXT, p_a REAL, logprobs TEXT)"
+        self._db = open_sqlite(
+            self.path, "CREATE TABLE IF NOT EXISTS scores (key TEXT PRIMARY KEY, identity TEXT, p_a REAL, logprobs TEXT)"
         )
-        self._db.commit()
 
     def get_many(self, keys: Sequence[str]) -> dict[str, PairScore]:
         out: dict[str, PairScore] = {}
