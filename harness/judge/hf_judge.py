@@ -157,7 +157,8 @@ class HFJudge:
                 rows = self.prefix_scorer.answer_logprobs(ids)
                 self.tokens_processed += self.prefix_scorer.tokens_processed - before
                 return [self.answers.score(row) for row in rows]
-            log.warning("prefix reuse skipped: prompts exceed the model's sliding window")
+            log.warning("prefix reuse skipped (plain path used): the model's sliding window is shorter "
+                        "than twice the longest prompt, or its attention is neither full nor sliding")
         self.tokens_processed += sum(len(r) for r in ids)
         out: list[PairScore | None] = [None] * len(ids)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
