@@ -369,15 +369,19 @@ def run_bench(args: argparse.Namespace) -> dict:
     }
 
 
+def emit(result: dict, out: Path | None) -> None:
+    """Print the one-line JSON summary and, when asked, write it atomically to `out`."""
+    line = json.dumps(result, sort_keys=True)
+    if out:
+        tmp = out.with_suffix(out.suffix + ".tmp")
+        tmp.write_text(line + "\n")
+        os.replace(tmp, out)
+    print(line)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    result = run_bench(args)
-    line = json.dumps(result, sort_keys=True)
-    if args.out:
-        tmp = args.out.with_suffix(args.out.suffix + ".tmp")
-        tmp.write_text(line + "\n")
-        os.replace(tmp, args.out)
-    print(line)
+    emit(run_bench(args), args.out)
     return 0
 
 

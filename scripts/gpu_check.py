@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -124,12 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     result["bench"] = bench
     result["ok"] = all(v.get("ok", True) for part in ("devices", "prefix") for v in result[part].values())
     result["seconds"] = time.perf_counter() - start
-    line = json.dumps(result, sort_keys=True)
-    if args.out:
-        tmp = args.out.with_suffix(args.out.suffix + ".tmp")
-        tmp.write_text(line + "\n")
-        os.replace(tmp, args.out)
-    print(line)
+    bench_judge.emit(result, args.out)
     return 0 if result["ok"] else 1
 
 
