@@ -34,6 +34,7 @@ def build_judge(model: Mapping[str, Any], backend: Mapping[str, Any]) -> Judge:
 
         path, gguf = resolve_model_path(str(model["path"]), model.get("gguf_file"))
         extra = {"prefix_reuse": bool(backend["prefix_reuse"])} if "prefix_reuse" in backend else {}
+        extra.update({k: backend[k] for k in ("engine", "max_batch_tokens") if k in backend})
         return HFJudge(path, name=model.get("name"), gguf_file=gguf, revision=model.get("revision"),
                        dtype=_get(backend, "dtype", _get(model, "dtype", "auto")),
                        device=_get(backend, "device", "auto"), batch_size=_get(backend, "batch_size", 8),

@@ -2,8 +2,9 @@
 
 Everything GPU-side in ONE call (a CUDA machine with torch + transformers, no vLLM, no internet),
 sized to finish within ~8 minutes on one H200; prints ONE line of JSON:
-  1. devices: HFJudge on CUDA (fp32 and bf16) against fp32 on CPU, tiny Llama and tiny Mistral,
-     real SummEval prompts: max |dP(A)| and decision agreement (fp32 must match to 1e-4);
+  1. devices: HFJudge on CUDA (fp32 and bf16; packed engine and HF's forward) against HF's
+     forward in fp32 on CPU, tiny Llama and tiny Mistral, real SummEval prompts: max |dP(A)| and
+     decision agreement (fp32 must match to 1e-4);
   2. prefix: prefix reuse on CUDA against the plain path on CUDA (fp32 to 1e-4, bf16 within bf16
      noise), five instructions, tokens processed against the trie minimum, timings;
   3. bench: scripts/bench_judge.py with a random-weight Llama-3-8B-shaped model in bf16 — prompts/s,
@@ -47,18 +48,19 @@ def _diff(a, b) -> dict:
 
 
 def check_devices(device: str, reqs) -> dict:
-    """The same tiny model on CPU fp32 and on `device` in fp32 and bf16."""
+    """The same tiny model: HF's forward on CPU fp32 against `device` in fp32 and bf16, both engines."""
     from harness.tiny import ensure_tiny_model
 
     out = {}
     for arch in ("llama", "mistral"):
         path = ensure_tiny_model(arch)
-        ref = HFJudge(path, device="cpu", dtype="float32", batch_size=8).score_pairs(reqs)
-        for dtype in ("float32", "bfloat16"):
-            start = time.perf_counter()
-            got = HFJudge(path, device=device, dtype=dtype, batch_size=8).score_pairs(reqs)
-            out[f"{arch}_{dtype}"] = {**_diff(ref, got), "seconds": time.perf_counter() - start}
-        out[f"{arch}_float32"]["ok"] = out[f"{arch}_float32"]["max_abs_dp"] < 1e-4
+        ref = HFJudge(path, device="cpu", dtype="float32", batch_size=8, engine="hf").score_pairs(reqs)
+        for engine in ("packed", "hf"):
+            for dtype in ("float32", "bfloat16"):
+                start = time.perf_counter()
+                got = HFJudge(path, device=device, dtype=dtype, batch_size=8, engine=engine).score_pairs(reqs)
+                out[f"{arch}_{engine}_{dtype}"] = {**_diff(ref, got), "seconds": time.perf_counter() - start}
+            out[f"{arch}_{engine}_float32"]["ok"] = out[f"{arch}_{engine}_float32"]["max_abs_dp"] < 1e-4
     return out
 
 

@@ -58,12 +58,13 @@ def one_thread():
 @pytest.fixture(scope="module", params=["llama", "mistral"])
 def plain_judge(request, tiny_llama, tiny_mistral):
     path = tiny_llama if request.param == "llama" else tiny_mistral
-    return HFJudge(path, device="cpu", dtype="float32", batch_size=4)
+    return HFJudge(path, device="cpu", dtype="float32", batch_size=4, engine="hf")
 
 
-def _twin(judge: HFJudge, batch_size: int) -> HFJudge:
+def _twin(judge: HFJudge, batch_size: int, engine: str = "auto") -> HFJudge:
+    """Prefix reuse over the same weights: engine 'auto' is the packed engine for these models."""
     return HFJudge("twin", device="cpu", dtype="float32", batch_size=batch_size, model=judge.model,
-                   tokenizer=judge.tokenizer, prefix_reuse=True)
+                   tokenizer=judge.tokenizer, prefix_reuse=True, engine=engine)
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +75,12 @@ def many(plain_judge):
     return reqs, plain_judge.score_pairs(reqs)
 
 
+@pytest.mark.parametrize("engine", ["hf", "auto"])
 @pytest.mark.parametrize("batch_size", [1, 3])
-def test_prefix_equals_plain_many_instructions(plain_judge, many, batch_size):
+def test_prefix_equals_plain_many_instructions(plain_judge, many, batch_size, engine):
     reqs, expected = many
-    judge = _twin(plain_judge, batch_size)
+    judge = _twin(plain_judge, batch_size, engine)
+    assert (judge.packed is None) is (engine == "hf")
     got = judge.score_pairs(reqs)
     assert len(got) == len(reqs)
     worst = max(abs(e.p_a - g.p_a) for e, g in zip(expected, got))

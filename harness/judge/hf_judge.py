@@ -1,9 +1,11 @@
 """Transformers backend: one forward pass per prompt, logits at the last position only.
 
-Prompts are wrapped in the tokenizer's chat template, tokenized once, sorted by length and run in
+Prompts are wrapped in the tokenizer's chat template and tokenized once. Llama-family models
+(Llama, Mistral, SmolLM2) run through the packed engine (`harness.judge.packed`: the rows of a
+batch concatenated, no padding); other models run through HF's forward on length-sorted,
 left-padded batches with explicit position ids (so a padded row computes exactly what it would
-alone). The answer-token log-probabilities are read from the log-softmax over the full
-vocabulary at the position where the assistant's first token would go.
+alone). Either way the answer-token log-probabilities are read from the log-softmax over the
+full vocabulary at the position where the assistant's first token would go.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from harness.errors import ConfigError, JudgeInputError
 from harness.judge.base import AnswerTokens, resolve_answer_tokens, template_fingerprint
+from harness.judge.packed import row_batches
 from harness.types import PairRequest, PairScore
 
 log = logging.getLogger(__name__)
@@ -99,7 +102,8 @@ class HFJudge:
                  revision: str | None = None, dtype: str = "auto", device: str = "auto",
                  batch_size: int = 8, max_length: int | None = None, labels: Sequence[str] = ("A", "B"),
                  system_prompt: str | None = None, trust_remote_code: bool = False,
-                 model: Any = None, tokenizer: Any = None, prefix_reuse: bool = False) -> None:
+                 model: Any = None, tokenizer: Any = None, prefix_reuse: bool = False,
+                 engine: str = "auto", max_batch_tokens: int = 4096) -> None:
         import torch
 
         self.device = pick_device(device)
@@ -121,6 +125,12 @@ class HFJudge:
         # Prefix reuse changes only the order of float operations (results equal within fp
         # tolerance), so it is deliberately not part of `identity` (the cache key).
         self.prefix_reuse = bool(prefix_reuse)
+        # Likewise the engine: packed and HF forwards differ only in float summation order.
+        self.packed = _packed_engine(model, engine)
+        """The PackedLlama running this model, or None (HF's forward on padded batches)."""
+        self.max_batch_tokens = int(max_batch_tokens)
+        if self.max_batch_tokens < 1:
+            raise ConfigError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
         self.prompts = 0
         """Prompts scored so far (both paths)."""
         self.tokens_processed = 0
@@ -149,28 +159,53 @@ class HFJudge:
         if self.prefix_reuse and ids:
             from harness.judge.prefix import PrefixScorer, supports_prefix_reuse
 
-            if supports_prefix_reuse(self.model, ids):
+            packed = self._packed_for(ids)
+            if packed is not None or supports_prefix_reuse(self.model, ids):
                 if self.prefix_scorer is None:
-                    self.prefix_scorer = PrefixScorer(self.model, self._answer_ids, self.pad_id,
-                                                      self.device, self.batch_size)
+                    self.prefix_scorer = PrefixScorer(self.model, self._answer_ids, self.pad_id, self.device,
+                                                      self.batch_size, max_batch_tokens=self.max_batch_tokens)
+                self.prefix_scorer.engine = packed
                 before = self.prefix_scorer.tokens_processed
                 rows = self.prefix_scorer.answer_logprobs(ids)
                 self.tokens_processed += self.prefix_scorer.tokens_processed - before
                 return [self.answers.score(row) for row in rows]
             log.warning("prefix reuse skipped (plain path used): the model's sliding window is shorter "
-                        "than twice the longest prompt, or its attention is neither full nor sliding")
+                        "than the longest prompt (packed engine) or twice it (HF forward), or its "
+                        "attention is neither full nor sliding")
         self.tokens_processed += sum(len(r) for r in ids)
         out: list[PairScore | None] = [None] * len(ids)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
-        for start in range(0, len(order), self.batch_size):
-            batch = order[start : start + self.batch_size]
-            lps = self.answer_logprobs([ids[i] for i in batch])
-            for i, row in zip(batch, lps):
+        for batch in row_batches([len(ids[i]) for i in order], self.batch_size,
+                                 self.max_batch_tokens if self._packed_for(ids) else None):
+            rows = [order[k] for k in batch]
+            lps = self.answer_logprobs([ids[i] for i in rows])
+            for i, row in zip(rows, lps):
                 out[i] = self.answers.score(row)
         return out  # type: ignore[return-value]
 
     def answer_logprobs(self, rows: Sequence[Sequence[int]]) -> list[list[float]]:
         """Full-vocabulary log-probs of the answer ids at the next position, one row per prompt."""
+        import torch
+
+        packed = self._packed_for(rows)
+        with torch.inference_mode():
+            if packed is not None:
+                from harness.judge.packed import Segment
+
+                logits, _ = packed.forward([Segment(r) for r in rows])
+            else:
+                logits = self._hf_last_logits(rows)
+            logp = torch.log_softmax(logits.float(), dim=-1)[:, self._answer_ids]
+        return logp.cpu().tolist()
+
+    def _packed_for(self, rows: Sequence[Sequence[int]]):
+        """The packed engine if it runs these rows exactly (sliding window permitting), else None."""
+        if self.packed is None or not rows:
+            return None
+        return self.packed if self.packed.fits(max(len(r) for r in rows)) else None
+
+    def _hf_last_logits(self, rows: Sequence[Sequence[int]]):
+        """HF's forward on a left-padded batch; logits at each row's last position."""
         import torch
 
         width = max(len(r) for r in rows)
@@ -180,13 +215,27 @@ class HFJudge:
             input_ids[k, width - len(r):] = torch.tensor(r, dtype=torch.long)
             mask[k, width - len(r):] = 1
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
-        with torch.inference_mode():
-            logits = self.model(
-                input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
-                position_ids=position_ids.to(self.device), logits_to_keep=1, use_cache=False,
-            ).logits[:, -1, :]
-            logp = torch.log_softmax(logits.float(), dim=-1)[:, self._answer_ids]
-        return logp.cpu().tolist()
+        return self.model(
+            input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
+            position_ids=position_ids.to(self.device), logits_to_keep=1, use_cache=False,
+        ).logits[:, -1, :]
+
+
+def _packed_engine(model: Any, engine: str):
+    """A PackedLlama for engine 'auto' (when the architecture allows) or 'packed' (or an error)."""
+    if engine not in ("auto", "packed", "hf"):
+        raise ConfigError(f"unknown engine {engine!r}; use auto, packed or hf")
+    if engine == "hf":
+        return None
+    from harness.judge.packed import PackedLlama, unsupported
+
+    reason = unsupported(model)
+    if reason is None:
+        return PackedLlama(model)
+    if engine == "packed":
+        raise ConfigError(f"engine=packed cannot run this model: {reason}")
+    log.info("HF forward used (packed engine: %s)", reason)
+    return None
 
 
 def _context_length(config: Any) -> int:

@@ -8,9 +8,11 @@ run the tree level by level, and keep the KV cache of every inner node so that i
 process their own tokens:
 
 - Level by level, nodes of one level are batched together even when they hang under different
-  parents: each row's ancestor KV is left-padded to the longest in the batch (masked out), the
-  node's own tokens are left-padded too, and position ids continue from the row's own prefix
-  length, so a row computes exactly what the full prompt would compute alone.
+  parents. With the packed engine (`harness.judge.packed`, Llama/Mistral) the nodes' tokens are
+  concatenated without padding and each row attends over its ancestors' KV, assembled once per
+  parent. Otherwise (HF's forward) each row's ancestor KV is left-padded to the longest in the
+  batch (masked out), the node's own tokens are left-padded too, and position ids continue from
+  the row's own prefix length. Either way a row computes what the full prompt computes alone.
 - The answer log-probabilities are read at the last position (the node's last real token) for
   every node at which a prompt ends.
 - Inner nodes shorter than `min_prefix` tokens are not cached: their tokens are pushed down into
@@ -27,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from harness.judge.packed import row_batches
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
@@ -133,8 +137,12 @@ class PrefixScorer:
     """Runs answer-token scoring through the radix tree; same outputs as one forward per prompt."""
 
     def __init__(self, model: Any, answer_ids: Any, pad_id: int, device: str, batch_size: int,
-                 min_prefix: int = 16, max_cached_tokens: int = 32768) -> None:
+                 min_prefix: int = 16, max_cached_tokens: int = 32768, engine: Any = None,
+                 max_batch_tokens: int = 4096) -> None:
         self.model = model
+        self.engine = engine
+        """A PackedLlama (unpadded segments) or None (HF's forward on left-padded batches)."""
+        self.max_batch_tokens = int(max_batch_tokens)
         self.answer_ids = answer_ids
         self.pad_id = int(pad_id)
         self.device = device
@@ -157,8 +165,13 @@ class PrefixScorer:
             while level:
                 # Similar lengths together keep padding (wasted compute) small.
                 level.sort(key=lambda n: (len(n.tokens), n.start), reverse=True)
-                for b in range(0, len(level), self.batch_size):
-                    self._run(level[b : b + self.batch_size], out)
+                if self.engine is not None:
+                    for batch in row_batches([len(n.tokens) for n in level], self.batch_size,
+                                             self.max_batch_tokens):
+                        self._run_packed([level[k] for k in batch], out)
+                else:
+                    for b in range(0, len(level), self.batch_size):
+                        self._run(level[b : b + self.batch_size], out)
                 level = [c for n in level for c in n.children]
             # Inner-node KV dies with the tree here.
         return out  # type: ignore[return-value]
@@ -206,6 +219,33 @@ class PrefixScorer:
         self.attention_pairs += sum(len(n.tokens) * n.start + len(n.tokens) * (len(n.tokens) + 1) // 2
                                     for n in nodes)
         self.tokens_padded += n_rows * width
+        self.forwards += 1
+
+    def _run_packed(self, nodes: list[PrefixNode], out: list[list[float] | None]) -> None:
+        import torch
+
+        from harness.judge.packed import Segment
+
+        paths: dict[int, tuple] = {}
+        segments = []
+        for n in nodes:
+            parent = id(n.parent)
+            if parent not in paths:
+                paths[parent] = tuple(a.kv for a in n.path())
+            segments.append(Segment(n.tokens, n.start, paths[parent], keep=bool(n.children)))
+        with torch.inference_mode():
+            logits, kept = self.engine.forward(segments)
+            logp = torch.log_softmax(logits.float(), dim=-1)[:, self.answer_ids].cpu().tolist()
+        for k, n in enumerate(nodes):
+            if n.children:
+                n.kv = kept[k]
+            for i in n.ends:
+                out[i] = logp[k]
+        width = sum(len(n.tokens) for n in nodes)
+        self.tokens_processed += width
+        self.tokens_padded += width
+        self.attention_pairs += sum(len(n.tokens) * n.start + len(n.tokens) * (len(n.tokens) + 1) // 2
+                                    for n in nodes)
         self.forwards += 1
 
     def _gather_cache(self, nodes: list[PrefixNode], past: int):

@@ -1,0 +1,180 @@
+"""Packed forward for Llama-family decoders: rows of any length, no padding anywhere.
+
+HF's batched forward pads every row to the longest one, so each matmul also multiplies padding,
+and SDPA on CPU computes the whole masked rectangle. This engine concatenates the rows' tokens
+into ONE (tokens, hidden) matrix for every linear layer (the model's own modules: norms,
+projections, MLP), runs attention row by row with SDPA (each row's queries against its own
+cached past plus its own causal keys; rows under one parent share one copy of the past), and
+applies the final norm and LM head only at each row's last token. Weights are not touched.
+(Fusing Q/K/V and gate/up into single matmuls was measured on the 2-core CPU: no gain, and
+SiLU on the strided half of a fused output was slower, so the modules run as they are.)
+
+Used by `HFJudge` (plain rows) and `PrefixScorer` (tree segments with a cached past) where
+`unsupported(model)` is None: Llama and Mistral architectures (SmolLM2, Llama-3, Mistral-7B)
+with full attention, or a sliding window no shorter than the longest row. Results equal HF's
+forward within fp tolerance (tests/test_packed.py); everything else uses HF's forward.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+ARCHITECTURES = ("llama", "mistral")
+
+
+@dataclass
+class Segment:
+    """One row: tokens that continue a cached past (or start a prompt)."""
+
+    tokens: Sequence[int]
+    """The row's own tokens."""
+    start: int = 0
+    """Tokens before this row (its first position id)."""
+    past: tuple = ()
+    """The cached KV before it: a tuple of per-layer [(keys, values)] lists, each (kv heads, len,
+    head dim), concatenated in order; rows under the same parent share one tuple object, so it is
+    assembled once per layer for all of them."""
+    keep: bool = False
+    """Return this row's own KV (for rows whose continuations come later)."""
+
+
+def unsupported(model: Any) -> str | None:
+    """Why the packed engine cannot run this model, or None if it can."""
+    config = getattr(model, "config", None)
+    kind = getattr(config, "model_type", None)
+    if kind not in ARCHITECTURES:
+        return f"architecture {kind!r} is not one of {', '.join(ARCHITECTURES)}"
+    inner = getattr(model, "model", None)
+    if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
+        return "the model does not have the Llama module layout"
+    types = set(getattr(config, "layer_types", None) or [])
+    if types - {"full_attention", "sliding_attention"}:
+        return f"attention kinds {sorted(types)} are not supported"
+    return None
+
+
+class PackedLlama:
+    """The packed forward over a loaded HF Llama/Mistral model (weights shared with it)."""
+
+    def __init__(self, model: Any) -> None:
+        reason = unsupported(model)
+        if reason:
+            raise ValueError(f"packed engine: {reason}")
+        self.model = model
+        self.inner = model.model
+        config = model.config
+        types = set(getattr(config, "layer_types", None) or [])
+        window = getattr(config, "sliding_window", None)
+        self.window = window if isinstance(window, int) and window > 0 and (
+            not types or "sliding_attention" in types) else None
+        """Tokens a query may look back (None: unlimited); rows longer than this are not run here."""
+        self.rope = sys.modules[type(self.inner.layers[0].self_attn).__module__].apply_rotary_pos_emb
+        attn = self.inner.layers[0].self_attn
+        self.head_dim = attn.head_dim
+        self.heads = config.num_attention_heads
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
+        self.scaling = attn.scaling
+
+    def fits(self, longest: int) -> bool:
+        """Whether rows up to `longest` tokens (past included) attend exactly as the model does."""
+        return self.window is None or longest <= self.window
+
+    def forward(self, segments: Sequence[Segment]) -> tuple[Any, list[list[tuple[Any, Any]] | None]]:
+        """Last-token logits (rows, vocab) and, for rows with `keep`, their own per-layer KV."""
+        import torch
+        import torch.nn.functional as F
+
+        device = self.model.lm_head.weight.device
+        lengths = [len(s.tokens) for s in segments]
+        ends = torch.tensor(lengths).cumsum(0)
+        ids = torch.tensor([t for s in segments for t in s.tokens], dtype=torch.long, device=device)
+        pos = torch.cat([torch.arange(s.start, s.start + n) for s, n in zip(segments, lengths)]).to(device)
+        h, d, nh, nkv = self.inner.embed_tokens(ids), self.head_dim, self.heads, self.kv_heads
+        masks = [_mask(s.start, n, h.dtype, device) for s, n in zip(segments, lengths)]
+        # Rows under one parent share its past: one buffer per parent holds the past once, and
+        # each row copies only its own keys behind it (no per-row concatenation of the past).
+        parents: dict[int, tuple[tuple, int]] = {}
+        for s, n in zip(segments, lengths):
+            if s.past:
+                parents[id(s.past)] = (s.past, max(parents.get(id(s.past), ((), 0))[1], n))
+        # CPU SDPA handles grouped KV heads itself; CUDA's fused kernels with a mask want them expanded.
+        native_gqa = device.type == "cpu" or nkv == nh
+        repeat = nh // nkv
+        kept: list[list[tuple[Any, Any]] | None] = [[] if s.keep else None for s in segments]
+        cos, sin = self.inner.rotary_emb(h, pos[None])
+        out = h.new_empty((h.shape[0], nh * d))
+        for li, layer in enumerate(self.inner.layers):
+            attn = layer.self_attn
+            x = layer.input_layernorm(h)
+            q = attn.q_proj(x).view(1, -1, nh, d)
+            k = attn.k_proj(x).view(1, -1, nkv, d)
+            v = attn.v_proj(x).view(-1, nkv, d)
+            q, k = self.rope(q, k, cos, sin, unsqueeze_dim=2)
+            q, k = q[0], k[0]
+            buffers = {key: _past_buffer(past, li, extra) for key, (past, extra) in parents.items()}
+            at = 0
+            for r, (s, n) in enumerate(zip(segments, lengths)):
+                kr, vr = k[at : at + n].transpose(0, 1), v[at : at + n].transpose(0, 1)
+                if kept[r] is not None:
+                    kept[r].append((kr.contiguous(), vr.contiguous()))  # type: ignore[union-attr]
+                if s.past:
+                    bk, bv, p = buffers[id(s.past)]
+                    bk[:, p : p + n] = kr
+                    bv[:, p : p + n] = vr
+                    kr, vr = bk[:, : p + n], bv[:, : p + n]
+                if not native_gqa:
+                    kr, vr = kr.repeat_interleave(repeat, dim=0), vr.repeat_interleave(repeat, dim=0)
+                o = F.scaled_dot_product_attention(
+                    q[at : at + n].transpose(0, 1)[None], kr[None], vr[None], attn_mask=masks[r],
+                    is_causal=masks[r] is None, scale=self.scaling, enable_gqa=native_gqa and nkv != nh)
+                out[at : at + n] = o[0].transpose(0, 1).reshape(n, nh * d)
+                at += n
+            h = h + attn.o_proj(out)
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        last = self.inner.norm(h[(ends - 1).to(device)])
+        return self.model.lm_head(last), kept
+
+
+def row_batches(lengths: Sequence[int], max_rows: int, max_tokens: int | None) -> list[list[int]]:
+    """Consecutive index groups of at most `max_rows` rows and, when given, `max_tokens` tokens
+    (a longer row runs alone)."""
+    batches: list[list[int]] = []
+    size = 0
+    for i, n in enumerate(lengths):
+        if batches and len(batches[-1]) < max_rows and (max_tokens is None or size + n <= max_tokens):
+            batches[-1].append(i)
+            size += n
+        else:
+            batches.append([i])
+            size = n
+    return batches
+
+
+def _mask(start: int, n: int, dtype, device) -> Any:
+    """Additive bottom-right-aligned causal mask of n queries over start + n keys (0 where a
+    query may attend, -inf elsewhere); None when start is 0 (SDPA's causal kernel applies)."""
+    import torch
+
+    if start == 0:
+        return None
+    allowed = torch.ones((n, start + n), dtype=torch.bool, device=device).tril_(diagonal=start)
+    return torch.zeros((n, start + n), dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
+
+
+def _past_buffer(past: tuple, layer: int, extra: int) -> tuple[Any, Any, int]:
+    """(keys, values, past length) of one layer: the past KV pieces copied once into buffers
+    with `extra` free positions behind them for a row's own keys."""
+    pieces = [kv[layer] for kv in past]
+    length = sum(p[0].shape[1] for p in pieces)
+    k0 = pieces[0][0]
+    keys = k0.new_empty((k0.shape[0], length + extra, k0.shape[2]))
+    values = k0.new_empty((k0.shape[0], length + extra, k0.shape[2]))
+    at = 0
+    for pk, pv in pieces:
+        keys[:, at : at + pk.shape[1]] = pk
+        values[:, at : at + pk.shape[1]] = pv
+        at += pk.shape[1]
+    return keys, values, length

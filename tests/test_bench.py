@@ -1,0 +1,60 @@
+"""The benchmark scripts run end to end and their one JSON line holds every figure (tiny sizes)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _last_json(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def test_bench_judge_json_line(tmp_path, shared_data, tiny_llama):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench_judge.py"), "--model", "tiny:llama", "--docs", "1",
+         "--candidates", "3", "--batch-size", "4", "--threads", "1", "--data-dir", str(shared_data),
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = _last_json(proc.stdout)
+    assert json.loads(out.read_text()) == line
+    methods = line["methods"]
+    assert set(methods) == {"official", "batched_hf", "batched", "prefix_1instr", "prefix_5instr"}
+    for name, m in methods.items():
+        assert m["seconds"] > 0 and m["prompts_per_s"] > 0
+        assert 0 < m["frac_best_peak"] <= m["frac_best_peak_attn"]
+        assert line["speedup_vs_official"][name] > 0 and name in line["speedup_vs_batched"]
+        assert f"{m['prompts_per_s']:.3f}" in proc.stdout  # the JSON holds what the table printed
+    assert methods["prefix_5instr"]["prompts"] == 5 * methods["batched"]["prompts"] == 30
+    for name in ("prefix_1instr", "prefix_5instr"):
+        assert 1.0 <= methods[name]["tokens_over_min"] <= 1.2
+    assert methods["batched"]["tokens_processed"] == methods["batched_hf"]["tokens_processed"]
+    # The engines agree on every decision; the official read-out is compared, not required equal
+    # (a random tiny model rarely generates an A/B token).
+    for key in ("batched_hf~batched", "batched~prefix_1instr", "batched~prefix_5instr(instr0)"):
+        same, n = line["agree"][key]
+        assert same == n == 6 and line["max_abs_dp"][key] < 1e-4
+    assert "official~batched" in line["agree"]
+    assert max(line["matmul_peaks"]) == line["matmul_peak_flop_per_s"] > 0
+
+
+def test_gpu_check_dry_run(tmp_path, shared_data, tiny_llama):
+    """The GPU script is rarely run on a GPU: its CPU dry run keeps it working."""
+    out = tmp_path / "gpu.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "gpu_check.py"), "--dry-run", "--data-dir", str(shared_data),
+         "--tokenizer", str(tiny_llama), "--out", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = _last_json(proc.stdout)
+    assert line["ok"] is True and json.loads(out.read_text()) == line
+    assert {"llama_packed_float32", "llama_hf_float32", "mistral_packed_bfloat16"} <= set(line["devices"])
+    assert line["prefix"]["float32"]["tokens_prefix"] < line["prefix"]["float32"]["tokens_plain"]
+    assert line["bench"]["all_decisions_equal"] in (True, False)
+    assert line["bench"]["agree"]["batched_hf~batched"][0] == line["bench"]["agree"]["batched_hf~batched"][1]
