@@ -10,7 +10,8 @@ skipped); its config.json and overrides.json (the job's command-line overrides, 
 harness.run; Hydra's .hydra/overrides.yaml is read when that is absent) say what it was. Rows are the runs,
 labelled by the overrides that differ between them (the ones all runs share go into the caption);
 columns are the chosen metrics. A metric name is a path into results.json's "metrics" (e.g.
-`none/spearman`, `permutation/a_rate`) or into results.json itself (`p_content_free`).
+`none/spearman`, `permutation/a_rate`), into a part's "metrics" (a ZEPO run's `best/none/a_rate`,
+`initial/permutation/spearman`) or into results.json itself (`p_content_free`).
 Rows are ordered by job number (Hydra's subdir), so a sweep run locally and on SLURM give the
 same table.
 """
@@ -33,8 +34,10 @@ from harness.errors import ConfigError, DataError, HarnessError
 from harness.tracking import read_json
 
 DEFAULT_METRICS = ("none/spearman", "none/kendall", "permutation/spearman", "none/a_rate", "none/fairness",
-                   "none/ece")
-"""Columns when --metrics is not given (those present in at least one run)."""
+                   "none/ece", "initial/none/a_rate", "best/none/a_rate", "initial/none/spearman",
+                   "best/none/spearman")
+"""Columns when --metrics is not given (those present in at least one run). The `initial/` and
+`best/` ones are a ZEPO run's evaluation before and after the search."""
 
 
 @dataclass(frozen=True)
@@ -121,9 +124,13 @@ def _walk(obj: Any, parts: Sequence[str]) -> Any:
 
 
 def metric_value(results: Mapping[str, Any], name: str) -> Any:
-    """`mode/metric` from results["metrics"], else the same path from results itself; None if absent."""
+    """`mode/metric` from results["metrics"]; `part/mode/metric` from results[part]["metrics"] (a
+    ZEPO run's `initial` and `best` evaluations); else the same path from results itself; None if
+    absent."""
     parts = name.split("/")
     v = _walk(results.get("metrics"), parts)
+    if v is None and len(parts) > 1:
+        v = _walk(_walk(results, [parts[0], "metrics"]), parts[1:])
     return _walk(results, parts) if v is None else v
 
 

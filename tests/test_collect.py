@@ -116,3 +116,24 @@ def test_cli_prints_markdown_and_exits_2_on_user_error(sweep, tmp_path, capsys):
     r = subprocess.run([sys.executable, str(REPO / "scripts" / "collect.py"), "table", str(sweep), "--pivot",
                         "task.aspect", "model", "--metrics", "none/a_rate"], capture_output=True, text=True)
     assert r.returncode == 0 and "| task.aspect \\ model |" in r.stdout, r.stderr
+
+
+def test_zepo_runs_read_initial_and_best(tmp_path):
+    """A ZEPO sweep: results.json nests its evaluations under initial/ and best/ (written as
+    harness.experiments.zepo writes them); default columns and explicit paths both reach them."""
+    for num, (pop, before, after) in enumerate([("3", 0.9, 0.6), ("5", 0.8, 0.5)]):
+        d = tmp_path / str(num)
+        d.mkdir()
+        (d / "overrides.json").write_text(json.dumps(["experiment=zepo", f"experiment.population={pop}"]))
+        part = {label: {"instruction": f"{label} text", "metrics": {"none": {"a_rate": v, "spearman": v / 2},
+                                                                    "permutation": {"spearman": v / 3}}}
+                for label, v in (("initial", before), ("best", after))}
+        (d / "results.json").write_text(json.dumps({"experiment": "zepo", "improved": True, **part}))
+    runs = collect_runs(tmp_path)
+    table = build_table(runs, ["best/permutation/spearman", "initial/none/a_rate"])
+    assert table.rows == [["3", 0.6 / 3, 0.9], ["5", 0.5 / 3, 0.8]]
+    table = collect(tmp_path, tmp_path / "out", figures=False)
+    assert table.columns == ["experiment.population", "initial/none/a_rate", "best/none/a_rate",
+                             "initial/none/spearman", "best/none/spearman"]
+    assert table.rows[1] == ["5", 0.8, 0.5, 0.4, 0.25]
+    assert "| best/none/a_rate |" in (tmp_path / "out" / "table.md").read_text()
