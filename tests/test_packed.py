@@ -15,16 +15,7 @@ from harness.types import Candidate, Document, PairRequest
 
 TOL = 1e-4
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and on a shared 2-core box threads spin-wait badly."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _requests(n_docs: int = 3) -> list[PairRequest]:

@@ -13,6 +13,8 @@ from harness.types import Candidate, Document, PairRequest
 
 TOL = 1e-4
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 INSTRUCTIONS = [
     default_instruction("coherence", "summarization"),
     default_instruction("fluency", "summarization"),
@@ -42,17 +44,6 @@ def _requests(instructions: list[str]) -> list[PairRequest]:
         for doc in _docs() for a in doc.candidates for b in doc.candidates if a.id != b.id
         for ins in instructions
     ]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and on a shared 2-core box threads spin-wait badly."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module", params=["llama", "mistral"])
