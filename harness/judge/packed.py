@@ -25,7 +25,7 @@ from typing import Any
 ARCHITECTURES = ("llama", "mistral")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Segment:
     """One row: tokens that continue a cached past (or start a prompt)."""
 
@@ -85,7 +85,6 @@ class PackedLlama:
     def forward(self, segments: Sequence[Segment]) -> tuple[Any, list[list[tuple[Any, Any]] | None]]:
         """Last-token logits (rows, vocab) and, for rows with `keep`, their own per-layer KV."""
         import torch
-        import torch.nn.functional as F
 
         device = self.model.lm_head.weight.device
         lengths = [len(s.tokens) for s in segments]
@@ -100,9 +99,6 @@ class PackedLlama:
         for s, n in zip(segments, lengths):
             if s.past:
                 parents[id(s.past)] = (s.past, max(parents.get(id(s.past), ((), 0))[1], n))
-        # CPU SDPA handles grouped KV heads itself; CUDA's fused kernels with a mask want them expanded.
-        native_gqa = device.type == "cpu" or nkv == nh
-        repeat = nh // nkv
         kept: list[list[tuple[Any, Any]] | None] = [[] if s.keep else None for s in segments]
         cos, sin = self.inner.rotary_emb(h, pos[None])
         out = h.new_empty((h.shape[0], nh * d))
@@ -113,29 +109,38 @@ class PackedLlama:
             k = attn.k_proj(x).view(1, -1, nkv, d)
             v = attn.v_proj(x).view(-1, nkv, d)
             q, k = self.rope(q, k, cos, sin, unsqueeze_dim=2)
-            q, k = q[0], k[0]
             buffers = {key: _past_buffer(past, li, extra) for key, (past, extra) in parents.items()}
-            at = 0
-            for r, (s, n) in enumerate(zip(segments, lengths)):
-                kr, vr = k[at : at + n].transpose(0, 1), v[at : at + n].transpose(0, 1)
-                if kept[r] is not None:
-                    kept[r].append((kr.contiguous(), vr.contiguous()))  # type: ignore[union-attr]
-                if s.past:
-                    bk, bv, p = buffers[id(s.past)]
-                    bk[:, p : p + n] = kr
-                    bv[:, p : p + n] = vr
-                    kr, vr = bk[:, : p + n], bv[:, : p + n]
-                if not native_gqa:
-                    kr, vr = kr.repeat_interleave(repeat, dim=0), vr.repeat_interleave(repeat, dim=0)
-                o = F.scaled_dot_product_attention(
-                    q[at : at + n].transpose(0, 1)[None], kr[None], vr[None], attn_mask=masks[r],
-                    is_causal=masks[r] is None, scale=self.scaling, enable_gqa=native_gqa and nkv != nh)
-                out[at : at + n] = o[0].transpose(0, 1).reshape(n, nh * d)
-                at += n
+            self._attend(q[0], k[0], v, segments, lengths, masks, buffers, kept, out)
             h = h + attn.o_proj(out)
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         last = self.inner.norm(h[(ends - 1).to(device)])
         return self.model.lm_head(last), kept
+
+    def _attend(self, q, k, v, segments, lengths, masks, buffers, kept, out) -> None:
+        """Attention of every row into `out` (tokens, heads x dim): the row's queries over its
+        past (from `buffers`, one per parent) and its own keys; appends kept rows' own KV."""
+        import torch.nn.functional as F
+
+        nh, nkv, d = self.heads, self.kv_heads, self.head_dim
+        # CPU SDPA handles grouped KV heads itself; CUDA's fused kernels with a mask want them expanded.
+        native_gqa = q.device.type == "cpu" or nkv == nh
+        at = 0
+        for r, (s, n) in enumerate(zip(segments, lengths)):
+            kr, vr = k[at : at + n].transpose(0, 1), v[at : at + n].transpose(0, 1)
+            if kept[r] is not None:
+                kept[r].append((kr.contiguous(), vr.contiguous()))
+            if s.past:
+                bk, bv, p = buffers[id(s.past)]
+                bk[:, p : p + n] = kr
+                bv[:, p : p + n] = vr
+                kr, vr = bk[:, : p + n], bv[:, : p + n]
+            if not native_gqa:
+                kr, vr = kr.repeat_interleave(nh // nkv, dim=0), vr.repeat_interleave(nh // nkv, dim=0)
+            o = F.scaled_dot_product_attention(
+                q[at : at + n].transpose(0, 1)[None], kr[None], vr[None], attn_mask=masks[r],
+                is_causal=masks[r] is None, scale=self.scaling, enable_gqa=native_gqa and nkv != nh)
+            out[at : at + n] = o[0].transpose(0, 1).reshape(n, nh * d)
+            at += n
 
 
 def row_batches(lengths: Sequence[int], max_rows: int, max_tokens: int | None) -> list[list[int]]:
