@@ -97,3 +97,16 @@ def test_cache_serves_repeats_and_separates_identities(tiny_judge, tmp_path):
     other = CachedJudge(Other(), cache)
     other.score_pairs(reqs)
     assert other.calls == 5
+
+
+def test_innermost_reaches_the_model_judge_under_every_wrapper(tiny_judge, tmp_path):
+    """The jitter route (uncached re-judging) and the local optimizer (reusing loaded weights)
+    need the judge under the cache and the preemption wrapper, however many layers there are."""
+    from harness.experiments.zepo import loaded_judge
+    from harness.judge.base import innermost
+    from harness.judge.cache import CachedJudge, ScoreCache
+    from harness.shard import PreemptibleJudge
+
+    wrapped = PreemptibleJudge(CachedJudge(tiny_judge, ScoreCache(tmp_path / "c.sqlite"), 4), 4)
+    assert innermost(wrapped) is tiny_judge and innermost(tiny_judge) is tiny_judge
+    assert loaded_judge(wrapped) is tiny_judge

@@ -249,6 +249,7 @@ def run_judged(cfg: Any, out_dir: Path, s: Settings) -> dict[str, Any]:
     from harness.build import cached, load_documents, open_cache
     from harness.data import TASKS
     from harness.experiments.scores import reference_scores, select_items
+    from harness.shard import PreemptibleJudge, record_attempt
 
     exp, task = cfg.experiment, cfg.task
     family = task.get("family") or TASKS[task.name].family
@@ -263,25 +264,28 @@ def run_judged(cfg: Any, out_dir: Path, s: Settings) -> dict[str, Any]:
                             orders=str(exp.get("orders", "both")), progress=bool(cfg.get("progress", True)))
     bounds = scorer.bounds(s.mode)
     check_feasible(s, scorer.d, bounds)  # before any model is loaded
-    scorer.judge = judge = cached(shared_judge(cfg), open_cache(cfg.cache), cfg.cache.get("chunk", 16))
-    paraphraser = None
-    if "llm_paraphrase" in s.kinds:
-        from harness.experiments.zepo import build_optimizer
+    chunk = cfg.cache.get("chunk", 16)
+    judge = PreemptibleJudge(cached(shared_judge(cfg), open_cache(cfg.cache), chunk), chunk)
+    scorer.judge = judge  # signals held until each chunk is cached
+    with record_attempt(out_dir, judge):  # one attempts.jsonl line per (re)start
+        paraphraser = None
+        if "llm_paraphrase" in s.kinds:
+            from harness.experiments.zepo import build_optimizer
 
-        paraphraser = build_optimizer(cfg.optimizer, cfg.model, cfg.cache, judge)
-    vector = scorer.vector(reference_scores(docs, items, task.get("aspect"), baseline))
-    maker = EditMaker(scorer, wordings, paraphraser, aspect)
-    est = judge_neighbours(scorer, vector.values, maker, s.plan("estimate", s.estimate))
-    fresh = judge_neighbours(scorer, vector.values, maker, s.plan("verify", s.verify)) if s.verify > 0 else None
-    jitter, how = None, {"route": "not measured (experiment.jitter.repeats=0)"}
-    if s.jitter["repeats"] > 0:
-        rows, how = scorer.jitter(vector.values, docs=s.jitter["docs"], repeats=s.jitter["repeats"], seed=s.seed)
-        jitter = Neighbours("jitter", rows, tuple({"index": k} for k in range(len(rows))))
-    extra = {"task": task.name, "judge": judge.identity, "instruction": instruction,
-             "scores": {"kind": vector.kind, "scale": list(vector.scale), "d": scorer.d, "baseline": baseline,
-                        "orders": scorer.orders, "n_docs": len(scorer.by_doc), "skipped_docs": skipped,
-                        "models": list(dict.fromkeys(it.model for it in items))}}
-    return finish(out_dir, vector, est, fresh, jitter, how, s, bounds, s.mode, extra, cfg, judge)
+            paraphraser = build_optimizer(cfg.optimizer, cfg.model, cfg.cache, judge)
+        vector = scorer.vector(reference_scores(docs, items, task.get("aspect"), baseline))
+        maker = EditMaker(scorer, wordings, paraphraser, aspect)
+        est = judge_neighbours(scorer, vector.values, maker, s.plan("estimate", s.estimate))
+        fresh = judge_neighbours(scorer, vector.values, maker, s.plan("verify", s.verify)) if s.verify > 0 else None
+        jitter, how = None, {"route": "not measured (experiment.jitter.repeats=0)"}
+        if s.jitter["repeats"] > 0:
+            rows, how = scorer.jitter(vector.values, docs=s.jitter["docs"], repeats=s.jitter["repeats"], seed=s.seed)
+            jitter = Neighbours("jitter", rows, tuple({"index": k} for k in range(len(rows))))
+        extra = {"task": task.name, "judge": judge.identity, "instruction": instruction,
+                 "scores": {"kind": vector.kind, "scale": list(vector.scale), "d": scorer.d, "baseline": baseline,
+                            "orders": scorer.orders, "n_docs": len(scorer.by_doc), "skipped_docs": skipped,
+                            "models": list(dict.fromkeys(it.model for it in items))}}
+        return finish(out_dir, vector, est, fresh, jitter, how, s, bounds, s.mode, extra, cfg, judge)
 
 
 def run_file(cfg: Any, out_dir: Path, s: Settings) -> dict[str, Any]:

@@ -258,7 +258,9 @@ class PairwiseScorer:
     def jitter(self, base: np.ndarray, *, docs: int | None, repeats: int, seed: int) -> tuple[np.ndarray, dict]:
         """Re-judge unchanged documents through the UNCACHED judge (shuffled batch order): f(D)
         again, differing from `base` only by the judge's intrinsic jitter."""
-        inner = getattr(self.judge, "judge", self.judge)  # CachedJudge wraps the real judge
+        from harness.judge.base import innermost
+
+        inner = innermost(self.judge)  # under the cache and chunking wrappers: the judge itself
         rng = np.random.default_rng(seed)
         names = list(self.by_doc)
         chosen = names if docs is None else [names[k] for k in sorted(rng.permutation(len(names))[:int(docs)])]

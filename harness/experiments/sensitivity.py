@@ -161,7 +161,8 @@ def run_sensitivity(judge: Judge, docs: Sequence[Document], instructions: Sequen
     write_jsonl_atomic(out / "sensitivity.jsonl", rows)
     key = "spearman_pairs" if ranking == "pairs" else "spearman"
     results = {"experiment": "sensitivity", "task": task, "aspect": aspect, "family": family,
-               "judge": judge.identity, "n_instructions": len(rows), "n_docs": len(docs), "ranking": key,
+               "judge": judge.identity, "judge_calls": getattr(judge, "calls", None),
+               "n_instructions": len(rows), "n_docs": len(docs), "ranking": key,
                "analysis": analyse(rows, key),
                "figures": make_figures(rows, key, out, f"{task}/{aspect}", tracker)}
     write_json_atomic(out / "results.json", results)
@@ -194,23 +195,28 @@ def main(cfg: Any, out_dir: Path) -> dict[str, Any]:
     from harness.data import TASKS
     from harness.experiments.judge import make_tracker
     from harness.experiments.zepo import build_optimizer, resolve_initial
+    from harness.shard import PreemptibleJudge, record_attempt
 
     task, exp = cfg.task, cfg.experiment
     family = task.get("family") or TASKS[task.name].family
     docs = load_documents(task, cfg.data)
-    judge = cached(build_judge(cfg.model, cfg.backend), open_cache(cfg.cache), cfg.cache.get("chunk", 16))
-    if exp.get("from_file"):
-        instructions = load_paraphrases(exp.from_file)
-    else:
-        initial = resolve_initial(exp, task.get("aspect"), family, cfg.data)
-        optimizer = build_optimizer(cfg.optimizer, cfg.model, cfg.cache, judge)
-        paraphrases = generate_paraphrases(optimizer, initial, int(exp.paraphrases), int(cfg.seed), task.aspect)
-        instructions = ([initial] if exp.get("include_initial", True) else []) + paraphrases
-    tracker = make_tracker(cfg, out_dir)
-    try:
-        return run_sensitivity(judge, docs, instructions, task=task.name, aspect=task.get("aspect"), family=family,
-                               out_dir=out_dir, tracker=tracker, max_candidates=task.get("max_candidates"),
-                               shuffles=int(exp.get("shuffles", 100)), seed=int(cfg.seed),
-                               ranking=str(exp.get("ranking", "pairs")), progress=bool(cfg.get("progress", True)))
-    finally:
-        tracker.finish()
+    chunk = cfg.cache.get("chunk", 16)
+    # One cache chunk at a time, preemption signals held until it is committed (harness.shard).
+    judge = PreemptibleJudge(cached(build_judge(cfg.model, cfg.backend), open_cache(cfg.cache), chunk), chunk)
+    with record_attempt(out_dir, judge):  # one attempts.jsonl line per (re)start
+        if exp.get("from_file"):
+            instructions = load_paraphrases(exp.from_file)
+        else:
+            initial = resolve_initial(exp, task.get("aspect"), family, cfg.data)
+            optimizer = build_optimizer(cfg.optimizer, cfg.model, cfg.cache, judge)
+            paraphrases = generate_paraphrases(optimizer, initial, int(exp.paraphrases), int(cfg.seed), task.aspect)
+            instructions = ([initial] if exp.get("include_initial", True) else []) + paraphrases
+        tracker = make_tracker(cfg, out_dir)
+        try:
+            return run_sensitivity(judge, docs, instructions, task=task.name, aspect=task.get("aspect"),
+                                   family=family, out_dir=out_dir, tracker=tracker,
+                                   max_candidates=task.get("max_candidates"), shuffles=int(exp.get("shuffles", 100)),
+                                   seed=int(cfg.seed), ranking=str(exp.get("ranking", "pairs")),
+                                   progress=bool(cfg.get("progress", True)))
+        finally:
+            tracker.finish()

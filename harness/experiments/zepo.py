@@ -55,8 +55,8 @@ def build_optimizer(opt: Mapping[str, Any], model: Mapping[str, Any], cache: Map
             raise ConfigError("optimizer.model is required for the api optimizer (e.g. gpt-3.5-turbo)")
     elif kind == "local":
         cls = LocalOptimizer
-        inner = getattr(judge, "judge", judge)
-        if str(kwargs.get("path")) == str(model.get("path")) and hasattr(inner, "model"):
+        inner = loaded_judge(judge)
+        if str(kwargs.get("path")) == str(model.get("path")) and inner is not None:
             kwargs.update(model=inner.model, tokenizer=inner.tokenizer)
             kwargs.setdefault("name", model.get("name"))
     else:
@@ -67,6 +67,15 @@ def build_optimizer(opt: Mapping[str, Any], model: Mapping[str, Any], cache: Map
         raise ConfigError(f"optimizer.{unknown[0]} is not an option of the {kind} optimizer; "
                           f"known: {', '.join(sorted(allowed))}")
     return cls(**kwargs)
+
+
+def loaded_judge(judge: Any) -> Any:
+    """The judge holding loaded weights under any wrappers (PreemptibleJudge, CachedJudge), or None
+    (an API judge's `model` is a name, not weights)."""
+    from harness.judge.base import innermost
+
+    inner = innermost(judge)
+    return inner if hasattr(inner, "tokenizer") and not isinstance(getattr(inner, "model", ""), str) else None
 
 
 def settings_from(exp: Mapping[str, Any], task: Mapping[str, Any], seed: int) -> zepo.SearchSettings:
@@ -183,6 +192,7 @@ def run_zepo(judge: Judge, optimizer: Any, search_docs: Sequence[Document], eval
     results = {
         "experiment": "zepo", "task": task, "aspect": aspect, "family": family, "judge": judge.identity,
         "optimizer": getattr(optimizer, "identity", type(optimizer).__name__), **dict(extra or {}),
+        "judge_calls": getattr(judge, "calls", None),  # this process's cache misses (attempts.jsonl: all)
         "objective": settings.objective, "settings": asdict(settings),
         "leak_search_docs": leak_search_docs, "search_doc_ids": [d.id for d in search_docs],
         "eval_doc_ids": [d.id for d in eval_docs], "n_candidates": len(result.candidates),
@@ -238,6 +248,7 @@ def prepare(cfg: Any) -> dict[str, Any]:
     """Everything run_zepo needs, built from a composed config (tests call this too)."""
     from harness.build import build_judge, cached, load_documents, open_cache
     from harness.data import TASKS
+    from harness.shard import PreemptibleJudge
 
     task, exp = cfg.task, cfg.experiment
     family = task.get("family") or TASKS[task.name].family
@@ -246,7 +257,9 @@ def prepare(cfg: Any) -> dict[str, Any]:
     search_docs, eval_docs = zepo.split_documents(docs, int(exp.search_docs), exp.get("eval_docs"), leak)
     initial = resolve_initial(exp, task.get("aspect"), family, cfg.data)
     settings = settings_from(exp, task, cfg.seed)
-    judge = cached(build_judge(cfg.model, cfg.backend), open_cache(cfg.cache), cfg.cache.get("chunk", 16))
+    chunk = cfg.cache.get("chunk", 16)
+    # One cache chunk at a time, preemption signals held until it is committed (harness.shard).
+    judge = PreemptibleJudge(cached(build_judge(cfg.model, cfg.backend), open_cache(cfg.cache), chunk), chunk)
     optimizer = build_optimizer(cfg.optimizer, cfg.model, cfg.cache, judge)
     return {"judge": judge, "optimizer": optimizer, "search_docs": search_docs, "eval_docs": eval_docs,
             "initial": initial, "task": task.name, "aspect": task.get("aspect"), "family": family,
@@ -257,10 +270,12 @@ def prepare(cfg: Any) -> dict[str, Any]:
 def main(cfg: Any, out_dir: Path) -> dict[str, Any]:
     """Hydra entry: documents split into search/eval, judge, optimizer, tracker -> run_zepo."""
     from harness.experiments.judge import make_tracker
+    from harness.shard import record_attempt
 
     parts = prepare(cfg)
     tracker = make_tracker(cfg, out_dir)
     try:
-        return run_zepo(**parts, out_dir=out_dir, tracker=tracker)
+        with record_attempt(out_dir, parts["judge"]):  # one attempts.jsonl line per (re)start
+            return run_zepo(**parts, out_dir=out_dir, tracker=tracker)
     finally:
         tracker.finish()

@@ -22,6 +22,16 @@ class Judge(Protocol):
     def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]: ...
 
 
+def innermost(judge: Any) -> Any:
+    """The judge that calls the model, under every wrapper (CachedJudge, PreemptibleJudge, ...)
+    that exposes what it wraps as `.judge`."""
+    seen: set[int] = set()
+    while getattr(judge, "judge", None) is not None and id(judge) not in seen:
+        seen.add(id(judge))
+        judge = judge.judge
+    return judge
+
+
 @dataclass(frozen=True)
 class AnswerTokens:
     """The token ids that spell each answer label at the answer position.

@@ -1,0 +1,114 @@
+"""ZEPO survives a real SIGKILL: `python -m harness.run experiment=zepo` is killed in epoch 1, after
+at least one of that epoch's cache chunks is committed, and rerun with the same command.
+
+The resumed run must end with the unbroken run's history (same seed, fresh caches), send the
+judge only the requests the killed run had not cached (its attempts.jsonl line, written by
+harness.shard.record_attempt; the killed attempt writes none) and leave a cache of the unbroken
+run's size. The unbroken run executes alongside the killed one to keep the test short.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness.judge.cache import ScoreCache
+
+from test_zepo import e2e_overrides, scripted_completion
+
+REPO = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 80  # per wait; a run takes ~15 s alone on 2 cores
+CHUNK = 2  # many commits per candidate, so the kill lands between two of them
+
+
+def _start(tmp: Path, url: str, data: Path, model_cache: Path) -> subprocess.Popen:
+    """One run in its own session (process group), logs in tmp/, caches in tmp/cache/."""
+    args = e2e_overrides(tmp, url, data, f"cache.chunk={CHUNK}", f"hydra.run.dir={tmp / 'run'}")
+    # One thread each: two runs share the machine's cores; same setting in every run, same floats.
+    env = {**os.environ, "WANDB_MODE": "disabled", "HARNESS_DATA_DIR": str(tmp / "data"),
+           "HARNESS_CACHE": str(tmp / "cache"), "HARNESS_MODEL_CACHE": str(model_cache),
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    log = (tmp / "log.txt").open("a")
+    try:
+        return subprocess.Popen([sys.executable, "-m", "harness.run", *args], cwd=REPO, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    finally:
+        log.close()  # the child holds its own copy
+
+
+def _finish(proc: subprocess.Popen, tmp: Path) -> None:
+    rc = proc.wait(timeout=TIMEOUT_S)
+    assert rc == 0, f"run in {tmp} exited {rc}:\n{(tmp / 'log.txt').read_text()[-3000:]}"
+
+
+def _epoch(state: Path) -> int:
+    try:
+        return json.loads(state.read_text())["epoch"]
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):  # not written yet (writes are atomic)
+        return -1
+
+
+def _wait(what: str, done, proc: subprocess.Popen, tmp: Path) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not done():
+        assert proc.poll() is None, f"run ended before {what}:\n{(tmp / 'log.txt').read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def _attempts(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "attempts.jsonl").read_text().splitlines()]
+
+
+def test_sigkilled_zepo_resumes_with_the_unbroken_history_and_no_repeated_call(tmp_path, shared_data, tiny_llama):
+    from openai_server import OpenAIServer
+
+    ref_tmp, tmp = tmp_path / "unbroken", tmp_path / "killed"
+    ref_tmp.mkdir()
+    tmp.mkdir()
+    model_cache = tiny_llama.parents[1]  # built once by the fixture; runs must not race to build it
+    procs: list[subprocess.Popen] = []
+    try:
+        with OpenAIServer(script=scripted_completion) as srv:
+            procs.append(ref := _start(ref_tmp, srv.url, shared_data, model_cache))
+            procs.append(first := _start(tmp, srv.url, shared_data, model_cache))
+            state = tmp / "run" / "state.json"
+            _wait("epoch 0 to finish", lambda: _epoch(state) >= 1, first, tmp)
+            cache = ScoreCache(tmp / "cache" / "requests.sqlite")
+            after_epoch0 = len(cache)
+            _wait("a cache chunk of epoch 1", lambda: len(cache) > after_epoch0, first, tmp)
+            os.killpg(first.pid, signal.SIGKILL)  # its own session: only this run
+            assert first.wait(timeout=TIMEOUT_S) == -signal.SIGKILL
+            before_kill = len(cache)
+            cache.close()
+            assert not (tmp / "run" / "results.json").exists()  # killed mid-search, not after it
+            procs.append(again := _start(tmp, srv.url, shared_data, model_cache))
+            _finish(ref, ref_tmp)
+            _finish(again, tmp)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
+
+    ref_run, run = ref_tmp / "run", tmp / "run"
+    assert (run / "history.jsonl").read_text() == (ref_run / "history.jsonl").read_text()
+    assert (run / "best_instruction.txt").read_text() == (ref_run / "best_instruction.txt").read_text()
+    rows = [json.loads(x) for x in (run / "history.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [0, 0, 0, 1, 1, 1]
+
+    n_ref = len(ScoreCache(ref_tmp / "cache" / "requests.sqlite"))
+    [ref_attempt] = _attempts(ref_run)
+    assert ref_attempt["status"] == "completed" and ref_attempt["calls"] == n_ref  # every request once
+    # SIGKILL runs no `finally`: the killed attempt left no line, the resumed one wrote one.
+    [resumed] = _attempts(run)
+    assert resumed["status"] == "completed" and resumed["pid"] == again.pid
+    assert after_epoch0 < before_kill < n_ref  # killed inside epoch 1, with work left
+    assert resumed["calls"] == n_ref - before_kill  # nothing the killed run had cached was judged again
+    assert json.loads((run / "results.json").read_text())["judge_calls"] == resumed["calls"]
+    assert len(ScoreCache(tmp / "cache" / "requests.sqlite")) == n_ref
