@@ -22,6 +22,8 @@ from harness.types import PairRequest, PairScore
 
 log = logging.getLogger(__name__)
 
+ENGINES = ("auto", "packed", "hf")
+"""auto: the packed engine where the architecture allows, else HF's forward."""
 _DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
            "float16": "float16", "fp16": "float16"}
 
@@ -106,6 +108,8 @@ class HFJudge:
                  engine: str = "auto", max_batch_tokens: int = 4096) -> None:
         import torch
 
+        if engine not in ENGINES:  # before any weights are loaded
+            raise ConfigError(f"unknown engine {engine!r}; use {', '.join(ENGINES)}")
         self.device = pick_device(device)
         self.torch_dtype = pick_dtype(dtype, self.device)
         if model is None or tokenizer is None:
@@ -223,8 +227,6 @@ class HFJudge:
 
 def _packed_engine(model: Any, engine: str):
     """A PackedLlama for engine 'auto' (when the architecture allows) or 'packed' (or an error)."""
-    if engine not in ("auto", "packed", "hf"):
-        raise ConfigError(f"unknown engine {engine!r}; use auto, packed or hf")
     if engine == "hf":
         return None
     from harness.judge.packed import PackedLlama, unsupported
