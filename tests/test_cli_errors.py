@@ -51,6 +51,7 @@ def test_bad_data_file(case, tmp_path):
     ("model.labels=[Zulu-Alpha-Quebec,B]", ("Zulu-Alpha-Quebec", "not a single token")),
     ("model.max_length=64", ("longer than the model's context of 64",)),
     ("task.aspect=brilliance", ("unknown aspect 'brilliance'",)),
+    ("backend.engine=fast", ("unknown engine 'fast'",)),
 ])
 def test_bad_config(override, needles, tmp_path):
     r = run_harness(["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2", override,
