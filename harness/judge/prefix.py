@@ -212,14 +212,7 @@ class PrefixScorer:
                         m = len(n.tokens)
                         n.kv = [(key[k, :, past + width - m:].clone(), val[k, :, past + width - m:].clone())
                                 for key, val in layers]
-        for k, n in enumerate(nodes):
-            for i in n.ends:
-                out[i] = logp[k]
-        self.tokens_processed += sum(len(n.tokens) for n in nodes)
-        self.attention_pairs += sum(len(n.tokens) * n.start + len(n.tokens) * (len(n.tokens) + 1) // 2
-                                    for n in nodes)
-        self.tokens_padded += n_rows * width
-        self.forwards += 1
+        self._record(nodes, logp, out, n_rows * width)
 
     def _run_packed(self, nodes: list[PrefixNode], out: list[list[float] | None]) -> None:
         import torch
@@ -239,13 +232,18 @@ class PrefixScorer:
         for k, n in enumerate(nodes):
             if n.children:
                 n.kv = kept[k]
+        self._record(nodes, logp, out, sum(len(n.tokens) for n in nodes))
+
+    def _record(self, nodes: list[PrefixNode], logp: list[list[float]], out: list[list[float] | None],
+                positions: int) -> None:
+        """Hand each ending prompt its row of log-probs; count the forward's work."""
+        for k, n in enumerate(nodes):
             for i in n.ends:
                 out[i] = logp[k]
-        width = sum(len(n.tokens) for n in nodes)
-        self.tokens_processed += width
-        self.tokens_padded += width
+        self.tokens_processed += sum(len(n.tokens) for n in nodes)
         self.attention_pairs += sum(len(n.tokens) * n.start + len(n.tokens) * (len(n.tokens) + 1) // 2
                                     for n in nodes)
+        self.tokens_padded += positions
         self.forwards += 1
 
     def _gather_cache(self, nodes: list[PrefixNode], past: int):
