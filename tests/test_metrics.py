@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from harness.errors import ConfigError, DataError
+from harness.judgments import judgment_from_row, judgment_to_row
 from harness.metrics import (
     a_rate,
     batch_calibrate,
@@ -18,8 +19,6 @@ from harness.metrics import (
     correlations,
     fairness,
     human_scores,
-    judgment_from_row,
-    judgment_to_row,
     pairs_sort,
     permutation_debias,
     preference_matrices,

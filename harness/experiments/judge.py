@@ -18,6 +18,7 @@ from typing import Any
 
 from harness import metrics
 from harness.errors import ConfigError, DataError, located
+from harness.judgments import judgment_from_row, judgment_to_row
 from harness.judge.base import Judge
 from harness.prompts import default_instruction, load_zepo_instructions, render
 from harness.tracking import Tracker, write_json_atomic, write_jsonl_atomic
@@ -100,7 +101,7 @@ def judge_documents(judge: Judge, docs: Sequence[Document], *, aspect: str | Non
 
 
 def write_judgments(path: Path, judgments: Sequence[Judgment], p_cf: float) -> None:
-    rows = [metrics.judgment_to_row(j) for j in judgments]
+    rows = [judgment_to_row(j) for j in judgments]
     rows.append({"kind": "content_free", "p_a": p_cf})
     write_jsonl_atomic(path, rows)
 
@@ -117,7 +118,7 @@ def load_judgments(path: str | Path) -> tuple[list[Judgment], float | None]:
         if row.get("kind") == "content_free":
             p_cf = float(row["p_a"])
         else:
-            judgments.append(metrics.judgment_from_row(row, str(path), record=i))
+            judgments.append(judgment_from_row(row, str(path), record=i))
     return judgments, p_cf
 
 
