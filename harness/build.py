@@ -70,6 +70,15 @@ def cached(judge: Judge, cache: ScoreCache | None, chunk: int = 16) -> Judge:
     return judge if cache is None else CachedJudge(judge, cache, chunk=chunk)
 
 
+def preemptible(judge: Judge, cache: Mapping[str, Any]) -> Judge:
+    """`judge` behind the request cache (`cache/*.yaml`), fed one cache chunk at a time with
+    preemption signals held until each chunk is committed (harness.shard.PreemptibleJudge)."""
+    from harness.shard import PreemptibleJudge
+
+    chunk = cache.get("chunk", 16)
+    return PreemptibleJudge(cached(judge, open_cache(cache), chunk), chunk)
+
+
 def load_documents(task: Mapping[str, Any], data: Mapping[str, Any]) -> list[Document]:
     """The task's documents: fetched/verified into data.dir (from data.mirror when set), sliced,
     then cut to shard `task.shard_index` of `task.num_shards` when those are set."""

@@ -246,10 +246,10 @@ def shared_judge(cfg: Any) -> Any:
 
 
 def run_judged(cfg: Any, out_dir: Path, s: Settings) -> dict[str, Any]:
-    from harness.build import cached, load_documents, open_cache
+    from harness.build import load_documents, preemptible
     from harness.data import TASKS
     from harness.experiments.scores import reference_scores, select_items
-    from harness.shard import PreemptibleJudge, record_attempt
+    from harness.shard import record_attempt
 
     exp, task = cfg.experiment, cfg.task
     family = task.get("family") or TASKS[task.name].family
@@ -264,8 +264,7 @@ def run_judged(cfg: Any, out_dir: Path, s: Settings) -> dict[str, Any]:
                             orders=str(exp.get("orders", "both")), progress=bool(cfg.get("progress", True)))
     bounds = scorer.bounds(s.mode)
     check_feasible(s, scorer.d, bounds)  # before any model is loaded
-    chunk = cfg.cache.get("chunk", 16)
-    judge = PreemptibleJudge(cached(shared_judge(cfg), open_cache(cfg.cache), chunk), chunk)
+    judge = preemptible(shared_judge(cfg), cfg.cache)
     scorer.judge = judge  # signals held until each chunk is cached
     with record_attempt(out_dir, judge):  # one attempts.jsonl line per (re)start
         paraphraser = None

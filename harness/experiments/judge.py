@@ -168,18 +168,17 @@ def recompute(run_dir: str | Path, shuffles: int | None = None, seed: int | None
 
 def main(cfg: Any, out_dir: Path) -> dict[str, Any]:
     """Hydra entry: build judge, documents and tracker from cfg, then call run_judge."""
-    from harness.build import build_judge, cached, load_documents, open_cache
+    from harness.build import build_judge, load_documents, preemptible
     from harness.data import TASKS
-    from harness.shard import PreemptibleJudge, record_attempt
+    from harness.shard import record_attempt
 
     task = cfg.task
     family = task.get("family") or TASKS[task.name].family
     docs = load_documents(task, cfg.data)
     aspect = task.get("aspect")
     instruction = resolve_instruction(cfg.experiment.get("instruction"), aspect, family, Path(str(cfg.data.dir)))
-    chunk = cfg.cache.get("chunk", 16)
     # Chunk-at-a-time with preemption signals held until each chunk is cached (harness.shard).
-    judge = PreemptibleJudge(cached(build_judge(cfg.model, cfg.backend), open_cache(cfg.cache), chunk), chunk)
+    judge = preemptible(build_judge(cfg.model, cfg.backend), cfg.cache)
     tracker = make_tracker(cfg, out_dir)
     try:
         with record_attempt(out_dir, judge):

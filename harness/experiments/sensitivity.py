@@ -191,18 +191,17 @@ def _table(results: Mapping[str, Any]) -> str:
 
 def main(cfg: Any, out_dir: Path) -> dict[str, Any]:
     """Hydra entry: the instruction, its paraphrases (file or optimizer), then run_sensitivity."""
-    from harness.build import build_judge, cached, load_documents, open_cache
+    from harness.build import build_judge, load_documents, preemptible
     from harness.data import TASKS
     from harness.experiments.judge import make_tracker
     from harness.experiments.zepo import build_optimizer, resolve_initial
-    from harness.shard import PreemptibleJudge, record_attempt
+    from harness.shard import record_attempt
 
     task, exp = cfg.task, cfg.experiment
     family = task.get("family") or TASKS[task.name].family
     docs = load_documents(task, cfg.data)
-    chunk = cfg.cache.get("chunk", 16)
     # One cache chunk at a time, preemption signals held until it is committed (harness.shard).
-    judge = PreemptibleJudge(cached(build_judge(cfg.model, cfg.backend), open_cache(cfg.cache), chunk), chunk)
+    judge = preemptible(build_judge(cfg.model, cfg.backend), cfg.cache)
     with record_attempt(out_dir, judge):  # one attempts.jsonl line per (re)start
         if exp.get("from_file"):
             instructions = load_paraphrases(exp.from_file)

@@ -246,9 +246,8 @@ def _f(x: Any) -> str:
 
 def prepare(cfg: Any) -> dict[str, Any]:
     """Everything run_zepo needs, built from a composed config (tests call this too)."""
-    from harness.build import build_judge, cached, load_documents, open_cache
+    from harness.build import build_judge, load_documents, preemptible
     from harness.data import TASKS
-    from harness.shard import PreemptibleJudge
 
     task, exp = cfg.task, cfg.experiment
     family = task.get("family") or TASKS[task.name].family
@@ -257,9 +256,8 @@ def prepare(cfg: Any) -> dict[str, Any]:
     search_docs, eval_docs = zepo.split_documents(docs, int(exp.search_docs), exp.get("eval_docs"), leak)
     initial = resolve_initial(exp, task.get("aspect"), family, cfg.data)
     settings = settings_from(exp, task, cfg.seed)
-    chunk = cfg.cache.get("chunk", 16)
     # One cache chunk at a time, preemption signals held until it is committed (harness.shard).
-    judge = PreemptibleJudge(cached(build_judge(cfg.model, cfg.backend), open_cache(cfg.cache), chunk), chunk)
+    judge = preemptible(build_judge(cfg.model, cfg.backend), cfg.cache)
     optimizer = build_optimizer(cfg.optimizer, cfg.model, cfg.cache, judge)
     return {"judge": judge, "optimizer": optimizer, "search_docs": search_docs, "eval_docs": eval_docs,
             "initial": initial, "task": task.name, "aspect": task.get("aspect"), "family": family,
