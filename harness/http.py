@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import random
-import re
 import threading
 import time
 import urllib.error
@@ -40,11 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, HarnessError
+from harness.io import open_sqlite
+from harness.secrets import redact_text
 
 log = logging.getLogger(__name__)
 
 _RETRY_STATUS = {408, 409, 425, 429}  # plus every 5xx
-_KEY_PATTERN = re.compile(r"(sk-|Bearer\s+)[A-Za-z0-9_\-.]{6,}")
 
 
 class ApiError(HarnessError):
@@ -88,14 +88,6 @@ class HttpSettings:
             raise ConfigError("max_retries and backoff_base_s must be >= 0")
         if self.concurrency < 1:
             raise ConfigError(f"concurrency must be >= 1, got {self.concurrency}")
-
-
-def redact(text: str, env: str | None) -> str:
-    """Remove the key held in `env` (and anything shaped like a bearer key) from `text`."""
-    key = os.environ.get(env, "") if env else ""
-    if key:
-        text = text.replace(key, "***")
-    return _KEY_PATTERN.sub(lambda m: m.group(1) + "***", text)
 
 
 class _Retryable(Exception):
@@ -150,11 +142,11 @@ class JsonClient:
                 delay = self._backoff(attempt, e.retry_after)
                 self._count("retries", f"retry:{e.reason.split(':')[0]}")
                 log.warning("%s %s: %s; retry %d/%d in %.2fs", "POST", self._url(path),
-                            redact(e.reason, self.settings.api_key_env), attempt + 1,
+                            _redact(e.reason, self.settings.api_key_env), attempt + 1,
                             self.settings.max_retries, delay)
                 self._sleep(delay)
         raise ApiError(f"gave up after {self.settings.max_retries + 1} attempts; last error: "
-                       f"{redact(last, self.settings.api_key_env)}", where=f"POST {self._url(path)}")
+                       f"{_redact(last, self.settings.api_key_env)}", where=f"POST {self._url(path)}")
 
     def post_many(self, path: str, bodies: Sequence[Mapping[str, Any]], *,
                   check: Callable[[dict], None] | None = None) -> list[dict]:
@@ -185,7 +177,7 @@ class JsonClient:
                 return self._attempt("GET", path, None, uuid.uuid4().hex)
             except _Retryable as e:
                 if attempt == self.settings.max_retries:
-                    raise ApiError(redact(e.reason, self.settings.api_key_env),
+                    raise ApiError(_redact(e.reason, self.settings.api_key_env),
                                    where=f"GET {self._url(path)}") from None
                 self._sleep(self._backoff(attempt, e.retry_after))
         raise AssertionError("unreachable")
@@ -237,7 +229,7 @@ class JsonClient:
         hint = ""
         if e.code in (401, 403) and self.settings.api_key_env:
             hint = f" (is ${self.settings.api_key_env} set to a valid key?)"
-        raise ApiError(f"HTTP {e.code}: {redact(message, self.settings.api_key_env)}{hint}",
+        raise ApiError(f"HTTP {e.code}: {_redact(message, self.settings.api_key_env)}{hint}",
                        status=e.code, where=f"{method} {self._url(path)}") from None
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
@@ -295,8 +287,6 @@ class CompletionCache:
     """SQLite key -> completion text; WAL mode, one commit per put (optimizer calls are few)."""
 
     def __init__(self, path: str | Path) -> None:
-        from harness.judge.cache import open_sqlite
-
         self.path = Path(path)
         self._lock = threading.Lock()
         self._db = open_sqlite(self.path, "CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, model TEXT, text TEXT)")
@@ -316,3 +306,8 @@ class CompletionCache:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _redact(text: str, env: str | None) -> str:
+    """`text` without the key held in `env`, URL credentials or anything shaped like a key."""
+    return redact_text(text, [env])

@@ -7,10 +7,15 @@ own chat template (so prefix reuse and vLLM see exactly the same tokens).
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from harness.errors import ConfigError, DataError, located
 from harness.types import Candidate, Document
+
+log = logging.getLogger(__name__)
 
 FAMILIES = ("summarization", "dialogue", "instruction")
 
@@ -62,19 +67,51 @@ ASPECT_GLOSS = {
 _ASKS_ABOUT = {"gpt4_score": "helpfulness"}
 
 
-def default_instruction(aspect: str, family: str) -> str:
-    """A neutral pairwise instruction for an aspect, ending in the A/B answer format."""
-    aspect = _ASKS_ABOUT.get(aspect, aspect)
-    if aspect not in ASPECT_GLOSS:
-        raise ConfigError(f"unknown aspect {aspect!r}; known: {', '.join(sorted(ASPECT_GLOSS))}")
+_ANSWER_FORMAT = ("If candidate A is better, answer 'A'. If candidate B is better, answer 'B'. "
+                  "Answer with the letter only.")
+
+
+def default_instruction(aspect: str | None, family: str) -> str:
+    """A neutral pairwise instruction for an aspect, ending in the A/B answer format.
+
+    No aspect (e.g. preference data with a gold label) means overall preference. An aspect this
+    project has no gloss for gets a generic question and a one-line warning, so a user's own data
+    runs without code; set experiment.instruction.text=... to word it yourself."""
     noun = _NOUN[_check_family(family)]
+    aspect = _ASKS_ABOUT.get(aspect or "overall", aspect or "overall")
+    if not str(aspect).strip():
+        raise ConfigError("task.aspect is empty; name the aspect or leave it null for overall preference")
+    if aspect not in ASPECT_GLOSS:
+        log.warning("no default instruction for aspect %r: using the generic 'Which %s is better in terms of "
+                    "%s?' (set experiment.instruction.text=... to word it yourself)", aspect, noun, aspect)
+        return f"Which {noun} is better in terms of {aspect}? {_ANSWER_FORMAT}"
     return (
         f"Compare the {aspect} of {noun} candidate A and {noun} candidate B. "
         f"Judge {aspect} as {ASPECT_GLOSS[aspect]}. "
-        f"Which {noun} candidate has better {aspect}? "
-        "If candidate A is better, answer 'A'. If candidate B is better, answer 'B'. "
-        "Answer with the letter only."
+        f"Which {noun} candidate has better {aspect}? " + _ANSWER_FORMAT
     )
+
+
+def resolve_instruction(spec: Mapping[str, Any] | str | None, aspect: str | None, family: str,
+                        data_dir: Path | None = None) -> str:
+    """`null`/"default" -> this project's default; "zepo" -> ZEPO's init_prompts.json; else the text."""
+    source = spec.get("source", "default") if isinstance(spec, Mapping) else ("default" if spec is None else "text")
+    text = spec.get("text") if isinstance(spec, Mapping) else spec
+    if source == "default":
+        return default_instruction(aspect, family)
+    if source == "zepo":
+        path = Path(spec.get("path") or (Path(data_dir or ".") / "zepo" / "init_prompts.json"))  # type: ignore[union-attr]
+        table = load_zepo_instructions(path)
+        key = aspect or "overall"
+        if key not in table:
+            raise ConfigError(f"no ZEPO instruction for aspect {key!r} (it has {', '.join(table)}); use "
+                              "experiment.instruction.source=default or experiment.instruction.text=...", where=str(path))
+        return table[key]
+    if source == "text":
+        if not text or not str(text).strip():
+            raise ConfigError("experiment.instruction.text is empty; set experiment.instruction.text=...")
+        return str(text)
+    raise ConfigError(f"unknown instruction source {source!r}; use default, zepo or text")
 
 
 def _check_family(family: str) -> str:

@@ -1,9 +1,11 @@
-"""Typed records that flow one way: data -> prompts -> judge -> metrics -> (zepo | bbe)."""
+"""Typed records that flow one way: data -> prompts -> judges -> judging -> metrics -> (zepo | abb),
+and the Tracker protocol every library logs to."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -76,3 +78,17 @@ class Judgment:
     human_b: float | None = None
     gold_a: bool | None = None
     """For gold-label data: True when humans prefer A, False when B; None otherwise."""
+
+
+@runtime_checkable
+class Tracker(Protocol):
+    """Where a run logs numbers, tables and images (harness.runtime.tracking.Tracker: the run
+    directory plus W&B). Libraries take this protocol, so they never import the runtime."""
+
+    def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None: ...
+
+    def log_table(self, name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None: ...
+
+    def log_image(self, name: str, path: Any) -> None: ...
+
+    def summary(self, values: Mapping[str, Any]) -> None: ...

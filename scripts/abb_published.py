@@ -1,7 +1,7 @@
 """python scripts/abb_published.py
 
 Alpha and sigma for the paper's published formatting sensitivities (arXiv 2603.05485): ours (one
-unit system, harness.bbe.calibrate) next to a re-implementation of what the official code
+unit system, harness.abb.calibrate) next to a re-implementation of what the official code
 (github.com/penfever/bias-bounded-evaluation) computes. The official formulas were read from its
 differential_debiasing/core/utils.py (calculate_effective_alpha, calculate_abb_noise_parameter)
 and core/debias.py (DifferentialDebias.fit/transform):
@@ -21,7 +21,14 @@ import math
 
 from scipy.stats import chi2
 
-from harness.bbe import Sensitivity, calibrate, chi_radius, max_alpha, remove_jitter, split_delta
+from harness.abb import (
+    Sensitivity,
+    calibrate,
+    chi_radius,
+    max_alpha,
+    remove_jitter,
+    split_delta,
+)
 
 JUDGES = (("GPT-4o-mini", 2.485, 1.405), ("GPT-3.5-Turbo", 1.901, 1.332), ("QwQ-32B", 1.926, 1.690))
 TAU, DELTA, D, SCALE = 0.5, 0.01, 12_000, (1.0, 5.0)
@@ -48,7 +55,7 @@ def official(delta_sens: float) -> dict[str, float]:
 
 
 def ours(delta_sens: float, *, mu: str = "fixed", ucb: float | None = None, est: float = 0.0):
-    """harness.bbe.calibrate on a plug-in (or given UCB) sensitivity, Hamming-1 all-ones part."""
+    """harness.abb.calibrate on a plug-in (or given UCB) sensitivity, Hamming-1 all-ones part."""
     split = split_delta(DELTA, noise_fraction=0.5 - est / 2 / DELTA, est_fraction=est / DELTA)
     u = ucb if ucb is not None else delta_sens
     sens = Sensitivity(n=0, method="none" if ucb is None else "hoeffding", bound=RANGE**2, delta_est=est,

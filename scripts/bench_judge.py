@@ -34,8 +34,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.judge.hf_judge import HFJudge  # noqa: E402
-from harness.judge.prefix import trie_size  # noqa: E402
+from harness.judges.hf import HFJudge  # noqa: E402
+from harness.judges.prefix import trie_size  # noqa: E402
 from harness.prompts import default_instruction, load_zepo_instructions, render  # noqa: E402
 from harness.types import Candidate, Document, PairRequest  # noqa: E402
 
@@ -191,7 +191,7 @@ def official_readout(judge: HFJudge, requests: list[PairRequest], batch: int = 4
     import torch
 
     from harness.errors import JudgeInputError
-    from harness.judge.base import resolve_answer_tokens
+    from harness.judges.base import resolve_answer_tokens
 
     try:
         answers = resolve_answer_tokens(judge.tokenizer, ("A", "B", "C"))

@@ -32,8 +32,8 @@ sys.path.insert(0, str(HERE.parent))
 
 import bench_judge  # noqa: E402
 
-from harness.judge.hf_judge import HFJudge  # noqa: E402
-from harness.judge.prefix import trie_size  # noqa: E402
+from harness.judges.hf import HFJudge  # noqa: E402
+from harness.judges.prefix import trie_size  # noqa: E402
 
 
 def _requests(data_dir: Path, docs: int, cands: int, n_instr: int):
@@ -49,7 +49,7 @@ def _diff(a, b) -> dict:
 
 def check_devices(device: str, reqs) -> dict:
     """The same tiny model: HF's forward on CPU fp32 against `device` in fp32 and bf16, both engines."""
-    from harness.tiny import ensure_tiny_model
+    from harness.models.tiny import ensure_tiny_model
 
     out = {}
     for arch in ("llama", "mistral"):
@@ -66,7 +66,7 @@ def check_devices(device: str, reqs) -> dict:
 
 def check_prefix(device: str, reqs) -> dict:
     """Prefix reuse against the plain path, both on `device`."""
-    from harness.tiny import ensure_tiny_model
+    from harness.models.tiny import ensure_tiny_model
 
     out = {}
     path = ensure_tiny_model("llama")

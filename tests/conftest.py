@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+import harness.runtime.schema  # noqa: F401  (registers the structured configs every compose needs)
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("HARNESS_DATA_MIRROR", REPO.parent / "shared" / "data"))
 
@@ -36,21 +38,21 @@ def one_thread():
 
 @pytest.fixture(scope="session")
 def tiny_llama() -> Path:
-    from harness.tiny import ensure_tiny_model
+    from harness.models.tiny import ensure_tiny_model
 
     return ensure_tiny_model("llama")
 
 
 @pytest.fixture(scope="session")
 def tiny_mistral() -> Path:
-    from harness.tiny import ensure_tiny_model
+    from harness.models.tiny import ensure_tiny_model
 
     return ensure_tiny_model("mistral")
 
 
 @pytest.fixture(scope="session")
 def tiny_judge(tiny_llama):
-    from harness.judge.hf_judge import HFJudge
+    from harness.judges.hf import HFJudge
 
     return HFJudge(tiny_llama, batch_size=4, device="cpu")
 
@@ -69,7 +71,7 @@ def smollm2_path() -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2_judge(smollm2_path):
-    from harness.judge.hf_judge import HFJudge
+    from harness.judges.hf import HFJudge
 
     return HFJudge(smollm2_path, name="SmolLM2-135M-Instruct", batch_size=4, device="cpu")
 
@@ -81,7 +83,7 @@ def run_harness(args: list[str], tmp: Path, *, env: dict | None = None, timeout:
 
     full_env = {**os.environ, "HARNESS_DATA_MIRROR": str(SHARED_DATA), "WANDB_MODE": "offline",
                 "HARNESS_DATA_DIR": str(tmp / "data"), "HARNESS_CACHE": str(tmp / "cache"),
-                "HYDRA_FULL_ERROR": "0", **(env or {})}
+                "HYDRA_FULL_ERROR": "0", "WANDB_DATA_DIR": str(tmp / "wandb-data"), **(env or {})}
     # Tiny models and converted SmolLM2 live in the shared model cache, not the per-test cache.
     full_env.setdefault("HARNESS_MODEL_CACHE", str(Path.home() / ".cache" / "harness"))
     return subprocess.run([sys.executable, "-m", "harness.run", *args], cwd=REPO, env=full_env,

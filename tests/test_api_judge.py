@@ -11,16 +11,16 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from openai_server import OpenAIServer
 
 from harness.errors import ConfigError
 from harness.http import ApiError, HttpSettings, JsonClient
-from harness.judge.api_judge import ApiJudge
-from harness.judge.base import renormalise
-from harness.judge.cache import CachedJudge, ScoreCache
-from harness.judge.hf_judge import HFJudge
+from harness.judges.api import ApiJudge
+from harness.judges.base import renormalise
+from harness.judges.cache import CachedJudge, ScoreCache
+from harness.judges.hf import HFJudge
 from harness.prompts import default_instruction, render
 from harness.types import Candidate, Document, PairRequest
-from openai_server import OpenAIServer
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = "HARNESS_TEST_API_KEY"
@@ -266,17 +266,18 @@ def test_configuration_errors_are_one_line(tiny_llama):
 
 
 def test_backend_config_builds_an_api_judge(tiny_judge, local_scores, key):
-    """conf/backend/api.yaml + conf/model/tiny_llama.yaml through harness.build: the shipped keys fit."""
-    from omegaconf import OmegaConf
+    """conf/backend/api.yaml + conf/model/tiny_llama.yaml composed and built with instantiate: the
+    shipped keys fit."""
+    from hydra import compose, initialize_config_dir
 
-    from harness.build import build_judge
+    import harness.runtime.schema  # noqa: F401  (registers the schemas)
+    from harness.runtime.context import build_judge
 
-    conf = REPO / "conf"
-    backend = OmegaConf.to_container(OmegaConf.load(conf / "backend" / "api.yaml"))
-    model = OmegaConf.to_container(OmegaConf.load(conf / "model" / "tiny_llama.yaml"))
-    with OpenAIServer(judge=tiny_judge, api_key=key, model=model["name"]) as srv:
-        backend.update(base_url=srv.url, api_key_env=ENV, tokenizer=model["path"])
-        judge = build_judge(model, backend)
-        assert isinstance(judge, ApiJudge) and judge.mode == backend["logprob_mode"] == "exact"
+    with OpenAIServer(judge=tiny_judge, api_key=key, model="tiny-llama") as srv:
+        with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+            cfg = compose("config", overrides=["backend=api", "model=tiny_llama", f"backend.base_url={srv.url}",
+                                               f"backend.api_key_env={ENV}", "backend.tokenizer=tiny:llama"])
+        judge = build_judge(cfg.model, cfg.backend)
+        assert isinstance(judge, ApiJudge) and judge.mode == cfg.backend.logprob_mode == "exact"
         _assert_same(judge.score_pairs(REQUESTS[:4]), local_scores[:4])
     assert {r.body["model"] for r in srv.requests} == {"tiny-llama"}

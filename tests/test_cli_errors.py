@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import run_harness
 
 GOOD = {"doc_id": "d1", "source": "the source text", "candidate_id": "c1", "text": "a summary",
@@ -51,7 +50,7 @@ def test_bad_data_file(case, tmp_path):
     ("model.labels=[Zulu-Alpha-Quebec,B]", ("Zulu-Alpha-Quebec", "not a single token")),
     ("model.max_length=64", ("longer than the model's context of 64",)),
     ("task.aspect=brilliance", ("unknown aspect 'brilliance'",)),
-    ("backend.engine=fast", ("unknown engine 'fast'",)),
+    ("backend.engine=fast", ("backend.engine='fast'", "auto, packed, hf")),
 ])
 def test_bad_config(override, needles, tmp_path):
     r = run_harness(["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2", override,
@@ -65,3 +64,24 @@ def test_secret_in_config_is_refused(tmp_path):
     _assert_one_line_error(r, "environment variable")
     assert not any("sk-should-never-be-here" in p.read_text(errors="ignore")
                    for p in (tmp_path / "run").rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("override, needles", [
+    ("backend.batch_size=abc", ("backend.batch_size=abc", "Integer")),      # wrong type: compose
+    ("backend.batch_sise=4", ("batch_sise",)),                              # unknown key (a typo): compose
+    ("backend.batch_size=-1", ("backend.batch_size=-1", ">= 1")),           # out of range: schema check
+    ("task.offset=-1", ("task.offset=-1", ">= 0")),
+    ("task=nosuchtask", ("nosuchtask", "summeval")),                        # unknown group choice: compose
+    ("task.name=nosuchtask", ("task.name='nosuchtask'", "summeval")),
+    ("backend.device=tpu", ("backend.device='tpu'",)),
+    ("seed=abc", ("seed=abc",)),
+    ("wandb.mode=sometimes", ("wandb.mode='sometimes'",)),
+])
+def test_config_refused_before_any_work(override, needles, tmp_path):
+    """The schemas (harness/runtime/schema.py): types and unknown keys at compose, ranges and names
+    right after, before any model or data is touched: no run directory is created."""
+    r = run_harness(["experiment=judge", "model=tiny_llama", override, f"hydra.run.dir={tmp_path / 'run'}",
+                     "wandb.mode=disabled" if not override.startswith("wandb.") else "progress=false"], tmp_path,
+                    timeout=120)
+    _assert_one_line_error(r, *needles)
+    assert not (tmp_path / "run" / "config.json").exists()

@@ -1,4 +1,4 @@
-"""harness.collect: multirun directory -> table (markdown, CSV), pivot, figures; the CLI.
+"""harness.runtime.collect: multirun directory -> table (markdown, CSV), pivot, figures; the CLI.
 
 The run directories here are written the way a Hydra multirun writes them (results.json,
 config.json, overrides.json); test_slurm.py collects real SLURM and local multiruns.
@@ -14,9 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from harness.collect import (build_table, collect, collect_runs, find_runs, main, parse_overrides, pivot_table,
-                             to_csv, to_markdown)
 from harness.errors import ConfigError, DataError
+from harness.runtime.collect import (
+    build_table,
+    collect,
+    collect_runs,
+    find_runs,
+    main,
+    parse_overrides,
+    pivot_table,
+    to_csv,
+    to_markdown,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -103,7 +112,7 @@ def test_errors_name_the_problem(sweep, tmp_path):
     bad = tmp_path / "bad" / "0"
     bad.mkdir(parents=True)
     (bad / "results.json").write_text("{oops")
-    with pytest.raises(DataError, match=r"results.json, record 1"):
+    with pytest.raises(DataError, match=r"results.json: not valid JSON.*line 1"):
         collect(tmp_path / "bad")
 
 

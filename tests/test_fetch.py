@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.data import TASKS, load_task
-from harness.data import fetch
+from harness.data import TASKS, fetch, load_task
 from harness.data.fetch import ensure_data, main, select
 from harness.data.manifest import RAW_BASE, parse_sources, source_url, sources
 from harness.errors import ConfigError, DataError

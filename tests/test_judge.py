@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from harness.errors import JudgeInputError
-from harness.judge.base import renormalise, resolve_answer_tokens
-from harness.judge.cache import CachedJudge, ScoreCache
-from harness.judge.hf_judge import HFJudge
+from harness.judges.base import renormalise, resolve_answer_tokens
+from harness.judges.cache import CachedJudge, ScoreCache
+from harness.judges.hf import HFJudge
 from harness.types import PairRequest
 
 
@@ -46,7 +46,7 @@ def test_batched_equals_unbatched_plain_forward(arch, request):
 @pytest.mark.slow
 def test_smollm2_batched_equals_plain(smollm2_judge, shared_data):
     from harness.data import load_task
-    from harness.experiments.judge import build_requests
+    from harness.judging import build_requests
     from harness.prompts import default_instruction
 
     docs = load_task("summeval", data_dir=shared_data, limit=1)
@@ -102,10 +102,10 @@ def test_cache_serves_repeats_and_separates_identities(tiny_judge, tmp_path):
 def test_innermost_reaches_the_model_judge_under_every_wrapper(tiny_judge, tmp_path):
     """The jitter route (uncached re-judging) and the local optimizer (reusing loaded weights)
     need the judge under the cache and the preemption wrapper, however many layers there are."""
-    from harness.experiments.zepo import loaded_judge
-    from harness.judge.base import innermost
-    from harness.judge.cache import CachedJudge, ScoreCache
-    from harness.shard import PreemptibleJudge
+    from harness.judges.base import innermost
+    from harness.judges.cache import CachedJudge, ScoreCache
+    from harness.judges.wrappers import PreemptibleJudge
+    from harness.zepo.optimizers import loaded_judge
 
     wrapped = PreemptibleJudge(CachedJudge(tiny_judge, ScoreCache(tmp_path / "c.sqlite"), 4), 4)
     assert innermost(wrapped) is tiny_judge and innermost(tiny_judge) is tiny_judge

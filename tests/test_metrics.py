@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from harness.errors import ConfigError, DataError
-from harness.judgments import judgment_from_row, judgment_to_row
+from harness.judging import judgment_from_row, judgment_to_row
 from harness.metrics import (
     a_rate,
     batch_calibrate,

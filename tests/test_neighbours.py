@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from harness import neighbours as nb
+from harness.abb import edits as nb
 from harness.errors import ConfigError
 
 ANSWER = """## Steps to implement it
@@ -117,7 +117,7 @@ def test_apply_edit_structural_kinds():
     assert nb.apply_edit("hello", para, paraphraser=ScriptedParaphraser()) == "In other words (2): hello"
     with pytest.raises(ConfigError, match="paraphrase"):
         nb.apply_edit("hello", para)
-    # harness.optimizers' Optimizers take the aspect as a 4th argument.
+    # harness.zepo.optimizers' Optimizers take the aspect as a 4th argument.
     assert nb.apply_edit("Rate it.", para, paraphraser=ScriptedAspectParaphraser(), aspect="coherence") == (
         "Rate the coherence (seed 9): Rate it.")
     assert nb.apply_edit("hello", nb.Edit(0, "order", "swap", 1)) == "hello"

@@ -7,12 +7,21 @@ import logging
 import uuid
 
 import pytest
+from openai_server import OpenAIServer
 
 from harness.http import ApiError, CompletionCache
-from harness.optimizers import (ApiOptimizer, LocalOptimizer, Optimizer, ParaphraseError, aspect_word, clean,
-                                sample_seed, sample_tokens, validate)
 from harness.prompts import load_zepo_instructions
-from openai_server import OpenAIServer
+from harness.zepo.optimizers import (
+    ApiOptimizer,
+    LocalOptimizer,
+    Optimizer,
+    ParaphraseError,
+    aspect_word,
+    clean,
+    sample_seed,
+    sample_tokens,
+    validate,
+)
 
 ENV = "HARNESS_TEST_OPTIMIZER_KEY"
 FAST = dict(api_key_env=None, backoff_base_s=0.01, timeout_s=5.0)

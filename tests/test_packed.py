@@ -1,4 +1,4 @@
-"""The packed engine (harness.judge.packed) must compute what HF's own forward computes."""
+"""The packed engine (harness.judges.packed) must compute what HF's own forward computes."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import random
 import pytest
 
 from harness.errors import ConfigError
-from harness.judge.hf_judge import HFJudge
-from harness.judge.packed import PackedLlama, Segment, row_batches, unsupported
-from harness.judge.prefix import PrefixScorer
+from harness.judges.hf import HFJudge
+from harness.judges.packed import PackedLlama, Segment, row_batches, unsupported
+from harness.judges.prefix import PrefixScorer
 from harness.prompts import default_instruction, render
 from harness.types import Candidate, Document, PairRequest
 

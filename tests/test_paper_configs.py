@@ -11,7 +11,6 @@ import json
 
 import pytest
 from omegaconf import OmegaConf
-
 from test_zepo import CONF, scripted_completion
 
 REPO = CONF.parent
@@ -42,7 +41,7 @@ def test_paper_configs_exist():
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_config_composes_and_instantiates(name):
-    from harness.run import resolve_entry
+    from harness.runtime.entry import resolve_entry
 
     cfg = _compose([f"experiment={name}"])
     resolved = OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
@@ -50,13 +49,13 @@ def test_experiment_config_composes_and_instantiates(name):
     assert callable(entry) and list(inspect.signature(entry).parameters)[:2] == ["cfg", "out_dir"]
     if cfg.experiment.entry.startswith("harness.experiments.zepo"):
         from harness.experiments.zepo import settings_from
-        from harness.optimizers import ApiOptimizer, LocalOptimizer
+        from harness.zepo.optimizers import ApiOptimizer, LocalOptimizer
 
-        settings = settings_from(cfg.experiment, cfg.task, cfg.seed)
+        settings = settings_from(cfg)
         assert settings.population >= 1 and isinstance(resolved["experiment"]["search_docs"], int)
         cls = ApiOptimizer if cfg.optimizer.name == "api" else LocalOptimizer
         allowed = set(inspect.signature(cls.__init__).parameters)
-        assert set(cfg.optimizer) - {"name"} <= allowed, "optimizer keys the optimizer does not take"
+        assert set(cfg.optimizer) - {"name", "_target_"} <= allowed, "optimizer keys the optimizer does not take"
     if name.startswith("paper/"):
         assert cfg.experiment.paper_table in (1, 2, 3, 5)
         assert cfg.experiment.leak_search_docs is True and cfg.experiment.instruction.source == "zepo"
@@ -68,7 +67,7 @@ def paper_runs(tmp_path_factory, shared_data, tiny_llama):
     """Each paper config once, tiny: 1 document, 3 systems, population 2, 1 epoch."""
     from openai_server import OpenAIServer
 
-    from harness.run import run
+    from harness.runtime.entry import run
 
     tmp = tmp_path_factory.mktemp("paper")
     runs = {}

@@ -1,4 +1,4 @@
-"""Prefix reuse (harness.judge.prefix) must give the plain path's numbers with less work."""
+"""Prefix reuse (harness.judges.prefix) must give the plain path's numbers with less work."""
 
 from __future__ import annotations
 
@@ -6,8 +6,14 @@ import random
 
 import pytest
 
-from harness.judge.hf_judge import HFJudge
-from harness.judge.prefix import PrefixScorer, build_tree, chunk_rows, common_prefix_len, trie_size
+from harness.judges.hf import HFJudge
+from harness.judges.prefix import (
+    PrefixScorer,
+    build_tree,
+    chunk_rows,
+    common_prefix_len,
+    trie_size,
+)
 from harness.prompts import default_instruction, render
 from harness.types import Candidate, Document, PairRequest
 

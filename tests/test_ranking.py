@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from harness import ranking
+from harness.abb import ranking
 from harness.errors import ConfigError
 
 TRUE_ELO = {"base": 1000.0, "m1": 1150.0, "m2": 1050.0, "m3": 900.0, "m4": 1250.0}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import math
 import os
@@ -13,9 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, SHARED_DATA, run_harness
-from harness.experiments.judge import load_judgments, recompute
+
+from harness.judging import load_judgments
+from harness.metrics import recompute
 
 
 def _same(a, b) -> bool:
@@ -47,6 +50,16 @@ def _check_run_dir(out: Path, n_docs: int, n_cands: int) -> dict:
     return results
 
 
+def wandb_records(run_dir: Path) -> list[dict]:
+    """Every record of a run directory's offline W&B run, read with W&B's own log reader."""
+    offline = sorted((run_dir / "wandb").glob("offline-run-*"))
+    assert offline, f"no offline W&B run under {run_dir}"
+    r = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline[-1])],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+
+
 def test_judge_run_tiny_model(tmp_path):
     out = tmp_path / "run"
     r = run_harness(["experiment=judge", "model=tiny_llama", "task.docs=2", "task.max_candidates=3",
@@ -57,6 +70,17 @@ def test_judge_run_tiny_model(tmp_path):
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["task"]["aspect"] == "coherence"
     assert list((out / "wandb").glob("offline-run-*")), "W&B offline run missing"
+    # The offline W&B run, read back from its transaction log: the run's files are one artifact
+    # whose entries are byte-for-byte the files in the run directory.
+    arts = [r["artifact"] for r in wandb_records(out) if r.get("type") == "artifact"
+            and r["artifact"]["type"] == "run-outputs"]
+    assert len(arts) == 1 and arts[0]["name"] == "judge-outputs"
+    entries = {e["path"]: e["digest"] for e in arts[0]["manifest"]["contents"]}
+    assert {"results.json", "judgments.jsonl", "config.json"} <= entries.keys()
+    for name in ("results.json", "judgments.jsonl"):
+        assert entries[name] == base64.b64encode(hashlib.md5((out / name).read_bytes()).digest()).decode()
+    history = [r["history"]["item"] for r in wandb_records(out) if r.get("type") == "history"]
+    assert any(h.get("none/a_rate") == results["metrics"]["none"]["a_rate"] for h in history)
 
 
 @pytest.mark.slow

@@ -8,12 +8,11 @@ import math
 
 import numpy as np
 import pytest
-
-from harness import plots
-from harness.errors import DataError
-from harness.experiments.sensitivity import OBJECTIVES, analyse, load_paraphrases
-
 from test_zepo import _compose, scripted_completion
+
+from harness.errors import DataError
+from harness.zepo import plots
+from harness.zepo.study import OBJECTIVES, analyse, load_paraphrases
 
 INSTRUCTIONS = [
     "Which response candidate has better overall quality? If candidate A is better, answer 'A'; "
@@ -84,7 +83,7 @@ def _overrides(tmp, data, *extra):
 
 
 def test_sensitivity_from_a_zepo_history(tmp_path, shared_data, tiny_llama):
-    from harness.run import run
+    from harness.runtime.entry import run
 
     hist = tmp_path / "history.jsonl"
     hist.write_text("\n".join(json.dumps({"text": t}) for t in INSTRUCTIONS) + "\n")
@@ -107,7 +106,7 @@ def test_sensitivity_from_a_zepo_history(tmp_path, shared_data, tiny_llama):
 def test_sensitivity_generates_paraphrases_with_the_optimizer(tmp_path, shared_data, tiny_llama):
     from openai_server import OpenAIServer
 
-    from harness.run import run
+    from harness.runtime.entry import run
 
     with OpenAIServer(script=scripted_completion) as srv:
         cfg = _compose(_overrides(tmp_path, shared_data, "optimizer=api", f"optimizer.base_url={srv.url}",

@@ -12,8 +12,15 @@ import signal
 import pytest
 
 from harness.errors import ConfigError, DataError
-from harness.shard import (ATTEMPTS, PreemptibleJudge, ShardSpec, deferred_signals, merge_shards,
-                           record_attempt, select_shard, shard_bounds, shard_spec)
+from harness.judges.wrappers import PreemptibleJudge, deferred_signals
+from harness.runtime.attempts import ATTEMPTS, record_attempt
+from harness.runtime.shard import (
+    ShardSpec,
+    merge_shards,
+    select_shard,
+    shard_bounds,
+    shard_spec,
+)
 from harness.types import Candidate, Document
 
 
@@ -45,7 +52,7 @@ def test_shard_spec_defaults_and_errors():
 def _judge_run(judge, docs, out, task_cfg):
     """A real judge run into `out`, with the config.json the Hydra entry point would write."""
     from harness.experiments.judge import run_judge
-    from harness.tracking import write_json_atomic
+    from harness.io import write_json_atomic
 
     out.mkdir(parents=True)
     write_json_atomic(out / "config.json", {"task": task_cfg, "experiment": {"name": "judge"}})
@@ -55,7 +62,7 @@ def _judge_run(judge, docs, out, task_cfg):
 
 @pytest.fixture(scope="module")
 def bs1_judge(tiny_llama):
-    from harness.judge.hf_judge import HFJudge
+    from harness.judges.hf import HFJudge
 
     # batch_size=1: each prompt alone, so a prompt's score cannot depend on which shard or chunk
     # it was batched with and sharded == unsharded holds bit for bit.
@@ -115,8 +122,8 @@ def test_deferred_signal_reaches_its_handler_only_after_the_block():
 def test_preempted_cached_judge_resumes_without_repeating_a_call(tiny_judge, shared_data, tmp_path):
     """USR2 mid-run -> SystemExit at a chunk boundary; the rerun pays only for what is missing."""
     from harness.data import load_task
-    from harness.experiments.judge import build_requests
-    from harness.judge.cache import CachedJudge, ScoreCache
+    from harness.judges.cache import CachedJudge, ScoreCache
+    from harness.judging import build_requests
 
     docs = load_task("summeval", data_dir=shared_data, limit=1)
     reqs, _ = build_requests(docs, "Which is better? A or B.", "summarization", "coherence", max_candidates=4)

@@ -182,7 +182,7 @@ def _reference_run(overrides: list[str], env: dict[str, str], out: Path, monkeyp
     """The same config run in-process on one thread (as the jobs) with its own fresh cache."""
     import torch
 
-    from harness.run import run
+    from harness.runtime.entry import run
 
     for key in ("HARNESS_DATA_DIR", "HARNESS_DATA_MIRROR", "HARNESS_MODEL_CACHE"):
         monkeypatch.setenv(key, env[key])
@@ -200,7 +200,7 @@ def _without_calls(results: dict) -> dict:
 
 @pytest.mark.slurm
 def test_slurm_multirun_table_equals_local_multirun(slurm_cluster, job_env, tmp_path):
-    from harness.collect import collect
+    from harness.runtime.collect import collect
 
     grid = [*TINY, "task.docs=1", "task.max_candidates=3", "task.aspect=coherence,fluency"]
     slurm = _harness(["-m", "hydra/launcher=slurm_local_ci", *grid, f"cache.path={tmp_path}/slurm.sqlite",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from harness.tracking import Tracker, redact
+from harness.runtime.tracking import Tracker
+from harness.secrets import redact
 
 
 def test_redact_hides_secret_values_but_keeps_names_and_counts():
@@ -17,7 +18,7 @@ def test_redact_hides_secret_values_but_keeps_names_and_counts():
 
 
 def test_tracker_offline_writes_local_files_and_wandb_run(tmp_path):
-    t = Tracker(tmp_path, mode="offline", config={"backend": {"api_key": "sk-live-123"}, "seed": 1})
+    t = Tracker(tmp_path, mode="offline", run_config={"backend": {"api_key": "sk-live-123"}, "seed": 1})
     t.log({"fairness": -0.1, "nan_metric": float("nan")}, step=0)
     t.log_table("judgments", ["doc", "p_a"], [["d1", 0.7]])
     t.finish()

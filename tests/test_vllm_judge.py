@@ -25,7 +25,7 @@ def _requests(instructions: list[str]) -> list[PairRequest]:
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
 def test_missing_vllm_is_a_config_error(tiny_llama):
-    from harness.judge.vllm_judge import VLLMJudge
+    from harness.judges.vllm import VLLMJudge
 
     with pytest.raises(ConfigError, match="vllm"):
         VLLMJudge(tiny_llama)
@@ -38,8 +38,8 @@ def test_vllm_matches_hf_judge(smollm2_path, shared_data):
 
     if not torch.cuda.is_available():
         pytest.skip("vLLM needs a CUDA GPU; none is available here")
-    from harness.judge.hf_judge import HFJudge
-    from harness.judge.vllm_judge import VLLMJudge
+    from harness.judges.hf import HFJudge
+    from harness.judges.vllm import VLLMJudge
 
     zepo = load_zepo_instructions(shared_data / "zepo" / "init_prompts.json")
     reqs = _requests([zepo["coherence"], zepo["fluency"]])

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import zepo
 from harness.errors import ConfigError
-from harness.judge.cache import CachedJudge, ScoreCache
+from harness.judges.cache import CachedJudge, ScoreCache
 from harness.types import Candidate, Document, PairScore
+from harness.zepo import search as zepo
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -197,7 +197,7 @@ def e2e(tmp_path_factory, shared_data, tiny_llama):
     """One unbroken run through the Hydra entry, with faults injected into the optimizer server."""
     from openai_server import OpenAIServer
 
-    from harness.run import run
+    from harness.runtime.entry import run
 
     tmp = tmp_path_factory.mktemp("zepo_e2e")
     with OpenAIServer(script=scripted_completion, hang_s=1.5) as srv:
@@ -243,6 +243,8 @@ def test_e2e_killed_after_epoch0_resumes_without_repeats(e2e, shared_data, tmp_p
     from openai_server import OpenAIServer
 
     from harness.experiments import zepo as zexp
+    from harness.runtime.context import RunContext
+    from harness.zepo.run import run_zepo
 
     class Killed(Exception):
         pass
@@ -253,13 +255,13 @@ def test_e2e_killed_after_epoch0_resumes_without_repeats(e2e, shared_data, tmp_p
 
     with OpenAIServer(script=scripted_completion) as srv:
         cfg = _compose(e2e_overrides(tmp_path, srv.url, shared_data))
-        parts = zexp.prepare(cfg)
+        parts = zexp.prepare(RunContext(cfg, tmp_path / "run"))
         with pytest.raises(Killed):
-            zexp.run_zepo(**parts, out_dir=tmp_path / "run", after_epoch=kill)
+            run_zepo(**parts, out_dir=tmp_path / "run", after_epoch=kill)
         calls_1, requests_1 = parts["judge"].calls, len(srv.requests)
         assert json.loads((tmp_path / "run" / "state.json").read_text())["epoch"] == 0
-        parts = zexp.prepare(cfg)
-        zexp.run_zepo(**parts, out_dir=tmp_path / "run")
+        parts = zexp.prepare(RunContext(cfg, tmp_path / "run"))
+        run_zepo(**parts, out_dir=tmp_path / "run")
         calls_2, requests_2 = parts["judge"].calls, len(srv.requests) - requests_1
     ref = [json.loads(x) for x in (e2e["tmp"] / "run" / "history.jsonl").read_text().splitlines()]
     got = [json.loads(x) for x in (tmp_path / "run" / "history.jsonl").read_text().splitlines()]
@@ -276,7 +278,7 @@ def test_smollm2_search_moves_decision_rate_toward_half(shared_data, smollm2_pat
     """The real thing, small: the demo config (SmolLM2 judges AND paraphrases, local optimizer, the
     fairness_prob objective) on 1 search + 1 held-out SummEval document, 3 systems, one epoch of 3
     candidates (the initial + 2 paraphrases)."""
-    from harness.run import run
+    from harness.runtime.entry import run
 
     cfg = _compose(["experiment=zepo_demo", f"data.dir={tmp_path / 'data'}", f"data.mirror={shared_data}",
                     f"cache.path={tmp_path / 'cache' / 'requests.sqlite'}", "progress=false", "wandb.mode=disabled",

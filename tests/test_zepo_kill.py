@@ -3,7 +3,7 @@ at least one of that epoch's cache chunks is committed, and rerun with the same 
 
 The resumed run must end with the unbroken run's history (same seed, fresh caches), send the
 judge only the requests the killed run had not cached (its attempts.jsonl line, written by
-harness.shard.record_attempt; the killed attempt writes none) and leave a cache of the unbroken
+harness.runtime.shard.record_attempt; the killed attempt writes none) and leave a cache of the unbroken
 run's size. The unbroken run executes alongside the killed one to keep the test short.
 """
 
@@ -17,9 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from harness.judge.cache import ScoreCache
-
 from test_zepo import e2e_overrides, scripted_completion
+
+from harness.judges.cache import ScoreCache
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 80  # per wait; a run takes ~15 s alone on 2 cores

@@ -11,7 +11,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.data.common import Line, as_id, as_text, check_unique_docs, get, iter_jsonl, kind, loc, make_document
+from harness.data.common import (
+    Line,
+    as_id,
+    as_text,
+    check_unique_docs,
+    get,
+    iter_jsonl,
+    kind,
+    loc,
+    make_document,
+)
 from harness.data.manifest import files_under
 from harness.errors import DataError
 from harness.types import Candidate, Document

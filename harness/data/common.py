@@ -60,18 +60,6 @@ def check_file(path: Path) -> Path:
     return path
 
 
-def read_json(path: Path) -> Any:
-    """One JSON document; invalid JSON is reported with its line and column."""
-    try:
-        text = check_file(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(f"not UTF-8 text ({e.reason} at byte {e.start})", where=str(path)) from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise DataError(f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}", where=str(path)) from None
-
-
 def iter_jsonl(path: Path) -> Iterator[tuple[Line, Any]]:
     """(Line, parsed value) for each non-blank line of a JSON Lines file."""
     with check_file(path).open("rb") as f:

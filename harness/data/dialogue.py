@@ -8,9 +8,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.data.common import (as_id, as_score, as_scores, as_text, expect_list, get, kind, loc, make_document,
-                                 read_json)
+from harness.data.common import (
+    as_id,
+    as_score,
+    as_scores,
+    as_text,
+    expect_list,
+    get,
+    kind,
+    loc,
+    make_document,
+)
 from harness.errors import DataError
+from harness.io import read_json
 from harness.types import Candidate, Document
 
 ASPECTS = ("understandability", "naturalness", "coherence", "engagingness", "groundedness", "overall")

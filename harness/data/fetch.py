@@ -13,16 +13,26 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import http.client
 import os
 import shutil
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.data.manifest import RAW_BASE, Source, default_data_dir, source_url, sources
+from harness.data.manifest import (
+    RAW_BASE,
+    Source,
+    default_data_dir,
+    source_url,
+    sources,
+)
+from harness.data.tasks import EXTRA_FILES, TASKS
 from harness.errors import ConfigError, DataError, HarnessError
 
 TIMEOUT_S = 60.0
@@ -51,8 +61,6 @@ def sha256_of(path: Path) -> str:
 
 def select(only: Iterable[str] | None) -> list[Source]:
     """The sources named by `only`: task names (their files plus extras), folders, or file paths."""
-    from harness.data.tasks import EXTRA_FILES, TASKS
-
     table = sources()
     if only is None:
         return list(table)
@@ -103,10 +111,6 @@ def _copy(src: Source, mirror: Path, target: Path) -> None:
 
 
 def _download(src: Source, target: Path, base_url: str, timeout: float, retries: int) -> None:
-    import http.client
-    import urllib.error
-    import urllib.request
-
     url = source_url(src, base_url)
     tmp = _tmp_beside(target)
     try:

@@ -14,7 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.data.common import Line, as_id, as_scores, as_text, get, iter_jsonl, loc, make_document
+from harness.data.common import (
+    Line,
+    as_id,
+    as_scores,
+    as_text,
+    get,
+    iter_jsonl,
+    loc,
+    make_document,
+)
 from harness.errors import DataError
 from harness.types import Candidate, Document
 

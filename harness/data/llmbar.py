@@ -8,8 +8,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.data.common import as_text, expect_list, get, kind, loc, make_document, read_json
+from harness.data.common import (
+    as_text,
+    expect_list,
+    get,
+    kind,
+    loc,
+    make_document,
+)
 from harness.errors import DataError
+from harness.io import read_json
 from harness.types import Candidate, Document
 
 NATURAL_FILE = "llmbar/Natural/dataset.json"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from urllib.parse import quote
 
 from harness.errors import DataError, located
 
@@ -77,6 +78,4 @@ def files_under(prefix: str) -> tuple[str, ...]:
 
 def source_url(src: Source, base: str = RAW_BASE) -> str:
     """The immutable raw URL of a pinned file: <base>/<repo>/<commit>/<upstream path>."""
-    from urllib.parse import quote
-
     return f"{base.rstrip('/')}/{src.repo}/{src.commit}/{quote(src.path, safe='/')}"

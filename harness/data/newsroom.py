@@ -12,8 +12,17 @@ import html
 import re
 from pathlib import Path
 
-from harness.data.common import as_id, as_scores, as_text, expect_list, get, loc, make_document, read_json
+from harness.data.common import (
+    as_id,
+    as_scores,
+    as_text,
+    expect_list,
+    get,
+    loc,
+    make_document,
+)
 from harness.errors import DataError
+from harness.io import read_json
 from harness.types import Candidate, Document
 
 FILE = "newsroom/newsroom.json"

@@ -1,0 +1,190 @@
+"""The A-BB step of a run: settings from `experiment.*`, estimate -> calibrate -> M(D) -> verify,
+and its record (bounded_scores.jsonl, abb.json, results.json, the tracker).
+
+f(D) (harness.abb.scores) -> estimation neighbours (harness.abb.neighbours; Hamming-1 edits are
+re-judged alone and spliced into the cached f(D)) -> intrinsic jitter, measured by a route that
+skips the request cache -> calibrate (tau, delta) -> M(D) = alpha f(D) + (1 - alpha) mu + Z ->
+FRESH neighbours (never used for estimation) and fresh noise -> the violation rate with a
+Clopper-Pearson interval -> rankings and retained signal before/after (harness.abb.signal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness import abb
+from harness.abb import signal
+from harness.abb.edits import FORMATTING, KINDS, MODES
+from harness.abb.neighbours import SPLIT_SEEDS, Neighbours, NeighbourSpec
+from harness.abb.scores import FIELDS, ScoreVector
+from harness.errors import ConfigError, located
+from harness.io import write_json_atomic, write_jsonl_atomic
+from harness.types import Tracker
+
+BASELINES = {"arena_hard": "gpt-4-0314", "arena_bench": "gpt-4-0314"}
+"""`baseline: auto`: Arena-Hard's baseline; arena-bench-v1 has the same model's answers."""
+KIND_GROUPS = {"formatting": tuple(FORMATTING)}
+"""Shorthands accepted in experiment.kinds."""
+
+
+def where(field: str) -> str:
+    return located("experiment", field=field)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the A-BB step needs from `experiment.*` (see conf/experiment/abb.yaml)."""
+
+    tau: float
+    """Distance bound, raw score units."""
+    split: abb.DeltaSplit
+    """delta and how it is spent (markov + noise + est)."""
+    ucb: str
+    """Sensitivity bound: none (plug-in) | hoeffding | bernstein."""
+    calibration: dict[str, Any]
+    """Keyword arguments of abb.calibrate (mu, mu_value, alpha, alpha_fraction, alpha_min, sigma_*, dp_epsilon)."""
+    clip: bool
+    """Project M(D) onto the score scale (non-expansive)."""
+    mode: str
+    """one_item (Hamming-1) | whole_set."""
+    kinds: tuple[str, ...]
+    """Neighbour kinds (harness.abb.edits.KINDS)."""
+    fields: tuple[str, ...]
+    """Inputs formatting/paraphrase kinds edit: answer | question | instruction."""
+    estimate: int
+    """Estimation neighbours m."""
+    verify: int
+    """Fresh verification neighbours (0 = no check)."""
+    draws: int
+    """Noise pairs per fresh neighbour (trials independent only at 1)."""
+    jitter: dict[str, Any]
+    """{docs, repeats, remove}: intrinsic-jitter measurement and whether to subtract it."""
+    bootstrap: int
+    """Bootstrap rounds of the ranking intervals."""
+    seed: int
+    """Root of every seed (plans, noise, bootstrap)."""
+
+    def plan(self, split: str, m: int) -> NeighbourSpec:
+        """What `judge_neighbours` draws for one split; each split has a seed of its own."""
+        return NeighbourSpec(split, m, self.kinds, self.mode, self.fields,
+                             int(np.random.SeedSequence([self.seed, SPLIT_SEEDS[split]]).generate_state(1)[0]))
+
+
+def _kinds(value: Any) -> tuple[str, ...]:
+    names = [value] if isinstance(value, str) else list(value or [])
+    out: list[str] = []
+    for n in names:
+        out += KIND_GROUPS.get(str(n), (str(n),))
+    bad = [k for k in out if k not in KINDS]
+    if not out or bad:
+        raise ConfigError(f"unknown neighbour kind {bad[0] if bad else None!r}; choose from "
+                          f"{list(KIND_GROUPS) + list(KINDS)}", where=where("kinds"))
+    return tuple(dict.fromkeys(out))
+
+
+def settings_from(exp: Mapping[str, Any], seed: int) -> Settings:
+    """Validated settings; the delta split gives nothing to an unused noise or estimation term."""
+    ucb, sigma_mode, dp = str(exp.get("ucb", "bernstein")), str(exp.get("sigma_mode", "zero")), exp.get("dp_epsilon")
+    if ucb not in abb.METHODS:
+        raise ConfigError(f"ucb must be one of {abb.METHODS}, got {ucb!r}", where=where("ucb"))
+    frac = dict(exp.get("delta_split") or {})
+    noise = frac.get("noise", "auto")
+    noise = (0.0 if sigma_mode == "zero" and dp is None else 0.45) if noise in (None, "auto") else float(noise)
+    est = 0.0 if ucb == "none" else float(frac.get("est", 0.1))
+    split = abb.split_delta(float(exp.get("delta", 0.05)), noise_fraction=noise, est_fraction=est)
+    mode = str(exp.get("mode", "one_item"))
+    if mode not in MODES:
+        raise ConfigError(f"mode must be one of {MODES}, got {mode!r}", where=where("mode"))
+    fields = tuple(str(f) for f in (exp.get("fields") or ["answer"]))
+    if any(f not in FIELDS for f in fields):
+        raise ConfigError(f"fields must be among {sorted(FIELDS)}, got {list(fields)}", where=where("fields"))
+    kinds = _kinds(exp.get("kinds"))
+    if "llm_paraphrase" in kinds and set(fields) != {"instruction"}:
+        raise ConfigError("llm_paraphrase neighbours paraphrase the judge's instruction (the optimizer is "
+                          "written for that): set experiment.fields=[instruction]", where=where("fields"))
+    cal = {k: exp.get(k) for k in ("mu_value", "alpha", "alpha_fraction", "dp_epsilon")}
+    cal.update(mu=str(exp.get("mu", "fixed")), alpha_min=float(exp.get("alpha_min") or 0.0),
+               sigma_mode=sigma_mode, sigma_fraction=float(exp.get("sigma_fraction", 0.5)))
+    jit = dict(exp.get("jitter") or {})
+    return Settings(
+        tau=float(exp.get("tau", 0.5)), split=split, ucb=ucb, calibration=cal, clip=bool(exp.get("clip", True)),
+        mode=mode, kinds=kinds, fields=fields, estimate=int(exp.get("estimate", 40)),
+        verify=int(exp.get("verify", 100)), draws=int(exp.get("draws", 1)),
+        jitter={"docs": jit.get("docs"), "repeats": int(jit.get("repeats", 1)), "remove": bool(jit.get("remove", False))},
+        bootstrap=int(exp.get("bootstrap", 100)), seed=int(seed))
+
+
+def check_feasible(s: Settings, d: int, bounds: tuple[float, float]) -> float:
+    """abb.preflight with these settings: refuse before any model is loaded or judged."""
+    return abb.preflight(tau=s.tau, split=s.split, d=d, n=s.estimate, bound=bounds[0], parallel_bound=bounds[1],
+                         method=s.ucb, mu=s.calibration["mu"], alpha_min=s.calibration["alpha_min"],
+                         jitter_removed=s.jitter["remove"] or s.calibration["dp_epsilon"] is not None)
+
+
+# --- the A-BB step and its record --------------------------------------------------------------
+
+
+def apply_abb(vector: ScoreVector, est: Neighbours, fresh: Neighbours | None, jitter: Neighbours | None,
+              s: Settings, bounds: tuple[float, float], mode: str) -> tuple[abb.AbbResult, np.ndarray]:
+    """Estimate, calibrate (ConfigError when (tau, delta) cannot be met), apply M(D), verify."""
+    remove = jitter is not None and s.jitter["remove"] and len(jitter.vectors) > 0
+    rng = np.random.default_rng([s.seed, 3])
+    return abb.run_abb(
+        vector.values, est.vectors, tau=s.tau, split=s.split, mode=mode, scale=vector.scale, rng=rng,
+        method=s.ucb, intrinsic=jitter.vectors if remove else None,
+        fresh=fresh.vectors if fresh is not None and len(fresh.vectors) else None, draws=s.draws,
+        bounds=bounds, clip=vector.scale if s.clip else None, **s.calibration)
+
+
+def jitter_report(jitter: Neighbours | None, base: np.ndarray, info: Mapping[str, Any], removed: bool) -> dict:
+    """What re-judging the unchanged input by a cache-free route measured (`measured: false` if not)."""
+    if jitter is None or not len(jitter.vectors):
+        return {"measured": False, **info}
+    sq, _ = abb.squared_distances(base, jitter.vectors)
+    return {"measured": True, "rms": float(np.sqrt(np.mean(sq))),
+            "max_abs": float(np.max(np.abs(jitter.vectors - base))), "removed": removed, **info}
+
+
+def write_outputs(out: Path, vector: ScoreVector, bounded: np.ndarray, result: abb.AbbResult,
+                  extra: Mapping[str, Any], s: Settings, tracker: Tracker | None) -> dict[str, Any]:
+    """bounded_scores.jsonl, abb.json, results.json and the W&B record; returns results.json."""
+    models = [it.model for it in vector.items]
+    groups = [it.doc_id for it in vector.items]
+    kw = {"scale": vector.scale, "baseline": vector.baseline, "rounds": s.bootstrap, "seed": s.seed}
+    rank = {"before": signal.rank_models(vector.values, models, groups, **kw),
+            "after": signal.rank_models(bounded, models, groups, **kw)}
+    sig = signal.retained(vector.values, bounded, models, rank["before"], rank["after"])
+    ref = signal.reference_agreement(vector.reference, vector.values, bounded, models) if vector.reference else None
+    write_jsonl_atomic(out / "bounded_scores.jsonl", [
+        {"item": it.id, "doc_id": it.doc_id, "model": it.model, "original": float(o), "bounded": float(b)}
+        for it, o, b in zip(vector.items, vector.values, bounded)])
+    bj = {**result.to_json(), **extra, "retained_signal": sig, "reference_agreement": ref}
+    abb.write_json(out / "abb.json", bj)
+    metrics = signal.flat_metrics(bj, sig, ref)
+    results = {"experiment": "abb", **{k: extra[k] for k in ("task", "judge", "instruction") if k in extra},
+               "scores": extra.get("scores"), "guarantee_kind": bj["guarantee"]["kind"], "metrics": metrics,
+               "rankings": rank, "retained_signal": sig,
+               "reference_agreement": ref, "judge_calls": extra.get("judge_calls")}
+    write_json_atomic(out / "results.json", results)
+    if tracker is not None:
+        tracker.log({**metrics, **signal.numeric_leaves(bj, "abb"), **signal.numeric_leaves(rank, "rank")})
+        tracker.summary({k: v for k, v in metrics.items() if v is not None})
+        tracker.log_table("models", *signal.model_rows(rank))
+        tracker.log_table("bounded_scores", ["item", "model", "original", "bounded"],
+                          [[it.id, it.model, float(o), float(b)] for it, o, b in zip(vector.items, vector.values, bounded)])
+    return results
+
+
+def report(results: Mapping[str, Any]) -> str:
+    m = results["metrics"]
+    fmt = lambda x: "–" if x is None else f"{x:.4g}"  # noqa: E731
+    kind = "" if results.get("guarantee_kind") == "distance" else " (DP variant: no tau claim)"
+    return (f"A-BB{kind}: d={m['d']} tau={m['tau']} delta={m['delta']} alpha={fmt(m['alpha'])} sigma={fmt(m['sigma'])} "
+            f"sensitivity plug-in {fmt(m['sensitivity_plugin'])} / bound {fmt(m['sensitivity_ucb'])}; fresh check "
+            f"{m['violations']}/{m['trials']} > tau (CP upper {fmt(m['violation_cp_high'])}); retained per-model "
+            f"Pearson {fmt(m['model_pearson'])}, Spearman {fmt(m['model_spearman'])}")

@@ -1,0 +1,159 @@
+"""The `abb` experiment: A-BB bias-bounded scores with a guarantee that is checked, not assumed.
+
+    python -m harness.run experiment=abb task=arena_bench model=llama3_8b_instruct backend=vllm
+    python -m harness.run experiment=abb experiment.scores=file experiment.file.path=likert.jsonl \
+        'experiment.file.scale=[1,10]'
+    python -m harness.run -m experiment=abb_sweep model=llama3_8b_instruct backend=vllm   # the grid
+    python -m harness.runtime.abb_sweep multirun/abb_grid/<stamp>                         # its plots
+
+The pipeline and its outputs: harness/abb/run.py. A (tau, delta) no data could meet is refused
+before any model is loaded (`abb.preflight`); one the measured sensitivity cannot meet is refused
+after estimation (neighbours.jsonl is kept).
+
+Writes into the run directory: bounded_scores.jsonl (item, doc_id, model, original, bounded),
+neighbours.jsonl (every neighbour: split, edits, squared distance, changed coordinates), abb.json
+(AbbResult.to_json() + scores, neighbours, jitter, retained signal), results.json (metrics for
+harness.runtime.collect, rankings before/after, retained signal), W&B (every number, a models table).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness import abb
+from harness.abb.neighbours import (
+    EditMaker,
+    Neighbours,
+    judge_neighbours,
+    neighbour_rows,
+    summarise,
+)
+from harness.abb.run import (
+    BASELINES,
+    Settings,
+    apply_abb,
+    check_feasible,
+    jitter_report,
+    report,
+    settings_from,
+    where,
+    write_outputs,
+)
+from harness.abb.scores import (
+    PairwiseScorer,
+    ScoreVector,
+    load_file_scores,
+    reference_scores,
+    select_items,
+)
+from harness.errors import ConfigError
+from harness.io import write_jsonl_atomic
+from harness.runtime.context import RunContext, experiment
+from harness.zepo.study import load_paraphrases
+
+
+def resolve_instructions(ctx: RunContext, aspect: str) -> tuple[str, list[str]]:
+    """The run's instruction (default | zepo | text | file, e.g. a ZEPO best_instruction.txt) and
+    the wordings 'instruction' neighbours draw from (templates with {aspect}, a file or a ZEPO
+    history.jsonl), the run's own first."""
+    exp = ctx.cfg.experiment
+    spec = dict(exp.get("instruction") or {})
+    if spec.get("source") == "file":
+        path = Path(str(spec.get("path") or ""))
+        if not path.is_file():
+            raise ConfigError(f"instruction file {str(path)!r} not found; set experiment.instruction.path=...",
+                              where=where("instruction.path"))
+        text = path.read_text(encoding="utf-8").strip()
+    else:
+        text = ctx.instruction(spec, aspect)
+    others = [str(t).format(aspect=aspect) for t in (exp.get("instructions") or [])]
+    if exp.get("instructions_file"):
+        others += load_paraphrases(str(exp.instructions_file))
+    return text, list(dict.fromkeys([text, *others]))
+
+
+def run_judged(ctx: RunContext, s: Settings) -> dict[str, Any]:
+    """f(D) from the judge's A/B logprobs, its neighbours re-judged, then the A-BB step."""
+    cfg, exp, task = ctx.cfg, ctx.cfg.experiment, ctx.cfg.task
+    docs, family = ctx.docs, ctx.family
+    base_name = exp.get("baseline", "auto")
+    baseline = BASELINES.get(task.name) if base_name == "auto" else base_name
+    models = None if exp.get("models") is None else list(exp.models)
+    items, skipped = select_items(docs, baseline=baseline, models=models, max_candidates=task.get("max_candidates"))
+    aspect = exp.get("aspect") or ("helpfulness" if family == "instruction" else ctx.aspect)
+    instruction, wordings = resolve_instructions(ctx, aspect)
+    scorer = PairwiseScorer(None, docs, items, instruction=instruction, family=family, baseline=baseline,
+                            orders=str(exp.orders), progress=bool(cfg.progress))
+    bounds = scorer.bounds(s.mode)
+    check_feasible(s, scorer.d, bounds)  # before any model is loaded
+    scorer.judge = ctx.judge
+    paraphraser = ctx.optimizer() if "llm_paraphrase" in s.kinds else None
+    vector = scorer.vector(reference_scores(docs, items, ctx.aspect, baseline))
+    maker = EditMaker(scorer, wordings, paraphraser, aspect)
+    est = judge_neighbours(scorer, vector.values, maker, s.plan("estimate", s.estimate))
+    fresh = judge_neighbours(scorer, vector.values, maker, s.plan("verify", s.verify)) if s.verify > 0 else None
+    jitter, how = None, {"route": "not measured (experiment.jitter.repeats=0)"}
+    if s.jitter["repeats"] > 0:
+        rows, how = scorer.jitter(vector.values, docs=s.jitter["docs"], repeats=s.jitter["repeats"], seed=s.seed)
+        jitter = Neighbours("jitter", rows, tuple({"index": k} for k in range(len(rows))))
+    extra = {"task": task.name, "judge": ctx.judge.identity, "instruction": instruction,
+             "scores": {"kind": vector.kind, "scale": list(vector.scale), "d": scorer.d, "baseline": baseline,
+                        "orders": scorer.orders, "n_docs": len(scorer.by_doc), "skipped_docs": skipped,
+                        "models": list(dict.fromkeys(it.model for it in items))}}
+    return finish(ctx, vector, est, fresh, jitter, how, s, bounds, s.mode, extra)
+
+
+def run_file(ctx: RunContext, s: Settings) -> dict[str, Any]:
+    """A user's score file (f(D) and its neighbours' rows): the A-BB step without a judge."""
+    exp = ctx.cfg.experiment
+    spec = exp.get("file") or {}
+    if not spec.get("path"):
+        raise ConfigError("experiment.scores=file needs experiment.file.path=...", where=where("file.path"))
+    fs = load_file_scores(spec["path"], spec.get("scale"),
+                          exp.get("baseline") if exp.get("baseline") not in (None, "auto") else None)
+    vector, d = fs.vector, fs.vector.values.size
+    k = fs.items_changed()
+    mode = "one_item" if k == 1 else "whole_set"
+    bounds = abb.distance_bounds(mode, d, vector.scale, items_changed=k)
+    s = dataclasses.replace(s, estimate=len(fs.neighbours.get("estimate", [])))
+    if not s.estimate:
+        raise ConfigError(f"{spec['path']} has no neighbour rows with split=estimate", where=where("file.path"))
+    check_feasible(s, d, bounds)
+
+    def split(name: str) -> Neighbours | None:
+        rows = fs.neighbours.get(name, [])
+        return Neighbours(name, fs.rows(name), tuple({"index": j, "id": nid} for j, (nid, _) in enumerate(rows))) \
+            if rows else None
+
+    how = {"route": f"split=jitter rows of {spec['path']}"}
+    extra = {"task": "file", "judge": None, "instruction": None,
+             "scores": {"kind": "file", "path": str(spec["path"]), "scale": list(vector.scale), "d": d,
+                        "baseline": vector.baseline, "items_changed": k}}
+    return finish(ctx, vector, split("estimate"), split("verify"), split("jitter"), how, s, bounds, mode, extra)
+
+
+def finish(ctx: RunContext, vector: ScoreVector, est: Neighbours, fresh: Neighbours | None,
+           jitter: Neighbours | None, how: Mapping[str, Any], s: Settings, bounds: tuple[float, float], mode: str,
+           extra: dict[str, Any]) -> dict[str, Any]:
+    """neighbours.jsonl first (kept when calibration refuses), then A-BB and every output."""
+    out = ctx.out_dir
+    write_jsonl_atomic(out / "neighbours.jsonl", neighbour_rows(vector.values, [n for n in (est, fresh, jitter) if n]))
+    result, bounded = apply_abb(vector, est, fresh, jitter, s, bounds, mode)
+    removed = result.params.sensitivity.intrinsic is not None
+    extra = {**extra, "neighbours": {"mode": mode, "kinds": list(s.kinds), "fields": list(s.fields),
+                                     "bounds": {"B": bounds[0], "B_parallel": bounds[1]},
+                                     "estimate": summarise(est, vector.values), "verify": summarise(fresh, vector.values)},
+             "jitter": jitter_report(jitter, vector.values, how, removed), "judge_calls": ctx.calls}
+    results = write_outputs(out, vector, bounded, result, extra, s, ctx.tracker)
+    print(report(results), flush=True)
+    return results
+
+
+def main(cfg: Any, out_dir: Path) -> dict[str, Any]:
+    """Hydra entry (harness.run): settings first, so a bad (tau, delta) fails before any work."""
+    s = settings_from(cfg.experiment, cfg.seed)
+    with experiment(cfg, out_dir) as ctx:
+        return run_file(ctx, s) if cfg.experiment.scores == "file" else run_judged(ctx, s)

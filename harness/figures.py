@@ -1,0 +1,32 @@
+"""Matplotlib without a display (Agg), and figures saved atomically as PNG files.
+
+Every figure the harness draws (ZEPO's search and sensitivity figures, A-BB sweeps, collected
+tables, run report cards) goes through `pyplot()` and `save()`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend (clusters have no display; set before the import)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save(fig: Any, path: str | Path, **savefig: Any) -> Path:
+    """Write `fig` to `path` through a temporary file (a crash never leaves half a PNG); closes it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.png")
+    fig.savefig(tmp, dpi=savefig.pop("dpi", 120), bbox_inches=savefig.pop("bbox_inches", "tight"), **savefig)
+    pyplot().close(fig)
+    os.replace(tmp, path)
+    return path

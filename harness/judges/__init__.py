@@ -1,0 +1,9 @@
+"""Judges behind one interface: `score_pairs(requests) -> list[PairScore]` (same order).
+
+Backends import their heavy libraries lazily: `harness.judges.hf` (transformers),
+`harness.judges.vllm` (vLLM, optional extra), `harness.judges.api` (OpenAI-compatible).
+"""
+
+from harness.judges.base import AnswerTokens, Judge, renormalise
+
+__all__ = ["AnswerTokens", "Judge", "renormalise"]

@@ -1,0 +1,226 @@
+"""OpenAI-compatible judge: one max_tokens=1 request per pair, answer-token logprobs read back.
+
+Two read-outs:
+- "exact": vLLM's `logprob_token_ids` extension returns the full-vocabulary logprob of exactly
+  the answer ids (with `return_tokens_as_token_ids`, so entries are 'token_id:<id>' and no
+  decoding ambiguity remains). Same numbers as the transformers backend for the same weights.
+- "top": plain OpenAI `top_logprobs=K` (K <= 20); the variants 'A', ' A', 'B', ' B' are looked
+  up by text at the first position. Variants outside the top K are missing: they are left out
+  of PairScore.token_logprobs and counted in `stats['missing']`; a request where no variant of
+  any label appears gets p_a = 0.5 and counts as `unreadable`. Missing variants count as
+  probability 0 (their true probability is below the K-th entry's).
+
+The endpoint is /chat/completions (messages: optional system prompt + the user prompt) or, when
+`endpoint='completions'`, the legacy /completions with the prompt sent raw (no chat template).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from harness.errors import ConfigError
+from harness.http import ApiError, HttpSettings, JsonClient, MalformedResponse
+from harness.judges.base import (
+    AnswerTokens,
+    logsumexp,
+    renormalise,
+    resolve_answer_tokens,
+    template_fingerprint,
+)
+from harness.models import resolve_model_path
+from harness.types import PairRequest, PairScore
+
+log = logging.getLogger(__name__)
+
+MODES = ("auto", "exact", "top")
+ENDPOINTS = {"chat": "/chat/completions", "completions": "/completions"}
+_ID_PREFIX = "token_id:"
+
+
+def answer_tokens_from_ids(token_ids: Mapping[str, int], labels: Sequence[str]) -> AnswerTokens:
+    """AnswerTokens from a config mapping of variant text to id, e.g. {'A': 32, ' A': 362, ...}."""
+    known = {v for label in labels for v in (label, " " + label)}
+    extra = sorted(set(token_ids) - known)
+    if extra:
+        raise ConfigError(f"token_ids keys {extra} are not answer-label variants of {list(labels)} "
+                          "(use the label and the label with a leading space)")
+    variants: dict[str, tuple[tuple[str, int], ...]] = {}
+    for label in labels:
+        if label not in token_ids:
+            raise ConfigError(f"token_ids lacks the bare label {label!r}")
+        variants[label] = tuple((t, int(token_ids[t])) for t in (label, " " + label) if t in token_ids)
+    ids = [i for vs in variants.values() for _, i in vs]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"token_ids repeat an id: {dict(token_ids)}")
+    return AnswerTokens(labels=tuple(labels), variants=variants)
+
+
+def answer_tokens_from_tokenizer(spec: str, labels: Sequence[str]) -> AnswerTokens:
+    """Resolve answer ids with the served model's tokenizer (an HF dir/id, tiny:*, pkg:*)."""
+    from transformers import AutoTokenizer
+
+    path, gguf = resolve_model_path(spec)
+    try:
+        tok = AutoTokenizer.from_pretrained(path, **({"gguf_file": gguf} if gguf else {}))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"cannot load tokenizer {spec!r} to find answer-token ids: "
+                          f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
+    return resolve_answer_tokens(tok, labels)
+
+
+class ApiJudge:
+    """A judge served over an OpenAI-compatible HTTP API."""
+
+    def __init__(self, model: str, base_url: str, *, labels: Sequence[str] = ("A", "B"), logprob_mode: str = "auto",
+                 token_ids: Mapping[str, int] | None = None, tokenizer: str | None = None,
+                 top_logprobs: int = 20, system_prompt: str | None = None, endpoint: str = "chat",
+                 api_key_env: str | None = "OPENAI_API_KEY", timeout_s: float = 60.0, max_retries: int = 6,
+                 backoff_base_s: float = 1.0, backoff_max_s: float = 60.0, concurrency: int = 8,
+                 client: JsonClient | None = None) -> None:
+        mode = logprob_mode
+        if mode not in MODES:
+            raise ConfigError(f"unknown logprob_mode {mode!r}; use one of {', '.join(MODES)}")
+        if endpoint not in ENDPOINTS:
+            raise ConfigError(f"unknown endpoint {endpoint!r}; use chat or completions")
+        if not 1 <= int(top_logprobs) <= 20:
+            raise ConfigError(f"top_logprobs must be in 1..20 (the OpenAI limit), got {top_logprobs}")
+        if endpoint == "completions" and system_prompt:
+            raise ConfigError("system_prompt needs endpoint=chat (the completions endpoint sends the prompt raw)")
+        self.model, self.labels = model, tuple(labels)
+        self.endpoint, self.system_prompt, self.top_logprobs = endpoint, system_prompt, int(top_logprobs)
+        self.answers: AnswerTokens | None = None
+        if token_ids:
+            self.answers = answer_tokens_from_ids(token_ids, self.labels)
+        elif tokenizer and mode != "top":
+            self.answers = answer_tokens_from_tokenizer(tokenizer, self.labels)
+        if mode == "exact" and self.answers is None:
+            raise ConfigError("logprob_mode=exact needs the answer token ids: set token_ids or tokenizer "
+                              "(the served model's tokenizer: an HF dir/id, tiny:*, pkg:*)")
+        self.mode = "exact" if (mode != "top" and self.answers is not None) else "top"
+        self.client = client or JsonClient(HttpSettings(
+            base_url=base_url, api_key_env=api_key_env, timeout_s=timeout_s, max_retries=max_retries,
+            backoff_base_s=backoff_base_s, backoff_max_s=backoff_max_s, concurrency=concurrency))
+        self.base_url = self.client.settings.base_url.rstrip("/")
+        readout = (self.answers.describe() if self.mode == "exact" and self.answers
+                   else f"top{self.top_logprobs}:{','.join(self.labels)}")
+        self.identity = "|".join(["api", self.base_url, model, endpoint, readout,
+                                  f"sys={template_fingerprint(system_prompt)}"])
+        self.stats: Counter[str] = Counter()
+        """requests, missing (answer variants absent from a response), unreadable (no label at all)."""
+        self._warned = False
+
+    def __repr__(self) -> str:
+        return f"ApiJudge(identity={self.identity!r})"
+
+    # -- request bodies ------------------------------------------------------------------------
+    def body(self, prompt: str) -> dict[str, Any]:
+        """The JSON body for one prompt (exposed so users can see what is sent)."""
+        body: dict[str, Any] = {"model": self.model, "max_tokens": 1, "temperature": 0}
+        if self.endpoint == "chat":
+            messages = [{"role": "user", "content": prompt}]
+            if self.system_prompt:
+                messages.insert(0, {"role": "system", "content": self.system_prompt})
+            body["messages"] = messages
+            body["logprobs"] = True
+        else:
+            body["prompt"] = prompt
+        if self.mode == "exact" and self.answers is not None:
+            ids = self.answers.all_ids
+            body["logprob_token_ids"] = ids
+            body["return_tokens_as_token_ids"] = True
+            # vLLM requires logprobs (completions) / top_logprobs (chat) == len(ids) when both are set.
+            body["top_logprobs" if self.endpoint == "chat" else "logprobs"] = len(ids)
+        else:
+            body["top_logprobs" if self.endpoint == "chat" else "logprobs"] = self.top_logprobs
+        return body
+
+    # -- scoring -------------------------------------------------------------------------------
+    def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
+        bodies = [self.body(r.prompt) for r in requests]
+        responses = self.client.post_many(ENDPOINTS[self.endpoint], bodies, check=self._check)
+        self.stats["requests"] += len(responses)
+        return [self._score(first_position(resp, self.endpoint)) for resp in responses]
+
+    def _check(self, resp: dict) -> None:
+        first_position(resp, self.endpoint)
+
+    def _score(self, entries: dict[str, float]) -> PairScore:
+        """PairScore from one position's {token (text or 'token_id:N'): logprob}."""
+        by_id = {int(k[len(_ID_PREFIX):]): v for k, v in entries.items()
+                 if k.startswith(_ID_PREFIX) and k[len(_ID_PREFIX):].isdigit()}
+        token_logprobs: dict[str, float] = {}
+        per_label: list[float] = []
+        missing = 0
+        for label in self.labels:
+            found = []
+            for text, tid in self._variants(label):
+                value = by_id.get(tid) if tid is not None else None
+                if value is None:
+                    value = entries.get(text)
+                if value is None:
+                    missing += 1
+                    continue
+                token_logprobs[f"{label}:{text}"] = value
+                found.append(value)
+            per_label.append(logsumexp(found) if found else -math.inf)
+        self.stats["missing"] += missing
+        if missing and self.mode == "exact" and not self._warned:
+            self._warned = True
+            log.warning("%s: the server left out requested answer-token ids; it may not support "
+                        "logprob_token_ids (use mode=top for such servers)", self.base_url)
+        if not token_logprobs:
+            self.stats["unreadable"] += 1
+            return PairScore(token_logprobs={}, p_a=0.5)
+        return PairScore(token_logprobs=token_logprobs, p_a=renormalise(per_label[0], per_label[1:]))
+
+    def _variants(self, label: str) -> list[tuple[str, int | None]]:
+        if self.mode == "exact" and self.answers is not None:
+            return list(self.answers.variants[label])
+        return [(label, None), (" " + label, None)]
+
+
+def first_position(resp: dict, endpoint: str = "chat") -> dict[str, float]:
+    """{token: logprob} of the first generated position's candidate list.
+
+    A body without `choices` is malformed (retried); a well-formed body without logprobs means
+    the server does not return them, which no retry fixes.
+    """
+    choices = resp.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise MalformedResponse("no choices in the response")
+    lp = choices[0].get("logprobs")
+    if not isinstance(lp, dict):
+        raise ApiError("the server returned no logprobs; it must support logprobs with top_logprobs")
+    if endpoint == "chat":
+        content = lp.get("content")
+        if not isinstance(content, list) or not content:
+            raise ApiError("the server returned empty logprobs.content")
+        top = content[0].get("top_logprobs")
+        if not isinstance(top, list):
+            raise MalformedResponse("logprobs.content[0].top_logprobs is not a list")
+        out: dict[str, float] = {}
+        for e in top:
+            if not isinstance(e, dict) or "token" not in e or "logprob" not in e:
+                raise MalformedResponse("a top_logprobs entry lacks token/logprob")
+            out.setdefault(str(e["token"]), float(e["logprob"]))  # first (highest) wins on duplicates
+        return out
+    top = lp.get("top_logprobs")
+    if not isinstance(top, list) or not top or not isinstance(top[0], dict):
+        raise MalformedResponse("logprobs.top_logprobs[0] is not an object")
+    return {str(k): float(v) for k, v in top[0].items()}
+
+
+def build(judge_model: Mapping[str, Any], name: str = "api", **options: Any) -> ApiJudge:
+    """The judge `conf/backend/api.yaml` describes for `judge_model` (conf/model/*.yaml). The server-side
+    model name is backend.model, else the model's name; in exact mode without explicit token ids, the
+    served model's tokenizer (model.path) gives the answer ids."""
+    del name
+    served = options.pop("model", None) or judge_model.get("name")
+    if options.get("logprob_mode", "auto") != "top" and not options.get("token_ids") and not options.get("tokenizer"):
+        options["tokenizer"] = str(judge_model["path"])
+    return ApiJudge(model=served, labels=tuple(judge_model.get("labels") or ("A", "B")),
+                    system_prompt=judge_model.get("system_prompt"), **options)

@@ -1,0 +1,264 @@
+"""Transformers backend: one forward pass per prompt, logits at the last position only.
+
+Prompts are wrapped in the tokenizer's chat template and tokenized once. Llama-family models
+(Llama, Mistral, SmolLM2) run through the packed engine (`harness.judges.packed`: the rows of a
+batch concatenated, no padding); other models run through HF's forward on length-sorted,
+left-padded batches with explicit position ids (so a padded row computes exactly what it would
+alone). Either way the answer-token log-probabilities are read from the log-softmax over the
+full vocabulary at the position where the assistant's first token would go.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ConfigError, JudgeInputError
+from harness.judges.base import (
+    AnswerTokens,
+    resolve_answer_tokens,
+    template_fingerprint,
+)
+from harness.judges.packed import PackedLlama, Segment, row_batches, unsupported
+from harness.judges.prefix import PrefixScorer, supports_prefix_reuse
+from harness.models import resolve_model_path
+from harness.types import PairRequest, PairScore
+
+log = logging.getLogger(__name__)
+
+ENGINES = ("auto", "packed", "hf")
+"""auto: the packed engine where the architecture allows, else HF's forward."""
+_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+           "float16": "float16", "fp16": "float16"}
+
+
+def pick_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r} asked for but CUDA is not available")
+    return device
+
+
+def pick_dtype(dtype: str, device: str):
+    import torch
+
+    if dtype == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if dtype not in _DTYPES:
+        raise ConfigError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
+    return getattr(torch, _DTYPES[dtype])
+
+
+def load_model_and_tokenizer(path: str | Path, gguf_file: str | None, dtype, device: str,
+                             revision: str | None = None, trust_remote_code: bool = False):
+    """Load an HF directory (or a GGUF file inside one) for causal-LM scoring."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
+    if revision:
+        kwargs["revision"] = revision
+    if gguf_file:
+        kwargs["gguf_file"] = gguf_file
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path), **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, **kwargs)
+    except (OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"cannot load model from {path}{'/' + gguf_file if gguf_file else ''}: {first}") from None
+    model.to(device).eval()
+    return model, tok
+
+
+def format_chat(tokenizer: Any, prompt: str, system_prompt: str | None = None) -> str:
+    """The exact text a judge model reads: its chat template with the generation prompt.
+
+    Shared by every local backend (transformers, vLLM) so they score identical token ids.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        return prompt
+    messages = [{"role": "user", "content": prompt}]
+    if system_prompt:
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def encode_prompts(tokenizer: Any, requests: Sequence[PairRequest], system_prompt: str | None,
+                   max_length: int) -> list[list[int]]:
+    """Chat-formatted token ids per request; refuses empty prompts and prompts over `max_length`."""
+    texts = [format_chat(tokenizer, r.prompt, system_prompt) for r in requests]
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    for r, row in zip(requests, ids):
+        if len(row) >= max_length:
+            raise JudgeInputError(
+                f"prompt for document {r.doc_id!r} pair ({r.a_id}, {r.b_id}) is {len(row)} tokens, "
+                f"longer than the model's context of {max_length}"
+            )
+        if not row:
+            raise JudgeInputError(f"empty prompt for document {r.doc_id!r} pair ({r.a_id}, {r.b_id})")
+    return [list(row) for row in ids]
+
+
+class HFJudge:
+    """A transformers causal LM as a pairwise judge (CPU or CUDA, HF dirs and GGUF files)."""
+
+    def __init__(self, path: str | Path, *, name: str | None = None, gguf_file: str | None = None,
+                 revision: str | None = None, dtype: str = "auto", device: str = "auto",
+                 batch_size: int = 8, max_length: int | None = None, labels: Sequence[str] = ("A", "B"),
+                 system_prompt: str | None = None, trust_remote_code: bool = False,
+                 model: Any = None, tokenizer: Any = None, prefix_reuse: bool = False,
+                 engine: str = "auto", max_batch_tokens: int = 4096) -> None:
+        import torch
+
+        if engine not in ENGINES:  # before any weights are loaded
+            raise ConfigError(f"unknown engine {engine!r}; use {', '.join(ENGINES)}")
+        self.device = pick_device(device)
+        self.torch_dtype = pick_dtype(dtype, self.device)
+        if model is None or tokenizer is None:
+            model, tokenizer = load_model_and_tokenizer(path, gguf_file, self.torch_dtype, self.device,
+                                                        revision, trust_remote_code)
+        self.model, self.tokenizer = model, tokenizer
+        self.batch_size = int(batch_size)
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+        self.system_prompt = system_prompt
+        self.max_length = int(max_length or _context_length(model.config))
+        self.answers: AnswerTokens = resolve_answer_tokens(tokenizer, labels)
+        self._answer_ids = torch.tensor(self.answers.all_ids, device=self.device)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        if self.pad_id is None:
+            self.pad_id = 0
+        # Prefix reuse changes only the order of float operations (results equal within fp
+        # tolerance), so it is deliberately not part of `identity` (the cache key).
+        self.prefix_reuse = bool(prefix_reuse)
+        # Likewise the engine: packed and HF forwards differ only in float summation order.
+        self.packed = _packed_engine(model, engine)
+        """The PackedLlama running this model, or None (HF's forward on padded batches)."""
+        self.max_batch_tokens = int(max_batch_tokens)
+        if self.max_batch_tokens < 1:
+            raise ConfigError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
+        self.prompts = 0
+        """Prompts scored so far (both paths)."""
+        self.tokens_processed = 0
+        """Real tokens run through the model so far: full prompts, or shared prefixes once."""
+        self.prefix_scorer = None
+        """The PrefixScorer once prefix reuse has run (its counters say how the work split)."""
+        name = name or Path(str(path)).name
+        self.identity = "|".join([
+            "hf", name, revision or "-", gguf_file or "-", str(self.torch_dtype).removeprefix("torch."),
+            f"tmpl={template_fingerprint(getattr(tokenizer, 'chat_template', None))}",
+            f"sys={template_fingerprint(system_prompt)}", self.answers.describe(),
+        ])
+
+    # -- prompt -> token ids ------------------------------------------------------------------
+    def format_prompt(self, prompt: str) -> str:
+        """The exact text the model reads: chat template with the generation prompt."""
+        return format_chat(self.tokenizer, prompt, self.system_prompt)
+
+    def encode(self, requests: Sequence[PairRequest]) -> list[list[int]]:
+        return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length)
+
+    # -- scoring --------------------------------------------------------------------------------
+    def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
+        ids = self.encode(requests)
+        self.prompts += len(ids)
+        if self.prefix_reuse and ids:
+            packed = self._packed_for(ids)
+            if packed is not None or supports_prefix_reuse(self.model, ids):
+                if self.prefix_scorer is None:
+                    self.prefix_scorer = PrefixScorer(self.model, self._answer_ids, self.pad_id, self.device,
+                                                      self.batch_size, max_batch_tokens=self.max_batch_tokens)
+                self.prefix_scorer.engine = packed
+                before = self.prefix_scorer.tokens_processed
+                rows = self.prefix_scorer.answer_logprobs(ids)
+                self.tokens_processed += self.prefix_scorer.tokens_processed - before
+                return [self.answers.score(row) for row in rows]
+            log.warning("prefix reuse skipped (plain path used): the model's sliding window is shorter "
+                        "than the longest prompt (packed engine) or twice it (HF forward), or its "
+                        "attention is neither full nor sliding")
+        self.tokens_processed += sum(len(r) for r in ids)
+        out: list[PairScore | None] = [None] * len(ids)
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
+        for batch in row_batches([len(ids[i]) for i in order], self.batch_size,
+                                 self.max_batch_tokens if self._packed_for(ids) else None):
+            rows = [order[k] for k in batch]
+            lps = self.answer_logprobs([ids[i] for i in rows])
+            for i, row in zip(rows, lps):
+                out[i] = self.answers.score(row)
+        return out  # type: ignore[return-value]
+
+    def answer_logprobs(self, rows: Sequence[Sequence[int]]) -> list[list[float]]:
+        """Full-vocabulary log-probs of the answer ids at the next position, one row per prompt."""
+        import torch
+
+        packed = self._packed_for(rows)
+        with torch.inference_mode():
+            if packed is not None:
+                logits, _ = packed.forward([Segment(r) for r in rows])
+            else:
+                logits = self._hf_last_logits(rows)
+            logp = torch.log_softmax(logits.float(), dim=-1)[:, self._answer_ids]
+        return logp.cpu().tolist()
+
+    def _packed_for(self, rows: Sequence[Sequence[int]]):
+        """The packed engine if it runs these rows exactly (sliding window permitting), else None."""
+        if self.packed is None or not rows:
+            return None
+        return self.packed if self.packed.fits(max(len(r) for r in rows)) else None
+
+    def _hf_last_logits(self, rows: Sequence[Sequence[int]]):
+        """HF's forward on a left-padded batch; logits at each row's last position."""
+        import torch
+
+        width = max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for k, r in enumerate(rows):
+            input_ids[k, width - len(r):] = torch.tensor(r, dtype=torch.long)
+            mask[k, width - len(r):] = 1
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        return self.model(
+            input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
+            position_ids=position_ids.to(self.device), logits_to_keep=1, use_cache=False,
+        ).logits[:, -1, :]
+
+
+def _packed_engine(model: Any, engine: str):
+    """A PackedLlama for engine 'auto' (when the architecture allows) or 'packed' (or an error)."""
+    if engine == "hf":
+        return None
+    reason = unsupported(model)
+    if reason is None:
+        return PackedLlama(model)
+    if engine == "packed":
+        raise ConfigError(f"engine=packed cannot run this model: {reason}")
+    log.info("HF forward used (packed engine: %s)", reason)
+    return None
+
+
+def _context_length(config: Any) -> int:
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        v = getattr(config, attr, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return 2048
+
+
+def build(judge_model: Mapping[str, Any], name: str = "hf", **options: Any) -> HFJudge:
+    """The judge `conf/backend/hf.yaml` describes (`_target_`), for the weights in `conf/model/*.yaml`.
+
+    `options` are HFJudge's engine settings (device, dtype, batch_size, engine, max_batch_tokens,
+    prefix_reuse); a backend dtype of null/auto defers to the model's."""
+    del name  # the backend's name: part of the config, not of the judge
+    path, gguf = resolve_model_path(str(judge_model["path"]), judge_model.get("gguf_file"))
+    dtype = options.pop("dtype", None)
+    if dtype in (None, "auto") and judge_model.get("dtype"):
+        dtype = judge_model["dtype"]
+    return HFJudge(path, name=judge_model.get("name"), gguf_file=gguf, revision=judge_model.get("revision"),
+                   dtype=dtype or "auto", max_length=judge_model.get("max_length"),
+                   labels=tuple(judge_model.get("labels") or ("A", "B")), system_prompt=judge_model.get("system_prompt"),
+                   trust_remote_code=bool(judge_model.get("trust_remote_code", False)), **options)

@@ -1,0 +1,77 @@
+"""Judge wrappers that change how requests reach the judge, not what it answers.
+
+`PreemptibleJudge` feeds a (cached) judge one cache chunk at a time and holds SIGUSR1/SIGUSR2
+(submitit's preemption and timeout signals) until each chunk is committed, so a requeued SLURM
+job finds every request it paid for in the cache and re-scores none. The caching wrapper itself
+is `harness.judges.cache.CachedJudge`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from harness.errors import ConfigError
+from harness.judges.base import supports_progress
+from harness.types import PairRequest, PairScore
+
+PREEMPT_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+"""submitit's timeout/preemption signals (SUBMITIT_PREEMPT_SIGNAL picks one; USR2 by default)."""
+
+
+@contextlib.contextmanager
+def deferred_signals(signums: Sequence[int] = PREEMPT_SIGNALS) -> Iterator[list[int]]:
+    """Hold `signums` for the duration of the block, then deliver them to the original handlers.
+
+    submitit's handler checkpoints, requeues and raises SystemExit wherever Python happens to be;
+    inside a chunk that throws away scores not yet committed. Held until the block ends, the
+    handler runs after the commit. Only the main thread can install handlers: elsewhere a no-op.
+    """
+    pending: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield pending
+        return
+    previous = {s: signal.getsignal(s) for s in signums}
+    previous = {s: h for s, h in previous.items() if h is not None}  # None: installed from C, leave it
+    for s in previous:
+        signal.signal(s, lambda signum, frame: pending.append(signum))
+    try:
+        yield pending
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        for s in dict.fromkeys(pending):
+            signal.raise_signal(s)
+
+
+class PreemptibleJudge:
+    """A cached judge scored one cache chunk at a time, preemption signals held per chunk."""
+
+    def __init__(self, judge: Any, chunk: int = 16) -> None:
+        if chunk < 1:
+            raise ConfigError(f"cache.chunk must be >= 1, got {chunk}")
+        self.judge = judge
+        self.chunk = int(chunk)
+        self.identity = judge.identity
+        self._takes_progress = supports_progress(judge)
+
+    @property
+    def calls(self) -> int | None:
+        """Requests the wrapped CachedJudge sent to the model (None without a cache)."""
+        return getattr(self.judge, "calls", None)
+
+    def score_pairs(self, requests: Sequence[PairRequest], progress: Any = None) -> list[PairScore]:
+        out: list[PairScore] = []
+        for i in range(0, len(requests), self.chunk):
+            part = requests[i : i + self.chunk]
+            with deferred_signals():
+                if self._takes_progress:
+                    out.extend(self.judge.score_pairs(part, progress=progress))
+                else:
+                    out.extend(self.judge.score_pairs(part))
+                    if progress is not None:
+                        progress.update(len(part))
+        return out

@@ -1,0 +1,154 @@
+"""Judging documents: a request for every ordered pair, scored by a judge, written to and read back
+from judgments.jsonl (one Judgment per line, errors naming the file, the record and the field).
+
+    requests, templates = build_requests(docs, instruction, family, aspect)
+    judgments, p_cf = judge_documents(judge, docs, aspect=..., instruction=..., family=...)
+    write_judgments(path, judgments, p_cf); load_judgments(path)
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from harness.errors import DataError, located
+from harness.io import write_jsonl_atomic
+from harness.judges.base import Judge, supports_progress
+from harness.prompts import render
+from harness.types import Candidate, Document, Judgment, PairRequest, PairScore
+
+CONTENT_FREE = "N/A"
+"""What every content slot holds in the content-free prompt (contextual calibration)."""
+
+ROW_KEYS = ("doc_id", "a_id", "b_id", "p_a", "token_logprobs", "human_a", "human_b", "gold_a")
+"""Keys of one judgments.jsonl row, in the order they are written."""
+
+
+def judgment_to_row(j: Judgment) -> dict[str, Any]:
+    """One judgments.jsonl row (JSON-ready; -inf logprobs and NaN P(A) stay floats)."""
+    logprobs = {str(k): float(v) for k, v in j.token_logprobs.items()}
+    values = (j.doc_id, j.a_id, j.b_id, float(j.p_a), logprobs, _opt(j.human_a, float),
+              _opt(j.human_b, float), _opt(j.gold_a, bool))
+    return dict(zip(ROW_KEYS, values))
+
+
+def _opt(x: Any, kind: type) -> Any:
+    return None if x is None else kind(x)
+
+
+def _number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def judgment_from_row(
+    row: Mapping[str, Any], path: object = "<row>", record: object | None = None
+) -> Judgment:
+    """Parse a judgments.jsonl row; DataError names path, record and field on a bad value."""
+
+    def bad(field: str | None, why: str) -> DataError:
+        return DataError(why, where=located(path, record, field))
+
+    if not isinstance(row, Mapping):
+        raise bad(None, f"expected a JSON object, got {type(row).__name__}")
+    for key in ("doc_id", "a_id", "b_id"):
+        if not isinstance(row.get(key), str):
+            raise bad(key, f"must be a string, got {row.get(key)!r}")
+    p_a = row.get("p_a")
+    if not _number(p_a) or not (math.isnan(p_a) or 0 <= p_a <= 1):
+        raise bad("p_a", f"must be a probability in [0, 1] (or NaN), got {p_a!r}")
+    logprobs = row.get("token_logprobs") or {}
+    if not isinstance(logprobs, Mapping) or not all(
+        isinstance(k, str) and _number(v) for k, v in logprobs.items()
+    ):
+        raise bad("token_logprobs", "must map token keys (strings) to numbers")
+    for key in ("human_a", "human_b"):
+        if row.get(key) is not None and not _number(row[key]):
+            raise bad(key, f"must be a number or null, got {row[key]!r}")
+    if row.get("gold_a") is not None and not isinstance(row["gold_a"], bool):
+        raise bad("gold_a", f"must be true, false or null, got {row['gold_a']!r}")
+    logprobs = {k: float(v) for k, v in logprobs.items()}
+    return Judgment(row["doc_id"], row["a_id"], row["b_id"], float(p_a), logprobs,
+                    _opt(row.get("human_a"), float), _opt(row.get("human_b"), float),
+                    row.get("gold_a"))
+
+
+# -- requests ---------------------------------------------------------------------------------
+def ordered_pairs(doc: Document, max_candidates: int | None = None) -> list[tuple[Candidate, Candidate]]:
+    cands = doc.candidates[:max_candidates] if max_candidates else doc.candidates
+    return list(itertools.permutations(cands, 2))
+
+
+def build_requests(docs: Sequence[Document], instruction: str, family: str, aspect: str | None,
+                   max_candidates: int | None = None) -> tuple[list[PairRequest], list[Judgment]]:
+    """Requests for all ordered pairs, and Judgment templates carrying the human labels."""
+    requests, templates = [], []
+    for doc in docs:
+        for a, b in ordered_pairs(doc, max_candidates):
+            requests.append(PairRequest(doc.id, a.id, b.id, render(doc, a, b, instruction, family)))
+            gold = None if doc.gold is None else doc.gold == a.id
+            templates.append(Judgment(doc.id, a.id, b.id, float("nan"), {}, a.scores.get(aspect) if aspect else None,
+                                      b.scores.get(aspect) if aspect else None, gold))
+    return requests, templates
+
+
+def content_free_request(instruction: str, family: str) -> PairRequest:
+    """Zhao et al. (2021): the same prompt with every content slot set to 'N/A'."""
+    doc = Document("__content_free__", CONTENT_FREE,
+                   (Candidate("cf_a", CONTENT_FREE), Candidate("cf_b", CONTENT_FREE)))
+    return PairRequest(doc.id, "cf_a", "cf_b", render(doc, doc.candidates[0], doc.candidates[1], instruction, family))
+
+
+# -- scoring ----------------------------------------------------------------------------------
+def score(judge: Judge, requests: Sequence[PairRequest], progress: bool = True,
+          desc: str = "judging") -> list[PairScore]:
+    """Score requests, with a progress bar (rate and ETA) when the judge can drive one."""
+    with tqdm(total=len(requests), desc=desc, unit="pair", disable=not progress, dynamic_ncols=True) as bar:
+        if supports_progress(judge):
+            return judge.score_pairs(requests, progress=bar)  # type: ignore[call-arg]
+        scores = judge.score_pairs(requests)
+        bar.update(len(requests))
+        return scores
+
+
+def judge_documents(judge: Judge, docs: Sequence[Document], *, aspect: str | None, instruction: str,
+                    family: str, max_candidates: int | None = None,
+                    progress: bool = True) -> tuple[list[Judgment], float]:
+    """All ordered pairs judged (cached), plus the content-free P(A)."""
+    requests, templates = build_requests(docs, instruction, family, aspect, max_candidates)
+    if not requests:
+        raise DataError("no pairs to judge: every document needs at least two candidates")
+    scores = score(judge, [*requests, content_free_request(instruction, family)], progress)
+    judgments = [Judgment(t.doc_id, t.a_id, t.b_id, s.p_a, dict(s.token_logprobs), t.human_a, t.human_b, t.gold_a)
+                 for t, s in zip(templates, scores)]
+    return judgments, scores[-1].p_a
+
+
+# -- judgments.jsonl --------------------------------------------------------------------------
+def write_judgments(path: Path, judgments: Sequence[Judgment], p_cf: float) -> None:
+    rows = [judgment_to_row(j) for j in judgments]
+    rows.append({"kind": "content_free", "p_a": p_cf})
+    write_jsonl_atomic(path, rows)
+
+
+def load_judgments(path: str | Path) -> tuple[list[Judgment], float | None]:
+    """Read judgments.jsonl back: (pair judgments, content-free P(A) or None)."""
+    judgments, p_cf = [], None
+    path = Path(path)
+    if not path.is_file():
+        raise DataError("file not found", where=str(path))
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"not valid JSON ({e.msg})", where=located(path, i)) from None
+        if isinstance(row, dict) and row.get("kind") == "content_free":
+            p_cf = float(row["p_a"])
+        else:
+            judgments.append(judgment_from_row(row, str(path), record=i))
+    return judgments, p_cf

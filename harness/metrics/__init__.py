@@ -1,0 +1,37 @@
+"""Metrics over pairwise judgments: decision rate, fairness, confidence, calibration, correlation
+with humans, and the debiasing baselines (permutation, batch, contextual).
+
+Every function takes a list of `Judgment`; debiasers return a new list with adjusted `p_a`, so
+every metric applies unchanged to debiased judgments. Modules: `views` (per-document matrices),
+`rates`, `calibration`, `correlation`, `debias`, `summary` (everything for results.json).
+"""
+
+from harness.metrics.calibration import calibration, calibration_pairs
+from harness.metrics.correlation import (
+    correlations,
+    pairs_sort,
+    preference_table,
+    rank_correlations,
+    win_rates,
+)
+from harness.metrics.debias import (
+    batch_calibrate,
+    contextual_calibrate,
+    permutation_debias,
+)
+from harness.metrics.rates import a_rate, confidence, fairness
+from harness.metrics.summary import metric_set, recompute, summarize, write_run
+from harness.metrics.views import (
+    EPS,
+    DocView,
+    document_views,
+    human_scores,
+    preference_matrices,
+)
+
+__all__ = [
+    "EPS", "DocView", "a_rate", "batch_calibrate", "calibration", "calibration_pairs", "confidence",
+    "contextual_calibrate", "correlations", "document_views", "fairness", "human_scores", "metric_set",
+    "pairs_sort", "permutation_debias", "preference_matrices", "preference_table", "rank_correlations",
+    "recompute", "summarize", "win_rates", "write_run",
+]

@@ -1,0 +1,86 @@
+"""Every metric of one judgment list, raw and under each debiasing: `summarize` -> results.json."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.io import read_json, write_json_atomic
+from harness.judging import load_judgments, write_judgments
+from harness.metrics.calibration import calibration
+from harness.metrics.correlation import view_correlations
+from harness.metrics.debias import (
+    batch_calibrate,
+    contextual_calibrate,
+    permutation_debias,
+)
+from harness.metrics.rates import confidence, view_a_rate
+from harness.metrics.views import document_views
+from harness.types import Judgment
+
+
+def metric_set(
+    judgments: Sequence[Judgment], shuffles: int = 100, seed: int = 0, bins: int = 10
+) -> dict[str, float | int]:
+    """Every metric of one judgment list, as plain floats/ints (NaN where undefined)."""
+    views = document_views(judgments)
+    conf = confidence(judgments)
+    cal = calibration(judgments, bins=bins)
+    win = view_correlations(views, "winrate", shuffles, seed)
+    pairs = view_correlations(views, "pairs", shuffles, seed)
+    rate, rate_prob = view_a_rate(views, "argmax"), view_a_rate(views, "prob")
+    return {
+        "a_rate": rate, "a_rate_prob": rate_prob,
+        "fairness": -abs(rate - 0.5), "fairness_prob": -abs(rate_prob - 0.5),
+        "max_prob": conf["max_prob"], "entropy": conf["entropy"],
+        "ece": cal["ece"], "brier": cal["brier"], "nll": cal["nll"], "accuracy": cal["accuracy"],
+        "n_calibration": int(cal["n"]),
+        "spearman": win["spearman"], "kendall": win["kendall"],
+        "spearman_pairs": pairs["spearman"], "kendall_pairs": pairs["kendall"],
+        "spearman_whole": win["spearman_whole"], "kendall_whole": win["kendall_whole"],
+        "n_judgments": len(judgments), "n_docs": len(views),
+    }
+
+
+def summarize(
+    judgments: Sequence[Judgment],
+    p_cf: float | None = None,
+    shuffles: int = 100,
+    seed: int = 0,
+    bins: int = 10,
+) -> dict[str, dict[str, float | int]]:
+    """`metric_set` of the raw judgments and of each debiased version: keys "none",
+    "permutation", "batch" and, when `p_cf` is given, "contextual"."""
+    variants = {
+        "none": list(judgments),
+        "permutation": permutation_debias(judgments),
+        "batch": batch_calibrate(judgments),
+    }
+    if p_cf is not None:
+        variants["contextual"] = contextual_calibrate(judgments, p_cf)
+    return {k: metric_set(v, shuffles=shuffles, seed=seed, bins=bins) for k, v in variants.items()}
+
+
+def write_run(out: Path, judgments: Sequence[Judgment], p_cf: float, *, task: str, aspect: str | None,
+              family: str, instruction: str, judge_identity: str, n_docs: int, shuffles: int,
+              seed: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """judgments.jsonl + results.json of one judged set (the judge experiment; shard merges).
+
+    `extra` adds run facts that are not metrics (e.g. judge_calls: requests that missed the cache)."""
+    write_judgments(out / "judgments.jsonl", judgments, p_cf)
+    summary = summarize(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed)
+    results = {"task": task, "aspect": aspect, "family": family, "instruction": instruction,
+               "judge": judge_identity, "n_docs": n_docs, "n_judgments": len(judgments),
+               "p_content_free": p_cf, "shuffles": shuffles, "seed": seed, **(extra or {}), "metrics": summary}
+    write_json_atomic(out / "results.json", results)
+    return results
+
+
+def recompute(run_dir: str | Path, shuffles: int | None = None, seed: int | None = None) -> dict[str, Any]:
+    """Metrics from judgments.jsonl alone (settings from results.json): must equal results.json."""
+    run_dir = Path(run_dir)
+    results = read_json(run_dir / "results.json")
+    judgments, p_cf = load_judgments(run_dir / "judgments.jsonl")
+    return summarize(judgments, p_cf=p_cf, shuffles=shuffles or results["shuffles"],
+                     seed=results["seed"] if seed is None else seed)

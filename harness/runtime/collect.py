@@ -1,0 +1,288 @@
+"""Turn a multirun directory into a paper table (markdown + CSV) and figures; merge shard runs.
+
+    python -m harness.runtime.collect table multirun/judge/2026-01-01_12-00-00 --out tables/judge \
+        --metrics none/spearman permutation/spearman none/a_rate
+    python -m harness.runtime.collect table multirun/judge/... --pivot task.aspect model --metrics none/spearman
+    python -m harness.runtime.collect merge runs/coh/shard-* --out runs/coh/merged
+
+A run is any directory under the root holding results.json (hidden dirs such as .submitit are
+skipped); its config.json and overrides.json (the job's command-line overrides, written by
+harness.run; Hydra's .hydra/overrides.yaml is read when that is absent) say what it was. Rows are the runs,
+labelled by the overrides that differ between them (the ones all runs share go into the caption);
+columns are the chosen metrics. A metric name is a path into results.json's "metrics" (e.g.
+`none/spearman`, `permutation/a_rate`), into a part's "metrics" (a ZEPO run's `best/none/a_rate`,
+`initial/permutation/spearman`) or into results.json itself (`p_content_free`).
+Rows are ordered by job number (Hydra's subdir), so a sweep run locally and on SLURM give the
+same table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from harness.errors import ConfigError, DataError, HarnessError
+from harness.figures import pyplot, save
+from harness.io import read_json, write_text_atomic
+from harness.runtime.shard import merge_shards
+
+DEFAULT_METRICS = ("none/spearman", "none/kendall", "permutation/spearman", "none/a_rate", "none/fairness",
+                   "none/ece", "initial/none/a_rate", "best/none/a_rate", "initial/none/spearman",
+                   "best/none/spearman")
+"""Columns when --metrics is not given (those present in at least one run). The `initial/` and
+`best/` ones are a ZEPO run's evaluation before and after the search."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finished job of a multirun, read back from its directory."""
+
+    path: Path
+    """The job directory (holds results.json)."""
+    overrides: dict[str, str]
+    """Command-line overrides of the job (`key=value`, from overrides.json); {} if none."""
+    results: dict[str, Any]
+    """results.json."""
+    config: dict[str, Any] = field(default_factory=dict)
+    """config.json (the resolved config), {} when absent."""
+
+
+@dataclass(frozen=True)
+class Table:
+    """A rectangular table: a header row and data rows (cells: str, number or None)."""
+
+    columns: list[str]
+    """Header cells."""
+    rows: list[list[Any]]
+    """Data rows, one cell per column."""
+    caption: str = ""
+    """One line under the table: the settings every row shares."""
+
+
+def _sort_key(path: Path, root: Path) -> tuple:
+    # Hydra names job dirs by job number: order 0, 1, ..., 10 numerically, not as strings.
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in path.relative_to(root).parts)
+
+
+def find_runs(root: str | Path) -> list[Path]:
+    """Directories under `root` (root included) holding results.json, in job-number order."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ConfigError("not a directory", where=str(root))
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "wandb"]
+        if "results.json" in filenames:
+            found.append(Path(dirpath))
+    return sorted(found, key=lambda p: _sort_key(p, root))
+
+
+def parse_overrides(lines: Sequence[str]) -> dict[str, str]:
+    """["task.aspect=coherence", "+x=1"] -> {"task.aspect": "coherence", "x": "1"} (deletions dropped)."""
+    out = {}
+    for line in lines:
+        key, sep, value = str(line).partition("=")
+        if not sep or key.startswith("~"):
+            continue
+        out[key.lstrip("+")] = value
+    return out
+
+
+def read_run(path: str | Path) -> Run:
+    path = Path(path)
+    overrides: dict[str, str] = {}
+    if (path / "overrides.json").is_file():  # written by harness.run
+        overrides = parse_overrides(json.loads((path / "overrides.json").read_text()))
+    elif (path / ".hydra" / "overrides.yaml").is_file():  # Hydra's own record, when output_subdir is set
+        overrides = parse_overrides(list(OmegaConf.load(path / ".hydra" / "overrides.yaml")))
+    config = read_json(path / "config.json") if (path / "config.json").is_file() else {}
+    return Run(path, overrides, read_json(path / "results.json"), config)
+
+
+def collect_runs(root: str | Path) -> list[Run]:
+    runs = [read_run(p) for p in find_runs(root)]
+    if not runs:
+        raise DataError("no results.json below this directory: nothing finished yet?", where=str(root))
+    return runs
+
+
+def _walk(obj: Any, parts: Sequence[str]) -> Any:
+    for p in parts:
+        if not isinstance(obj, Mapping) or p not in obj:
+            return None
+        obj = obj[p]
+    return obj
+
+
+def metric_value(results: Mapping[str, Any], name: str) -> Any:
+    """`mode/metric` from results["metrics"]; `part/mode/metric` from results[part]["metrics"] (a
+    ZEPO run's `initial` and `best` evaluations); else the same path from results itself; None if
+    absent."""
+    parts = name.split("/")
+    v = _walk(results.get("metrics"), parts)
+    if v is None and len(parts) > 1:
+        v = _walk(_walk(results, [parts[0], "metrics"]), parts[1:])
+    return _walk(results, parts) if v is None else v
+
+
+def _leaves(obj: Any, prefix: str = "") -> list[str]:
+    if isinstance(obj, Mapping):
+        return [k for key, v in obj.items() for k in _leaves(v, f"{prefix}{key}/")]
+    return [prefix[:-1]] if isinstance(obj, int | float) and not isinstance(obj, bool) else []
+
+
+def pick_metrics(runs: Sequence[Run], metrics: Sequence[str] | None) -> list[str]:
+    if metrics:
+        for m in metrics:
+            if all(metric_value(r.results, m) is None for r in runs):
+                raise ConfigError(f"metric {m!r} is in no run's results.json (e.g. {runs[0].path / 'results.json'})")
+        return list(metrics)
+    present = [m for m in DEFAULT_METRICS if any(metric_value(r.results, m) is not None for r in runs)]
+    return present or _leaves(runs[0].results.get("metrics") or runs[0].results)
+
+
+def varying_keys(runs: Sequence[Run]) -> tuple[list[str], dict[str, str]]:
+    """(override keys whose value differs between runs, {key: value} shared by all runs)."""
+    keys = list(dict.fromkeys(k for r in runs for k in r.overrides))
+    varying = [k for k in keys if len({r.overrides.get(k) for r in runs}) > 1]
+    shared = {k: runs[0].overrides[k] for k in keys if k not in varying}
+    return varying, shared
+
+
+def build_table(runs: Sequence[Run], metrics: Sequence[str], root: Path | None = None) -> Table:
+    """Rows = runs labelled by their varying overrides (or their path when none vary)."""
+    varying, shared = varying_keys(runs)
+    label_cols = varying or ["run"]
+    rows = []
+    for r in runs:
+        labels = [r.overrides.get(k) for k in varying] if varying else \
+            [str(r.path.relative_to(root)) if root else str(r.path)]
+        rows.append(labels + [metric_value(r.results, m) for m in metrics])
+    caption = " ".join(f"{k}={v}" for k, v in shared.items())
+    return Table(label_cols + list(metrics), rows, caption)
+
+
+def pivot_table(runs: Sequence[Run], row_key: str, col_key: str, metric: str) -> Table:
+    """One metric laid out row_key x col_key (e.g. aspects x models): the usual paper layout."""
+    varying, shared = varying_keys(runs)
+    others = [k for k in varying if k not in (row_key, col_key)]
+    if others:
+        raise ConfigError(f"--pivot {row_key} {col_key}: runs also differ in {', '.join(others)}; "
+                          "collect a narrower directory or add those keys to the pivot")
+    row_vals = list(dict.fromkeys(r.overrides.get(row_key) for r in runs))
+    col_vals = list(dict.fromkeys(r.overrides.get(col_key) for r in runs))
+    cells = {(r.overrides.get(row_key), r.overrides.get(col_key)): metric_value(r.results, metric) for r in runs}
+    rows = [[rv] + [cells.get((rv, cv)) for cv in col_vals] for rv in row_vals]
+    caption = f"{metric}; " + " ".join(f"{k}={v}" for k, v in shared.items() if k not in (row_key, col_key))
+    return Table([f"{row_key} \\ {col_key}"] + [str(c) for c in col_vals], rows, caption.strip())
+
+
+def _fmt(v: Any, digits: int) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else f"{v:.{digits}f}"
+    return str(v)
+
+
+def to_markdown(table: Table, digits: int = 3) -> str:
+    esc = lambda s: s.replace("|", "\\|")  # noqa: E731 - a cell containing | would split the column
+    lines = ["| " + " | ".join(esc(c) for c in table.columns) + " |",
+             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(table.columns))) + "|"]
+    lines += ["| " + " | ".join(esc(_fmt(v, digits)) for v in row) + " |" for row in table.rows]
+    if table.caption:
+        lines += ["", table.caption]
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(table: Table) -> str:
+    """Full precision (repr of each float), empty cell for a missing value."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(table.columns)
+    for row in table.rows:
+        w.writerow(["" if v is None else repr(v) if isinstance(v, float) else v for v in row])
+    return buf.getvalue()
+
+
+def plot_table(table: Table, metrics: Sequence[str], out_dir: Path, n_labels: int) -> list[Path]:
+    """One bar chart per metric column (x = row labels); PNGs in out_dir."""
+    plt = pyplot()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    labels = [" ".join(str(x) for x in row[:n_labels]) for row in table.rows]
+    paths = []
+    for j, m in enumerate(metrics, start=n_labels):
+        values = [row[j] if isinstance(row[j], int | float) and row[j] is not None else math.nan for row in table.rows]
+        fig, ax = plt.subplots(figsize=(max(4.0, 0.6 * len(labels) + 2), 3.5))
+        ax.bar(range(len(values)), values)
+        ax.set_xticks(range(len(values)), labels, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel(m)
+        ax.set_title(table.caption[:90], fontsize=8)
+        fig.tight_layout()
+        paths.append(save(fig, out_dir / (m.replace("/", "_") + ".png"), bbox_inches=None))
+    return paths
+
+
+def collect(root: str | Path, out_dir: str | Path | None = None, metrics: Sequence[str] | None = None,
+            pivot: Sequence[str] | None = None, digits: int = 3, figures: bool = True) -> Table:
+    """Collect `root` into out_dir/table.md, table.csv (and figures/); returns the table."""
+    root = Path(root)
+    runs = collect_runs(root)
+    chosen = pick_metrics(runs, metrics)
+    if pivot:
+        if len(chosen) != 1:
+            raise ConfigError(f"--pivot lays out one metric; got {len(chosen)}: pass exactly one with --metrics")
+        table = pivot_table(runs, pivot[0], pivot[1], chosen[0])
+    else:
+        table = build_table(runs, chosen, root)
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out / "table.md", to_markdown(table, digits))
+        write_text_atomic(out / "table.csv", to_csv(table))
+        if figures and not pivot:
+            plot_table(table, chosen, out / "figures", len(table.columns) - len(chosen))
+    return table
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m harness.runtime.collect", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("table", help="a multirun directory -> table.md, table.csv, figures/")
+    t.add_argument("root", help="multirun directory (or any directory with run dirs below it)")
+    t.add_argument("--out", help="where to write table.md/table.csv/figures (default: print markdown only)")
+    t.add_argument("--metrics", nargs="+", help=f"metric paths (default: {' '.join(DEFAULT_METRICS)})")
+    t.add_argument("--pivot", nargs=2, metavar=("ROW_KEY", "COL_KEY"), help="one metric as ROW_KEY x COL_KEY")
+    t.add_argument("--digits", type=int, default=3, help="decimals in the markdown table (CSV keeps all)")
+    t.add_argument("--no-figures", action="store_true", help="skip the PNG bar charts")
+    m = sub.add_parser("merge", help="shard run dirs -> one run dir equal to the unsharded run")
+    m.add_argument("dirs", nargs="+", help="the shards' run directories (any order)")
+    m.add_argument("--out", required=True, help="directory for the merged judgments.jsonl/results.json")
+    args = p.parse_args(argv)
+    try:
+        if args.cmd == "table":
+            table = collect(args.root, args.out, args.metrics, args.pivot, args.digits, not args.no_figures)
+            print(to_markdown(table, args.digits), end="")
+        else:
+            results = merge_shards(args.dirs, args.out)
+            print(f"merged {len(args.dirs)} shards: {results['n_docs']} documents, "
+                  f"{results['n_judgments']} judgments -> {args.out}")
+    except HarnessError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

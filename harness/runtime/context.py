@@ -1,0 +1,220 @@
+"""The run context every experiment main works in: one place that builds the parts from the
+composed config, records the attempt and closes the tracker.
+
+    def main(cfg, out_dir):
+        with experiment(cfg, out_dir) as ctx:
+            judgments, p_cf = judge_documents(ctx.judge, ctx.docs, aspect=ctx.aspect, ...)
+            ctx.tracker.log(...)
+
+Parts are built lazily, with `hydra.utils.instantiate` where the config names a `_target_`:
+- `ctx.judge`: conf/backend's builder for conf/model's weights, behind the request cache and
+  fed one cache chunk at a time with preemption signals held (judges.wrappers);
+  one loaded model per (model, backend) per process, so a local multirun loads it once;
+- `ctx.optimizer()`: conf/optimizer's builder (reuses the judge's weights where they are the same);
+- `ctx.tracker`: conf/wandb's Tracker (W&B group = the sweep when one runs);
+- `ctx.docs`, `ctx.instruction(...)`: the task's documents (fetched, verified, sliced, sharded)
+  and the instruction (init_prompts.json fetched on demand).
+On leaving, the run's files (results, judgments, figures) are logged to W&B as one artifact and
+attempts.jsonl gets the attempt's line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
+from hydra.types import RunMode
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from harness.data import load_task
+from harness.data.fetch import ensure_data
+from harness.data.tasks import task_spec
+from harness.errors import ConfigError, HarnessError
+from harness.judges.base import Judge
+from harness.judges.cache import CachedJudge, ScoreCache
+from harness.judges.wrappers import PreemptibleJudge
+from harness.prompts import resolve_instruction
+from harness.runtime.attempts import record_attempt
+from harness.runtime.shard import select_shard, shard_spec
+from harness.runtime.tracking import Tracker
+from harness.types import Document
+
+log = logging.getLogger(__name__)
+
+ARTIFACT_SUFFIXES = (".json", ".jsonl", ".png", ".md", ".txt")
+"""Run-directory files logged to W&B as the run's artifact (attempts.jsonl and wandb/ excluded)."""
+
+_LOADED: dict[str, Judge] = {}
+
+
+def build(node: Any, *args: Any, **kwargs: Any) -> Any:
+    """hydra.utils.instantiate, with a HarnessError raised by the target passed through as itself
+    (so it stays one clear line) instead of wrapped in Hydra's InstantiationException. Keyword
+    arguments are passed as they are (`_recursive_=False`): a run config handed to the tracker holds
+    `_target_` keys that must not be built again."""
+    try:
+        return instantiate(node, *args, _recursive_=False, **kwargs)
+    except InstantiationException as e:
+        cause = e.__cause__
+        while cause is not None and not isinstance(cause, HarnessError):
+            cause = cause.__cause__
+        if cause is not None:
+            raise cause from None
+        raise
+
+
+def container(node: Any) -> Any:
+    """A config node as plain Python (resolved); plain values pass through."""
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+
+
+def build_judge(model: Any, backend: Any) -> Judge:
+    """The judge conf/backend builds (`_target_`) for conf/model's weights; one per process.
+
+    A second, different (model, backend) replaces the first: never two models in memory."""
+    key = json.dumps([container(model), container(backend)], sort_keys=True, default=str)
+    if key not in _LOADED:
+        _LOADED.clear()
+        _LOADED[key] = build(backend, judge_model=container(model))
+    return _LOADED[key]
+
+
+def cache_path(cache: Mapping[str, Any]) -> Path:
+    return Path(os.path.expanduser(str(cache["path"])))
+
+
+def load_documents(task: Mapping[str, Any], data: Mapping[str, Any]) -> list[Document]:
+    """The task's documents: fetched/verified into data.dir (from data.mirror when set), sliced
+    [offset, offset + docs), then cut to shard `task.shard_index` of `task.num_shards`."""
+    name = str(task["name"])
+    spec = task_spec(name)
+    data_dir = Path(os.path.expanduser(str(data["dir"])))
+    kwargs = {}
+    if name == "jsonl":
+        kwargs["path"] = task.get("path")
+    else:
+        ensure_data(data_dir, mirror=data.get("mirror"), only=[name, "zepo"])
+    offset = int(task.get("offset") or 0)
+    limit = task.get("docs")
+    docs = load_task(name, data_dir=data_dir, limit=None if limit is None else offset + int(limit), **kwargs)
+    if offset >= len(docs):
+        raise ConfigError(f"task.offset={offset} is past the end of task {name!r} ({len(docs)} documents); "
+                          f"set task.offset below {len(docs)}")
+    aspect = task.get("aspect")
+    if aspect is not None and spec.aspects and aspect not in spec.aspects:
+        raise ConfigError(f"unknown aspect {aspect!r} for task {name!r}; set task.aspect to one of "
+                          f"{', '.join(spec.aspects)}")
+    return select_shard(docs[offset:], shard_spec(task))
+
+
+class RunContext:
+    """The composed config and the run directory, and the parts built from them on first use."""
+
+    def __init__(self, cfg: DictConfig, out_dir: str | Path) -> None:
+        self.cfg = cfg
+        self.out_dir = Path(out_dir)
+        self._tracker: Tracker | None = None
+        self._judge: Judge | None = None
+
+    # -- data ----------------------------------------------------------------------------------
+    @property
+    def family(self) -> str:
+        return str(self.cfg.task.get("family") or task_spec(self.cfg.task.name).family)
+
+    @property
+    def aspect(self) -> str | None:
+        return self.cfg.task.get("aspect")
+
+    @cached_property
+    def docs(self) -> list[Document]:
+        return load_documents(self.cfg.task, self.cfg.data)
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(os.path.expanduser(str(self.cfg.data.dir)))
+
+    def instruction(self, spec: Any = None, aspect: str | None = None) -> str:
+        """experiment.instruction (or `spec`) resolved; ZEPO's init_prompts.json fetched on demand."""
+        spec = container(self.cfg.experiment.get("instruction") if spec is None else spec)
+        if isinstance(spec, Mapping) and spec.get("source") == "zepo" and not spec.get("path"):
+            ensure_data(self.data_dir, mirror=self.cfg.data.get("mirror"), only=["zepo"])
+        return resolve_instruction(spec, aspect if aspect is not None else self.aspect, self.family, self.data_dir)
+
+    # -- parts ---------------------------------------------------------------------------------
+    @property
+    def judge(self) -> Judge:
+        """The model behind the request cache (cache.enabled) and preemption-safe chunks."""
+        if self._judge is None:
+            judge = build_judge(self.cfg.model, self.cfg.backend)
+            cache = self.cfg.cache
+            if cache.enabled:
+                judge = CachedJudge(judge, ScoreCache(cache_path(cache)), chunk=int(cache.chunk))
+            self._judge = PreemptibleJudge(judge, int(cache.chunk))
+        return self._judge
+
+    @property
+    def calls(self) -> int | None:
+        """Requests sent to the model so far in this process (None before any judge was built)."""
+        return None if self._judge is None else getattr(self._judge, "calls", None)
+
+    def optimizer(self) -> Any:
+        """conf/optimizer's paraphraser; completions cached beside the request cache."""
+        cache = self.cfg.cache
+        path = cache_path(cache).with_name("completions.sqlite") if cache.enabled else None
+        return build(self.cfg.optimizer, judge_model=container(self.cfg.model), judge=self.judge,
+                           cache=path)
+
+    @property
+    def tracker(self) -> Tracker:
+        if self._tracker is None:
+            w = self.cfg.wandb
+            self._tracker = build(
+                w, out_dir=self.out_dir, run_config=container(self.cfg), job_type=w.get("job_type") or self.cfg.experiment.name,
+                group=sweep_group(self.cfg), tags=list(w.get("tags") or []))
+        return self._tracker
+
+    def close(self, completed: bool) -> None:
+        """Log the run's files as a W&B artifact (completed runs) and finish the tracker."""
+        if self._tracker is None:
+            return
+        try:
+            if completed:
+                files = sorted(p for p in self.out_dir.rglob("*") if p.is_file() and p.suffix in ARTIFACT_SUFFIXES
+                               and "wandb" not in p.relative_to(self.out_dir).parts and not p.name.startswith(".")
+                               and p.name != "attempts.jsonl")
+                self._tracker.log_artifact(f"{self.cfg.experiment.name}-outputs", "run-outputs", files,
+                                           {"experiment": self.cfg.experiment.name})
+        finally:
+            self._tracker.finish()
+
+
+def sweep_group(cfg: Any) -> str | None:
+    """W&B group: wandb.group, else sweep.name, else (multirun) '<sweep dir parent>/<stamp>'."""
+    group = cfg.wandb.get("group") or OmegaConf.select(cfg, "sweep.name", default=None)
+    if group is None:
+        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+            group = "/".join(Path(str(HydraConfig.get().sweep.dir)).parts[-2:])
+    return None if group is None else str(group)
+
+
+@contextlib.contextmanager
+def experiment(cfg: DictConfig, out_dir: str | Path) -> Iterator[RunContext]:
+    """A RunContext for one run: its attempt recorded in attempts.jsonl, its tracker closed."""
+    ctx = RunContext(cfg, out_dir)
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    completed = False
+    with record_attempt(ctx.out_dir, ctx):
+        try:
+            yield ctx
+            completed = True
+        finally:
+            ctx.close(completed)

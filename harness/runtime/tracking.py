@@ -1,0 +1,102 @@
+"""Experiment tracking: local files always, Weights & Biases when enabled.
+
+W&B is never the only record: every metric, table and image also lands in the run directory
+(`metrics.jsonl`, `tables/<name>.jsonl`, the image files), so an offline cluster loses nothing.
+`mode` follows W&B: "online", "offline" (writes wandb/offline-run-*, `wandb sync` later) or
+"disabled" (no W&B calls at all). Secrets never reach W&B: configs pass through `redact`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.io import jsonable, write_jsonl_atomic
+from harness.secrets import redact
+
+log = logging.getLogger(__name__)
+
+
+class Tracker:
+    """Logs to the run directory and, unless disabled, to a W&B run."""
+
+    def __init__(self, out_dir: str | Path, *, mode: str = "offline", project: str = "harness",
+                 entity: str | None = None, group: str | None = None, job_type: str | None = None,
+                 name: str | None = None, run_config: Mapping[str, Any] | None = None,
+                 tags: Sequence[str] = ()) -> None:
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.mode = mode
+        self._run = None
+        if mode != "disabled":
+            import wandb
+
+            os.environ.setdefault("WANDB_DIR", str(self.out_dir))
+            self._run = wandb.init(
+                project=project, entity=entity, group=group, job_type=job_type, name=name,
+                config=redact(dict(run_config or {})), mode=mode, dir=str(self.out_dir), tags=list(tags),
+                reinit="finish_previous", settings=wandb.Settings(silent=True),
+            )
+
+    @property
+    def wandb_dir(self) -> str | None:
+        return getattr(self._run, "dir", None) if self._run is not None else None
+
+    def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        row = {"step": step, **jsonable(dict(metrics))}
+        with (self.out_dir / "metrics.jsonl").open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        if self._run is not None:
+            clean = {k: v for k, v in metrics.items() if isinstance(v, int | float) and math.isfinite(v)}
+            self._run.log(clean, step=step)
+
+    def log_table(self, name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        tables = self.out_dir / "tables"
+        tables.mkdir(exist_ok=True)
+        write_jsonl_atomic(tables / f"{name}.jsonl", [dict(zip(columns, r)) for r in rows])
+        if self._run is not None:
+            import wandb
+
+            self._run.log({name: wandb.Table(columns=list(columns), data=[list(jsonable(list(r))) for r in rows])})
+
+    def log_image(self, name: str, path: str | Path) -> None:
+        if self._run is not None:
+            import wandb
+
+            self._run.log({name: wandb.Image(str(path))})
+
+    def log_artifact(self, name: str, kind: str, paths: Sequence[str | Path],
+                     metadata: Mapping[str, Any] | None = None) -> None:
+        """The run's files (results, judgments, plots) as one W&B artifact; local files stay where
+        they are. Missing paths are skipped. Offline runs stage it for `wandb sync`."""
+        files = [Path(p) for p in paths if Path(p).is_file()]
+        if self._run is None or not files:
+            return
+        import wandb
+
+        art = wandb.Artifact(name=_artifact_name(name), type=kind, metadata=jsonable(dict(metadata or {})))
+        for f in files:
+            rel = f.relative_to(self.out_dir) if f.is_relative_to(self.out_dir) else Path(f.name)
+            art.add_file(str(f), name=str(rel))
+        self._run.log_artifact(art)
+
+    def summary(self, values: Mapping[str, Any]) -> None:
+        if self._run is not None:
+            for k, v in values.items():
+                if isinstance(v, int | float | str):
+                    self._run.summary[k] = v
+
+    def finish(self) -> None:
+        if self._run is not None:
+            self._run.finish()
+            self._run = None
+
+
+def _artifact_name(name: str) -> str:
+    """W&B artifact names allow letters, digits, '-', '_' and '.'."""
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name)[:120] or "run"

@@ -1,0 +1,435 @@
+"""Paraphrase generators for ZEPO: an OpenAI-compatible API model or a local transformers model.
+
+`paraphrase(instruction, n, seed, aspect)` returns n validated paraphrases of a judge instruction;
+`propose(...)` returns the same with per-candidate metadata (attempts, rejections). Each sample
+has an index (0, 1, 2, ... in a fixed order) and its own seed derived from (seed, index), so a
+run is reproducible and every sample can be cached: with a CompletionCache, a resumed search
+repeats no optimizer call. A candidate is rejected (and re-asked, up to `max_attempts` per slot)
+when it is empty, a list of alternatives, drops the aspect word or an answer label, is too
+short/long against the original, or duplicates the original or an earlier candidate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from harness.errors import ConfigError, HarnessError
+from harness.http import (
+    CompletionCache,
+    HttpSettings,
+    JsonClient,
+    MalformedResponse,
+    completion_key,
+)
+from harness.judges.base import innermost
+from harness.judges.hf import load_model_and_tokenizer, pick_device, pick_dtype
+from harness.models import resolve_model_path
+
+META_PROMPT = """\
+You are helping to tune the instruction given to an AI judge. The judge reads two candidate \
+texts, labelled A and B, and must reply with the letter of the better one.
+
+Write ONE new version of the instruction below. It must ask for exactly the same judgement in \
+different words. Rules:
+- keep the word "{aspect_word}" exactly as it is;
+- keep the answer format: the judge answers 'A' if candidate A is better and 'B' if candidate B \
+is better, and returns the letter only;
+- change the wording and sentence structure freely; be creative and diverse;
+- reply with the new instruction only: no title, no quotation marks, no explanation, no list of options.
+
+Instruction:
+{instruction}"""
+
+
+class ParaphraseError(HarnessError):
+    """The optimizer produced no valid paraphrase for a slot within max_attempts."""
+
+    def __init__(self, message: str, rejected: dict[int, tuple["Rejection", ...]] | None = None) -> None:
+        super().__init__(message)
+        self.rejected = rejected or {}
+        """Failed slot -> its rejected samples (for logs)."""
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """One sample that failed validation."""
+
+    sample: int
+    """Its sample index (cache key part)."""
+    reason: str
+    """Why it was rejected, e.g. "missing the aspect word 'coherence'"."""
+    text: str
+    """The raw completion, for the log."""
+
+
+@dataclass(frozen=True)
+class ParaphraseCandidate:
+    """One accepted paraphrase with how it was obtained."""
+
+    text: str
+    """The cleaned, validated instruction."""
+    sample: int
+    """Sample index of the accepted completion."""
+    attempts: int
+    """Samples spent on this slot, the accepted one included (1 = first try)."""
+    rejected: tuple[Rejection, ...] = ()
+    """The slot's failed samples, in order."""
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What one `propose` call returns."""
+
+    candidates: tuple[ParaphraseCandidate, ...]
+    """n candidates, in slot order."""
+    samples: int
+    """Completions used (cache hits included)."""
+    cache_hits: int
+    """Completions served from the cache (no call made)."""
+
+    @property
+    def texts(self) -> list[str]:
+        return [c.text for c in self.candidates]
+
+
+@runtime_checkable
+class Optimizer(Protocol):
+    """What ZEPO needs from an optimizer LLM."""
+
+    identity: str
+
+    def paraphrase(self, instruction: str, n: int, seed: int, aspect: str) -> list[str]: ...
+
+
+# -- validation ---------------------------------------------------------------------------------
+# Chatty wrappers models put around the one line we asked for: "Sure! Here is ...:", "Paraphrase:".
+_PREFIX = re.compile(r"^\s*(?:(?:sure|certainly|of course|okay|ok)[!,.]?\s*)?"
+                     r"(?:here(?:'s| is)[^:\n]{0,60}:|(?:new |revised |rewritten |paraphrased )?"
+                     r"(?:paraphrase|instruction|version|prompt|answer|output)\s*:)\s*", re.IGNORECASE)
+_LIST_ITEM = re.compile(r"^\s*(?:\d+[.):]|[-*\u2022]|option\s+\d+|alternative\s+\d+)\s*", re.IGNORECASE | re.MULTILINE)
+_QUOTES = "\"'`\u201c\u201d\u2018\u2019"
+
+
+def aspect_word(aspect: str, instruction: str) -> str:
+    """The form of the aspect the instruction uses ('engaging' for engagingness), else the aspect."""
+    stem = aspect.removesuffix("ness")
+    for form in (aspect, stem):
+        if re.search(rf"\b{re.escape(form)}\b", instruction, re.IGNORECASE):
+            return form
+    return aspect
+
+
+def clean(text: str) -> str:
+    """Strip code fences, 'Paraphrase:'-style prefixes and wrapping quotes."""
+    t = text.strip()
+    t = re.sub(r"^```[a-zA-Z]*\n?|\n?```$", "", t).strip()
+    for _ in range(2):
+        t = _PREFIX.sub("", t, count=1).strip()
+        if len(t) >= 2 and t[0] in _QUOTES and t[-1] in _QUOTES:
+            t = t[1:-1].strip()
+    return t
+
+
+def _mentions_label(text: str, label: str) -> bool:
+    """The label as a word, not just a sentence-initial article ('A summary is...')."""
+    for m in re.finditer(rf"(?<![\w]){re.escape(label)}(?![\w])", text):
+        before = text[: m.start()].rstrip(" \t")
+        after = text[m.end():]
+        sentence_start = before == "" or before[-1] in ".!?\n"
+        if sentence_start and re.match(r" [a-z]", after):
+            continue
+        return True
+    return False
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split()).rstrip(".")
+
+
+def validate(text: str, original: str, word: str, seen: Sequence[str], *, labels: Sequence[str] = ("A", "B"),
+             min_ratio: float = 0.3, max_ratio: float = 3.0) -> tuple[str, str | None]:
+    """(cleaned text, None) when acceptable, else (cleaned text, reason)."""
+    t = clean(text)
+    if not t:
+        return t, "empty"
+    if len(_LIST_ITEM.findall(t)) >= 2:
+        return t, "a list of alternatives, not one instruction"
+    if not re.search(rf"\b{re.escape(word)}\b", t, re.IGNORECASE):
+        return t, f"missing the aspect word {word!r}"
+    # Only labels the original names: a custom instruction may leave the format to the template.
+    lost = [label for label in labels if _mentions_label(original, label) and not _mentions_label(t, label)]
+    if lost:
+        return t, f"does not mention answer option(s) {lost}"
+    ratio = len(t) / max(1, len(original))
+    if not min_ratio <= ratio <= max_ratio:
+        return t, f"length {len(t)} chars is {ratio:.2f}x the original (allowed {min_ratio}..{max_ratio}x)"
+    if _norm(t) == _norm(original):
+        return t, "same as the original"
+    if any(_norm(t) == _norm(s) for s in seen):
+        return t, "duplicate of an earlier candidate"
+    return t, None
+
+
+def sample_seed(seed: int, sample: int) -> int:
+    """A per-sample seed: servers that honour `seed` must not return one text n times."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{sample}".encode()).digest()[:4], "big") & 0x7FFFFFFF
+
+
+# -- the shared loop ----------------------------------------------------------------------------
+class _Paraphraser:
+    """Slots, attempts, validation and caching; subclasses implement `complete`."""
+
+    identity: str
+    model_name: str
+    location: str
+
+    def __init__(self, *, temperature: float, max_tokens: int, top_p: float, max_attempts: int,
+                 labels: Sequence[str], min_ratio: float, max_ratio: float,
+                 cache: CompletionCache | str | Path | None) -> None:
+        if max_attempts < 1:
+            raise ConfigError(f"max_attempts must be >= 1, got {max_attempts}")
+        if not 0 < min_ratio < 1 < max_ratio:
+            raise ConfigError(f"need 0 < min_ratio < 1 < max_ratio, got {min_ratio}, {max_ratio}")
+        self.temperature, self.max_tokens, self.top_p = float(temperature), int(max_tokens), float(top_p)
+        self.max_attempts, self.labels = int(max_attempts), tuple(labels)
+        self.min_ratio, self.max_ratio = float(min_ratio), float(max_ratio)
+        self.cache = CompletionCache(cache) if isinstance(cache, (str, Path)) else cache
+        self.calls = 0
+        """Completions actually generated / requested (cache misses) since construction."""
+
+    def messages(self, instruction: str, aspect: str) -> list[dict[str, str]]:
+        word = aspect_word(aspect, instruction)
+        return [{"role": "user", "content": META_PROMPT.format(aspect_word=word, instruction=instruction.strip())}]
+
+    def paraphrase(self, instruction: str, n: int, seed: int, aspect: str, avoid: Sequence[str] = ()) -> list[str]:
+        return self.propose(instruction, n, seed, aspect, avoid).texts
+
+    def propose(self, instruction: str, n: int, seed: int, aspect: str, avoid: Sequence[str] = ()) -> Proposal:
+        """n validated paraphrases; re-asks failed slots (in rounds) up to max_attempts each.
+
+        `avoid`: texts that count as duplicates too (e.g. every instruction already scored).
+        Samples are numbered 0, 1, ... in slot order per round, so the same (instruction, seed)
+        always asks for the same samples: pass a different seed where fresh samples are wanted.
+        """
+        if n < 0:
+            raise ConfigError(f"n must be >= 0, got {n}")
+        word = aspect_word(aspect, instruction)
+        messages = self.messages(instruction, aspect)
+        accepted: dict[int, ParaphraseCandidate] = {}
+        rejected: dict[int, list[Rejection]] = {i: [] for i in range(n)}
+        next_sample, hits = 0, 0
+        for _ in range(self.max_attempts):
+            pending = [i for i in range(n) if i not in accepted]
+            if not pending:
+                break
+            samples = list(range(next_sample, next_sample + len(pending)))
+            next_sample += len(pending)
+            texts, h = self._cached_complete(messages, seed, samples)
+            hits += h
+            for slot, sample, raw in zip(pending, samples, texts):
+                seen = [*avoid, *(c.text for c in accepted.values())]
+                text, reason = validate(raw, instruction, word, seen, labels=self.labels,
+                                        min_ratio=self.min_ratio, max_ratio=self.max_ratio)
+                if reason is None:
+                    accepted[slot] = ParaphraseCandidate(text, sample, len(rejected[slot]) + 1, tuple(rejected[slot]))
+                else:
+                    rejected[slot].append(Rejection(sample, reason, raw))
+        failed = [i for i in range(n) if i not in accepted]
+        if failed:
+            reasons = sorted({r.reason for i in failed for r in rejected[i]})
+            last = rejected[failed[0]][-1].text if rejected[failed[0]] else ""
+            raise ParaphraseError(
+                f"optimizer {self.model_name} gave no valid paraphrase for {len(failed)} of {n} slots after "
+                f"{self.max_attempts} attempts each; reasons: {'; '.join(reasons)}; last reply: {last[:120]!r}",
+                {i: tuple(rejected[i]) for i in failed})
+        return Proposal(tuple(accepted[i] for i in range(n)), next_sample, hits)
+
+    def _cached_complete(self, messages: list[dict[str, str]], seed: int, samples: list[int]) -> tuple[list[str], int]:
+        params = {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
+        keys = [completion_key(self.model_name, self.location, messages, params, seed, s) for s in samples]
+        found = {k: self.cache.get(k) for k in keys} if self.cache is not None else {}
+        todo = [(k, s) for k, s in zip(keys, samples) if found.get(k) is None]
+        if todo:
+            texts = self.complete(messages, [sample_seed(seed, s) for _, s in todo])
+            self.calls += len(todo)
+            for (k, _), t in zip(todo, texts):
+                found[k] = t
+                if self.cache is not None:
+                    self.cache.put(k, self.model_name, t)
+        return [found[k] or "" for k in keys], len(samples) - len(todo)
+
+    def complete(self, messages: list[dict[str, str]], seeds: list[int]) -> list[str]:
+        """Raw completions, one per seed, in order (no validation, no cache)."""
+        raise NotImplementedError
+
+
+class ApiOptimizer(_Paraphraser):
+    """An optimizer LLM behind an OpenAI-compatible /chat/completions endpoint."""
+
+    def __init__(self, model: str, base_url: str, *, temperature: float = 0.9, top_p: float = 1.0,
+                 max_tokens: int = 512, max_attempts: int = 5, labels: Sequence[str] = ("A", "B"),
+                 min_ratio: float = 0.3, max_ratio: float = 3.0, cache: CompletionCache | str | Path | None = None,
+                 api_key_env: str | None = "OPENAI_API_KEY", timeout_s: float = 120.0, max_retries: int = 6,
+                 backoff_base_s: float = 1.0, backoff_max_s: float = 60.0, concurrency: int = 5,
+                 client: JsonClient | None = None) -> None:
+        super().__init__(temperature=temperature, max_tokens=max_tokens, top_p=top_p, max_attempts=max_attempts,
+                         labels=labels, min_ratio=min_ratio, max_ratio=max_ratio, cache=cache)
+        self.client = client or JsonClient(HttpSettings(
+            base_url=base_url, api_key_env=api_key_env, timeout_s=timeout_s, max_retries=max_retries,
+            backoff_base_s=backoff_base_s, backoff_max_s=backoff_max_s, concurrency=concurrency))
+        self.model_name = model
+        self.location = self.client.settings.base_url.rstrip("/")
+        self.identity = f"api|{self.location}|{model}|t={self.temperature}"
+
+    def __repr__(self) -> str:
+        return f"ApiOptimizer(identity={self.identity!r})"
+
+    def complete(self, messages: list[dict[str, str]], seeds: list[int]) -> list[str]:
+        bodies = [{"model": self.model_name, "messages": messages, "temperature": self.temperature,
+                   "top_p": self.top_p, "max_tokens": self.max_tokens, "seed": s, "n": 1} for s in seeds]
+        return [_message_text(r) for r in self.client.post_many("/chat/completions", bodies, check=_message_text)]
+
+
+def _message_text(resp: dict) -> str:
+    choices = resp.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise MalformedResponse("no choices in the response")
+    msg = choices[0].get("message")
+    if not isinstance(msg, dict):
+        raise MalformedResponse("choices[0].message is missing")
+    content = msg.get("content")
+    return content if isinstance(content, str) else ""
+
+
+class LocalOptimizer(_Paraphraser):
+    """A transformers causal LM sampling paraphrases on CPU/GPU with seeded torch generators."""
+
+    def __init__(self, path: str | Path, *, name: str | None = None, gguf_file: str | None = None,
+                 dtype: str = "auto", device: str = "auto", temperature: float = 0.9, top_p: float = 1.0,
+                 max_new_tokens: int = 256, max_attempts: int = 5, labels: Sequence[str] = ("A", "B"),
+                 min_ratio: float = 0.3, max_ratio: float = 3.0, cache: CompletionCache | str | Path | None = None,
+                 model: Any = None, tokenizer: Any = None) -> None:
+        super().__init__(temperature=temperature, max_tokens=max_new_tokens, top_p=top_p, max_attempts=max_attempts,
+                         labels=labels, min_ratio=min_ratio, max_ratio=max_ratio, cache=cache)
+        self.device = pick_device(device)
+        if model is None or tokenizer is None:
+            local, gguf = resolve_model_path(str(path), gguf_file)
+            model, tokenizer = load_model_and_tokenizer(local, gguf, pick_dtype(dtype, self.device), self.device)
+        self.model, self.tokenizer = model, tokenizer
+        self.model_name = name or Path(str(path)).name
+        self.location = f"local:{self.model_name}:{gguf_file or '-'}:{dtype}"
+        self.identity = f"local|{self.model_name}|t={self.temperature}"
+        self.stop_ids = _stop_ids(model, tokenizer)
+
+    def __repr__(self) -> str:
+        return f"LocalOptimizer(identity={self.identity!r})"
+
+    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        if getattr(self.tokenizer, "chat_template", None):
+            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self.tokenizer("\n\n".join(m["content"] for m in messages) + "\n")["input_ids"]
+
+    def complete(self, messages: list[dict[str, str]], seeds: list[int]) -> list[str]:
+        rows = sample_tokens(self.model, self.prompt_ids(messages), seeds, max_new_tokens=self.max_tokens,
+                             temperature=self.temperature, top_p=self.top_p, stop_ids=self.stop_ids)
+        return [self.tokenizer.decode(r, skip_special_tokens=True) for r in rows]
+
+
+def _stop_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids: set[int] = set()
+    for src in (getattr(model, "generation_config", None), model.config, tokenizer):
+        v = getattr(src, "eos_token_id", None)
+        ids.update(v if isinstance(v, (list, tuple)) else [v] if v is not None else [])
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
+    if end is not None:
+        ids.add(int(end))  # ChatML templates end a turn with <|im_end|> even when eos is another token
+    return {int(i) for i in ids}
+
+
+def sample_tokens(model: Any, prompt: Sequence[int], seeds: Sequence[int], *, max_new_tokens: int,
+                  temperature: float, top_p: float, stop_ids: set[int]) -> list[list[int]]:
+    """Sample one continuation per seed (rows share the prompt, so no padding is needed).
+
+    Each row draws from its own CPU torch.Generator, so a sample depends only on its seed,
+    never on the global RNG or on what else was in the batch. Stop tokens are not returned.
+    """
+    import torch
+
+    n = len(seeds)
+    if n == 0:
+        return []
+    device = next(model.parameters()).device
+    gens = [torch.Generator(device="cpu").manual_seed(int(s)) for s in seeds]
+    out: list[list[int]] = [[] for _ in range(n)]
+    done = [False] * n
+    inp = torch.tensor([list(prompt)] * n, dtype=torch.long, device=device)
+    past = None
+    with torch.inference_mode():
+        for _ in range(max_new_tokens):
+            res = model(input_ids=inp, past_key_values=past, use_cache=True)
+            past = res.past_key_values
+            logits = res.logits[:, -1, :].float().cpu()
+            nxt = [_draw(logits[r], temperature, top_p, gens[r]) for r in range(n)]
+            for r, tok in enumerate(nxt):
+                if not done[r]:
+                    if tok in stop_ids:
+                        done[r] = True
+                    else:
+                        out[r].append(tok)
+            if all(done):
+                break
+            inp = torch.tensor(nxt, dtype=torch.long, device=device).unsqueeze(1)
+    return out
+
+
+def _draw(logits, temperature: float, top_p: float, gen) -> int:
+    import torch
+
+    if temperature <= 0:
+        return int(logits.argmax())
+    probs = torch.softmax(logits / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(descending=True)
+        keep = sorted_p.cumsum(-1) - sorted_p < top_p  # always keeps the most likely token
+        probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
+    return int(torch.multinomial(probs, 1, generator=gen))
+
+
+# -- builders (the `_target_` of conf/optimizer/*.yaml) ----------------------------------------
+def loaded_judge(judge: Any) -> Any:
+    """The judge holding loaded transformers weights under any wrappers, or None (an API judge's
+    `model` is a name, not weights)."""
+    inner = innermost(judge) if judge is not None else None
+    return inner if hasattr(inner, "tokenizer") and not isinstance(getattr(inner, "model", ""), str) else None
+
+
+def _common(judge_model: Mapping[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    options = {k: v for k, v in options.items() if v is not None}
+    options["labels"] = tuple(options.get("labels") or judge_model.get("labels") or ("A", "B"))
+    return options
+
+
+def build_local(*, judge_model: Mapping[str, Any], judge: Any = None, cache: str | Path | None = None,
+                name: str = "local", **options: Any) -> LocalOptimizer:
+    """conf/optimizer/local.yaml: a local model; with the judge's own weights (optimizer.path ==
+    model.path) the judge's loaded model is reused instead of loading a second copy."""
+    del name
+    options = _common(judge_model, options)
+    inner = loaded_judge(judge)
+    if inner is not None and str(options.get("path")) == str(judge_model.get("path")):
+        options.update(model=inner.model, tokenizer=inner.tokenizer)
+        options.setdefault("name", judge_model.get("name"))
+    return LocalOptimizer(cache=cache, **options)
+
+
+def build_api(*, judge_model: Mapping[str, Any], judge: Any = None, cache: str | Path | None = None,
+              name: str = "api", **options: Any) -> ApiOptimizer:
+    """conf/optimizer/api.yaml: an OpenAI-compatible chat model (the key from api_key_env)."""
+    del name, judge
+    return ApiOptimizer(cache=cache, **_common(judge_model, options))

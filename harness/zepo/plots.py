@@ -1,0 +1,148 @@
+"""Figures for the ZEPO search and the sensitivity study (matplotlib, Agg backend, PNG files).
+
+- `plot_rate_vs_spearman`: Spearman vs decision rate with a quadratic fit (the paper's Figure 2);
+- `plot_objectives_vs_spearman`: each zero-shot objective vs Spearman, Pearson r in the title
+  (Figure 3);
+- `plot_debias`: paraphrases before and after permutation debiasing (Figure 4);
+- `plot_search`: objective and held-out Spearman per candidate of a ZEPO search.
+Every function writes the PNG and returns its path; `log_figure` hands it to the Tracker.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.figures import pyplot, save
+
+
+def _clean(x: Sequence[float | None], y: Sequence[float | None]) -> tuple[np.ndarray, np.ndarray]:
+    xa = np.array([math.nan if v is None else v for v in x], dtype=float)
+    ya = np.array([math.nan if v is None else v for v in y], dtype=float)
+    ok = np.isfinite(xa) & np.isfinite(ya)
+    return xa[ok], ya[ok]
+
+
+def pearson(x: Sequence[float | None], y: Sequence[float | None]) -> float:
+    """Pearson r over pairs where both are finite; NaN with < 3 points or a constant side."""
+    xa, ya = _clean(x, y)
+    if xa.size < 3 or np.ptp(xa) == 0 or np.ptp(ya) == 0:
+        return math.nan
+    return float(np.corrcoef(xa, ya)[0, 1])
+
+
+def quadratic_fit(x: Sequence[float | None], y: Sequence[float | None]) -> np.ndarray | None:
+    """Coefficients (a, b, c) of y = a x^2 + b x + c, or None with < 3 distinct x."""
+    xa, ya = _clean(x, y)
+    if np.unique(xa).size < 3:
+        return None
+    return np.polyfit(xa, ya, 2)
+
+
+def plot_rate_vs_spearman(rates: Sequence[float | None], spearmans: Sequence[float | None], path: str | Path,
+                          title: str = "Spearman vs decision rate") -> Path:
+    """Figure 2: each paraphrase as a point; the quadratic fit shows the inverted U near 0.5."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5, 4))
+    x, y = _clean(rates, spearmans)
+    ax.scatter(x, y, s=18, alpha=0.8)
+    coef = quadratic_fit(rates, spearmans)
+    if coef is not None:
+        grid = np.linspace(min(x.min(), 0.5), max(x.max(), 0.5), 100)
+        ax.plot(grid, np.polyval(coef, grid), color="C3", label="quadratic fit")
+        ax.legend(loc="lower center")
+    ax.axvline(0.5, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("decision rate P(judge answers A)")
+    ax.set_ylabel("Spearman with humans")
+    ax.set_title(title)
+    return save(fig, path)
+
+
+def plot_objectives_vs_spearman(objectives: Mapping[str, Sequence[float | None]],
+                                spearmans: Sequence[float | None], path: str | Path,
+                                title: str = "zero-shot objectives vs Spearman") -> Path:
+    """Figure 3: one panel per objective (higher = better), Pearson r with Spearman in its title."""
+    plt = pyplot()
+    n = max(1, len(objectives))
+    cols = min(n, 2)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.6 * rows), squeeze=False, layout="constrained")
+    for ax, (name, values) in zip(axes.flat, objectives.items()):
+        x, y = _clean(values, spearmans)
+        ax.scatter(x, y, s=18, alpha=0.8)
+        if np.unique(x).size >= 2:
+            coef = np.polyfit(x, y, 1)
+            grid = np.linspace(x.min(), x.max(), 50)
+            ax.plot(grid, np.polyval(coef, grid), color="C2")
+        r = pearson(values, spearmans)
+        ax.set_title(f"{name}: Pearson r = {'nan' if math.isnan(r) else f'{r:.2f}'}", fontsize=10)
+        ax.set_xlabel(name)
+        ax.set_ylabel("Spearman")
+    for ax in list(axes.flat)[len(objectives):]:
+        ax.axis("off")
+    fig.suptitle(title)
+    return save(fig, path)
+
+
+def plot_debias(rates_before: Sequence[float | None], spearman_before: Sequence[float | None],
+                rates_after: Sequence[float | None], spearman_after: Sequence[float | None],
+                path: str | Path, title: str = "before/after permutation debiasing") -> Path:
+    """Figure 4: left, Spearman vs decision rate before and after; right, each paraphrase's
+    Spearman before -> after (debiasing narrows but does not remove the spread)."""
+    plt = pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.8), layout="constrained")
+    for rates, sp, label, color in ((rates_before, spearman_before, "raw", "C0"),
+                                    (rates_after, spearman_after, "permutation debiased", "C1")):
+        x, y = _clean(rates, sp)
+        ax1.scatter(x, y, s=18, alpha=0.8, label=label, color=color)
+    ax1.axvline(0.5, color="grey", lw=0.8, ls=":")
+    ax1.set_xlabel("decision rate")
+    ax1.set_ylabel("Spearman with humans")
+    ax1.legend()
+    for b, a in zip(spearman_before, spearman_after):
+        if b is not None and a is not None and math.isfinite(b) and math.isfinite(a):
+            ax2.plot([0, 1], [b, a], color="grey", alpha=0.5, marker="o", ms=3)
+    ax2.set_xticks([0, 1], ["raw", "debiased"])
+    ax2.set_ylabel("Spearman")
+    _, after = _clean(spearman_after, spearman_after)
+    if after.size:
+        ax2.set_title(f"debiased range {after.min():.2f}-{after.max():.2f}")
+    fig.suptitle(title)
+    return save(fig, path)
+
+
+def plot_search(candidates: Sequence[Any], path: str | Path, objective: str = "fairness") -> Path:
+    """A ZEPO search: each candidate's objective (and held-out Spearman), the running best."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    idx = [c.index for c in candidates]
+    obj = [c.objectives[objective] for c in candidates]
+    ax.scatter(idx, obj, s=18, label=objective, color="C0")
+    best, running = -math.inf, []
+    for v in obj:
+        best = max(best, v) if math.isfinite(v) else best
+        running.append(best if math.isfinite(best) else math.nan)
+    ax.step(idx, running, where="post", color="C0", alpha=0.6)
+    ax.set_xlabel("candidate (scoring order)")
+    ax.set_ylabel(objective)
+    sp = [c.spearman_heldout for c in candidates]
+    if any(v is not None and math.isfinite(v) for v in sp):
+        ax2 = ax.twinx()
+        ax2.scatter(idx, [math.nan if v is None else v for v in sp], s=18, marker="x", color="C3",
+                    label="held-out Spearman")
+        ax2.set_ylabel("held-out Spearman", color="C3")
+    for c in candidates:
+        if c.slot == 0 and c.index:
+            ax.axvline(c.index - 0.5, color="grey", lw=0.6, ls=":")
+    ax.set_title(f"ZEPO search ({objective})")
+    return save(fig, path)
+
+
+def log_figure(tracker: Any, name: str, path: Path) -> Path:
+    if tracker is not None:
+        tracker.log_image(name, path)
+    return path

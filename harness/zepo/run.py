@@ -1,0 +1,167 @@
+"""A ZEPO run: search on the search documents, then evaluate the initial and the best instruction.
+
+Writes into the run directory:
+- `state.json`: the resumable search state (rerun with `hydra.run.dir=<this dir>` to resume);
+- `history.jsonl`: every scored candidate (text, epoch, parent, all objectives, held-out Spearman);
+- `best_instruction.txt`; `eval_initial/` and `eval_best/` (judgments.jsonl of the evaluation);
+- `results.json`: initial vs best on the evaluation documents, raw and debiased (metrics.summarize);
+- `summary.md` (the before/after table, also printed) and `search.png`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from harness import metrics
+from harness.io import write_json_atomic, write_jsonl_atomic, write_text_atomic
+from harness.judges.base import Judge
+from harness.judging import judge_documents, write_judgments
+from harness.types import Document, Tracker
+from harness.zepo import plots, search
+
+log = logging.getLogger(__name__)
+
+CANDIDATE_COLUMNS = ["index", "epoch", "slot", "parent", "objective", "fairness", "fairness_prob", "confidence",
+                     "calibration", "a_rate", "spearman_heldout", "selected", "text"]
+
+
+def evaluate(judge: Judge, docs: Sequence[Document], instruction: str, *, aspect: str | None, family: str,
+             max_candidates: int | None, out_dir: Path, shuffles: int, seed: int,
+             progress: bool) -> dict[str, Any]:
+    """One instruction on the evaluation documents: judgments.jsonl and every metric."""
+    judgments, p_cf = judge_documents(judge, docs, aspect=aspect, instruction=instruction, family=family,
+                                      max_candidates=max_candidates, progress=progress)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_judgments(out_dir / "judgments.jsonl", judgments, p_cf)
+    return {"instruction": instruction, "p_content_free": p_cf, "n_judgments": len(judgments),
+            "metrics": metrics.summarize(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed)}
+
+
+def _candidate_row(c: search.ScoredCandidate, objective: str, best: int) -> list[Any]:
+    o = c.objectives
+    return [c.index, c.epoch, c.slot, c.parent, o[objective], o["fairness"], o["fairness_prob"], o["confidence"],
+            o["calibration"], c.a_rate, c.spearman_heldout, c.index == best, c.text]
+
+
+class _Recorder:
+    """Writes history.jsonl after every candidate and logs per-candidate/per-epoch metrics."""
+
+    def __init__(self, out_dir: Path, tracker: Tracker | None, objective: str) -> None:
+        self.out_dir, self.tracker, self.objective = out_dir, tracker, objective
+        self.history: list[search.ScoredCandidate] = []
+
+    def candidate(self, c: search.ScoredCandidate, best: search.ScoredCandidate, fresh: bool) -> None:
+        self.history.append(c)
+        self.write(best.index)
+        if fresh and self.tracker is not None:
+            self.tracker.log({"candidate/objective": c.objectives[self.objective], "candidate/fairness": c.fairness,
+                              "candidate/a_rate": c.a_rate, "candidate/confidence": c.confidence,
+                              "candidate/spearman_heldout": _num(c.spearman_heldout),
+                              "best/objective": best.objectives[self.objective]}, step=c.index)
+
+    def epoch(self, epoch: int, scored: list[search.ScoredCandidate], best: search.ScoredCandidate) -> None:
+        if self.tracker is None or not scored:
+            return
+        fair = [c.fairness for c in scored if not math.isnan(c.fairness)]
+        self.tracker.log({"epoch": epoch, "epoch/best_fairness": best.fairness,
+                          "epoch/best_objective": best.objectives[self.objective],
+                          "epoch/best_spearman_heldout": _num(best.spearman_heldout),
+                          "epoch/mean_fairness": sum(fair) / len(fair) if fair else math.nan},
+                         step=scored[-1].index)
+
+    def write(self, best: int) -> None:
+        write_jsonl_atomic(self.out_dir / "history.jsonl",
+                           [dict(c.to_row(), selected=c.index == best) for c in self.history])
+
+
+def _num(x: float | None) -> float:
+    return math.nan if x is None else float(x)
+
+
+def run_zepo(judge: Judge, optimizer: Any, search_docs: Sequence[Document], eval_docs: Sequence[Document], *,
+             initial: str, task: str, aspect: str | None, family: str, settings: search.SearchSettings,
+             out_dir: str | Path, tracker: Tracker | None = None, progress: bool = False,
+             leak_search_docs: bool = False, extra: Mapping[str, Any] | None = None,
+             after_epoch: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Search on `search_docs`, then evaluate the initial and the best instruction on `eval_docs`.
+
+    `after_epoch(epoch)` runs once each epoch is recorded (tests raise there to simulate a kill).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rec = _Recorder(out, tracker, settings.objective)
+
+    def on_epoch(epoch: int, scored: list[search.ScoredCandidate], best: search.ScoredCandidate) -> None:
+        rec.epoch(epoch, scored, best)
+        if after_epoch is not None:
+            after_epoch(epoch)
+
+    searcher = search.Search(judge, optimizer, initial, aspect, family, search_docs, eval_docs, settings,
+                         state_path=out / "state.json", progress=progress, on_candidate=rec.candidate,
+                         on_epoch=on_epoch)
+    result = searcher.run()
+    rec.write(result.best.index)
+    write_text_atomic(out / "best_instruction.txt", result.best.text.strip() + "\n")
+    final = {}
+    for label, cand in (("initial", result.initial), ("best", result.best)):
+        ev = evaluate(judge, eval_docs, cand.text, aspect=aspect, family=family,
+                      max_candidates=settings.max_candidates, out_dir=out / f"eval_{label}",
+                      shuffles=settings.shuffles, seed=settings.seed, progress=progress)
+        search_view = {"objectives": dict(cand.objectives), "a_rate": cand.a_rate, "a_rate_prob": cand.a_rate_prob}
+        final[label] = {**ev, "index": cand.index, "epoch": cand.epoch, "search": search_view}
+    results = {
+        "experiment": "zepo", "task": task, "aspect": aspect, "family": family, "judge": judge.identity,
+        "optimizer": getattr(optimizer, "identity", type(optimizer).__name__), **dict(extra or {}),
+        "judge_calls": getattr(judge, "calls", None),  # this process's cache misses (attempts.jsonl: all)
+        "objective": settings.objective, "settings": asdict(settings),
+        "leak_search_docs": leak_search_docs, "search_doc_ids": [d.id for d in search_docs],
+        "eval_doc_ids": [d.id for d in eval_docs], "n_candidates": len(result.candidates),
+        "improved": result.best.index != result.initial.index, **final,
+    }
+    write_json_atomic(out / "results.json", results)
+    _report(results, result, out, tracker)
+    return results
+
+
+def _report(results: Mapping[str, Any], result: search.SearchResult, out: Path, tracker: Tracker | None) -> None:
+    table = before_after_table(results)
+    print(table, flush=True)
+    write_text_atomic(out / "summary.md", table + "\n")
+    if tracker is None:
+        return
+    rows = [_candidate_row(c, result.objective, result.best.index) for c in result.candidates]
+    tracker.log_table("candidates", CANDIDATE_COLUMNS, rows)
+    tracker.summary({f"{label}/{k}": v for label in ("initial", "best")
+                     for k, v in results[label]["metrics"]["none"].items()}
+                    | {"best/instruction": result.best.text, "improved": int(results["improved"])})
+    plots.log_figure(tracker, "search", plots.plot_search(result.candidates, out / "search.png",
+                                                           objective=result.objective))
+
+
+def before_after_table(results: Mapping[str, Any]) -> str:
+    """Markdown: initial vs best, on the search documents (the objective, the decision rate) and on
+    the evaluation documents (decision rate, mean P(A), Spearman raw and permutation-debiased)."""
+    obj = results["objective"]
+    kind = "mean P(A)" if obj == "fairness_prob" else "A-rate"
+    head = (f"| instruction | search {obj} | search {kind} | eval A-rate | eval mean P(A) | Spearman (PairS) "
+            "| Spearman (win rate) | Spearman (PairS) +perm. debias |")
+    lines = [f"ZEPO {results['task']}/{results['aspect']}: {len(results['search_doc_ids'])} search docs, "
+             f"{len(results['eval_doc_ids'])} eval docs, {results['n_candidates']} candidates scored",
+             "", head, "|" + "---|" * 8]
+    for label in ("initial", "best"):
+        r = results[label]
+        m, p = r["metrics"]["none"], r["metrics"]["permutation"]
+        rate = r["search"]["a_rate_prob"] if obj == "fairness_prob" else r["search"]["a_rate"]
+        lines.append(f"| {label} (#{r['index']}) | {_f(r['search']['objectives'][obj])} | {_f(rate)} "
+                     f"| {_f(m['a_rate'])} | {_f(m['a_rate_prob'])} | {_f(m['spearman_pairs'])} | {_f(m['spearman'])} "
+                     f"| {_f(p['spearman_pairs'])} |")
+    return "\n".join(lines)
+
+
+def _f(x: Any) -> str:
+    return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"

@@ -1,0 +1,403 @@
+"""ZEPO: greedy search for a fairer judge instruction (Zhou et al., EMNLP 2024).
+
+Epoch 0 scores the initial instruction and `population - 1` paraphrases of it; every later epoch
+scores `population` fresh paraphrases of the best instruction so far. The best is replaced only
+on a strictly higher objective, so ties keep the earlier (usually the human-written) instruction.
+Each candidate is scored by judging every ordered pair of the SEARCH documents; the objective
+needs no human labels except "calibration", an ablation.
+
+Resumable: after every generated and every scored candidate the search state is written
+atomically to `state.json`. Optimizer seeds are derived from (seed, epoch, slot, attempt), so no
+RNG state is saved; a resumed run replays the saved candidates and continues where it stopped,
+calling neither the optimizer (texts are in the state) nor the judge (request cache) again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from harness import metrics
+from harness.errors import ConfigError, DataError
+from harness.io import write_json_atomic
+from harness.judges.base import Judge
+from harness.judging import judge_documents
+from harness.types import Document, Judgment
+from harness.zepo.optimizers import ParaphraseError
+
+log = logging.getLogger(__name__)
+
+OBJECTIVES = ("fairness", "fairness_prob", "confidence", "calibration")
+"""fairness: -|argmax A-rate - 0.5| (the paper); fairness_prob: the same on mean P(A);
+confidence: mean max(p, 1-p); calibration: -ECE against human preferences (needs labels)."""
+
+STATE_VERSION = 1
+
+
+class ParaphraseFailed(Exception):
+    """The optimizer gave no usable paraphrase for a slot (the slot is skipped)."""
+
+
+class Paraphraser(Protocol):
+    """What the search needs from an optimizer (harness.zepo.optimizers.Optimizer fits)."""
+
+    def paraphrase(self, instruction: str, n: int, seed: int, aspect: str | None,
+                   avoid: Sequence[str] = ()) -> list[str]:
+        """n validated paraphrases; `avoid` lists texts that count as duplicates (earlier candidates)."""
+        ...
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How the search runs (the paper: population 5, epochs 5, objective fairness)."""
+
+    population: int = 5
+    """Candidates scored per epoch (epoch 0 counts the initial instruction)."""
+    epochs: int = 5
+    """Epochs; raising it on a finished run's state continues the search."""
+    objective: str = "fairness"
+    """One of OBJECTIVES: what 'best' means."""
+    seed: int = 0
+    """Root of every optimizer seed and of the PairS shuffles."""
+    max_candidates: int | None = None
+    """Systems per document judged (None = all)."""
+    heldout_spearman: bool = True
+    """Also judge each candidate on the held-out documents (costs judge calls)."""
+    ranking: str = "pairs"
+    """Held-out Spearman ranking: "pairs" (PairS merge sort, the paper) or "winrate"."""
+    shuffles: int = 100
+    """PairS shuffles averaged for the held-out Spearman."""
+    dedup_attempts: int = 3
+    """Re-asks (new seed) when a paraphrase repeats a text already scored."""
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(f"unknown ZEPO objective {self.objective!r}; use one of {', '.join(OBJECTIVES)}")
+        if self.population < 1 or self.epochs < 1:
+            raise ConfigError(f"population and epochs must be >= 1, got {self.population} and {self.epochs}")
+        if self.ranking not in ("pairs", "winrate"):
+            raise ConfigError(f"ranking must be 'pairs' or 'winrate', got {self.ranking!r}")
+
+
+@dataclass(frozen=True)
+class ScoredCandidate:
+    """One instruction the search scored, with every objective (one history.jsonl row)."""
+
+    index: int
+    """Position in scoring order; 0 is the initial instruction."""
+    epoch: int
+    """Epoch that produced it (0 holds the initial instruction)."""
+    slot: int
+    """Position within its epoch."""
+    text: str
+    """The instruction exactly as the judge reads it (after the optimizer's cleaning)."""
+    parent: int | None
+    """Index of the instruction it paraphrases (None for the initial one)."""
+    seed: int | None
+    """Optimizer seed that produced it (None for the initial one)."""
+    objectives: Mapping[str, float]
+    """Value of every objective in OBJECTIVES on the search documents (higher is better)."""
+    a_rate: float
+    """Argmax A-rate on the search documents."""
+    a_rate_prob: float
+    """Mean P(A) on the search documents."""
+    ece: float
+    """Calibration error on the search documents (NaN without human labels)."""
+    spearman_heldout: float | None = None
+    """Spearman with humans on the held-out documents (the configured ranking), if computed."""
+    heldout: Mapping[str, float] = field(default_factory=dict)
+    """Held-out metrics: spearman (win rate), spearman_pairs, a_rate, fairness."""
+
+    @property
+    def fairness(self) -> float:
+        return self.objectives["fairness"]
+
+    @property
+    def confidence(self) -> float:
+        return self.objectives["confidence"]
+
+    def to_row(self) -> dict[str, Any]:
+        row = asdict(self)
+        row["objectives"] = dict(self.objectives)
+        row["heldout"] = dict(self.heldout)
+        row["fairness"] = self.fairness
+        row["confidence"] = self.confidence
+        return row
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> ScoredCandidate:
+        vals = {k: v for k, v in row.items() if k in cls.__dataclass_fields__}
+        for k in ("a_rate", "a_rate_prob", "ece"):
+            vals[k] = _nan(vals[k])
+        vals["objectives"] = {k: _nan(v) for k, v in row["objectives"].items()}
+        vals["heldout"] = {k: _nan(v) for k, v in (row.get("heldout") or {}).items()}
+        return cls(**vals)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The whole search: every candidate in scoring order and the one selected."""
+
+    candidates: tuple[ScoredCandidate, ...]
+    """Every scored candidate in scoring order (skipped slots are absent)."""
+    best: ScoredCandidate
+    """The selected instruction: the first with the highest objective."""
+    objective: str
+    """The objective that drove the selection."""
+
+    @property
+    def initial(self) -> ScoredCandidate:
+        return self.candidates[0]
+
+
+def _nan(v: Any) -> float:
+    """JSON writes NaN as null: read it back as NaN."""
+    return math.nan if v is None else float(v)
+
+
+def derive_seed(seed: int, *parts: int) -> int:
+    """A 31-bit seed from (seed, epoch, slot, attempt): stable across runs and machines."""
+    h = hashlib.sha256(":".join(str(x) for x in (seed, *parts)).encode()).hexdigest()
+    return int(h[:8], 16) & 0x7FFFFFFF
+
+
+def objective_key(value: float) -> float:
+    """Undefined objectives (no decisive pair, no labels) rank below every defined one."""
+    return -math.inf if value is None or math.isnan(value) else value
+
+
+def candidate_metrics(judgments: Sequence[Judgment]) -> dict[str, Any]:
+    """Every objective plus the A-rates and ECE of one candidate's search judgments."""
+    rate, rate_prob = metrics.a_rate(judgments, "argmax"), metrics.a_rate(judgments, "prob")
+    ece = metrics.calibration(judgments)["ece"]
+    objectives = {
+        "fairness": -abs(rate - 0.5),
+        "fairness_prob": -abs(rate_prob - 0.5),
+        "confidence": metrics.confidence(judgments)["max_prob"],
+        "calibration": -ece,
+    }
+    return {"objectives": objectives, "a_rate": rate, "a_rate_prob": rate_prob, "ece": ece}
+
+
+def heldout_metrics(judgments: Sequence[Judgment], shuffles: int, seed: int) -> dict[str, float]:
+    win = metrics.correlations(judgments, "winrate", shuffles=1, seed=seed)
+    pairs = metrics.correlations(judgments, "pairs", shuffles=shuffles, seed=seed)
+    rate = metrics.a_rate(judgments, "argmax")
+    return {"spearman": win["spearman"], "spearman_pairs": pairs["spearman"], "a_rate": rate,
+            "fairness": -abs(rate - 0.5)}
+
+
+def state_fingerprint(**parts: Any) -> str:
+    """Hash of everything that changes which candidates a search produces (not `epochs`)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class SearchState:
+    """state.json: scored candidates and generated-but-unscored texts, saved atomically."""
+
+    def __init__(self, path: Path | None, fingerprint: str) -> None:
+        self.path = path
+        self.fingerprint = fingerprint
+        self.done: dict[str, ScoredCandidate] = {}
+        self.pending: dict[str, dict[str, Any]] = {}
+        self.skipped: dict[str, str] = {}
+        self.epoch = 0
+        self.best_index = 0
+        if path is not None and path.is_file():
+            self._load(path)
+
+    def _load(self, path: Path) -> None:
+        try:
+            raw = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise DataError(f"not valid JSON ({e.msg}); delete it to start over", where=str(path)) from None
+        if raw.get("fingerprint") != self.fingerprint:
+            raise ConfigError("this run directory holds a ZEPO search with different settings "
+                              "(instruction, judge, documents, population, objective or seed); "
+                              "use a new run directory", where=str(path))
+        self.done = {f"{r['epoch']}:{r['slot']}": ScoredCandidate.from_row(r) for r in raw["candidates"]}
+        self.pending = dict(raw.get("pending", {}))
+        self.skipped = dict(raw.get("skipped", {}))
+        log.info("resuming ZEPO search from %s: %d candidates scored", path, len(self.done))
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        write_json_atomic(self.path, {
+            "version": STATE_VERSION, "fingerprint": self.fingerprint, "epoch": self.epoch,
+            "best_index": self.best_index,
+            "candidates": [c.to_row() for c in sorted(self.done.values(), key=lambda c: c.index)],
+            "pending": self.pending, "skipped": self.skipped,
+        })
+
+
+@dataclass
+class Search:
+    """One ZEPO search: a judge, an optimizer, search/held-out documents and settings."""
+
+    judge: Judge
+    """Scores the pairs; wrap it in a CachedJudge so re-scoring and resuming are free."""
+    optimizer: Paraphraser
+    """Proposes paraphrases (harness.zepo.optimizers.ApiOptimizer or LocalOptimizer)."""
+    initial: str
+    """The starting instruction (epoch 0, slot 0)."""
+    aspect: str | None
+    """The aspect judged (the optimizer keeps its word; the calibration objective reads its scores)."""
+    family: str
+    """Prompt layout: summarization | dialogue | instruction."""
+    search_docs: Sequence[Document]
+    """Documents whose ordered pairs score each candidate (labels unused except by 'calibration')."""
+    heldout_docs: Sequence[Document] = ()
+    """Documents for each candidate's held-out Spearman (settings.heldout_spearman)."""
+    settings: SearchSettings = field(default_factory=SearchSettings)
+    """Population, epochs, objective, seed and the rest."""
+    state_path: Path | None = None
+    """Where state.json lives; None keeps no state (no resume)."""
+    progress: bool = False
+    """tqdm bars while judging."""
+    on_candidate: Callable[[ScoredCandidate, ScoredCandidate, bool], None] | None = None
+    """Called after each candidate with (candidate, best so far, fresh); fresh is False for a
+    candidate replayed from state.json."""
+    on_epoch: Callable[[int, list[ScoredCandidate], ScoredCandidate], None] | None = None
+    """Called after each epoch with (epoch, its candidates, best so far); also for replayed ones."""
+
+    def fingerprint(self) -> str:
+        s = self.settings
+        return state_fingerprint(
+            initial=self.initial, aspect=self.aspect, family=self.family, judge=self.judge.identity,
+            optimizer=getattr(self.optimizer, "identity", type(self.optimizer).__name__),
+            search=[d.id for d in self.search_docs], heldout=[d.id for d in self.heldout_docs],
+            population=s.population, objective=s.objective, seed=s.seed, max_candidates=s.max_candidates,
+            heldout_spearman=s.heldout_spearman, ranking=s.ranking, shuffles=s.shuffles,
+            dedup_attempts=s.dedup_attempts)
+
+    def run(self) -> SearchResult:
+        if not self.search_docs:
+            raise ConfigError("ZEPO needs at least one search document")
+        s = self.settings
+        state = SearchState(self.state_path, self.fingerprint())
+        history: list[ScoredCandidate] = []
+        best: ScoredCandidate | None = None
+        for epoch in range(s.epochs):
+            parent = best
+            state.epoch = epoch
+            state.save()  # so a watcher sees which epoch is running
+            scored: list[ScoredCandidate] = []
+            for slot in range(s.population):
+                key = f"{epoch}:{slot}"
+                if key in state.skipped:
+                    continue
+                cand = state.done.get(key)
+                fresh = cand is None
+                if fresh:
+                    cand = self._new_candidate(state, key, epoch, slot, len(history), parent, history)
+                    if cand is None:
+                        continue
+                history.append(cand)
+                scored.append(cand)
+                if best is None or self._better(cand, best):
+                    best = cand
+                state.best_index = best.index
+                if fresh:
+                    state.done[key] = cand
+                    state.pending.pop(key, None)
+                    state.save()
+                if self.on_candidate:
+                    self.on_candidate(cand, best, fresh)
+            assert best is not None
+            if self.on_epoch:
+                self.on_epoch(epoch, scored, best)
+        assert best is not None
+        return SearchResult(tuple(history), best, s.objective)
+
+    def _better(self, cand: ScoredCandidate, best: ScoredCandidate) -> bool:
+        """Strictly higher objective: a tie keeps the earlier instruction."""
+        key = self.settings.objective
+        return objective_key(cand.objectives[key]) > objective_key(best.objectives[key])
+
+    def _new_candidate(self, state: SearchState, key: str, epoch: int, slot: int, index: int,
+                       parent: ScoredCandidate | None, history: Sequence[ScoredCandidate]) -> ScoredCandidate | None:
+        if parent is None and slot == 0:
+            text, seed, parent_index = self.initial, None, None
+        else:
+            source = parent or history[0]
+            if key not in state.pending:
+                try:
+                    text, seed = self._paraphrase(source.text, epoch, slot, {c.text for c in history})
+                except ParaphraseFailed as e:
+                    # One unusable slot should not end an hours-long search: record and move on.
+                    log.warning("epoch %d slot %d skipped: %s", epoch, slot, e)
+                    state.skipped[key] = str(e)
+                    state.save()
+                    return None
+                state.pending[key] = {"text": text, "seed": seed}
+                state.save()
+            text, seed, parent_index = state.pending[key]["text"], state.pending[key]["seed"], source.index
+        return self.score(text, index=index, epoch=epoch, slot=slot, parent=parent_index, seed=seed)
+
+    def _paraphrase(self, text: str, epoch: int, slot: int, seen: set[str]) -> tuple[str, int]:
+        """One paraphrase from a seed derived from (seed, epoch, slot, attempt); a new attempt
+        (new seed) only when the text repeats an earlier candidate."""
+        norm = {" ".join(t.lower().split()) for t in seen}
+        out, seed = "", 0
+        for attempt in range(self.settings.dedup_attempts + 1):
+            seed = derive_seed(self.settings.seed, epoch, slot, attempt)
+            try:
+                got = self.optimizer.paraphrase(text, 1, seed, self.aspect, avoid=sorted(seen))
+            except ParaphraseError as e:
+                raise ParaphraseFailed(str(e)) from None
+            if not got or not got[0].strip():
+                raise ParaphraseFailed("the optimizer returned no paraphrase")
+            out = got[0]
+            if " ".join(out.lower().split()) not in norm:
+                return out, seed
+        log.warning("epoch %d slot %d: paraphrase repeats an earlier candidate; scoring it anyway", epoch, slot)
+        return out, seed
+
+    def judge_on(self, docs: Sequence[Document], text: str) -> list[Judgment]:
+        judgments, _ = judge_documents(self.judge, docs, aspect=self.aspect, instruction=text, family=self.family,
+                                       max_candidates=self.settings.max_candidates, progress=self.progress)
+        return judgments
+
+    def score(self, text: str, *, index: int, epoch: int, slot: int, parent: int | None,
+              seed: int | None) -> ScoredCandidate:
+        m = candidate_metrics(self.judge_on(self.search_docs, text))
+        held: dict[str, float] = {}
+        sp = None
+        if self.settings.heldout_spearman and self.heldout_docs:
+            held = heldout_metrics(self.judge_on(self.heldout_docs, text), self.settings.shuffles, self.settings.seed)
+            sp = held["spearman_pairs" if self.settings.ranking == "pairs" else "spearman"]
+        cand = ScoredCandidate(index=index, epoch=epoch, slot=slot, text=text, parent=parent, seed=seed,
+                               objectives=m["objectives"], a_rate=m["a_rate"], a_rate_prob=m["a_rate_prob"],
+                               ece=m["ece"], spearman_heldout=sp, heldout=held)
+        log.info("epoch %d slot %d: fairness %.4f a_rate %.3f spearman_heldout %s", epoch, slot,
+                 cand.fairness, cand.a_rate, "-" if sp is None else f"{sp:.3f}")
+        return cand
+
+
+def split_documents(docs: Sequence[Document], search_docs: int, eval_docs: int | None = None,
+                    leak: bool = False) -> tuple[list[Document], list[Document]]:
+    """(search, eval): search = the first `search_docs`; eval = the rest (at most `eval_docs`),
+    or, with `leak` (the paper), the whole slice including the search documents."""
+    if search_docs < 1:
+        raise ConfigError(f"search_docs must be >= 1, got {search_docs}")
+    if search_docs > len(docs):
+        raise ConfigError(f"search_docs={search_docs} but the task slice holds only {len(docs)} documents")
+    search = list(docs[:search_docs])
+    rest = list(docs) if leak else list(docs[search_docs:])
+    if eval_docs is not None:
+        rest = rest[:eval_docs]
+    if not rest:
+        raise ConfigError(f"no evaluation documents left: the slice has {len(docs)} documents and "
+                          f"search_docs={search_docs}; raise task.docs or set leak_search_docs=true")
+    return search, rest
+
+
+def history_rows(result: SearchResult) -> list[dict[str, Any]]:
+    return [dict(c.to_row(), selected=c.index == result.best.index) for c in result.candidates]

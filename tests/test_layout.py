@@ -1,0 +1,152 @@
+"""The package's shape: imports run one way, no cycles, no hidden function-local imports.
+
+The layers (STYLE.md): base records and I/O -> data, models, prompts, http -> judges -> judging ->
+metrics -> (zepo | abb) -> runtime -> experiments -> the `harness.run` command. A module may
+import its own layer or a lower one; zepo and abb never import each other. Function-local
+imports are kept for heavy libraries only (a config error must come back before torch or vLLM
+has been imported); a function-local harness import would hide a cycle, so none is allowed.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "harness"
+
+LAYERS = {
+    "harness": 0, "harness.errors": 0, "harness.types": 0, "harness.io": 0, "harness.secrets": 0,
+    "harness.figures": 0,
+    "harness.data": 1, "harness.models": 1, "harness.prompts": 1, "harness.http": 1,
+    "harness.judges": 2, "harness.judging": 3, "harness.metrics": 4,
+    "harness.zepo": 5, "harness.abb": 5,
+    "harness.runtime": 6, "harness.experiments": 7, "harness.run": 8,
+}
+SIBLINGS = {("harness.zepo", "harness.abb"), ("harness.abb", "harness.zepo")}
+HEAVY = {"vllm", "openai", "matplotlib", "wandb", "torch", "transformers", "tokenizers", "safetensors", "scipy",
+         "submitit", "gguf", "mistral_common", "tiktoken", "llama_models"}
+"""Libraries a function may import locally: each costs seconds to import or is an optional extra."""
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def resolve(base: str, name: str | None) -> str:
+    """`from base import name`: the submodule when `name` is one, else `base`."""
+    if name:
+        cand = ROOT.parent / Path(*f"{base}.{name}".split("."))
+        if cand.with_suffix(".py").is_file() or (cand / "__init__.py").is_file():
+            return f"{base}.{name}"
+    return base
+
+
+def imports(path: Path) -> list[tuple[str, bool, int]]:
+    """(imported module, function-local?, line) for every import in the file."""
+    tree = ast.parse(path.read_text())
+    out = []
+
+    def visit(node: ast.AST, local: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = local or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            if isinstance(child, ast.Import):
+                out.extend((a.name, local, child.lineno) for a in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+                out.extend((resolve(child.module, a.name), local, child.lineno) for a in child.names)
+            visit(child, inner)
+
+    visit(tree, False)
+    return out
+
+
+def layer_of(module: str) -> tuple[str, int]:
+    best = max((k for k in LAYERS if module == k or module.startswith(k + ".")), key=len)
+    return best, LAYERS[best]
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, list[tuple[str, bool, int]]]:
+    return {module_name(p): imports(p) for p in sorted(ROOT.rglob("*.py"))}
+
+
+def test_every_module_has_a_layer(graph):
+    for mod in graph:
+        assert layer_of(mod), mod
+
+
+def test_imports_run_one_way(graph):
+    bad = []
+    for mod, deps in graph.items():
+        src_key, src = layer_of(mod)
+        for dep, _, line in deps:
+            if not dep.startswith("harness"):
+                continue
+            dst_key, dst = layer_of(dep)
+            if dst > src or (src_key, dst_key) in SIBLINGS:
+                bad.append(f"{mod}:{line} imports {dep} (layer {dst_key} above/beside {src_key})")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_function_local_imports_but_heavy_libraries(graph):
+    bad = [f"{mod}:{line} imports {dep} inside a function" for mod, deps in graph.items()
+           for dep, local, line in deps if local and dep.split(".")[0] not in HEAVY]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_cycles(graph):
+    edges = {m: {d for d, _, _ in deps if d in graph and d != m} for m, deps in graph.items()}
+    cycles = _strongly_connected(edges)
+    assert not cycles, cycles
+
+
+def _strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm; components of more than one module are cycles."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in edges:
+        if v not in index:
+            connect(v)
+    return found
+
+
+def test_the_checks_catch_a_violation(tmp_path, monkeypatch):
+    """Negative control: an upward import, a cycle and a hidden local import are all reported."""
+    edges = {"a": {"b"}, "b": {"a"}, "c": set()}
+    assert _strongly_connected(edges) == [["a", "b"]]
+    bad = tmp_path / "bad.py"
+    bad.write_text("import json\n\ndef f():\n    import os\n    from harness.experiments import judge\n")
+    found = imports(bad)
+    assert ("os", True, 4) in found and ("json", False, 1) in found
+    assert any(d.startswith("harness.experiments") and local for d, local, _ in found)
+    assert layer_of("harness.experiments.judge")[1] > layer_of("harness.metrics.summary")[1]
