@@ -26,7 +26,7 @@ from harness.types import Candidate, Document, Judgment, PairRequest, PairScore
 CONTENT_FREE = "N/A"
 """What every content slot holds in the content-free prompt (contextual calibration)."""
 
-ROW_KEYS = ("doc_id", "a_id", "b_id", "p_a", "token_logprobs", "human_a", "human_b", "gold_a")
+ROW_KEYS = ("doc_id", "a_id", "b_id", "p_a", "token_logprobs", "human_a", "human_b", "gold_a", "flags")
 """Keys of one judgments.jsonl row, in the order they are written."""
 
 
@@ -34,7 +34,7 @@ def judgment_to_row(j: Judgment) -> dict[str, Any]:
     """One judgments.jsonl row (JSON-ready; -inf logprobs and NaN P(A) stay floats)."""
     logprobs = {str(k): float(v) for k, v in j.token_logprobs.items()}
     values = (j.doc_id, j.a_id, j.b_id, float(j.p_a), logprobs, _opt(j.human_a, float),
-              _opt(j.human_b, float), _opt(j.gold_a, bool))
+              _opt(j.human_b, float), _opt(j.gold_a, bool), list(j.flags))
     return dict(zip(ROW_KEYS, values))
 
 
@@ -72,10 +72,13 @@ def judgment_from_row(
             raise bad(key, f"must be a number or null, got {row[key]!r}")
     if row.get("gold_a") is not None and not isinstance(row["gold_a"], bool):
         raise bad("gold_a", f"must be true, false or null, got {row['gold_a']!r}")
+    flags = row.get("flags") or []
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        raise bad("flags", f"must be a list of strings, got {flags!r}")
     logprobs = {k: float(v) for k, v in logprobs.items()}
     return Judgment(row["doc_id"], row["a_id"], row["b_id"], float(p_a), logprobs,
                     _opt(row.get("human_a"), float), _opt(row.get("human_b"), float),
-                    row.get("gold_a"))
+                    row.get("gold_a"), tuple(flags))
 
 
 # -- requests ---------------------------------------------------------------------------------
@@ -124,7 +127,8 @@ def judge_documents(judge: Judge, docs: Sequence[Document], *, aspect: str | Non
     if not requests:
         raise DataError("no pairs to judge: every document needs at least two candidates")
     scores = score(judge, [*requests, content_free_request(instruction, family)], progress)
-    judgments = [Judgment(t.doc_id, t.a_id, t.b_id, s.p_a, dict(s.token_logprobs), t.human_a, t.human_b, t.gold_a)
+    judgments = [Judgment(t.doc_id, t.a_id, t.b_id, s.p_a, dict(s.token_logprobs), t.human_a, t.human_b, t.gold_a,
+                          tuple(s.flags))
                  for t, s in zip(templates, scores)]
     return judgments, scores[-1].p_a
 

@@ -61,7 +61,11 @@ class PairScore:
     """Log-probability over the full vocabulary of every answer-token variant, keyed by
     '<label>:<token text>' (e.g. 'A:A', 'A: A'), read at the first answer position."""
     p_a: float
-    """P(A) / (P(A) + P(B)), each label's probability summed over its variants."""
+    """P(A) / (P(A) + P(B)), each label's probability summed over its variants; NaN when the answer
+    could not be read (then `flags` says why, and the pair counts as unjudged in every metric)."""
+    flags: tuple[str, ...] = ()
+    """What is wrong with this answer, if anything (e.g. "unreadable"); empty for a clean one.
+    A flagged score is never cached."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,8 @@ class Judgment:
     human_b: float | None = None
     gold_a: bool | None = None
     """For gold-label data: True when humans prefer A, False when B; None otherwise."""
+    flags: tuple[str, ...] = ()
+    """The PairScore's flags, kept with the judgment (judgments.jsonl `flags`)."""
 
 
 @runtime_checkable

@@ -110,3 +110,32 @@ def test_innermost_reaches_the_model_judge_under_every_wrapper(tiny_judge, tmp_p
     wrapped = PreemptibleJudge(CachedJudge(tiny_judge, ScoreCache(tmp_path / "c.sqlite"), 4), 4)
     assert innermost(wrapped) is tiny_judge and innermost(tiny_judge) is tiny_judge
     assert loaded_judge(wrapped) is tiny_judge
+
+
+def test_flagged_scores_are_returned_but_never_cached(tmp_path):
+    """An unreadable answer (flags) comes back as NaN and is asked again next time, not served."""
+    import math
+
+    from harness.types import PairScore
+
+    class Flaky:
+        identity = "flaky-judge"
+
+        def __init__(self):
+            self.seen = 0
+
+        def score_pairs(self, requests):
+            self.seen += len(requests)
+            if self.seen <= len(requests):  # the first batch is unreadable
+                return [PairScore({}, math.nan, ("unreadable",)) for _ in requests]
+            return [PairScore({"A:A": -0.1, "B:B": -2.0}, 0.8) for _ in requests]
+
+    inner = Flaky()
+    judge = CachedJudge(inner, ScoreCache(tmp_path / "c.sqlite"), chunk=8)
+    reqs = [PairRequest("d", "a", "b", "p1"), PairRequest("d", "b", "a", "p2")]
+    first = judge.score_pairs(reqs)
+    assert all(math.isnan(s.p_a) and s.flags == ("unreadable",) for s in first)
+    assert len(judge.cache) == 0
+    second = judge.score_pairs(reqs)
+    assert [s.p_a for s in second] == [0.8, 0.8] and inner.seen == 4 and len(judge.cache) == 2
+    assert judge.score_pairs(reqs) == second and inner.seen == 4  # now served from the cache

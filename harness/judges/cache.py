@@ -89,7 +89,8 @@ class CachedJudge:
             part = items[i : i + self.chunk]
             scores = self.judge.score_pairs([r for _, r in part])
             self.calls += len(part)
-            self.cache.put_many(self.identity, [(k, s) for (k, _), s in zip(part, scores)])
+            # A flagged (e.g. unreadable) answer is returned but never cached: a rerun asks again.
+            self.cache.put_many(self.identity, [(k, s) for (k, _), s in zip(part, scores) if not s.flags])
             found.update((k, s) for (k, _), s in zip(part, scores))
             if progress is not None:
                 done = {k for k, _ in part}
