@@ -42,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        print(f"error: cannot write the card into {e.filename or args.run_dir} ({e.strerror}); "
+              "give --out DIR for a run directory you cannot write to", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps({c.name: jsonable(dict(c.numbers)) for c in cards}, indent=1))
     return 0

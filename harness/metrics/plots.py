@@ -34,7 +34,7 @@ def plot_reliability(p: np.ndarray, y: np.ndarray, path: str | Path, bins: int =
         ax.annotate(str(int(c)), (x, f), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=7)
     ax.set(xlim=(0, 1), ylim=(0, 1.08), xlabel="P(A) (bin mean)", ylabel="share of pairs humans prefer A",
            title=title)
-    ax.legend(loc="upper left", fontsize=7)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=7, frameon=False)
     return save(fig, path)
 
 
@@ -53,7 +53,7 @@ def plot_p_a_by_order(listed: Sequence[float], swapped: Sequence[float], path: s
         ax.hist(vals, bins=edges, histtype="step", color=color)
     ax.axvline(0.5, color="grey", lw=0.8, ls=":")
     ax.set(xlim=(0, 1), xlabel="P(A)", ylabel="pairs", title=title)
-    ax.legend(loc="upper left", fontsize=7)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=7, frameon=False)
     return save(fig, path)
 
 
@@ -71,5 +71,5 @@ def plot_answer_mass(masses: np.ndarray, threshold: float, path: str | Path,
         med = float(np.median(masses))
         ax.axvline(math.log10(max(med, 1e-12)), color="black", lw=1.0, label=f"median {med:.3g}")
     ax.set(xlim=(low, 0), xlabel="log10 P(any answer token) before renormalising", ylabel="pairs", title=title)
-    ax.legend(loc="upper left", fontsize=7)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=7, frameon=False)
     return save(fig, path)
