@@ -18,10 +18,10 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from conftest import REPO, run_harness
+from test_run import wandb_records
 
 from harness.errors import ConfigError
 from harness.experiments.judge import run_judge
@@ -119,6 +119,12 @@ def test_scripted_position_bias_gives_the_designed_card(tmp_path, bias, caplog):
     assert set(card.pictures) == set(PICTURES) and all(p.stat().st_size > 0 for p in card.pictures.values())
     assert "decision survives swapping" in (tmp_path / "card.md").read_text()
     assert not caplog.records  # median 0.455 is above the threshold: no warning
+    # Negative control: one P(A) changed in judgments.jsonl and the card no longer equals results.json.
+    rows = [json.loads(x) for x in (tmp_path / "judgments.jsonl").read_text().splitlines()]
+    rows[0]["p_a"] = 1 - rows[0]["p_a"]
+    (tmp_path / "judgments.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tampered,) = render_cards(tmp_path, echo=lambda _: None)
+    assert tampered.numbers["a_rate_prob"] != pytest.approx(saved["a_rate_prob"])
 
 
 def test_order_consistency_counts_ties_and_skips_one_order_pairs():
@@ -219,12 +225,6 @@ def _report(args: list[str]) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-def _wandb_records(run_dir: Path) -> list[dict]:
-    from test_run import wandb_records
-
-    return wandb_records(run_dir)
-
-
 def test_every_run_gets_a_card_in_the_run_dir_wandb_and_report(tmp_path):
     """A judge run through `python -m harness.run` with model.chat_template=false. The tiny random
     model's mass is meaningless (random weights): here it only drives the plumbing."""
@@ -239,7 +239,7 @@ def test_every_run_gets_a_card_in_the_run_dir_wandb_and_report(tmp_path):
         assert (out / name).stat().st_size > 0
     assert "report card run:" in r.stdout
     assert (r.stdout + r.stderr).count("answer mass is low") == 1
-    records = _wandb_records(out)
+    records = wandb_records(out)
     logged = {k for rec in records if rec.get("type") == "history" for k in rec["history"]["item"]}
     assert {f"card/run/{kind}" for kind in PICTURES} <= {k.split(".")[0] for k in logged}
     (art,) = [rec["artifact"] for rec in records if rec.get("type") == "artifact"

@@ -201,7 +201,6 @@ class RunContext:
         finally:
             self._tracker.finish()
 
-
     def report_cards(self) -> None:
         """The report card of every judged set in the run directory (harness.metrics.card): printed,
         its pictures beside the judgments and in W&B, one warning when the answer mass is low. A
