@@ -26,6 +26,22 @@ from harness.types import Candidate, Document, Judgment, PairRequest, PairScore
 CONTENT_FREE = "N/A"
 """What every content slot holds in the content-free prompt (contextual calibration)."""
 
+MIN_ANSWER_MASS = 0.2
+"""A pair whose answer tokens hold less than this share of the judge's next-token probability is
+flagged LOW_MASS, and a run whose median is below it gets one warning (harness.metrics.card).
+
+Why 0.2: below it, at least four answers in five sampled from the judge would not be a label, so
+P(A) renormalises a minority of the judge's behaviour rather than its answer. The failures it is
+meant to catch are far below it: a Gemma-3-270M base model held ~1e-9 (issue #15); SmolLM2-135M-
+Instruct without its chat template, where the prompt's 'Answer: ' is continued by a newline,
+held a median 0.09-0.12 on SummEval; with its template (the label is its top token) 0.31-0.38
+(docs/report_card.md has the measurements). Where a backend reads only the top-K logprobs, missing
+variants count as 0, so the mass is a lower bound."""
+
+LOW_MASS = "low_answer_mass"
+"""Judgment flag: the pair's answer mass is below MIN_ANSWER_MASS. The pair stays in the data and
+in every metric (its P(A) is still the judge's reading); the flag says how little it rests on."""
+
 ROW_KEYS = ("doc_id", "a_id", "b_id", "p_a", "token_logprobs", "human_a", "human_b", "gold_a", "flags")
 """Keys of one judgments.jsonl row, in the order they are written."""
 
@@ -81,6 +97,12 @@ def judgment_from_row(
                     row.get("gold_a"), tuple(flags))
 
 
+def answer_mass(token_logprobs: Mapping[str, float]) -> float:
+    """Total probability of every answer-token variant of every label, before renormalising
+    (0 when none was read)."""
+    return float(sum(math.exp(v) for v in token_logprobs.values()))
+
+
 # -- requests ---------------------------------------------------------------------------------
 def ordered_pairs(doc: Document, max_candidates: int | None = None) -> list[tuple[Candidate, Candidate]]:
     cands = doc.candidates[:max_candidates] if max_candidates else doc.candidates
@@ -128,9 +150,13 @@ def judge_documents(judge: Judge, docs: Sequence[Document], *, aspect: str | Non
         raise DataError("no pairs to judge: every document needs at least two candidates")
     scores = score(judge, [*requests, content_free_request(instruction, family)], progress)
     judgments = [Judgment(t.doc_id, t.a_id, t.b_id, s.p_a, dict(s.token_logprobs), t.human_a, t.human_b, t.gold_a,
-                          tuple(s.flags))
+                          tuple(s.flags) + _mass_flags(s))
                  for t, s in zip(templates, scores)]
     return judgments, scores[-1].p_a
+
+
+def _mass_flags(s: PairScore) -> tuple[str, ...]:
+    return (LOW_MASS,) if answer_mass(s.token_logprobs) < MIN_ANSWER_MASS and LOW_MASS not in s.flags else ()
 
 
 # -- judgments.jsonl --------------------------------------------------------------------------

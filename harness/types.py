@@ -83,7 +83,9 @@ class Judgment:
     gold_a: bool | None = None
     """For gold-label data: True when humans prefer A, False when B; None otherwise."""
     flags: tuple[str, ...] = ()
-    """The PairScore's flags, kept with the judgment (judgments.jsonl `flags`)."""
+    """The PairScore's flags, kept with the judgment (judgments.jsonl `flags`), plus
+    "low_answer_mass" when the answer tokens held little probability (harness.judging.LOW_MASS:
+    informative only, the pair still counts in every metric)."""
 
 
 @runtime_checkable

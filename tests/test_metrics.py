@@ -31,6 +31,7 @@ SUMMARY_KEYS = {
     "a_rate", "a_rate_prob", "fairness", "fairness_prob", "max_prob", "entropy", "ece", "brier",
     "nll", "accuracy", "n_calibration", "spearman", "kendall", "spearman_pairs", "kendall_pairs",
     "spearman_whole", "kendall_whole", "n_judgments", "n_docs",
+    "order_consistency", "order_gap", "n_order_pairs", "answer_mass_median", "answer_mass_low_share",
 }
 
 

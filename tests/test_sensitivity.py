@@ -101,6 +101,17 @@ def test_sensitivity_from_a_zepo_history(tmp_path, shared_data, tiny_llama):
     for name in res["figures"].values():
         assert (out / name).stat().st_size > 0
     assert (out / "paraphrases.txt").read_text().splitlines() == INSTRUCTIONS
+    # Each instruction's judgments, with the report card the run context draws for it.
+    from harness.judging import load_judgments
+    from harness.metrics.card import PICTURES, card_numbers
+
+    for r in rows:
+        folder = out / "instructions" / f"{r['index']:03d}"
+        numbers = card_numbers(load_judgments(folder / "judgments.jsonl")[0])
+        drawn = {k for k, name in PICTURES.items() if (folder / name).is_file()}
+        assert drawn == set(PICTURES) - ({"reliability"} if numbers["n_calibration"] == 0 else set())
+        for key in ("a_rate", "order_consistency", "order_gap", "answer_mass_median", "answer_mass_low_share"):
+            assert numbers[key] == pytest.approx(r["none"][key], nan_ok=True)
 
 
 def test_sensitivity_generates_paraphrases_with_the_optimizer(tmp_path, shared_data, tiny_llama):

@@ -238,6 +238,22 @@ def test_e2e_history_selection_and_faults(e2e):
     assert list(out.glob("wandb/offline-run-*")), "offline W&B run missing"
 
 
+def test_e2e_report_cards_for_both_evaluations(e2e):
+    """The run context draws a report card for eval_initial/ and eval_best/, equal to results.json."""
+    from harness.judging import load_judgments
+    from harness.metrics.card import CARD_KEYS, PICTURES, card_numbers
+
+    out = e2e["tmp"] / "run"
+    res = json.loads((out / "results.json").read_text())
+    for label in ("initial", "best"):
+        folder = out / f"eval_{label}"
+        assert all((folder / name).stat().st_size > 0 for name in PICTURES.values())
+        assert (folder / "card.md").read_text().startswith(f"report card eval_{label}:")
+        numbers = card_numbers(load_judgments(folder / "judgments.jsonl")[0])
+        saved = res[label]["metrics"]["none"]
+        assert {k: numbers[k] for k in CARD_KEYS} == pytest.approx({k: saved[k] for k in CARD_KEYS}, nan_ok=True)
+
+
 def test_e2e_killed_after_epoch0_resumes_without_repeats(e2e, shared_data, tmp_path):
     """Same seed, fresh caches: interrupted after epoch 0, resumed, same history as the unbroken run."""
     from openai_server import OpenAIServer

@@ -5,7 +5,9 @@
 Writes into the run directory:
 - `judgments.jsonl`: one row per ordered pair (doc id, candidate ids, answer-token logprobs, P(A),
   both candidates' human scores), plus one `content_free` row used for contextual calibration;
-- `results.json`: every metric with and without each debiasing, recomputable from the JSONL alone.
+- `results.json`: every metric with and without each debiasing, recomputable from the JSONL alone;
+- the report card (drawn by the run context, harness/metrics/card.py): `card.md` and
+  `card_reliability.png`, `card_p_a_by_order.png`, `card_answer_mass.png`, also in W&B.
 Every judge call goes through the request cache, so a killed run restarts without re-scoring.
 """
 

@@ -219,6 +219,9 @@ def build(judge_model: Mapping[str, Any], name: str = "api", **options: Any) -> 
     model name is backend.model, else the model's name; in exact mode without explicit token ids, the
     served model's tokenizer (model.path) gives the answer ids."""
     del name
+    if not judge_model.get("chat_template", True) and options.get("endpoint", "chat") == "chat":
+        raise ConfigError("model.chat_template=false needs backend.endpoint=completions: the chat endpoint "
+                          "always applies the server's chat template")
     served = options.pop("model", None) or judge_model.get("name")
     if options.get("logprob_mode", "auto") != "top" and not options.get("token_ids") and not options.get("tokenizer"):
         options["tokenizer"] = str(judge_model["path"])

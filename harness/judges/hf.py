@@ -74,12 +74,14 @@ def load_model_and_tokenizer(path: str | Path, gguf_file: str | None, dtype, dev
     return model, tok
 
 
-def format_chat(tokenizer: Any, prompt: str, system_prompt: str | None = None) -> str:
-    """The exact text a judge model reads: its chat template with the generation prompt.
+def format_chat(tokenizer: Any, prompt: str, system_prompt: str | None = None, chat_template: bool = True) -> str:
+    """The exact text a judge model reads: its chat template with the generation prompt, or the
+    prompt as plain text when the tokenizer has no template or `chat_template` is off
+    (model.chat_template=false; the answer mass in the run's report card shows what that costs).
 
     Shared by every local backend (transformers, vLLM) so they score identical token ids.
     """
-    if not getattr(tokenizer, "chat_template", None):
+    if not chat_template or not getattr(tokenizer, "chat_template", None):
         return prompt
     messages = [{"role": "user", "content": prompt}]
     if system_prompt:
@@ -87,10 +89,15 @@ def format_chat(tokenizer: Any, prompt: str, system_prompt: str | None = None) -
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
+def used_template(tokenizer: Any, chat_template: bool = True) -> str | None:
+    """The chat template prompts are wrapped in (None when off or absent): part of the identity."""
+    return getattr(tokenizer, "chat_template", None) if chat_template else None
+
+
 def encode_prompts(tokenizer: Any, requests: Sequence[PairRequest], system_prompt: str | None,
-                   max_length: int) -> list[list[int]]:
+                   max_length: int, chat_template: bool = True) -> list[list[int]]:
     """Chat-formatted token ids per request; refuses empty prompts and prompts over `max_length`."""
-    texts = [format_chat(tokenizer, r.prompt, system_prompt) for r in requests]
+    texts = [format_chat(tokenizer, r.prompt, system_prompt, chat_template) for r in requests]
     ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
     for r, row in zip(requests, ids):
         if len(row) >= max_length:
@@ -111,7 +118,7 @@ class HFJudge:
                  batch_size: int = 8, max_length: int | None = None, labels: Sequence[str] = ("A", "B"),
                  system_prompt: str | None = None, trust_remote_code: bool = False,
                  model: Any = None, tokenizer: Any = None, prefix_reuse: bool = False,
-                 engine: str = "auto", max_batch_tokens: int = 4096) -> None:
+                 engine: str = "auto", max_batch_tokens: int = 4096, chat_template: bool = True) -> None:
         import torch
 
         if engine not in ENGINES:  # before any weights are loaded
@@ -126,6 +133,8 @@ class HFJudge:
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         self.system_prompt = system_prompt
+        self.chat_template = bool(chat_template)
+        """False: prompts go in as plain text, without the tokenizer's chat template."""
         self.max_length = int(max_length or _context_length(model.config))
         self.answers: AnswerTokens = resolve_answer_tokens(tokenizer, labels)
         self._answer_ids = torch.tensor(self.answers.all_ids, device=self.device)
@@ -150,17 +159,17 @@ class HFJudge:
         name = name or Path(str(path)).name
         self.identity = "|".join([
             "hf", name, revision or "-", gguf_file or "-", str(self.torch_dtype).removeprefix("torch."),
-            f"tmpl={template_fingerprint(getattr(tokenizer, 'chat_template', None))}",
+            f"tmpl={template_fingerprint(used_template(tokenizer, self.chat_template))}",
             f"sys={template_fingerprint(system_prompt)}", self.answers.describe(),
         ])
 
     # -- prompt -> token ids ------------------------------------------------------------------
     def format_prompt(self, prompt: str) -> str:
         """The exact text the model reads: chat template with the generation prompt."""
-        return format_chat(self.tokenizer, prompt, self.system_prompt)
+        return format_chat(self.tokenizer, prompt, self.system_prompt, self.chat_template)
 
     def encode(self, requests: Sequence[PairRequest]) -> list[list[int]]:
-        return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length)
+        return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length, self.chat_template)
 
     # -- scoring --------------------------------------------------------------------------------
     def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
@@ -261,4 +270,5 @@ def build(judge_model: Mapping[str, Any], name: str = "hf", **options: Any) -> H
     return HFJudge(path, name=judge_model.get("name"), gguf_file=gguf, revision=judge_model.get("revision"),
                    dtype=dtype or "auto", max_length=judge_model.get("max_length"),
                    labels=tuple(judge_model.get("labels") or ("A", "B")), system_prompt=judge_model.get("system_prompt"),
-                   trust_remote_code=bool(judge_model.get("trust_remote_code", False)), **options)
+                   trust_remote_code=bool(judge_model.get("trust_remote_code", False)),
+                   chat_template=bool(judge_model.get("chat_template", True)), **options)

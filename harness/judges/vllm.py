@@ -32,7 +32,7 @@ from harness.judges.base import (
     resolve_answer_tokens,
     template_fingerprint,
 )
-from harness.judges.hf import encode_prompts
+from harness.judges.hf import encode_prompts, used_template
 from harness.models import resolve_model_path
 from harness.types import PairRequest, PairScore
 
@@ -44,7 +44,7 @@ class VLLMJudge:
                  dtype: str = "bfloat16", tensor_parallel_size: int = 1, max_model_len: int | None = None,
                  gpu_memory_utilization: float = 0.9, seed: int = 0, labels: Sequence[str] = ("A", "B"),
                  system_prompt: str | None = None, trust_remote_code: bool = False,
-                 enable_prefix_caching: bool = True, **engine_kwargs: Any) -> None:
+                 enable_prefix_caching: bool = True, chat_template: bool = True, **engine_kwargs: Any) -> None:
         try:
             import vllm
         except ImportError:
@@ -55,6 +55,7 @@ class VLLMJudge:
         from transformers import AutoTokenizer
 
         self.system_prompt = system_prompt
+        self.chat_template = bool(chat_template)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(path), revision=revision,
                                                            trust_remote_code=trust_remote_code)
@@ -74,12 +75,12 @@ class VLLMJudge:
         name = name or Path(str(path)).name
         self.identity = "|".join([
             "vllm", name, revision or "-", "-", str(dtype).removeprefix("torch."),
-            f"tmpl={template_fingerprint(getattr(self.tokenizer, 'chat_template', None))}",
+            f"tmpl={template_fingerprint(used_template(self.tokenizer, self.chat_template))}",
             f"sys={template_fingerprint(system_prompt)}", self.answers.describe(),
         ])
 
     def encode(self, requests: Sequence[PairRequest]) -> list[list[int]]:
-        return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length)
+        return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length, self.chat_template)
 
     def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
         if not requests:
@@ -129,4 +130,5 @@ def build(judge_model: Mapping[str, Any], name: str = "vllm", **options: Any) ->
     return VLLMJudge(path, name=judge_model.get("name"), revision=judge_model.get("revision"),
                      labels=tuple(judge_model.get("labels") or ("A", "B")), system_prompt=judge_model.get("system_prompt"),
                      max_model_len=judge_model.get("max_length"),
-                     trust_remote_code=bool(judge_model.get("trust_remote_code", False)), **options)
+                     trust_remote_code=bool(judge_model.get("trust_remote_code", False)),
+                     chat_template=bool(judge_model.get("chat_template", True)), **options)

@@ -3,10 +3,12 @@ with humans, and the debiasing baselines (permutation, batch, contextual).
 
 Every function takes a list of `Judgment`; debiasers return a new list with adjusted `p_a`, so
 every metric applies unchanged to debiased judgments. Modules: `views` (per-document matrices),
-`rates`, `calibration`, `correlation`, `debias`, `summary` (everything for results.json).
+`rates`, `calibration`, `correlation`, `debias`, `summary` (everything for results.json); `mass`
+(answer-token mass), `order` (order consistency), `card` + `plots` (a run's report card).
 """
 
 from harness.metrics.calibration import calibration, calibration_pairs
+from harness.metrics.card import Card, card_numbers, render_cards
 from harness.metrics.correlation import (
     correlations,
     pairs_sort,
@@ -19,6 +21,8 @@ from harness.metrics.debias import (
     contextual_calibrate,
     permutation_debias,
 )
+from harness.metrics.mass import answer_mass_stats, answer_masses
+from harness.metrics.order import order_consistency, order_pairs
 from harness.metrics.rates import a_rate, confidence, fairness
 from harness.metrics.summary import metric_set, recompute, summarize, write_run
 from harness.metrics.views import (
@@ -30,6 +34,8 @@ from harness.metrics.views import (
 )
 
 __all__ = [
+    "Card", "answer_mass_stats", "answer_masses", "card_numbers", "order_consistency", "order_pairs",
+    "render_cards",
     "EPS", "DocView", "a_rate", "batch_calibrate", "calibration", "calibration_pairs", "confidence",
     "contextual_calibrate", "correlations", "document_views", "fairness", "human_scores", "metric_set",
     "pairs_sort", "permutation_debias", "preference_matrices", "preference_table", "rank_correlations",

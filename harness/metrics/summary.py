@@ -15,6 +15,8 @@ from harness.metrics.debias import (
     contextual_calibrate,
     permutation_debias,
 )
+from harness.metrics.mass import answer_mass_stats
+from harness.metrics.order import view_order_consistency
 from harness.metrics.rates import confidence, view_a_rate
 from harness.metrics.views import document_views
 from harness.types import Judgment
@@ -31,7 +33,7 @@ def metric_set(
     pairs = view_correlations(views, "pairs", shuffles, seed)
     rate, rate_prob = view_a_rate(views, "argmax"), view_a_rate(views, "prob")
     return {
-        "a_rate": rate, "a_rate_prob": rate_prob,
+        "a_rate": rate, "a_rate_prob": rate_prob, **view_order_consistency(views), **answer_mass_stats(judgments),
         "fairness": -abs(rate - 0.5), "fairness_prob": -abs(rate_prob - 0.5),
         "max_prob": conf["max_prob"], "entropy": conf["entropy"],
         "ece": cal["ece"], "brier": cal["brier"], "nll": cal["nll"], "accuracy": cal["accuracy"],

@@ -14,8 +14,9 @@ Parts are built lazily, with `hydra.utils.instantiate` where the config names a 
 - `ctx.tracker`: conf/wandb's Tracker (W&B group = the sweep when one runs);
 - `ctx.docs`, `ctx.instruction(...)`: the task's documents (fetched, verified, sliced, sharded)
   and the instruction (init_prompts.json fetched on demand).
-On leaving, the run's files (results, judgments, figures) are logged to W&B as one artifact and
-attempts.jsonl gets the attempt's line.
+On leaving a completed run, every judged set gets its report card (harness.metrics.card: answer
+mass, order consistency, calibration pictures), the run's files (results, judgments, figures) are
+logged to W&B as one artifact, and attempts.jsonl gets the attempt's line.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from harness.errors import ConfigError, HarnessError
 from harness.judges.base import Judge
 from harness.judges.cache import CachedJudge, ScoreCache
 from harness.judges.wrappers import PreemptibleJudge
+from harness.metrics.card import render_cards
 from harness.prompts import resolve_instruction
 from harness.runtime.attempts import record_attempt
 from harness.runtime.shard import select_shard, shard_spec
@@ -183,7 +185,10 @@ class RunContext:
         return self._tracker
 
     def close(self, completed: bool) -> None:
-        """Log the run's files as a W&B artifact (completed runs) and finish the tracker."""
+        """A completed run: its report cards (every judgments.jsonl), then its files as a W&B
+        artifact (the cards' pictures included); then the tracker is finished."""
+        if completed:
+            self.report_cards()
         if self._tracker is None:
             return
         try:
@@ -195,6 +200,16 @@ class RunContext:
                                            {"experiment": self.cfg.experiment.name})
         finally:
             self._tracker.finish()
+
+    def report_cards(self) -> None:
+        """The report card of every judged set in the run directory (harness.metrics.card): printed,
+        its pictures beside the judgments and in W&B, one warning when the answer mass is low. A
+        card that cannot be drawn (an unreadable judgments file, a full disk) is a warning: the run's
+        results are already written."""
+        try:
+            render_cards(self.out_dir, self._tracker)
+        except (HarnessError, OSError) as e:
+            log.warning("report card not rendered: %s", e)
 
 
 def sweep_group(cfg: Any) -> str | None:

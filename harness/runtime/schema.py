@@ -60,6 +60,7 @@ class ModelConf:
     system_prompt: Optional[str] = None
     trust_remote_code: bool = False
     dtype: Optional[str] = None
+    chat_template: bool = True
 
     def check(self) -> None:
         if len(self.labels) < 2 or len(set(self.labels)) != len(self.labels) or not all(self.labels):

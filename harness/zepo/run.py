@@ -3,7 +3,8 @@
 Writes into the run directory:
 - `state.json`: the resumable search state (rerun with `hydra.run.dir=<this dir>` to resume);
 - `history.jsonl`: every scored candidate (text, epoch, parent, all objectives, held-out Spearman);
-- `best_instruction.txt`; `eval_initial/` and `eval_best/` (judgments.jsonl of the evaluation);
+- `best_instruction.txt`; `eval_initial/` and `eval_best/` (judgments.jsonl of the evaluation, and
+  the report card the run context draws for each: card.md, card_*.png);
 - `results.json`: initial vs best on the evaluation documents, raw and debiased (metrics.summarize);
 - `summary.md` (the before/after table, also printed) and `search.png`.
 """
