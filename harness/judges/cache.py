@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.io import open_sqlite
-from harness.judges.base import Judge
+from harness.judges.base import Judge, check_requests
 from harness.types import PairRequest, PairScore
 
 
@@ -78,6 +78,8 @@ class CachedJudge:
     def score_pairs(self, requests: Sequence[PairRequest], progress=None) -> list[PairScore]:
         keys = [request_key(self.identity, r.prompt) for r in requests]
         found = self.cache.get_many(keys)
+        # A hit skips the model, not the input checks: a prompt too long for THIS context is refused.
+        check_requests(self.judge, [r for k, r in zip(keys, requests) if k in found])
         if progress is not None:
             progress.update(sum(1 for k in keys if k in found))
         todo: dict[str, PairRequest] = {}
