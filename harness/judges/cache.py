@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from harness.io import open_sqlite
@@ -67,13 +67,17 @@ class ScoreCache:
 class CachedJudge:
     """Serves cached scores and sends only misses to the wrapped judge, `chunk` at a time."""
 
-    def __init__(self, judge: Judge, cache: ScoreCache, chunk: int = 64) -> None:
+    def __init__(self, judge: Judge, cache: ScoreCache, chunk: int = 64,
+                 on_progress: Callable[[int, int], None] | None = None) -> None:
         self.judge = judge
         self.cache = cache
         self.chunk = chunk
         self.identity = judge.identity
         self.calls = 0
-        """Requests sent to the wrapped judge (misses) since construction."""
+        """Requests sent to the wrapped judge (misses) and answered, since construction."""
+        self.on_progress = on_progress
+        """Called (calls, in_flight) before each chunk goes to the model and after it is committed,
+        so a record of the calls (attempts.jsonl) survives a SIGKILL."""
 
     def score_pairs(self, requests: Sequence[PairRequest], progress=None) -> list[PairScore]:
         keys = [request_key(self.identity, r.prompt) for r in requests]
@@ -89,10 +93,14 @@ class CachedJudge:
         items = list(todo.items())
         for i in range(0, len(items), self.chunk):
             part = items[i : i + self.chunk]
+            if self.on_progress is not None:
+                self.on_progress(self.calls, len(part))
             scores = self.judge.score_pairs([r for _, r in part])
             self.calls += len(part)
             # A flagged (e.g. unreadable) answer is returned but never cached: a rerun asks again.
             self.cache.put_many(self.identity, [(k, s) for (k, _), s in zip(part, scores) if not s.flags])
+            if self.on_progress is not None:
+                self.on_progress(self.calls, 0)
             found.update((k, s) for (k, _), s in zip(part, scores))
             if progress is not None:
                 done = {k for k, _ in part}
