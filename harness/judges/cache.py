@@ -10,13 +10,29 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness.io import open_sqlite
+from harness.io import open_sqlite, sqlite_errors
 from harness.judges.base import Judge, check_requests
 from harness.types import PairRequest, PairScore
+
+log = logging.getLogger(__name__)
+
+
+def _valid_score(p_a: object, logprobs: object) -> PairScore | None:
+    """A cached row as a PairScore, or None when it is not one a judge could have produced."""
+    if not isinstance(p_a, float | int) or not 0.0 <= p_a <= 1.0:  # NULL (a NaN stored) fails here
+        return None
+    try:
+        lp = json.loads(logprobs) if isinstance(logprobs, str) else None
+    except ValueError:
+        return None
+    if not isinstance(lp, dict) or not lp or not all(isinstance(v, float | int) and v <= 1e-6 for v in lp.values()):
+        return None  # no answer-token logprob is no score; NaN compares False with everything, so it fails too
+    return PairScore(token_logprobs=lp, p_a=float(p_a))
 
 
 def request_key(identity: str, prompt: str) -> str:
@@ -33,31 +49,45 @@ class ScoreCache:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
+        self.invalid = 0
+        """Rows read back that failed validation (not trusted, asked again)."""
         self._db = open_sqlite(
             self.path, "CREATE TABLE IF NOT EXISTS scores (key TEXT PRIMARY KEY, identity TEXT, p_a REAL, logprobs TEXT)"
         )
 
     def get_many(self, keys: Sequence[str]) -> dict[str, PairScore]:
+        """The cached scores of `keys`. A row that is not a valid score (P(A) missing or outside
+        [0, 1], logprobs not numbers <= 0) is not trusted: it is left out, so it is asked again
+        and replaced, and counted in `self.invalid` with a warning."""
         out: dict[str, PairScore] = {}
-        with self._lock:
+        bad = 0
+        with self._lock, sqlite_errors(self.path):
             for i in range(0, len(keys), 500):
                 chunk = list(keys[i : i + 500])
                 marks = ",".join("?" * len(chunk))
                 for key, p_a, lp in self._db.execute(
                     f"SELECT key, p_a, logprobs FROM scores WHERE key IN ({marks})", chunk
                 ):
-                    out[key] = PairScore(token_logprobs=json.loads(lp), p_a=p_a)
+                    score = _valid_score(p_a, lp)
+                    if score is None:
+                        bad += 1
+                    else:
+                        out[key] = score
+        if bad:
+            self.invalid += bad
+            log.warning("%s: %d cached rows are not valid scores (e.g. a NaN stored as NULL); asking again",
+                        self.path, bad)
         return out
 
     def put_many(self, identity: str, items: Sequence[tuple[str, PairScore]]) -> None:
-        with self._lock, self._db:
+        with self._lock, sqlite_errors(self.path), self._db:
             self._db.executemany(
                 "INSERT OR REPLACE INTO scores VALUES (?, ?, ?, ?)",
                 [(k, identity, s.p_a, json.dumps(dict(s.token_logprobs))) for k, s in items],
             )
 
     def __len__(self) -> int:
-        with self._lock:
+        with self._lock, sqlite_errors(self.path):
             return self._db.execute("SELECT COUNT(*) FROM scores").fetchone()[0]
 
     def close(self) -> None:

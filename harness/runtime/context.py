@@ -157,11 +157,12 @@ class RunContext:
     def judge(self) -> Judge:
         """The model behind the request cache (cache.enabled) and preemption-safe chunks."""
         if self._judge is None:
-            judge = build_judge(self.cfg.model, self.cfg.backend)
             cache = self.cfg.cache
-            if cache.enabled:
-                judge = CachedJudge(judge, ScoreCache(cache_path(cache)), chunk=int(cache.chunk),
-                                    on_progress=self._progress)
+            # The cache first: a corrupt or read-only one is refused before any weights are loaded.
+            store = ScoreCache(cache_path(cache)) if cache.enabled else None
+            judge = build_judge(self.cfg.model, self.cfg.backend)
+            if store is not None:
+                judge = CachedJudge(judge, store, chunk=int(cache.chunk), on_progress=self._progress)
             self._judge = PreemptibleJudge(judge, int(cache.chunk))
         return self._judge
 

@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.errors import ConfigError, HarnessError
-from harness.io import write_json_atomic
+from harness.io import why_not_folder, write_json_atomic
 from harness.runtime import schema
 from harness.secrets import check_config, is_secret_key, redact, redact_text
 
@@ -123,3 +124,25 @@ def main() -> None:
             raise
         print(f"error: {one_line(e, sys.argv[1:])}", file=sys.stderr)
         sys.exit(2)
+    except (OSError, ValueError) as e:
+        # Hydra creates the run directory and opens run.log before our code runs: a path that
+        # cannot be a folder or cannot be written surfaces here as an OSError (or logging's
+        # ValueError around one).
+        os_error = e if isinstance(e, OSError) else e.__cause__ or e.__context__
+        if full or not isinstance(os_error, OSError):
+            raise
+        print(f"error: {redact_text(filesystem_error(os_error))}", file=sys.stderr)
+        sys.exit(2)
+
+
+def filesystem_error(e: OSError) -> str:
+    """An OSError that escaped a run as one line: the path, the reason, what to set. Raised in
+    Hydra's job setup (no harness frame but `main`), it concerns the run directory: Hydra creates
+    it and opens run.log there before handing over."""
+    path = os.path.abspath(str(e.filename)) if e.filename else "?"
+    harness_dir = str(Path(__file__).resolve().parents[1])
+    frames = traceback.extract_tb(e.__traceback__)
+    if not any(f.filename.startswith(harness_dir) and f.name != "main" for f in frames):
+        return (f"cannot use the run directory: {path} ({why_not_folder(path, e)}); set hydra.run.dir=... "
+                "(hydra.sweep.dir=... with -m) to a folder that can be created and written")
+    return f"{path}: {e.strerror or e}; check that it exists and can be written, or point the run elsewhere"
