@@ -28,7 +28,16 @@ from omegaconf.errors import OmegaConfBaseException
 from harness.errors import ConfigError, HarnessError
 from harness.io import why_not_folder, write_json_atomic
 from harness.runtime import schema
-from harness.secrets import check_config, is_secret_key, redact, redact_text
+from harness.secrets import (
+    check_config,
+    check_overrides,
+    env_fields,
+    install_redaction,
+    is_secret_key,
+    redact,
+    redact_overrides,
+    redact_text,
+)
 
 log = logging.getLogger("harness")
 
@@ -66,16 +75,6 @@ def run(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] | None = None) 
     return entry(cfg, out_dir)
 
 
-def redact_overrides(overrides: Sequence[str]) -> list[str]:
-    """Command-line overrides with the values of secret-named keys blanked."""
-    out = []
-    for o in overrides:
-        key, sep, value = o.partition("=")
-        name = key.lstrip("+~").rsplit(".", 1)[-1]
-        out.append(f"{key}{sep}<redacted>" if sep and is_secret_key(name) else redact_text(o))
-    return out
-
-
 _NOISE = re.compile(r"^\s*(full_key|object_type|reference_type|parent_node|child_node|msg)\s*[:=]|"
                     r"Set the environment variable HYDRA_FULL_ERROR", re.IGNORECASE)
 
@@ -105,10 +104,13 @@ CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> Any:
     hc = HydraConfig.get()
+    env_names = env_fields(OmegaConf.to_container(cfg, resolve=False))
+    install_redaction(env_names)  # Hydra has set up its handlers (stderr, run.log) by now
     try:
+        check_overrides([*hc.overrides.hydra, *hc.overrides.task])
         return run(cfg, Path(hc.runtime.output_dir), list(hc.overrides.task))
     except HarnessError as e:
-        print(f"error: {redact_text(str(e))}", file=sys.stderr)
+        print(f"error: {redact_text(str(e), env_names)}", file=sys.stderr)
         sys.exit(2)
 
 
@@ -117,6 +119,7 @@ def main() -> None:
     one line; set HYDRA_FULL_ERROR=1 yourself for Hydra's full traceback instead."""
     full = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    install_redaction()  # uncaught tracebacks too lose secret values
     try:
         hydra_main()
     except (HydraException, OmegaConfBaseException, HarnessError) as e:
