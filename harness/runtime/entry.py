@@ -130,22 +130,27 @@ def main() -> None:
     except (OSError, ValueError) as e:
         # Hydra creates the run directory and opens run.log before our code runs: a path that
         # cannot be a folder or cannot be written surfaces here as an OSError (or logging's
-        # ValueError around one).
-        os_error = e if isinstance(e, OSError) else e.__cause__ or e.__context__
-        if full or not isinstance(os_error, OSError):
+        # ValueError around one). Anything else that is not about a named path stays a traceback.
+        message = None if full else filesystem_error(e)
+        if message is None:
             raise
-        print(f"error: {redact_text(filesystem_error(os_error))}", file=sys.stderr)
+        print(f"error: {redact_text(message)}", file=sys.stderr)
         sys.exit(2)
 
 
-def filesystem_error(e: OSError) -> str:
-    """An OSError that escaped a run as one line: the path, the reason, what to set. Raised in
-    Hydra's job setup (no harness frame but `main`), it concerns the run directory: Hydra creates
-    it and opens run.log there before handing over."""
-    path = os.path.abspath(str(e.filename)) if e.filename else "?"
+def filesystem_error(raised: BaseException) -> str | None:
+    """One line for a filesystem error that escaped a run: the path, the reason, what to set; None
+    when `raised` is not one. Raised in Hydra's job setup (no harness frame but `main`), it concerns
+    the run directory: Hydra creates it and opens run.log there before handing over."""
+    e = raised if isinstance(raised, OSError) else raised.__cause__ or raised.__context__
+    if not isinstance(e, OSError) or not e.filename:
+        return None
+    path = os.path.abspath(str(e.filename))
     harness_dir = str(Path(__file__).resolve().parents[1])
-    frames = traceback.extract_tb(e.__traceback__)
+    frames = traceback.extract_tb(raised.__traceback__)
     if not any(f.filename.startswith(harness_dir) and f.name != "main" for f in frames):
         return (f"cannot use the run directory: {path} ({why_not_folder(path, e)}); set hydra.run.dir=... "
                 "(hydra.sweep.dir=... with -m) to a folder that can be created and written")
+    if raised is not e:
+        return None
     return f"{path}: {e.strerror or e}; check that it exists and can be written, or point the run elsewhere"
