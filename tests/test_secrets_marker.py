@@ -16,6 +16,9 @@ so the search reads every kind of file it claims to, and a 0 is a real 0.
 
 from __future__ import annotations
 
+import io
+import logging
+import sys
 import uuid
 from pathlib import Path
 
@@ -23,6 +26,9 @@ import pytest
 from conftest import run_harness
 from openai_server import OpenAIServer
 from test_cli_errors import _assert_one_line_error
+
+from harness.runtime.tracking import redacted_argv
+from harness.secrets import RedactingFilter, install_redaction
 
 ENV = "HARNESS_MARKER_API_KEY"
 TINY = ["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2", "progress=false",
@@ -112,12 +118,6 @@ def test_log_records_and_tracebacks_lose_secret_values(monkeypatch, capsys):
     """Whatever logs a secret variable's value by mistake (a message, an exception's traceback,
     an uncaught traceback) is redacted on its way to stderr/run.log; without the filter the same
     record carries it (the negative control)."""
-    import io
-    import logging
-    import sys
-
-    from harness.secrets import RedactingFilter, install_redaction
-
     marker = _marker()
     monkeypatch.setenv("SOME_SERVICE_TOKEN", marker)  # a secret-like NAME: redacted without being named
     stream = io.StringIO()
@@ -143,16 +143,15 @@ def test_log_records_and_tracebacks_lose_secret_values(monkeypatch, capsys):
             sys.excepthook(*sys.exc_info())
     finally:
         root.removeHandler(handler)
+        for h in root.handlers:  # leave no filter behind: it would hide a leak from later tests
+            for f in [f for f in h.filters if isinstance(f, RedactingFilter)]:
+                h.removeFilter(f)
     out = stream.getvalue()
     assert "calling with ***" in out and "RuntimeError: server said: bad key ***" in out and marker not in out
     assert marker not in capsys.readouterr().err
 
 
 def test_wandb_sees_a_redacted_command_line(monkeypatch):
-    import sys
-
-    from harness.runtime.tracking import redacted_argv
-
     marker = _marker()
     monkeypatch.setattr(sys, "argv", ["harness", "task=summeval", f"+backend.auth_token={marker}",
                                       f"backend.base_url=http://u:{marker}@h/v1"])
