@@ -23,6 +23,10 @@ class ConfigError(HarnessError):
     """A configuration value is invalid (unknown aspect, bad label, impossible tau/delta...)."""
 
 
+class CacheError(HarnessError):
+    """A SQLite cache cannot be used as it is (corrupt, read-only, unopenable); says what to do."""
+
+
 class JudgeInputError(HarnessError):
     """A request cannot be judged as asked (prompt longer than the context, label not one token)."""
 

@@ -18,7 +18,7 @@ from typing import Any
 from tqdm import tqdm
 
 from harness.errors import DataError, located
-from harness.io import write_jsonl_atomic
+from harness.io import read_text, write_jsonl_atomic
 from harness.judges.base import Judge, supports_progress
 from harness.prompts import render
 from harness.types import Candidate, Document, Judgment, PairRequest, PairScore
@@ -170,9 +170,7 @@ def load_judgments(path: str | Path) -> tuple[list[Judgment], float | None]:
     """Read judgments.jsonl back: (pair judgments, content-free P(A) or None)."""
     judgments, p_cf = [], None
     path = Path(path)
-    if not path.is_file():
-        raise DataError("file not found", where=str(path))
-    for i, line in enumerate(path.read_text().splitlines(), 1):
+    for i, line in enumerate(read_text(path).splitlines(), 1):
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:

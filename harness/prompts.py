@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, DataError, located
+from harness.io import read_text
 from harness.types import Candidate, Document
 
 log = logging.getLogger(__name__)
@@ -141,10 +142,8 @@ def load_zepo_instructions(path: str | Path) -> dict[str, str]:
     need the exact bytes.
     """
     p = Path(path)
-    if not p.is_file():
-        raise DataError("file not found", where=str(p))
     try:
-        raw = json.loads(p.read_text(encoding="utf-8"))
+        raw = json.loads(read_text(p))
     except json.JSONDecodeError as e:
         raise DataError(f"not valid JSON ({e.msg} at line {e.lineno})", where=str(p)) from None
     if not isinstance(raw, dict):

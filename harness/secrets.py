@@ -7,14 +7,20 @@ Secrets come from the environment only. A config names the VARIABLE that holds a
   (api_key, token, auth_token, authorization, password, *_secret, ...), a URL with credentials
   (`https://user:KEY@host`), or an `*_env` field whose value is not a variable name (a key
   typed where its variable's name belongs);
-- `redact` blanks such values in anything written anyway (W&B config, error records), and
-  `redact_text` removes key-shaped strings and the values of the named variables from text.
+- `check_overrides` refuses the same on the command line, hydra.* overrides included;
+- `redact` blanks such values in anything written anyway (W&B config, error records),
+  `redact_overrides` in overrides.json and W&B's copy of the command line, and `redact_text`
+  removes key-shaped strings and the values of secret environment variables from text;
+  `install_redaction` applies it to every log record (stderr, run.log) and uncaught traceback.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import sys
+import traceback
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -46,6 +52,90 @@ def looks_like_key(value: str) -> bool:
     return bool(_KEY_SHAPED.search(value))
 
 
+def is_env_name(value: str) -> bool:
+    """A plausible environment-variable NAME, not a key typed in its place. Names are identifiers,
+    normally one case with underscores (OPENAI_API_KEY); a long token mixing cases and digits, or a
+    long run of letters and digits without an underscore, is a key whatever its prefix."""
+    if not _ENV_NAME.match(value) or looks_like_key(value):
+        return False
+    digits = any(c.isdigit() for c in value)
+    mixed = any(c.islower() for c in value) and any(c.isupper() for c in value)
+    return not ((mixed and digits and len(value) >= 16) or ("_" not in value and digits and len(value) >= 24))
+
+
+def check_overrides(overrides: Iterable[str]) -> None:
+    """Refuse command-line overrides that carry a secret, including those outside the run config
+    (`hydra.job.env_set.OPENAI_API_KEY=...`): the command line reaches shell history, `ps`,
+    SLURM's records and W&B's metadata. One line, naming the key, never the value."""
+    for o in overrides:
+        key, sep, value = str(o).partition("=")
+        name = key.lstrip("+~").rsplit(".", 1)[-1]
+        if not sep or value in ("", "null"):
+            continue
+        if is_secret_key(name) or has_url_credentials(value) or looks_like_key(value):
+            raise ConfigError(f"the override {key.lstrip('+~')}=... carries a secret; export it as an environment "
+                              "variable instead and name that variable in an *_env field")
+
+
+def redact_overrides(overrides: Iterable[str]) -> list[str]:
+    """Command-line overrides with the values of secret-named keys blanked (and key-shaped text)."""
+    out = []
+    for o in overrides:
+        key, sep, value = str(o).partition("=")
+        name = key.lstrip("+~").rsplit(".", 1)[-1]
+        out.append(f"{key}{sep}{REDACTED}" if sep and is_secret_key(name) else redact_text(str(o)))
+    return out
+
+
+def secret_env_names(names: Iterable[str | None] = ()) -> list[str]:
+    """`names` (the config's *_env variables) plus every set environment variable whose name is
+    secret-like (OPENAI_API_KEY, HF_TOKEN, WANDB_API_KEY, ...): the values redact_text removes."""
+    found = [n for n in names if n]
+    found += [n for n, v in os.environ.items() if is_secret_key(n) and len(v) >= 12]
+    return list(dict.fromkeys(found))
+
+
+def env_fields(container: Any) -> list[str]:
+    """The values of every *_env field of a config: the variables the run reads keys from."""
+    return [str(v) for _, key, v in _walk(container, "") if key.lower().endswith("_env") and v]
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that removes secret values from every record it passes (run.log, stderr)."""
+
+    def __init__(self, env_names: Iterable[str | None] = ()) -> None:
+        super().__init__()
+        self.env_names = list(env_names)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        clean = redact_text(text, self.env_names)
+        if clean != text:
+            record.msg, record.args = clean, None
+        if record.exc_info:  # the traceback is formatted later: format it now, redacted
+            record.exc_text = redact_text(logging.Formatter().formatException(record.exc_info), self.env_names)
+            record.exc_info = None
+        return True
+
+
+def install_redaction(env_names: Iterable[str | None] = ()) -> RedactingFilter:
+    """Redact every handler of the root logger (Hydra's console and run.log) and uncaught tracebacks."""
+    filt = RedactingFilter(secret_env_names(env_names))
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(filt)
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        text = "".join(traceback.format_exception(kind, value, tb))
+        sys.stderr.write(redact_text(text, filt.env_names))
+
+    if getattr(previous, "__name__", "") != "harness_redacting_hook":
+        hook.__name__ = "harness_redacting_hook"
+        sys.excepthook = hook
+    return filt
+
+
 def _walk(node: Any, path: str) -> Iterable[tuple[str, str, Any]]:
     if isinstance(node, Mapping):
         for k, v in node.items():
@@ -71,9 +161,10 @@ def check_config(container: Any) -> None:
         if has_url_credentials(text):
             raise ConfigError(f"config key {full} holds a URL with credentials (user:KEY@host); put the key in an "
                               "environment variable named by api_key_env")
-        if key.lower().endswith("_env") and (not _ENV_NAME.match(text) or looks_like_key(text)):
+        if key.lower().endswith("_env") and not is_env_name(text):
             raise ConfigError(f"config key {full} must name an environment variable (e.g. OPENAI_API_KEY), not "
-                              "hold a value; export the key and put the variable's name here")
+                              "hold a value (this one looks like a key); export the key and put the variable's name "
+                              "here")
         if looks_like_key(text):
             raise ConfigError(f"config key {full} holds what looks like an API key; put it in an environment "
                               "variable named by an *_env field")
@@ -92,8 +183,9 @@ def redact(obj: Any) -> Any:
 
 
 def redact_text(text: str, env_names: Iterable[str | None] = ()) -> str:
-    """`text` without the values of the named environment variables, URL credentials or key-shaped strings."""
-    for name in env_names:
+    """`text` without the values of the named environment variables (and of every set variable with a
+    secret-like name, see secret_env_names), URL credentials or key-shaped strings."""
+    for name in secret_env_names(env_names):
         value = os.environ.get(name, "") if name else ""
         if len(value) >= 4:
             text = text.replace(value, "***")

@@ -76,12 +76,33 @@ def test_secret_in_config_is_refused(tmp_path):
     ("backend.device=tpu", ("backend.device='tpu'",)),
     ("seed=abc", ("seed=abc",)),
     ("wandb.mode=sometimes", ("wandb.mode='sometimes'",)),
+    ("task.max_candidates=-1", ("task.max_candidates=-1", ">= 2")),
+    ("experiment.shuffles=0", ("experiment.shuffles=0", ">= 1")),
+    ("optimizer.temperature=-1", ("optimizer.temperature=-1", ">= 0")),
+    ("optimizer.device=tpu", ("optimizer.device='tpu'",)),
+    ("experiment=abb experiment.verify=-1", ("experiment.verify=-1", ">= 0")),
+    ("experiment=abb experiment.sigma_mode=lots", ("experiment.sigma_mode='lots'",)),
+    ("backend=api +backend.token_ids={A:1,B:-2}", ("backend.token_ids.B=-2",)),
 ])
 def test_config_refused_before_any_work(override, needles, tmp_path):
     """The schemas (harness/runtime/schema.py): types and unknown keys at compose, ranges and names
     right after, before any model or data is touched: no run directory is created."""
-    r = run_harness(["experiment=judge", "model=tiny_llama", override, f"hydra.run.dir={tmp_path / 'run'}",
+    r = run_harness(["experiment=judge", "model=tiny_llama", *override.split(" "), f"hydra.run.dir={tmp_path / 'run'}",
                      "wandb.mode=disabled" if not override.startswith("wandb.") else "progress=false"], tmp_path,
                     timeout=120)
     _assert_one_line_error(r, *needles)
     assert not (tmp_path / "run" / "config.json").exists()
+
+
+def test_context_length_is_checked_when_every_answer_comes_from_the_cache(tmp_path):
+    """model.max_length is not part of the cache key (it changes no answer), so a cached answer
+    must not let a prompt the model cannot read through: the check runs on cache hits too."""
+    args = ["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2", "wandb.mode=disabled",
+            "progress=false"]
+    r = run_harness([*args, f"hydra.run.dir={tmp_path / 'warm'}"], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    again = run_harness([*args, f"hydra.run.dir={tmp_path / 'again'}"], tmp_path)
+    assert again.returncode == 0 and json.loads((tmp_path / "again" / "results.json").read_text())["judge_calls"] == 0
+    r = run_harness([*args, "model.max_length=32", f"hydra.run.dir={tmp_path / 'short'}"], tmp_path)
+    _assert_one_line_error(r, "longer than the model's context of 32", "model.max_length")
+    assert not (tmp_path / "short" / "results.json").exists()

@@ -19,6 +19,7 @@ from conftest import REPO, SHARED_DATA, run_harness
 
 from harness.judging import load_judgments
 from harness.metrics import recompute
+from harness.runtime.attempts import read_attempts, summed_calls
 
 
 def _same(a, b) -> bool:
@@ -131,6 +132,12 @@ def test_killed_run_resumes_without_rescoring(tmp_path, smollm2_path):
     resumed = json.loads((tmp_path / "b" / "results.json").read_text())
     assert resumed["judge_calls"] == total - done_before  # nothing scored twice
     assert _rows(cache) == total
+    # attempts.jsonl counted the killed attempt's calls as it made them: summed, they are the real calls.
+    [killed] = read_attempts(tmp_path / "a")
+    [completed] = read_attempts(tmp_path / "b")
+    assert killed["event"] == "progress" and killed["pid"] == proc.pid and killed["calls"] == done_before
+    assert completed["status"] == "completed" and completed["calls"] == total - done_before
+    assert summed_calls(tmp_path / "a")["calls"] + summed_calls(tmp_path / "b")["calls"] == total == _rows(cache)
 
     # Identical to an unbroken run with a fresh cache.
     fresh = tmp_path / "fresh"

@@ -13,7 +13,7 @@ import pytest
 
 from harness.errors import ConfigError, DataError
 from harness.judges.wrappers import PreemptibleJudge, deferred_signals
-from harness.runtime.attempts import ATTEMPTS, record_attempt
+from harness.runtime.attempts import read_attempts, record_attempt
 from harness.runtime.shard import (
     ShardSpec,
     merge_shards,
@@ -156,7 +156,7 @@ def test_preempted_cached_judge_resumes_without_repeating_a_call(tiny_judge, sha
             scores = second.score_pairs(reqs)
     finally:
         signal.signal(signal.SIGUSR2, old)
-    attempts = [json.loads(line) for line in (tmp_path / ATTEMPTS).read_text().splitlines()]
+    attempts = read_attempts(tmp_path)
     assert [a["status"] for a in attempts] == ["interrupted", "completed"]
     assert attempts[0]["calls"] == 3  # the chunk in flight was committed before the exit
     assert sum(a["calls"] for a in attempts) == len(reqs) == len(ScoreCache(cache_path))

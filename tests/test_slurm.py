@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.runtime.attempts import read_attempts
+
 REPO = Path(__file__).resolve().parents[1]
 SLURM_TOOL = Path(os.environ.get("HARNESS_SLURM_LOCAL", REPO.parent / "shared" / "tools" / "slurm-local.sh"))
 CONF = REPO / "conf"
@@ -250,7 +252,7 @@ def test_preempted_job_requeues_and_resumes_from_its_cache(slurm_cluster, job_en
     rows_at_signal = _cache_rows(cache)
     _finish(proc, "preempted multirun")
 
-    attempts = [json.loads(line) for line in (sweep / "0" / "attempts.jsonl").read_text().splitlines()]
+    attempts = read_attempts(sweep / "0")
     assert [a["status"] for a in attempts] == ["interrupted", "completed"], attempts
     assert [a["restart_count"] for a in attempts] == [0, 1]  # SLURM requeued it; same run directory
     assert rows_at_signal <= attempts[0]["calls"] < 61  # stopped mid-run, at a chunk boundary

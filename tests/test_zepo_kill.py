@@ -2,9 +2,10 @@
 at least one of that epoch's cache chunks is committed, and rerun with the same command.
 
 The resumed run must end with the unbroken run's history (same seed, fresh caches), send the
-judge only the requests the killed run had not cached (its attempts.jsonl line, written by
-harness.runtime.shard.record_attempt; the killed attempt writes none) and leave a cache of the unbroken
-run's size. The unbroken run executes alongside the killed one to keep the test short.
+judge only the requests the killed run had not cached and leave a cache of the unbroken run's size.
+attempts.jsonl (harness.runtime.attempts) must account for every call: the killed attempt's lines,
+written as its chunks were committed, plus the resumed attempt's, sum to the cache's rows.
+The unbroken run executes alongside the killed one to keep the test short.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from test_zepo import e2e_overrides, scripted_completion
 
 from harness.judges.cache import ScoreCache
+from harness.runtime.attempts import read_attempts, summed_calls
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 80  # per wait; a run takes ~15 s alone on 2 cores
@@ -61,10 +63,6 @@ def _wait(what: str, done, proc: subprocess.Popen, tmp: Path) -> None:
         time.sleep(0.01)
 
 
-def _attempts(run: Path) -> list[dict]:
-    return [json.loads(x) for x in (run / "attempts.jsonl").read_text().splitlines()]
-
-
 def test_sigkilled_zepo_resumes_with_the_unbroken_history_and_no_repeated_call(tmp_path, shared_data, tiny_llama):
     from openai_server import OpenAIServer
 
@@ -103,12 +101,15 @@ def test_sigkilled_zepo_resumes_with_the_unbroken_history_and_no_repeated_call(t
     assert [r["epoch"] for r in rows] == [0, 0, 0, 1, 1, 1]
 
     n_ref = len(ScoreCache(ref_tmp / "cache" / "requests.sqlite"))
-    [ref_attempt] = _attempts(ref_run)
+    [ref_attempt] = read_attempts(ref_run)
     assert ref_attempt["status"] == "completed" and ref_attempt["calls"] == n_ref  # every request once
-    # SIGKILL runs no `finally`: the killed attempt left no line, the resumed one wrote one.
-    [resumed] = _attempts(run)
+    # SIGKILL runs no `finally`, but the killed attempt's lines were written as it went.
+    killed, resumed = read_attempts(run)
+    assert killed["status"] == "killed" and killed["pid"] == first.pid and killed["event"] == "progress"
     assert resumed["status"] == "completed" and resumed["pid"] == again.pid
     assert after_epoch0 < before_kill < n_ref  # killed inside epoch 1, with work left
+    assert killed["calls"] == before_kill  # every chunk the killed attempt committed is counted
+    assert killed["in_flight"] in (0, CHUNK)  # a chunk sent and lost with the process, if any
     assert resumed["calls"] == n_ref - before_kill  # nothing the killed run had cached was judged again
+    assert summed_calls(run)["calls"] == n_ref == len(ScoreCache(tmp / "cache" / "requests.sqlite"))
     assert json.loads((run / "results.json").read_text())["judge_calls"] == resumed["calls"]
-    assert len(ScoreCache(tmp / "cache" / "requests.sqlite")) == n_ref

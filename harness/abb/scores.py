@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import ConfigError, DataError, located
+from harness.io import read_text
 from harness.judges.base import Judge, innermost
 from harness.judging import score
 from harness.prompts import render
@@ -314,9 +315,7 @@ class FileScores:
 
 
 def _read_rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
-    if not path.is_file():
-        raise DataError("file not found", where=str(path))
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     if path.suffix.lower() == ".csv":
         return [(f"line {k}", row) for k, row in enumerate(csv.DictReader(text.splitlines()), 2)]
     rows = []

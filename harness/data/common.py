@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import DataError, located
+from harness.io import check_readable
 from harness.types import Candidate, Document
 
 
@@ -54,26 +55,32 @@ def kind(value: object) -> str:
 
 
 def check_file(path: Path) -> Path:
-    """`path` if it is a readable file, else a DataError naming it."""
-    if not path.is_file():
-        raise DataError("file not found", where=str(path))
-    return path
+    """`path` if it is a readable file, else a DataError naming it (missing, a folder, unreadable)."""
+    return check_readable(path)
+
+
+def _raw_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of a file; a read failure part-way (EIO, a vanished mount) is a DataError."""
+    try:
+        with check_file(path).open("rb") as f:
+            yield from enumerate(f, start=1)
+    except OSError as e:
+        raise DataError(f"cannot read it ({e.strerror}); check the file and its disk", where=str(path)) from None
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[Line, Any]]:
     """(Line, parsed value) for each non-blank line of a JSON Lines file."""
-    with check_file(path).open("rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataError(f"not UTF-8 text ({e.reason})", where=loc(path, Line(lineno))) from None
-            if not line.strip():
-                continue
-            try:
-                yield Line(lineno), json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"not valid JSON: {e.msg} at column {e.colno}", where=loc(path, Line(lineno))) from None
+    for lineno, raw in _raw_lines(path):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DataError(f"not UTF-8 text ({e.reason})", where=loc(path, Line(lineno))) from None
+        if not line.strip():
+            continue
+        try:
+            yield Line(lineno), json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"not valid JSON: {e.msg} at column {e.colno}", where=loc(path, Line(lineno))) from None
 
 
 def expect_list(value: Any, path: Path, what: str = "records") -> list[Any]:

@@ -13,7 +13,15 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-from harness.data.common import as_id, as_scores, as_text, get, loc, make_document
+from harness.data.common import (
+    as_id,
+    as_scores,
+    as_text,
+    check_file,
+    get,
+    loc,
+    make_document,
+)
 from harness.errors import DataError
 from harness.types import Candidate, Document
 
@@ -35,8 +43,7 @@ class _NoGlobalsUnpickler(pickle.Unpickler):
 
 def load_pickle(path: Path) -> Any:
     """Unpickle `path` refusing every global; any unpickling failure becomes a DataError."""
-    if not path.is_file():
-        raise DataError("file not found", where=str(path))
+    check_file(path)
     with path.open("rb") as f:
         try:
             return _NoGlobalsUnpickler(f, str(path)).load()

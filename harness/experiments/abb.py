@@ -50,7 +50,7 @@ from harness.abb.scores import (
     select_items,
 )
 from harness.errors import ConfigError
-from harness.io import write_jsonl_atomic
+from harness.io import read_text, write_jsonl_atomic
 from harness.runtime.context import RunContext, experiment
 from harness.zepo.study import load_paraphrases
 
@@ -66,7 +66,7 @@ def resolve_instructions(ctx: RunContext, aspect: str) -> tuple[str, list[str]]:
         if not path.is_file():
             raise ConfigError(f"instruction file {str(path)!r} not found; set experiment.instruction.path=...",
                               where=where("instruction.path"))
-        text = path.read_text(encoding="utf-8").strip()
+        text = read_text(path).strip()
     else:
         text = ctx.instruction(spec, aspect)
     others = [str(t).format(aspect=aspect) for t in (exp.get("instructions") or [])]

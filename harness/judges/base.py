@@ -34,6 +34,18 @@ def supports_progress(judge: Any) -> bool:
         return False
 
 
+def check_requests(judge: Any, requests: Sequence[PairRequest]) -> None:
+    """Refuse (JudgeInputError) requests the model behind `judge` cannot read (a prompt over its
+    context, an empty prompt), without scoring anything. Backends that tokenize locally offer
+    `check_requests`; for the others this is a no-op.
+
+    Run over every request, cache hits included: a context too short for a prompt must be refused
+    even when an earlier run with a longer context cached the answer."""
+    check = getattr(innermost(judge), "check_requests", None)
+    if check is not None and requests:
+        check(requests)
+
+
 def innermost(judge: Any) -> Any:
     """The judge that calls the model, under every wrapper (CachedJudge, PreemptibleJudge, ...)
     that exposes what it wraps as `.judge`."""

@@ -10,13 +10,29 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness.io import open_sqlite
-from harness.judges.base import Judge
+from harness.io import open_sqlite, sqlite_errors
+from harness.judges.base import Judge, check_requests
 from harness.types import PairRequest, PairScore
+
+log = logging.getLogger(__name__)
+
+
+def _valid_score(p_a: object, logprobs: object) -> PairScore | None:
+    """A cached row as a PairScore, or None when it is not one a judge could have produced."""
+    if not isinstance(p_a, float | int) or not 0.0 <= p_a <= 1.0:  # NULL (a NaN stored) fails here
+        return None
+    try:
+        lp = json.loads(logprobs) if isinstance(logprobs, str) else None
+    except ValueError:
+        return None
+    if not isinstance(lp, dict) or not lp or not all(isinstance(v, float | int) and v <= 1e-6 for v in lp.values()):
+        return None  # no answer-token logprob is no score; NaN compares False with everything, so it fails too
+    return PairScore(token_logprobs=lp, p_a=float(p_a))
 
 
 def request_key(identity: str, prompt: str) -> str:
@@ -33,31 +49,45 @@ class ScoreCache:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
+        self.invalid = 0
+        """Rows read back that failed validation (not trusted, asked again)."""
         self._db = open_sqlite(
             self.path, "CREATE TABLE IF NOT EXISTS scores (key TEXT PRIMARY KEY, identity TEXT, p_a REAL, logprobs TEXT)"
         )
 
     def get_many(self, keys: Sequence[str]) -> dict[str, PairScore]:
+        """The cached scores of `keys`. A row that is not a valid score (P(A) missing or outside
+        [0, 1], logprobs not numbers <= 0) is not trusted: it is left out, so it is asked again
+        and replaced, and counted in `self.invalid` with a warning."""
         out: dict[str, PairScore] = {}
-        with self._lock:
+        bad = 0
+        with self._lock, sqlite_errors(self.path):
             for i in range(0, len(keys), 500):
                 chunk = list(keys[i : i + 500])
                 marks = ",".join("?" * len(chunk))
                 for key, p_a, lp in self._db.execute(
                     f"SELECT key, p_a, logprobs FROM scores WHERE key IN ({marks})", chunk
                 ):
-                    out[key] = PairScore(token_logprobs=json.loads(lp), p_a=p_a)
+                    score = _valid_score(p_a, lp)
+                    if score is None:
+                        bad += 1
+                    else:
+                        out[key] = score
+        if bad:
+            self.invalid += bad
+            log.warning("%s: %d cached rows are not valid scores (e.g. a NaN stored as NULL); asking again",
+                        self.path, bad)
         return out
 
     def put_many(self, identity: str, items: Sequence[tuple[str, PairScore]]) -> None:
-        with self._lock, self._db:
+        with self._lock, sqlite_errors(self.path), self._db:
             self._db.executemany(
                 "INSERT OR REPLACE INTO scores VALUES (?, ?, ?, ?)",
                 [(k, identity, s.p_a, json.dumps(dict(s.token_logprobs))) for k, s in items],
             )
 
     def __len__(self) -> int:
-        with self._lock:
+        with self._lock, sqlite_errors(self.path):
             return self._db.execute("SELECT COUNT(*) FROM scores").fetchone()[0]
 
     def close(self) -> None:
@@ -67,17 +97,23 @@ class ScoreCache:
 class CachedJudge:
     """Serves cached scores and sends only misses to the wrapped judge, `chunk` at a time."""
 
-    def __init__(self, judge: Judge, cache: ScoreCache, chunk: int = 64) -> None:
+    def __init__(self, judge: Judge, cache: ScoreCache, chunk: int = 64,
+                 on_progress: Callable[[int, int], None] | None = None) -> None:
         self.judge = judge
         self.cache = cache
         self.chunk = chunk
         self.identity = judge.identity
         self.calls = 0
-        """Requests sent to the wrapped judge (misses) since construction."""
+        """Requests sent to the wrapped judge (misses) and answered, since construction."""
+        self.on_progress = on_progress
+        """Called (calls, in_flight) before each chunk goes to the model and after it is committed,
+        so a record of the calls (attempts.jsonl) survives a SIGKILL."""
 
     def score_pairs(self, requests: Sequence[PairRequest], progress=None) -> list[PairScore]:
         keys = [request_key(self.identity, r.prompt) for r in requests]
         found = self.cache.get_many(keys)
+        # A hit skips the model, not the input checks: a prompt too long for THIS context is refused.
+        check_requests(self.judge, [r for k, r in zip(keys, requests) if k in found])
         if progress is not None:
             progress.update(sum(1 for k in keys if k in found))
         todo: dict[str, PairRequest] = {}
@@ -87,10 +123,14 @@ class CachedJudge:
         items = list(todo.items())
         for i in range(0, len(items), self.chunk):
             part = items[i : i + self.chunk]
+            if self.on_progress is not None:
+                self.on_progress(self.calls, len(part))
             scores = self.judge.score_pairs([r for _, r in part])
             self.calls += len(part)
             # A flagged (e.g. unreadable) answer is returned but never cached: a rerun asks again.
             self.cache.put_many(self.identity, [(k, s) for (k, _), s in zip(part, scores) if not s.flags])
+            if self.on_progress is not None:
+                self.on_progress(self.calls, 0)
             found.update((k, s) for (k, _), s in zip(part, scores))
             if progress is not None:
                 done = {k for k, _ in part}

@@ -103,7 +103,8 @@ def encode_prompts(tokenizer: Any, requests: Sequence[PairRequest], system_promp
         if len(row) >= max_length:
             raise JudgeInputError(
                 f"prompt for document {r.doc_id!r} pair ({r.a_id}, {r.b_id}) is {len(row)} tokens, "
-                f"longer than the model's context of {max_length}"
+                f"longer than the model's context of {max_length}; raise model.max_length (up to what the "
+                f"model supports) or judge shorter texts"
             )
         if not row:
             raise JudgeInputError(f"empty prompt for document {r.doc_id!r} pair ({r.a_id}, {r.b_id})")
@@ -170,6 +171,10 @@ class HFJudge:
 
     def encode(self, requests: Sequence[PairRequest]) -> list[list[int]]:
         return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length, self.chat_template)
+
+    def check_requests(self, requests: Sequence[PairRequest]) -> None:
+        """JudgeInputError for a prompt this model cannot read (see judges.base.check_requests)."""
+        self.encode(requests)
 
     # -- scoring --------------------------------------------------------------------------------
     def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:

@@ -82,6 +82,10 @@ class VLLMJudge:
     def encode(self, requests: Sequence[PairRequest]) -> list[list[int]]:
         return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length, self.chat_template)
 
+    def check_requests(self, requests: Sequence[PairRequest]) -> None:
+        """JudgeInputError for a prompt this model cannot read (see judges.base.check_requests)."""
+        self.encode(requests)
+
     def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
         if not requests:
             return []

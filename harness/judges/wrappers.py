@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.judges.base import supports_progress
+from harness.judges.base import check_requests, supports_progress
 from harness.types import PairRequest, PairScore
 
 PREEMPT_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
@@ -64,6 +64,7 @@ class PreemptibleJudge:
         return getattr(self.judge, "calls", None)
 
     def score_pairs(self, requests: Sequence[PairRequest], progress: Any = None) -> list[PairScore]:
+        check_requests(self.judge, requests)  # every prompt, before the first chunk reaches the model
         out: list[PairScore] = []
         for i in range(0, len(requests), self.chunk):
             part = requests[i : i + self.chunk]

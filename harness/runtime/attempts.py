@@ -1,8 +1,22 @@
-"""attempts.jsonl: one line per (re)start of a run, so the calls of every attempt can be summed.
+"""attempts.jsonl: every (re)start of a run and the model calls it makes, recorded as they happen.
 
-A SLURM job can be preempted, requeued and resumed several times; each attempt appends
-{job_id, restart_count, pid, status, calls, started, seconds}. Summing `calls` over the lines
-counts every model call the run ever paid for.
+A SLURM job can be preempted, requeued and resumed several times, and a process can be SIGKILLed
+(OOM killer, `scancel --signal=KILL`, a node failure) without running any `finally`. So an attempt
+is not written once at its end: it appends
+- a `start` line when it begins (calls 0);
+- a `progress` line before each cache chunk goes to the model (`in_flight`: the chunk's requests)
+  and another after the chunk is committed to the request cache (`calls` grows, `in_flight` 0);
+- an `end` line with its status (completed | interrupted | failed) when it ends normally.
+Every line carries the attempt's id and its cumulative `calls`. `read_attempts` keeps each
+attempt's last line: a killed attempt ends on a progress line (status "running" when read back,
+"killed" once a later attempt has started) and still counts every chunk it committed; `in_flight`
+> 0 there means a chunk was sent and lost with the process. Summing `calls` over attempts gives
+every committed model call; adding `in_flight` gives every call sent.
+
+Lines are appended with one `os.write` on an O_APPEND descriptor, so concurrent writers (two
+attempts sharing a run directory) never interleave within a line, and a kill never leaves half a
+line. The one window: a kill between a chunk's cache commit and its progress line (microseconds)
+shows that chunk as in flight rather than committed.
 """
 
 from __future__ import annotations
@@ -11,12 +25,13 @@ import contextlib
 import json
 import os
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 ATTEMPTS = "attempts.jsonl"
-"""Per-run-directory log: one JSON line per (re)start of the job."""
+"""Per-run-directory log: the lines of every attempt of the run."""
 
 
 def _slurm_ids() -> dict[str, Any]:
@@ -27,23 +42,84 @@ def _slurm_ids() -> dict[str, Any]:
     return {"job_id": job, "restart_count": int(env.get("SLURM_RESTART_COUNT", 0) or 0)}
 
 
+def append_line(path: str | Path, row: dict[str, Any]) -> None:
+    """One JSON line appended with a single write (O_APPEND): never interleaved, never half-written."""
+    data = (json.dumps(row) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+class Attempt:
+    """One attempt of a run, appending its lines to out_dir/attempts.jsonl as it goes."""
+
+    def __init__(self, out_dir: str | Path, counter: Any = None) -> None:
+        self.path = Path(out_dir) / ATTEMPTS
+        self.counter = counter
+        """Anything with `.calls` (the run context): read for the end line."""
+        self.id = uuid.uuid4().hex[:12]
+        self.started = time.time()
+        self.calls = 0
+
+    def _write(self, event: str, status: str, in_flight: int = 0, **extra: Any) -> None:
+        append_line(self.path, {"attempt": self.id, **_slurm_ids(), "pid": os.getpid(), "event": event,
+                                "status": status, "calls": self.calls, "in_flight": in_flight,
+                                "started": round(self.started, 3), **extra})
+
+    def start(self) -> None:
+        self._write("start", "running")
+
+    def progress(self, calls: int, in_flight: int = 0) -> None:
+        """`calls` requests committed so far by this attempt; `in_flight` sent and not yet committed."""
+        self.calls = int(calls)
+        self._write("progress", "running", int(in_flight))
+
+    def end(self, status: str) -> None:
+        calls = getattr(self.counter, "calls", None)
+        if calls is not None:
+            self.calls = int(calls)
+        self._write("end", status, seconds=round(time.time() - self.started, 3))
+
+
 @contextlib.contextmanager
-def record_attempt(out_dir: str | Path, judge: Any) -> Iterator[None]:
-    """Append {job_id, restart_count, calls, status} to out_dir/attempts.jsonl when the block ends.
+def record_attempt(out_dir: str | Path, counter: Any = None) -> Iterator[Attempt]:
+    """An Attempt: its start line now, its end line when the block ends (not after SIGKILL).
 
     status: completed | interrupted (SystemExit/KeyboardInterrupt: preempted, requeued) | failed.
-    Summing `calls` over the lines counts every model call the run ever paid for.
     """
-    started, status = time.time(), "failed"
+    attempt = Attempt(out_dir, counter)
+    attempt.start()
+    status = "failed"
     try:
-        yield
+        yield attempt
         status = "completed"
     except (SystemExit, KeyboardInterrupt):
         status = "interrupted"
         raise
     finally:
-        row = {**_slurm_ids(), "pid": os.getpid(), "status": status, "calls": getattr(judge, "calls", None),
-               "started": round(started, 3), "seconds": round(time.time() - started, 3)}
-        path = Path(out_dir) / ATTEMPTS
-        with path.open("a") as f:  # one short line per write: appends do not interleave
-            f.write(json.dumps(row) + "\n")
+        attempt.end(status)
+
+
+def read_attempts(out_dir: str | Path) -> list[dict[str, Any]]:
+    """Each attempt's last line, in order of start. An attempt without an end line is "running"
+    if it is the last one started, else "killed" (it ended without writing one)."""
+    path = Path(out_dir) / ATTEMPTS
+    last: dict[str, dict[str, Any]] = {}
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        if line.strip():
+            row = json.loads(line)
+            last[row.get("attempt") or f"line-{len(last)}"] = row
+    rows = sorted(last.values(), key=lambda r: r.get("started") or 0)
+    for i, row in enumerate(rows):
+        if row.get("event") not in (None, "end"):  # None: a line of the older one-line-per-attempt format
+            row["status"] = "running" if i == len(rows) - 1 else "killed"
+    return rows
+
+
+def summed_calls(out_dir: str | Path) -> dict[str, int]:
+    """{calls: committed by every attempt, in_flight: sent and lost with a killed attempt, attempts}."""
+    rows = read_attempts(out_dir)
+    return {"calls": sum(int(r.get("calls") or 0) for r in rows),
+            "in_flight": sum(int(r.get("in_flight") or 0) for r in rows), "attempts": len(rows)}

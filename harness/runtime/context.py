@@ -14,9 +14,10 @@ Parts are built lazily, with `hydra.utils.instantiate` where the config names a 
 - `ctx.tracker`: conf/wandb's Tracker (W&B group = the sweep when one runs);
 - `ctx.docs`, `ctx.instruction(...)`: the task's documents (fetched, verified, sliced, sharded)
   and the instruction (init_prompts.json fetched on demand).
-On leaving a completed run, every judged set gets its report card (harness.metrics.card: answer
-mass, order consistency, calibration pictures), the run's files (results, judgments, figures) are
-logged to W&B as one artifact, and attempts.jsonl gets the attempt's line.
+attempts.jsonl gets the attempt's start line at once, a line per cache chunk as it is sent and
+committed, and an end line. On leaving a completed run, every judged set gets its report card
+(harness.metrics.card: answer mass, order consistency, calibration pictures) and the run's files
+(results, judgments, figures) are logged to W&B as one artifact.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from harness.judges.cache import CachedJudge, ScoreCache
 from harness.judges.wrappers import PreemptibleJudge
 from harness.metrics.card import render_cards
 from harness.prompts import resolve_instruction
-from harness.runtime.attempts import record_attempt
+from harness.runtime.attempts import Attempt, record_attempt
 from harness.runtime.shard import select_shard, shard_spec
 from harness.runtime.tracking import Tracker
 from harness.types import Document
@@ -126,6 +127,8 @@ class RunContext:
         self.out_dir = Path(out_dir)
         self._tracker: Tracker | None = None
         self._judge: Judge | None = None
+        self.attempt: Attempt | None = None
+        """This attempt's record (attempts.jsonl); the request cache reports each chunk to it."""
 
     # -- data ----------------------------------------------------------------------------------
     @property
@@ -156,12 +159,18 @@ class RunContext:
     def judge(self) -> Judge:
         """The model behind the request cache (cache.enabled) and preemption-safe chunks."""
         if self._judge is None:
-            judge = build_judge(self.cfg.model, self.cfg.backend)
             cache = self.cfg.cache
-            if cache.enabled:
-                judge = CachedJudge(judge, ScoreCache(cache_path(cache)), chunk=int(cache.chunk))
+            # The cache first: a corrupt or read-only one is refused before any weights are loaded.
+            store = ScoreCache(cache_path(cache)) if cache.enabled else None
+            judge = build_judge(self.cfg.model, self.cfg.backend)
+            if store is not None:
+                judge = CachedJudge(judge, store, chunk=int(cache.chunk), on_progress=self._progress)
             self._judge = PreemptibleJudge(judge, int(cache.chunk))
         return self._judge
+
+    def _progress(self, calls: int, in_flight: int) -> None:
+        if self.attempt is not None:
+            self.attempt.progress(calls, in_flight)
 
     @property
     def calls(self) -> int | None:
@@ -227,7 +236,7 @@ def experiment(cfg: DictConfig, out_dir: str | Path) -> Iterator[RunContext]:
     ctx = RunContext(cfg, out_dir)
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     completed = False
-    with record_attempt(ctx.out_dir, ctx):
+    with record_attempt(ctx.out_dir, ctx) as ctx.attempt:
         try:
             yield ctx
             completed = True

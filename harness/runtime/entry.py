@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,18 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.errors import ConfigError, HarnessError
-from harness.io import write_json_atomic
+from harness.io import why_not_folder, write_json_atomic
 from harness.runtime import schema
-from harness.secrets import check_config, is_secret_key, redact, redact_text
+from harness.secrets import (
+    check_config,
+    check_overrides,
+    env_fields,
+    install_redaction,
+    is_secret_key,
+    redact,
+    redact_overrides,
+    redact_text,
+)
 
 log = logging.getLogger("harness")
 
@@ -65,16 +75,6 @@ def run(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] | None = None) 
     return entry(cfg, out_dir)
 
 
-def redact_overrides(overrides: Sequence[str]) -> list[str]:
-    """Command-line overrides with the values of secret-named keys blanked."""
-    out = []
-    for o in overrides:
-        key, sep, value = o.partition("=")
-        name = key.lstrip("+~").rsplit(".", 1)[-1]
-        out.append(f"{key}{sep}<redacted>" if sep and is_secret_key(name) else redact_text(o))
-    return out
-
-
 _NOISE = re.compile(r"^\s*(full_key|object_type|reference_type|parent_node|child_node|msg)\s*[:=]|"
                     r"Set the environment variable HYDRA_FULL_ERROR", re.IGNORECASE)
 
@@ -104,10 +104,13 @@ CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> Any:
     hc = HydraConfig.get()
+    env_names = env_fields(OmegaConf.to_container(cfg, resolve=False))
+    install_redaction(env_names)  # Hydra has set up its handlers (stderr, run.log) by now
     try:
+        check_overrides([*hc.overrides.hydra, *hc.overrides.task])
         return run(cfg, Path(hc.runtime.output_dir), list(hc.overrides.task))
     except HarnessError as e:
-        print(f"error: {redact_text(str(e))}", file=sys.stderr)
+        print(f"error: {redact_text(str(e), env_names)}", file=sys.stderr)
         sys.exit(2)
 
 
@@ -116,6 +119,7 @@ def main() -> None:
     one line; set HYDRA_FULL_ERROR=1 yourself for Hydra's full traceback instead."""
     full = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    install_redaction()  # uncaught tracebacks too lose secret values
     try:
         hydra_main()
     except (HydraException, OmegaConfBaseException, HarnessError) as e:
@@ -123,3 +127,30 @@ def main() -> None:
             raise
         print(f"error: {one_line(e, sys.argv[1:])}", file=sys.stderr)
         sys.exit(2)
+    except (OSError, ValueError) as e:
+        # Hydra creates the run directory and opens run.log before our code runs: a path that
+        # cannot be a folder or cannot be written surfaces here as an OSError (or logging's
+        # ValueError around one). Anything else that is not about a named path stays a traceback.
+        message = None if full else filesystem_error(e)
+        if message is None:
+            raise
+        print(f"error: {redact_text(message)}", file=sys.stderr)
+        sys.exit(2)
+
+
+def filesystem_error(raised: BaseException) -> str | None:
+    """One line for a filesystem error that escaped a run: the path, the reason, what to set; None
+    when `raised` is not one. Raised in Hydra's job setup (no harness frame but `main`), it concerns
+    the run directory: Hydra creates it and opens run.log there before handing over."""
+    e = raised if isinstance(raised, OSError) else raised.__cause__ or raised.__context__
+    if not isinstance(e, OSError) or not e.filename:
+        return None
+    path = os.path.abspath(str(e.filename))
+    harness_dir = str(Path(__file__).resolve().parents[1])
+    frames = traceback.extract_tb(raised.__traceback__)
+    if not any(f.filename.startswith(harness_dir) and f.name != "main" for f in frames):
+        return (f"cannot use the run directory: {path} ({why_not_folder(path, e)}); set hydra.run.dir=... "
+                "(hydra.sweep.dir=... with -m) to a folder that can be created and written")
+    if raised is not e:
+        return None
+    return f"{path}: {e.strerror or e}; check that it exists and can be written, or point the run elsewhere"

@@ -13,37 +13,30 @@ experiment (Judge/Zepo/Sensitivity/Abb); the root (Config) holds seed, data, cac
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from harness.data.tasks import TASKS
+from harness.abb.run import settings_from as abb_settings
+from harness.data.tasks import TASKS, task_spec
 from harness.errors import ConfigError
 from harness.prompts import FAMILIES
-
-
-def _bad(key: str, value: Any, want: str) -> ConfigError:
-    return ConfigError(f"{key}={value!r} is invalid: {want}; set {key}=...")
-
-
-def at_least(key: str, value: Any, low: float, *, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if value is None or isinstance(value, bool) or not isinstance(value, int | float) or not value >= low:
-        raise _bad(key, value, f"must be a number >= {low:g}" + (" (or null)" if optional else ""))
-
-
-def within(key: str, value: Any, low: float, high: float, *, open_low: bool = False) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value > high or value < low or (open_low and value == low):
-        raise _bad(key, value, f"must lie in {'(' if open_low else '['}{low:g}, {high:g}]")
-
-
-def one_of(key: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise _bad(key, value, f"must be one of {', '.join(choices)}")
+from harness.runtime.checks import (
+    HF_DTYPES,
+    VLLM_DTYPES,
+    at_least,
+    check_abb_calibration,
+    check_base_url,
+    check_device,
+    non_empty,
+    one_of,
+    within,
+)
+from harness.runtime.checks import (
+    bad as _bad,
+)
 
 
 # -- model and backends ----------------------------------------------------------------------
@@ -66,6 +59,10 @@ class ModelConf:
         if len(self.labels) < 2 or len(set(self.labels)) != len(self.labels) or not all(self.labels):
             raise _bad("model.labels", list(self.labels), "needs at least two distinct non-empty labels")
         at_least("model.max_length", self.max_length, 2, optional=True)
+        non_empty("model.name", self.name)
+        non_empty("model.path", self.path)
+        if self.dtype is not None:
+            one_of("model.dtype", self.dtype, HF_DTYPES)
 
 
 @dataclass
@@ -85,9 +82,8 @@ class HFBackendConf:
         at_least("backend.batch_size", self.batch_size, 1)
         at_least("backend.max_batch_tokens", self.max_batch_tokens, 1)
         one_of("backend.engine", self.engine, ("auto", "packed", "hf"))
-        one_of("backend.dtype", self.dtype, ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"))
-        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise _bad("backend.device", self.device, "must be auto, cpu, cuda or cuda:N")
+        one_of("backend.dtype", self.dtype, HF_DTYPES)
+        check_device("backend.device", self.device)
 
 
 @dataclass
@@ -105,6 +101,7 @@ class VLLMBackendConf:
     def check(self) -> None:
         at_least("backend.tensor_parallel_size", self.tensor_parallel_size, 1)
         within("backend.gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, open_low=True)
+        one_of("backend.dtype", self.dtype, VLLM_DTYPES)
 
 
 @dataclass
@@ -122,7 +119,8 @@ class ApiBackendConf:
     timeout_s: float = 60.0
     max_retries: int = 6
     tokenizer: Optional[str] = None
-    token_ids: Optional[dict[str, int]] = None
+    token_ids: dict[str, int] = field(default_factory=dict)
+    """Empty = none; not Optional: OmegaConf cannot merge a CLI dict into a None Optional[dict]."""
     endpoint: str = "chat"
     backoff_base_s: float = 1.0
     backoff_max_s: float = 60.0
@@ -134,8 +132,11 @@ class ApiBackendConf:
         at_least("backend.concurrency", self.concurrency, 1)
         at_least("backend.max_retries", self.max_retries, 0)
         within("backend.timeout_s", self.timeout_s, 0, math.inf, open_low=True)
-        if not self.base_url.startswith(("http://", "https://")):
-            raise _bad("backend.base_url", self.base_url, "must start with http:// or https://")
+        at_least("backend.backoff_base_s", self.backoff_base_s, 0)
+        within("backend.backoff_max_s", self.backoff_max_s, 0, math.inf, open_low=True)
+        check_base_url("backend.base_url", self.base_url)
+        for label, tid in (self.token_ids or {}).items():
+            at_least(f"backend.token_ids.{label}", tid, 0)
 
 
 # -- data ----------------------------------------------------------------------------------------
@@ -156,6 +157,12 @@ class TaskConf:
     def check(self) -> None:
         if self.name not in TASKS:
             raise _bad("task.name", self.name, f"unknown task; known: {', '.join(TASKS)}")
+        aspects = task_spec(self.name).aspects
+        if self.aspect is not None and aspects and self.aspect not in aspects:
+            raise ConfigError(f"unknown aspect {self.aspect!r} for task {self.name!r}; set task.aspect to one of "
+                              f"{', '.join(aspects)}")
+        if self.name == "jsonl":
+            non_empty("task.path", self.path)
         at_least("task.offset", self.offset, 0)
         at_least("task.docs", self.docs, 1, optional=True)
         at_least("task.max_candidates", self.max_candidates, 2, optional=True)
@@ -198,6 +205,8 @@ class LocalOptimizerConf(_SamplingConf):
     def check(self) -> None:
         super().check()
         at_least("optimizer.max_new_tokens", self.max_new_tokens, 1)
+        one_of("optimizer.dtype", self.dtype, HF_DTYPES)
+        check_device("optimizer.device", self.device)
 
 
 @dataclass
@@ -218,6 +227,9 @@ class ApiOptimizerConf(_SamplingConf):
         super().check()
         at_least("optimizer.max_tokens", self.max_tokens, 1)
         at_least("optimizer.concurrency", self.concurrency, 1)
+        at_least("optimizer.max_retries", self.max_retries, 0)
+        within("optimizer.timeout_s", self.timeout_s, 0, math.inf, open_low=True)
+        check_base_url("optimizer.base_url", self.base_url)
 
 
 # -- experiments ---------------------------------------------------------------------------------
@@ -233,6 +245,8 @@ class InstructionConf:
         one_of(f"{key}.source", self.source, sources)
         if self.source == "text" and not (self.text or "").strip():
             raise _bad(f"{key}.text", self.text, "must hold the instruction when source=text")
+        if self.source == "file" and not (self.path or "").strip():
+            raise _bad(f"{key}.path", self.path, "must name the instruction file when source=file")
 
 
 @dataclass
@@ -273,6 +287,8 @@ class ZepoExp:
         at_least("experiment.dedup_attempts", self.dedup_attempts, 0)
         one_of("experiment.objective", self.objective, ("fairness", "fairness_prob", "confidence", "calibration"))
         one_of("experiment.ranking", self.ranking, ("pairs", "winrate"))
+        for task, n in self.search_docs_by_task.items():
+            at_least(f"experiment.search_docs_by_task.{task}", n, 1)
 
 
 @dataclass
@@ -353,13 +369,20 @@ class AbbExp:
         one_of("experiment.orders", self.orders, ("both", "single"))
         one_of("experiment.mode", self.mode, ("one_item", "whole_set"))
         within("experiment.tau", self.tau, 0, math.inf, open_low=True)
-        within("experiment.delta", self.delta, 0, 1, open_low=True)
+        within("experiment.delta", self.delta, 0, 1, open_low=True, open_high=True)
         for key in ("estimate", "draws"):
             at_least(f"experiment.{key}", getattr(self, key), 1)
         for key in ("verify", "bootstrap"):
             at_least(f"experiment.{key}", getattr(self, key), 0)
         at_least("experiment.jitter.repeats", self.jitter.repeats, 0)
         at_least("experiment.jitter.docs", self.jitter.docs, 1, optional=True)
+        check_abb_calibration(self)
+        if self.scores == "file" and not (self.file.path or "").strip():
+            raise _bad("experiment.file.path", self.file.path, "must name the score file when experiment.scores=file")
+        if self.file.scale is not None and not (len(self.file.scale) == 2 and self.file.scale[0] < self.file.scale[1]):
+            raise _bad("experiment.file.scale", list(self.file.scale), "must be [low, high] with low < high")
+        # The run's own parser (ucb, mode, fields, kinds, the delta split), so the two never disagree.
+        abb_settings(asdict(self), 0)
 
 
 # -- the root ------------------------------------------------------------------------------------

@@ -3,23 +3,37 @@
 W&B is never the only record: every metric, table and image also lands in the run directory
 (`metrics.jsonl`, `tables/<name>.jsonl`, the image files), so an offline cluster loses nothing.
 `mode` follows W&B: "online", "offline" (writes wandb/offline-run-*, `wandb sync` later) or
-"disabled" (no W&B calls at all). Secrets never reach W&B: configs pass through `redact`.
+"disabled" (no W&B calls at all). Secrets never reach W&B: configs pass through `redact`, the
+command line W&B records through `redact_overrides`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.io import jsonable, write_jsonl_atomic
-from harness.secrets import redact
+from harness.secrets import redact, redact_overrides
 
 log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def redacted_argv() -> Iterator[None]:
+    """W&B records the command line (sys.argv) in the run's metadata: show it the redacted one."""
+    argv = sys.argv
+    sys.argv = [argv[0], *redact_overrides(argv[1:])] if argv else argv
+    try:
+        yield
+    finally:
+        sys.argv = argv
 
 
 class Tracker:
@@ -37,11 +51,12 @@ class Tracker:
             import wandb
 
             os.environ.setdefault("WANDB_DIR", str(self.out_dir))
-            self._run = wandb.init(
-                project=project, entity=entity, group=group, job_type=job_type, name=name,
-                config=redact(dict(run_config or {})), mode=mode, dir=str(self.out_dir), tags=list(tags),
-                reinit="finish_previous", settings=wandb.Settings(silent=True),
-            )
+            with redacted_argv():
+                self._run = wandb.init(
+                    project=project, entity=entity, group=group, job_type=job_type, name=name,
+                    config=redact(dict(run_config or {})), mode=mode, dir=str(self.out_dir), tags=list(tags),
+                    reinit="finish_previous", settings=wandb.Settings(silent=True),
+                )
 
     @property
     def wandb_dir(self) -> str | None:

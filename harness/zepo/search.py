@@ -193,17 +193,30 @@ def heldout_metrics(judgments: Sequence[Judgment], shuffles: int, seed: int) -> 
             "fairness": -abs(rate - 0.5)}
 
 
+def content_hash(obj: Any) -> str:
+    """sha256 (16 hex) of a JSON-able value: what a resumed search compares, part by part."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def state_fingerprint(**parts: Any) -> str:
     """Hash of everything that changes which candidates a search produces (not `epochs`)."""
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return content_hash(parts)
+
+
+def documents_digest(docs: Sequence[Document]) -> str:
+    """Every document's full content, in order: ids, source, context, gold and each candidate's
+    text and human scores. Ids alone would let an edited candidate replay the old scores."""
+    return content_hash([asdict(d) for d in docs])
 
 
 class SearchState:
     """state.json: scored candidates and generated-but-unscored texts, saved atomically."""
 
-    def __init__(self, path: Path | None, fingerprint: str) -> None:
+    def __init__(self, path: Path | None, fingerprint: str, inputs: Mapping[str, str] | None = None) -> None:
         self.path = path
         self.fingerprint = fingerprint
+        self.inputs = dict(inputs or {})
+        """Hash of each input (documents, instruction, judge, optimizer, settings): names what changed."""
         self.done: dict[str, ScoredCandidate] = {}
         self.pending: dict[str, dict[str, Any]] = {}
         self.skipped: dict[str, str] = {}
@@ -218,9 +231,11 @@ class SearchState:
         except json.JSONDecodeError as e:
             raise DataError(f"not valid JSON ({e.msg}); delete it to start over", where=str(path)) from None
         if raw.get("fingerprint") != self.fingerprint:
-            raise ConfigError("this run directory holds a ZEPO search with different settings "
-                              "(instruction, judge, documents, population, objective or seed); "
-                              "use a new run directory", where=str(path))
+            saved = raw.get("inputs") or {}
+            changed = [k for k in self.inputs if saved.get(k) != self.inputs[k]] or ["its inputs"]
+            raise ConfigError(f"this run directory holds a ZEPO search of different {', '.join(changed)}; "
+                              "resuming would replay scores of the old inputs, so start a new run directory "
+                              "(hydra.run.dir=...) or delete state.json to start over", where=str(path))
         self.done = {f"{r['epoch']}:{r['slot']}": ScoredCandidate.from_row(r) for r in raw["candidates"]}
         self.pending = dict(raw.get("pending", {}))
         self.skipped = dict(raw.get("skipped", {}))
@@ -230,7 +245,7 @@ class SearchState:
         if self.path is None:
             return
         write_json_atomic(self.path, {
-            "version": STATE_VERSION, "fingerprint": self.fingerprint, "epoch": self.epoch,
+            "version": STATE_VERSION, "fingerprint": self.fingerprint, "inputs": self.inputs, "epoch": self.epoch,
             "best_index": self.best_index,
             "candidates": [c.to_row() for c in sorted(self.done.values(), key=lambda c: c.index)],
             "pending": self.pending, "skipped": self.skipped,
@@ -267,21 +282,30 @@ class Search:
     on_epoch: Callable[[int, list[ScoredCandidate], ScoredCandidate], None] | None = None
     """Called after each epoch with (epoch, its candidates, best so far); also for replayed ones."""
 
-    def fingerprint(self) -> str:
+    def inputs(self) -> dict[str, str]:
+        """A content hash per input a resumed search must share with the saved one: the documents
+        (full text, not ids), the initial instruction, the judge, the optimizer and the settings."""
         s = self.settings
-        return state_fingerprint(
-            initial=self.initial, aspect=self.aspect, family=self.family, judge=self.judge.identity,
-            optimizer=getattr(self.optimizer, "identity", type(self.optimizer).__name__),
-            search=[d.id for d in self.search_docs], heldout=[d.id for d in self.heldout_docs],
-            population=s.population, objective=s.objective, seed=s.seed, max_candidates=s.max_candidates,
-            heldout_spearman=s.heldout_spearman, ranking=s.ranking, shuffles=s.shuffles,
-            dedup_attempts=s.dedup_attempts)
+        return {
+            "documents": content_hash([documents_digest(self.search_docs), documents_digest(self.heldout_docs)]),
+            "instruction": content_hash([self.initial, self.aspect, self.family]),
+            "judge": content_hash(self.judge.identity),
+            "optimizer": content_hash(optimizer_identity(self.optimizer)),
+            "settings": content_hash(dict(
+                population=s.population, objective=s.objective, seed=s.seed, max_candidates=s.max_candidates,
+                heldout_spearman=s.heldout_spearman, ranking=s.ranking, shuffles=s.shuffles,
+                dedup_attempts=s.dedup_attempts)),
+        }
+
+    def fingerprint(self) -> str:
+        return state_fingerprint(**self.inputs())
 
     def run(self) -> SearchResult:
         if not self.search_docs:
             raise ConfigError("ZEPO needs at least one search document")
         s = self.settings
-        state = SearchState(self.state_path, self.fingerprint())
+        inputs = self.inputs()
+        state = SearchState(self.state_path, state_fingerprint(**inputs), inputs)
         history: list[ScoredCandidate] = []
         best: ScoredCandidate | None = None
         for epoch in range(s.epochs):
@@ -379,6 +403,14 @@ class Search:
         log.info("epoch %d slot %d: fairness %.4f a_rate %.3f spearman_heldout %s", epoch, slot,
                  cand.fairness, cand.a_rate, "-" if sp is None else f"{sp:.3f}")
         return cand
+
+
+def optimizer_identity(optimizer: Any) -> dict[str, Any]:
+    """What decides an optimizer's paraphrases: its identity (model, temperature) and, where it has
+    them, its sampling and validation settings."""
+    keys = ("top_p", "max_tokens", "max_attempts", "min_ratio", "max_ratio", "labels")
+    return {"identity": getattr(optimizer, "identity", type(optimizer).__name__),
+            **{k: getattr(optimizer, k) for k in keys if hasattr(optimizer, k)}}
 
 
 def split_documents(docs: Sequence[Document], search_docs: int, eval_docs: int | None = None,

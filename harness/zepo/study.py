@@ -19,7 +19,7 @@ from typing import Any
 
 from harness import metrics
 from harness.errors import ConfigError, DataError, located
-from harness.io import write_json_atomic, write_jsonl_atomic
+from harness.io import read_text, write_json_atomic, write_jsonl_atomic
 from harness.judges.base import Judge
 from harness.judging import judge_documents, write_judgments
 from harness.types import Document, Tracker
@@ -41,11 +41,10 @@ KEEP = ("a_rate", "a_rate_prob", "order_consistency", "order_gap", "answer_mass_
 def load_paraphrases(path: str | Path) -> list[str]:
     """Instructions from a text file (one per non-blank line) or a ZEPO history.jsonl ('text')."""
     p = Path(path)
-    if not p.is_file():
-        raise DataError("file not found", where=str(p))
+    text = read_text(p)
     texts: list[str] = []
     if p.suffix == ".jsonl":
-        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        for i, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
@@ -56,7 +55,7 @@ def load_paraphrases(path: str | Path) -> list[str]:
                 raise DataError("needs a non-empty string", where=located(p, f"line {i}", "text"))
             texts.append(row["text"].strip())
     else:
-        texts = [t.strip() for t in p.read_text(encoding="utf-8").splitlines() if t.strip()]
+        texts = [t.strip() for t in text.splitlines() if t.strip()]
     out = list(dict.fromkeys(texts))  # a ZEPO history can repeat a text; score each once
     if not out:
         raise DataError("holds no instructions", where=str(p))

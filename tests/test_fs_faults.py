@@ -1,0 +1,195 @@
+"""Filesystem and cache faults are one line naming the path and what to do (never a traceback,
+never a silently trusted cache): the run directory, input files, the SQLite request cache.
+
+Faults are real: a file where a folder must be, /proc (no folders can be made there), a file the
+kernel refuses to read (/proc/self/mem: EIO), a read-only file or folder (`chattr +i` as root,
+`chmod` otherwise), a cache overwritten with random bytes or with one b-tree page destroyed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import run_harness
+from test_cli_errors import GOOD, _assert_one_line_error, _jsonl
+
+from harness.errors import CacheError
+from harness.judges.cache import CachedJudge, ScoreCache, request_key
+from harness.types import PairRequest, PairScore
+
+TINY = ["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2", "wandb.mode=disabled",
+        "progress=false"]
+
+
+@contextlib.contextmanager
+def read_only(path: Path):
+    """`path` (file or folder) made read-only for this process, or the test skipped."""
+    if os.geteuid() == 0:
+        if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+            pytest.skip("running as root without chattr +i: cannot make a path read-only")
+        undo = ["chattr", "-i", str(path)]
+    else:
+        mode = path.stat().st_mode
+        path.chmod(0o555 if path.is_dir() else 0o444)
+        undo = None
+    try:
+        yield path
+    finally:
+        if undo:
+            subprocess.run(undo, check=True)
+        else:
+            path.chmod(mode)
+
+
+def _cache(path: Path, rows: int = 3000) -> Path:
+    """A real request cache with `rows` rows (several b-tree pages)."""
+    cache = ScoreCache(path)
+    cache.put_many("id", [(request_key("id", f"prompt {i}"), PairScore({"A:A": -0.1, "B:B": -2.4}, 0.9))
+                          for i in range(rows)])
+    cache.close()
+    with sqlite3.connect(path) as db:  # fold the WAL into the file, so damage to it is damage to the data
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return path
+
+
+def _break_page(path: Path, page: int = 5) -> None:
+    with path.open("r+b") as f:
+        f.seek(4096 * page)
+        f.write(os.urandom(4096))
+
+
+# -- the cache, in process -------------------------------------------------------------------
+@pytest.mark.parametrize("damage, needles", [
+    ("random bytes", ("is corrupt", "file is not a database", "mkdir -p", ".corrupt")),
+    ("one broken page", ("is corrupt", "integrity check failed", "mkdir -p", ".corrupt")),
+])
+def test_corrupt_cache_is_refused_with_the_command_that_moves_it_aside(tmp_path, damage, needles):
+    path = _cache(tmp_path / "requests.sqlite")
+    if damage == "random bytes":
+        path.write_bytes(os.urandom(20000))
+    else:
+        _break_page(path)
+    with pytest.raises(CacheError) as e:
+        ScoreCache(path)
+    msg = str(e.value)
+    assert msg.startswith(str(path)) and "\n" not in msg and all(n in msg for n in needles), msg
+    command = msg.split("(a new cache is created): ", 1)[1]
+    subprocess.run(["bash", "-c", command], check=True)  # the printed command does what it says
+    assert not path.exists() and (tmp_path / "requests.sqlite.corrupt" / "requests.sqlite").is_file()
+    assert len(ScoreCache(path)) == 0  # a fresh cache in its place
+
+
+def test_undamaged_cache_opens(tmp_path):
+    """The negative control: the same cache, undamaged, opens with every row."""
+    assert len(ScoreCache(_cache(tmp_path / "requests.sqlite"))) == 3000
+
+
+def test_read_only_cache_is_refused_when_opened_not_at_the_first_commit(tmp_path):
+    path = _cache(tmp_path / "requests.sqlite")
+    with read_only(path):
+        with pytest.raises(CacheError, match=r"requests.sqlite: the cache is read-only .*cache.path="):
+            ScoreCache(path)
+
+
+@pytest.mark.parametrize("where, needle", [("file/requests.sqlite", "is a file, not a folder"),
+                                           ("folder", "is a folder, not a SQLite file")])
+def test_cache_path_that_cannot_be_a_file(tmp_path, where, needle):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(CacheError, match=needle):
+        ScoreCache(tmp_path / where)
+
+
+def test_invalid_cached_rows_are_asked_again_not_trusted(tmp_path, caplog):
+    """Rows no judge could have produced (a NaN stored as NULL by an older version, no logprobs,
+    a positive logprob) are left out, counted, warned about, re-asked and replaced."""
+    path = tmp_path / "requests.sqlite"
+    cache = ScoreCache(path)
+    requests = [PairRequest("d", "a", "b", f"prompt {i}") for i in range(4)]
+    keys = [request_key("scripted", r.prompt) for r in requests]
+    with sqlite3.connect(path) as db:
+        db.executemany("INSERT INTO scores VALUES (?, 'scripted', ?, ?)", [
+            (keys[0], None, '{"A:A": -0.1, "B:B": -2.0}'), (keys[1], 0.5, "{}"),
+            (keys[2], 0.7, '{"A:A": 0.5, "B:B": -2.0}'), (keys[3], 0.8, '{"A:A": -0.2, "B:B": -1.6}')])
+
+    class Scripted:
+        """SCRIPTED judge: a fixed valid answer for every request."""
+        identity = "scripted"
+
+        def score_pairs(self, reqs):
+            return [PairScore({"A:A": -0.3, "B:B": -1.4}, 0.75) for _ in reqs]
+
+    judge = CachedJudge(Scripted(), cache, chunk=8)
+    scores = judge.score_pairs(requests)
+    assert judge.calls == 3 and cache.invalid == 3 and "3 cached rows are not valid scores" in caplog.text
+    assert [s.p_a for s in scores] == [0.75, 0.75, 0.75, 0.8]
+    again = CachedJudge(Scripted(), cache)
+    again.score_pairs(requests)
+    assert again.calls == 0  # replaced by valid rows
+
+
+# -- through the CLI: one `error:` line, exit 2 -----------------------------------------------
+def _run_dir_cases(tmp: Path):
+    (tmp / "afile").write_text("not a folder")
+    (tmp / "locked").mkdir()
+    return {"under a file": (tmp / "afile" / "run", "afile is a file, not a folder"),
+            "a file": (tmp / "afile", "afile is a file, not a folder"),
+            "in /proc": (Path("/proc/harness-test/run"), "/proc/harness-test"),
+            "read-only": (tmp / "locked", "locked/run.log")}
+
+
+@pytest.mark.parametrize("case", ["under a file", "a file", "in /proc", "read-only"])
+def test_run_directory_that_cannot_be_used(tmp_path, case):
+    run_dir, needle = _run_dir_cases(tmp_path)[case]
+    ctx = read_only(tmp_path / "locked") if case == "read-only" else contextlib.nullcontext()
+    with ctx:
+        r = run_harness([*TINY, f"hydra.run.dir={run_dir}"], tmp_path, timeout=120)
+    _assert_one_line_error(r, "cannot use the run directory", needle, "hydra.run.dir=")
+
+
+@pytest.mark.parametrize("case", ["a folder", "unreadable (EIO)"])
+def test_unreadable_input_file(tmp_path, case):
+    path = tmp_path / "data.jsonl" if case == "a folder" else Path("/proc/self/mem")
+    if case == "a folder":
+        path.mkdir()
+    r = run_harness([*TINY, "task=jsonl", f"task.path={path}", "task.aspect=coherence",
+                     f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, timeout=120)
+    _assert_one_line_error(r, str(path), "is a folder" if case == "a folder" else "cannot read it")
+
+
+def test_unreadable_input_file_permission(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root reads files whatever their mode")
+    path = _jsonl(tmp_path / "data.jsonl", [GOOD, {**GOOD, "candidate_id": "c2"}])
+    path.chmod(0)
+    r = run_harness([*TINY, "task=jsonl", f"task.path={path}", "task.aspect=coherence",
+                     f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, timeout=120)
+    _assert_one_line_error(r, str(path), "permission denied")
+
+
+def test_corrupt_cache_through_the_cli_then_moved_aside(tmp_path):
+    cache = tmp_path / "cache" / "requests.sqlite"
+    cache.parent.mkdir()
+    cache.write_bytes(os.urandom(8192))
+    args = [*TINY, f"cache.path={cache}", f"hydra.run.dir={tmp_path / 'run'}"]
+    r = run_harness(args, tmp_path, timeout=300)
+    _assert_one_line_error(r, str(cache), "is corrupt", "mkdir -p")
+    assert not (tmp_path / "run" / "results.json").exists()
+    command = [x for x in r.stderr.splitlines() if x.startswith("error: ")][0].split("created): ", 1)[1]
+    subprocess.run(["bash", "-c", command], check=True)
+    r = run_harness(args, tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["judge_calls"] == 3
+
+
+def test_read_only_cache_through_the_cli(tmp_path):
+    cache = _cache(tmp_path / "ro.sqlite", rows=10)
+    with read_only(cache):
+        r = run_harness([*TINY, f"cache.path={cache}", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, timeout=300)
+    _assert_one_line_error(r, str(cache), "read-only", "cache.path=")
