@@ -241,6 +241,21 @@ def test_negative_controls_on_published_profile():
     assert below.violations == 0 and below.verdict == "vacuous"  # such a "passing" check says nothing
 
 
+def test_a_run_refuted_by_its_own_fresh_neighbours_claims_nothing():
+    """Estimation neighbours that were not drawn like the fresh ones (an assumption fails): the quantile
+    certifies alpha = 1, the fresh check refutes it, and abb.json says so instead of claiming."""
+    judge = sc.JitterJudge(docs=10, per_doc=12, jitter=0.0, seed=2)
+    rng = np.random.default_rng(0)
+    tame = judge.one_item(200, rng) * 0 + judge.f  # edits that moved nothing ...
+    wild = judge.one_item(300, rng)  # ... but fresh edits move one score by 0.25
+    result, _ = abb.run_abb(judge.f, tame, tau=0.1, split=abb.split_delta(0.1, noise_fraction=0), mode="one_item",
+                            scale=(0.0, 1.0), rng=rng, fresh=wild)
+    assert result.params.choice.winner.name == "quantile" and result.params.alpha == 1.0
+    assert result.verification.verdict == "violated"
+    g = result.to_json()["guarantee"]
+    assert g["kind"] == "certified" and g["claimed"] is False and g["status"].startswith("refuted")
+
+
 def test_noop_neighbours_certify_nothing():
     c = abb.choose_alpha(0.5, 1.0, np.zeros(6), delta_m=0.05, delta_est=0.005)
     plug = next(b for b in c.candidates if b.name == "plugin")

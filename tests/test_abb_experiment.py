@@ -262,7 +262,7 @@ def test_win_rates_from_the_tiny_judge(shared_data, tiny_judge):
     assert info["requests"] == 2 * 4 and info["coords"] == 1 and np.abs(rows - f).max() < 1e-5
 
 
-def _likert_file(path, rng, n_q=12, models=("m1", "m2", "m3"), m_est=60, m_ver=40, jitter_docs=0):
+def _likert_file(path, rng, n_q=12, models=("m1", "m2", "m3"), m_est=60, m_ver=40, jitter_docs=0, jitter_items=3):
     """A user's 1-10 scores, plus Hamming-1 neighbours with a SCRIPTED bias: one item moves by +-1
     (rarely by 4); optionally jitter rows that re-judge whole questions (3 items each)."""
     base = {(f"q{q}", m): float(rng.integers(1, 11)) for q in range(n_q) for m in models}
@@ -275,7 +275,7 @@ def _likert_file(path, rng, n_q=12, models=("m1", "m2", "m3"), m_est=60, m_ver=4
             s = float(np.clip(base[(q, m)] + step * rng.choice([-1, 1]), 1, 10))
             rows.append({"item": q, "model": m, "score": s, "neighbour": f"{split}{j}", "split": split})
     for j in range(jitter_docs):
-        for m in models:
+        for m in models[:jitter_items]:
             rows.append({"item": f"q{j}", "model": m, "score": base[(f"q{j}", m)], "neighbour": f"j{j}",
                          "split": "jitter"})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -317,6 +317,14 @@ def test_jitter_in_other_units_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="jitter re-judged 3 coordinates per sample, a neighbour 1"):
         run(_file_cfg(tmp_path / "j.jsonl", "experiment.jitter.remove=true", "experiment.jitter.samples=4"),
             tmp_path / "out")
+    # Jitter rows of one item each (the units of a one-item neighbour): Markov minus the jitter's lower
+    # bound makes the CONTEXT claim, labelled as such (the cap, which subtracts nothing, would not).
+    _likert_file(tmp_path / "k.jsonl", np.random.default_rng(1), jitter_docs=4, jitter_items=1)
+    run(_file_cfg(tmp_path / "k.jsonl", "experiment.jitter.remove=true", "experiment.jitter.samples=4",
+                  "experiment.bound=markov"), tmp_path / "ok")
+    bj = json.loads((tmp_path / "ok" / "abb.json").read_text())
+    assert bj["guarantee"]["claim"] == "context" and "MEAN" in bj["guarantee"]["statement"]
+    assert "minus jitter LCB" in bj["bounds"]["winner"]["note"] and bj["jitter"]["removed"]
 
 
 def test_file_errors_name_the_line_and_field(tmp_path):

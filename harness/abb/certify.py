@@ -207,7 +207,8 @@ def choose_alpha(tau: float, B: float, norms_sq: np.ndarray, *, delta_m: float, 
         raise config_error(_why_none(allowed, sq.size, delta_m, delta_est, data_mu, context), "bound")
     # ties go to the bound that spends least (the cap: delta_m = 0)
     win = max(eligible, key=lambda c: (c.feasible, c.alpha, -c.delta_m, -c.delta_est, -c.threshold))
-    return Choice(win.alpha, win, tuple(cands), "certified", "context" if context else "total",
+    # The cap subtracts nothing: it holds surely for realised re-judgments too, so its claim is "total".
+    return Choice(win.alpha, win, tuple(cands), "certified", "context" if context and win is not cap else "total",
                   delta_est if kept else 0.0, **stats)
 
 
