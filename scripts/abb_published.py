@@ -18,11 +18,14 @@ the whole delta on the bound) and delta_est = 0.001.
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 from scipy.stats import chi2
 
-from harness.abb import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout, not an installed copy
+from harness.abb import (  # noqa: E402
     bernstein_ucb,
     choose_alpha,
     hoeffding_ucb,

@@ -1,11 +1,12 @@
-"""The A-BB step of a run: settings from `experiment.*`, estimate -> calibrate -> M(D) -> verify,
-and its record (bounded_scores.jsonl, abb.json, results.json, the tracker).
+"""The A-BB step of a run: settings from `experiment.*`, choose the bound -> calibrate -> M(D) ->
+verify, and its record (bounded_scores.jsonl, abb.json, results.json, the tracker).
 
-f(D) (harness.abb.scores) -> estimation neighbours (harness.abb.neighbours; Hamming-1 edits are
-re-judged alone and spliced into the cached f(D)) -> intrinsic jitter, measured by a route that
-skips the request cache -> calibrate (tau, delta) -> M(D) = alpha f(D) + (1 - alpha) mu + Z ->
-FRESH neighbours (never used for estimation) and fresh noise -> the violation rate with a
-Clopper-Pearson interval -> rankings and retained signal before/after (harness.abb.signal).
+f(D) (harness.abb.scores) -> i.i.d. estimation neighbours (harness.abb.neighbours; one-item edits
+are re-judged alone and spliced into the cached f(D)) -> FRESH neighbours from another seed stream
+-> identity neighbours (jitter, on the coordinates a neighbour re-judges, through the uncached judge)
+-> abb.run_abb: the largest certified alpha (harness.abb.certify), sigma, M(D) = alpha f(D) +
+(1 - alpha) mu + Z, and the fresh check with its verdict -> rankings and retained signal
+before/after (harness.abb.signal).
 """
 
 from __future__ import annotations

@@ -4,11 +4,13 @@
     python -m harness.run experiment=abb experiment.scores=file experiment.file.path=likert.jsonl \
         'experiment.file.scale=[1,10]'
     python -m harness.run -m experiment=abb_sweep model=llama3_8b_instruct backend=vllm   # the grid
-    python -m harness.runtime.abb_sweep multirun/abb_grid/<stamp>                         # its plots
+    python -m harness.run -m experiment=abb_zepo experiment.instruction.path=<zepo run>/best_instruction.txt
+    python -m harness.runtime.abb_sweep multirun/<name>/<stamp>    # table, plots, instructions side by side
 
 The pipeline and its outputs: harness/abb/run.py. A (tau, delta) no data could meet is refused
 before any model is loaded (`abb.preflight`); one the measured sensitivity cannot meet is refused
-after estimation (neighbours.jsonl is kept).
+after estimation (neighbours.jsonl is kept). The optimizer model (conf/optimizer) is wired in here
+for llm_paraphrase neighbours: harness.abb takes a paraphraser and never imports harness.zepo.
 
 Writes into the run directory: bounded_scores.jsonl (item, doc_id, model, original, bounded),
 neighbours.jsonl (every neighbour: split, edits, squared distance, changed coordinates), abb.json
