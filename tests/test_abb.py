@@ -111,10 +111,11 @@ def test_dkw_needs_more_samples_and_covers():
 
 
 @pytest.mark.parametrize("method", ["hoeffding", "bernstein", "best"])
-def test_mean_ucb_coverage_skewed(method):
+@pytest.mark.parametrize("n", [20, 120])
+def test_mean_ucb_coverage_skewed(method, n):
     """X = B * Bernoulli(0.05): all-zero samples are common, so a bound without its range term fails."""
-    rng = np.random.default_rng(1)
-    B, p, delta, n = 16.0, 0.05, 0.05, 60
+    rng = np.random.default_rng(n)
+    B, p, delta = 16.0, 0.05, 0.05
     fails = sum(abb.mean_ucb(B * (rng.random(n) < p), B, delta, method)[0] < B * p for _ in range(1000))
     assert cp_low(fails, 1000) <= delta
     plugin = sum(np.mean(B * (rng.random(n) < p)) < B * p for _ in range(1000))
@@ -364,6 +365,27 @@ def test_run_abb_writes_complete_json(tmp_path):
     assert {c["name"] for c in data["bounds"]["candidates"]} >= {"plugin", "certain_cap", "quantile"}
     assert v["verdict"] == "confirmed" and v["trials"] == 300 and v["worst_case"] > 0.99
     assert [q.name for q in tmp_path.iterdir()] == ["abb.json"]  # no temporary left behind
+
+
+@pytest.mark.parametrize("rms,jit,off,off_ctx,h10,h40", [
+    (2.485, 1.405, 0.01423, 0.01725, 0.01267, 0.01516),
+    (1.901, 1.332, 0.01860, 0.02607, 0.01386, 0.01734),
+    (1.926, 1.690, 0.01836, 0.03827, 0.01381, 0.01724),
+])
+def test_published_alphas(rms, jit, off, off_ctx, h10, h40):
+    """The published profiles (Likert 1-5, tau = 0.5, delta = 0.01): the official plug-in alpha, valid
+    Hoeffding-Markov alphas, vacuous Bernstein, and the cap 3x above all of them."""
+    tau, B = 0.5, 16.0
+    alpha = lambda t: min(1.0, tau / t)  # noqa: E731
+    assert alpha(rms / math.sqrt(0.005)) == pytest.approx(off, abs=5e-6)  # official: delta/2, plug-in
+    assert alpha(math.sqrt(rms**2 - jit**2) / math.sqrt(0.005)) == pytest.approx(off_ctx, abs=5e-6)
+    for m, want in ((10, h10), (40, h40)):
+        assert alpha(math.sqrt(abb.hoeffding_ucb(rms**2, m, B, 0.001) / 0.01)) == pytest.approx(want, abs=5e-6)
+    assert abb.bernstein_ucb(rms**2, 0.0, 10, B, 0.001) == B  # vacuous at m = 10 even with zero variance
+    judge = sc.LikertJudge(d=500, rms=rms)
+    idx, new = judge.moved(400, np.random.default_rng(1))
+    c = abb.choose_alpha(tau, B, (judge.f[idx] - new) ** 2, delta_m=0.01, delta_est=0.001)
+    assert c.winner.name == "certain_cap" and c.alpha == 0.125 > 3 * max(off, off_ctx, h40)
 
 
 def test_published_numbers_script_prints_alpha_under_each_bound():
