@@ -418,7 +418,7 @@ def test_zepo_best_vs_initial_side_by_side(shared, shared_data):
                      "experiment.bootstrap=10", "progress=false", f"hydra.sweep.dir={sweep}"], shared)
     assert r.returncode == 0, r.stderr[-3000:]
     runs = [json.loads((sweep / job / "results.json").read_text()) for job in ("0", "1")]
-    assert runs[1]["instruction"] == best and runs[0]["instruction"] != best
+    assert runs[0]["instruction"] == best and runs[1]["instruction"] != best  # the file (ZEPO's best) runs first
     plans = [[n["edits"] for n in _jsonl(sweep / job / "neighbours.jsonl")] for job in ("0", "1")]
     assert plans[0] == plans[1]  # the same edits of the same items: only the instruction differs
     assert main([str(sweep)]) == 0

@@ -348,6 +348,9 @@ class AbbExp:
 
     def check(self) -> None:
         self.instruction.check(sources=("default", "zepo", "text", "file"))
+        if self.instruction.source == "file" and not (self.instruction.path or "").strip():
+            raise _bad("experiment.instruction.path", self.instruction.path,
+                       "must name the instruction file when source=file (e.g. a ZEPO best_instruction.txt)")
         one_of("experiment.scores", self.scores, ("pairwise", "file"))
         one_of("experiment.orders", self.orders, ("both", "single"))
         one_of("experiment.mode", self.mode, ("one_item", "whole_set"))
