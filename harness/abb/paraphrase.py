@@ -70,7 +70,7 @@ class AnswerParaphraser:
         messages = [{"role": "user", "content": PROMPT.format(text=text.strip())}]
         out: list[str] = []
         reasons: list[str] = []
-        sample = 0
+        sample, cut = 0, False
         while len(out) < n and sample < n * self.max_attempts:
             want = list(range(sample, sample + n - len(out)))
             sample += len(want)
@@ -80,8 +80,11 @@ class AnswerParaphraser:
                     out.append(t)
                 else:
                     reasons.append(why or "duplicate")
+                    cut |= 0 < len(t) < self.min_ratio * len(text)  # too short: probably cut at the token limit
         if len(out) < n:
+            hint = ("; raise optimizer.max_tokens (api) or optimizer.max_new_tokens (local)" if cut else
+                    "; a stronger optimizer model (optimizer=api) may be needed")
             raise ConfigError(f"the optimizer gave {len(out)} of {n} acceptable paraphrases in {sample} samples "
-                              f"({'; '.join(sorted(set(reasons)))}); for long answers raise optimizer.max_tokens "
-                              "(api) or optimizer.max_new_tokens (local)", where=located("neighbours", field="llm_paraphrase"))
+                              f"({'; '.join(sorted(set(reasons)))}){hint}",
+                              where=located("neighbours", field="llm_paraphrase"))
         return out[:n]
