@@ -58,9 +58,10 @@ from harness.abb.verify import (
 )
 
 __all__ = [
-    "BOUNDS", "CHOICES", "MEAN_METHODS", "SIGMA_MODES", "VERDICTS", "AbbParams", "AbbResult", "Bound", "Choice",
-    "DeltaSplit", "Verification", "bernstein_can_win", "bernstein_ucb", "bounded_scores", "calibrate", "choose_alpha", "clopper_pearson",
-    "contract", "distance_bounds", "dkw_quantile_ucb", "hoeffding_ucb", "mean_ucb", "min_trials_to_confirm",
-    "noise_tail", "preflight", "quantile_min_samples", "quantile_rank", "quantile_ucb", "radius_budget", "run_abb",
-    "sigma_room", "split_delta", "squared_distances", "verdict", "verify", "write_json",
+    "BOUNDS", "CHOICES", "MEAN_METHODS", "SIGMA_MODES", "VERDICTS", "AbbParams", "AbbResult", "Bound",
+    "Choice", "DeltaSplit", "Verification", "bernstein_can_win", "bernstein_ucb", "bounded_scores",
+    "calibrate", "choose_alpha", "clopper_pearson", "contract", "distance_bounds", "dkw_quantile_ucb",
+    "hoeffding_ucb", "mean_ucb", "min_trials_to_confirm", "noise_tail", "preflight", "quantile_min_samples",
+    "quantile_rank", "quantile_ucb", "radius_budget", "run_abb", "sigma_room", "split_delta",
+    "squared_distances", "verdict", "verify", "write_json",
 ]
