@@ -54,7 +54,7 @@ BAD = [
     (["experiment=abb", "experiment.verify=-1"], "experiment.verify=-1"),
     (["experiment=abb", "experiment.estimate=0"], "experiment.estimate=0"),
     (["experiment=abb", "experiment.bootstrap=-5"], "experiment.bootstrap=-5"),
-    (["experiment=abb", "experiment.jitter.repeats=-1"], "experiment.jitter.repeats=-1"),
+    (["experiment=abb", "experiment.jitter.samples=-1"], "experiment.jitter.samples=-1"),
     (["cache.chunk=0"], "cache.chunk=0"),
     # sampling and numeric ranges
     (["optimizer.temperature=-1"], "optimizer.temperature=-1"),
@@ -109,7 +109,7 @@ BAD = [
     (["experiment=abb", "experiment.scores=likert"], "experiment.scores='likert'"),
     (["experiment=abb", "experiment.orders=three"], "experiment.orders='three'"),
     (["experiment=abb", "experiment.mode=pairs"], "experiment.mode='pairs'"),
-    (["experiment=abb", "experiment.ucb=chernoff"], "experiment.ucb='chernoff'"),
+    (["experiment=abb", "experiment.bound=chernoff"], "experiment.bound='chernoff'"),
     (["experiment=abb", "experiment.mu=median"], "experiment.mu='median'"),
     (["experiment=abb", "experiment.sigma_mode=lots"], "experiment.sigma_mode='lots'"),
     (["experiment=abb", "experiment.kinds=[emoji]"], "unknown neighbour kind 'emoji'"),

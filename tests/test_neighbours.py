@@ -71,7 +71,11 @@ def test_plans_reproducible_one_item():
     assert p1 == nb.plan_neighbours(50, 20, kinds, seed=3)
     assert p1 != nb.plan_neighbours(50, 20, kinds, seed=4)
     assert all(len(p.items) == 1 for p in p1)
-    assert len({p.items[0] for p in p1}) == 20  # distinct items while m <= d
+    # Items are drawn with replacement, so neighbours are i.i.d. draws from T(D) (what the quantile and
+    # mean bounds assume): uniform counts, and repeats even when m < d.
+    counts = np.bincount([p.items[0] for p in nb.plan_neighbours(5, 5000, kinds, seed=1)], minlength=5)
+    assert counts.min() > 900 and counts.max() < 1100
+    assert len({p.items[0] for p in nb.plan_neighbours(50, 40, kinds, seed=3)}) < 40
     for p in p1:
         e = p.edits[0]
         assert e.field == {"swap": "order", "instruction": "instruction"}.get(e.kind, "answer")
@@ -141,3 +145,28 @@ def test_splice_and_neighbour_matrix():
         nb.splice(base, plans[0], {99: 1.0})
     with pytest.raises(ConfigError, match="finite"):
         nb.splice(base, plans[0], {plans[0].items[0]: float("nan")})
+
+
+def test_answer_paraphraser_validates_and_asks_again():
+    """SCRIPTED generator (a stand-in for the optimizer model): identical or wildly longer rewrites are
+    rejected and new sample indices asked; a model that never complies is a one-line error."""
+    from harness.abb.paraphrase import AnswerParaphraser
+
+    class Scripted:
+        def __init__(self, replies):
+            self.replies, self.asked = replies, []
+
+        def generate(self, messages, seed, samples):
+            self.asked += list(samples)
+            return [self.replies[min(s, len(self.replies) - 1)] for s in samples]
+
+    text = "Paris is the capital of France. It has about two million inhabitants."
+    good = "France's capital is Paris; roughly two million people live there."
+    gen = Scripted([text, "Here is the rewritten text: " + text * 5, "Sure! Here is the rewritten text: " + good])
+    assert AnswerParaphraser(gen).paraphrase(text, 1, seed=3) == [good] and gen.asked == [0, 1, 2]
+    with pytest.raises(ConfigError, match="0 of 1 acceptable.*4.*stronger optimizer"):
+        AnswerParaphraser(Scripted([text * 5])).paraphrase(text, 1, seed=0)
+    with pytest.raises(ConfigError, match="max_new_tokens"):
+        AnswerParaphraser(Scripted([text[:10]])).paraphrase(text, 1, seed=0)
+    with pytest.raises(ConfigError, match="cannot paraphrase answers"):
+        AnswerParaphraser(object())

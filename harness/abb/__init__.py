@@ -1,63 +1,67 @@
-"""A-BB (average bias-bounded) scores: sensitivity, contraction + noise, and a check.
+"""A-BB (average bias-bounded) scores: certified contraction, noise, and a check that can fail.
 
 M(D) = g(f(D)) + Z,  g(x) = alpha x + (1 - alpha) mu 1,  Z ~ N(0, sigma^2 I_d).
-Claim: Pr_{D', Z, Z'}[ ||M(D) - M(D')|| > tau ] <= delta, for D' ~ T(D) (see docs/abb.md).
+Claim: Pr_{D', Z, Z'}[ ||M(D) - M(D')|| > tau ] <= delta_claimed, for D' ~ T(D) (docs/abb.md).
 
-ONE unit system: f, tau, mu, sigma and every sensitivity are in the judge's raw score units
-(e.g. Likert points). The score scale (lo, hi) is used only for the bound B on a squared
-distance (UCB) and for the default fixed mu (the midpoint). The official code instead
-compared a range-normalised sensitivity with a raw tau when sizing sigma; nothing here does.
+ONE unit system: f, tau, mu, sigma and every threshold are in the judge's raw score units. The
+score scale (lo, hi) enters through B, the sure bound on ||f(D) - f(D')||^2, and the default mu.
 
-Derivation (v = f(D) - f(D'), P = projection on the all-ones direction, ||Pv||^2 = d mean(v)^2):
-  fixed mu:  g(f(D)) - g(f(D')) = alpha v                       -> E||.||^2 = alpha^2 E||v||^2
-  data mu:   g(f(D)) - g(f(D')) = Pv + alpha (I - P) v           -> E||.||^2 = alpha^2 E||v||^2
-             + (1 - alpha^2) E||Pv||^2  (exact; the mean moves with D' and escapes the contraction;
-             the triangle bound alpha||v|| + (1 - alpha)||Pv|| is looser).
-  Markov on the square (delta_markov), Laurent-Massart on ||Z - Z'||^2 / (2 sigma^2) ~ chi2_d
-  (delta_noise), UCBs on E||v||^2, E||Pv||^2 (delta_est), union bound:
-  A(alpha) + sigma c_d <= tau,  A(alpha) = sqrt((alpha^2 U + (1 - alpha^2) U_par) / delta_markov).
-Noise never helps this distance claim: sigma = 0 has the most margin; sigma is a reported choice.
+Every candidate bound is a threshold t with Pr[||v|| > t] <= delta_m (v = f(D) - f(D'), re-judged):
+the certain cap t = sqrt(B) (no data, delta_m = 0), an order-statistic quantile of ||v|| (or DKW),
+Markov on a Hoeffding/Bernstein UCB of E||v||^2. `choose_alpha` takes the largest certified alpha
+and names the winner; the plug-in (the official code) is an estimate and certifies nothing.
+The exact noncentral chi-square tail of the noise replaces Laurent-Massart + triangle.
 
-Modules: `bounds` (distances, confidence bounds, Sensitivity), `mechanism` (delta split, calibrate,
-preflight, contract, bounded_scores), `verify` (Verification, AbbResult/abb.json, run_abb),
-`signal` (rankings and retained signal before/after). Import the core from `harness.abb`; `edits`, `neighbours`, `scores`, `ranking`, `signal`, `plots`
-and `run` are the experiment's parts.
+Modules: `bounds` (distances, confidence and quantile bounds, noise tail, Clopper-Pearson),
+`certify` (Bound, Choice, choose_alpha), `mechanism` (delta split, calibrate, preflight, contract,
+bounded_scores), `verify` (Verification with a verdict, AbbResult/abb.json, run_abb). `edits`,
+`neighbours`, `scores`, `ranking`, `signal`, `plots` and `run` are the experiment's parts.
 """
 
 from harness.abb.bounds import (
-    METHODS,
-    Sensitivity,
+    MEAN_METHODS,
+    bernstein_can_win,
+    bernstein_ucb,
+    clopper_pearson,
     distance_bounds,
-    estimate_sensitivity,
-    mean_bound,
-    remove_jitter,
-    rms_sensitivity,
+    dkw_quantile_ucb,
+    hoeffding_ucb,
+    mean_ucb,
+    min_trials_to_confirm,
+    noise_tail,
+    quantile_min_samples,
+    quantile_rank,
+    quantile_ucb,
+    radius_budget,
+    sigma_room,
     squared_distances,
 )
+from harness.abb.certify import BOUNDS, CHOICES, Bound, Choice, choose_alpha
 from harness.abb.mechanism import (
     SIGMA_MODES,
     AbbParams,
     DeltaSplit,
     bounded_scores,
     calibrate,
-    chi_radius,
     contract,
-    max_alpha,
     preflight,
     split_delta,
 )
 from harness.abb.verify import (
+    VERDICTS,
     AbbResult,
     Verification,
-    clopper_pearson,
     run_abb,
+    verdict,
     verify,
     write_json,
 )
 
 __all__ = [
-    "METHODS", "SIGMA_MODES", "AbbParams", "AbbResult", "DeltaSplit", "Sensitivity", "Verification",
-    "bounded_scores", "calibrate", "chi_radius", "clopper_pearson", "contract", "distance_bounds",
-    "estimate_sensitivity", "max_alpha", "mean_bound", "preflight", "remove_jitter", "rms_sensitivity",
-    "run_abb", "split_delta", "squared_distances", "verify", "write_json",
+    "BOUNDS", "CHOICES", "MEAN_METHODS", "SIGMA_MODES", "VERDICTS", "AbbParams", "AbbResult", "Bound",
+    "Choice", "DeltaSplit", "Verification", "bernstein_can_win", "bernstein_ucb", "bounded_scores",
+    "calibrate", "choose_alpha", "clopper_pearson", "contract", "distance_bounds", "dkw_quantile_ucb",
+    "hoeffding_ucb", "mean_ucb", "min_trials_to_confirm", "noise_tail", "preflight", "quantile_min_samples",
+    "quantile_rank", "quantile_ucb", "radius_budget", "run_abb", "sigma_room", "split_delta",
+    "squared_distances", "verdict", "verify", "write_json",
 ]

@@ -1,21 +1,28 @@
-"""A-BB sensitivity: how far a neighbour D' moves the score vector, with confidence bounds.
+"""Distribution-free bounds for calibrating A-BB (derivations: docs/abb.md, "Bounds").
 
-v = f(D) - f(D'). Plug-in Delta-hat = sqrt(mean ||v_i||^2) (the official code), an upper confidence
-bound on E||v||^2 from the bounded scale (Hoeffding or empirical Bernstein), intrinsic-jitter
-removal, and the all-ones part ||Pv||^2 that a data-dependent mu lets escape the contraction.
-Everything in raw score units.
+v = f(D) - f(D') for a neighbour D' ~ T(D), re-judged (the judge's own jitter is part of v).
+Every certified bound below is a threshold t with Pr[||v|| > t] <= delta_m (on an event of
+probability >= 1 - delta_est over the estimation neighbours); with W = Z - Z' ~ N(0, 2 sigma^2 I_d),
+exactly (no triangle inequality):
+
+    Pr[||alpha v + W|| > tau] <= delta_m + noise_tail(alpha t)          (Lemma 0 in docs/abb.md)
+
+- the certain cap: t = sqrt(B), B the largest ||v||^2 the score scale allows (delta_m = 0, no data);
+- an upper quantile of ||v|| from an order statistic (`quantile_ucb`) or DKW (`dkw_quantile_ucb`);
+- Markov on an upper confidence bound U of E||v||^2: t = sqrt(U / delta_m) (`mean_ucb`: Hoeffding,
+  empirical Bernstein, or `best`, a rule fixed before the data that costs no extra union bound).
+Everything is in the judge's raw score units; samples must be i.i.d. draws from T(D).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from harness.errors import ConfigError, located
 
-METHODS = ("none", "hoeffding", "bernstein")
+MEAN_METHODS = ("hoeffding", "bernstein", "best")
 _WHERE = "A-BB settings (experiment.*)"
 
 
@@ -25,6 +32,10 @@ def config_error(msg: str, field: str) -> ConfigError:
 
 
 _err = config_error
+
+
+# --- distances and their sure bounds -------------------------------------------------------------
+
 
 def squared_distances(baseline: np.ndarray, neighbours: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per neighbour: ||f(D) - f(D')||^2 and its all-ones part ||Pv||^2 = (sum v)^2 / d."""
@@ -36,10 +47,10 @@ def squared_distances(baseline: np.ndarray, neighbours: np.ndarray) -> tuple[np.
 
 
 def distance_bounds(mode: str, d: int, scale: tuple[float, float], items_changed: int | None = None) -> tuple[float, float]:
-    """(B, B_par): bounds on ||v||^2 and ||Pv||^2 for scores in [lo, hi], r = hi - lo.
+    """(B, B_par): sure bounds on ||v||^2 and ||Pv||^2 for scores in [lo, hi], r = hi - lo.
 
-    A neighbour changes k items (k = 1 for one_item/Hamming-1, k = d for whole_set), each by at
-    most r: ||v||^2 <= k r^2 and ||Pv||^2 = (sum v)^2 / d <= (k r)^2 / d.
+    A neighbour changes k items (k = 1 for one_item, k = d for whole_set), each by at most r:
+    ||v||^2 <= k r^2 and ||Pv||^2 = (sum v)^2 / d <= (k r)^2 / d.
     """
     lo, hi = float(scale[0]), float(scale[1])
     if not hi > lo:
@@ -51,112 +62,169 @@ def distance_bounds(mode: str, d: int, scale: tuple[float, float], items_changed
     return k * r2, k * k * r2 / d
 
 
-def rms_sensitivity(diffs_sq: np.ndarray) -> float:
-    """Plug-in Delta-hat = sqrt(mean ||f(D) - f(D'_i)||^2)."""
-    x = np.asarray(diffs_sq, dtype=float)
-    return float(math.sqrt(max(0.0, float(np.mean(x))))) if x.size else 0.0
+# --- the noise: exact worst case over ||u|| <= r of Pr[||u + W|| > tau] ------------------------------
 
 
-def remove_jitter(delta: float, delta_intrinsic: float) -> float:
-    """Delta_ctx = sqrt(max(0, Delta^2 - Delta_intrinsic^2)): the part due to the context change."""
-    return float(math.sqrt(max(0.0, delta * delta - delta_intrinsic * delta_intrinsic)))
+def noise_tail(radius: float, sigma: float, d: int, tau: float) -> float:
+    """sup_{||u|| <= radius} Pr[||u + W|| > tau], W ~ N(0, 2 sigma^2 I_d): a noncentral chi-square tail.
+
+    ||u + W||^2 / (2 sigma^2) ~ chi'^2_d(||u||^2 / 2 sigma^2), stochastically increasing in ||u||, so the
+    sup sits at ||u|| = radius. sigma = 0: the indicator radius > tau.
+    """
+    if sigma <= 0:
+        return float(radius > tau * (1 + 1e-12))
+    from scipy import stats
+
+    s2 = 2.0 * sigma * sigma
+    lam, x = radius * radius / s2, tau * tau / s2
+    return float(stats.chi2.sf(x, d) if lam == 0 else stats.ncx2.sf(x, d, lam))
 
 
-def mean_bound(x: np.ndarray, bound: float, delta: float, method: str, side: str = "upper") -> float:
-    """A (1 - delta) confidence bound on E[X] for i.i.d. X in [0, bound].
+def radius_budget(tau: float, sigma: float, d: int, delta_b: float) -> float | None:
+    """r* = the largest ||g(f(D)) - g(f(D'))|| with noise_tail(r*) <= delta_b; None if the noise alone fails."""
+    if sigma <= 0:
+        return float(tau)
+    if noise_tail(0.0, sigma, d, tau) > delta_b:
+        return None
+    lo, hi = 0.0, float(tau)
+    for _ in range(60):  # bisection: the tail is monotone in the radius
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if noise_tail(mid, sigma, d, tau) <= delta_b else (lo, mid)
+    return lo
 
-    hoeffding: mean +- bound sqrt(ln(1/delta) / 2n).
-    bernstein (Maurer & Pontil 2009, Thm 4, rescaled from [0, 1]): mean +- sqrt(2 V ln(2/delta) / n)
-    + 7 bound ln(2/delta) / (3(n - 1)), V the unbiased sample variance (n >= 2).
-    none: the plug-in mean. The result is clipped to [0, bound].
+
+def sigma_room(radius: float, tau: float, d: int, delta_b: float) -> float:
+    """The largest sigma with noise_tail(radius, sigma) <= delta_b (0 when radius >= tau or delta_b = 0).
+
+    Monotone in sigma: for ||u|| < tau the set {w : ||u + w|| <= tau} is convex and contains 0, so
+    shrinking the noise only enlarges the scaled set it must hit.
+    """
+    if delta_b <= 0 or radius >= tau:
+        return 0.0
+    lo, hi = 0.0, float(tau)
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if noise_tail(radius, mid, d, tau) <= delta_b else (lo, mid)
+    return lo
+
+
+# --- quantile bounds on ||v|| -------------------------------------------------------------------------
+
+
+def quantile_min_samples(delta_m: float, delta_est: float) -> int:
+    """Smallest m for which an order statistic bounds the (1 - delta_m)-quantile: (1 - delta_m)^m <= delta_est."""
+    return int(math.ceil(math.log(delta_est) / math.log1p(-delta_m) - 1e-12))
+
+
+def quantile_rank(m: int, delta_m: float, delta_est: float) -> int | None:
+    """Smallest k with Pr[Binomial(m, 1 - delta_m) >= k] <= delta_est, or None when even k = m fails.
+
+    Pr[X_(k) < q_{1-delta_m}] <= Pr[Bin(m, 1 - delta_m) >= k] for i.i.d. X (atoms included).
+    """
+    if not (0 < delta_m < 1 and 0 < delta_est < 1) or m < 1:
+        raise _err(f"need 0 < delta_m, delta_est < 1 and m >= 1, got {delta_m}, {delta_est}, {m}", "delta_split")
+    from scipy import stats
+
+    ks = np.arange(1, m + 1)
+    ok = stats.binom.sf(ks - 1, m, 1.0 - delta_m) <= delta_est  # sf(k - 1) = Pr[Bin >= k]
+    return int(ks[np.argmax(ok)]) if ok.any() else None
+
+
+def quantile_ucb(norms: np.ndarray, delta_m: float, delta_est: float) -> tuple[float, int] | None:
+    """(q_hat, k): X_(k) with Pr[||v|| > q_hat] <= delta_m w.p. >= 1 - delta_est; None if m is too small."""
+    x = np.sort(np.asarray(norms, dtype=float))
+    k = quantile_rank(x.size, delta_m, delta_est)
+    return None if k is None else (float(x[k - 1]), k)
+
+
+def dkw_quantile_ucb(norms: np.ndarray, delta_m: float, delta_est: float) -> tuple[float, int] | None:
+    """DKW (Massart 1990, one-sided): F >= F_m - eps everywhere, eps = sqrt(ln(1/delta_est) / 2m).
+
+    q_hat = X_(k), k = ceil(m (1 - delta_m + eps)); None when k > m (m <= ln(1/delta_est) / (2 delta_m^2)).
+    Uniform over all quantiles (delta_m could be picked after the data), hence looser for one.
+    """
+    x = np.sort(np.asarray(norms, dtype=float))
+    m = x.size
+    if m < 1 or not 0 < delta_est <= 0.5:  # Massart's one-sided form needs exp(-2 m eps^2) <= 1/2
+        return None
+    eps = math.sqrt(math.log(1.0 / delta_est) / (2.0 * m))
+    k = int(math.ceil(m * (1.0 - delta_m + eps) - 1e-12))
+    return None if k > m else (float(x[max(k, 1) - 1]), max(k, 1))
+
+
+# --- confidence bounds on a mean of X in [0, bound] -------------------------------------------------
+
+
+def hoeffding_ucb(mean: float, n: int, bound: float, delta: float, side: str = "upper") -> float:
+    """mean +- bound sqrt(ln(1/delta) / 2n), clipped to [0, bound]."""
+    w = bound * math.sqrt(math.log(1.0 / delta) / (2.0 * n))
+    return float(np.clip(mean + w if side == "upper" else mean - w, 0.0, bound))
+
+
+def bernstein_ucb(mean: float, var: float, n: int, bound: float, delta: float, side: str = "upper") -> float:
+    """Maurer & Pontil (2009, Thm 4) scaled to [0, bound]:
+    mean +- sqrt(2 V ln(2/delta) / n) + 7 bound ln(2/delta) / (3 (n - 1)), V the unbiased sample variance."""
+    if n < 2:
+        return float(bound) if side == "upper" else 0.0
+    log = math.log(2.0 / delta)
+    w = math.sqrt(2.0 * var * log / n) + 7.0 * bound * log / (3.0 * (n - 1))
+    return float(np.clip(mean + w if side == "upper" else mean - w, 0.0, bound))
+
+
+def bernstein_can_win(n: int, delta: float) -> bool:
+    """Pre-data rule for `best`: can Bernstein at delta/2 beat Hoeffding at delta for ANY sample?
+
+    Bernstein's width is smallest at V = 0; if even that exceeds Hoeffding's width at the full delta,
+    Hoeffding alone with the whole budget dominates. Depends on (n, delta) only: no union-bound cost.
+    """
+    return n >= 2 and 7.0 * math.log(4.0 / delta) / (3.0 * (n - 1)) < math.sqrt(math.log(1.0 / delta) / (2.0 * n))
+
+
+def mean_ucb(x: np.ndarray, bound: float, delta: float, method: str = "best", side: str = "upper") -> tuple[float, str]:
+    """(value, what was used): a (1 - delta) one-sided confidence bound on E[X], X in [0, bound] i.i.d.
+
+    best: Hoeffding at delta when Bernstein cannot win for any data (`bernstein_can_win`), else the
+    tighter of Hoeffding and Bernstein at delta/2 each (a union bound over the two).
     """
     x = np.asarray(x, dtype=float)
     n = x.size
-    if n == 0:
-        return float(bound) if side == "upper" else 0.0
-    mean = float(np.mean(x))
-    if method == "none":
-        return mean
-    if not 0 < delta < 1:
-        raise _err(f"the estimation budget must be in (0, 1) for a {method} bound, got {delta}", "delta_est")
-    if method == "hoeffding":
-        width = bound * math.sqrt(math.log(1 / delta) / (2 * n))
-    elif method == "bernstein":
-        if n < 2:
-            return float(bound) if side == "upper" else 0.0
-        log = math.log(2 / delta)
-        width = math.sqrt(2 * float(np.var(x, ddof=1)) * log / n) + 7 * bound * log / (3 * (n - 1))
-    else:
-        raise _err(f"method must be one of {METHODS}, got {method!r}", "method")
-    value = mean + width if side == "upper" else mean - width
-    return float(min(max(value, 0.0), bound))
+    if n == 0 or not 0 < delta < 1:
+        raise _err(f"need samples and 0 < delta < 1, got n={n}, delta={delta}", "delta_split")
+    if np.any(x < -1e-12) or np.any(x > bound * (1 + 1e-9)):
+        raise _err(f"samples must lie in [0, B={bound:g}] (B bounds one neighbour surely): found "
+                   f"[{x.min():.4g}, {x.max():.4g}]", "neighbours")
+    mean, var = float(x.mean()), float(x.var(ddof=1)) if n > 1 else 0.0
+    if method in ("hoeffding", "bernstein"):
+        f = hoeffding_ucb(mean, n, bound, delta, side) if method == "hoeffding" else \
+            bernstein_ucb(mean, var, n, bound, delta, side)
+        return f, f"{method}@{delta:.3g}"
+    if method != "best":
+        raise _err(f"mean_ucb must be one of {MEAN_METHODS}, got {method!r}", "mean_ucb")
+    if not bernstein_can_win(n, delta):
+        return hoeffding_ucb(mean, n, bound, delta, side), f"hoeffding@{delta:.3g} (bernstein cannot win at n={n})"
+    h = hoeffding_ucb(mean, n, bound, delta / 2, side)
+    b = bernstein_ucb(mean, var, n, bound, delta / 2, side)
+    pick = min(h, b) if side == "upper" else max(h, b)
+    return pick, ("hoeffding" if pick == h else "bernstein") + f"@{delta / 2:.3g} of 2"
 
 
-@dataclass(frozen=True)
-class Sensitivity:
-    """What the neighbours say about E||f(D) - f(D')||^2, in raw score units."""
-
-    n: int
-    """Neighbours used for estimation."""
-    method: str
-    """"none" (plug-in, as the official code), "hoeffding" or "bernstein"."""
-    bound: float
-    """B: the largest possible ||v||^2 (see distance_bounds)."""
-    delta_est: float
-    """Failure budget of the confidence bounds (shared equally among them)."""
-    plugin: float
-    """sqrt(mean ||v||^2)."""
-    intrinsic: float | None
-    """sqrt(mean ||f(D) - f(D)_rejudged||^2) when jitter was measured, else None."""
-    ctx: float
-    """Plug-in with jitter removed (equals plugin when no jitter was given)."""
-    ucb: float
-    """sqrt of the upper bound U on E||v||^2 that calibration uses (= ctx for method none)."""
-    parallel_plugin: float | None
-    """sqrt(mean ||Pv||^2) (all-ones part), needed only for a data-dependent mu."""
-    parallel_ucb: float | None
-    """sqrt of the upper bound U_par on E||Pv||^2."""
+# --- verification statistics ---------------------------------------------------------------------
 
 
-def estimate_sensitivity(
-    diffs_sq: np.ndarray,
-    *,
-    bound: float,
-    method: str = "bernstein",
-    delta_est: float = 0.0,
-    intrinsic_sq: np.ndarray | None = None,
-    parallel_sq: np.ndarray | None = None,
-    parallel_bound: float | None = None,
-) -> Sensitivity:
-    """Plug-in, jitter-removed and upper-confidence sensitivities from neighbour distances.
+def clopper_pearson(k: int, n: int, confidence: float = 0.95, sided: str = "two") -> tuple[float, float]:
+    """Exact binomial interval for k of n; sided='one' gives each end at one-sided level `confidence`."""
+    if not 0 <= k <= n or n < 1:
+        raise _err(f"need 0 <= k <= n, n >= 1, got k={k}, n={n}", "verify")
+    from scipy import stats
 
-    With jitter, U = UCB(E||v||^2) - LCB(E||jitter||^2) (both at their share of delta_est), so
-    the removal does not spend the guarantee.
-    """
-    if method not in METHODS:
-        raise _err(f"method must be one of {METHODS}, got {method!r}", "method")
-    x = np.asarray(diffs_sq, dtype=float)
-    if x.size == 0 or np.any(~np.isfinite(x)) or np.any(x < 0):
-        raise _err("need at least one finite, non-negative squared distance", "neighbours")
-    n_bounds = 1 + (intrinsic_sq is not None) + (parallel_sq is not None)
-    share = delta_est / n_bounds
-    plugin = rms_sensitivity(x)
-    upper = mean_bound(x, bound, share, method)
-    intrinsic = None
-    ctx = plugin
-    if intrinsic_sq is not None:
-        j = np.asarray(intrinsic_sq, dtype=float)
-        intrinsic = rms_sensitivity(j)
-        ctx = remove_jitter(plugin, intrinsic)
-        upper = max(0.0, upper - mean_bound(j, bound, share, method, side="lower"))
-    par_plug = par_ucb = None
-    if parallel_sq is not None:
-        p = np.asarray(parallel_sq, dtype=float)
-        b_par = float(parallel_bound if parallel_bound is not None else bound)
-        par_plug = rms_sensitivity(p)
-        par_ucb = math.sqrt(mean_bound(p, b_par, share, method))
-    return Sensitivity(
-        n=int(x.size), method=method, bound=float(bound), delta_est=float(delta_est) if method != "none" else 0.0,
-        plugin=plugin, intrinsic=intrinsic, ctx=ctx, ucb=math.sqrt(upper),
-        parallel_plugin=par_plug, parallel_ucb=par_ucb,
-    )
+    tail = (1 - confidence) / 2 if sided == "two" else 1 - confidence
+    lo = 0.0 if k == 0 else float(stats.beta.ppf(tail, k, n - k + 1))
+    hi = 1.0 if k == n else float(stats.beta.ppf(1 - tail, k + 1, n - k))
+    return lo, hi
+
+
+def min_trials_to_confirm(delta: float, confidence: float = 0.95) -> int | None:
+    """Fewest fresh trials whose one-sided CP upper bound can fall to delta (zero violations); None at delta 0."""
+    if delta <= 0:
+        return None
+    return int(math.ceil(math.log(1 - confidence) / math.log1p(-delta) - 1e-12))

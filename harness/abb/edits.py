@@ -41,9 +41,10 @@ _WORD = re.compile(r"[A-Za-z]+")
 
 @runtime_checkable
 class Paraphraser(Protocol):
-    """Anything that paraphrases. harness.zepo.optimizers' Optimizers take a 4th argument, the aspect
-    (pass `aspect=` to `apply_edit`); their prompt and validator are written for judge
-    INSTRUCTIONS, so use them with field "instruction"."""
+    """Anything that paraphrases. For field "instruction": harness.zepo.optimizers' Optimizers (a 4th
+    argument, the aspect: pass `aspect=` to `apply_edit`; their prompt and validator are written for
+    judge instructions). For "answer"/"question": harness.abb.paraphrase.AnswerParaphraser around
+    the same optimizer model."""
 
     def paraphrase(self, text: str, n: int, seed: int, *args: str) -> list[str]: ...
 
@@ -212,7 +213,8 @@ def plan_neighbours(
 ) -> list[NeighbourPlan]:
     """Draw m reproducible neighbour plans over a set of d items.
 
-    one_item: each neighbour edits one item (distinct items while m <= d) with a random kind.
+    one_item: each neighbour edits one item drawn uniformly WITH replacement, with a random kind, so
+    the m neighbours are i.i.d. draws from T(D) (what the quantile and mean bounds assume).
     whole_set: each neighbour draws one kind and one field and edits every item; when the field
     is the instruction, all items share one seed, because the set has ONE instruction text.
     """
@@ -226,7 +228,7 @@ def plan_neighbours(
     rng = np.random.default_rng(seed)
     plans = []
     if mode == "one_item":
-        items = rng.permutation(d) if m <= d else rng.integers(0, d, size=m)
+        items = rng.integers(0, d, size=m)
         for j in range(m):
             kind = str(kinds[int(rng.integers(len(kinds)))])
             field = _field_for(kind, fields, rng)

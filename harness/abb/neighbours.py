@@ -59,8 +59,11 @@ class Neighbours:
 class EditMaker:
     """Materialises a plan's edits as Views (memoising paraphrases: whole-set plans share seeds)."""
 
-    def __init__(self, scorer: PairwiseScorer, instructions: Sequence[str], paraphraser: Any, aspect: str) -> None:
+    def __init__(self, scorer: PairwiseScorer, instructions: Sequence[str], paraphraser: Any, aspect: str,
+                 rewriter: Any = None) -> None:
         self.scorer, self.instructions, self.paraphraser, self.aspect = scorer, instructions, paraphraser, aspect
+        self.rewriter = rewriter
+        """Paraphrases answers/questions (harness.abb.paraphrase.AnswerParaphraser); `paraphraser` the instruction."""
         self._memo: dict[tuple[str, str, int], str] = {}
 
     def views(self, plan: NeighbourPlan) -> tuple[dict[int, View], dict[str, Any]]:
@@ -75,8 +78,9 @@ class EditMaker:
                 text = self.scorer.original(e.item, e.field)
                 key = (e.kind, text, e.seed)
                 if key not in self._memo:
-                    self._memo[key] = apply_edit(text, e, instructions=self.instructions,
-                                                 paraphraser=self.paraphraser, aspect=self.aspect)
+                    para = (self.paraphraser, self.aspect) if e.field == "instruction" else (self.rewriter, None)
+                    self._memo[key] = apply_edit(text, e, instructions=self.instructions, paraphraser=para[0],
+                                                 aspect=para[1])
                 v = dataclasses.replace(v, **{FIELDS[e.field]: self._memo[key]})
                 noop &= self._memo[key] == text
                 wording = self._memo[key] if e.field == "instruction" else wording  # short: kept for audit
@@ -114,6 +118,7 @@ def summarise(ns: Neighbours | None, base: np.ndarray) -> dict[str, Any] | None:
     for r in ns.records:
         for e in r.get("edits", []):
             kinds[e["kind"]] = kinds.get(e["kind"], 0) + 1
-    return {"n": len(ns.vectors), "noop": sum(bool(r.get("noop")) for r in ns.records),
+    known = all("noop" in r for r in ns.records)  # a file's neighbour rows do not say what was edited
+    return {"n": len(ns.vectors), "noop": sum(bool(r["noop"]) for r in ns.records) if known else None,
             "unchanged_scores": int(np.sum(sq == 0)), "rms": float(np.sqrt(np.mean(sq))),
             "max": float(np.sqrt(np.max(sq))), "edit_kinds": kinds}

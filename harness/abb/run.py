@@ -1,11 +1,12 @@
-"""The A-BB step of a run: settings from `experiment.*`, estimate -> calibrate -> M(D) -> verify,
-and its record (bounded_scores.jsonl, abb.json, results.json, the tracker).
+"""The A-BB step of a run: settings from `experiment.*`, choose the bound -> calibrate -> M(D) ->
+verify, and its record (bounded_scores.jsonl, abb.json, results.json, the tracker).
 
-f(D) (harness.abb.scores) -> estimation neighbours (harness.abb.neighbours; Hamming-1 edits are
-re-judged alone and spliced into the cached f(D)) -> intrinsic jitter, measured by a route that
-skips the request cache -> calibrate (tau, delta) -> M(D) = alpha f(D) + (1 - alpha) mu + Z ->
-FRESH neighbours (never used for estimation) and fresh noise -> the violation rate with a
-Clopper-Pearson interval -> rankings and retained signal before/after (harness.abb.signal).
+f(D) (harness.abb.scores) -> i.i.d. estimation neighbours (harness.abb.neighbours; one-item edits
+are re-judged alone and spliced into the cached f(D)) -> FRESH neighbours from another seed stream
+-> identity neighbours (jitter, on the coordinates a neighbour re-judges, through the uncached judge)
+-> abb.run_abb: the largest certified alpha (harness.abb.certify), sigma, M(D) = alpha f(D) +
+(1 - alpha) mu + Z, and the fresh check with its verdict -> rankings and retained signal
+before/after (harness.abb.signal).
 """
 
 from __future__ import annotations
@@ -40,12 +41,16 @@ def where(field: str) -> str:
 class Settings:
     """Everything the A-BB step needs from `experiment.*` (see conf/experiment/abb.yaml)."""
 
-    tau: float
-    """Distance bound, raw score units."""
+    tau: float | None
+    """Distance bound in raw score units (wins when given), else None."""
+    tau_fraction: float | None
+    """tau as a fraction of the score range hi - lo when tau is None (the paper: 0.5 on a 1-5 scale = 1/8)."""
     split: abb.DeltaSplit
-    """delta and how it is spent (markov + noise + est)."""
-    ucb: str
-    """Sensitivity bound: none (plug-in) | hoeffding | bernstein."""
+    """delta and how it is spent (bound + noise + est)."""
+    allowed: tuple[str, ...]
+    """Bound families that may win (experiment.bound), or ("plugin",) for the official estimate."""
+    mean_ucb: str
+    """Mean bound under Markov: best | hoeffding | bernstein."""
     calibration: dict[str, Any]
     """Keyword arguments of abb.calibrate (mu, mu_value, alpha, alpha_fraction, alpha_min, sigma_*, dp_epsilon)."""
     clip: bool
@@ -60,10 +65,8 @@ class Settings:
     """Estimation neighbours m."""
     verify: int
     """Fresh verification neighbours (0 = no check)."""
-    draws: int
-    """Noise pairs per fresh neighbour (trials independent only at 1)."""
     jitter: dict[str, Any]
-    """{docs, repeats, remove}: intrinsic-jitter measurement and whether to subtract it."""
+    """{samples, remove}: identity neighbours re-judged uncached, and whether to subtract (context claim)."""
     bootstrap: int
     """Bootstrap rounds of the ranking intervals."""
     seed: int
@@ -73,6 +76,10 @@ class Settings:
         """What `judge_neighbours` draws for one split; each split has a seed of its own."""
         return NeighbourSpec(split, m, self.kinds, self.mode, self.fields,
                              int(np.random.SeedSequence([self.seed, SPLIT_SEEDS[split]]).generate_state(1)[0]))
+
+    def tau_for(self, scale: tuple[float, float]) -> float:
+        """tau in raw units: given, or tau_fraction of the scale's range."""
+        return float(self.tau) if self.tau is not None else float(self.tau_fraction) * (scale[1] - scale[0])
 
 
 def _kinds(value: Any) -> tuple[str, ...]:
@@ -87,15 +94,26 @@ def _kinds(value: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
+def _allowed(bound: str) -> tuple[str, ...]:
+    if bound not in abb.CHOICES:
+        raise ConfigError(f"bound must be one of {abb.CHOICES}, got {bound!r}", where=where("bound"))
+    return abb.BOUNDS if bound == "auto" else (bound,)
+
+
 def settings_from(exp: Mapping[str, Any], seed: int) -> Settings:
     """Validated settings; the delta split gives nothing to an unused noise or estimation term."""
-    ucb, sigma_mode, dp = str(exp.get("ucb", "bernstein")), str(exp.get("sigma_mode", "zero")), exp.get("dp_epsilon")
-    if ucb not in abb.METHODS:
-        raise ConfigError(f"ucb must be one of {abb.METHODS}, got {ucb!r}", where=where("ucb"))
+    allowed, sigma_mode, dp = _allowed(str(exp.get("bound", "auto"))), str(exp.get("sigma_mode", "zero")), \
+        exp.get("dp_epsilon")
+    tau, frac_tau = exp.get("tau"), exp.get("tau_fraction")
+    if tau is not None:
+        frac_tau = None  # a raw tau given on the command line wins over the default fraction
+    elif frac_tau is None:
+        raise ConfigError("set experiment.tau (raw units) or experiment.tau_fraction (of the score range)",
+                          where=where("tau"))
     frac = dict(exp.get("delta_split") or {})
     noise = frac.get("noise", "auto")
     noise = (0.0 if sigma_mode == "zero" and dp is None else 0.45) if noise in (None, "auto") else float(noise)
-    est = 0.0 if ucb == "none" else float(frac.get("est", 0.1))
+    est = 0.0 if allowed in (("plugin",), ("certain_cap",)) else float(frac.get("est", 0.1))
     split = abb.split_delta(float(exp.get("delta", 0.05)), noise_fraction=noise, est_fraction=est)
     mode = str(exp.get("mode", "one_item"))
     if mode not in MODES:
@@ -103,46 +121,52 @@ def settings_from(exp: Mapping[str, Any], seed: int) -> Settings:
     fields = tuple(str(f) for f in (exp.get("fields") or ["answer"]))
     if any(f not in FIELDS for f in fields):
         raise ConfigError(f"fields must be among {sorted(FIELDS)}, got {list(fields)}", where=where("fields"))
-    kinds = _kinds(exp.get("kinds"))
-    if "llm_paraphrase" in kinds and set(fields) != {"instruction"}:
-        raise ConfigError("llm_paraphrase neighbours paraphrase the judge's instruction (the optimizer is "
-                          "written for that): set experiment.fields=[instruction]", where=where("fields"))
     cal = {k: exp.get(k) for k in ("mu_value", "alpha", "alpha_fraction", "dp_epsilon")}
     cal.update(mu=str(exp.get("mu", "fixed")), alpha_min=float(exp.get("alpha_min") or 0.0),
                sigma_mode=sigma_mode, sigma_fraction=float(exp.get("sigma_fraction", 0.5)))
     jit = dict(exp.get("jitter") or {})
     return Settings(
-        tau=float(exp.get("tau", 0.5)), split=split, ucb=ucb, calibration=cal, clip=bool(exp.get("clip", True)),
-        mode=mode, kinds=kinds, fields=fields, estimate=int(exp.get("estimate", 40)),
-        verify=int(exp.get("verify", 100)), draws=int(exp.get("draws", 1)),
-        jitter={"docs": jit.get("docs"), "repeats": int(jit.get("repeats", 1)), "remove": bool(jit.get("remove", False))},
+        tau=None if tau is None else float(tau), tau_fraction=None if frac_tau is None else float(frac_tau),
+        split=split, allowed=allowed, mean_ucb=str(exp.get("mean_ucb", "best")), calibration=cal,
+        clip=bool(exp.get("clip", True)), mode=mode, kinds=_kinds(exp.get("kinds")), fields=fields,
+        estimate=int(exp.get("estimate", 40)), verify=int(exp.get("verify", 100)),
+        jitter={"samples": int(jit.get("samples", 0) or 0), "remove": bool(jit.get("remove", False))},
         bootstrap=int(exp.get("bootstrap", 100)), seed=int(seed))
 
 
-def check_feasible(s: Settings, d: int, bounds: tuple[float, float]) -> float:
+def check_feasible(s: Settings, scale: tuple[float, float], bounds: tuple[float, float]) -> float:
     """abb.preflight with these settings: refuse before any model is loaded or judged."""
-    return abb.preflight(tau=s.tau, split=s.split, d=d, n=s.estimate, bound=bounds[0], parallel_bound=bounds[1],
-                         method=s.ucb, mu=s.calibration["mu"], alpha_min=s.calibration["alpha_min"],
-                         jitter_removed=s.jitter["remove"] or s.calibration["dp_epsilon"] is not None)
+    if s.jitter["remove"] and s.jitter["samples"] < 1:
+        raise ConfigError("jitter.remove needs jitter.samples >= 1 (identity neighbours to subtract)",
+                          where=where("jitter.samples"))
+    return abb.preflight(tau=s.tau_for(scale), split=s.split, n=s.estimate, B=bounds[0], B_parallel=bounds[1],
+                         allowed=s.allowed, method=s.mean_ucb, mu=s.calibration["mu"],
+                         alpha_min=s.calibration["alpha_min"],
+                         context=s.jitter["remove"] and s.calibration["dp_epsilon"] is None)
 
 
 # --- the A-BB step and its record --------------------------------------------------------------
 
 
 def apply_abb(vector: ScoreVector, est: Neighbours, fresh: Neighbours | None, jitter: Neighbours | None,
-              s: Settings, bounds: tuple[float, float], mode: str) -> tuple[abb.AbbResult, np.ndarray]:
-    """Estimate, calibrate (ConfigError when (tau, delta) cannot be met), apply M(D), verify."""
+              s: Settings, bounds: tuple[float, float], mode: str, *, coords: tuple[int, int] | None = None,
+              all_noop: bool = False) -> tuple[abb.AbbResult, np.ndarray]:
+    """Choose the bound, calibrate (ConfigError when (tau, delta) cannot be met), apply M(D), verify.
+
+    coords = (coordinates a jitter sample re-judged, coordinates a neighbour re-judges): they must
+    match for jitter to be subtracted (one unit system)."""
     remove = jitter is not None and s.jitter["remove"] and len(jitter.vectors) > 0
     rng = np.random.default_rng([s.seed, 3])
     return abb.run_abb(
-        vector.values, est.vectors, tau=s.tau, split=s.split, mode=mode, scale=vector.scale, rng=rng,
-        method=s.ucb, intrinsic=jitter.vectors if remove else None,
-        fresh=fresh.vectors if fresh is not None and len(fresh.vectors) else None, draws=s.draws,
-        bounds=bounds, clip=vector.scale if s.clip else None, **s.calibration)
+        vector.values, est.vectors, tau=s.tau_for(vector.scale), split=s.split, mode=mode, scale=vector.scale,
+        rng=rng, allowed=s.allowed, method=s.mean_ucb, intrinsic=jitter.vectors if remove else None, coords=coords,
+        fresh=fresh.vectors if fresh is not None and len(fresh.vectors) else None, bounds=bounds,
+        clip=vector.scale if s.clip else None, all_noop=all_noop, **s.calibration)
 
 
 def jitter_report(jitter: Neighbours | None, base: np.ndarray, info: Mapping[str, Any], removed: bool) -> dict:
-    """What re-judging the unchanged input by a cache-free route measured (`measured: false` if not)."""
+    """What re-judging unchanged input where a neighbour re-judges measured, in neighbour units
+    (rms = sqrt(mean ||f(D) - f(D)_rejudged||^2) per sample); `measured: false` if not measured."""
     if jitter is None or not len(jitter.vectors):
         return {"measured": False, **info}
     sq, _ = abb.squared_distances(base, jitter.vectors)
@@ -167,7 +191,9 @@ def write_outputs(out: Path, vector: ScoreVector, bounded: np.ndarray, result: a
     abb.write_json(out / "abb.json", bj)
     metrics = signal.flat_metrics(bj, sig, ref)
     results = {"experiment": "abb", **{k: extra[k] for k in ("task", "judge", "instruction") if k in extra},
-               "scores": extra.get("scores"), "guarantee_kind": bj["guarantee"]["kind"], "metrics": metrics,
+               "scores": extra.get("scores"), "guarantee": {k: bj["guarantee"][k] for k in
+                                                            ("kind", "claimed", "status", "statement")},
+               "verdict": (bj["verification"] or {}).get("verdict"), "metrics": metrics,
                "rankings": rank, "retained_signal": sig,
                "reference_agreement": ref, "judge_calls": extra.get("judge_calls")}
     write_json_atomic(out / "results.json", results)
@@ -181,10 +207,13 @@ def write_outputs(out: Path, vector: ScoreVector, bounded: np.ndarray, result: a
 
 
 def report(results: Mapping[str, Any]) -> str:
+    """One line for the console: what is claimed, by which bound, and what the fresh check found."""
     m = results["metrics"]
     fmt = lambda x: "–" if x is None else f"{x:.4g}"  # noqa: E731
-    kind = "" if results.get("guarantee_kind") == "distance" else " (DP variant: no tau claim)"
-    return (f"A-BB{kind}: d={m['d']} tau={m['tau']} delta={m['delta']} alpha={fmt(m['alpha'])} sigma={fmt(m['sigma'])} "
-            f"sensitivity plug-in {fmt(m['sensitivity_plugin'])} / bound {fmt(m['sensitivity_ucb'])}; fresh check "
-            f"{m['violations']}/{m['trials']} > tau (CP upper {fmt(m['violation_cp_high'])}); retained per-model "
-            f"Pearson {fmt(m['model_pearson'])}, Spearman {fmt(m['model_spearman'])}")
+    noop = f", {m['noop_estimate']} no-op" if m.get("noop_estimate") else ""
+    return (f"A-BB [{m['status']}]: d={m['d']} tau={fmt(m['tau'])} delta_claimed={fmt(m['delta_claimed'])} "
+            f"alpha={fmt(m['alpha'])} ({m['bound_winner']}, t={fmt(m['threshold'])}; cap {fmt(m['alpha_cap'])}, "
+            f"plug-in {fmt(m['alpha_plugin'])}) sigma={fmt(m['sigma'])}; Delta-hat {fmt(m['sensitivity_plugin'])} "
+            f"from {m['n_estimate']} neighbours ({m['unchanged_estimate']} unchanged{noop}); fresh check "
+            f"{m['violations']}/{m['trials']} > tau: {m['verdict']}; retained per-model Pearson "
+            f"{fmt(m['model_pearson'])}, Spearman {fmt(m['model_spearman'])}")

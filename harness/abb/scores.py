@@ -189,7 +189,8 @@ class PairwiseScorer:
         k = min(len(v) for v in self.by_doc.values())
         return k / (k - 1), min(k / (k - 1), 4.0 / d)
 
-    def _requests(self, doc_id: str, views: Mapping[int, View]) -> tuple[list[PairRequest], Callable]:
+    def _requests(self, doc_id: str, views: Mapping[int, View]) -> tuple[list[PairRequest], list[tuple[int, ...]], Callable]:
+        """(requests, the items owning each request, combine(P(A) per request) -> {item: score})."""
         doc = self.docs[doc_id]
         idx = self.by_doc[doc_id]
 
@@ -206,21 +207,24 @@ class PairwiseScorer:
             return PairRequest(doc.id, a.id, b.id, render(d, a, b, instr, self.family))
 
         reqs: list[PairRequest] = []
+        owners: list[tuple[int, ...]] = []
         if self.kind == "vs_baseline":
             base = doc.candidate(self.baseline)
             for i in idx:
                 m, swapped = cand(i), views.get(i, View()).swapped
                 if self.orders == "both":
                     reqs += [req(m, base, i), req(base, m, i)]
+                    owners += [(i,), (i,)]
                 else:
                     reqs.append(req(base, m, i) if swapped else req(m, base, i))
+                    owners.append((i,))
 
             def combine(p: Sequence[float]) -> dict[int, float]:
                 if self.orders == "both":
                     return {i: 0.5 * (p[2 * k] + 1 - p[2 * k + 1]) for k, i in enumerate(idx)}
                 return {i: (1 - p[k]) if views.get(i, View()).swapped else p[k] for k, i in enumerate(idx)}
 
-            return reqs, combine
+            return reqs, owners, combine
         pairs = [(i, j) for i in idx for j in idx if i != j]
         reqs = [req(cand(i), cand(j), i, j) for i, j in pairs]
 
@@ -228,7 +232,7 @@ class PairwiseScorer:
             pa = dict(zip(pairs, p))
             return {i: float(np.mean([0.5 * (pa[(i, j)] + 1 - pa[(j, i)]) for j in idx if j != i])) for i in idx}
 
-        return reqs, combine_wr
+        return reqs, pairs, combine_wr
 
     def score_many(self, neighbours: Sequence[Mapping[int, View]], base: np.ndarray | None = None,
                    desc: str = "judging", judge: Judge | None = None) -> list[np.ndarray]:
@@ -238,7 +242,7 @@ class PairwiseScorer:
         for n, views in enumerate(neighbours):
             doc_ids = list(self.by_doc) if base is None else list(dict.fromkeys(self.items[i].doc_id for i in views))
             for doc_id in doc_ids:
-                reqs, combine = self._requests(doc_id, views)
+                reqs, _, combine = self._requests(doc_id, views)
                 jobs.append((n, len(requests), len(reqs), combine))
                 requests += reqs
         results = score(judge or self.judge, requests, self.progress, desc) if requests else []
@@ -255,37 +259,41 @@ class PairwiseScorer:
         values = self.score_many([{}], desc="baseline f(D)")[0]
         return ScoreVector(self.items, values, UNIT, self.kind, self.baseline, reference)
 
-    def jitter(self, base: np.ndarray, *, docs: int | None, repeats: int, seed: int) -> tuple[np.ndarray, dict]:
-        """Re-judge unchanged documents through the UNCACHED judge (shuffled batch order): f(D)
-        again, differing from `base` only by the judge's intrinsic jitter."""
+    def jitter(self, base: np.ndarray, *, samples: int, mode: str, seed: int) -> tuple[np.ndarray, dict]:
+        """Re-judge UNCHANGED input exactly where a neighbour re-judges: `samples` identity neighbours.
+
+        one_item: an item drawn uniformly (with replacement, like an estimation neighbour); only the
+        requests a neighbour editing it would re-judge (its pairs) go through the UNCACHED judge, in
+        shuffled batch order; every other request keeps its cached score. whole_set: every request.
+        So a jitter sample and a neighbour re-judge the same coordinates (same units); differences
+        from `base` are the judge's intrinsic jitter only.
+        """
         inner = innermost(self.judge)  # under the cache and chunking wrappers: the judge itself
         rng = np.random.default_rng(seed)
-        names = list(self.by_doc)
-        chosen = names if docs is None else [names[k] for k in sorted(rng.permutation(len(names))[:int(docs)])]
-        rows = [self._rejudge_shuffled(inner, base, chosen, rng) for _ in range(repeats)]
-        how = (f"re-judged {len(chosen)} of {len(names)} documents x {repeats} through the uncached judge "
-               f"({getattr(inner, 'identity', type(inner).__name__)}) in shuffled batch order; other items "
-               "keep f(D), so the measured jitter is a lower bound (conservative when subtracted)")
-        n_req = sum(len(self._requests(doc_id, {})[0]) for doc_id in chosen) * repeats
-        return np.array(rows), {"route": how, "docs": len(chosen), "repeats": repeats, "requests": n_req}
-
-    def _rejudge_shuffled(self, judge: Judge, base: np.ndarray, doc_ids: Sequence[str],
-                          rng: np.random.Generator) -> np.ndarray:
-        jobs, requests = [], []
-        for doc_id in doc_ids:
-            reqs, combine = self._requests(doc_id, {})
-            jobs.append((len(requests), len(reqs), combine))
-            requests += reqs
-        perm = rng.permutation(len(requests))
-        shuffled = judge.score_pairs([requests[k] for k in perm])
-        p = np.empty(len(requests))
-        p[perm] = [s.p_a for s in shuffled]
-        out = np.array(base, dtype=float)
-        for start, size, combine in jobs:
-            for i, v in combine(list(p[start:start + size])).items():
-                out[i] = v
-        return out
-
+        chosen = [set(range(self.d)) if mode == "whole_set" else {int(rng.integers(self.d))} for _ in range(samples)]
+        jobs, fresh, cached = [], [], []
+        for s, items in enumerate(chosen):
+            for doc_id in dict.fromkeys(self.items[i].doc_id for i in sorted(items)):
+                reqs, owners, combine = self._requests(doc_id, {})
+                mine = [k for k, o in enumerate(owners) if items & set(o)]
+                jobs.append((s, len(cached), len(reqs), combine, [len(fresh) + n for n in range(len(mine))], mine))
+                cached += reqs
+                fresh += [reqs[k] for k in mine]
+        p = np.array([x.p_a for x in score(self.judge, cached, False, "jitter (cached)")]) if cached else np.array([])
+        perm = rng.permutation(len(fresh))
+        redone = np.empty(len(fresh))
+        redone[perm] = [x.p_a for x in inner.score_pairs([fresh[k] for k in perm])] if fresh else []
+        out = np.repeat(np.asarray(base, dtype=float)[None, :], samples, axis=0)
+        for s, start, size, combine, where, mine in jobs:
+            q = p[start:start + size].copy()
+            q[mine] = redone[where]
+            for i, v in combine(list(q)).items():
+                out[s, i] = v
+        how = (f"{samples} identity neighbours ({mode}): the requests a neighbour re-judges went through the "
+               f"uncached judge ({getattr(inner, 'identity', type(inner).__name__)}) in shuffled batch order, "
+               "every other request kept its cached score")
+        return out, {"route": how, "samples": samples, "requests": len(fresh),
+                     "coords": self.d if mode == "whole_set" else 1}
 
 # --- scores from a file ------------------------------------------------------------------------
 
@@ -309,8 +317,8 @@ class FileScores:
         return np.array(out).reshape(len(out), self.vector.values.size)
 
     def items_changed(self) -> int:
-        """The most items any neighbour lists (k in B = k r^2)."""
-        sizes = [len(c) for rows in self.neighbours.values() for _, c in rows]
+        """The most items any neighbour lists (k in B = k r^2); jitter rows are not neighbours."""
+        sizes = [len(c) for split, rows in self.neighbours.items() if split != "jitter" for _, c in rows]
         return max(sizes) if sizes else 1
 
 

@@ -131,15 +131,22 @@ def reference_agreement(reference: Sequence[float | None], original: Sequence[fl
 
 def flat_metrics(bj: Mapping[str, Any], sig: Mapping[str, Any], ref: Mapping[str, Any] | None) -> dict[str, Any]:
     """The numbers a sweep table and the plots read (harness.runtime.collect: results.json 'metrics')."""
-    v, sens, g = bj.get("verification") or {}, bj["sensitivity"], bj["guarantee"]
-    out = {"tau": bj["tau"], "delta": bj["delta"]["total"], "delta_markov": bj["delta"]["markov"],
-           "delta_noise": bj["delta"]["noise"], "delta_est": bj["delta"]["est"], "d": bj["d"],
-           "n_estimate": bj["n_neighbours"], "alpha": bj["alpha"], "alpha_max": bj["alpha_max"],
-           "sigma": bj["sigma"], "sigma_max": bj["sigma_max"], "mu_value": bj["mu"]["value"],
-           "sensitivity_plugin": sens["plugin"], "sensitivity_ctx": sens["ctx"], "sensitivity_ucb": sens["ucb"],
-           "guarantee_markov": g["markov_term"], "guarantee_noise": g["noise_term"], "guarantee_total": g["total"],
-           "violations": v.get("violations"), "trials": v.get("n_trials"), "violation_rate": v.get("rate"),
-           "violation_cp_low": v.get("cp_low"), "violation_cp_high": v.get("cp_high"),
+    v, g, bd = bj.get("verification") or {}, bj["guarantee"], bj["bounds"]
+    cand = {c["name"]: c for c in bd["candidates"]}
+    est = (bj.get("neighbours") or {}).get("estimate") or {}
+    fresh = (bj.get("neighbours") or {}).get("verify") or {}
+    out = {"tau": bj["tau"], "tau_fraction": bj.get("tau_fraction"), "delta": bj["delta"]["total"],
+           "delta_markov": bj["delta"]["markov"], "delta_noise": bj["delta"]["noise"], "delta_est": bj["delta"]["est"],
+           "delta_claimed": g["delta_claimed"], "d": bj["d"], "n_estimate": bj["n_neighbours"],
+           "noop_estimate": est.get("noop"), "unchanged_estimate": est.get("unchanged_scores"),
+           "noop_verify": fresh.get("noop"), "status": g["status"], "guarantee_kind": g["kind"],
+           "claimed": g["claimed"], "bound_winner": bd["winner"]["name"], "threshold": bd["winner"]["threshold"],
+           "alpha": bj["alpha"], "alpha_max": bj["alpha_max"], "alpha_cap": cand["certain_cap"]["alpha"],
+           "alpha_plugin": cand["plugin"]["alpha"], "sigma": bj["sigma"], "sigma_max": bj["sigma_max"],
+           "mu_value": bj["mu"]["value"], "radius": g["radius"], "sensitivity_plugin": bd["rms"],
+           "sensitivity_ucb": bd["rms_ucb"], "verdict": v.get("verdict"), "violations": v.get("violations"),
+           "trials": v.get("trials"), "violation_rate": v.get("rate"), "violation_cp_low": v.get("cp_low"),
+           "violation_cp_high": v.get("cp_high"), "worst_case": v.get("worst_case"),
            "verify_mean_distance": v.get("mean_distance"), "verify_max_distance": v.get("max_distance")}
     for scope, key in (("per_model", "model"), ("per_item", "item"), ("elo", "elo")):
         block = sig.get(scope) or {}

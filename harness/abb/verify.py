@@ -1,19 +1,31 @@
-"""A-BB check and record: verify on fresh neighbours (Clopper-Pearson), abb.json, run_abb.
+"""A-BB check and record: fresh-neighbour verification with a verdict, abb.json's core, run_abb.
 
-`verify` counts ||M(D) - M(D')|| > tau over neighbours NOT used for estimation, with fresh noise
-per trial; `AbbResult.to_json` is abb.json's core; `run_abb` estimates, calibrates, applies, checks.
+`verify` counts ||M(D) - M(D')|| > tau over neighbours NOT used for estimation, ONE fresh noise pair
+per neighbour (so the trials are independent Bernoulli and Clopper-Pearson applies), and compares
+with the delta actually claimed (delta_m of the winning bound + the noise tail), not with delta_est.
+Verdicts (one-sided CP at 95%, in this order):
+- violated: cp_low > delta_claimed (the claim, its 1 - delta_est data event, or an assumption failed);
+- vacuous: no judge whose scores stay in the scale could push the rate above delta_claimed
+  (worst case noise_tail(alpha sqrt(B)) <= delta_claimed): the check cannot fail, so it says nothing;
+- confirmed: cp_high <= delta_claimed;  inconclusive: otherwise (too few trials).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from harness.abb.bounds import (
+    clopper_pearson,
+    distance_bounds,
+    min_trials_to_confirm,
+    noise_tail,
+    squared_distances,
+)
 from harness.abb.bounds import config_error as _err
-from harness.abb.bounds import distance_bounds, estimate_sensitivity, squared_distances
+from harness.abb.certify import BOUNDS, choice_json, choose_alpha
 from harness.abb.mechanism import (
     AbbParams,
     DeltaSplit,
@@ -23,75 +35,107 @@ from harness.abb.mechanism import (
 )
 from harness.io import write_json_atomic
 
+VERDICTS = ("violated", "vacuous", "confirmed", "inconclusive", "not_applicable")
 
-def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Exact two-sided binomial interval for k successes in n trials."""
-    from scipy.stats import beta
 
-    tail = (1 - confidence) / 2
-    lo = 0.0 if k == 0 else float(beta.ppf(tail, k, n - k + 1))
-    hi = 1.0 if k == n else float(beta.ppf(1 - tail, k + 1, n - k))
-    return lo, hi
+def verdict(violations: int, trials: int, delta_claimed: float | None, worst_case: float,
+            confidence: float = 0.95) -> tuple[str, float, float]:
+    """(verdict, cp_low, cp_high) with one-sided Clopper-Pearson bounds; trials must be independent."""
+    lo, hi = clopper_pearson(violations, trials, confidence, sided="one")
+    if delta_claimed is None:
+        return "not_applicable", lo, hi
+    if lo > delta_claimed:  # checked first: a violation where none is possible exposes a wrong B
+        return "violated", lo, hi
+    if worst_case <= delta_claimed:
+        return "vacuous", lo, hi
+    return ("confirmed" if hi <= delta_claimed else "inconclusive"), lo, hi
 
 
 @dataclass(frozen=True)
 class Verification:
-    """How often ||M(D) - M(D')|| > tau on neighbours NOT used for estimation, with fresh noise."""
+    """What the fresh neighbours say about the claim (see the module docstring)."""
 
-    n_neighbours: int
-    draws: int
-    """Noise pairs (Z, Z') per neighbour; trials are independent only when draws == 1."""
-    n_trials: int
+    trials: int
+    """Fresh neighbours, one noise pair each: independent trials."""
     violations: int
     rate: float
     cp_low: float
+    """One-sided lower Clopper-Pearson bound at `confidence`."""
     cp_high: float
+    """One-sided upper Clopper-Pearson bound at `confidence`."""
     confidence: float
-    delta: float
-    pass_point: bool
-    """rate <= delta."""
-    pass_upper: bool
-    """cp_high <= delta: the data rule out a rate above delta (needs enough trials)."""
+    delta_claimed: float | None
+    """delta_m + noise tail of the mechanism checked (None: the DP variant makes no tau claim)."""
+    worst_case: float
+    """The largest violation probability ANY judge within the score scale could cause."""
+    verdict: str
+    """violated | vacuous | confirmed | inconclusive | not_applicable."""
+    min_trials: int | None
+    """Fewest trials with 0 violations that could confirm delta_claimed."""
+    unchanged: int
+    """Fresh neighbours whose score vector did not move at all."""
     mean_distance: float
     max_distance: float
+    checked: str
+    """One sentence: what was counted and against what."""
 
 
-def verify(
-    baseline: np.ndarray,
-    fresh: np.ndarray,
-    params: AbbParams,
-    rng: np.random.Generator,
-    *,
-    draws: int = 1,
-    confidence: float = 0.95,
-) -> Verification:
-    """Count ||g(f(D)) + Z - g(f(D')) - Z'|| > tau over fresh neighbours and fresh noise."""
+def verify(baseline: np.ndarray, fresh: np.ndarray, params: AbbParams, rng: np.random.Generator, *,
+           confidence: float = 0.95) -> Verification:
+    """Count ||g(f(D)) + Z - g(f(D')) - Z'|| > tau over fresh neighbours, one fresh noise pair each.
+
+    The same function checks a correctly calibrated mechanism and a negative control (e.g. `params`
+    with alpha above its bound): the verdict depends only on `params`, the fresh vectors and the noise.
+    """
     f = np.asarray(baseline, dtype=float)
     fresh = np.atleast_2d(np.asarray(fresh, dtype=float))
-    if fresh.shape[1] != f.shape[0] or draws < 1:
-        raise _err(f"fresh neighbours have shape {fresh.shape} for d={f.shape[0]}, draws={draws}", "fresh")
+    if fresh.shape[1] != f.shape[0] or fresh.shape[0] < 1:
+        raise _err(f"fresh neighbours have shape {fresh.shape} for d={f.shape[0]}", "verify")
     gf = contract(f, params)
     chunks = []
     for start in range(0, fresh.shape[0], 512):  # bounded memory for d ~ 10^4
-        rows = fresh[start : start + 512]
-        mu = rows.mean(axis=1, keepdims=True) if params.mu_mode == "data" else params.mu_value
-        diff = np.repeat(gf - (params.alpha * rows + (1 - params.alpha) * mu), draws, axis=0)
+        diff = gf - contract(fresh[start:start + 512], params)
         if params.sigma > 0:
             diff = diff + params.sigma * (rng.standard_normal(diff.shape) - rng.standard_normal(diff.shape))
         chunks.append(np.linalg.norm(diff, axis=1))
     dist = np.concatenate(chunks)
     k, n = int(np.sum(dist > params.tau)), dist.size
-    lo, hi = clopper_pearson(k, n, confidence)
-    delta = params.split.total
-    return Verification(
-        n_neighbours=fresh.shape[0], draws=draws, n_trials=n, violations=k, rate=k / n,
-        cp_low=lo, cp_high=hi, confidence=confidence, delta=delta,
-        pass_point=k / n <= delta, pass_upper=hi <= delta,
-        mean_distance=float(dist.mean()), max_distance=float(dist.max()),
-    )
+    claimed = params.delta_claimed
+    worst = noise_tail(params.worst_radius(), params.sigma, params.d, params.tau)
+    v, lo, hi = verdict(k, n, claimed, worst, confidence)
+    what = (f"{k} of {n} fresh neighbours (one noise draw each) had ||M(D) - M(D')|| > {params.tau:.4g}; "
+            f"one-sided {confidence:.0%} Clopper-Pearson [{lo:.3g}, {hi:.3g}] against delta_claimed="
+            + ("none (DP variant)" if claimed is None else f"{claimed:.3g}; worst case over all judges {worst:.3g}"))
+    return Verification(trials=n, violations=k, rate=k / n, cp_low=lo, cp_high=hi, confidence=confidence,
+                        delta_claimed=claimed, worst_case=worst, verdict=v,
+                        min_trials=min_trials_to_confirm(claimed, confidence) if claimed else None,
+                        unchanged=int(np.sum(np.all(fresh == f, axis=1))), mean_distance=float(dist.mean()),
+                        max_distance=float(dist.max()), checked=what)
 
 
 # --- result record ---------------------------------------------------------------------------
+
+
+def statement(p: AbbParams) -> str:
+    """What the run claims, in words (an estimate and a missing certificate say so)."""
+    c, win = p.choice, p.choice.winner
+    if p.kind == "dp":
+        return (f"DP-style: sigma={p.sigma:.4g} for epsilon={p.dp_epsilon} with sensitivity bound {p.radius:.4g} "
+                f"(from {win.name}); the tau-distance claim is not made")
+    if p.kind == "none":
+        return f"no certificate: {c.note}"
+    who = ("the judge's MEAN score (jitter removed; a fresh check on single re-judgments does not test this)"
+           if c.claim == "context" else "realised re-judgments (the judge's jitter included)")
+    bound = f"Pr_{{D',Z,Z'}}[||M(D) - M(D')|| > {p.tau:.4g}] <= {p.delta_claimed:.4g}"
+    tail = f"alpha={p.alpha:.5g} from {win.name} (t={win.threshold:.4g})"
+    if p.kind == "estimate":
+        return f"estimate (no confidence bound): the plug-in suggests {bound} for {who}; {tail}; nothing is certified"
+    if win.delta_est == 0 and p.delta_claimed == 0:
+        return (f"surely: ||M(D) - M(D')|| <= {p.tau:.4g} for every neighbour whose scores stay in the scale "
+                f"(alpha sqrt(B) = {p.worst_radius():.4g}); {tail}")
+    head = "for any estimation data" if win.delta_est == 0 else \
+        f"w.p. >= {1 - c.delta_est:.4g} over the estimation neighbours"
+    return f"{head}: {bound} for {who}; {tail}"
 
 
 @dataclass(frozen=True)
@@ -100,45 +144,39 @@ class AbbResult:
 
     params: AbbParams
     mode: str
-    """"one_item" (Hamming-1) or "whole_set"."""
+    """"one_item" (Hamming-1) or "whole_set" (or Hamming-k from a file)."""
     n_neighbours: int
     scale: tuple[float, float] | None
     verification: Verification | None = None
 
+    def status(self) -> tuple[bool, str]:
+        """(claimed, status): a guarantee is claimed only when certified and not refuted by its own check."""
+        kind, v = self.params.kind, self.verification
+        if kind == "certified" and v is not None and v.verdict == "violated":
+            return False, (f"refuted: {v.violations}/{v.trials} fresh neighbours exceed tau (CP low {v.cp_low:.3g} > "
+                           f"{v.delta_claimed:.3g}); the claim, its 1 - delta_est data event, or an assumption "
+                           "(i.i.d. neighbours, scores within the scale) failed")
+        return {"certified": (True, f"certified by {self.params.choice.winner.name}"),
+                "estimate": (False, "estimate (no confidence bound)"),
+                "none": (False, "no certificate (every estimation neighbour was a no-op)"),
+                "dp": (False, "DP-style variant: no tau claim")}[kind]
+
     def to_json(self) -> dict:
-        p, s = self.params, self.params.sensitivity
-        claimed = p.sigma_mode != "dp"
-        total = p.markov_term + p.noise_term
-        if claimed:
-            statement = (f"w.p. >= 1 - {p.split.est:.3g} over the estimation neighbours, "
-                         f"Pr[||M(D) - M(D')|| > {p.tau:g}] <= {p.split.markov + p.split.noise:.3g}")
-        else:
-            statement = (f"DP-style: sigma calibrated for epsilon={p.dp_epsilon} with sensitivity bound "
-                         f"{p.markov_term:.4g}; the tau-distance claim is not made")
+        p = self.params
+        claimed, status = self.status()
         return {
-            "units": "raw judge score units throughout (tau, mu, sigma, sensitivities)",
-            "tau": p.tau,
-            "delta": asdict(p.split),
-            "d": p.d,
-            "mode": self.mode,
-            "scale": list(self.scale) if self.scale else None,
-            "n_neighbours": self.n_neighbours,
-            "sensitivity": asdict(s),
-            "alpha": p.alpha,
-            "alpha_max": p.alpha_max,
-            "mu": {"mode": p.mu_mode, "value": p.mu_value},
-            "sigma": p.sigma,
-            "sigma_max": p.sigma_max,
-            "sigma_mode": p.sigma_mode,
+            "units": "raw judge score units throughout (tau, mu, sigma, thresholds)",
+            "tau": p.tau, "delta": asdict(p.split), "d": p.d, "mode": self.mode,
+            "scale": list(self.scale) if self.scale else None, "n_neighbours": self.n_neighbours,
+            "alpha": p.alpha, "alpha_max": p.alpha_max, "mu": {"mode": p.mu_mode, "value": p.mu_value},
+            "sigma": p.sigma, "sigma_max": p.sigma_max, "sigma_mode": p.sigma_mode,
+            "bounds": {**choice_json(p.choice), "B": p.B, "B_parallel": p.B_parallel},
             "guarantee": {
-                "kind": "distance" if claimed else "dp",
-                "markov_term": p.markov_term,
-                "noise_term": p.noise_term,
-                "c_d": p.c_d if math.isfinite(p.c_d) else None,
-                "total": total,
-                "holds": bool(claimed and total <= p.tau * (1 + 1e-9)),
-                "dp_epsilon": p.dp_epsilon,
-                "statement": statement,
+                "kind": p.kind, "claim": p.choice.claim, "claimed": claimed, "status": status,
+                "statement": statement(p), "certified_by": p.choice.winner.name if p.kind == "certified" else None,
+                "radius": p.radius, "noise_tail": p.noise_tail if p.kind != "dp" else None,
+                "delta_claimed": p.delta_claimed, "delta_est": p.choice.delta_est,
+                "worst_case_radius": p.worst_radius(), "dp_epsilon": p.dp_epsilon,
                 "noise_note": "noise never helps the distance claim; sigma = 0 has the most margin",
             },
             "verification": asdict(self.verification) if self.verification else None,
@@ -151,42 +189,32 @@ def write_json(path: str | Path, data: dict) -> None:
     write_json_atomic(path, data)
 
 
-def run_abb(
-    baseline: np.ndarray,
-    neighbours: np.ndarray,
-    *,
-    tau: float,
-    split: DeltaSplit,
-    mode: str,
-    scale: tuple[float, float],
-    rng: np.random.Generator,
-    method: str = "bernstein",
-    intrinsic: np.ndarray | None = None,
-    fresh: np.ndarray | None = None,
-    draws: int = 1,
-    bounds: tuple[float, float] | None = None,
-    clip: tuple[float, float] | None = None,
-    **calibration,
-) -> tuple[AbbResult, np.ndarray]:
-    """The whole A-BB step: estimate, calibrate, apply M(D), verify on fresh neighbours.
+def run_abb(baseline: np.ndarray, neighbours: np.ndarray, *, tau: float, split: DeltaSplit, mode: str,
+            scale: tuple[float, float], rng: np.random.Generator, allowed: tuple[str, ...] = BOUNDS,
+            method: str = "best", intrinsic: np.ndarray | None = None, coords: tuple[int, int] | None = None,
+            fresh: np.ndarray | None = None, bounds: tuple[float, float] | None = None,
+            clip: tuple[float, float] | None = None, all_noop: bool = False,
+            **calibration) -> tuple[AbbResult, np.ndarray]:
+    """The whole A-BB step: choose the bound, calibrate, apply M(D), verify on fresh neighbours.
 
-    `neighbours` (m x d) are f(D'_i) for estimation; `intrinsic` (r x d) optional re-judgments of
-    the UNCHANGED set (jitter); `fresh` (n x d) held-out neighbours for verification.
-    `bounds` = (B, B_par) overrides `distance_bounds(mode, d, scale)` when the score function
-    spreads one edited input over several coordinates (e.g. win rates within a document); `clip`
-    projects M(D) onto a box (non-expansive, keeps the claim).
+    `neighbours` (m x d): f(D'_i) for estimation, i.i.d. from T(D); `intrinsic` (r x d): re-judgments of
+    the UNCHANGED input on the coordinates a neighbour re-judges (the context claim; `coords` =
+    (jitter coordinates, neighbour coordinates) per sample, which must match); `fresh` (n x d): held-out
+    neighbours for the check. `bounds` = (B, B_par) overrides `distance_bounds(mode, d, scale)`.
     `calibration` goes to `calibrate` (mu, mu_value, alpha, alpha_fraction, alpha_min, sigma_mode, ...).
     """
     f = np.asarray(baseline, dtype=float)
     d = f.shape[0]
     b, b_par = bounds if bounds is not None else distance_bounds(mode, d, scale)
     sq, par = squared_distances(f, neighbours)
-    jitter = None if intrinsic is None else squared_distances(f, intrinsic)[0]
-    sens = estimate_sensitivity(
-        sq, bound=b, method=method, delta_est=split.est, intrinsic_sq=jitter,
-        parallel_sq=par if calibration.get("mu") == "data" else None, parallel_bound=b_par,
-    )
-    params = calibrate(sens, tau=tau, split=split, d=d, scale=scale, **calibration)
+    jitter = {} if intrinsic is None else {"jitter_sq": squared_distances(f, intrinsic)[0],
+                                           "jitter_coords": coords[0] if coords else None,
+                                           "neighbour_coords": coords[1] if coords else None}
+    data_mu = calibration.get("mu") == "data"
+    choice = choose_alpha(tau, b, sq, delta_m=split.markov, delta_est=split.est, allowed=allowed, method=method,
+                          parallel_sq=par if data_mu else None, B_par=b_par, all_noop=all_noop, **jitter)
+    params = calibrate(choice, tau=tau, split=split, d=d, B=b, B_parallel=b_par, scale=scale, **calibration)
     scores = bounded_scores(f, params, rng, clip=clip)
-    check = verify(f, fresh, params, rng, draws=draws) if fresh is not None else None
-    return AbbResult(params, mode, sens.n, tuple(scale), check), scores
+    check = verify(f, fresh, params, rng) if fresh is not None and len(fresh) else None
+    return AbbResult(params, mode, int(sq.size), tuple(scale), check), scores
+

@@ -4,11 +4,13 @@
     python -m harness.run experiment=abb experiment.scores=file experiment.file.path=likert.jsonl \
         'experiment.file.scale=[1,10]'
     python -m harness.run -m experiment=abb_sweep model=llama3_8b_instruct backend=vllm   # the grid
-    python -m harness.runtime.abb_sweep multirun/abb_grid/<stamp>                         # its plots
+    python -m harness.run -m experiment=abb_zepo experiment.instruction.path=<zepo run>/best_instruction.txt
+    python -m harness.runtime.abb_sweep multirun/<name>/<stamp>    # table, plots, instructions side by side
 
 The pipeline and its outputs: harness/abb/run.py. A (tau, delta) no data could meet is refused
 before any model is loaded (`abb.preflight`); one the measured sensitivity cannot meet is refused
-after estimation (neighbours.jsonl is kept).
+after estimation (neighbours.jsonl is kept). The optimizer model (conf/optimizer) is wired in here
+for llm_paraphrase neighbours: harness.abb takes a paraphraser and never imports harness.zepo.
 
 Writes into the run directory: bounded_scores.jsonl (item, doc_id, model, original, bounded),
 neighbours.jsonl (every neighbour: split, edits, squared distance, changed coordinates), abb.json
@@ -31,6 +33,7 @@ from harness.abb.neighbours import (
     neighbour_rows,
     summarise,
 )
+from harness.abb.paraphrase import AnswerParaphraser
 from harness.abb.run import (
     BASELINES,
     Settings,
@@ -43,6 +46,7 @@ from harness.abb.run import (
     write_outputs,
 )
 from harness.abb.scores import (
+    UNIT,
     PairwiseScorer,
     ScoreVector,
     load_file_scores,
@@ -88,22 +92,34 @@ def run_judged(ctx: RunContext, s: Settings) -> dict[str, Any]:
     scorer = PairwiseScorer(None, docs, items, instruction=instruction, family=family, baseline=baseline,
                             orders=str(exp.orders), progress=bool(cfg.progress))
     bounds = scorer.bounds(s.mode)
-    check_feasible(s, scorer.d, bounds)  # before any model is loaded
+    check_feasible(s, UNIT, bounds)  # before any model is loaded
     scorer.judge = ctx.judge
-    paraphraser = ctx.optimizer() if "llm_paraphrase" in s.kinds else None
     vector = scorer.vector(reference_scores(docs, items, ctx.aspect, baseline))
-    maker = EditMaker(scorer, wordings, paraphraser, aspect)
+    para, rewriter = paraphrasers(ctx, s)
+    maker = EditMaker(scorer, wordings, para, aspect, rewriter)
     est = judge_neighbours(scorer, vector.values, maker, s.plan("estimate", s.estimate))
     fresh = judge_neighbours(scorer, vector.values, maker, s.plan("verify", s.verify)) if s.verify > 0 else None
-    jitter, how = None, {"route": "not measured (experiment.jitter.repeats=0)"}
-    if s.jitter["repeats"] > 0:
-        rows, how = scorer.jitter(vector.values, docs=s.jitter["docs"], repeats=s.jitter["repeats"], seed=s.seed)
+    jitter, how = None, {"route": "not measured (experiment.jitter.samples=0)"}
+    if s.jitter["samples"] > 0:
+        rows, how = scorer.jitter(vector.values, samples=s.jitter["samples"], mode=s.mode, seed=s.seed)
         jitter = Neighbours("jitter", rows, tuple({"index": k} for k in range(len(rows))))
     extra = {"task": task.name, "judge": ctx.judge.identity, "instruction": instruction,
              "scores": {"kind": vector.kind, "scale": list(vector.scale), "d": scorer.d, "baseline": baseline,
                         "orders": scorer.orders, "n_docs": len(scorer.by_doc), "skipped_docs": skipped,
                         "models": list(dict.fromkeys(it.model for it in items))}}
-    return finish(ctx, vector, est, fresh, jitter, how, s, bounds, s.mode, extra)
+    coords = (how.get("coords"), scorer.d if s.mode == "whole_set" else 1)
+    return finish(ctx, vector, est, fresh, jitter, how, s, bounds, s.mode, extra, coords=coords,
+                  all_noop=all(r.get("noop") for r in est.records))
+
+
+def paraphrasers(ctx: RunContext, s: Settings) -> tuple[Any, Any]:
+    """(instruction paraphraser, answer/question rewriter) for llm_paraphrase neighbours: both from the
+    configured optimizer model (conf/optimizer); None when no neighbour needs them."""
+    if "llm_paraphrase" not in s.kinds:
+        return None, None
+    opt = ctx.optimizer()
+    rewriter = AnswerParaphraser(opt) if set(s.fields) - {"instruction"} else None
+    return (opt if "instruction" in s.fields else None), rewriter
 
 
 def run_file(ctx: RunContext, s: Settings) -> dict[str, Any]:
@@ -121,31 +137,34 @@ def run_file(ctx: RunContext, s: Settings) -> dict[str, Any]:
     s = dataclasses.replace(s, estimate=len(fs.neighbours.get("estimate", [])))
     if not s.estimate:
         raise ConfigError(f"{spec['path']} has no neighbour rows with split=estimate", where=where("file.path"))
-    check_feasible(s, d, bounds)
+    check_feasible(s, vector.scale, bounds)
 
     def split(name: str) -> Neighbours | None:
         rows = fs.neighbours.get(name, [])
         return Neighbours(name, fs.rows(name), tuple({"index": j, "id": nid} for j, (nid, _) in enumerate(rows))) \
             if rows else None
 
-    how = {"route": f"split=jitter rows of {spec['path']}"}
+    jit = fs.neighbours.get("jitter", [])
+    how = {"route": f"split=jitter rows of {spec['path']}", "coords": max((len(c) for _, c in jit), default=None)}
     extra = {"task": "file", "judge": None, "instruction": None,
              "scores": {"kind": "file", "path": str(spec["path"]), "scale": list(vector.scale), "d": d,
                         "baseline": vector.baseline, "items_changed": k}}
-    return finish(ctx, vector, split("estimate"), split("verify"), split("jitter"), how, s, bounds, mode, extra)
+    return finish(ctx, vector, split("estimate"), split("verify"), split("jitter"), how, s, bounds, mode, extra,
+                  coords=(how["coords"], k))
 
 
 def finish(ctx: RunContext, vector: ScoreVector, est: Neighbours, fresh: Neighbours | None,
            jitter: Neighbours | None, how: Mapping[str, Any], s: Settings, bounds: tuple[float, float], mode: str,
-           extra: dict[str, Any]) -> dict[str, Any]:
+           extra: dict[str, Any], *, coords: tuple[Any, int], all_noop: bool = False) -> dict[str, Any]:
     """neighbours.jsonl first (kept when calibration refuses), then A-BB and every output."""
     out = ctx.out_dir
     write_jsonl_atomic(out / "neighbours.jsonl", neighbour_rows(vector.values, [n for n in (est, fresh, jitter) if n]))
-    result, bounded = apply_abb(vector, est, fresh, jitter, s, bounds, mode)
-    removed = result.params.sensitivity.intrinsic is not None
-    extra = {**extra, "neighbours": {"mode": mode, "kinds": list(s.kinds), "fields": list(s.fields),
-                                     "bounds": {"B": bounds[0], "B_parallel": bounds[1]},
-                                     "estimate": summarise(est, vector.values), "verify": summarise(fresh, vector.values)},
+    result, bounded = apply_abb(vector, est, fresh, jitter, s, bounds, mode, coords=coords, all_noop=all_noop)
+    removed = result.params.choice.claim == "context"
+    extra = {**extra, "tau_fraction": s.tau_fraction,
+             "neighbours": {"mode": mode, "kinds": list(s.kinds), "fields": list(s.fields),
+                            "bounds": {"B": bounds[0], "B_parallel": bounds[1]},
+                            "estimate": summarise(est, vector.values), "verify": summarise(fresh, vector.values)},
              "jitter": jitter_report(jitter, vector.values, how, removed), "judge_calls": ctx.calls}
     results = write_outputs(out, vector, bounded, result, extra, s, ctx.tracker)
     print(report(results), flush=True)

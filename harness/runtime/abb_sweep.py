@@ -3,12 +3,15 @@
     python -m harness.run -m experiment=abb_sweep                              # or any multirun of experiment=abb
     python -m harness.runtime.abb_sweep multirun/abb_grid/<stamp> [--out DIR]  # default DIR: <root>/collect
 
+- `table.md` / `table.csv`: one row per cell with the verdict of its fresh check; a VACUOUS cell
+  (no judge within the score scale could have failed it) is marked, never counted as a pass;
 - `retained_vs_tau.png`: retained correlation (per-model Pearson by default) and the per-item
-  variance kept, against tau, one line per delta (and per other swept setting);
-- `violation_vs_delta.png`: the empirical violation rate on fresh neighbours with its
-  Clopper-Pearson interval against delta, with the line rate = delta the claim promises.
-Both PNGs, table.md and table.csv land in DIR and are logged to W&B in the sweep's group
-(job_type abb_collect), with the settings every run shared.
+  variance kept, against tau (as a fraction of the score range when the sweep set tau_fraction);
+- `violation_vs_delta.png`: the violation rate on fresh neighbours with its Clopper-Pearson interval
+  against the delta each cell claimed; vacuous cells are dropped (and counted in the title);
+- `instructions.md`: when the sweep varied experiment.instruction.source (ZEPO x A-BB,
+  conf/experiment/abb_zepo.yaml), the instructions side by side on the same items.
+Everything lands in DIR and is logged to W&B in the sweep's group (job_type abb_collect).
 """
 
 from __future__ import annotations
@@ -27,11 +30,15 @@ from harness.io import write_text_atomic
 from harness.runtime import collect
 from harness.runtime.tracking import Tracker
 
-TABLE_METRICS = ("alpha", "sigma", "sensitivity_plugin", "sensitivity_ucb", "violations", "trials",
-                 "violation_rate", "violation_cp_high", "model_pearson", "model_spearman", "elo_spearman",
-                 "item_variance_reduction")
-"""Columns of the sweep table (paths into results.json 'metrics')."""
-_AXES = ("experiment.tau", "experiment.delta")
+TABLE_METRICS = ("verdict", "bound_winner", "alpha", "alpha_cap", "alpha_plugin", "sigma", "delta_claimed",
+                 "sensitivity_plugin", "sensitivity_ucb", "noop_estimate", "violations", "trials", "violation_rate",
+                 "violation_cp_high", "model_pearson", "model_spearman", "elo_spearman", "item_variance_reduction")
+"""Columns of the sweep table (paths into results.json 'metrics'); `verdict` marks vacuous cells."""
+_AXES = ("experiment.tau", "experiment.tau_fraction", "experiment.delta")
+SIDE_BY_SIDE = ("d", "sensitivity_plugin", "sensitivity_ucb", "bound_winner", "threshold", "alpha", "alpha_cap",
+                "alpha_plugin", "verdict", "model_pearson", "model_spearman", "elo_spearman",
+                "reference_spearman_original", "reference_spearman_bounded")
+"""Columns of instructions.md (ZEPO x A-BB): Delta-hat, its bound, alpha, retained ranking signal."""
 
 
 def with_overrides(runs: Sequence[collect.Run]) -> list[collect.Run]:
@@ -57,8 +64,40 @@ def sweep_points(runs: Sequence[collect.Run]) -> list[dict[str, Any]]:
         if m.get("tau") is None or m.get("delta") is None:
             continue  # not an A-BB run
         label = " ".join(f"{k.removeprefix('experiment.')}={r.overrides.get(k)}" for k in others)
-        points.append({**m, "label": label})
+        points.append({**m, "label": label, "vacuous": m.get("verdict") == "vacuous"})
     return points
+
+
+def instruction_table(runs: Sequence[collect.Run]) -> collect.Table | None:
+    """Instructions side by side (one row per run) when the sweep varied experiment.instruction.source;
+    `same_items` says whether every run scored the same items (bounded_scores.jsonl), as a fair
+    comparison needs."""
+    varying, _ = collect.varying_keys(runs)
+    if "experiment.instruction.source" not in varying:
+        return None
+    items = [_items(r.path) for r in runs]
+    same = all(i == items[0] for i in items)
+    others = [k for k in varying if k not in ("experiment.instruction.source", "experiment.instruction.path")]
+    cols = [*others, "source", "instruction", *SIDE_BY_SIDE]
+    rows = []
+    for r in runs:
+        text = " ".join(str(r.results.get("instruction") or "").split())
+        rows.append([*(r.overrides.get(k) for k in others), r.overrides.get("experiment.instruction.source"),
+                     text[:70] + ("..." if len(text) > 70 else ""),
+                     *(_sig(collect.metric_value(r.results, m)) for m in SIDE_BY_SIDE)])
+    caption = (f"same items in every run: {same} ({len(items[0])} items); alpha is certified, Delta-hat and "
+               "alpha_plugin are estimates")
+    return collect.Table(cols, rows, caption)
+
+
+def _sig(v: Any) -> Any:
+    """4 significant digits: Delta-hat of a small judge is ~1e-4, which fixed decimals would show as 0."""
+    return f"{v:.4g}" if isinstance(v, float) else v
+
+
+def _items(path: Path) -> list[str]:
+    f = path / "bounded_scores.jsonl"
+    return [json.loads(line)["item"] for line in f.read_text().splitlines() if line.strip()] if f.is_file() else []
 
 
 def collect_abb(root: str | Path, out_dir: str | Path | None = None, metric: str = "model_pearson",
@@ -78,13 +117,20 @@ def collect_abb(root: str | Path, out_dir: str | Path | None = None, metric: str
         raise HarnessError(f"no A-BB results (metrics.tau/delta) under {root}")
     files = {"retained_vs_tau": plot_retained_vs_tau(points, out / "retained_vs_tau.png", metric),
              "violation_vs_delta": plot_violation_vs_delta(points, out / "violation_vs_delta.png")}
+    side = instruction_table(runs)
+    if side is not None:
+        write_text_atomic(out / "instructions.md", collect.to_markdown(side, digits=4))
+        files["instructions"] = out / "instructions.md"
     own = tracker is None
     if own:
         tracker = _sweep_tracker(runs, out)
     try:
         for name, path in files.items():
-            tracker.log_image(name, path)
+            if path.suffix == ".png":
+                tracker.log_image(name, path)
         tracker.log_table("sweep", table.columns, table.rows)
+        if side is not None:
+            tracker.log_table("instructions", side.columns, side.rows)
     finally:
         if own:
             tracker.finish()

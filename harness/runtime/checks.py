@@ -7,7 +7,7 @@ import math
 import re
 from typing import Any
 
-from harness.abb import METHODS, SIGMA_MODES
+from harness.abb import SIGMA_MODES
 from harness.errors import ConfigError
 
 
@@ -60,7 +60,6 @@ def one_of(key: str, value: Any, choices: tuple[str, ...]) -> None:
 
 def check_abb_calibration(exp: Any) -> None:
     """What abb.calibrate would refuse only after every neighbour was judged."""
-    one_of("experiment.ucb", exp.ucb, METHODS)
     one_of("experiment.mu", exp.mu, ("fixed", "data"))
     one_of("experiment.sigma_mode", exp.sigma_mode, SIGMA_MODES)
     within("experiment.sigma_fraction", exp.sigma_fraction, 0, 1)

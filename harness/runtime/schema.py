@@ -323,8 +323,7 @@ class FileScoresConf:
 
 @dataclass
 class JitterConf:
-    docs: Optional[int] = 5
-    repeats: int = 1
+    samples: int = 5
     remove: bool = False
 
 
@@ -339,10 +338,12 @@ class AbbExp:
     aspect: Optional[str] = None
     instruction: InstructionConf = field(default_factory=InstructionConf)
     file: FileScoresConf = field(default_factory=FileScoresConf)
-    tau: float = 0.5
+    tau: Optional[float] = None
+    tau_fraction: Optional[float] = 0.125
     delta: float = 0.05
     delta_split: DeltaSplitConf = field(default_factory=DeltaSplitConf)
-    ucb: str = "bernstein"
+    bound: str = "auto"
+    mean_ucb: str = "best"
     mu: str = "fixed"
     mu_value: Optional[float] = None
     alpha: Optional[float] = None
@@ -357,7 +358,6 @@ class AbbExp:
     fields: list[str] = field(default_factory=lambda: ["answer"])
     estimate: int = 40
     verify: int = 100
-    draws: int = 1
     instructions: list[str] = field(default_factory=list)
     instructions_file: Optional[str] = None
     jitter: JitterConf = field(default_factory=JitterConf)
@@ -365,23 +365,30 @@ class AbbExp:
 
     def check(self) -> None:
         self.instruction.check(sources=("default", "zepo", "text", "file"))
+        if self.instruction.source == "file" and not (self.instruction.path or "").strip():
+            raise _bad("experiment.instruction.path", self.instruction.path,
+                       "must name the instruction file when source=file (e.g. a ZEPO best_instruction.txt)")
         one_of("experiment.scores", self.scores, ("pairwise", "file"))
         one_of("experiment.orders", self.orders, ("both", "single"))
         one_of("experiment.mode", self.mode, ("one_item", "whole_set"))
-        within("experiment.tau", self.tau, 0, math.inf, open_low=True)
+        one_of("experiment.bound", self.bound, ("auto", "certain_cap", "quantile", "dkw", "markov", "plugin"))
+        one_of("experiment.mean_ucb", self.mean_ucb, ("best", "hoeffding", "bernstein"))
+        if self.tau is None and self.tau_fraction is None:
+            raise _bad("experiment.tau", self.tau, "set tau (raw units) or tau_fraction (of the score range)")
+        for key in ("tau", "tau_fraction"):
+            if getattr(self, key) is not None:
+                within(f"experiment.{key}", getattr(self, key), 0, math.inf, open_low=True)
         within("experiment.delta", self.delta, 0, 1, open_low=True, open_high=True)
-        for key in ("estimate", "draws"):
-            at_least(f"experiment.{key}", getattr(self, key), 1)
+        at_least("experiment.estimate", self.estimate, 1)
         for key in ("verify", "bootstrap"):
             at_least(f"experiment.{key}", getattr(self, key), 0)
-        at_least("experiment.jitter.repeats", self.jitter.repeats, 0)
-        at_least("experiment.jitter.docs", self.jitter.docs, 1, optional=True)
+        at_least("experiment.jitter.samples", self.jitter.samples, 0)
         check_abb_calibration(self)
         if self.scores == "file" and not (self.file.path or "").strip():
             raise _bad("experiment.file.path", self.file.path, "must name the score file when experiment.scores=file")
         if self.file.scale is not None and not (len(self.file.scale) == 2 and self.file.scale[0] < self.file.scale[1]):
             raise _bad("experiment.file.scale", list(self.file.scale), "must be [low, high] with low < high")
-        # The run's own parser (ucb, mode, fields, kinds, the delta split), so the two never disagree.
+        # The run's own parser (bound, mode, fields, kinds, the delta split), so the two never disagree.
         abb_settings(asdict(self), 0)
 
 

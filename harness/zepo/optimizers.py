@@ -267,6 +267,11 @@ class _Paraphraser:
         """Raw completions, one per seed, in order (no validation, no cache)."""
         raise NotImplementedError
 
+    def generate(self, messages: list[dict[str, str]], seed: int, samples: Sequence[int]) -> list[str]:
+        """Raw completions of any messages through the completion cache, no validation: other uses of
+        the optimizer model that own their prompt and checks (A-BB answer paraphrases)."""
+        return self._cached_complete(messages, seed, list(samples))[0]
+
 
 class ApiOptimizer(_Paraphraser):
     """An optimizer LLM behind an OpenAI-compatible /chat/completions endpoint."""
