@@ -20,9 +20,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from harness.errors import ConfigError, HarnessError
 from harness.http import (
+    ApiClient,
     CompletionCache,
     HttpSettings,
-    JsonClient,
     MalformedResponse,
     completion_key,
 )
@@ -276,10 +276,10 @@ class ApiOptimizer(_Paraphraser):
                  min_ratio: float = 0.3, max_ratio: float = 3.0, cache: CompletionCache | str | Path | None = None,
                  api_key_env: str | None = "OPENAI_API_KEY", timeout_s: float = 120.0, max_retries: int = 6,
                  backoff_base_s: float = 1.0, backoff_max_s: float = 60.0, concurrency: int = 5,
-                 client: JsonClient | None = None) -> None:
+                 client: ApiClient | None = None) -> None:
         super().__init__(temperature=temperature, max_tokens=max_tokens, top_p=top_p, max_attempts=max_attempts,
                          labels=labels, min_ratio=min_ratio, max_ratio=max_ratio, cache=cache)
-        self.client = client or JsonClient(HttpSettings(
+        self.client = client or ApiClient(HttpSettings(
             base_url=base_url, api_key_env=api_key_env, timeout_s=timeout_s, max_retries=max_retries,
             backoff_base_s=backoff_base_s, backoff_max_s=backoff_max_s, concurrency=concurrency))
         self.model_name = model
@@ -292,7 +292,7 @@ class ApiOptimizer(_Paraphraser):
     def complete(self, messages: list[dict[str, str]], seeds: list[int]) -> list[str]:
         bodies = [{"model": self.model_name, "messages": messages, "temperature": self.temperature,
                    "top_p": self.top_p, "max_tokens": self.max_tokens, "seed": s, "n": 1} for s in seeds]
-        return [_message_text(r) for r in self.client.post_many("/chat/completions", bodies, check=_message_text)]
+        return [_message_text(r) for r in self.client.post_many("chat", bodies, check=_message_text)]
 
 
 def _message_text(resp: dict) -> str:
