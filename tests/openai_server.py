@@ -12,7 +12,12 @@ Backends:
 Faults, injected per test with `inject(...)`, are consumed one per incoming POST in arrival order:
 '429' / '429:<retry-after>', '500', 'hang' (sleep past the client's timeout, then drop the
 connection), 'disconnect' (close without a response), 'malformed' (truncated JSON body),
-'content_type' (200 with an HTML body), 'no_choices' (valid JSON of the wrong shape).
+'content_type' (200 with an HTML body), 'no_choices' (valid JSON of the wrong shape); and content
+faults, the real answer to the request with its logprobs spoiled: 'no_logprobs' (the field left
+out), 'empty_top' (an empty top-logprobs list), 'nan' (one logprob NaN), 'null' (one logprob
+null), 'positive' (one logprob +0.7), 'both_zero' (every listed token at logprob 0, e.g. A and B
+both "certain"), 'missing_ids' (the requested answer ids left out), 'all_inf' (every listed logprob
+-Infinity). A faulted request is recorded with the fault as its outcome, never as a success.
 
 Every request is recorded (path, X-Client-Request-Id, body, whether Authorization carried the
 expected key — the key itself is never stored); `successes` counts 200 answers per request id.
@@ -29,7 +34,9 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-FAULTS = ("429", "500", "hang", "disconnect", "malformed", "content_type", "no_choices")
+TRANSPORT_FAULTS = ("429", "500", "hang", "disconnect", "malformed", "content_type", "no_choices")
+CONTENT_FAULTS = ("no_logprobs", "empty_top", "nan", "null", "positive", "both_zero", "missing_ids", "all_inf")
+FAULTS = TRANSPORT_FAULTS + CONTENT_FAULTS
 
 
 @dataclass
@@ -225,13 +232,16 @@ class _Handler(BaseHTTPRequestHandler):
             sent = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
             rec.outcome = "401"
             return self._send(401, json.dumps({"error": {"message": f"Incorrect API key provided: {sent}"}}).encode())
-        if fault is not None:
+        if fault is not None and fault not in CONTENT_FAULTS:
             rec.outcome = fault
             return self._fault(fault)
         if not isinstance(body, dict):
             rec.outcome = "400"
             return self._send(400, b'{"error": {"message": "body is not a JSON object"}}')
         status, payload = srv.answer(self.path, body)
+        if fault is not None and status == 200:
+            rec.outcome = fault
+            return self._send(200, json.dumps(spoil(payload, fault)).encode())
         rec.outcome = "ok" if status == 200 else str(status)
         if status == 200:
             with srv._lock:
@@ -255,3 +265,30 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, b"<html><body>502 Bad Gateway</body></html>", ctype="text/html")
         elif kind == "no_choices":
             self._send(200, b'{"object": "error", "detail": "overloaded"}')
+
+
+def spoil(payload: dict, fault: str) -> dict:
+    """A real answer with its first position's logprobs spoiled as `fault` names (CONTENT_FAULTS)."""
+    choice = payload["choices"][0]
+    lp = choice.get("logprobs")
+    if fault == "no_logprobs" or lp is None:
+        choice.pop("logprobs", None)
+        return payload
+    chat = "content" in lp
+    top = lp["content"][0]["top_logprobs"] if chat else lp["top_logprobs"][0]
+    if fault in ("empty_top", "missing_ids"):
+        top.clear()
+        if fault == "missing_ids":  # one token nobody asked for, none of the requested answer ids
+            if chat:
+                top.append({"token": "token_id:0", "logprob": -0.1, "bytes": []})
+            else:
+                top["token_id:0"] = -0.1
+        return payload
+    value = {"nan": float("nan"), "null": None, "positive": 0.7, "both_zero": 0.0, "all_inf": -float("inf")}[fault]
+    keys = list(range(len(top))) if chat else list(top)
+    for k in (keys if fault in ("both_zero", "all_inf") else keys[-1:]):
+        if chat:
+            top[k]["logprob"] = value
+        else:
+            top[k] = value
+    return payload

@@ -1,5 +1,6 @@
 """ApiJudge against a real loopback server backed by the tiny model: same P(A) as HFJudge,
-fault survival with exactly-once answers, and an API key that never leaks."""
+transport and content faults survived with exactly-once answers, unusable answers flagged (never a
+silent 0.5, never cached, counted in results.json), and an API key that never leaks."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from openai_server import OpenAIServer
 
 from harness.errors import ConfigError
-from harness.http import ApiError, HttpSettings, JsonClient
+from harness.http import ApiClient, ApiError, HttpSettings
 from harness.judges.api import ApiJudge
 from harness.judges.base import renormalise
 from harness.judges.cache import CachedJudge, ScoreCache
@@ -157,7 +158,7 @@ def test_top_mode_reports_missing_variants(tiny_judge):
             assert set(s.token_logprobs) == set(present)
             if not present:
                 expected_unreadable += 1
-                assert s.p_a == 0.5
+                assert math.isnan(s.p_a) and s.flags == ("unreadable",)  # never a silent 0.5
             else:
                 a = [v for k, v in present.items() if k.startswith("A:")]
                 b = [v for k, v in present.items() if k.startswith("B:")]
@@ -199,13 +200,13 @@ def test_faults_are_survived_and_every_request_is_answered_exactly_once(tiny_jud
     assert Counter(r.body["messages"][0]["content"] for r in ok) == Counter(r.prompt for r in REQUESTS)
     assert set(srv.successes) == {r.request_id for r in srv.requests}  # every faulted request was retried
     assert judge.client.stats["retries"] == len(faults) and judge.stats["requests"] == len(REQUESTS)
-    assert {"retry:429", "retry:500", "retry:timeout", "retry:malformed response", "retry:connection"} <= set(
-        judge.client.stats)
-    # Retry-After: 1 was honoured (the base backoff here is 10 ms).
+    assert judge.client.stats["attempts"] == len(srv.requests) and judge.client.stats["content_retries"] == 3
+    # Retry-After: 1 was honoured (the openai client's own backoff starts at 0.5 s).
     limited = next(r for r in srv.requests if r.outcome == "429:1")
     retry = next(r for r in srv.requests if r.request_id == limited.request_id and r.outcome == "ok")
     assert retry.t - limited.t >= 0.95
-    assert len([m for m in caplog.messages if "retry" in m]) == len(faults)
+    faulted = {r.request_id for r in srv.requests if r.outcome != "ok"}
+    assert len([m for m in caplog.messages if "attempt" in m]) >= len(faulted)
 
 
 def test_retries_exhausted_and_client_errors_fail_with_one_clear_line(tiny_judge):
@@ -213,15 +214,19 @@ def test_retries_exhausted_and_client_errors_fail_with_one_clear_line(tiny_judge
         srv.inject("500", "500", "500")
         judge = ApiJudge("tiny-test", srv.url, logprob_mode="top", api_key_env=None, max_retries=2, **{
             k: v for k, v in FAST.items()})
-        with pytest.raises(ApiError, match=r"gave up after 3 attempts; last error: 500: internal error"):
+        with pytest.raises(ApiError, match=r"HTTP 500 after 3 attempts: internal error"):
             judge.score_pairs(REQUESTS[:1])
         assert len(srv.requests) == 3
         # A 400 is not retried: the server's message is shown.
-        client = JsonClient(HttpSettings(srv.url, api_key_env=None, **FAST))
+        client = ApiClient(HttpSettings(srv.url, api_key_env=None, **FAST))
         with pytest.raises(ApiError, match="HTTP 400: top_logprobs must be in 1..20") as e:
-            client.post("/chat/completions", {"model": "m", "messages": [], "logprobs": True, "top_logprobs": 50})
+            client.post("chat", {"model": "m", "messages": [], "logprobs": True, "top_logprobs": 50})
         assert e.value.status == 400 and len(srv.requests) == 4
         assert client.get("/models")["data"][0]["id"] == "tiny-test"
+    # A server that never comes up: connection refused on every attempt, one line, no hang.
+    gone = ApiJudge("tiny-test", srv.url, logprob_mode="top", api_key_env=None, max_retries=1, **FAST)
+    with pytest.raises(ApiError, match=r"gave up after 2 attempts: cannot connect to .*is the server up\?"):
+        gone.score_pairs(REQUESTS[:1])
 
 
 def test_api_key_is_sent_but_never_stored_logged_or_written(tiny_judge, key, tmp_path, caplog, monkeypatch):
@@ -281,3 +286,82 @@ def test_backend_config_builds_an_api_judge(tiny_judge, local_scores, key):
         assert isinstance(judge, ApiJudge) and judge.mode == cfg.backend.logprob_mode == "exact"
         _assert_same(judge.score_pairs(REQUESTS[:4]), local_scores[:4])
     assert {r.body["model"] for r in srv.requests} == {"tiny-llama"}
+
+# -- content faults: validated, asked again, flagged when they persist (never a silent 0.5) -----------
+CONTENT = ["no_logprobs", "empty_top", "nan", "null", "positive", "both_zero", "missing_ids", "all_inf"]
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_content_faults_are_asked_again_and_answered_once(tiny_judge, local_scores, endpoint):
+    """Each spoiled answer (a 200 whose logprobs are missing, NaN, null, positive, impossible or
+    left out) is refused and asked again; the pair's final score is the true one."""
+    requests = REQUESTS[:8]
+    if endpoint == "chat":
+        want = local_scores[:8]
+    else:
+        rows = [tiny_judge.tokenizer(r.prompt)["input_ids"] for r in requests]
+        want = [tiny_judge.answers.score(lp) for lp in tiny_judge.answer_logprobs(rows)]
+    with OpenAIServer(judge=tiny_judge) as srv:
+        srv.inject(*CONTENT)
+        judge = ApiJudge("tiny-test", srv.url, token_ids={"A": 38, " A": 263, "B": 39, " B": 264}, endpoint=endpoint,
+                         api_key_env=None, concurrency=4, max_retries=4, **{**FAST, "backoff_base_s": 0.001})
+        got = judge.score_pairs(requests)
+    _assert_same(got, want)
+    assert all(not s.flags for s in got) and judge.stats["unreadable"] == 0
+    assert sorted(r.outcome for r in srv.requests if r.outcome != "ok") == sorted(CONTENT)
+    assert len(srv.ok_requests()) == len(requests) and set(srv.successes.values()) == {1}
+    assert judge.client.stats["content_retries"] == len(CONTENT) and srv.faults_left == 0
+
+
+def test_top_mode_content_faults_are_asked_again(tiny_judge, tiny_llama):
+    biased = _biased_judge(tiny_judge, tiny_llama, bias=14.0)
+    want = biased.score_pairs(REQUESTS[:4])
+    with OpenAIServer(judge=biased) as srv:
+        srv.inject("both_zero", "nan", "empty_top", "all_inf")
+        judge = ApiJudge("tiny-test", srv.url, logprob_mode="top", api_key_env=None, concurrency=2, **FAST)
+        got = judge.score_pairs(REQUESTS[:4])
+    _assert_same(got, want)
+    assert judge.client.stats["content_retries"] == 4 and judge.stats["unreadable"] == 0
+
+
+def test_a_persistent_content_fault_is_flagged_counted_in_results_and_never_cached(tiny_judge, tmp_path):
+    """An answer still spoiled after every retry: P(A) NaN, flagged, counted in results.json, not
+    cached (the rerun asks that pair again and reads it), and the other pairs are unharmed."""
+    from harness.data import load_task
+    from harness.experiments.judge import run_judge
+    from harness.judging import load_judgments
+
+    docs = [d for d in load_task("jsonl", path=_jsonl(tmp_path))]
+    kw = dict(token_ids={"A": 38, " A": 263, "B": 39, " B": 264}, api_key_env=None, concurrency=1, max_retries=2,
+              **FAST)
+    with OpenAIServer(judge=tiny_judge) as srv:
+        srv.inject("nan", "nan", "nan")  # the first pair's three attempts
+        cache = ScoreCache(tmp_path / "scores.sqlite")
+        judge = CachedJudge(ApiJudge("tiny-test", srv.url, **kw), cache)
+        results = run_judge(judge, docs, task="jsonl", aspect="quality", instruction="Which is better?",
+                            family="summarization", out_dir=tmp_path / "run1", progress=False)
+        n_pairs = results["n_judgments"]
+        assert results["n_unreadable"] == 1 and judge.judge.stats["unreadable"] == 1
+        judgments, _ = load_judgments(tmp_path / "run1" / "judgments.jsonl")
+        flagged = [j for j in judgments if j.flags]
+        assert len(flagged) == 1 and flagged[0].flags == ("unreadable",) and math.isnan(flagged[0].p_a)
+        assert all(0 < j.p_a < 1 for j in judgments if not j.flags)
+        assert results["metrics"]["none"]["n_calibration"] <= n_pairs
+        assert len(cache) == n_pairs  # every pair + the content-free prompt, less the flagged pair
+        sent = len(srv.requests)
+        again = CachedJudge(ApiJudge("tiny-test", srv.url, **kw), cache)
+        rerun = run_judge(again, docs, task="jsonl", aspect="quality", instruction="Which is better?",
+                          family="summarization", out_dir=tmp_path / "run2", progress=False)
+        assert len(srv.requests) == sent + 1 and rerun["n_unreadable"] == 0  # only the flagged pair asked again
+        cache.close()
+
+
+def _jsonl(tmp_path: Path) -> Path:
+    import json
+
+    rows = [{"doc_id": f"d{i}", "source": f"Source text number {i} about the council and the park.",
+             "candidate_id": c, "text": f"Summary {c} of {i}.", "scores": {"quality": float(k)}}
+            for i in range(2) for k, c in enumerate(["x", "y", "z"])]
+    path = tmp_path / "own.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,4 +60,34 @@ def test_gpu_check_dry_run(tmp_path, shared_data, tiny_llama):
     assert {"llama_packed_float32", "llama_hf_float32", "mistral_packed_bfloat16"} <= set(line["devices"])
     assert line["prefix"]["float32"]["tokens_prefix"] < line["prefix"]["float32"]["tokens_plain"]
     assert line["bench"]["all_decisions_equal"] in (True, False)
+    vllm = line["vllm"]  # vLLM's CPU build here: fp32 to 1e-4, every decision equal
+    assert set(vllm) == ({"llama3_vllm_float32"} if importlib.util.find_spec("vllm") else {"skipped"})
+    assert all(v["ok"] for v in vllm.values())
     assert line["bench"]["agree"]["batched_hf~batched"][0] == line["bench"]["agree"]["batched_hf~batched"][1]
+
+
+@pytest.mark.vllm
+def test_bench_judge_vllm_columns(tmp_path, shared_data):
+    """`--vllm` adds vLLM without and with prefix caching on both workloads, decisions compared
+    (tiny Llama-3-vocabulary model: head size 32, which vLLM's CPU attention runs)."""
+    pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench_judge.py"), "--model", "tiny:llama3", "--docs", "1",
+         "--candidates", "3", "--batch-size", "4", "--threads", "1", "--skip-official", "--vllm",
+         "--data-dir", str(shared_data), "--out", str(out)],
+        capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = _last_json(proc.stdout)
+    methods = line["methods"]
+    assert {"vllm_1instr", "vllm_5instr", "vllm_apc_1instr", "vllm_apc_5instr"} <= set(methods)
+    assert methods["vllm_apc_5instr"]["prompts"] == methods["prefix_5instr"]["prompts"] == 30
+    assert methods["vllm_1instr"]["prefix_hit_rate"] == 0 < methods["vllm_apc_5instr"]["prefix_hit_rate"]
+    assert methods["vllm_apc_5instr"]["tokens_processed"] < methods["vllm_5instr"]["tokens_processed"]
+    assert line["vllm_settings"]["vllm_apc"]["enable_prefix_caching"] is True
+    for key in ("batched~vllm_1instr", "batched~vllm_apc_1instr", "prefix_5instr~vllm_5instr",
+                "prefix_5instr~vllm_apc_5instr"):
+        same, n = line["agree"][key]
+        assert same == n and line["max_abs_dp"][key] < 1e-4
+    assert set(line["ours_over_vllm"]) == {"prefix_1instr/vllm_1instr", "prefix_5instr/vllm_5instr",
+                                           "prefix_1instr/vllm_apc_1instr", "prefix_5instr/vllm_apc_5instr"}

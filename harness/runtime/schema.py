@@ -97,11 +97,19 @@ class VLLMBackendConf:
     gpu_memory_utilization: float = 0.9
     enable_prefix_caching: bool = True
     seed: int = 0
+    block_size: Optional[int] = None
+    kv_cache_memory_bytes: Optional[int] = None
+    enforce_eager: Optional[bool] = None
+    in_process: Optional[bool] = None
+    cpu_threads: Optional[int] = None
 
     def check(self) -> None:
         at_least("backend.tensor_parallel_size", self.tensor_parallel_size, 1)
         within("backend.gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, open_low=True)
         one_of("backend.dtype", self.dtype, VLLM_DTYPES)
+        at_least("backend.block_size", self.block_size, 1, optional=True)
+        at_least("backend.kv_cache_memory_bytes", self.kv_cache_memory_bytes, 1 << 20, optional=True)
+        at_least("backend.cpu_threads", self.cpu_threads, 1, optional=True)
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Paraphrase generators for ZEPO: an OpenAI-compatible API model or a local transformers model.
+"""Paraphrase generators for ZEPO: an OpenAI-compatible API model, a local transformers model, or
+the judge's own vLLM engine.
 
 `paraphrase(instruction, n, seed, aspect)` returns n validated paraphrases of a judge instruction;
 `propose(...)` returns the same with per-candidate metadata (attempts, rejections). Each sample
@@ -20,9 +21,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from harness.errors import ConfigError, HarnessError
 from harness.http import (
+    ApiClient,
     CompletionCache,
     HttpSettings,
-    JsonClient,
     MalformedResponse,
     completion_key,
 )
@@ -281,10 +282,10 @@ class ApiOptimizer(_Paraphraser):
                  min_ratio: float = 0.3, max_ratio: float = 3.0, cache: CompletionCache | str | Path | None = None,
                  api_key_env: str | None = "OPENAI_API_KEY", timeout_s: float = 120.0, max_retries: int = 6,
                  backoff_base_s: float = 1.0, backoff_max_s: float = 60.0, concurrency: int = 5,
-                 client: JsonClient | None = None) -> None:
+                 client: ApiClient | None = None) -> None:
         super().__init__(temperature=temperature, max_tokens=max_tokens, top_p=top_p, max_attempts=max_attempts,
                          labels=labels, min_ratio=min_ratio, max_ratio=max_ratio, cache=cache)
-        self.client = client or JsonClient(HttpSettings(
+        self.client = client or ApiClient(HttpSettings(
             base_url=base_url, api_key_env=api_key_env, timeout_s=timeout_s, max_retries=max_retries,
             backoff_base_s=backoff_base_s, backoff_max_s=backoff_max_s, concurrency=concurrency))
         self.model_name = model
@@ -297,7 +298,7 @@ class ApiOptimizer(_Paraphraser):
     def complete(self, messages: list[dict[str, str]], seeds: list[int]) -> list[str]:
         bodies = [{"model": self.model_name, "messages": messages, "temperature": self.temperature,
                    "top_p": self.top_p, "max_tokens": self.max_tokens, "seed": s, "n": 1} for s in seeds]
-        return [_message_text(r) for r in self.client.post_many("/chat/completions", bodies, check=_message_text)]
+        return [_message_text(r) for r in self.client.post_many("chat", bodies, check=_message_text)]
 
 
 def _message_text(resp: dict) -> str:
@@ -406,6 +407,30 @@ def _draw(logits, temperature: float, top_p: float, gen) -> int:
     return int(torch.multinomial(probs, 1, generator=gen))
 
 
+class VLLMOptimizer(_Paraphraser):
+    """Paraphrases sampled by the judge's own vLLM engine (backend=vllm), so the optimizer holds no
+    second copy of the model; each sample has its own seed, as in LocalOptimizer (the numbers
+    differ: another sampler), hence its own cache location."""
+
+    def __init__(self, judge: Any, *, name: str | None = None, temperature: float = 0.9, top_p: float = 1.0,
+                 max_new_tokens: int = 256, max_attempts: int = 5, labels: Sequence[str] = ("A", "B"),
+                 min_ratio: float = 0.3, max_ratio: float = 3.0,
+                 cache: CompletionCache | str | Path | None = None) -> None:
+        super().__init__(temperature=temperature, max_tokens=max_new_tokens, top_p=top_p, max_attempts=max_attempts,
+                         labels=labels, min_ratio=min_ratio, max_ratio=max_ratio, cache=cache)
+        self.judge = judge
+        self.model_name = name or judge.identity.split("|")[1]
+        self.location = f"vllm:{self.model_name}"
+        self.identity = f"vllm|{self.model_name}|t={self.temperature}"
+
+    def __repr__(self) -> str:
+        return f"VLLMOptimizer(identity={self.identity!r})"
+
+    def complete(self, messages: list[dict[str, str]], seeds: list[int]) -> list[str]:
+        return self.judge.sample(messages, seeds, temperature=self.temperature, top_p=self.top_p,
+                                 max_tokens=self.max_tokens)
+
+
 # -- builders (the `_target_` of conf/optimizer/*.yaml) ----------------------------------------
 def loaded_judge(judge: Any) -> Any:
     """The judge holding loaded transformers weights under any wrappers, or None (an API judge's
@@ -423,9 +448,15 @@ def _common(judge_model: Mapping[str, Any], options: dict[str, Any]) -> dict[str
 def build_local(*, judge_model: Mapping[str, Any], judge: Any = None, cache: str | Path | None = None,
                 name: str = "local", **options: Any) -> LocalOptimizer:
     """conf/optimizer/local.yaml: a local model; with the judge's own weights (optimizer.path ==
-    model.path) the judge's loaded model is reused instead of loading a second copy."""
+    model.path) the judge's loaded model is reused instead of loading a second copy: its
+    transformers model, or its vLLM engine (backend=vllm: a VLLMOptimizer samples through it)."""
     del name
     options = _common(judge_model, options)
+    engine = innermost(judge) if judge is not None else None
+    if callable(getattr(engine, "sample", None)) and str(options.get("path")) == str(judge_model.get("path")):
+        keep = ("temperature", "top_p", "max_new_tokens", "max_attempts", "labels", "min_ratio", "max_ratio")
+        return VLLMOptimizer(engine, name=judge_model.get("name"), cache=cache,  # type: ignore[return-value]
+                             **{k: v for k, v in options.items() if k in keep})
     inner = loaded_judge(judge)
     if inner is not None and str(options.get("path")) == str(judge_model.get("path")):
         options.update(model=inner.model, tokenizer=inner.tokenizer)

