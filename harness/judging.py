@@ -160,7 +160,10 @@ def judge_documents(judge: Judge, docs: Sequence[Document], *, aspect: str | Non
 
 
 def _mass_flags(s: PairScore) -> tuple[str, ...]:
-    return (LOW_MASS,) if answer_mass(s.token_logprobs) < MIN_ANSWER_MASS and LOW_MASS not in s.flags else ()
+    """LOW_MASS for a read pair with little answer mass; an unreadable pair has no reading to weigh."""
+    if "unreadable" in s.flags or LOW_MASS in s.flags:
+        return ()
+    return (LOW_MASS,) if answer_mass(s.token_logprobs) < MIN_ANSWER_MASS else ()
 
 
 # -- judgments.jsonl --------------------------------------------------------------------------

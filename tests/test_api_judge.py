@@ -343,9 +343,9 @@ def test_a_persistent_content_fault_is_flagged_counted_in_results_and_never_cach
         n_pairs = results["n_judgments"]
         assert results["n_unreadable"] == 1 and judge.judge.stats["unreadable"] == 1
         judgments, _ = load_judgments(tmp_path / "run1" / "judgments.jsonl")
-        flagged = [j for j in judgments if j.flags]
+        flagged = [j for j in judgments if "unreadable" in j.flags]  # other flags (low_answer_mass) may apply
         assert len(flagged) == 1 and flagged[0].flags == ("unreadable",) and math.isnan(flagged[0].p_a)
-        assert all(0 < j.p_a < 1 for j in judgments if not j.flags)
+        assert all(0 < j.p_a < 1 for j in judgments if "unreadable" not in j.flags)
         assert results["metrics"]["none"]["n_calibration"] <= n_pairs
         assert len(cache) == n_pairs  # every pair + the content-free prompt, less the flagged pair
         sent = len(srv.requests)

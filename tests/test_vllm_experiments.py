@@ -58,7 +58,7 @@ def test_zepo_with_vllm_judge_and_vllm_paraphrases(vllm_judge, shared_data, tmp_
 def test_abb_with_vllm_judge(vllm_judge, tmp_path, monkeypatch):
     overrides = ["experiment=abb", "task=arena_bench", "task.offset=69", "task.docs=2", "experiment.models=[claude-2.1]",
                  "experiment.kinds=[formatting,swap]", "experiment.estimate=3", "experiment.verify=3",
-                 "experiment.jitter.repeats=0", "experiment.bootstrap=10"]
+                 "experiment.jitter.samples=0", "experiment.bootstrap=10"]
     _run(overrides, tmp_path, monkeypatch)
     out = tmp_path / "run"
     abb = json.loads((out / "abb.json").read_text())
