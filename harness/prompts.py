@@ -94,14 +94,15 @@ def default_instruction(aspect: str | None, family: str) -> str:
 
 def resolve_instruction(spec: Mapping[str, Any] | str | None, aspect: str | None, family: str,
                         data_dir: Path | None = None) -> str:
-    """`null`/"default" -> this project's default; "zepo" -> ZEPO's init_prompts.json; else the text."""
+    """`null`/"default" -> this project's default; "zepo" -> ZEPO's init_prompts.json (its exact
+    bytes when the spec says `raw: true`, as the official code reads it); else the text."""
     source = spec.get("source", "default") if isinstance(spec, Mapping) else ("default" if spec is None else "text")
     text = spec.get("text") if isinstance(spec, Mapping) else spec
     if source == "default":
         return default_instruction(aspect, family)
     if source == "zepo":
         path = Path(spec.get("path") or (Path(data_dir or ".") / "zepo" / "init_prompts.json"))  # type: ignore[union-attr]
-        table = load_zepo_instructions(path)
+        table = load_zepo_instructions(path, raw=bool(spec.get("raw")))  # type: ignore[union-attr]
         key = aspect or "overall"
         if key not in table:
             raise ConfigError(f"no ZEPO instruction for aspect {key!r} (it has {', '.join(table)}); use "
@@ -133,12 +134,14 @@ def render(doc: Document, a: Candidate, b: Candidate, instruction: str, family: 
 _ZEPO_KEYS = {"engaging": "engagingness", "natural": "naturalness"}
 
 
-def load_zepo_instructions(path: str | Path) -> dict[str, str]:
+def load_zepo_instructions(path: str | Path, raw: bool = False) -> dict[str, str]:
     """ZEPO's official initial instructions ({aspect: instruction}), keyed by our aspect names.
 
-    The file's runs of spaces (from its source indentation) are collapsed so the instruction
-    reads as the paper shows it; pass `raw=True` semantics by reading the JSON yourself if you
-    need the exact bytes.
+    The file's strings hold runs of 25 (summaries) or 21 (dialogue) spaces between sentences,
+    left over from its source indentation. The official code sends them as they are
+    (`zepo.py:46-48`); `raw=True` keeps them, byte for byte. By default the runs are collapsed to
+    one space, so the instruction reads as the paper prints it (and tokenizes to 1-2 fewer
+    tokens per sentence boundary).
     """
     p = Path(path)
     if not p.is_file():
@@ -153,5 +156,11 @@ def load_zepo_instructions(path: str | Path) -> dict[str, str]:
     for key, text in raw.items():
         if not isinstance(text, str) or not text.strip():
             raise DataError("instruction must be a non-empty string", where=located(p, field=key))
-        out[_ZEPO_KEYS.get(key, key)] = " ".join(text.split())
+        out[_ZEPO_KEYS.get(key, key)] = text if raw else " ".join(text.split())
     return out
+
+
+def zepo_key(aspect: str) -> str:
+    """The official ZEPO key of one of our aspect names ('naturalness' -> 'natural'), which the
+    official meta-prompt names as the keyword to keep."""
+    return {ours: theirs for theirs, ours in _ZEPO_KEYS.items()}.get(aspect, aspect)

@@ -219,6 +219,12 @@ def build(judge_model: Mapping[str, Any], name: str = "api", **options: Any) -> 
     model name is backend.model, else the model's name; in exact mode without explicit token ids, the
     served model's tokenizer (model.path) gives the answer ids."""
     del name
+    if (judge_model.get("chat_format") or "default") != "default" or (judge_model.get("readout") or
+                                                                   "next_token") != "next_token" \
+            or judge_model.get("tie_label"):
+        raise ConfigError("model.chat_format=zepo, model.readout=generate and model.tie_label need the model's "
+                          "tokens and logits: use backend=hf or backend=vllm (the server applies its own chat "
+                          "template and returns top log-probs only)")
     served = options.pop("model", None) or judge_model.get("name")
     if options.get("logprob_mode", "auto") != "top" and not options.get("token_ids") and not options.get("tokenizer"):
         options["tokenizer"] = str(judge_model["path"])

@@ -21,6 +21,7 @@ from harness.judges.base import (
     resolve_answer_tokens,
     template_fingerprint,
 )
+from harness.judges.generate import GeneratedAnswer, generate_answer_logprobs
 from harness.judges.packed import PackedLlama, Segment, row_batches, unsupported
 from harness.judges.prefix import PrefixScorer, supports_prefix_reuse
 from harness.models import resolve_model_path
@@ -74,8 +75,27 @@ def load_model_and_tokenizer(path: str | Path, gguf_file: str | None, dtype, dev
     return model, tok
 
 
-def format_chat(tokenizer: Any, prompt: str, system_prompt: str | None = None) -> str:
-    """The exact text a judge model reads: its chat template with the generation prompt.
+CHAT_FORMATS = ("default", "zepo")
+"""default: the chat template WITH its generation prompt, tokenized without special tokens (one
+BOS; the answer is read where the assistant's first token goes). zepo: as the official ZEPO code
+(`models/llama3.py:160-169`): the template WITHOUT the generation prompt, then the tokenizer adds
+its own BOS on top of the template's (two BOS; Llama-3 gets no assistant header)."""
+
+READOUTS = ("next_token", "generate")
+"""next_token: one forward pass, the answer read at the next position. generate: the official
+ZEPO read-out (harness.judges.generate): greedy generation, the answer read at the first
+generated A/B token."""
+
+
+def check_chat_format(chat_format: str) -> str:
+    if chat_format not in CHAT_FORMATS:
+        raise ConfigError(f"unknown chat_format {chat_format!r}; use {', '.join(CHAT_FORMATS)}")
+    return chat_format
+
+
+def format_chat(tokenizer: Any, prompt: str, system_prompt: str | None = None, chat_format: str = "default") -> str:
+    """The exact text a judge model reads: its chat template, with the generation prompt unless
+    `chat_format="zepo"`.
 
     Shared by every local backend (transformers, vLLM) so they score identical token ids.
     """
@@ -84,14 +104,18 @@ def format_chat(tokenizer: Any, prompt: str, system_prompt: str | None = None) -
     messages = [{"role": "user", "content": prompt}]
     if system_prompt:
         messages.insert(0, {"role": "system", "content": system_prompt})
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tokenizer.apply_chat_template(messages, tokenize=False,
+                                         add_generation_prompt=check_chat_format(chat_format) == "default")
 
 
 def encode_prompts(tokenizer: Any, requests: Sequence[PairRequest], system_prompt: str | None,
-                   max_length: int) -> list[list[int]]:
-    """Chat-formatted token ids per request; refuses empty prompts and prompts over `max_length`."""
-    texts = [format_chat(tokenizer, r.prompt, system_prompt) for r in requests]
-    ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+                   max_length: int, chat_format: str = "default") -> list[list[int]]:
+    """Chat-formatted token ids per request; refuses empty prompts and prompts over `max_length`.
+
+    The default format adds no special tokens (the template holds the BOS); "zepo" lets the
+    tokenizer add its BOS too, as `tokenizer(text)` does in the official code."""
+    texts = [format_chat(tokenizer, r.prompt, system_prompt, chat_format) for r in requests]
+    ids = tokenizer(texts, add_special_tokens=chat_format == "zepo")["input_ids"] if texts else []
     for r, row in zip(requests, ids):
         if len(row) >= max_length:
             raise JudgeInputError(
@@ -103,6 +127,19 @@ def encode_prompts(tokenizer: Any, requests: Sequence[PairRequest], system_promp
     return [list(row) for row in ids]
 
 
+def no_answer(answers: AnswerTokens) -> PairScore:
+    """The official score of a pair whose generation held no A/B token: 0.5 (`llama3.py:148-149`),
+    flagged so judgments.jsonl shows it (and the cache asks again rather than keep it)."""
+    return PairScore(token_logprobs={}, p_a=0.5, flags=("no_answer",))
+
+
+def readout_identity(chat_format: str, readout: str, max_new_tokens: int) -> list[str]:
+    """Identity parts for a non-default format/read-out (none for the defaults, so existing
+    cache keys stay valid)."""
+    parts = [] if chat_format == "default" else [f"chat={chat_format}"]
+    return parts + ([] if readout == "next_token" else [f"readout={readout}{int(max_new_tokens)}"])
+
+
 class HFJudge:
     """A transformers causal LM as a pairwise judge (CPU or CUDA, HF dirs and GGUF files)."""
 
@@ -111,11 +148,16 @@ class HFJudge:
                  batch_size: int = 8, max_length: int | None = None, labels: Sequence[str] = ("A", "B"),
                  system_prompt: str | None = None, trust_remote_code: bool = False,
                  model: Any = None, tokenizer: Any = None, prefix_reuse: bool = False,
-                 engine: str = "auto", max_batch_tokens: int = 4096) -> None:
+                 engine: str = "auto", max_batch_tokens: int = 4096, chat_format: str = "default",
+                 readout: str = "next_token", max_new_tokens: int = 32, tie_label: str | None = None) -> None:
         import torch
 
         if engine not in ENGINES:  # before any weights are loaded
             raise ConfigError(f"unknown engine {engine!r}; use {', '.join(ENGINES)}")
+        self.chat_format = check_chat_format(chat_format)
+        if readout not in READOUTS:
+            raise ConfigError(f"unknown readout {readout!r}; use {', '.join(READOUTS)}")
+        self.readout, self.max_new_tokens = readout, int(max_new_tokens)
         self.device = pick_device(device)
         self.torch_dtype = pick_dtype(dtype, self.device)
         if model is None or tokenizer is None:
@@ -127,7 +169,7 @@ class HFJudge:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         self.system_prompt = system_prompt
         self.max_length = int(max_length or _context_length(model.config))
-        self.answers: AnswerTokens = resolve_answer_tokens(tokenizer, labels)
+        self.answers: AnswerTokens = resolve_answer_tokens(tokenizer, labels, tie_label)
         self._answer_ids = torch.tensor(self.answers.all_ids, device=self.device)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if self.pad_id is None:
@@ -152,20 +194,24 @@ class HFJudge:
             "hf", name, revision or "-", gguf_file or "-", str(self.torch_dtype).removeprefix("torch."),
             f"tmpl={template_fingerprint(getattr(tokenizer, 'chat_template', None))}",
             f"sys={template_fingerprint(system_prompt)}", self.answers.describe(),
+            *readout_identity(self.chat_format, self.readout, self.max_new_tokens),
         ])
 
     # -- prompt -> token ids ------------------------------------------------------------------
     def format_prompt(self, prompt: str) -> str:
-        """The exact text the model reads: chat template with the generation prompt."""
-        return format_chat(self.tokenizer, prompt, self.system_prompt)
+        """The exact text the model reads (chat template; see CHAT_FORMATS)."""
+        return format_chat(self.tokenizer, prompt, self.system_prompt, self.chat_format)
 
     def encode(self, requests: Sequence[PairRequest]) -> list[list[int]]:
-        return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length)
+        return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length, self.chat_format)
 
     # -- scoring --------------------------------------------------------------------------------
     def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
         ids = self.encode(requests)
         self.prompts += len(ids)
+        if self.readout == "generate":
+            return [self.answers.score(g.logprobs) if g.logprobs is not None else no_answer(self.answers)
+                    for g in self.generate(ids)]
         if self.prefix_reuse and ids:
             packed = self._packed_for(ids)
             if packed is not None or supports_prefix_reuse(self.model, ids):
@@ -190,6 +236,14 @@ class HFJudge:
             for i, row in zip(rows, lps):
                 out[i] = self.answers.score(row)
         return out  # type: ignore[return-value]
+
+    def generate(self, rows: Sequence[Sequence[int]]) -> list[GeneratedAnswer]:
+        """The official ZEPO read-out on token ids: greedy generation, the answer at the first
+        generated A/B token (harness.judges.generate)."""
+        self.tokens_processed += sum(len(r) for r in rows)
+        return generate_answer_logprobs(self.model, rows, self.answers.all_ids, self.answers.trigger_ids,
+                                        max_new_tokens=self.max_new_tokens, pad_id=self.pad_id,
+                                        batch_size=self.batch_size)
 
     def answer_logprobs(self, rows: Sequence[Sequence[int]]) -> list[list[float]]:
         """Full-vocabulary log-probs of the answer ids at the next position, one row per prompt."""
@@ -261,4 +315,13 @@ def build(judge_model: Mapping[str, Any], name: str = "hf", **options: Any) -> H
     return HFJudge(path, name=judge_model.get("name"), gguf_file=gguf, revision=judge_model.get("revision"),
                    dtype=dtype or "auto", max_length=judge_model.get("max_length"),
                    labels=tuple(judge_model.get("labels") or ("A", "B")), system_prompt=judge_model.get("system_prompt"),
-                   trust_remote_code=bool(judge_model.get("trust_remote_code", False)), **options)
+                   trust_remote_code=bool(judge_model.get("trust_remote_code", False)),
+                   **readout_options(judge_model), **options)
+
+
+def readout_options(judge_model: Mapping[str, Any]) -> dict[str, Any]:
+    """conf/model's chat format and read-out settings (absent keys: this project's defaults)."""
+    return {"chat_format": judge_model.get("chat_format") or "default",
+            "readout": judge_model.get("readout") or "next_token",
+            "max_new_tokens": int(judge_model.get("max_new_tokens") or 32),
+            "tie_label": judge_model.get("tie_label")}

@@ -60,11 +60,20 @@ class ModelConf:
     system_prompt: Optional[str] = None
     trust_remote_code: bool = False
     dtype: Optional[str] = None
+    chat_format: str = "default"
+    readout: str = "next_token"
+    max_new_tokens: int = 32
+    tie_label: Optional[str] = None
 
     def check(self) -> None:
         if len(self.labels) < 2 or len(set(self.labels)) != len(self.labels) or not all(self.labels):
             raise _bad("model.labels", list(self.labels), "needs at least two distinct non-empty labels")
         at_least("model.max_length", self.max_length, 2, optional=True)
+        one_of("model.chat_format", self.chat_format, ("default", "zepo"))
+        one_of("model.readout", self.readout, ("next_token", "generate"))
+        at_least("model.max_new_tokens", self.max_new_tokens, 1)
+        if self.tie_label is not None and self.tie_label not in self.labels:
+            raise _bad("model.tie_label", self.tie_label, f"must be one of model.labels {list(self.labels)} (or null)")
 
 
 @dataclass
@@ -151,6 +160,7 @@ class TaskConf:
     shard_index: int = 0
     family: Optional[str] = None
     path: Optional[str] = None
+    format: str = "default"
 
     def check(self) -> None:
         if self.name not in TASKS:
@@ -163,6 +173,8 @@ class TaskConf:
             raise _bad("task.shard_index", self.shard_index, f"must lie in [0, task.num_shards={self.num_shards})")
         if self.family is not None:
             one_of("task.family", self.family, FAMILIES)
+        if self.format not in TASKS[self.name].formats:
+            raise _bad("task.format", self.format, f"task {self.name} can be read as {', '.join(TASKS[self.name].formats)}")
 
 
 # -- optimizers ----------------------------------------------------------------------------------
@@ -227,6 +239,7 @@ class InstructionConf:
     source: str = "default"
     text: Optional[str] = None
     path: Optional[str] = None
+    raw: bool = False
 
     def check(self, key: str = "experiment.instruction", sources: tuple[str, ...] = ("default", "zepo", "text")) -> None:
         one_of(f"{key}.source", self.source, sources)
