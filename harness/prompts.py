@@ -147,13 +147,13 @@ def load_zepo_instructions(path: str | Path, raw: bool = False) -> dict[str, str
     if not p.is_file():
         raise DataError("file not found", where=str(p))
     try:
-        raw = json.loads(p.read_text(encoding="utf-8"))
+        table = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise DataError(f"not valid JSON ({e.msg} at line {e.lineno})", where=str(p)) from None
-    if not isinstance(raw, dict):
+    if not isinstance(table, dict):
         raise DataError("expected an object {aspect: instruction}", where=str(p))
     out = {}
-    for key, text in raw.items():
+    for key, text in table.items():
         if not isinstance(text, str) or not text.strip():
             raise DataError("instruction must be a non-empty string", where=located(p, field=key))
         out[_ZEPO_KEYS.get(key, key)] = text if raw else " ".join(text.split())
