@@ -19,6 +19,7 @@ from harness.metrics.debias import (
     contextual_calibrate,
     permutation_debias,
 )
+from harness.metrics.official import bc_prior, prob_gap, upper_a_rate
 from harness.metrics.rates import a_rate, confidence, fairness
 from harness.metrics.summary import metric_set, recompute, summarize, write_run
 from harness.metrics.views import (
@@ -34,4 +35,5 @@ __all__ = [
     "contextual_calibrate", "correlations", "document_views", "fairness", "human_scores", "metric_set",
     "pairs_sort", "permutation_debias", "preference_matrices", "preference_table", "rank_correlations",
     "recompute", "summarize", "win_rates", "write_run",
+    "bc_prior", "prob_gap", "upper_a_rate",
 ]

@@ -183,10 +183,12 @@ class _SamplingConf:
     temperature: float = 0.9
     top_p: float = 1.0
     max_attempts: int = 4
-    min_ratio: float = 0.3
+    min_ratio: float = 0.1
     max_ratio: float = 3.0
+    meta_prompt: str = "default"
 
     def check(self) -> None:
+        one_of("optimizer.meta_prompt", self.meta_prompt, ("default", "zepo"))
         at_least("optimizer.temperature", self.temperature, 0)
         within("optimizer.top_p", self.top_p, 0, 1, open_low=True)
         at_least("optimizer.max_attempts", self.max_attempts, 1)
@@ -276,9 +278,11 @@ class ZepoExp:
     ranking: str = "pairs"
     shuffles: int = 100
     dedup_attempts: int = 3
+    search_debias: str = "none"
 
     def check(self) -> None:
         self.instruction.check()
+        one_of("experiment.search_debias", self.search_debias, ("none", "permutation"))
         for key in ("population", "epochs", "search_docs", "shuffles"):
             at_least(f"experiment.{key}", getattr(self, key), 1)
         at_least("experiment.eval_docs", self.eval_docs, 1, optional=True)
