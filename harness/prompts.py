@@ -164,3 +164,37 @@ def zepo_key(aspect: str) -> str:
     """The official ZEPO key of one of our aspect names ('naturalness' -> 'natural'), which the
     official meta-prompt names as the keyword to keep."""
     return {ours: theirs for theirs, ours in _ZEPO_KEYS.items()}.get(aspect, aspect)
+
+
+# -- pointwise scoring (the ZEPO paper's Table 1 "Scoring" and "G-Eval" rows) -------------------
+# The official code's 1-5 score prompt: pairs/prompts.py:110-123 (prompt_name="score", with_input)
+# after dedent; note the 12 spaces after the source. Its adjectives (adj_lookup, :10-22) and
+# per-aspect instructions (get_aspect_instruction(aspect, "score"), :140-204) for summaries.
+POINTWISE_TEMPLATE = ("{instruction}\n\nSource text: {source}            \n\nSummary: {output}\n\n"
+                      "Please rate on a scale from 1 to 5, where 1 represents very low {adjective}, and 5 indicates "
+                      "excellent {adjective}. You must only return an int score.\nScore: ")
+POINTWISE_ADJECTIVES = {"coherence": "coherent", "fluency": "fluent", "relevance": "relevant",
+                        "informativeness": "informative", "consistency": "consistent"}
+POINTWISE_INSTRUCTIONS = {
+    "coherence": "Please evaluate the coherence of the following summary. ",
+    "fluency": "Please evaluate the fluency of the following summary. ",
+    "relevance": ("Please evaluate the relevance of the following summary. A summary is relevant if it captures the "
+                  "main points from the article, without leaving out any crucial details or adding any unnecessary "
+                  "or inaccurate ones. A summary is more relevant if it uses the same or similar terms and expressions "
+                  "as the article. A summary is less relevant if it omits some of the key facts from the article, or "
+                  "if it introduces irrelevant information that is not supported by the article."),
+    "informativeness": "Please evaluate the informativeness of the following summary. ",
+    "consistency": ("Please evaluate the consistency of the following summary. A summary is consistent with the article "
+                    "if it faithfully reflects the main points, facts, and tone of the article. A summary is "
+                    "inconsistent if it introduces any errors, contradictions, or distortions of the original article."),
+}
+
+
+def render_pointwise(doc: Document, candidate: Candidate, aspect: str, instruction: str | None = None) -> str:
+    """The official 1-5 score prompt for one summary (instruction: the official one when None)."""
+    if aspect not in POINTWISE_ADJECTIVES:
+        raise ConfigError(f"the official pointwise prompt covers summaries only, aspects "
+                          f"{', '.join(POINTWISE_ADJECTIVES)}; got {aspect!r}")
+    text = POINTWISE_INSTRUCTIONS[aspect] if instruction is None else instruction
+    return POINTWISE_TEMPLATE.format(instruction=text, source=doc.source, output=candidate.text,
+                                     adjective=POINTWISE_ADJECTIVES[aspect])

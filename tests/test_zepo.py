@@ -45,7 +45,7 @@ def scripted_completion(body: dict) -> str:
     reproducible whatever the fault order), garbage for half the seeds."""
     seed = int(body.get("seed", 0))
     content = body["messages"][-1]["content"]
-    word = re.search(r'keep the word "([^"]+)"', content).group(1)
+    word = re.search(r'(?:keep the word|change the keyword) "([^"]+)"', content).group(1)  # ours | official
     noun = "summary" if "summary" in content.lower() else "response"
     if seed % 4 < 2:
         return GARBAGE[seed % 4]

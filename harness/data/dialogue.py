@@ -49,8 +49,11 @@ def turns(text: str) -> str:
     return "\n".join(line.strip() for line in text.split("\n") if line.strip())
 
 
-def load_topicalchat(root: Path) -> list[Document]:
+def load_topicalchat(root: Path, fmt: str = "default") -> list[Document]:
     """60 contexts x 6 responses; consecutive records sharing (source, context) form a Document.
+
+    fmt="zepo": the layout the official ZEPO loader gives its own dialogue file (speaker labels, the
+    knowledge fact not shown, integer-rounded scores); the official code never read this set.
 
     Document.id is the context's index ("0".."59"): the file has no id of its own.
     Candidate.id is the system_id (e.g. 'Original Ground Truth', 'Argmax Decoding').
@@ -72,8 +75,18 @@ def load_topicalchat(root: Path) -> list[Document]:
         text = as_text(get(rec, "system_output", path, i), path, i, "system_output")
         scores = as_scores(get(rec, "scores", path, i), path, i, required=ASPECTS)
         groups[-1][2].append(Candidate(id=cid, text=text, scores={a: scores[a] for a in ASPECTS}))
+    if fmt == "zepo":
+        return [_zepo_layout(make_document(str(n), source, cands, path, first)) for n, ((source, _), first, cands)
+                in enumerate(groups)]
     return [make_document(str(n), source, cands, path, first, context=context)
             for n, ((source, context), first, cands) in enumerate(groups)]
+
+
+def _zepo_layout(doc: Document) -> Document:
+    source, speaker = zepo_dialogue(doc.source)
+    cands = tuple(Candidate(c.id, speaker + c.text, {a: float(round(v, 0)) for a, v in c.scores.items()})
+                  for c in doc.candidates)
+    return Document(doc.id, source, cands)
 
 
 def zepo_dialogue(context: str) -> tuple[str, str]:

@@ -7,7 +7,7 @@ before anything is loaded or judged: each schema's `check()` raises a one-line C
 the key and what to set.
 
 Groups: model (ModelConf), backend (HF/VLLM/Api), task (TaskConf), optimizer (Local/Api),
-experiment (Judge/Zepo/Sensitivity/Abb); the root (Config) holds seed, data, cache, wandb.
+experiment (Judge/Zepo/Sensitivity/Abb/Pointwise); the root (Config) holds seed, data, cache, wandb.
 """
 
 from __future__ import annotations
@@ -310,6 +310,23 @@ class SensitivityExp:
 
 
 @dataclass
+class PointwiseExp:
+    """The ZEPO paper's pointwise baselines (Table 1 Scoring, G-Eval): harness/zepo/pointwise.py."""
+
+    name: str = "pointwise"
+    entry: str = "harness.experiments.pointwise:main"
+    paper_table: Optional[int] = None
+    instruction: Optional[str] = None
+    labels: list[str] = field(default_factory=lambda: ["1", "2", "3", "4", "5"])
+
+    def check(self) -> None:
+        if list(self.labels) != ["1", "2", "3", "4", "5"]:
+            raise _bad("experiment.labels", list(self.labels), "the 1-5 scale reads the digits 1..5")
+        if self.instruction is not None and not self.instruction.strip():
+            raise _bad("experiment.instruction", self.instruction, "must be null (the official one) or a text")
+
+
+@dataclass
 class DeltaSplitConf:
     noise: Any = "auto"
     est: float = 0.1
@@ -428,7 +445,8 @@ class Config:
 SCHEMAS: dict[str, dict[str, type]] = {
     "backend": {"hf": HFBackendConf, "vllm": VLLMBackendConf, "api": ApiBackendConf},
     "optimizer": {"local": LocalOptimizerConf, "api": ApiOptimizerConf},
-    "experiment": {"judge": JudgeExp, "zepo": ZepoExp, "sensitivity": SensitivityExp, "abb": AbbExp},
+    "experiment": {"judge": JudgeExp, "zepo": ZepoExp, "sensitivity": SensitivityExp, "abb": AbbExp,
+                   "pointwise": PointwiseExp},
     "model": {"model": ModelConf},
     "task": {"task": TaskConf},
 }
