@@ -31,4 +31,5 @@ def main(cfg: Any, out_dir: Path) -> dict[str, Any]:
         return run_sensitivity(ctx.judge, ctx.docs, instructions, task=cfg.task.name, aspect=ctx.aspect,
                                family=ctx.family, out_dir=out_dir, tracker=ctx.tracker,
                                max_candidates=cfg.task.get("max_candidates"), shuffles=int(exp.shuffles),
-                               seed=int(cfg.seed), ranking=str(exp.ranking), progress=bool(cfg.progress))
+                               seed=int(cfg.seed), ranking=str(exp.ranking), progress=bool(cfg.progress),
+                               extra={"model": cfg.model.get("name")})
