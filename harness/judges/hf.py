@@ -6,6 +6,11 @@ batch concatenated, no padding); other models run through HF's forward on length
 left-padded batches with explicit position ids (so a padded row computes exactly what it would
 alone). Either way the answer-token log-probabilities are read from the log-softmax over the
 full vocabulary at the position where the assistant's first token would go.
+
+Two settings reproduce the official ZEPO code instead (conf/model: `chat_format`, `readout`):
+`chat_format="zepo"` wraps the prompt as it does (no generation prompt, the tokenizer's BOS on top
+of the template's) and `readout="generate"` generates greedily and reads the answer at the first
+generated A/B token (harness.judges.generate).
 """
 
 from __future__ import annotations
