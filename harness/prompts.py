@@ -95,14 +95,15 @@ def default_instruction(aspect: str | None, family: str) -> str:
 
 def resolve_instruction(spec: Mapping[str, Any] | str | None, aspect: str | None, family: str,
                         data_dir: Path | None = None) -> str:
-    """`null`/"default" -> this project's default; "zepo" -> ZEPO's init_prompts.json; else the text."""
+    """`null`/"default" -> this project's default; "zepo" -> ZEPO's init_prompts.json (its exact
+    bytes when the spec says `raw: true`, as the official code reads it); else the text."""
     source = spec.get("source", "default") if isinstance(spec, Mapping) else ("default" if spec is None else "text")
     text = spec.get("text") if isinstance(spec, Mapping) else spec
     if source == "default":
         return default_instruction(aspect, family)
     if source == "zepo":
         path = Path(spec.get("path") or (Path(data_dir or ".") / "zepo" / "init_prompts.json"))  # type: ignore[union-attr]
-        table = load_zepo_instructions(path)
+        table = load_zepo_instructions(path, raw=bool(spec.get("raw")))  # type: ignore[union-attr]
         key = aspect or "overall"
         if key not in table:
             raise ConfigError(f"no ZEPO instruction for aspect {key!r} (it has {', '.join(table)}); use "
@@ -134,23 +135,65 @@ def render(doc: Document, a: Candidate, b: Candidate, instruction: str, family: 
 _ZEPO_KEYS = {"engaging": "engagingness", "natural": "naturalness"}
 
 
-def load_zepo_instructions(path: str | Path) -> dict[str, str]:
+def load_zepo_instructions(path: str | Path, raw: bool = False) -> dict[str, str]:
     """ZEPO's official initial instructions ({aspect: instruction}), keyed by our aspect names.
 
-    The file's runs of spaces (from its source indentation) are collapsed so the instruction
-    reads as the paper shows it; pass `raw=True` semantics by reading the JSON yourself if you
-    need the exact bytes.
+    The file's strings hold runs of 25 (summaries) or 21 (dialogue) spaces between sentences,
+    left over from its source indentation. The official code sends them as they are
+    (`zepo.py:46-48`); `raw=True` keeps them, byte for byte. By default the runs are collapsed to
+    one space, so the instruction reads as the paper prints it (and tokenizes to 1-2 fewer
+    tokens per sentence boundary).
     """
     p = Path(path)
     try:
-        raw = json.loads(read_text(p))
+        table = json.loads(read_text(p))
     except json.JSONDecodeError as e:
         raise DataError(f"not valid JSON ({e.msg} at line {e.lineno})", where=str(p)) from None
-    if not isinstance(raw, dict):
+    if not isinstance(table, dict):
         raise DataError("expected an object {aspect: instruction}", where=str(p))
     out = {}
-    for key, text in raw.items():
+    for key, text in table.items():
         if not isinstance(text, str) or not text.strip():
             raise DataError("instruction must be a non-empty string", where=located(p, field=key))
-        out[_ZEPO_KEYS.get(key, key)] = " ".join(text.split())
+        out[_ZEPO_KEYS.get(key, key)] = text if raw else " ".join(text.split())
     return out
+
+
+def zepo_key(aspect: str) -> str:
+    """The official ZEPO key of one of our aspect names ('naturalness' -> 'natural'), which the
+    official meta-prompt names as the keyword to keep."""
+    return {ours: theirs for theirs, ours in _ZEPO_KEYS.items()}.get(aspect, aspect)
+
+
+# -- pointwise scoring (the ZEPO paper's Table 1 "Scoring" and "G-Eval" rows) -------------------
+# The official code's 1-5 score prompt: pairs/prompts.py:110-123 (prompt_name="score", with_input)
+# after dedent; note the 12 spaces after the source. Its adjectives (adj_lookup, :10-22) and
+# per-aspect instructions (get_aspect_instruction(aspect, "score"), :140-204) for summaries.
+POINTWISE_TEMPLATE = ("{instruction}\n\nSource text: {source}            \n\nSummary: {output}\n\n"
+                      "Please rate on a scale from 1 to 5, where 1 represents very low {adjective}, and 5 indicates "
+                      "excellent {adjective}. You must only return an int score.\nScore: ")
+POINTWISE_ADJECTIVES = {"coherence": "coherent", "fluency": "fluent", "relevance": "relevant",
+                        "informativeness": "informative", "consistency": "consistent"}
+POINTWISE_INSTRUCTIONS = {
+    "coherence": "Please evaluate the coherence of the following summary. ",
+    "fluency": "Please evaluate the fluency of the following summary. ",
+    "relevance": ("Please evaluate the relevance of the following summary. A summary is relevant if it captures the "
+                  "main points from the article, without leaving out any crucial details or adding any unnecessary "
+                  "or inaccurate ones. A summary is more relevant if it uses the same or similar terms and expressions "
+                  "as the article. A summary is less relevant if it omits some of the key facts from the article, or "
+                  "if it introduces irrelevant information that is not supported by the article."),
+    "informativeness": "Please evaluate the informativeness of the following summary. ",
+    "consistency": ("Please evaluate the consistency of the following summary. A summary is consistent with the article "
+                    "if it faithfully reflects the main points, facts, and tone of the article. A summary is "
+                    "inconsistent if it introduces any errors, contradictions, or distortions of the original article."),
+}
+
+
+def render_pointwise(doc: Document, candidate: Candidate, aspect: str, instruction: str | None = None) -> str:
+    """The official 1-5 score prompt for one summary (instruction: the official one when None)."""
+    if aspect not in POINTWISE_ADJECTIVES:
+        raise ConfigError(f"the official pointwise prompt covers summaries only, aspects "
+                          f"{', '.join(POINTWISE_ADJECTIVES)}; got {aspect!r}")
+    text = POINTWISE_INSTRUCTIONS[aspect] if instruction is None else instruction
+    return POINTWISE_TEMPLATE.format(instruction=text, source=doc.source, output=candidate.text,
+                                     adjective=POINTWISE_ADJECTIVES[aspect])

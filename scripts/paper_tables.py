@@ -1,15 +1,20 @@
 """python scripts/paper_tables.py --table 1 multirun/paper_table1/<time> [more dirs] [--out tables/table1]
 
-Gather ZEPO run directories (every results.json with "experiment": "zepo" found under the given
-directories) into the ZEPO paper's table layouts, our numbers beside the paper's:
-  Table 1: Spearman, Pairwise (initial instruction) and ZEPO (best), NewsRoom COH REL INF FLU,
-           SummEval COH FLU CON REL, per judge model, with the average;
-  Table 2: NewsRoom, Pairwise/ZEPO, raw and after permutation debiasing;
+Gather ZEPO run directories (every results.json with "experiment": "zepo", and for Table 1's Scoring
+and G-Eval rows "experiment": "pointwise", found under the given directories) into the ZEPO paper's
+table layouts, our numbers beside the paper's:
+  Table 1: Spearman, Pairwise (initial instruction), ZEPO (best), Scoring and G-Eval (pointwise runs),
+           NewsRoom COH REL INF FLU, SummEval COH FLU CON REL, per judge model, with the average;
+  Table 2: NewsRoom, Pairwise/ZEPO, raw and after permutation debiasing; ZEPO+Debias is read from
+           runs whose search scored debiased judgments (experiment.search_debias=permutation);
   Table 3: dialogue NAT ENG OVE (the dialogue file used is named in the caption);
-  Table 5: fairness of the initial vs the ZEPO instruction (search set and evaluation set).
-Writes <out>.md and <out>.csv (long format) and prints the markdown. Cells read "ours (paper)".
-Spearman is the per-document PairS merge-sort ranking averaged over shuffles (the paper's) unless
---ranking winrate. When several runs cover one cell, the newest results.json wins (a warning says so).
+  Table 5: fairness of the initial vs the ZEPO instruction (search set; evaluation leaky and held out).
+Every ZEPO cell reads "leaky / held-out (paper)": leaky = evaluated on all documents, the search
+documents included, as the paper (and the official code) did; held-out = the search documents left
+out. A pointwise run searches nothing, so its cells hold one value. Writes <out>.md and <out>.csv
+(long format) and prints the markdown. Spearman is the per-document PairS merge-sort ranking averaged
+over shuffles (the paper's) unless --ranking winrate. When several runs cover one cell, the newest
+results.json wins (a warning says so).
 """
 
 from __future__ import annotations
@@ -50,21 +55,28 @@ PAPER: dict[tuple[int, str, str], list[float | None]] = {
     (3, MISTRAL, "ZEPO"): [.14, .25, .28],
     (3, LLAMA, "Pairwise"): [None, None, .14],
     (3, LLAMA, "ZEPO"): [.16, .26, .46],
+    (1, LLAMA, "Scoring"): [.42, .41, .30, .29, .35, .23, .32, .46],
+    (1, LLAMA, "G-Eval"): [None] * 8,  # the paper gives only the average
 }
 PAPER_AVG = {(1, MISTRAL, "Pairwise"): .18, (1, MISTRAL, "ZEPO"): .35, (1, LLAMA, "Pairwise"): .35,
              (1, LLAMA, "ZEPO"): .45, (2, LLAMA, "Pairwise"): .48, (2, LLAMA, "ZEPO"): .56,
-             (2, LLAMA, "Pairwise+Debias"): .61, (2, LLAMA, "ZEPO+Debias"): .64}
+             (2, LLAMA, "Pairwise+Debias"): .61, (2, LLAMA, "ZEPO+Debias"): .64,
+             (1, LLAMA, "Scoring"): .35, (1, LLAMA, "G-Eval"): .33}
 PAPER_T5 = {"coherence": (-0.288, -0.007), "fluency": (-0.417, -0.018), "consistency": (-0.295, -0.012),
             "relevance": (-0.3625, -0.0003), "informativeness": (-0.217, -0.001)}
 
-# method -> (which instruction, which debiasing variant of metrics.summarize)
-METHODS = {"Pairwise": ("initial", "none"), "ZEPO": ("best", "none"),
-           "Pairwise+Debias": ("initial", "permutation"), "ZEPO+Debias": ("best", "permutation")}
+# method -> (which instruction, which debiasing variant of metrics.summarize, which search)
+METHODS = {"Pairwise": ("initial", "none", "none"), "ZEPO": ("best", "none", "none"),
+           "Pairwise+Debias": ("initial", "permutation", "none"),
+           "ZEPO+Debias": ("best", "permutation", "permutation")}
+POINTWISE = {"Scoring": "scoring", "G-Eval": "geval"}
+"""Table 1's pointwise rows -> the pointwise experiment's metric group."""
 DIALOGUE = ("usr_zepo", "topicalchat")
+SPLITS = ("leaky", "heldout")
 
 
 def find_results(dirs: Iterable[str | Path]) -> list[tuple[Path, dict[str, Any]]]:
-    """Every ZEPO results.json under the given directories (or the files themselves)."""
+    """Every ZEPO and pointwise results.json under the given directories (or the files themselves)."""
     found = []
     for d in dirs:
         d = Path(d)
@@ -75,30 +87,55 @@ def find_results(dirs: Iterable[str | Path]) -> list[tuple[Path, dict[str, Any]]
             except (OSError, json.JSONDecodeError) as e:
                 print(f"warning: {f}: skipped ({e})", file=sys.stderr)
                 continue
-            if isinstance(res, dict) and res.get("experiment") == "zepo":
+            if isinstance(res, dict) and res.get("experiment") in ("zepo", "pointwise"):
                 found.append((f, res))
     return found
 
 
-def index_runs(found: Sequence[tuple[Path, dict[str, Any]]]) -> dict[tuple[str, str, str], tuple[Path, dict]]:
-    """(model, task, aspect) -> the newest run; dialogue tasks also answer to task 'dialogue'."""
-    out: dict[tuple[str, str, str], tuple[Path, dict]] = {}
+def run_kind(res: Mapping[str, Any]) -> str:
+    """"pointwise", or the search a ZEPO run used: "none" (raw) | "permutation" (debiased)."""
+    if res.get("experiment") == "pointwise":
+        return "pointwise"
+    return str((res.get("settings") or {}).get("debias") or "none")
+
+
+def index_runs(found: Sequence[tuple[Path, dict[str, Any]]]) -> dict[tuple[str, str, str, str], tuple[Path, dict]]:
+    """(model, task, aspect, kind) -> the newest run; dialogue tasks also answer to task 'dialogue'."""
+    out: dict[tuple[str, str, str, str], tuple[Path, dict]] = {}
     for f, res in sorted(found, key=lambda x: x[0].stat().st_mtime):
         model = res.get("model") or str(res.get("judge", "?")).split("|")[1]
-        keys = [(model, res["task"], res["aspect"])]
-        if res["task"] in DIALOGUE:
-            keys.append((model, "dialogue", res["aspect"]))
-        for k in keys:
+        tasks = [res["task"]] + (["dialogue"] if res["task"] in DIALOGUE else [])
+        for task in tasks:
+            k = (model, task, res["aspect"], run_kind(res))
             if k in out:
                 print(f"warning: {k} has several runs; using the newest {f.parent}", file=sys.stderr)
             out[k] = (f, res)
     return out
 
 
-def spearman(res: Mapping[str, Any], method: str, key: str) -> float:
-    which, variant = METHODS[method]
-    v = res[which]["metrics"][variant].get(key)
+def split_metrics(entry: Mapping[str, Any], split: str) -> Mapping[str, Any] | None:
+    """An instruction's metrics on the leaky or the held-out evaluation set (older results.json
+    without both: `metrics` is the leaky set when the run leaked, the held-out set otherwise)."""
+    key = f"metrics_{split}"
+    if key in entry:
+        return entry[key]
+    return entry["metrics"] if (split == "leaky") == bool(entry.get("_leak")) else None
+
+
+def spearman(res: Mapping[str, Any], method: str, key: str, split: str) -> float:
+    if method in POINTWISE:
+        v = res["metrics"][POINTWISE[method]].get("spearman" if key == "spearman_pairs" else "spearman_whole")
+        return math.nan if v is None else float(v)
+    which, variant, _ = METHODS[method]
+    entry = dict(res[which], _leak=res.get("leak_search_docs"))
+    m = split_metrics(entry, split)
+    v = None if m is None else m[variant].get(key)
     return math.nan if v is None else float(v)
+
+
+def cell(runs: Mapping, model: str, task: str, aspect: str, method: str) -> tuple[Path, dict] | None:
+    kind = "pointwise" if method in POINTWISE else METHODS[method][2]
+    return runs.get((model, task, aspect, kind))
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:
@@ -108,10 +145,15 @@ def _fmt(x: float | None, digits: int = 2) -> str:
     return s.replace("0.", ".", 1) if abs(x) < 1 and digits == 2 else s
 
 
+def _avg(xs: Sequence[float]) -> tuple[float, str]:
+    got = [x for x in xs if not math.isnan(x)]
+    return (sum(got) / len(got) if got else math.nan), ("*" if got and len(got) < len(xs) else "")
+
+
 def spearman_table(table: int, runs: Mapping, cols: Sequence[tuple[str, str]], methods: Sequence[str],
                    key: str) -> tuple[list[str], list[dict[str, Any]]]:
-    """Markdown lines and long-format rows for a Spearman table (1, 2 or 3)."""
-    models = sorted({m for (m, t, a) in runs if (t, a) in cols} | {m for (t_, m, _) in PAPER if t_ == table},
+    """Markdown lines and long-format rows for a Spearman table (1, 2 or 3): "leaky / held-out (paper)"."""
+    models = sorted({k[0] for k in runs if (k[1], k[2]) in cols} | {m for (t_, m, _) in PAPER if t_ == table},
                     key=lambda m: (m not in SHORT, m))
     header = "| model | method | " + " | ".join(f"{t[:4].title() if t != 'dialogue' else ''} {ABBR[a]}".strip()
                                                for t, a in cols) + (" | Avg |" if table != 3 else " |")
@@ -120,62 +162,76 @@ def spearman_table(table: int, runs: Mapping, cols: Sequence[tuple[str, str]], m
     for model in models:
         for method in methods:
             paper = PAPER.get((table, model, method), [None] * len(cols))
-            ours = []
+            ours: dict[str, list[float]] = {s: [] for s in SPLITS}
             for (task, aspect), p in zip(cols, paper):
-                hit = runs.get((model, task, aspect))
-                v = spearman(hit[1], method, key) if hit else math.nan
-                ours.append(v)
+                hit = cell(runs, model, task, aspect, method)
+                vals = {s: spearman(hit[1], method, key, s) if hit else math.nan for s in SPLITS}
+                for s in SPLITS:
+                    ours[s].append(vals[s])
                 rows.append({"table": table, "model": model, "method": method, "task": task, "aspect": aspect,
-                             "ours": v, "paper": p, "run": str(hit[0].parent) if hit else ""})
-            if all(math.isnan(v) for v in ours) and (table, model, method) not in PAPER:
+                             "ours_leaky": vals["leaky"], "ours_heldout": vals["heldout"], "paper": p,
+                             "run": str(hit[0].parent) if hit else ""})
+            if all(math.isnan(v) for v in ours["leaky"]) and (table, model, method) not in PAPER:
                 continue
-            cells = [f"{_fmt(o)} ({_fmt(p)})" for o, p in zip(ours, paper)]
+            cells = [_pair(lk, ho, method) + f" ({_fmt(p)})" for lk, ho, p in zip(ours["leaky"], ours["heldout"], paper)]
             if table != 3:
-                got = [o for o in ours if not math.isnan(o)]
-                avg = sum(got) / len(got) if got else math.nan
-                mark = "*" if got and len(got) < len(ours) else ""
-                cells.append(f"{_fmt(avg)}{mark} ({_fmt(PAPER_AVG.get((table, model, method)))})")
+                (lk, mark_l), (ho, mark_h) = _avg(ours["leaky"]), _avg(ours["heldout"])
+                cells.append(_pair(lk, ho, method, mark_l, mark_h) + f" ({_fmt(PAPER_AVG.get((table, model, method)))})")
             lines.append(f"| {SHORT.get(model, model)} | {method} | " + " | ".join(cells) + " |")
     return lines, rows
 
 
+def _pair(leaky: float, heldout: float, method: str, mark_l: str = "", mark_h: str = "") -> str:
+    if method in POINTWISE:  # no search: nothing to hold out
+        return f"{_fmt(leaky)}{mark_l}"
+    return f"{_fmt(leaky)}{mark_l} / {_fmt(heldout)}{mark_h}"
+
+
 def fairness_table(runs: Mapping) -> tuple[list[str], list[dict[str, Any]]]:
-    lines = ["| model | aspect | task | initial (search) | ZEPO (search) | initial (eval) | ZEPO (eval) "
-             "| paper initial | paper ZEPO |", "|" + "---|" * 9]
+    lines = ["| model | aspect | task | initial (search) | ZEPO (search) | initial (eval leaky / held-out) "
+             "| ZEPO (eval leaky / held-out) | paper initial | paper ZEPO |", "|" + "---|" * 9]
     rows = []
-    models = sorted({m for (m, t, a) in runs if (t, a) in T5_CELLS}, key=lambda m: (m not in SHORT, m))
+    models = sorted({k[0] for k in runs if (k[1], k[2]) in T5_CELLS and k[3] == "none"},
+                    key=lambda m: (m not in SHORT, m))
     for model in models or ["(no runs)"]:
         for task, aspect in T5_CELLS:
-            hit = runs.get((model, task, aspect))
+            hit = runs.get((model, task, aspect, "none"))
             res = hit[1] if hit else None
-            vals = [math.nan] * 4
+            vals = {k: math.nan for k in ("initial_search", "best_search", "initial_leaky", "best_leaky",
+                                          "initial_heldout", "best_heldout")}
             if res:
-                vals = [res[w]["search"]["objectives"]["fairness"] for w in ("initial", "best")]
-                vals += [res[w]["metrics"]["none"]["fairness"] for w in ("initial", "best")]
-                vals = [math.nan if v is None else float(v) for v in vals]
+                for w in ("initial", "best"):
+                    vals[f"{w}_search"] = _num(res[w]["search"]["objectives"]["fairness"])
+                    for split in SPLITS:
+                        m = split_metrics(dict(res[w], _leak=res.get("leak_search_docs")), split)
+                        vals[f"{w}_{split}"] = _num(m["none"]["fairness"]) if m else math.nan
             p0, p1 = PAPER_T5[aspect]
-            lines.append(f"| {SHORT.get(model, model)} | {ABBR[aspect]} | {task} | "
-                         + " | ".join(_fmt(v, 3) for v in vals) + f" | {p0} | {p1} |")
-            rows.append({"table": 5, "model": model, "task": task, "aspect": aspect,
-                         "initial_search": vals[0], "best_search": vals[1], "initial_eval": vals[2],
-                         "best_eval": vals[3], "paper_initial": p0, "paper_best": p1,
-                         "run": str(hit[0].parent) if hit else ""})
+            ev = [f"{_fmt(vals[f'{w}_leaky'], 3)} / {_fmt(vals[f'{w}_heldout'], 3)}" for w in ("initial", "best")]
+            lines.append(f"| {SHORT.get(model, model)} | {ABBR[aspect]} | {task} | {_fmt(vals['initial_search'], 3)} "
+                         f"| {_fmt(vals['best_search'], 3)} | {ev[0]} | {ev[1]} | {p0} | {p1} |")
+            rows.append({"table": 5, "model": model, "task": task, "aspect": aspect, **vals,
+                         "paper_initial": p0, "paper_best": p1, "run": str(hit[0].parent) if hit else ""})
     return lines, rows
+
+
+def _num(v: Any) -> float:
+    return math.nan if v is None else float(v)
 
 
 def build(table: int, found: Sequence[tuple[Path, dict[str, Any]]], ranking: str = "pairs") -> tuple[str, list[dict]]:
     key = "spearman_pairs" if ranking == "pairs" else "spearman"
     runs = index_runs(found)
+    split = "cells: leaky / held-out (paper)"
     if table == 1:
-        lines, rows = spearman_table(1, runs, T1_COLS, ["Pairwise", "ZEPO"], key)
-        title = "Table 1: Spearman, NewsRoom and SummEval — ours (paper)"
+        lines, rows = spearman_table(1, runs, T1_COLS, ["Pairwise", "ZEPO", *POINTWISE], key)
+        title = f"Table 1: Spearman, NewsRoom and SummEval — {split}"
     elif table == 2:
         lines, rows = spearman_table(2, runs, T2_COLS, list(METHODS), key)
-        title = "Table 2: NewsRoom, raw and permutation-debiased — ours (paper)"
+        title = f"Table 2: NewsRoom, raw and permutation-debiased (ZEPO+Debias searched debiased) — {split}"
     elif table == 3:
         lines, rows = spearman_table(3, runs, T3_COLS, ["Pairwise", "ZEPO"], key)
         files = sorted({res["task"] for _, res in found if res["task"] in DIALOGUE})
-        title = (f"Table 3: dialogue — ours (paper); dialogue file: {', '.join(files) or 'none'} "
+        title = (f"Table 3: dialogue — {split}; dialogue file: {', '.join(files) or 'none'} "
                  "(usr_zepo = the official ZEPO repo's topicalchat_usr.json, the paper's file)")
     elif table == 5:
         lines, rows = fairness_table(runs)
@@ -183,7 +239,10 @@ def build(table: int, found: Sequence[tuple[Path, dict[str, Any]]], ranking: str
     else:
         raise SystemExit(f"error: unknown table {table}; use 1, 2, 3 or 5")
     how = "PairS merge sort (paper)" if ranking == "pairs" else "win rate"
-    note = f"Spearman: {how}; {len(found)} ZEPO runs read."
+    n_zepo = sum(1 for _, r in found if r.get("experiment") == "zepo")
+    note = (f"Spearman: {how}; {n_zepo} ZEPO and {len(found) - n_zepo} pointwise runs read. Leaky = evaluated on "
+            "all documents, the search documents included (the paper's protocol); held-out = without them. "
+            "Scoring/G-Eval search nothing: one value, per-document Spearman.")
     return "\n".join([f"### {title}", "", *lines, "", note]), rows
 
 
@@ -207,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     found = find_results(args.dirs)
     if not found:
-        print(f"error: no ZEPO results.json under {', '.join(args.dirs)}", file=sys.stderr)
+        print(f"error: no ZEPO or pointwise results.json under {', '.join(args.dirs)}", file=sys.stderr)
         return 2
     md, rows = build(args.table, found, args.ranking)
     out = Path(args.out or f"paper_table{args.table}")

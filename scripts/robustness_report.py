@@ -60,7 +60,17 @@ KINDS = [
      ("test_statuses_and_concurrent_appends",)),
     ("control: a killed attempt without progress lines is caught", "tests/test_attempts.py",
      ("test_negative_control_without_progress_lines_the_check_sees_missing_calls",)),
-    # API answers and transport faults (issue #11's fault server): the lead adds that kind after the merge.
+    # API answers and transport faults: a real HTTP server on loopback (tests/openai_server.py)
+    # injects them into an OpenAI-compatible exchange with the tiny model behind it.
+    ("API transport faults: retried, every pair answered exactly once", "tests/test_api_judge.py",
+     ("test_faults_are_survived_and_every_request_is_answered_exactly_once",)),
+    ("API content faults: refused, asked again, the true score", "tests/test_api_judge.py",
+     ("test_content_faults_are_asked_again_and_answered_once", "test_top_mode_content_faults_are_asked_again")),
+    ("API faults that persist: one line, or flagged, counted, never cached", "tests/test_api_judge.py",
+     ("test_retries_exhausted_and_client_errors_fail_with_one_clear_line",
+      "test_a_persistent_content_fault_is_flagged_counted_in_results_and_never_cached")),
+    ("API server never up: one line through the CLI, no results", "tests/test_vllm_server.py",
+     ("test_a_server_that_never_comes_up_is_one_line_through_the_cli",)),
 ]
 
 

@@ -67,11 +67,16 @@ def test_analyse_recovers_a_designed_correlation():
     rows = []
     for k, r in enumerate(np.linspace(0.2, 0.8, 7)):
         m = {"a_rate": r, "a_rate_prob": r, "fairness": -abs(r - 0.5), "fairness_prob": -abs(r - 0.5),
-             "max_prob": 0.6 + 0.01 * k, "ece": 0.1, "spearman_pairs": 0.5 - abs(r - 0.5), "spearman": 0.0}
+             "max_prob": 0.6 + 0.01 * k, "ece": 0.1, "spearman_pairs": 0.5 - abs(r - 0.5), "spearman": 0.0,
+             "prob_gap": 0.2 + 0.01 * k, "bc": 1.0 - 0.1 * k, "a_rate_upper": r}
         rows.append({"index": k, "text": str(k), "none": m, "permutation": m})
     out = analyse(rows, "spearman_pairs")
     assert out["none"]["pearson_with_spearman"]["fairness"] == pytest.approx(1.0)
-    assert math.isnan(out["none"]["pearson_with_spearman"]["calibration"])  # constant ECE
+    assert out["none"]["spearman_with_spearman"]["fairness"]["rho"] == pytest.approx(1.0)
+    assert out["none"]["spearman_with_spearman"]["fairness"]["p"] < 1e-3
+    assert math.isnan(out["none"]["pearson_with_spearman"]["calibration_ece"])  # constant ECE
+    # calibration = -BC (label-free): BC falls with k, so -BC rises with k; Spearman is an inverted U.
+    assert abs(out["none"]["spearman_with_spearman"]["calibration"]["rho"]) < 0.5
     assert out["none"]["spearman_max"] == pytest.approx(0.5)
 
 

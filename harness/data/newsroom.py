@@ -4,6 +4,9 @@ Records come in consecutive blocks sharing a doc_id. The file names no system, s
 candidate's id is its index within its block ("0".."6"), stable because the file is pinned.
 Texts are HTML-escaped (&#x27;, &quot;) and the source keeps its paragraph tags: both are turned
 back into plain text, paragraphs into newlines, so the judge reads what a human reader saw.
+
+`fmt="zepo"` reads it as the official ZEPO loader does (`utils.py:204-215`): only "</p><p>" becomes
+one space, entities stay escaped, nothing is stripped, and human scores are rounded to 1 decimal.
 """
 
 from __future__ import annotations
@@ -37,8 +40,13 @@ def clean_html(text: str) -> str:
     return html.unescape(_EDGE_TAGS.sub("", _PARAGRAPH.sub("\n", text))).strip()
 
 
-def load(root: Path) -> list[Document]:
-    """One Document per consecutive doc_id block, in file order."""
+def zepo_text(text: str) -> str:
+    """The official ZEPO cleaning: paragraph joints become one space, nothing else changes."""
+    return text.replace("</p><p>", " ")
+
+
+def load(root: Path, fmt: str = "default") -> list[Document]:
+    """One Document per consecutive doc_id block, in file order (fmt: default | zepo)."""
     path = root / FILE
     records = expect_list(read_json(path), path)
     blocks: list[tuple[str, int, list[tuple[int, dict]]]] = []
@@ -52,19 +60,23 @@ def load(root: Path) -> list[Document]:
             seen.add(doc_id)
             blocks.append((doc_id, i, []))
         blocks[-1][2].append((i, rec))
-    return [_document(doc_id, first, recs, path) for doc_id, first, recs in blocks]
+    return [_document(doc_id, first, recs, path, fmt == "zepo") for doc_id, first, recs in blocks]
 
 
-def _document(doc_id: str, first: int, recs: list[tuple[int, dict]], path: Path) -> Document:
-    source = as_text(get(recs[0][1], "source", path, first), path, first, "source")
+def _document(doc_id: str, first: int, recs: list[tuple[int, dict]], path: Path, zepo: bool = False) -> Document:
+    # as_text validates (a non-empty string) and strips; the zepo format keeps the raw bytes.
+    def text_of(rec: dict, i: int, name: str) -> str:
+        checked = as_text(get(rec, name, path, i), path, i, name)
+        return zepo_text(rec[name]) if zepo else as_text(clean_html(checked), path, i, name)
+
+    source = text_of(recs[0][1], first, "source")
     candidates = []
     for j, (i, rec) in enumerate(recs):
-        if as_text(get(rec, "source", path, i), path, i, "source") != source:
+        if text_of(rec, i, "source") != source:
             raise DataError(f"source differs from record {first}, the first of document {doc_id!r}",
                             where=loc(path, i, "source"))
-        raw = as_text(get(rec, "system_output", path, i), path, i, "system_output")
-        text = as_text(clean_html(raw), path, i, "system_output")
         scores = as_scores(get(rec, "scores", path, i), path, i, required=ASPECTS)
         cid = as_id(rec["system"], path, i, "system") if "system" in rec else str(j)
-        candidates.append(Candidate(id=cid, text=text, scores={a: scores[a] for a in ASPECTS}))
-    return make_document(doc_id, as_text(clean_html(source), path, first, "source"), candidates, path, first)
+        candidates.append(Candidate(id=cid, text=text_of(rec, i, "system_output"),
+                                    scores={a: round(scores[a], 1) if zepo else scores[a] for a in ASPECTS}))
+    return make_document(doc_id, source, candidates, path, first)

@@ -11,6 +11,9 @@ from harness.data.jsonl import load_jsonl
 from harness.errors import ConfigError
 from harness.types import Document
 
+FORMATS = ("default", "zepo")
+"""Ways of reading a dataset: this project's cleaning, or the official ZEPO loaders'."""
+
 JSONL = "jsonl"
 """The task name for a user's own JSONL file (load_task(JSONL, path=...))."""
 
@@ -32,6 +35,9 @@ class TaskSpec:
     files: tuple[str, ...]
     """Files the loader reads, relative to the data directory (= the `file` column of
     sources.tsv, so `fetch --only` and the missing-file check use the same list)."""
+    formats: tuple[str, ...] = ("default",)
+    """How texts and human scores can be read: "default" (this project's cleaning) and, for the
+    ZEPO paper's datasets, "zepo" (exactly as the official ZEPO loaders)."""
 
 
 def _load_user_jsonl(data_dir: Path, path: str | Path | None = None) -> list[Document]:
@@ -44,10 +50,11 @@ def _load_user_jsonl(data_dir: Path, path: str | Path | None = None) -> list[Doc
 
 
 _SPECS = (
-    TaskSpec("summeval", "summarization", summeval.ASPECTS, summeval.load, (summeval.FILE,)),
-    TaskSpec("newsroom", "summarization", newsroom.ASPECTS, newsroom.load, (newsroom.FILE,)),
-    TaskSpec("topicalchat", "dialogue", dialogue.ASPECTS, dialogue.load_topicalchat, (dialogue.TOPICALCHAT_FILE,)),
-    TaskSpec("usr_zepo", "dialogue", dialogue.ASPECTS, dialogue.load_usr_zepo, (dialogue.USR_ZEPO_FILE,)),
+    TaskSpec("summeval", "summarization", summeval.ASPECTS, summeval.load, (summeval.FILE,), FORMATS),
+    TaskSpec("newsroom", "summarization", newsroom.ASPECTS, newsroom.load, (newsroom.FILE,), FORMATS),
+    TaskSpec("topicalchat", "dialogue", dialogue.ASPECTS, dialogue.load_topicalchat, (dialogue.TOPICALCHAT_FILE,),
+             FORMATS),
+    TaskSpec("usr_zepo", "dialogue", dialogue.ASPECTS, dialogue.load_usr_zepo, (dialogue.USR_ZEPO_FILE,), FORMATS),
     TaskSpec("llmbar_natural", "instruction", (), llmbar.load_natural, (llmbar.NATURAL_FILE,)),
     TaskSpec("llmbar_mtbench", "instruction", (), llmbar.load_mtbench, (llmbar.MTBENCH_FILE,)),
     TaskSpec("arena_hard", "instruction", (), arena.load_arena_hard, arena.hard_files()),

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.runtime.context import experiment
+from harness.zepo.optimizers import log_rejections
 from harness.zepo.study import generate_paraphrases, load_paraphrases, run_sensitivity
 
 
@@ -23,10 +24,12 @@ def main(cfg: Any, out_dir: Path) -> dict[str, Any]:
             instructions = load_paraphrases(exp.from_file)
         else:
             initial = ctx.instruction()
-            paraphrases = generate_paraphrases(ctx.optimizer(), initial, int(exp.paraphrases), int(cfg.seed),
-                                               ctx.aspect)
+            optimizer = ctx.optimizer()
+            log_rejections(optimizer, Path(out_dir) / "rejections.jsonl")
+            paraphrases = generate_paraphrases(optimizer, initial, int(exp.paraphrases), int(cfg.seed), ctx.aspect)
             instructions = ([initial] if exp.include_initial else []) + paraphrases
         return run_sensitivity(ctx.judge, ctx.docs, instructions, task=cfg.task.name, aspect=ctx.aspect,
                                family=ctx.family, out_dir=out_dir, tracker=ctx.tracker,
                                max_candidates=cfg.task.get("max_candidates"), shuffles=int(exp.shuffles),
-                               seed=int(cfg.seed), ranking=str(exp.ranking), progress=bool(cfg.progress))
+                               seed=int(cfg.seed), ranking=str(exp.ranking), progress=bool(cfg.progress),
+                               extra={"model": cfg.model.get("name")})

@@ -23,7 +23,8 @@ def settings_from(cfg: Any) -> search.SearchSettings:
     return search.SearchSettings(
         population=int(exp.population), epochs=int(exp.epochs), objective=str(exp.objective), seed=int(cfg.seed),
         max_candidates=cfg.task.get("max_candidates"), heldout_spearman=bool(exp.heldout_spearman),
-        ranking=str(exp.ranking), shuffles=int(exp.shuffles), dedup_attempts=int(exp.dedup_attempts))
+        ranking=str(exp.ranking), shuffles=int(exp.shuffles), dedup_attempts=int(exp.dedup_attempts),
+        debias=str(exp.get("search_debias") or "none"))
 
 
 def prepare(ctx: RunContext) -> dict[str, Any]:

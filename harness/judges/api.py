@@ -271,6 +271,12 @@ def build(judge_model: Mapping[str, Any], name: str = "api", **options: Any) -> 
     if not judge_model.get("chat_template", True) and options.get("endpoint", "chat") == "chat":
         raise ConfigError("model.chat_template=false needs backend.endpoint=completions: the chat endpoint "
                           "always applies the server's chat template")
+    if (judge_model.get("chat_format") or "default") != "default" or (judge_model.get("readout") or
+                                                                   "next_token") != "next_token" \
+            or judge_model.get("tie_label"):
+        raise ConfigError("model.chat_format=zepo, model.readout=generate and model.tie_label need the model's "
+                          "tokens and logits: use backend=hf or backend=vllm (the server applies its own chat "
+                          "template and returns top log-probs only)")
     served = options.pop("model", None) or judge_model.get("name")
     if options.get("logprob_mode", "auto") != "top" and not options.get("token_ids") and not options.get("tokenizer"):
         options["tokenizer"] = str(judge_model["path"])

@@ -60,16 +60,27 @@ def innermost(judge: Any) -> Any:
 class AnswerTokens:
     """The token ids that spell each answer label at the answer position.
 
-    `variants[label]` is a tuple of (token_text, token_id): e.g. for Llama-3 'A' -> (('A', 32),
-    (' A', 362)). A label's probability is the sum over its variants, as the ZEPO code does.
+    `variants[label]` is a tuple of (token_text, token_id), the text being the vocabulary entry
+    with its word-start marker shown as a space: Llama-3 'A' -> (('A', 32), (' A', 362)),
+    Mistral-7B 'A' -> (('A', 28741), (' A', 330)). A label's probability is the sum over its
+    variants, as the ZEPO code does.
     """
 
     labels: tuple[str, ...]
     variants: dict[str, tuple[tuple[str, int], ...]]
+    tie: str | None = None
+    """A label that counts in P(A)'s denominator and, when it is more likely than every other
+    label, makes the pair a tie (P(A) = 0.5): the official ZEPO read-out's 'C'. None: no such rule."""
 
     @property
     def all_ids(self) -> list[int]:
         return [tid for label in self.labels for _, tid in self.variants[label]]
+
+    @property
+    def trigger_ids(self) -> set[int]:
+        """Ids whose generation marks the answer step (every label but the tie label), for the
+        generate-then-read read-out."""
+        return {tid for label in self.labels if label != self.tie for _, tid in self.variants[label]}
 
     @property
     def keys(self) -> list[str]:
@@ -77,18 +88,27 @@ class AnswerTokens:
         return [f"{label}:{text}" for label in self.labels for text, _ in self.variants[label]]
 
     def describe(self) -> str:
-        return ";".join(f"{k}={i}" for k, i in zip(self.keys, self.all_ids))
+        return ";".join(f"{k}={i}" for k, i in zip(self.keys, self.all_ids)) + (f";tie={self.tie}" if self.tie else "")
 
-    def score(self, logprobs: Sequence[float]) -> PairScore:
-        """Turn logprobs aligned with `all_ids` into a PairScore (first label is 'A')."""
+    def label_logprobs(self, logprobs: Sequence[float]) -> list[float]:
+        """Per-label log-probability (log of the summed variant probabilities), in label order."""
         values = [float(x) for x in logprobs]
-        token_logprobs = dict(zip(self.keys, values))
-        per_label = []
-        pos = 0
+        out, pos = [], 0
         for label in self.labels:
             n = len(self.variants[label])
-            per_label.append(logsumexp(values[pos : pos + n]))
+            out.append(logsumexp(values[pos : pos + n]))
             pos += n
+        return out
+
+    def score(self, logprobs: Sequence[float]) -> PairScore:
+        """Turn logprobs aligned with `all_ids` into a PairScore (first label is 'A'):
+        P(A) over every label (a tie label included); 0.5 when the tie label wins."""
+        token_logprobs = dict(zip(self.keys, (float(x) for x in logprobs)))
+        per_label = self.label_logprobs(logprobs)
+        if self.tie is not None:
+            t = per_label[self.labels.index(self.tie)]
+            if all(t > x for label, x in zip(self.labels, per_label) if label != self.tie):
+                return PairScore(token_logprobs=token_logprobs, p_a=0.5)
         return PairScore(token_logprobs=token_logprobs, p_a=renormalise(per_label[0], per_label[1:]))
 
 
@@ -109,35 +129,65 @@ def renormalise(lp_a: float, lp_others: Sequence[float]) -> float:
     return num / sum(math.exp(x - m) for x in allv)
 
 
-def resolve_answer_tokens(tokenizer: Any, labels: Sequence[str] = ("A", "B")) -> AnswerTokens:
-    """Find the single-token spellings of each label ('A' and ' A' style variants).
+def resolve_answer_tokens(tokenizer: Any, labels: Sequence[str] = ("A", "B"),
+                          tie: str | None = None) -> AnswerTokens:
+    """Find the single-token spellings of each label: the label as a vocabulary entry ('A') and
+    with a word-start marker (' A': 'ĠA' in byte-level BPE, '▁A' in SentencePiece).
 
-    A variant counts when encoding it (without special tokens) gives exactly one token that
-    decodes back to the same text. The bare label must be one token: otherwise the judge could
-    not read its probability at one position, and we refuse with a clear error.
+    Variants come from two places, so that both tokenizer families give what the ZEPO code reads
+    with `convert_tokens_to_ids(["A", "▁A"])`: encoding 'A' and ' A' (kept when one token that
+    decodes back to the text), and looking the label up in the vocabulary with and without a
+    marker. Mistral-7B needs the lookup: its SentencePiece encodes 'A' as '▁A' (330), so the bare
+    'A' (28741), which the model also writes, is found only there; its digits ('1' = 28740) encode
+    to two tokens and exist only as vocabulary entries. A label with no single-token spelling is
+    refused with a clear error: the judge could not read its probability at one position.
     """
     if len(labels) < 2 or len(set(labels)) != len(labels):
         raise JudgeInputError(f"answer labels must be at least two distinct strings, got {list(labels)}")
+    if tie is not None and tie not in labels:
+        raise JudgeInputError(f"tie label {tie!r} must be one of the answer labels {list(labels)}")
     variants: dict[str, tuple[tuple[str, int], ...]] = {}
     seen: dict[int, str] = {}
     for label in labels:
-        found: list[tuple[str, int]] = []
-        for text in (label, " " + label):
-            ids = tokenizer.encode(text, add_special_tokens=False)
-            if len(ids) == 1 and tokenizer.decode(ids) == text and ids[0] not in (i for _, i in found):
-                found.append((text, int(ids[0])))
-        if not found or found[0][0] != label:
-            ids = tokenizer.encode(label, add_special_tokens=False)
+        ids = _single_token_ids(tokenizer, label)
+        if not ids:
+            enc = tokenizer.encode(label, add_special_tokens=False)
             raise JudgeInputError(
                 f"answer label {label!r} is not a single token for this tokenizer "
-                f"(encodes to {len(ids)} tokens {ids}); choose single-token labels"
+                f"(encodes to {len(enc)} tokens {enc}); choose single-token labels"
             )
-        for _, tid in found:
+        for tid in ids:
             if tid in seen:
                 raise JudgeInputError(f"answer labels {seen[tid]!r} and {label!r} share token id {tid}")
             seen[tid] = label
-        variants[label] = tuple(found)
-    return AnswerTokens(labels=tuple(labels), variants=variants)
+        variants[label] = tuple(sorted(((_token_text(tokenizer, tid), tid) for tid in ids),
+                                       key=lambda v: (v[0] != label, v[1])))
+    return AnswerTokens(labels=tuple(labels), variants=variants, tie=tie)
+
+
+_MARKERS = ("\u0120", "\u2581")  # 'Ġ' (byte-level BPE) and '▁' (SentencePiece): a word-start space
+
+
+def _single_token_ids(tokenizer: Any, label: str) -> list[int]:
+    """Ids of the one-token spellings of `label` (bare or after a space), in discovery order."""
+    found: list[int] = []
+    for text in (label, " " + label):
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        if len(ids) == 1 and tokenizer.decode(ids).strip() == label and (text == label or _token_text(
+                tokenizer, ids[0]) == text):
+            found.append(int(ids[0]))
+    unk = getattr(tokenizer, "unk_token_id", None)
+    for entry in (label, *(m + label for m in _MARKERS)):
+        tid = tokenizer.convert_tokens_to_ids(entry)
+        if isinstance(tid, int) and tid != unk and tokenizer.convert_ids_to_tokens(tid) == entry:
+            found.append(tid)
+    return list(dict.fromkeys(found))
+
+
+def _token_text(tokenizer: Any, tid: int) -> str:
+    """A vocabulary entry as text: a leading word-start marker becomes a space."""
+    entry = tokenizer.convert_ids_to_tokens(int(tid))
+    return " " + entry[1:] if entry[:1] in _MARKERS else entry
 
 
 def template_fingerprint(template: str | None) -> str:

@@ -6,6 +6,11 @@ batch concatenated, no padding); other models run through HF's forward on length
 left-padded batches with explicit position ids (so a padded row computes exactly what it would
 alone). Either way the answer-token log-probabilities are read from the log-softmax over the
 full vocabulary at the position where the assistant's first token would go.
+
+Two settings reproduce the official ZEPO code instead (conf/model: `chat_format`, `readout`):
+`chat_format="zepo"` wraps the prompt as it does (no generation prompt, the tokenizer's BOS on top
+of the template's) and `readout="generate"` generates greedily and reads the answer at the first
+generated A/B token (harness.judges.generate).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from harness.judges.base import (
     resolve_answer_tokens,
     template_fingerprint,
 )
+from harness.judges.generate import GeneratedAnswer, generate_answer_logprobs
 from harness.judges.packed import PackedLlama, Segment, row_batches, unsupported
 from harness.judges.prefix import PrefixScorer, supports_prefix_reuse
 from harness.models import resolve_model_path
@@ -74,10 +80,29 @@ def load_model_and_tokenizer(path: str | Path, gguf_file: str | None, dtype, dev
     return model, tok
 
 
-def format_chat(tokenizer: Any, prompt: str, system_prompt: str | None = None, chat_template: bool = True) -> str:
-    """The exact text a judge model reads: its chat template with the generation prompt, or the
-    prompt as plain text when the tokenizer has no template or `chat_template` is off
-    (model.chat_template=false; the answer mass in the run's report card shows what that costs).
+CHAT_FORMATS = ("default", "zepo")
+"""default: the chat template WITH its generation prompt, tokenized without special tokens (one
+BOS; the answer is read where the assistant's first token goes). zepo: as the official ZEPO code
+(`models/llama3.py:160-169`): the template WITHOUT the generation prompt, then the tokenizer adds
+its own BOS on top of the template's (two BOS; Llama-3 gets no assistant header)."""
+
+READOUTS = ("next_token", "generate")
+"""next_token: one forward pass, the answer read at the next position. generate: the official
+ZEPO read-out (harness.judges.generate): greedy generation, the answer read at the first
+generated A/B token."""
+
+
+def check_chat_format(chat_format: str) -> str:
+    if chat_format not in CHAT_FORMATS:
+        raise ConfigError(f"unknown chat_format {chat_format!r}; use {', '.join(CHAT_FORMATS)}")
+    return chat_format
+
+
+def format_chat(tokenizer: Any, prompt: str, system_prompt: str | None = None, chat_format: str = "default", *,
+                chat_template: bool = True) -> str:
+    """The exact text a judge model reads: its chat template, with the generation prompt unless
+    `chat_format="zepo"`; or the prompt as plain text when the tokenizer has no template or
+    `chat_template` is off (model.chat_template=false; the run's report card shows what that costs).
 
     Shared by every local backend (transformers, vLLM) so they score identical token ids.
     """
@@ -86,7 +111,8 @@ def format_chat(tokenizer: Any, prompt: str, system_prompt: str | None = None, c
     messages = [{"role": "user", "content": prompt}]
     if system_prompt:
         messages.insert(0, {"role": "system", "content": system_prompt})
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tokenizer.apply_chat_template(messages, tokenize=False,
+                                         add_generation_prompt=check_chat_format(chat_format) == "default")
 
 
 def used_template(tokenizer: Any, chat_template: bool = True) -> str | None:
@@ -95,10 +121,15 @@ def used_template(tokenizer: Any, chat_template: bool = True) -> str | None:
 
 
 def encode_prompts(tokenizer: Any, requests: Sequence[PairRequest], system_prompt: str | None,
-                   max_length: int, chat_template: bool = True) -> list[list[int]]:
-    """Chat-formatted token ids per request; refuses empty prompts and prompts over `max_length`."""
-    texts = [format_chat(tokenizer, r.prompt, system_prompt, chat_template) for r in requests]
-    ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+                   max_length: int, chat_format: str = "default", *,
+                   chat_template: bool = True) -> list[list[int]]:
+    """Chat-formatted token ids per request; refuses empty prompts and prompts over `max_length`.
+
+    The default format adds no special tokens (the template holds the BOS); "zepo" lets the
+    tokenizer add its BOS too, as `tokenizer(text)` does in the official code."""
+    texts = [format_chat(tokenizer, r.prompt, system_prompt, chat_format, chat_template=chat_template)
+             for r in requests]
+    ids = tokenizer(texts, add_special_tokens=chat_format == "zepo")["input_ids"] if texts else []
     for r, row in zip(requests, ids):
         if len(row) >= max_length:
             raise JudgeInputError(
@@ -111,6 +142,19 @@ def encode_prompts(tokenizer: Any, requests: Sequence[PairRequest], system_promp
     return [list(row) for row in ids]
 
 
+def no_answer(answers: AnswerTokens) -> PairScore:
+    """The official score of a pair whose generation held no A/B token: 0.5 (`llama3.py:148-149`),
+    flagged so judgments.jsonl shows it (and the cache asks again rather than keep it)."""
+    return PairScore(token_logprobs={}, p_a=0.5, flags=("no_answer",))
+
+
+def readout_identity(chat_format: str, readout: str, max_new_tokens: int) -> list[str]:
+    """Identity parts for a non-default format/read-out (none for the defaults, so existing
+    cache keys stay valid)."""
+    parts = [] if chat_format == "default" else [f"chat={chat_format}"]
+    return parts + ([] if readout == "next_token" else [f"readout={readout}{int(max_new_tokens)}"])
+
+
 class HFJudge:
     """A transformers causal LM as a pairwise judge (CPU or CUDA, HF dirs and GGUF files)."""
 
@@ -119,11 +163,17 @@ class HFJudge:
                  batch_size: int = 8, max_length: int | None = None, labels: Sequence[str] = ("A", "B"),
                  system_prompt: str | None = None, trust_remote_code: bool = False,
                  model: Any = None, tokenizer: Any = None, prefix_reuse: bool = False,
-                 engine: str = "auto", max_batch_tokens: int = 4096, chat_template: bool = True) -> None:
+                 engine: str = "auto", max_batch_tokens: int = 4096, chat_format: str = "default",
+                 readout: str = "next_token", max_new_tokens: int = 32, tie_label: str | None = None,
+                 chat_template: bool = True) -> None:
         import torch
 
         if engine not in ENGINES:  # before any weights are loaded
             raise ConfigError(f"unknown engine {engine!r}; use {', '.join(ENGINES)}")
+        self.chat_format = check_chat_format(chat_format)
+        if readout not in READOUTS:
+            raise ConfigError(f"unknown readout {readout!r}; use {', '.join(READOUTS)}")
+        self.readout, self.max_new_tokens = readout, int(max_new_tokens)
         self.device = pick_device(device)
         self.torch_dtype = pick_dtype(dtype, self.device)
         if model is None or tokenizer is None:
@@ -137,7 +187,7 @@ class HFJudge:
         self.chat_template = bool(chat_template)
         """False: prompts go in as plain text, without the tokenizer's chat template."""
         self.max_length = int(max_length or _context_length(model.config))
-        self.answers: AnswerTokens = resolve_answer_tokens(tokenizer, labels)
+        self.answers: AnswerTokens = resolve_answer_tokens(tokenizer, labels, tie_label)
         self._answer_ids = torch.tensor(self.answers.all_ids, device=self.device)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if self.pad_id is None:
@@ -162,15 +212,18 @@ class HFJudge:
             "hf", name, revision or "-", gguf_file or "-", str(self.torch_dtype).removeprefix("torch."),
             f"tmpl={template_fingerprint(used_template(tokenizer, self.chat_template))}",
             f"sys={template_fingerprint(system_prompt)}", self.answers.describe(),
+            *readout_identity(self.chat_format, self.readout, self.max_new_tokens),
         ])
 
     # -- prompt -> token ids ------------------------------------------------------------------
     def format_prompt(self, prompt: str) -> str:
-        """The exact text the model reads: chat template with the generation prompt."""
-        return format_chat(self.tokenizer, prompt, self.system_prompt, self.chat_template)
+        """The exact text the model reads (chat template; see CHAT_FORMATS)."""
+        return format_chat(self.tokenizer, prompt, self.system_prompt, self.chat_format,
+                           chat_template=self.chat_template)
 
     def encode(self, requests: Sequence[PairRequest]) -> list[list[int]]:
-        return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length, self.chat_template)
+        return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length, self.chat_format,
+                              chat_template=self.chat_template)
 
     def check_requests(self, requests: Sequence[PairRequest]) -> None:
         """JudgeInputError for a prompt this model cannot read (see judges.base.check_requests)."""
@@ -180,6 +233,9 @@ class HFJudge:
     def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
         ids = self.encode(requests)
         self.prompts += len(ids)
+        if self.readout == "generate":
+            return [self.answers.score(g.logprobs) if g.logprobs is not None else no_answer(self.answers)
+                    for g in self.generate(ids)]
         if self.prefix_reuse and ids:
             packed = self._packed_for(ids)
             if packed is not None or supports_prefix_reuse(self.model, ids):
@@ -204,6 +260,14 @@ class HFJudge:
             for i, row in zip(rows, lps):
                 out[i] = self.answers.score(row)
         return out  # type: ignore[return-value]
+
+    def generate(self, rows: Sequence[Sequence[int]]) -> list[GeneratedAnswer]:
+        """The official ZEPO read-out on token ids: greedy generation, the answer at the first
+        generated A/B token (harness.judges.generate)."""
+        self.tokens_processed += sum(len(r) for r in rows)
+        return generate_answer_logprobs(self.model, rows, self.answers.all_ids, self.answers.trigger_ids,
+                                        max_new_tokens=self.max_new_tokens, pad_id=self.pad_id,
+                                        batch_size=self.batch_size)
 
     def answer_logprobs(self, rows: Sequence[Sequence[int]]) -> list[list[float]]:
         """Full-vocabulary log-probs of the answer ids at the next position, one row per prompt."""
@@ -276,4 +340,13 @@ def build(judge_model: Mapping[str, Any], name: str = "hf", **options: Any) -> H
                    dtype=dtype or "auto", max_length=judge_model.get("max_length"),
                    labels=tuple(judge_model.get("labels") or ("A", "B")), system_prompt=judge_model.get("system_prompt"),
                    trust_remote_code=bool(judge_model.get("trust_remote_code", False)),
-                   chat_template=bool(judge_model.get("chat_template", True)), **options)
+                   chat_template=bool(judge_model.get("chat_template", True)),
+                   **readout_options(judge_model), **options)
+
+
+def readout_options(judge_model: Mapping[str, Any]) -> dict[str, Any]:
+    """conf/model's chat format and read-out settings (absent keys: this project's defaults)."""
+    return {"chat_format": judge_model.get("chat_format") or "default",
+            "readout": judge_model.get("readout") or "next_token",
+            "max_new_tokens": int(judge_model.get("max_new_tokens") or 32),
+            "tie_label": judge_model.get("tie_label")}

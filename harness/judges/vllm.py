@@ -26,6 +26,10 @@ On the CPU backend (measured; every default below is overridable in conf/backend
   (`gpu_memory_utilization` is a fraction of NUMA node 0's RAM there and the default fails);
 - a failed load says only "Engine core initialization failed", so what we can check (weights
   present, head size, block size, answer-id count) is checked first, as a one-line ConfigError.
+- `readout: generate` (the official ZEPO read-out): greedy, up to `max_new_tokens`; with
+  `logprob_token_ids` every generated step carries the answer ids' log-probs, so the answer is
+  read at the first generated A/B token, as harness.judges.generate does with transformers. The
+  official format's second BOS comes from `encode_prompts`, as for HF.
 """
 
 from __future__ import annotations
@@ -44,7 +48,16 @@ from harness.judges.base import (
     resolve_answer_tokens,
     template_fingerprint,
 )
-from harness.judges.hf import encode_prompts, format_chat, used_template
+from harness.judges.hf import (
+    READOUTS,
+    check_chat_format,
+    encode_prompts,
+    format_chat,
+    no_answer,
+    readout_identity,
+    readout_options,
+    used_template,
+)
 from harness.models import resolve_model_path
 from harness.types import PairRequest, PairScore
 
@@ -182,8 +195,13 @@ class VLLMJudge:
                  enable_prefix_caching: bool = True, block_size: int | None = None,
                  kv_cache_memory_bytes: int | None = None, enforce_eager: bool | None = None,
                  in_process: bool | None = None, cpu_threads: int | None = None,
-                 chat_template: bool = True,
+                 chat_template: bool = True, chat_format: str = "default", readout: str = "next_token",
+                 max_new_tokens: int = 32, tie_label: str | None = None,
                  **engine_kwargs: Any) -> None:
+        self.chat_format = check_chat_format(chat_format)
+        if readout not in READOUTS:
+            raise ConfigError(f"unknown readout {readout!r}; use {', '.join(READOUTS)}")
+        self.readout, self.max_new_tokens = readout, int(max_new_tokens)
         require_vllm()
         path = str(path)
         check_weights(path)
@@ -196,7 +214,7 @@ class VLLMJudge:
             config = AutoConfig.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
         except (OSError, ValueError) as e:
             raise ConfigError(f"cannot load the tokenizer/config from {path}: {str(e).strip().splitlines()[0]}") from None
-        self.answers: AnswerTokens = resolve_answer_tokens(self.tokenizer, labels)
+        self.answers: AnswerTokens = resolve_answer_tokens(self.tokenizer, labels, tie_label)
         check_answer_ids(self.answers)
         import vllm
         from vllm.platforms import current_platform
@@ -220,7 +238,8 @@ class VLLMJudge:
         self.engine_settings = {k: kwargs[k] for k in ("dtype", "enforce_eager", "block_size", "enable_prefix_caching")
                                 if k in kwargs} | {"in_process": in_process, "threads": self.threads}
         self.max_length = int(max_model_len or _engine_max_len(self.llm))
-        self.params = vllm.SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=list(self.answers.all_ids))
+        self.params = vllm.SamplingParams(max_tokens=1 if readout == "next_token" else self.max_new_tokens,
+                                          temperature=0.0, logprob_token_ids=list(self.answers.all_ids))
         self._sampling = vllm.SamplingParams
         self.prompt_tokens = self.cached_tokens = 0
         """Prompt tokens submitted, and those served from the prefix cache (hit rate = their ratio)."""
@@ -229,6 +248,7 @@ class VLLMJudge:
             "vllm", name, revision or "-", "-", str(settings["dtype"]).removeprefix("torch."),
             f"tmpl={template_fingerprint(used_template(self.tokenizer, self.chat_template))}",
             f"sys={template_fingerprint(system_prompt)}", self.answers.describe(),
+            *readout_identity(self.chat_format, self.readout, self.max_new_tokens),
         ])
 
     def __repr__(self) -> str:
@@ -240,7 +260,8 @@ class VLLMJudge:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else float("nan")
 
     def encode(self, requests: Sequence[PairRequest]) -> list[list[int]]:
-        return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length, self.chat_template)
+        return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length, self.chat_format,
+                              chat_template=self.chat_template)
 
     def check_requests(self, requests: Sequence[PairRequest]) -> None:
         """JudgeInputError for a prompt this model cannot read (see judges.base.check_requests)."""
@@ -259,12 +280,14 @@ class VLLMJudge:
         for i, output in zip(order, outputs):
             self.prompt_tokens += len(ids[i])
             self.cached_tokens += int(getattr(output, "num_cached_tokens", 0) or 0)
-            scores[i] = self.answers.score(self._answer_logprobs(requests[i], output))
+            step = 0 if self.readout == "next_token" else answer_step(output, self.answers.trigger_ids)
+            scores[i] = (no_answer(self.answers) if step is None
+                         else self.answers.score(self._answer_logprobs(requests[i], output, step)))
         return scores  # type: ignore[return-value]
 
-    def _answer_logprobs(self, request: PairRequest, output: Any) -> list[float]:
+    def _answer_logprobs(self, request: PairRequest, output: Any, step: int = 0) -> list[float]:
         steps = output.outputs[0].logprobs
-        first: Mapping[int, Any] | None = steps[0] if steps else None
+        first: Mapping[int, Any] | None = steps[step] if steps and len(steps) > step else None
         if first is None:
             raise JudgeInputError(f"vLLM returned no logprobs for document {request.doc_id!r} "
                                   f"pair ({request.a_id}, {request.b_id})")
@@ -304,6 +327,11 @@ def format_chat_messages(tokenizer: Any, messages: list[dict[str, str]]) -> str:
     return "\n\n".join(m["content"] for m in messages) + "\n"
 
 
+def answer_step(output: Any, triggers: set[int]) -> int | None:
+    """Index of the first generated token that is an answer trigger (an A/B variant), or None."""
+    return next((i for i, t in enumerate(output.outputs[0].token_ids) if t in triggers), None)
+
+
 def _engine_max_len(llm: Any) -> int:
     """The context length vLLM settled on (from the model config when max_model_len is unset)."""
     for owner in (getattr(llm, "llm_engine", None), llm):
@@ -326,4 +354,5 @@ def build(judge_model: Mapping[str, Any], name: str = "vllm", **options: Any) ->
                      labels=tuple(judge_model.get("labels") or ("A", "B")), system_prompt=judge_model.get("system_prompt"),
                      max_model_len=judge_model.get("max_length"),
                      trust_remote_code=bool(judge_model.get("trust_remote_code", False)),
-                     chat_template=bool(judge_model.get("chat_template", True)), **options)
+                     chat_template=bool(judge_model.get("chat_template", True)),
+                     **readout_options(judge_model), **options)

@@ -22,6 +22,7 @@ from harness.metrics.debias import (
     permutation_debias,
 )
 from harness.metrics.mass import answer_mass_stats, answer_masses
+from harness.metrics.official import bc_prior, prob_gap, upper_a_rate
 from harness.metrics.order import order_consistency, order_pairs
 from harness.metrics.rates import a_rate, confidence, fairness
 from harness.metrics.summary import metric_set, recompute, summarize, write_run
@@ -40,4 +41,5 @@ __all__ = [
     "contextual_calibrate", "correlations", "document_views", "fairness", "human_scores", "metric_set",
     "pairs_sort", "permutation_debias", "preference_matrices", "preference_table", "rank_correlations",
     "recompute", "summarize", "win_rates", "write_run",
+    "bc_prior", "prob_gap", "upper_a_rate",
 ]

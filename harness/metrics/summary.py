@@ -16,6 +16,7 @@ from harness.metrics.debias import (
     permutation_debias,
 )
 from harness.metrics.mass import answer_mass_stats
+from harness.metrics.official import bc_prior, prob_gap, upper_a_rate
 from harness.metrics.order import view_order_consistency
 from harness.metrics.rates import confidence, view_a_rate
 from harness.metrics.views import document_views
@@ -42,6 +43,9 @@ def metric_set(
         "spearman_pairs": pairs["spearman"], "kendall_pairs": pairs["kendall"],
         "spearman_whole": win["spearman_whole"], "kendall_whole": win["kendall_whole"],
         "n_judgments": len(judgments), "n_docs": len(views),
+        # As the official ZEPO code (metrics/official.py): the upper-triangle decision rate (the
+        # debiased rate of Figure 4 under "permutation"), the label-free BC prior, the Norm Gap.
+        "a_rate_upper": upper_a_rate(judgments), "bc": bc_prior(judgments), "prob_gap": prob_gap(judgments),
     }
 
 

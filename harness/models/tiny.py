@@ -104,5 +104,6 @@ def build_tiny_model(out: Path, arch: str = "llama", seed: int = 0, max_position
 def ensure_tiny_model(arch: str) -> Path:
     if arch not in ARCHS:
         raise ConfigError(f"unknown tiny architecture {arch!r}; use one of {', '.join(ARCHS)}")
-    version = "v2" if arch in ("llama", "mistral") else "v1"
+    # mistral7b v2: its tokenizer's merges re-ranked by SentencePiece score (harness.models.vocab).
+    version = "v2" if arch in ("llama", "mistral", "mistral7b") else "v1"
     return build_atomically(cache_dir() / "models" / f"tiny-{arch}-{version}", lambda out: build_tiny_model(out, arch))

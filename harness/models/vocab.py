@@ -8,7 +8,11 @@
 - Mistral-7B-Instruct-v0.1: `mistral_common/data/tokenizer.model.v1` (SentencePiece, 32,000
   tokens) loaded as a Llama fast tokenizer with `legacy=True` (the v0.1 tokenizer's setting:
   `legacy=False` prepends '▁' differently and every chat prompt mismatches mistral_common), plus
-  v0.1's chat template. 'A' = 28741, '▁A' = 330, 'B' = 28760, '▁B' = 365.
+  v0.1's chat template. 'A' = 28741, '▁A' = 330, 'B' = 28760, '▁B' = 365. Its BPE merges are
+  ranked by the SentencePiece piece scores, as transformers 4.x converted them (the hub's
+  tokenizer.json): transformers 5 ranks them by id, which puts '▁▁' (id 259, score -1e9) first and
+  tokenizes "Answer:  [/INST]" as '▁▁', '[' where SentencePiece and the official ZEPO prompts
+  have '▁', '▁['.
 
 No weights are involved: `harness.models.tiny` puts these tokenizers on tiny random models, so the
 papers' prompts, chat formats and answer-token ids are testable end to end on a CPU.
@@ -17,6 +21,7 @@ papers' prompts, chat formats and answer-token ids are testable end to end on a 
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -94,5 +99,26 @@ def mistral_v01_tokenizer() -> Any:
                                                  model_max_length=32768)
     finally:
         shutil.rmtree(src, ignore_errors=True)
+    tok = _merges_by_score(tok, model)
     tok.chat_template = MISTRAL_V01_CHAT_TEMPLATE
     return tok
+
+
+def _merges_by_score(tok: Any, model: Path) -> Any:
+    """The same tokenizer with its BPE merges ranked by SentencePiece piece score (highest first),
+    as transformers 4.x's LlamaConverter did and SentencePiece itself merges."""
+    from tokenizers import Tokenizer
+    from transformers import LlamaTokenizerFast
+    from transformers.convert_slow_tokenizer import (
+        SentencePieceExtractor,
+        generate_merges,
+    )
+
+    pieces = SentencePieceExtractor(str(model)).proto.pieces
+    vocab = {p.piece: i for i, p in enumerate(pieces)}
+    merges = generate_merges(vocab, {p.piece: p.score for p in pieces})
+    state = json.loads(tok.backend_tokenizer.to_str())
+    state["model"]["merges"] = [list(m) for m in merges]
+    backend = Tokenizer.from_str(json.dumps(state))
+    return LlamaTokenizerFast(tokenizer_object=backend, legacy=True, add_bos_token=True, add_eos_token=False,
+                              bos_token="<s>", eos_token="</s>", unk_token="<unk>", model_max_length=32768)

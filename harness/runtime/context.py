@@ -108,7 +108,8 @@ def load_documents(task: Mapping[str, Any], data: Mapping[str, Any]) -> list[Doc
         ensure_data(data_dir, mirror=data.get("mirror"), only=[name, "zepo"])
     offset = int(task.get("offset") or 0)
     limit = task.get("docs")
-    docs = load_task(name, data_dir=data_dir, limit=None if limit is None else offset + int(limit), **kwargs)
+    docs = load_task(name, data_dir=data_dir, limit=None if limit is None else offset + int(limit),
+                     fmt=str(task.get("format") or "default"), **kwargs)
     if offset >= len(docs):
         raise ConfigError(f"task.offset={offset} is past the end of task {name!r} ({len(docs)} documents); "
                           f"set task.offset below {len(docs)}")

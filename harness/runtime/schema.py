@@ -7,7 +7,7 @@ before anything is loaded or judged: each schema's `check()` raises a one-line C
 the key and what to set.
 
 Groups: model (ModelConf), backend (HF/VLLM/Api), task (TaskConf), optimizer (Local/Api),
-experiment (Judge/Zepo/Sensitivity/Abb); the root (Config) holds seed, data, cache, wandb.
+experiment (Judge/Zepo/Sensitivity/Abb/Pointwise); the root (Config) holds seed, data, cache, wandb.
 """
 
 from __future__ import annotations
@@ -54,6 +54,10 @@ class ModelConf:
     trust_remote_code: bool = False
     dtype: Optional[str] = None
     chat_template: bool = True
+    chat_format: str = "default"
+    readout: str = "next_token"
+    max_new_tokens: int = 32
+    tie_label: Optional[str] = None
 
     def check(self) -> None:
         if len(self.labels) < 2 or len(set(self.labels)) != len(self.labels) or not all(self.labels):
@@ -63,6 +67,14 @@ class ModelConf:
         non_empty("model.path", self.path)
         if self.dtype is not None:
             one_of("model.dtype", self.dtype, HF_DTYPES)
+        one_of("model.chat_format", self.chat_format, ("default", "zepo"))
+        if self.chat_format == "zepo" and not self.chat_template:
+            raise _bad("model.chat_format", self.chat_format, "wraps the prompt in the chat template: "
+                       "set model.chat_template=true, or model.chat_format=default for plain text")
+        one_of("model.readout", self.readout, ("next_token", "generate"))
+        at_least("model.max_new_tokens", self.max_new_tokens, 1)
+        if self.tie_label is not None and self.tie_label not in self.labels:
+            raise _bad("model.tie_label", self.tie_label, f"must be one of model.labels {list(self.labels)} (or null)")
 
 
 @dataclass
@@ -161,6 +173,7 @@ class TaskConf:
     shard_index: int = 0
     family: Optional[str] = None
     path: Optional[str] = None
+    format: str = "default"
 
     def check(self) -> None:
         if self.name not in TASKS:
@@ -179,6 +192,8 @@ class TaskConf:
             raise _bad("task.shard_index", self.shard_index, f"must lie in [0, task.num_shards={self.num_shards})")
         if self.family is not None:
             one_of("task.family", self.family, FAMILIES)
+        if self.format not in TASKS[self.name].formats:
+            raise _bad("task.format", self.format, f"task {self.name} can be read as {', '.join(TASKS[self.name].formats)}")
 
 
 # -- optimizers ----------------------------------------------------------------------------------
@@ -187,10 +202,12 @@ class _SamplingConf:
     temperature: float = 0.9
     top_p: float = 1.0
     max_attempts: int = 4
-    min_ratio: float = 0.3
+    min_ratio: float = 0.1
     max_ratio: float = 3.0
+    meta_prompt: str = "default"
 
     def check(self) -> None:
+        one_of("optimizer.meta_prompt", self.meta_prompt, ("default", "zepo"))
         at_least("optimizer.temperature", self.temperature, 0)
         within("optimizer.top_p", self.top_p, 0, 1, open_low=True)
         at_least("optimizer.max_attempts", self.max_attempts, 1)
@@ -248,6 +265,7 @@ class InstructionConf:
     source: str = "default"
     text: Optional[str] = None
     path: Optional[str] = None
+    raw: bool = False
 
     def check(self, key: str = "experiment.instruction", sources: tuple[str, ...] = ("default", "zepo", "text")) -> None:
         one_of(f"{key}.source", self.source, sources)
@@ -286,9 +304,11 @@ class ZepoExp:
     ranking: str = "pairs"
     shuffles: int = 100
     dedup_attempts: int = 3
+    search_debias: str = "none"
 
     def check(self) -> None:
         self.instruction.check()
+        one_of("experiment.search_debias", self.search_debias, ("none", "permutation"))
         for key in ("population", "epochs", "search_docs", "shuffles"):
             at_least(f"experiment.{key}", getattr(self, key), 1)
         at_least("experiment.eval_docs", self.eval_docs, 1, optional=True)
@@ -315,6 +335,23 @@ class SensitivityExp:
         at_least("experiment.paraphrases", self.paraphrases, 0)
         at_least("experiment.shuffles", self.shuffles, 1)
         one_of("experiment.ranking", self.ranking, ("pairs", "winrate"))
+
+
+@dataclass
+class PointwiseExp:
+    """The ZEPO paper's pointwise baselines (Table 1 Scoring, G-Eval): harness/zepo/pointwise.py."""
+
+    name: str = "pointwise"
+    entry: str = "harness.experiments.pointwise:main"
+    paper_table: Optional[int] = None
+    instruction: Optional[str] = None
+    labels: list[str] = field(default_factory=lambda: ["1", "2", "3", "4", "5"])
+
+    def check(self) -> None:
+        if list(self.labels) != ["1", "2", "3", "4", "5"]:
+            raise _bad("experiment.labels", list(self.labels), "the 1-5 scale reads the digits 1..5")
+        if self.instruction is not None and not self.instruction.strip():
+            raise _bad("experiment.instruction", self.instruction, "must be null (the official one) or a text")
 
 
 @dataclass
@@ -450,7 +487,8 @@ class Config:
 SCHEMAS: dict[str, dict[str, type]] = {
     "backend": {"hf": HFBackendConf, "vllm": VLLMBackendConf, "api": ApiBackendConf},
     "optimizer": {"local": LocalOptimizerConf, "api": ApiOptimizerConf},
-    "experiment": {"judge": JudgeExp, "zepo": ZepoExp, "sensitivity": SensitivityExp, "abb": AbbExp},
+    "experiment": {"judge": JudgeExp, "zepo": ZepoExp, "sensitivity": SensitivityExp, "abb": AbbExp,
+                   "pointwise": PointwiseExp},
     "model": {"model": ModelConf},
     "task": {"task": TaskConf},
 }

@@ -7,12 +7,19 @@ has an index (0, 1, 2, ... in a fixed order) and its own seed derived from (seed
 run is reproducible and every sample can be cached: with a CompletionCache, a resumed search
 repeats no optimizer call. A candidate is rejected (and re-asked, up to `max_attempts` per slot)
 when it is empty, a list of alternatives, drops the aspect word or an answer label, is too
-short/long against the original, or duplicates the original or an earlier candidate.
+short/long against the original (whitespace collapsed: below 0.1x or above 3x by default), or
+duplicates the original or an earlier candidate. Every rejected output is appended, with its
+reason, to `reject_log` (a run's rejections.jsonl) when one is set.
+
+`meta_prompt="zepo"` asks with the official meta-prompt (`zepo.py:27-33`: 4-space indents, the raw
+instruction, the official aspect key as the keyword) and, as the official code, takes the reply
+verbatim: no cleaning, no validation but a check that it is not empty.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +37,7 @@ from harness.http import (
 from harness.judges.base import innermost
 from harness.judges.hf import load_model_and_tokenizer, pick_device, pick_dtype
 from harness.models import resolve_model_path
+from harness.prompts import zepo_key
 
 META_PROMPT = """\
 You are helping to tune the instruction given to an AI judge. The judge reads two candidate \
@@ -45,6 +53,15 @@ is better, and returns the letter only;
 
 Instruction:
 {instruction}"""
+
+
+ZEPO_META_PROMPT = ('    Paraphrase the following instruction for a pairwise comparison task. Do not change the keyword '
+                    '"{aspect}". Be diverse and creative in paraphrasing. Return the instruction only. \n    Input: '
+                    '{instruction}\n    Output: \n    ')
+"""The official meta-prompt, byte for byte: zepo.py:27-33 (an f-string with '\\' continuations, not
+dedented), sent as one user message to gpt-3.5-turbo at T = 0.9."""
+
+META_PROMPTS = ("default", "zepo")
 
 
 class ParaphraseError(HarnessError):
@@ -153,7 +170,7 @@ def _norm(text: str) -> str:
 
 
 def validate(text: str, original: str, word: str, seen: Sequence[str], *, labels: Sequence[str] = ("A", "B"),
-             min_ratio: float = 0.3, max_ratio: float = 3.0) -> tuple[str, str | None]:
+             min_ratio: float = 0.1, max_ratio: float = 3.0) -> tuple[str, str | None]:
     """(cleaned text, None) when acceptable, else (cleaned text, reason)."""
     t = clean(text)
     if not t:
@@ -166,9 +183,11 @@ def validate(text: str, original: str, word: str, seen: Sequence[str], *, labels
     lost = [label for label in labels if _mentions_label(original, label) and not _mentions_label(t, label)]
     if lost:
         return t, f"does not mention answer option(s) {lost}"
-    ratio = len(t) / max(1, len(original))
+    # Lengths without runs of spaces: ZEPO's init_prompts.json pads sentences with 21-25 spaces.
+    size, size0 = len(" ".join(t.split())), len(" ".join(original.split()))
+    ratio = size / max(1, size0)
     if not min_ratio <= ratio <= max_ratio:
-        return t, f"length {len(t)} chars is {ratio:.2f}x the original (allowed {min_ratio}..{max_ratio}x)"
+        return t, f"length {size} chars is {ratio:.2f}x the original (allowed {min_ratio}..{max_ratio}x)"
     if _norm(t) == _norm(original):
         return t, "same as the original"
     if any(_norm(t) == _norm(s) for s in seen):
@@ -191,9 +210,16 @@ class _Paraphraser:
 
     def __init__(self, *, temperature: float, max_tokens: int, top_p: float, max_attempts: int,
                  labels: Sequence[str], min_ratio: float, max_ratio: float,
-                 cache: CompletionCache | str | Path | None) -> None:
+                 cache: CompletionCache | str | Path | None, meta_prompt: str = "default") -> None:
         if max_attempts < 1:
             raise ConfigError(f"max_attempts must be >= 1, got {max_attempts}")
+        if meta_prompt not in META_PROMPTS:
+            raise ConfigError(f"unknown meta_prompt {meta_prompt!r}; use {', '.join(META_PROMPTS)}")
+        self.meta_prompt = meta_prompt
+        self.reject_log: Path | None = None
+        """Where every rejected output is appended (JSON lines), or None."""
+        self.rejections = 0
+        """Outputs rejected since construction."""
         if not 0 < min_ratio < 1 < max_ratio:
             raise ConfigError(f"need 0 < min_ratio < 1 < max_ratio, got {min_ratio}, {max_ratio}")
         self.temperature, self.max_tokens, self.top_p = float(temperature), int(max_tokens), float(top_p)
@@ -203,9 +229,32 @@ class _Paraphraser:
         self.calls = 0
         """Completions actually generated / requested (cache misses) since construction."""
 
+    def _meta_identity(self) -> str:
+        return "" if self.meta_prompt == "default" else f"|meta={self.meta_prompt}"
+
     def messages(self, instruction: str, aspect: str) -> list[dict[str, str]]:
+        if self.meta_prompt == "zepo":
+            return [{"role": "user", "content": ZEPO_META_PROMPT.format(aspect=zepo_key(aspect), instruction=instruction)}]
         word = aspect_word(aspect, instruction)
         return [{"role": "user", "content": META_PROMPT.format(aspect_word=word, instruction=instruction.strip())}]
+
+    def check(self, raw: str, instruction: str, word: str, seen: Sequence[str]) -> tuple[str, str | None]:
+        """(text, None) if `raw` is accepted, else (text, reason). The official mode takes any
+        non-empty reply as it is."""
+        if self.meta_prompt == "zepo":
+            return raw, None if raw.strip() else "empty"
+        return validate(raw, instruction, word, seen, labels=self.labels, min_ratio=self.min_ratio,
+                        max_ratio=self.max_ratio)
+
+    def _record(self, rejection: Rejection, seed: int, instruction: str, cached: bool) -> None:
+        self.rejections += 1
+        if self.reject_log is None:
+            return
+        row = {"seed": seed, "sample": rejection.sample, "reason": rejection.reason, "text": rejection.text,
+               "cached": cached, "paraphrasing": instruction[:80], "optimizer": self.identity}
+        self.reject_log.parent.mkdir(parents=True, exist_ok=True)
+        with self.reject_log.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
     def paraphrase(self, instruction: str, n: int, seed: int, aspect: str, avoid: Sequence[str] = ()) -> list[str]:
         return self.propose(instruction, n, seed, aspect, avoid).texts
@@ -234,12 +283,12 @@ class _Paraphraser:
             hits += h
             for slot, sample, raw in zip(pending, samples, texts):
                 seen = [*avoid, *(c.text for c in accepted.values())]
-                text, reason = validate(raw, instruction, word, seen, labels=self.labels,
-                                        min_ratio=self.min_ratio, max_ratio=self.max_ratio)
+                text, reason = self.check(raw, instruction, word, seen)
                 if reason is None:
                     accepted[slot] = ParaphraseCandidate(text, sample, len(rejected[slot]) + 1, tuple(rejected[slot]))
                 else:
                     rejected[slot].append(Rejection(sample, reason, raw))
+                    self._record(rejected[slot][-1], seed, instruction, cached=h == len(samples))
         failed = [i for i in range(n) if i not in accepted]
         if failed:
             reasons = sorted({r.reason for i in failed for r in rejected[i]})
@@ -279,18 +328,18 @@ class ApiOptimizer(_Paraphraser):
 
     def __init__(self, model: str, base_url: str, *, temperature: float = 0.9, top_p: float = 1.0,
                  max_tokens: int = 512, max_attempts: int = 5, labels: Sequence[str] = ("A", "B"),
-                 min_ratio: float = 0.3, max_ratio: float = 3.0, cache: CompletionCache | str | Path | None = None,
+                 min_ratio: float = 0.1, max_ratio: float = 3.0, cache: CompletionCache | str | Path | None = None,
                  api_key_env: str | None = "OPENAI_API_KEY", timeout_s: float = 120.0, max_retries: int = 6,
                  backoff_base_s: float = 1.0, backoff_max_s: float = 60.0, concurrency: int = 5,
-                 client: ApiClient | None = None) -> None:
+                 client: ApiClient | None = None, meta_prompt: str = "default") -> None:
         super().__init__(temperature=temperature, max_tokens=max_tokens, top_p=top_p, max_attempts=max_attempts,
-                         labels=labels, min_ratio=min_ratio, max_ratio=max_ratio, cache=cache)
+                         labels=labels, min_ratio=min_ratio, max_ratio=max_ratio, cache=cache, meta_prompt=meta_prompt)
         self.client = client or ApiClient(HttpSettings(
             base_url=base_url, api_key_env=api_key_env, timeout_s=timeout_s, max_retries=max_retries,
             backoff_base_s=backoff_base_s, backoff_max_s=backoff_max_s, concurrency=concurrency))
         self.model_name = model
         self.location = self.client.settings.base_url.rstrip("/")
-        self.identity = f"api|{self.location}|{model}|t={self.temperature}"
+        self.identity = f"api|{self.location}|{model}|t={self.temperature}" + self._meta_identity()
 
     def __repr__(self) -> str:
         return f"ApiOptimizer(identity={self.identity!r})"
@@ -318,10 +367,10 @@ class LocalOptimizer(_Paraphraser):
     def __init__(self, path: str | Path, *, name: str | None = None, gguf_file: str | None = None,
                  dtype: str = "auto", device: str = "auto", temperature: float = 0.9, top_p: float = 1.0,
                  max_new_tokens: int = 256, max_attempts: int = 5, labels: Sequence[str] = ("A", "B"),
-                 min_ratio: float = 0.3, max_ratio: float = 3.0, cache: CompletionCache | str | Path | None = None,
-                 model: Any = None, tokenizer: Any = None) -> None:
+                 min_ratio: float = 0.1, max_ratio: float = 3.0, cache: CompletionCache | str | Path | None = None,
+                 model: Any = None, tokenizer: Any = None, meta_prompt: str = "default") -> None:
         super().__init__(temperature=temperature, max_tokens=max_new_tokens, top_p=top_p, max_attempts=max_attempts,
-                         labels=labels, min_ratio=min_ratio, max_ratio=max_ratio, cache=cache)
+                         labels=labels, min_ratio=min_ratio, max_ratio=max_ratio, cache=cache, meta_prompt=meta_prompt)
         self.device = pick_device(device)
         if model is None or tokenizer is None:
             local, gguf = resolve_model_path(str(path), gguf_file)
@@ -329,7 +378,7 @@ class LocalOptimizer(_Paraphraser):
         self.model, self.tokenizer = model, tokenizer
         self.model_name = name or Path(str(path)).name
         self.location = f"local:{self.model_name}:{gguf_file or '-'}:{dtype}"
-        self.identity = f"local|{self.model_name}|t={self.temperature}"
+        self.identity = f"local|{self.model_name}|t={self.temperature}" + self._meta_identity()
         self.stop_ids = _stop_ids(model, tokenizer)
 
     def __repr__(self) -> str:
@@ -415,13 +464,13 @@ class VLLMOptimizer(_Paraphraser):
     def __init__(self, judge: Any, *, name: str | None = None, temperature: float = 0.9, top_p: float = 1.0,
                  max_new_tokens: int = 256, max_attempts: int = 5, labels: Sequence[str] = ("A", "B"),
                  min_ratio: float = 0.3, max_ratio: float = 3.0,
-                 cache: CompletionCache | str | Path | None = None) -> None:
+                 cache: CompletionCache | str | Path | None = None, meta_prompt: str = "default") -> None:
         super().__init__(temperature=temperature, max_tokens=max_new_tokens, top_p=top_p, max_attempts=max_attempts,
-                         labels=labels, min_ratio=min_ratio, max_ratio=max_ratio, cache=cache)
+                         labels=labels, min_ratio=min_ratio, max_ratio=max_ratio, cache=cache, meta_prompt=meta_prompt)
         self.judge = judge
         self.model_name = name or judge.identity.split("|")[1]
         self.location = f"vllm:{self.model_name}"
-        self.identity = f"vllm|{self.model_name}|t={self.temperature}"
+        self.identity = f"vllm|{self.model_name}|t={self.temperature}" + self._meta_identity()
 
     def __repr__(self) -> str:
         return f"VLLMOptimizer(identity={self.identity!r})"
@@ -429,6 +478,12 @@ class VLLMOptimizer(_Paraphraser):
     def complete(self, messages: list[dict[str, str]], seeds: list[int]) -> list[str]:
         return self.judge.sample(messages, seeds, temperature=self.temperature, top_p=self.top_p,
                                  max_tokens=self.max_tokens)
+
+
+def log_rejections(optimizer: Any, path: Path) -> None:
+    """Have `optimizer` append every rejected output to `path` (JSON lines), if it validates at all."""
+    if hasattr(optimizer, "reject_log"):
+        optimizer.reject_log = Path(path)
 
 
 # -- builders (the `_target_` of conf/optimizer/*.yaml) ----------------------------------------
@@ -454,7 +509,8 @@ def build_local(*, judge_model: Mapping[str, Any], judge: Any = None, cache: str
     options = _common(judge_model, options)
     engine = innermost(judge) if judge is not None else None
     if callable(getattr(engine, "sample", None)) and str(options.get("path")) == str(judge_model.get("path")):
-        keep = ("temperature", "top_p", "max_new_tokens", "max_attempts", "labels", "min_ratio", "max_ratio")
+        keep = ("temperature", "top_p", "max_new_tokens", "max_attempts", "labels", "min_ratio", "max_ratio",
+                "meta_prompt")
         return VLLMOptimizer(engine, name=judge_model.get("name"), cache=cache,  # type: ignore[return-value]
                              **{k: v for k, v in options.items() if k in keep})
     inner = loaded_judge(judge)

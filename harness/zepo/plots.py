@@ -1,8 +1,10 @@
 """Figures for the ZEPO search and the sensitivity study (matplotlib, Agg backend, PNG files).
 
-- `plot_rate_vs_spearman`: Spearman vs decision rate with a quadratic fit (the paper's Figure 2);
-- `plot_objectives_vs_spearman`: each zero-shot objective vs Spearman, Pearson r in the title
-  (Figure 3);
+- `plot_rate_vs_spearman`: Spearman vs decision rate with a quadratic fit, and the box plot of
+  Spearman across paraphrases (the paper's Figure 2);
+- `plot_spearman_boxes`: that box plot for several models side by side (scripts/paper_figures.py);
+- `plot_objectives_vs_spearman`: each zero-shot objective vs Spearman, Spearman rho and its p-value
+  in the title (Figure 3);
 - `plot_debias`: paraphrases before and after permutation debiasing (Figure 4);
 - `plot_search`: objective and held-out Spearman per candidate of a ZEPO search.
 Every function writes the PNG and returns its path; `log_figure` hands it to the Tracker.
@@ -35,6 +37,18 @@ def pearson(x: Sequence[float | None], y: Sequence[float | None]) -> float:
     return float(np.corrcoef(xa, ya)[0, 1])
 
 
+def spearman(x: Sequence[float | None], y: Sequence[float | None]) -> dict[str, float]:
+    """Spearman rho and its two-sided p-value (scipy) over pairs where both are finite; NaN with
+    < 3 points or a constant side."""
+    from scipy.stats import spearmanr
+
+    xa, ya = _clean(x, y)
+    if xa.size < 3 or np.ptp(xa) == 0 or np.ptp(ya) == 0:
+        return {"rho": math.nan, "p": math.nan, "n": int(xa.size)}
+    rho, p = spearmanr(xa, ya)
+    return {"rho": float(rho), "p": float(p), "n": int(xa.size)}
+
+
 def quadratic_fit(x: Sequence[float | None], y: Sequence[float | None]) -> np.ndarray | None:
     """Coefficients (a, b, c) of y = a x^2 + b x + c, or None with < 3 distinct x."""
     xa, ya = _clean(x, y)
@@ -44,10 +58,15 @@ def quadratic_fit(x: Sequence[float | None], y: Sequence[float | None]) -> np.nd
 
 
 def plot_rate_vs_spearman(rates: Sequence[float | None], spearmans: Sequence[float | None], path: str | Path,
-                          title: str = "Spearman vs decision rate") -> Path:
-    """Figure 2: each paraphrase as a point; the quadratic fit shows the inverted U near 0.5."""
+                          title: str = "Spearman vs decision rate", box_label: str | None = None) -> Path:
+    """Figure 2: each paraphrase as a point (the quadratic fit shows the inverted U near 0.5) and,
+    with `box_label`, the box plot of the same Spearman values beside it."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5, 4))
+    if box_label is None:
+        fig, ax = plt.subplots(figsize=(5, 4))
+    else:
+        fig, (ax, box) = plt.subplots(1, 2, figsize=(7.5, 4), width_ratios=[3, 1], layout="constrained")
+        _boxes(box, {box_label: spearmans})
     x, y = _clean(rates, spearmans)
     ax.scatter(x, y, s=18, alpha=0.8)
     coef = quadratic_fit(rates, spearmans)
@@ -62,10 +81,28 @@ def plot_rate_vs_spearman(rates: Sequence[float | None], spearmans: Sequence[flo
     return save(fig, path)
 
 
+def _boxes(ax: Any, groups: Mapping[str, Sequence[float | None]]) -> None:
+    data = [_clean(v, v)[0] for v in groups.values()]
+    ax.boxplot(data, tick_labels=[f"{k}\n(n={len(d)})" for k, d in zip(groups, data)])
+    ax.set_ylabel("Spearman with humans")
+
+
+def plot_spearman_boxes(groups: Mapping[str, Sequence[float | None]], path: str | Path,
+                        title: str = "Spearman across paraphrased instructions") -> Path:
+    """Figure 2's box plot: one box per model over its paraphrases' Spearman values."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(groups), 4), layout="constrained")
+    _boxes(ax, groups)
+    ax.set_title(title)
+    return save(fig, path)
+
+
 def plot_objectives_vs_spearman(objectives: Mapping[str, Sequence[float | None]],
                                 spearmans: Sequence[float | None], path: str | Path,
-                                title: str = "zero-shot objectives vs Spearman") -> Path:
-    """Figure 3: one panel per objective (higher = better), Pearson r with Spearman in its title."""
+                                title: str = "zero-shot objectives vs Spearman",
+                                needs_labels: Sequence[str] = ()) -> Path:
+    """Figure 3: one panel per objective (higher = better), Spearman rho and its p-value with the
+    Spearman against humans in its title; `needs_labels` panels are marked as not label-free."""
     plt = pyplot()
     n = max(1, len(objectives))
     cols = min(n, 2)
@@ -78,8 +115,10 @@ def plot_objectives_vs_spearman(objectives: Mapping[str, Sequence[float | None]]
             coef = np.polyfit(x, y, 1)
             grid = np.linspace(x.min(), x.max(), 50)
             ax.plot(grid, np.polyval(coef, grid), color="C2")
-        r = pearson(values, spearmans)
-        ax.set_title(f"{name}: Pearson r = {'nan' if math.isnan(r) else f'{r:.2f}'}", fontsize=10)
+        r = spearman(values, spearmans)
+        tag = " (needs labels)" if name in needs_labels else ""
+        rho = "nan" if math.isnan(r["rho"]) else f"{r['rho']:.2f}, p = {r['p']:.2g}"
+        ax.set_title(f"{name}{tag}: Spearman rho = {rho}", fontsize=10)
         ax.set_xlabel(name)
         ax.set_ylabel("Spearman")
     for ax in list(axes.flat)[len(objectives):]:
@@ -100,7 +139,7 @@ def plot_debias(rates_before: Sequence[float | None], spearman_before: Sequence[
         x, y = _clean(rates, sp)
         ax1.scatter(x, y, s=18, alpha=0.8, label=label, color=color)
     ax1.axvline(0.5, color="grey", lw=0.8, ls=":")
-    ax1.set_xlabel("decision rate")
+    ax1.set_xlabel("decision rate (debiased: upper triangle, as the official code)")
     ax1.set_ylabel("Spearman with humans")
     ax1.legend()
     for b, a in zip(spearman_before, spearman_after):

@@ -2,10 +2,14 @@
 
 Writes into the run directory:
 - `state.json`: the resumable search state (rerun with `hydra.run.dir=<this dir>` to resume);
+- `rejections.jsonl`: every optimizer output rejected, with its reason (appended as they happen);
 - `history.jsonl`: every scored candidate (text, epoch, parent, all objectives, held-out Spearman);
-- `best_instruction.txt`; `eval_initial/` and `eval_best/` (judgments.jsonl of the evaluation, and
-  the report card the run context draws for each: card.md, card_*.png);
-- `results.json`: initial vs best on the evaluation documents, raw and debiased (metrics.summarize);
+- `best_instruction.txt`; `eval_initial/` and `eval_best/` (judgments.jsonl of the evaluation, on
+  the search and the evaluation documents, and the report card the run context draws for each from
+  that file, i.e. of the leaky set: card.md, card_*.png);
+- `results.json`: initial vs best, raw and debiased (metrics.summarize): `metrics` on the
+  configured evaluation set, and always both `metrics_leaky` (search documents included, as the
+  paper evaluated) and `metrics_heldout` (search documents excluded; null when none is left);
 - `summary.md` (the before/after table, also printed) and `search.png`.
 """
 
@@ -24,6 +28,7 @@ from harness.judges.base import Judge
 from harness.judging import judge_documents, write_judgments
 from harness.types import Document, Tracker
 from harness.zepo import plots, search
+from harness.zepo.optimizers import log_rejections
 
 log = logging.getLogger(__name__)
 
@@ -32,15 +37,24 @@ CANDIDATE_COLUMNS = ["index", "epoch", "slot", "parent", "objective", "fairness"
 
 
 def evaluate(judge: Judge, docs: Sequence[Document], instruction: str, *, aspect: str | None, family: str,
-             max_candidates: int | None, out_dir: Path, shuffles: int, seed: int,
-             progress: bool) -> dict[str, Any]:
-    """One instruction on the evaluation documents: judgments.jsonl and every metric."""
-    judgments, p_cf = judge_documents(judge, docs, aspect=aspect, instruction=instruction, family=family,
+             max_candidates: int | None, out_dir: Path, shuffles: int, seed: int, progress: bool,
+             search_docs: Sequence[Document] = (), leak: bool = False) -> dict[str, Any]:
+    """One instruction on the evaluation documents and the search documents (whose pairs the search
+    already judged, so the cache serves them): judgments.jsonl and every metric on the leaky set
+    (all of them, as the paper evaluated) and on the held-out set (search documents excluded).
+    `metrics` is the configured view: leaky when `leak`, else held-out."""
+    search = {d.id for d in search_docs}
+    judged = [*(d for d in search_docs if d.id not in {e.id for e in docs}), *docs]
+    judgments, p_cf = judge_documents(judge, judged, aspect=aspect, instruction=instruction, family=family,
                                       max_candidates=max_candidates, progress=progress)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_judgments(out_dir / "judgments.jsonl", judgments, p_cf)
+    held = [j for j in judgments if j.doc_id not in search]
+    leaky = metrics.summarize(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed)
+    heldout = metrics.summarize(held, p_cf=p_cf, shuffles=shuffles, seed=seed) if held else None
     return {"instruction": instruction, "p_content_free": p_cf, "n_judgments": len(judgments),
-            "metrics": metrics.summarize(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed)}
+            "metrics": leaky if leak else heldout, "metrics_leaky": leaky, "metrics_heldout": heldout,
+            "n_heldout_docs": len({j.doc_id for j in held})}
 
 
 def _candidate_row(c: search.ScoredCandidate, objective: str, best: int) -> list[Any]:
@@ -95,6 +109,7 @@ def run_zepo(judge: Judge, optimizer: Any, search_docs: Sequence[Document], eval
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    log_rejections(optimizer, out / "rejections.jsonl")
     rec = _Recorder(out, tracker, settings.objective)
 
     def on_epoch(epoch: int, scored: list[search.ScoredCandidate], best: search.ScoredCandidate) -> None:
@@ -112,7 +127,8 @@ def run_zepo(judge: Judge, optimizer: Any, search_docs: Sequence[Document], eval
     for label, cand in (("initial", result.initial), ("best", result.best)):
         ev = evaluate(judge, eval_docs, cand.text, aspect=aspect, family=family,
                       max_candidates=settings.max_candidates, out_dir=out / f"eval_{label}",
-                      shuffles=settings.shuffles, seed=settings.seed, progress=progress)
+                      shuffles=settings.shuffles, seed=settings.seed, progress=progress,
+                      search_docs=search_docs, leak=leak_search_docs)
         search_view = {"objectives": dict(cand.objectives), "a_rate": cand.a_rate, "a_rate_prob": cand.a_rate_prob}
         final[label] = {**ev, "index": cand.index, "epoch": cand.epoch, "search": search_view}
     results = {
@@ -122,6 +138,7 @@ def run_zepo(judge: Judge, optimizer: Any, search_docs: Sequence[Document], eval
         "objective": settings.objective, "settings": asdict(settings),
         "leak_search_docs": leak_search_docs, "search_doc_ids": [d.id for d in search_docs],
         "eval_doc_ids": [d.id for d in eval_docs], "n_candidates": len(result.candidates),
+        "optimizer_rejections": getattr(optimizer, "rejections", None),  # this process's; all in rejections.jsonl
         "improved": result.best.index != result.initial.index, **final,
     }
     write_json_atomic(out / "results.json", results)
@@ -146,22 +163,30 @@ def _report(results: Mapping[str, Any], result: search.SearchResult, out: Path, 
 
 def before_after_table(results: Mapping[str, Any]) -> str:
     """Markdown: initial vs best, on the search documents (the objective, the decision rate) and on
-    the evaluation documents (decision rate, mean P(A), Spearman raw and permutation-debiased)."""
+    the evaluation documents (decision rate, mean P(A), Spearman raw and permutation-debiased), the
+    PairS Spearman both leaky (search documents included, as the paper) and held-out."""
     obj = results["objective"]
     kind = "mean P(A)" if obj == "fairness_prob" else "A-rate"
-    head = (f"| instruction | search {obj} | search {kind} | eval A-rate | eval mean P(A) | Spearman (PairS) "
-            "| Spearman (win rate) | Spearman (PairS) +perm. debias |")
+    head = (f"| instruction | search {obj} | search {kind} | eval A-rate | eval mean P(A) | Spearman (PairS) leaky "
+            "| Spearman (PairS) held-out | Spearman (win rate) | +perm. debias leaky | +perm. debias held-out |")
+    n_held = results["initial"].get("n_heldout_docs", len(results["eval_doc_ids"]))
     lines = [f"ZEPO {results['task']}/{results['aspect']}: {len(results['search_doc_ids'])} search docs, "
-             f"{len(results['eval_doc_ids'])} eval docs, {results['n_candidates']} candidates scored",
-             "", head, "|" + "---|" * 8]
+             f"{len(results['eval_doc_ids'])} eval docs ({n_held} held out), {results['n_candidates']} candidates "
+             f"scored; leaky = search documents included (the paper's evaluation)", "", head, "|" + "---|" * 10]
     for label in ("initial", "best"):
         r = results[label]
-        m, p = r["metrics"]["none"], r["metrics"]["permutation"]
+        m = r["metrics"]["none"]
+        leaky, held = r.get("metrics_leaky") or r["metrics"], r.get("metrics_heldout") or {}
         rate = r["search"]["a_rate_prob"] if obj == "fairness_prob" else r["search"]["a_rate"]
         lines.append(f"| {label} (#{r['index']}) | {_f(r['search']['objectives'][obj])} | {_f(rate)} "
-                     f"| {_f(m['a_rate'])} | {_f(m['a_rate_prob'])} | {_f(m['spearman_pairs'])} | {_f(m['spearman'])} "
-                     f"| {_f(p['spearman_pairs'])} |")
+                     f"| {_f(m['a_rate'])} | {_f(m['a_rate_prob'])} | {_f(leaky['none']['spearman_pairs'])} "
+                     f"| {_f(_get(held, 'none'))} | {_f(m['spearman'])} | {_f(leaky['permutation']['spearman_pairs'])} "
+                     f"| {_f(_get(held, 'permutation'))} |")
     return "\n".join(lines)
+
+
+def _get(summary: Mapping[str, Any], variant: str, key: str = "spearman_pairs") -> Any:
+    return (summary.get(variant) or {}).get(key) if summary else None
 
 
 def _f(x: Any) -> str:

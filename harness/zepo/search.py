@@ -37,6 +37,9 @@ OBJECTIVES = ("fairness", "fairness_prob", "confidence", "calibration")
 """fairness: -|argmax A-rate - 0.5| (the paper); fairness_prob: the same on mean P(A);
 confidence: mean max(p, 1-p); calibration: -ECE against human preferences (needs labels)."""
 
+DEBIAS = ("none", "permutation")
+"""What the search scores: raw judgments, or permutation-debiased ones (the official --do_permutate)."""
+
 STATE_VERSION = 1
 
 
@@ -75,6 +78,10 @@ class SearchSettings:
     """PairS shuffles averaged for the held-out Spearman."""
     dedup_attempts: int = 3
     """Re-asks (new seed) when a paraphrase repeats a text already scored."""
+    debias: str = "none"
+    """"permutation": score each candidate on permutation-debiased judgments, with the decision
+    rate over the upper triangle, as the official `--do_permutate` does during the search
+    (Table 2's ZEPO + Debias); "none": raw judgments (the paper's other tables)."""
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -83,6 +90,8 @@ class SearchSettings:
             raise ConfigError(f"population and epochs must be >= 1, got {self.population} and {self.epochs}")
         if self.ranking not in ("pairs", "winrate"):
             raise ConfigError(f"ranking must be 'pairs' or 'winrate', got {self.ranking!r}")
+        if self.debias not in DEBIAS:
+            raise ConfigError(f"search debias must be one of {', '.join(DEBIAS)}, got {self.debias!r}")
 
 
 @dataclass(frozen=True)
@@ -172,9 +181,17 @@ def objective_key(value: float) -> float:
     return -math.inf if value is None or math.isnan(value) else value
 
 
-def candidate_metrics(judgments: Sequence[Judgment]) -> dict[str, Any]:
-    """Every objective plus the A-rates and ECE of one candidate's search judgments."""
-    rate, rate_prob = metrics.a_rate(judgments, "argmax"), metrics.a_rate(judgments, "prob")
+def candidate_metrics(judgments: Sequence[Judgment], debias: str = "none") -> dict[str, Any]:
+    """Every objective plus the A-rates and ECE of one candidate's search judgments.
+
+    debias="permutation" scores the permutation-debiased judgments, the decision rate being the
+    official upper-triangle rate (a debiased matrix's rate over all pairs is always 0.5)."""
+    if debias == "permutation":
+        judgments = metrics.permutation_debias(judgments)
+        rate = metrics.upper_a_rate(judgments)
+    else:
+        rate = metrics.a_rate(judgments, "argmax")
+    rate_prob = metrics.a_rate(judgments, "prob")
     ece = metrics.calibration(judgments)["ece"]
     objectives = {
         "fairness": -abs(rate - 0.5),
@@ -294,7 +311,7 @@ class Search:
             "settings": content_hash(dict(
                 population=s.population, objective=s.objective, seed=s.seed, max_candidates=s.max_candidates,
                 heldout_spearman=s.heldout_spearman, ranking=s.ranking, shuffles=s.shuffles,
-                dedup_attempts=s.dedup_attempts)),
+                dedup_attempts=s.dedup_attempts, **({"debias": s.debias} if s.debias != "none" else {}))),
         }
 
     def fingerprint(self) -> str:
@@ -391,7 +408,7 @@ class Search:
 
     def score(self, text: str, *, index: int, epoch: int, slot: int, parent: int | None,
               seed: int | None) -> ScoredCandidate:
-        m = candidate_metrics(self.judge_on(self.search_docs, text))
+        m = candidate_metrics(self.judge_on(self.search_docs, text), self.settings.debias)
         held: dict[str, float] = {}
         sp = None
         if self.settings.heldout_spearman and self.heldout_docs:

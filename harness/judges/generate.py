@@ -1,0 +1,86 @@
+"""The official ZEPO read-out: generate greedily, then read the answer where the model wrote it.
+
+The ZEPO code (cambridgeltl/zepo @ 0c3940a, `models/llama3.py:119-180`, `models/mistral.py:88-140`)
+does not read the next-token distribution after the prompt. It calls `model.generate` greedily
+(`do_sample=False`, up to 32 new tokens, `pad_token_id` = eos, raw `output_logits`), walks the
+generated tokens, and at the FIRST one that is an A or B variant takes the softmax over the whole
+vocabulary at that step; if no A/B token is generated the pair scores 0.5. For Llama-3, whose
+prompt it wraps without the assistant header, the model first writes the header itself, so the
+answer is usually read at step 4; for Mistral usually at step 0.
+
+`generate_answer_logprobs` does the same with transformers' own `generate` on left-padded batches
+(the official call), returning for each prompt the answer-token log-probabilities at that step
+and the step, or None where no trigger token was generated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GeneratedAnswer:
+    """What greedy generation gave for one prompt."""
+
+    logprobs: list[float] | None
+    """Full-vocabulary log-softmax of the answer ids at the answer step; None when no trigger
+    token (an A/B variant) was generated within the budget."""
+    step: int | None
+    """Index among the generated tokens of the answer step (0 = right after the prompt)."""
+    tokens: list[int]
+    """The generated token ids (eos and what follows it left out)."""
+
+
+def generate_answer_logprobs(model: Any, rows: Sequence[Sequence[int]], answer_ids: Sequence[int],
+                             trigger_ids: set[int], *, max_new_tokens: int, pad_id: int,
+                             batch_size: int) -> list[GeneratedAnswer]:
+    """Greedy `generate` per batch (left padding, pad = `pad_id`), then the official scan."""
+    out: list[GeneratedAnswer] = []
+    for start in range(0, len(rows), batch_size):
+        out.extend(_generate_batch(model, rows[start:start + batch_size], answer_ids, trigger_ids,
+                                   max_new_tokens, pad_id))
+    return out
+
+
+def _generate_batch(model: Any, rows: Sequence[Sequence[int]], answer_ids: Sequence[int], trigger_ids: set[int],
+                    max_new_tokens: int, pad_id: int) -> list[GeneratedAnswer]:
+    import torch
+
+    device = next(model.parameters()).device
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for k, r in enumerate(rows):
+        input_ids[k, width - len(r):] = torch.tensor(list(r), dtype=torch.long)
+        mask[k, width - len(r):] = 1
+    with torch.inference_mode():
+        gen = model.generate(input_ids=input_ids.to(device), attention_mask=mask.to(device),
+                             max_new_tokens=int(max_new_tokens), do_sample=False, temperature=None, top_p=None,
+                             top_k=None, pad_token_id=int(pad_id), output_logits=True, return_dict_in_generate=True)
+    new = gen.sequences[:, width:].cpu().tolist()
+    index = torch.tensor(list(answer_ids), device=gen.logits[0].device)
+    stops = _stop_ids(model)
+    out = []
+    for k, seq in enumerate(new):
+        step = next((i for i, t in enumerate(seq) if t in trigger_ids), None)
+        kept = []
+        for t in seq:
+            if t in stops:
+                break
+            kept.append(t)
+        if step is None or step >= len(gen.logits):
+            out.append(GeneratedAnswer(None, None, kept))
+            continue
+        logp = torch.log_softmax(gen.logits[step][k].float(), dim=-1)[index]
+        out.append(GeneratedAnswer(logp.cpu().tolist(), step, kept))
+    return out
+
+
+def _stop_ids(model: Any) -> set[int]:
+    ids: set[int] = set()
+    for src in (getattr(model, "generation_config", None), model.config):
+        v = getattr(src, "eos_token_id", None)
+        ids.update(v if isinstance(v, (list, tuple)) else [v] if v is not None else [])
+    return {int(i) for i in ids}
