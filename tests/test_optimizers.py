@@ -16,12 +16,9 @@ from harness.zepo.optimizers import (
     LocalOptimizer,
     Optimizer,
     ParaphraseError,
-    aspect_word,
-    clean,
-    sample_seed,
-    sample_tokens,
-    validate,
 )
+from harness.zepo.sampling import sample_tokens
+from harness.zepo.validation import aspect_word, clean, sample_seed, validate
 
 ENV = "HARNESS_TEST_OPTIMIZER_KEY"
 FAST = dict(api_key_env=None, backoff_base_s=0.01, timeout_s=5.0)

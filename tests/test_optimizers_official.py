@@ -12,7 +12,8 @@ import pytest
 from openai_server import OpenAIServer
 
 from harness.prompts import load_zepo_instructions
-from harness.zepo.optimizers import ApiOptimizer, validate
+from harness.zepo.optimizers import ApiOptimizer
+from harness.zepo.validation import validate
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "zepo_official.json").read_text())["meta_prompt"]
 OURS = {"natural": "naturalness", "engaging": "engagingness"}

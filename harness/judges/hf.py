@@ -155,7 +155,27 @@ def readout_identity(chat_format: str, readout: str, max_new_tokens: int) -> lis
     return parts + ([] if readout == "next_token" else [f"readout={readout}{int(max_new_tokens)}"])
 
 
-class HFJudge:
+class ChatPrompts:
+    """Prompts -> token ids for a judge holding a tokenizer and the chat settings (`system_prompt`,
+    `max_length`, `chat_format`, `chat_template`): shared by the transformers and vLLM judges, so
+    both score identical ids."""
+
+    tokenizer: Any
+    system_prompt: str | None
+    max_length: int
+    chat_format: str
+    chat_template: bool
+
+    def encode(self, requests: Sequence[PairRequest]) -> list[list[int]]:
+        return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length, self.chat_format,
+                              chat_template=self.chat_template)
+
+    def check_requests(self, requests: Sequence[PairRequest]) -> None:
+        """JudgeInputError for a prompt this model cannot read (see judges.base.check_requests)."""
+        self.encode(requests)
+
+
+class HFJudge(ChatPrompts):
     """A transformers causal LM as a pairwise judge (CPU or CUDA, HF dirs and GGUF files)."""
 
     def __init__(self, path: str | Path, *, name: str | None = None, gguf_file: str | None = None,
@@ -220,14 +240,6 @@ class HFJudge:
         """The exact text the model reads (chat template; see CHAT_FORMATS)."""
         return format_chat(self.tokenizer, prompt, self.system_prompt, self.chat_format,
                            chat_template=self.chat_template)
-
-    def encode(self, requests: Sequence[PairRequest]) -> list[list[int]]:
-        return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length, self.chat_format,
-                              chat_template=self.chat_template)
-
-    def check_requests(self, requests: Sequence[PairRequest]) -> None:
-        """JudgeInputError for a prompt this model cannot read (see judges.base.check_requests)."""
-        self.encode(requests)
 
     # -- scoring --------------------------------------------------------------------------------
     def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:

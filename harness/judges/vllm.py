@@ -50,8 +50,8 @@ from harness.judges.base import (
 )
 from harness.judges.hf import (
     READOUTS,
+    ChatPrompts,
     check_chat_format,
-    encode_prompts,
     format_chat,
     no_answer,
     readout_identity,
@@ -185,7 +185,7 @@ def _start_engine(vllm: Any, key: str, kwargs: dict[str, Any], threads: int | No
     return llm
 
 
-class VLLMJudge:
+class VLLMJudge(ChatPrompts):
     """A vLLM engine as a pairwise judge (exact answer-token logprobs, automatic prefix caching)."""
 
     def __init__(self, path: str | Path, *, name: str | None = None, revision: str | None = None,
@@ -258,14 +258,6 @@ class VLLMJudge:
     def prefix_hit_rate(self) -> float:
         """Share of submitted prompt tokens whose KV came from the prefix cache (NaN before any)."""
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else float("nan")
-
-    def encode(self, requests: Sequence[PairRequest]) -> list[list[int]]:
-        return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length, self.chat_format,
-                              chat_template=self.chat_template)
-
-    def check_requests(self, requests: Sequence[PairRequest]) -> None:
-        """JudgeInputError for a prompt this model cannot read (see judges.base.check_requests)."""
-        self.encode(requests)
 
     def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
         if not requests:

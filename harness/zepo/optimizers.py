@@ -18,9 +18,7 @@ verbatim: no cleaning, no validation but a check that it is not empty.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,30 +36,15 @@ from harness.judges.base import innermost
 from harness.judges.hf import load_model_and_tokenizer, pick_device, pick_dtype
 from harness.models import resolve_model_path
 from harness.prompts import zepo_key
-
-META_PROMPT = """\
-You are helping to tune the instruction given to an AI judge. The judge reads two candidate \
-texts, labelled A and B, and must reply with the letter of the better one.
-
-Write ONE new version of the instruction below. It must ask for exactly the same judgement in \
-different words. Rules:
-- keep the word "{aspect_word}" exactly as it is;
-- keep the answer format: the judge answers 'A' if candidate A is better and 'B' if candidate B \
-is better, and returns the letter only;
-- change the wording and sentence structure freely; be creative and diverse;
-- reply with the new instruction only: no title, no quotation marks, no explanation, no list of options.
-
-Instruction:
-{instruction}"""
-
-
-ZEPO_META_PROMPT = ('    Paraphrase the following instruction for a pairwise comparison task. Do not change the keyword '
-                    '"{aspect}". Be diverse and creative in paraphrasing. Return the instruction only. \n    Input: '
-                    '{instruction}\n    Output: \n    ')
-"""The official meta-prompt, byte for byte: zepo.py:27-33 (an f-string with '\\' continuations, not
-dedented), sent as one user message to gpt-3.5-turbo at T = 0.9."""
-
-META_PROMPTS = ("default", "zepo")
+from harness.zepo.sampling import sample_tokens, turn_end_ids
+from harness.zepo.validation import (
+    META_PROMPT,
+    META_PROMPTS,
+    ZEPO_META_PROMPT,
+    aspect_word,
+    sample_seed,
+    validate,
+)
 
 
 class ParaphraseError(HarnessError):
@@ -122,82 +105,6 @@ class Optimizer(Protocol):
     identity: str
 
     def paraphrase(self, instruction: str, n: int, seed: int, aspect: str) -> list[str]: ...
-
-
-# -- validation ---------------------------------------------------------------------------------
-# Chatty wrappers models put around the one line we asked for: "Sure! Here is ...:", "Paraphrase:".
-_PREFIX = re.compile(r"^\s*(?:(?:sure|certainly|of course|okay|ok)[!,.]?\s*)?"
-                     r"(?:here(?:'s| is)[^:\n]{0,60}:|(?:new |revised |rewritten |paraphrased )?"
-                     r"(?:paraphrase|instruction|version|prompt|answer|output)\s*:)\s*", re.IGNORECASE)
-_LIST_ITEM = re.compile(r"^\s*(?:\d+[.):]|[-*\u2022]|option\s+\d+|alternative\s+\d+)\s*", re.IGNORECASE | re.MULTILINE)
-_QUOTES = "\"'`\u201c\u201d\u2018\u2019"
-
-
-def aspect_word(aspect: str, instruction: str) -> str:
-    """The form of the aspect the instruction uses ('engaging' for engagingness), else the aspect."""
-    stem = aspect.removesuffix("ness")
-    for form in (aspect, stem):
-        if re.search(rf"\b{re.escape(form)}\b", instruction, re.IGNORECASE):
-            return form
-    return aspect
-
-
-def clean(text: str) -> str:
-    """Strip code fences, 'Paraphrase:'-style prefixes and wrapping quotes."""
-    t = text.strip()
-    t = re.sub(r"^```[a-zA-Z]*\n?|\n?```$", "", t).strip()
-    for _ in range(2):
-        t = _PREFIX.sub("", t, count=1).strip()
-        if len(t) >= 2 and t[0] in _QUOTES and t[-1] in _QUOTES:
-            t = t[1:-1].strip()
-    return t
-
-
-def _mentions_label(text: str, label: str) -> bool:
-    """The label as a word, not just a sentence-initial article ('A summary is...')."""
-    for m in re.finditer(rf"(?<![\w]){re.escape(label)}(?![\w])", text):
-        before = text[: m.start()].rstrip(" \t")
-        after = text[m.end():]
-        sentence_start = before == "" or before[-1] in ".!?\n"
-        if sentence_start and re.match(r" [a-z]", after):
-            continue
-        return True
-    return False
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.lower().split()).rstrip(".")
-
-
-def validate(text: str, original: str, word: str, seen: Sequence[str], *, labels: Sequence[str] = ("A", "B"),
-             min_ratio: float = 0.1, max_ratio: float = 3.0) -> tuple[str, str | None]:
-    """(cleaned text, None) when acceptable, else (cleaned text, reason)."""
-    t = clean(text)
-    if not t:
-        return t, "empty"
-    if len(_LIST_ITEM.findall(t)) >= 2:
-        return t, "a list of alternatives, not one instruction"
-    if not re.search(rf"\b{re.escape(word)}\b", t, re.IGNORECASE):
-        return t, f"missing the aspect word {word!r}"
-    # Only labels the original names: a custom instruction may leave the format to the template.
-    lost = [label for label in labels if _mentions_label(original, label) and not _mentions_label(t, label)]
-    if lost:
-        return t, f"does not mention answer option(s) {lost}"
-    # Lengths without runs of spaces: ZEPO's init_prompts.json pads sentences with 21-25 spaces.
-    size, size0 = len(" ".join(t.split())), len(" ".join(original.split()))
-    ratio = size / max(1, size0)
-    if not min_ratio <= ratio <= max_ratio:
-        return t, f"length {size} chars is {ratio:.2f}x the original (allowed {min_ratio}..{max_ratio}x)"
-    if _norm(t) == _norm(original):
-        return t, "same as the original"
-    if any(_norm(t) == _norm(s) for s in seen):
-        return t, "duplicate of an earlier candidate"
-    return t, None
-
-
-def sample_seed(seed: int, sample: int) -> int:
-    """A per-sample seed: servers that honour `seed` must not return one text n times."""
-    return int.from_bytes(hashlib.sha256(f"{seed}:{sample}".encode()).digest()[:4], "big") & 0x7FFFFFFF
 
 
 # -- the shared loop ----------------------------------------------------------------------------
@@ -379,7 +286,7 @@ class LocalOptimizer(_Paraphraser):
         self.model_name = name or Path(str(path)).name
         self.location = f"local:{self.model_name}:{gguf_file or '-'}:{dtype}"
         self.identity = f"local|{self.model_name}|t={self.temperature}" + self._meta_identity()
-        self.stop_ids = _stop_ids(model, tokenizer)
+        self.stop_ids = turn_end_ids(model, tokenizer)
 
     def __repr__(self) -> str:
         return f"LocalOptimizer(identity={self.identity!r})"
@@ -394,66 +301,6 @@ class LocalOptimizer(_Paraphraser):
         rows = sample_tokens(self.model, self.prompt_ids(messages), seeds, max_new_tokens=self.max_tokens,
                              temperature=self.temperature, top_p=self.top_p, stop_ids=self.stop_ids)
         return [self.tokenizer.decode(r, skip_special_tokens=True) for r in rows]
-
-
-def _stop_ids(model: Any, tokenizer: Any) -> set[int]:
-    ids: set[int] = set()
-    for src in (getattr(model, "generation_config", None), model.config, tokenizer):
-        v = getattr(src, "eos_token_id", None)
-        ids.update(v if isinstance(v, (list, tuple)) else [v] if v is not None else [])
-    end = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
-    if end is not None:
-        ids.add(int(end))  # ChatML templates end a turn with <|im_end|> even when eos is another token
-    return {int(i) for i in ids}
-
-
-def sample_tokens(model: Any, prompt: Sequence[int], seeds: Sequence[int], *, max_new_tokens: int,
-                  temperature: float, top_p: float, stop_ids: set[int]) -> list[list[int]]:
-    """Sample one continuation per seed (rows share the prompt, so no padding is needed).
-
-    Each row draws from its own CPU torch.Generator, so a sample depends only on its seed,
-    never on the global RNG or on what else was in the batch. Stop tokens are not returned.
-    """
-    import torch
-
-    n = len(seeds)
-    if n == 0:
-        return []
-    device = next(model.parameters()).device
-    gens = [torch.Generator(device="cpu").manual_seed(int(s)) for s in seeds]
-    out: list[list[int]] = [[] for _ in range(n)]
-    done = [False] * n
-    inp = torch.tensor([list(prompt)] * n, dtype=torch.long, device=device)
-    past = None
-    with torch.inference_mode():
-        for _ in range(max_new_tokens):
-            res = model(input_ids=inp, past_key_values=past, use_cache=True)
-            past = res.past_key_values
-            logits = res.logits[:, -1, :].float().cpu()
-            nxt = [_draw(logits[r], temperature, top_p, gens[r]) for r in range(n)]
-            for r, tok in enumerate(nxt):
-                if not done[r]:
-                    if tok in stop_ids:
-                        done[r] = True
-                    else:
-                        out[r].append(tok)
-            if all(done):
-                break
-            inp = torch.tensor(nxt, dtype=torch.long, device=device).unsqueeze(1)
-    return out
-
-
-def _draw(logits, temperature: float, top_p: float, gen) -> int:
-    import torch
-
-    if temperature <= 0:
-        return int(logits.argmax())
-    probs = torch.softmax(logits / temperature, dim=-1)
-    if top_p < 1.0:
-        sorted_p, order = probs.sort(descending=True)
-        keep = sorted_p.cumsum(-1) - sorted_p < top_p  # always keeps the most likely token
-        probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
-    return int(torch.multinomial(probs, 1, generator=gen))
 
 
 class VLLMOptimizer(_Paraphraser):
