@@ -25,7 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 KINDS = [
     # (kind, test file, test functions: every parametrized case of each counts as one try)
-    ("bad config values, in process", "tests/test_config_checks.py", ("test_bad_value_is_one_line_before_any_work",)),
+    ("bad config values, in process", "tests/test_config_checks.py",
+     ("test_bad_value_is_one_line_before_any_work",
+      "test_a_shipped_config_without_what_it_requires_is_refused_in_one_line")),
     ("bad config values through the CLI", "tests/test_cli_errors.py",
      ("test_config_refused_before_any_work", "test_bad_config", "test_secret_in_config_is_refused",
       "test_context_length_is_checked_when_every_answer_comes_from_the_cache")),
