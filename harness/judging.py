@@ -160,7 +160,8 @@ def judge_documents(judge: Judge, docs: Sequence[Document], *, aspect: str | Non
 
 
 def _mass_flags(s: PairScore) -> tuple[str, ...]:
-    """LOW_MASS for a read pair with little answer mass; an unreadable pair has no reading to weigh."""
+    """LOW_MASS for a read pair with little answer mass, `no_answer` included (the judge wrote no
+    answer token: mass 0, as harness.metrics.mass counts it); an unreadable pair has no reading."""
     if "unreadable" in s.flags or LOW_MASS in s.flags:
         return ()
     return (LOW_MASS,) if answer_mass(s.token_logprobs) < MIN_ANSWER_MASS else ()

@@ -60,6 +60,8 @@ BAD = [
     (["experiment=zepo", "experiment.epochs=-1"], "experiment.epochs=-1"),
     (["experiment=zepo", "experiment.search_docs=0"], "experiment.search_docs=0"),
     (["experiment=zepo", "experiment.eval_docs=0"], "experiment.eval_docs=0"),
+    (["experiment=zepo", "experiment.search_debias=permutation", "experiment.objective=fairness_prob"],
+     "experiment.objective='fairness_prob'"),
     (["experiment=zepo", "+experiment.search_docs_by_task.summeval=0"], "experiment.search_docs_by_task.summeval=0"),
     (["experiment=sensitivity", "experiment.paraphrases=-2"], "experiment.paraphrases=-2"),
     (["experiment=abb", "experiment.verify=-1"], "experiment.verify=-1"),

@@ -347,3 +347,21 @@ def test_rank_correlations_match_scipy_with_ties():
         assert r == pytest.approx(spearmanr(row, human)[0], abs=1e-12)
         assert t == pytest.approx(kendalltau(row, human)[0], abs=1e-12)
     assert rank_correlations(scores, np.full(9, 2.0))[0].tolist() == [0.0] * 25
+
+
+def test_answer_mass_counts_no_answer_as_zero_and_leaves_unreadable_out():
+    """A pair the judge answered with no A/B token has mass 0 (flagged low_answer_mass, counted in
+    the card); an API answer that stayed unreadable has no reading (neither flagged nor counted)."""
+    from harness.judging import LOW_MASS, _mass_flags
+    from harness.metrics import answer_mass_stats
+    from harness.types import PairScore
+
+    good = {"A": math.log(0.5), "B": math.log(0.3)}  # mass 0.8
+    read = Judgment("d", "x", "y", 0.6, good, 1.0, 0.0)
+    silent = Judgment("d", "y", "x", 0.5, {}, 0.0, 1.0, flags=("no_answer", LOW_MASS))
+    spoiled = Judgment("d", "x", "z", math.nan, {}, 1.0, 0.0, flags=("unreadable",))
+    stats = answer_mass_stats([read, silent, spoiled])
+    assert stats == pytest.approx({"answer_mass_median": 0.4, "answer_mass_low_share": 0.5})
+    assert _mass_flags(PairScore(token_logprobs={}, p_a=0.5, flags=("no_answer",))) == (LOW_MASS,)
+    assert _mass_flags(PairScore(token_logprobs={}, p_a=math.nan, flags=("unreadable",))) == ()
+    assert _mass_flags(PairScore(token_logprobs=good, p_a=0.625)) == ()

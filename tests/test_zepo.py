@@ -312,3 +312,13 @@ def test_smollm2_search_moves_decision_rate_toward_half(shared_data, smollm2_pat
     assert res["n_candidates"] >= 2  # the local optimizer produced usable paraphrases
     assert abs(rate[1] - 0.5) < abs(rate[0] - 0.5)  # strictly fairer on the search document
     assert all(0 <= x <= 1 for x in held) and all(-1 <= x <= 1 for x in sp)
+
+
+def test_fairness_prob_on_permutation_debiased_judgments_is_refused():
+    """Debiased judgments have mean P(A) 0.5 whatever the instruction: that objective could never
+    pick a candidate, so the search refuses it rather than silently keep the initial one."""
+    from harness.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="constant on permutation-debiased"):
+        zepo.SearchSettings(objective="fairness_prob", debias="permutation")
+    zepo.SearchSettings(objective="fairness", debias="permutation")

@@ -19,12 +19,14 @@ from harness.types import Judgment
 
 
 def answer_masses(judgments: Sequence[Judgment]) -> np.ndarray:
-    """The answer mass of every judgment, in order (0 where no answer token was read)."""
-    return np.array([answer_mass(j.token_logprobs) for j in judgments], dtype=float)
+    """The answer mass of every read judgment, in order: 0 where the judge wrote no answer token
+    (`no_answer`, flagged low_answer_mass too); an `unreadable` one (an API answer that stayed
+    spoiled) has no reading and is left out, as it is left out of the low_answer_mass flags."""
+    return np.array([answer_mass(j.token_logprobs) for j in judgments if "unreadable" not in j.flags], dtype=float)
 
 
 def answer_mass_stats(judgments: Sequence[Judgment], threshold: float = MIN_ANSWER_MASS) -> dict[str, float]:
-    """Median answer mass and the share of judgments below `threshold` (NaN when none)."""
+    """Median answer mass and the share of read judgments below `threshold` (NaN when none)."""
     m = answer_masses(judgments)
     if not m.size:
         return {"answer_mass_median": math.nan, "answer_mass_low_share": math.nan}

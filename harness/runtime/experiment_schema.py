@@ -77,6 +77,9 @@ class ZepoExp:
         at_least("experiment.eval_docs", self.eval_docs, 1, optional=True)
         at_least("experiment.dedup_attempts", self.dedup_attempts, 0)
         one_of("experiment.objective", self.objective, ("fairness", "fairness_prob", "confidence", "calibration"))
+        if self.search_debias == "permutation" and self.objective == "fairness_prob":
+            raise _bad("experiment.objective", self.objective, "is constant on permutation-debiased judgments "
+                       "(mean P(A) is always 0.5): set experiment.objective=fairness or experiment.search_debias=none")
         one_of("experiment.ranking", self.ranking, ("pairs", "winrate"))
         for task, n in self.search_docs_by_task.items():
             at_least(f"experiment.search_docs_by_task.{task}", n, 1)

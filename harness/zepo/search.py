@@ -95,6 +95,10 @@ class SearchSettings:
             raise ConfigError(f"ranking must be 'pairs' or 'winrate', got {self.ranking!r}")
         if self.debias not in DEBIAS:
             raise ConfigError(f"search debias must be one of {', '.join(DEBIAS)}, got {self.debias!r}")
+        if self.debias == "permutation" and self.objective == "fairness_prob":
+            raise ConfigError("objective fairness_prob is constant on permutation-debiased judgments (their mean "
+                              "P(A) is always 0.5, so no candidate could win): use objective=fairness (the "
+                              "upper-triangle decision rate, as the official code) or search_debias=none")
 
 
 @dataclass(frozen=True)
