@@ -166,6 +166,15 @@ class ChatPrompts:
     chat_format: str
     chat_template: bool
 
+    def set_chat(self, *, chat_template: bool, chat_format: str, readout: str, max_new_tokens: int) -> None:
+        """Check and keep the chat and read-out settings (before any weights are loaded)."""
+        self.chat_format = check_chat_format(chat_format)
+        if readout not in READOUTS:
+            raise ConfigError(f"unknown readout {readout!r}; use {', '.join(READOUTS)}")
+        self.readout, self.max_new_tokens = readout, int(max_new_tokens)
+        self.chat_template = bool(chat_template)
+        """False: prompts go in as plain text, without the tokenizer's chat template."""
+
     def encode(self, requests: Sequence[PairRequest]) -> list[list[int]]:
         return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length, self.chat_format,
                               chat_template=self.chat_template)
@@ -190,10 +199,8 @@ class HFJudge(ChatPrompts):
 
         if engine not in ENGINES:  # before any weights are loaded
             raise ConfigError(f"unknown engine {engine!r}; use {', '.join(ENGINES)}")
-        self.chat_format = check_chat_format(chat_format)
-        if readout not in READOUTS:
-            raise ConfigError(f"unknown readout {readout!r}; use {', '.join(READOUTS)}")
-        self.readout, self.max_new_tokens = readout, int(max_new_tokens)
+        self.set_chat(chat_template=chat_template, chat_format=chat_format, readout=readout,
+                      max_new_tokens=max_new_tokens)
         self.device = pick_device(device)
         self.torch_dtype = pick_dtype(dtype, self.device)
         if model is None or tokenizer is None:
@@ -204,8 +211,6 @@ class HFJudge(ChatPrompts):
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         self.system_prompt = system_prompt
-        self.chat_template = bool(chat_template)
-        """False: prompts go in as plain text, without the tokenizer's chat template."""
         self.max_length = int(max_length or _context_length(model.config))
         self.answers: AnswerTokens = resolve_answer_tokens(tokenizer, labels, tie_label)
         self._answer_ids = torch.tensor(self.answers.all_ids, device=self.device)

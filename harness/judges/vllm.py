@@ -49,9 +49,7 @@ from harness.judges.base import (
     template_fingerprint,
 )
 from harness.judges.hf import (
-    READOUTS,
     ChatPrompts,
-    check_chat_format,
     format_chat,
     no_answer,
     readout_identity,
@@ -198,17 +196,14 @@ class VLLMJudge(ChatPrompts):
                  chat_template: bool = True, chat_format: str = "default", readout: str = "next_token",
                  max_new_tokens: int = 32, tie_label: str | None = None,
                  **engine_kwargs: Any) -> None:
-        self.chat_format = check_chat_format(chat_format)
-        if readout not in READOUTS:
-            raise ConfigError(f"unknown readout {readout!r}; use {', '.join(READOUTS)}")
-        self.readout, self.max_new_tokens = readout, int(max_new_tokens)
+        self.set_chat(chat_template=chat_template, chat_format=chat_format, readout=readout,
+                      max_new_tokens=max_new_tokens)
         require_vllm()
         path = str(path)
         check_weights(path)
         from transformers import AutoConfig, AutoTokenizer
 
         self.system_prompt = system_prompt
-        self.chat_template = bool(chat_template)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
             config = AutoConfig.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)

@@ -17,7 +17,7 @@ from harness.errors import ConfigError, DataError
 from harness.io import write_json_atomic
 from harness.types import Document
 
-log = logging.getLogger("harness.zepo.search")
+log = logging.getLogger("harness.zepo.search")  # the search's log lines, as before the split
 
 STATE_VERSION = 1
 
