@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -171,3 +172,29 @@ def test_build_tree_shapes():
     assert all(not n.children and n.parent is None for n in top)
     assert trie_size(rows) == 5 + 1 + 0 + 0 + 2
     assert common_prefix_len([1, 2, 3], [1, 2]) == 2
+
+
+def test_shipped_hf_backend_reuses_prefixes_and_equals_the_plain_path(tiny_llama):
+    """`backend=hf` as shipped (conf/backend/hf.yaml) builds a judge with prefix reuse on: fewer
+    tokens than one forward per prompt, the same scores (negative control: prefix_reuse=false
+    runs every prompt's tokens)."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.runtime.context import build, container
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    reqs = _requests(INSTRUCTIONS[:2])
+    judges = {}
+    for reuse in (None, "false"):
+        overrides = ["experiment=judge", "model=tiny_llama", f"model.path={tiny_llama}", "backend.device=cpu"]
+        overrides += [f"backend.prefix_reuse={reuse}"] if reuse else []
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            cfg = compose("config", overrides=overrides)
+        judges[reuse] = build(cfg.backend, judge_model=container(cfg.model))
+    shipped, plain = judges[None], judges["false"]
+    assert shipped.prefix_reuse and not plain.prefix_reuse
+    got, want = shipped.score_pairs(reqs), plain.score_pairs(reqs)
+    ids = shipped.encode(reqs)
+    assert plain.tokens_processed == sum(len(r) for r in ids)
+    assert trie_size(ids) <= shipped.tokens_processed < 0.8 * plain.tokens_processed
+    assert max(abs(a.p_a - b.p_a) for a, b in zip(got, want)) < TOL

@@ -93,7 +93,7 @@ class HFBackendConf:
     batch_size: int = 8
     engine: str = "auto"
     max_batch_tokens: int = 4096
-    prefix_reuse: bool = False
+    prefix_reuse: bool = True
 
     def check(self) -> None:
         at_least("backend.batch_size", self.batch_size, 1)
