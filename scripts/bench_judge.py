@@ -68,11 +68,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-official", action="store_true", help="leave out (a)")
     p.add_argument("--vllm", action="store_true",
                    help="also time vLLM (scripts/bench_vllm.py): without and with prefix caching, 1 and 5 instructions")
-    p.add_argument("--vllm-threads", type=int, default=None, help="in-process CPU engine threads (default: cores - 1)")
+    p.add_argument("--vllm-threads", type=_thread_counts, default=[None],
+                   help="in-process CPU engine threads (default: cores - 1, vLLM's own binding); a comma "
+                        "list such as 1,2 also runs vLLM with prefix caching at each further count")
     p.add_argument("--vllm-max-len", type=int, default=2048, help="vLLM max_model_len (sizes its KV cache)")
     p.add_argument("--data-dir", type=Path, default=DATA)
     p.add_argument("--out", type=Path, help="also write the JSON here (atomically)")
     return p.parse_args(argv)
+
+
+def _thread_counts(text: str) -> list[int]:
+    try:
+        counts = [int(t) for t in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1 or len(set(counts)) != len(counts):
+        raise argparse.ArgumentTypeError(f"--vllm-threads {text!r}: give distinct positive counts, e.g. 1 or 1,2")
+    return counts
 
 
 # -- data --------------------------------------------------------------------------------------
@@ -330,7 +342,7 @@ def compare(res: dict, n_instr: int) -> dict:
         pairs += [("official", "batched", slice(None)), ("official", "prefix_1instr", slice(None))]
     if "batched_5instr" in dec:
         pairs.append(("batched_5instr", "prefix_5instr", slice(None)))
-    for tag in ("vllm", "vllm_apc"):
+    for tag in dict.fromkeys(name.rsplit("_", 1)[0] for name in dec if name.startswith("vllm")):
         if f"{tag}_1instr" in dec:
             pairs += [("batched", f"{tag}_1instr", slice(None)), ("prefix_5instr", f"{tag}_5instr", slice(None))]
             for ours, theirs in (("prefix_1instr", f"{tag}_1instr"), ("prefix_5instr", f"{tag}_5instr")):
@@ -361,8 +373,10 @@ def print_table(res: dict, cmp: dict, peaks: list[float]) -> None:
     for key, (same, n) in cmp["agree"].items():
         dp = cmp["max_abs_dp"].get(key)
         print(f"decisions {key}: {same}/{n} equal" + (f", max |dP(A)| {dp:.2e}" if dp is not None else ""))
+    vllm_threads = {tag: st.get("threads") for tag, st in res.get("vllm_settings", {}).items()}
     for key, ratio in cmp.get("ours_over_vllm", {}).items():
-        print(f"prompts/s {key}: {ratio:.2f}x")
+        theirs = vllm_threads.get(key.split("/")[1].rsplit("_", 1)[0])
+        print(f"prompts/s {key}: {ratio:.2f}x (threads: ours {res['threads']}, vLLM {theirs})")
 
 
 def run_bench(args: argparse.Namespace) -> dict:
@@ -380,6 +394,7 @@ def run_bench(args: argparse.Namespace) -> dict:
     judge = build_judge(args)
     peaks = [matmul_peak(judge.device, judge.torch_dtype)]
     res = run_methods(args, judge, w1, w5, peaks)
+    res["threads"] = torch.get_num_threads()
     if args.vllm:
         from bench_vllm import run_vllm
 

@@ -16,23 +16,30 @@ from bench_judge import causal_pairs, measure, model_dims, stats
 from harness.judges.prefix import trie_size
 
 
-def vllm_judge(args, path: str, prefix_caching: bool):
+def vllm_judge(args, path: str, prefix_caching: bool, threads: int | None):
     from harness.judges.vllm import VLLMJudge
 
     return VLLMJudge(path, enable_prefix_caching=prefix_caching, max_model_len=args.vllm_max_len,
-                     cpu_threads=args.vllm_threads)
+                     cpu_threads=threads)
+
+
+def engines(thread_counts: list[int | None]) -> list[tuple[str, bool, int | None]]:
+    """(tag, prefix caching, threads) per engine: without and with prefix caching at the first
+    thread count, then with prefix caching only at each further one (tag `vllm_apc_t{n}`)."""
+    first, *rest = thread_counts
+    return [("vllm", False, first), ("vllm_apc", True, first)] + [(f"vllm_apc_t{n}", True, n) for n in rest]
 
 
 def run_vllm(args, judge, path: str, w1: list, w5: list, peaks: list[float]) -> dict:
-    """{"methods", "decisions", "p_a", "settings"} for vllm_{1,5}instr and vllm_apc_{1,5}instr."""
+    """{"methods", "decisions", "p_a", "settings"} for vllm_{1,5}instr and vllm_apc_{1,5}instr
+    (and vllm_apc_t{n}_{1,5}instr for further thread counts)."""
     dims = model_dims(judge.model)
     ids1, ids5 = judge.encode(w1), judge.encode(w5)
     out: dict = {"methods": {}, "decisions": {}, "p_a": {}, "settings": {}}
-    for apc in (False, True):
-        vj = vllm_judge(args, path, apc)
+    for tag, apc, threads in engines(args.vllm_threads):
+        vj = vllm_judge(args, path, apc, threads)
         assert vj.encode(w1) == ids1, "vLLM must score the very token ids the other methods score"
         vj.score_pairs(w1[:2])  # warm-up
-        tag = "vllm_apc" if apc else "vllm"
         out["settings"][tag] = vj.engine_settings
         for suffix, reqs, ids in (("1instr", w1, ids1), ("5instr", w5, ids5)):
             vj.llm.reset_prefix_cache()
@@ -46,5 +53,6 @@ def run_vllm(args, judge, path: str, w1: list, w5: list, peaks: list[float]) -> 
             out["decisions"][name] = [(s.p_a > 0.5) - (s.p_a < 0.5) for s in scores]
             out["p_a"][name] = [s.p_a for s in scores]
         vj.close()
-        print(f"  vLLM engine ({'with' if apc else 'without'} prefix caching) stopped", file=sys.stderr, flush=True)
+        print(f"  vLLM engine {tag} ({'with' if apc else 'without'} prefix caching, "
+              f"{vj.engine_settings.get('threads')} threads) stopped", file=sys.stderr, flush=True)
     return out

@@ -75,7 +75,7 @@ def test_bench_judge_vllm_columns(tmp_path, shared_data):
     proc = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "bench_judge.py"), "--model", "tiny:llama3", "--docs", "1",
          "--candidates", "3", "--batch-size", "4", "--threads", "1", "--skip-official", "--vllm",
-         "--data-dir", str(shared_data), "--out", str(out)],
+         "--vllm-threads", "1,2", "--data-dir", str(shared_data), "--out", str(out)],
         capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = _last_json(proc.stdout)
@@ -89,5 +89,19 @@ def test_bench_judge_vllm_columns(tmp_path, shared_data):
                 "prefix_5instr~vllm_apc_5instr"):
         same, n = line["agree"][key]
         assert same == n and line["max_abs_dp"][key] < 1e-4
+    # A second thread count adds vLLM with prefix caching only, at that count, compared the same way.
+    assert {"vllm_apc_t2_1instr", "vllm_apc_t2_5instr"} <= set(methods) and "vllm_t2_1instr" not in methods
+    assert {tag: st["threads"] for tag, st in line["vllm_settings"].items()} == {
+        "vllm": 1, "vllm_apc": 1, "vllm_apc_t2": 2}
+    assert line["agree"]["prefix_5instr~vllm_apc_t2_5instr"] == [30, 30]
     assert set(line["ours_over_vllm"]) == {"prefix_1instr/vllm_1instr", "prefix_5instr/vllm_5instr",
-                                           "prefix_1instr/vllm_apc_1instr", "prefix_5instr/vllm_apc_5instr"}
+                                           "prefix_1instr/vllm_apc_1instr", "prefix_5instr/vllm_apc_5instr",
+                                           "prefix_1instr/vllm_apc_t2_1instr", "prefix_5instr/vllm_apc_t2_5instr"}
+    assert "prompts/s prefix_5instr/vllm_apc_t2_5instr:" in proc.stdout and "vLLM 2)" in proc.stdout
+
+
+def test_bench_vllm_thread_counts_refused():
+    """A malformed --vllm-threads list is one argparse error, before any model loads."""
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_judge.py"), "--vllm", "--vllm-threads", "2,2"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--vllm-threads '2,2': give distinct positive counts" in proc.stderr
