@@ -1,26 +1,23 @@
 """The vLLM columns of scripts/bench_judge.py (`--vllm`): the same prompts through VLLMJudge,
 without and with automatic prefix caching, on the one- and five-instruction workloads.
 
-One engine per setting, started once, warmed on two prompts, its prefix cache emptied before each
-timed workload (so the five-instruction run does not reuse the one-instruction run's KV), stopped
-before the next engine starts. `tokens` counts the prompt tokens vLLM computed (those not served
+One engine per setting, each in its own spawned process (an in-process CPU engine started after
+another one in the same process computed at 1.38 instead of 2.13 prompt/s with 2 threads: measured,
+not explained), started once, warmed on two prompts, its prefix cache emptied before each timed
+workload (so the five-instruction run does not reuse the one-instruction run's KV), stopped before
+the next engine starts. The matmul peak around each method is measured in that process. `tokens` counts the prompt tokens vLLM computed (those not served
 from its prefix cache); the attention term counts every causal pair (an upper bound with APC).
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import sys
+from types import SimpleNamespace
 
 from bench_judge import causal_pairs, measure, model_dims, stats
 
 from harness.judges.prefix import trie_size
-
-
-def vllm_judge(args, path: str, prefix_caching: bool, threads: int | None):
-    from harness.judges.vllm import VLLMJudge
-
-    return VLLMJudge(path, enable_prefix_caching=prefix_caching, max_model_len=args.vllm_max_len,
-                     cpu_threads=threads)
 
 
 def engines(thread_counts: list[int | None]) -> list[tuple[str, bool, int | None]]:
@@ -32,27 +29,69 @@ def engines(thread_counts: list[int | None]) -> list[tuple[str, bool, int | None
 
 def run_vllm(args, judge, path: str, w1: list, w5: list, peaks: list[float]) -> dict:
     """{"methods", "decisions", "p_a", "settings"} for vllm_{1,5}instr and vllm_apc_{1,5}instr
-    (and vllm_apc_t{n}_{1,5}instr for further thread counts)."""
-    dims = model_dims(judge.model)
-    ids1, ids5 = judge.encode(w1), judge.encode(w5)
+    (and vllm_apc_t{n}_{1,5}instr for further thread counts); each engine in a fresh process."""
+    job = {"path": path, "w1": w1, "w5": w5, "ids1": judge.encode(w1), "ids5": judge.encode(w5),
+           "dims": model_dims(judge.model), "max_len": args.vllm_max_len, "torch_threads": args.threads,
+           "device": judge.device, "dtype": str(judge.torch_dtype).removeprefix("torch.")}
     out: dict = {"methods": {}, "decisions": {}, "p_a": {}, "settings": {}}
+    spawn = multiprocessing.get_context("spawn")
     for tag, apc, threads in engines(args.vllm_threads):
-        vj = vllm_judge(args, path, apc, threads)
-        assert vj.encode(w1) == ids1, "vLLM must score the very token ids the other methods score"
-        vj.score_pairs(w1[:2])  # warm-up
-        out["settings"][tag] = vj.engine_settings
-        for suffix, reqs, ids in (("1instr", w1, ids1), ("5instr", w5, ids5)):
-            vj.llm.reset_prefix_cache()
-            before = (vj.prompt_tokens, vj.cached_tokens)
-            scores, sec, peak = measure(f"{tag}_{suffix}", lambda: vj.score_pairs(reqs), judge, peaks)
-            computed = (vj.prompt_tokens - before[0]) - (vj.cached_tokens - before[1])
-            work = {"tokens": computed, "heads": len(reqs), "pairs": causal_pairs(ids)}
-            name = f"{tag}_{suffix}"
-            out["methods"][name] = stats(len(reqs), sec, work, trie_size(ids), dims, peak)
-            out["methods"][name]["prefix_hit_rate"] = (vj.cached_tokens - before[1]) / (vj.prompt_tokens - before[0])
-            out["decisions"][name] = [(s.p_a > 0.5) - (s.p_a < 0.5) for s in scores]
-            out["p_a"][name] = [s.p_a for s in scores]
-        vj.close()
+        receive, send = spawn.Pipe(duplex=False)
+        child = spawn.Process(target=_engine_child, args=(send, job, tag, apc, threads, peaks[-1]))
+        child.start()
+        send.close()
+        try:
+            part = receive.recv()
+        except EOFError:
+            part = None
+        child.join()
+        if not isinstance(part, dict):
+            raise RuntimeError(f"the vLLM engine {tag} failed in its process (exit code {child.exitcode}): "
+                               f"{part or 'no result'}")
+        peaks.extend(part.pop("peaks"))
+        for key, value in part.items():
+            out[key].update(value)
         print(f"  vLLM engine {tag} ({'with' if apc else 'without'} prefix caching, "
-              f"{vj.engine_settings.get('threads')} threads) stopped", file=sys.stderr, flush=True)
+              f"{part['settings'][tag].get('threads')} threads) stopped", file=sys.stderr, flush=True)
+    return out
+
+
+def _engine_child(send, *job) -> None:
+    try:
+        send.send(engine_run(*job))
+    except BaseException as e:  # the parent raises it with the engine's name
+        send.send(f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        send.close()
+
+
+def engine_run(job: dict, tag: str, apc: bool, threads: int | None, last_peak: float) -> dict:
+    """One engine's two workloads, timed (runs in a spawned process)."""
+    import torch
+
+    from harness.judges.vllm import VLLMJudge
+
+    if job["torch_threads"]:
+        torch.set_num_threads(job["torch_threads"])  # the matmul peak runs on the parent's count
+    w1, w5 = job["w1"], job["w5"]
+    vj = VLLMJudge(job["path"], enable_prefix_caching=apc, max_model_len=job["max_len"], cpu_threads=threads)
+    assert vj.encode(w1) == job["ids1"], "vLLM must score the very token ids the other methods score"
+    vj.score_pairs(w1[:2])  # warm-up
+    timer = SimpleNamespace(device=job["device"], torch_dtype=getattr(torch, job["dtype"]))
+    peaks = [last_peak]
+    out: dict = {"methods": {}, "decisions": {}, "p_a": {}, "settings": {tag: vj.engine_settings}}
+    for suffix, reqs, ids in (("1instr", w1, job["ids1"]), ("5instr", w5, job["ids5"])):
+        vj.llm.reset_prefix_cache()
+        before = (vj.prompt_tokens, vj.cached_tokens)
+        scores, sec, peak = measure(f"{tag}_{suffix}", lambda: vj.score_pairs(reqs), timer, peaks)
+        computed = (vj.prompt_tokens - before[0]) - (vj.cached_tokens - before[1])
+        work = {"tokens": computed, "heads": len(reqs), "pairs": causal_pairs(ids)}
+        name = f"{tag}_{suffix}"
+        out["methods"][name] = stats(len(reqs), sec, work, trie_size(ids), job["dims"], peak)
+        out["methods"][name]["prefix_hit_rate"] = (vj.cached_tokens - before[1]) / (vj.prompt_tokens - before[0])
+        out["decisions"][name] = [(s.p_a > 0.5) - (s.p_a < 0.5) for s in scores]
+        out["p_a"][name] = [s.p_a for s in scores]
+    vj.close()
+    out["peaks"] = peaks[1:]
     return out
