@@ -114,3 +114,17 @@ def run_harness(args: list[str], tmp: Path, *, env: dict | None = None, timeout:
     full_env.setdefault("HARNESS_MODEL_CACHE", str(Path.home() / ".cache" / "harness"))
     return subprocess.run([sys.executable, "-m", "harness.run", *args], cwd=REPO, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def coherence_pairs(shared_data):
+    """The first 2 SummEval documents' ordered pairs of 3 candidates (12 requests) under the
+    default coherence instruction."""
+    from harness.data import load_task
+    from harness.judging import build_requests
+    from harness.prompts import default_instruction
+
+    docs = load_task("summeval", data_dir=shared_data, limit=2)
+    reqs, _ = build_requests(docs, default_instruction("coherence", "summarization"), "summarization", "coherence",
+                             max_candidates=3)
+    return reqs

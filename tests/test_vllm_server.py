@@ -70,33 +70,21 @@ def vllm_server(smollm2_path, tmp_path_factory):
             proc.wait()
 
 
-@pytest.fixture(scope="module")
-def requests(shared_data):
-    from harness.data import load_task
-    from harness.judging import build_requests
-    from harness.prompts import default_instruction
-
-    docs = load_task("summeval", data_dir=shared_data, limit=2)
-    reqs, _ = build_requests(docs, default_instruction("coherence", "summarization"), "summarization", "coherence",
-                             max_candidates=3)
-    return reqs
-
-
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_api_judge_on_vllms_server_equals_the_offline_engine(vllm_server, vllm_judge, smollm2_path, requests):
+def test_api_judge_on_vllms_server_equals_the_offline_engine(vllm_server, vllm_judge, smollm2_path, coherence_pairs):
     judge = ApiJudge("smollm2", vllm_server, logprob_mode="exact", tokenizer=str(smollm2_path), api_key_env=None,
                      concurrency=4, timeout_s=120)
-    got, want = judge.score_pairs(requests), vllm_judge.score_pairs(requests)
+    got, want = judge.score_pairs(coherence_pairs), vllm_judge.score_pairs(coherence_pairs)
     assert judge.mode == "exact" and judge.answers == vllm_judge.answers
     worst = max(abs(g.p_a - w.p_a) for g, w in zip(got, want))
-    print(f"\nvLLM server vs offline engine, {len(requests)} prompts: max |dP(A)| {worst:.2e}")
+    print(f"\nvLLM server vs offline engine, {len(coherence_pairs)} prompts: max |dP(A)| {worst:.2e}")
     assert worst < 1e-4 and all(not g.flags for g in got)  # measured 5e-6: batches differ between the two
     for g, w in zip(got, want):
         assert g.token_logprobs.keys() == w.token_logprobs.keys()
         assert max(abs(g.token_logprobs[k] - w.token_logprobs[k]) for k in w.token_logprobs) < 1e-4
     assert judge.stats["unreadable"] == judge.stats["missing"] == 0
-    assert judge.client.stats["attempts"] == len(requests)  # each answered once, nothing retried
+    assert judge.client.stats["attempts"] == len(coherence_pairs)  # each answered once, nothing retried
     # The server's own prefix cache served the documents' shared chat header + source.
     with urllib.request.urlopen(vllm_server.removesuffix("/v1") + "/metrics", timeout=10) as r:
         metrics = r.read().decode()
@@ -107,10 +95,10 @@ def test_api_judge_on_vllms_server_equals_the_offline_engine(vllm_server, vllm_j
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_top_logprobs_mode_on_vllms_server(vllm_server, vllm_judge, requests):
+def test_top_logprobs_mode_on_vllms_server(vllm_server, vllm_judge, coherence_pairs):
     """Plain OpenAI top_logprobs (no vLLM extension): labels looked up by text in the top 20."""
     judge = ApiJudge("smollm2", vllm_server, logprob_mode="top", api_key_env=None, concurrency=4, timeout_s=120)
-    got, want = judge.score_pairs(requests[:6]), vllm_judge.score_pairs(requests[:6])
+    got, want = judge.score_pairs(coherence_pairs[:6]), vllm_judge.score_pairs(coherence_pairs[:6])
     for g, w in zip(got, want):
         for key, value in g.token_logprobs.items():  # whatever the top 20 held is the exact value
             assert value == pytest.approx(w.token_logprobs[key], abs=1e-4)

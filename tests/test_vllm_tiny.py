@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-from harness.judging import build_requests
-from harness.prompts import default_instruction
-
 pytestmark = pytest.mark.vllm
 
 REAL_IDS = {
@@ -20,16 +17,6 @@ REAL_IDS = {
     # mistral_common's v1 SentencePiece vocabulary: 'A' 28741, '▁A' 330, 'B' 28760, '▁B' 365.
     "mistral7b": {"A": {"A": 28741, " A": 330}, "B": {"B": 28760, " B": 365}},
 }
-
-
-@pytest.fixture(scope="module")
-def requests(shared_data):
-    from harness.data import load_task
-
-    docs = load_task("summeval", data_dir=shared_data, limit=2)
-    reqs, _ = build_requests(docs, default_instruction("coherence", "summarization"), "summarization", "coherence",
-                             max_candidates=3)
-    return reqs
 
 
 @pytest.fixture(scope="module", params=["llama3", "mistral7b"])
@@ -66,15 +53,15 @@ def test_answer_ids_are_the_real_vocabularies_tokens(engines):
         assert {330, 365} <= found <= {28741, 330, 28760, 365}
 
 
-def test_rendered_prompt_is_the_same_in_both_engines(engines, requests):
+def test_rendered_prompt_is_the_same_in_both_engines(engines, coherence_pairs):
     arch, hf, vj = engines
-    ids = vj.encode(requests)
-    assert ids == hf.encode(requests)
+    ids = vj.encode(coherence_pairs)
+    assert ids == hf.encode(coherence_pairs)
     bos = {"llama3": 128000, "mistral7b": 1}[arch]
     assert all(row[0] == bos and row[1] != bos for row in ids)  # exactly one BOS
     # vLLM's own chat rendering of the same message gives the same ids (no second BOS either).
     tok = vj.llm.get_tokenizer()
-    for r, row in list(zip(requests, ids))[:3]:
+    for r, row in list(zip(coherence_pairs, ids))[:3]:
         text = tok.apply_chat_template([{"role": "user", "content": r.prompt}], tokenize=False,
                                        add_generation_prompt=True)
         assert tok(text, add_special_tokens=False)["input_ids"] == row
@@ -83,11 +70,11 @@ def test_rendered_prompt_is_the_same_in_both_engines(engines, requests):
                             "mistral7b": "<s> [INST]"}[arch]), head
 
 
-def test_decisions_are_equal_across_engines(engines, requests):
+def test_decisions_are_equal_across_engines(engines, coherence_pairs):
     arch, hf, vj = engines
-    got, want = vj.score_pairs(requests), hf.score_pairs(requests)
+    got, want = vj.score_pairs(coherence_pairs), hf.score_pairs(coherence_pairs)
     worst = max(abs(g.p_a - w.p_a) for g, w in zip(got, want))
-    print(f"\n{arch}: {len(requests)} prompts, max |dP(A)| {worst:.2e}, decisions "
+    print(f"\n{arch}: {len(coherence_pairs)} prompts, max |dP(A)| {worst:.2e}, decisions "
           f"{sum((g.p_a > 0.5) == (w.p_a > 0.5) for g, w in zip(got, want))}/{len(want)} equal")
     assert worst < 1e-4
     assert all((g.p_a > 0.5) == (w.p_a > 0.5) for g, w in zip(got, want))
