@@ -1,4 +1,5 @@
-"""Transformers backend: one forward pass per prompt, logits at the last position only.
+"""Transformers backend: one forward pass per prompt (or, with `prefix_reuse`, per prompt-tree
+segment: shared prefixes run once), logits at the last position only.
 
 Prompts are wrapped in the tokenizer's chat template and tokenized once. Llama-family models
 (Llama, Mistral, SmolLM2) run through the packed engine (`harness.judges.packed`: the rows of a
@@ -185,7 +186,10 @@ class ChatPrompts:
 
 
 class HFJudge(ChatPrompts):
-    """A transformers causal LM as a pairwise judge (CPU or CUDA, HF dirs and GGUF files)."""
+    """A transformers causal LM as a pairwise judge (CPU or CUDA, HF dirs and GGUF files).
+
+    `prefix_reuse` defaults to False here (one forward per prompt: the reference path the tests
+    compare against); the shipped `backend=hf` config turns it on (conf/backend/hf.yaml)."""
 
     def __init__(self, path: str | Path, *, name: str | None = None, gguf_file: str | None = None,
                  revision: str | None = None, dtype: str = "auto", device: str = "auto",
