@@ -118,7 +118,7 @@ class PackedLlama:
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         # The last layer: only the rows' last tokens feed the logits, so only they get a query,
         # an attention output, o_proj and the MLP; every token still needs its keys and values
-        # (kept rows pass them on). This skips ~1/layers of the linear FLOPs, exactly.
+        # (kept rows pass them on). The same maths, with ~1/layers of the linear FLOPs skipped.
         last_at = (ends - 1).to(device)
         attn = final.self_attn
         x = final.input_layernorm(h)
