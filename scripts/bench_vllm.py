@@ -5,8 +5,9 @@ One engine per setting, each in its own spawned process (an in-process CPU engin
 another one in the same process computed at 1.38 instead of 2.13 prompt/s with 2 threads: measured,
 not explained), started once, warmed on two prompts, its prefix cache emptied before each timed
 workload (so the five-instruction run does not reuse the one-instruction run's KV), stopped before
-the next engine starts. The matmul peak around each method is measured in that process. `tokens` counts the prompt tokens vLLM computed (those not served
-from its prefix cache); the attention term counts every causal pair (an upper bound with APC).
+the next engine starts. The matmul peak around each method is measured in that process. `tokens`
+counts the prompt tokens vLLM computed (those not served from its prefix cache); the attention term
+counts every causal pair (an upper bound with APC).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import multiprocessing
 import sys
 from types import SimpleNamespace
 
-from bench_judge import causal_pairs, measure, model_dims, stats
+from bench_judge import _decisions, causal_pairs, measure, model_dims, stats
 
 from harness.judges.prefix import trie_size
 
@@ -90,7 +91,7 @@ def engine_run(job: dict, tag: str, apc: bool, threads: int | None, last_peak: f
         name = f"{tag}_{suffix}"
         out["methods"][name] = stats(len(reqs), sec, work, trie_size(ids), job["dims"], peak)
         out["methods"][name]["prefix_hit_rate"] = (vj.cached_tokens - before[1]) / (vj.prompt_tokens - before[0])
-        out["decisions"][name] = [(s.p_a > 0.5) - (s.p_a < 0.5) for s in scores]
+        out["decisions"][name] = _decisions(scores)
         out["p_a"][name] = [s.p_a for s in scores]
     vj.close()
     out["peaks"] = peaks[1:]
