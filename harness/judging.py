@@ -18,10 +18,10 @@ from typing import Any
 from tqdm import tqdm
 
 from harness.errors import DataError, located
-from harness.io import read_text, write_jsonl_atomic
+from harness.files import read_text, write_jsonl_atomic
 from harness.judges.base import Judge, supports_progress
 from harness.prompts import render
-from harness.types import Candidate, Document, Judgment, PairRequest, PairScore
+from harness.records import Candidate, Document, Judgment, PairRequest, PairScore
 
 CONTENT_FREE = "N/A"
 """What every content slot holds in the content-free prompt (contextual calibration)."""
@@ -77,7 +77,7 @@ def judgment_from_row(
             raise bad(key, f"must be a string, got {row.get(key)!r}")
     p_a = row.get("p_a")
     if p_a is None and row.get("flags"):
-        p_a = math.nan  # strict JSON writes a flagged pair's NaN as null (harness.io.jsonable)
+        p_a = math.nan  # strict JSON writes a flagged pair's NaN as null (harness.files.jsonable)
     if not _number(p_a) or not (math.isnan(p_a) or 0 <= p_a <= 1):
         raise bad("p_a", f"must be a probability in [0, 1] (or NaN), got {p_a!r}")
     logprobs = row.get("token_logprobs") or {}

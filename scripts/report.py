@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from harness.errors import DataError, HarnessError
-from harness.io import jsonable
+from harness.files import jsonable
 from harness.metrics.card import render_cards
 
 

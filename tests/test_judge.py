@@ -11,7 +11,7 @@ from harness.errors import JudgeInputError
 from harness.judges.base import renormalise, resolve_answer_tokens
 from harness.judges.cache import CachedJudge, ScoreCache
 from harness.judges.hf import HFJudge
-from harness.types import PairRequest
+from harness.records import PairRequest
 
 
 def _requests(n: int = 7) -> list[PairRequest]:
@@ -116,7 +116,7 @@ def test_flagged_scores_are_returned_but_never_cached(tmp_path):
     """An unreadable answer (flags) comes back as NaN and is asked again next time, not served."""
     import math
 
-    from harness.types import PairScore
+    from harness.records import PairScore
 
     class Flaky:
         identity = "flaky-judge"

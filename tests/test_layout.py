@@ -10,6 +10,7 @@ has been imported); a function-local harness import would hide a cycle, so none 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "harness"
 
 LAYERS = {
-    "harness": 0, "harness.errors": 0, "harness.types": 0, "harness.io": 0, "harness.secrets": 0,
+    "harness": 0, "harness.errors": 0, "harness.records": 0, "harness.files": 0, "harness.redaction": 0,
     "harness.figures": 0,
-    "harness.data": 1, "harness.models": 1, "harness.prompts": 1, "harness.http": 1,
+    "harness.data": 1, "harness.models": 1, "harness.prompts": 1, "harness.api_client": 1,
     "harness.judges": 2, "harness.judging": 3, "harness.metrics": 4,
     "harness.zepo": 5, "harness.abb": 5,
     "harness.runtime": 6, "harness.experiments": 7, "harness.run": 8,
@@ -150,3 +151,31 @@ def test_the_checks_catch_a_violation(tmp_path, monkeypatch):
     assert ("os", True, 4) in found and ("json", False, 1) in found
     assert any(d.startswith("harness.experiments") and local for d, local, _ in found)
     assert layer_of("harness.experiments.judge")[1] > layer_of("harness.metrics.summary")[1]
+
+
+def stdlib_shadows(root: Path) -> list[str]:
+    """Files or folders whose module name is a standard-library module's (`secrets.py`, `http/`):
+    run as a script (`python harness/run.py`, as `wandb agent` does) such a file shadows the real one."""
+    out = []
+    for path in sorted(root.rglob("*")):
+        if "__pycache__" in path.parts or not (path.suffix == ".py" or path.is_dir()):
+            continue
+        name = path.stem if path.suffix == ".py" else path.name
+        if name in sys.stdlib_module_names:
+            out.append(str(path.relative_to(root.parent)))
+    return out
+
+
+def test_no_module_shadows_the_standard_library():
+    top = ROOT.parent
+    bad = [p for d in ("harness", "scripts", "tests") for p in stdlib_shadows(top / d)]
+    assert not bad, f"rename these (they shadow the standard library): {bad}"
+
+
+def test_the_shadow_check_catches_one(tmp_path):
+    """Negative control: a `secrets.py` and an `http/` folder are found."""
+    pkg = tmp_path / "pkg"
+    (pkg / "http").mkdir(parents=True)
+    (pkg / "secrets.py").write_text("")
+    (pkg / "fine.py").write_text("")
+    assert stdlib_shadows(pkg) == ["pkg/http", "pkg/secrets.py"]

@@ -25,7 +25,7 @@ from harness.metrics import (
     summarize,
     win_rates,
 )
-from harness.types import Judgment
+from harness.records import Judgment
 
 SUMMARY_KEYS = {
     "a_rate", "a_rate_prob", "fairness", "fairness_prob", "max_prob", "entropy", "ece", "brier",
@@ -354,7 +354,7 @@ def test_answer_mass_counts_no_answer_as_zero_and_leaves_unreadable_out():
     the card); an API answer that stayed unreadable has no reading (neither flagged nor counted)."""
     from harness.judging import LOW_MASS, _mass_flags
     from harness.metrics import answer_mass_stats
-    from harness.types import PairScore
+    from harness.records import PairScore
 
     good = {"A": math.log(0.5), "B": math.log(0.3)}  # mass 0.8
     read = Judgment("d", "x", "y", 0.6, good, 1.0, 0.0)

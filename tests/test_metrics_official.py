@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness import metrics
-from harness.types import Judgment
+from harness.records import Judgment
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "zepo_metrics_official.json").read_text())
 

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from openai_server import OpenAIServer
 
-from harness.http import ApiError, CompletionCache
+from harness.api_client import ApiError, CompletionCache
 from harness.prompts import load_zepo_instructions
 from harness.zepo.optimizers import (
     ApiOptimizer,

@@ -11,7 +11,7 @@ from harness.judges.hf import HFJudge
 from harness.judges.packed import PackedLlama, Segment, row_batches, unsupported
 from harness.judges.prefix import PrefixScorer
 from harness.prompts import default_instruction, render
-from harness.types import Candidate, Document, PairRequest
+from harness.records import Candidate, Document, PairRequest
 
 TOL = 1e-4
 

@@ -16,7 +16,7 @@ from harness.judges.prefix import (
     trie_size,
 )
 from harness.prompts import default_instruction, render
-from harness.types import Candidate, Document, PairRequest
+from harness.records import Candidate, Document, PairRequest
 
 TOL = 1e-4
 

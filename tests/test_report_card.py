@@ -35,7 +35,7 @@ from harness.judging import (
 )
 from harness.metrics import card_numbers, order_consistency, render_cards
 from harness.metrics.card import CARD_KEYS, PICTURES
-from harness.types import Candidate, Document, PairScore
+from harness.records import Candidate, Document, PairScore
 
 
 def _sigmoid(x: float) -> float:
@@ -128,7 +128,7 @@ def test_scripted_position_bias_gives_the_designed_card(tmp_path, bias, caplog):
 
 
 def test_order_consistency_counts_ties_and_skips_one_order_pairs():
-    from harness.types import Judgment
+    from harness.records import Judgment
 
     def j(a, b, p):
         return Judgment("d", a, b, p, {})

@@ -18,7 +18,7 @@ from test_zepo import ScriptedBiasJudge, ScriptedOptimizer, _docs
 from harness.errors import ConfigError
 from harness.judges.cache import CachedJudge, ScoreCache
 from harness.judging import judge_documents
-from harness.types import Candidate
+from harness.records import Candidate
 from harness.zepo import search as zepo
 
 INITIAL = "Which summary is more coherent? Answer 'A' or 'B'."

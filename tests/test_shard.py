@@ -21,7 +21,7 @@ from harness.runtime.shard import (
     shard_bounds,
     shard_spec,
 )
-from harness.types import Candidate, Document
+from harness.records import Candidate, Document
 
 
 def _docs(n: int) -> list[Document]:
@@ -52,7 +52,7 @@ def test_shard_spec_defaults_and_errors():
 def _judge_run(judge, docs, out, task_cfg):
     """A real judge run into `out`, with the config.json the Hydra entry point would write."""
     from harness.experiments.judge import run_judge
-    from harness.io import write_json_atomic
+    from harness.files import write_json_atomic
 
     out.mkdir(parents=True)
     write_json_atomic(out / "config.json", {"task": task_cfg, "experiment": {"name": "judge"}})

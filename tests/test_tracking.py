@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from harness.runtime.tracking import Tracker
-from harness.secrets import redact
+from harness.redaction import redact
 
 
 def test_redact_hides_secret_values_but_keeps_names_and_counts():

@@ -80,7 +80,7 @@ def test_vllm_official_zepo_readout_equals_transformers(vllm_judge, smollm2_judg
     from harness.judges.hf import HFJudge
     from harness.prompts import render, resolve_instruction
     from harness.runtime.context import build_judge
-    from harness.types import PairRequest
+    from harness.records import PairRequest
 
     official = ["model.chat_format=zepo", "model.readout=generate", "model.max_new_tokens=8",
                 "model.labels=[A,B,C]", "model.tie_label=C"]

@@ -20,7 +20,7 @@ import pytest
 
 from harness.errors import ConfigError
 from harness.judges.cache import CachedJudge, ScoreCache
-from harness.types import Candidate, Document, PairScore
+from harness.records import Candidate, Document, PairScore
 from harness.zepo import search as zepo
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

@@ -10,7 +10,7 @@ from test_zepo import ScriptedBiasJudge, ScriptedOptimizer, _docs
 from harness import metrics
 from harness.errors import ConfigError
 from harness.judges.cache import CachedJudge, ScoreCache
-from harness.types import Candidate, Document
+from harness.records import Candidate, Document
 from harness.zepo import search as zepo
 from harness.zepo.run import run_zepo
 

@@ -21,7 +21,7 @@ import pytest
 from harness.data import load_task
 from harness.judges.base import resolve_answer_tokens
 from harness.prompts import render, resolve_instruction
-from harness.types import Candidate, Document, PairRequest
+from harness.records import Candidate, Document, PairRequest
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "zepo_official.json").read_text())
 OURS = {"natural": "naturalness", "engaging": "engagingness"}

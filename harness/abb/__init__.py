@@ -15,7 +15,7 @@ The exact noncentral chi-square tail of the noise replaces Laurent-Massart + tri
 Modules: `bounds` (distances, confidence and quantile bounds, noise tail, Clopper-Pearson),
 `certify` (Bound, Choice, choose_alpha), `mechanism` (delta split, calibrate, preflight, contract,
 bounded_scores), `verify` (Verification with a verdict, AbbResult/abb.json, run_abb). `edits`,
-`neighbours`, `scores`, `ranking`, `signal`, `plots` and `run` are the experiment's parts.
+`neighbours`, `scores`, `ranking`, `retained`, `plots` and `run` are the experiment's parts.
 """
 
 from harness.abb.bounds import (

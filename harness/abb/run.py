@@ -6,7 +6,7 @@ are re-judged alone and spliced into the cached f(D)) -> FRESH neighbours from a
 -> identity neighbours (jitter, on the coordinates a neighbour re-judges, through the uncached judge)
 -> abb.run_abb: the largest certified alpha (harness.abb.certify), sigma, M(D) = alpha f(D) +
 (1 - alpha) mu + Z, and the fresh check with its verdict -> rankings and retained signal
-before/after (harness.abb.signal).
+before/after (harness.abb.retained).
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from typing import Any
 import numpy as np
 
 from harness import abb
-from harness.abb import signal
+from harness.abb import retained
 from harness.abb.edits import FORMATTING, KINDS, MODES
 from harness.abb.neighbours import SPLIT_SEEDS, Neighbours, NeighbourSpec
 from harness.abb.scores import FIELDS, ScoreVector
 from harness.errors import ConfigError, located
-from harness.io import write_json_atomic, write_jsonl_atomic
-from harness.types import Tracker
+from harness.files import write_json_atomic, write_jsonl_atomic
+from harness.records import Tracker
 
 BASELINES = {"arena_hard": "gpt-4-0314", "arena_bench": "gpt-4-0314"}
 """`baseline: auto`: Arena-Hard's baseline; arena-bench-v1 has the same model's answers."""
@@ -180,16 +180,16 @@ def write_outputs(out: Path, vector: ScoreVector, bounded: np.ndarray, result: a
     models = [it.model for it in vector.items]
     groups = [it.doc_id for it in vector.items]
     kw = {"scale": vector.scale, "baseline": vector.baseline, "rounds": s.bootstrap, "seed": s.seed}
-    rank = {"before": signal.rank_models(vector.values, models, groups, **kw),
-            "after": signal.rank_models(bounded, models, groups, **kw)}
-    sig = signal.retained(vector.values, bounded, models, rank["before"], rank["after"])
-    ref = signal.reference_agreement(vector.reference, vector.values, bounded, models) if vector.reference else None
+    rank = {"before": retained.rank_models(vector.values, models, groups, **kw),
+            "after": retained.rank_models(bounded, models, groups, **kw)}
+    sig = retained.retained(vector.values, bounded, models, rank["before"], rank["after"])
+    ref = retained.reference_agreement(vector.reference, vector.values, bounded, models) if vector.reference else None
     write_jsonl_atomic(out / "bounded_scores.jsonl", [
         {"item": it.id, "doc_id": it.doc_id, "model": it.model, "original": float(o), "bounded": float(b)}
         for it, o, b in zip(vector.items, vector.values, bounded)])
     bj = {**result.to_json(), **extra, "retained_signal": sig, "reference_agreement": ref}
     abb.write_json(out / "abb.json", bj)
-    metrics = signal.flat_metrics(bj, sig, ref)
+    metrics = retained.flat_metrics(bj, sig, ref)
     results = {"experiment": "abb", **{k: extra[k] for k in ("task", "judge", "instruction") if k in extra},
                "scores": extra.get("scores"), "guarantee": {k: bj["guarantee"][k] for k in
                                                             ("kind", "claimed", "status", "statement")},
@@ -198,9 +198,9 @@ def write_outputs(out: Path, vector: ScoreVector, bounded: np.ndarray, result: a
                "reference_agreement": ref, "judge_calls": extra.get("judge_calls")}
     write_json_atomic(out / "results.json", results)
     if tracker is not None:
-        tracker.log({**metrics, **signal.numeric_leaves(bj, "abb"), **signal.numeric_leaves(rank, "rank")})
+        tracker.log({**metrics, **retained.numeric_leaves(bj, "abb"), **retained.numeric_leaves(rank, "rank")})
         tracker.summary({k: v for k, v in metrics.items() if v is not None})
-        tracker.log_table("models", *signal.model_rows(rank))
+        tracker.log_table("models", *retained.model_rows(rank))
         tracker.log_table("bounded_scores", ["item", "model", "original", "bounded"],
                           [[it.id, it.model, float(o), float(b)] for it, o, b in zip(vector.items, vector.values, bounded)])
     return results

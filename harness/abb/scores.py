@@ -28,11 +28,11 @@ from typing import Any
 import numpy as np
 
 from harness.errors import ConfigError, DataError, located
-from harness.io import read_text
+from harness.files import read_text
 from harness.judges.base import Judge, innermost
 from harness.judging import score
 from harness.prompts import render
-from harness.types import Candidate, Document, PairRequest
+from harness.records import Candidate, Document, PairRequest
 
 UNIT = (0.0, 1.0)
 """Scale of the pairwise scores (probabilities)."""

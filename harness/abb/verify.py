@@ -33,7 +33,7 @@ from harness.abb.mechanism import (
     calibrate,
     contract,
 )
-from harness.io import write_json_atomic
+from harness.files import write_json_atomic
 
 VERDICTS = ("violated", "vacuous", "confirmed", "inconclusive", "not_applicable")
 

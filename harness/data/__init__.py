@@ -16,7 +16,7 @@ from harness.data.jsonl import load_jsonl
 from harness.data.manifest import default_data_dir
 from harness.data.tasks import JSONL, TASKS, TaskSpec, task_spec
 from harness.errors import ConfigError, DataError
-from harness.types import Document
+from harness.records import Document
 
 __all__ = ["JSONL", "TASKS", "TaskSpec", "default_data_dir", "load_jsonl", "load_task", "task_spec"]
 

@@ -24,7 +24,7 @@ from harness.data.common import (
 )
 from harness.data.manifest import files_under
 from harness.errors import DataError
-from harness.types import Candidate, Document
+from harness.records import Candidate, Document
 
 HARD_DIR = "arena_hard_v0.1"
 BENCH_DIR = "arena-bench-v1"

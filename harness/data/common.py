@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import DataError, located
-from harness.io import check_readable
-from harness.types import Candidate, Document
+from harness.files import check_readable
+from harness.records import Candidate, Document
 
 
 @dataclass(frozen=True)

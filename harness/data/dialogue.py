@@ -25,8 +25,8 @@ from harness.data.common import (
     make_document,
 )
 from harness.errors import DataError
-from harness.io import read_json
-from harness.types import Candidate, Document
+from harness.files import read_json
+from harness.records import Candidate, Document
 
 ASPECTS = ("understandability", "naturalness", "coherence", "engagingness", "groundedness", "overall")
 

@@ -25,7 +25,7 @@ from harness.data.common import (
     make_document,
 )
 from harness.errors import DataError
-from harness.types import Candidate, Document
+from harness.records import Candidate, Document
 
 REQUIRED = ("doc_id", "source", "candidate_id", "text")
 OPTIONAL = ("scores", "context", "gold")

@@ -17,8 +17,8 @@ from harness.data.common import (
     make_document,
 )
 from harness.errors import DataError
-from harness.io import read_json
-from harness.types import Candidate, Document
+from harness.files import read_json
+from harness.records import Candidate, Document
 
 NATURAL_FILE = "llmbar/Natural/dataset.json"
 MTBENCH_FILE = "llmbar/MT-Bench/dataset.json"

@@ -30,7 +30,7 @@ from harness.data.common import (
     make_document,
 )
 from harness.errors import DataError
-from harness.types import Candidate, Document
+from harness.records import Candidate, Document
 
 FILE = "summeval/data.pkl"
 ASPECTS = ("coherence", "consistency", "fluency", "relevance")

@@ -9,7 +9,7 @@ from pathlib import Path
 from harness.data import arena, dialogue, llmbar, newsroom, summeval
 from harness.data.jsonl import load_jsonl
 from harness.errors import ConfigError
-from harness.types import Document
+from harness.records import Document
 
 FORMATS = ("default", "zepo")
 """Ways of reading a dataset: this project's cleaning, or the official ZEPO loaders'."""

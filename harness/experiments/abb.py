@@ -54,7 +54,7 @@ from harness.abb.scores import (
     select_items,
 )
 from harness.errors import ConfigError
-from harness.io import read_text, write_jsonl_atomic
+from harness.files import read_text, write_jsonl_atomic
 from harness.runtime.context import RunContext, experiment
 from harness.zepo.study import load_paraphrases
 

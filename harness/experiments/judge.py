@@ -21,7 +21,7 @@ from harness.judges.base import Judge
 from harness.judging import judge_documents
 from harness.metrics import write_run
 from harness.runtime.context import experiment
-from harness.types import Document, Tracker
+from harness.records import Document, Tracker
 
 
 def run_judge(judge: Judge, docs: Sequence[Document], *, task: str, aspect: str | None, instruction: str,

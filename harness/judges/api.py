@@ -12,7 +12,7 @@ Two read-outs:
 Every answer is validated before it is used: logprobs present, each a number <= 0 (not NaN),
 the listed tokens' probabilities summing to at most 1, and in exact mode every requested id
 present with some probability. An answer failing that is asked again like a transport fault
-(harness.http); one still failing when the retries are spent, or a top-K list naming no answer
+(harness.api_client); one still failing when the retries are spent, or a top-K list naming no answer
 label at all, gives P(A) = NaN with flags=("unreadable",): counted in `stats['unreadable']` and
 in results.json, unjudged by every metric, never cached. Nothing becomes a silent 0.5.
 
@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.http import ApiClient, HttpSettings, MalformedResponse, Unusable
+from harness.api_client import ApiClient, HttpSettings, MalformedResponse, Unusable
 from harness.judges.base import (
     AnswerTokens,
     logsumexp,
@@ -38,7 +38,7 @@ from harness.judges.base import (
     template_fingerprint,
 )
 from harness.models import resolve_model_path
-from harness.types import PairRequest, PairScore
+from harness.records import PairRequest, PairScore
 
 log = logging.getLogger(__name__)
 

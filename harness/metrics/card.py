@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.io import write_text_atomic
+from harness.files import write_text_atomic
 from harness.judging import MIN_ANSWER_MASS, load_judgments
 from harness.metrics.calibration import calibration, calibration_pairs
 from harness.metrics.mass import answer_mass_stats, answer_masses
@@ -30,7 +30,7 @@ from harness.metrics.order import view_order_consistency
 from harness.metrics.plots import plot_answer_mass, plot_p_a_by_order, plot_reliability
 from harness.metrics.rates import view_a_rate
 from harness.metrics.views import DocView, document_views
-from harness.types import Judgment, Tracker
+from harness.records import Judgment, Tracker
 
 log = logging.getLogger(__name__)
 

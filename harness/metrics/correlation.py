@@ -12,7 +12,7 @@ import numpy as np
 
 from harness.errors import ConfigError
 from harness.metrics.views import DocView, document_views, mean_or_nan
-from harness.types import Judgment
+from harness.records import Judgment
 
 
 def win_rates(m: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ import numpy as np
 
 from harness.errors import ConfigError
 from harness.metrics.views import EPS, document_views, finite
-from harness.types import Judgment
+from harness.records import Judgment
 
 
 def permutation_debias(judgments: Sequence[Judgment]) -> list[Judgment]:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from harness.judging import MIN_ANSWER_MASS, answer_mass
-from harness.types import Judgment
+from harness.records import Judgment
 
 
 def answer_masses(judgments: Sequence[Judgment]) -> np.ndarray:

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from harness.metrics.views import document_views, finite, mean_or_nan
-from harness.types import Judgment
+from harness.records import Judgment
 
 
 def _doc_upper_rate(m: np.ndarray) -> float:

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from harness.metrics.views import DocView, document_views
-from harness.types import Judgment
+from harness.records import Judgment
 
 
 def order_pairs(views: Mapping[str, DocView]) -> list[tuple[float, float]]:

@@ -10,7 +10,7 @@ import numpy as np
 
 from harness.errors import ConfigError
 from harness.metrics.views import DocView, document_views, finite, mean_or_nan
-from harness.types import Judgment
+from harness.records import Judgment
 
 
 def _doc_a_rate(m: np.ndarray, mode: str) -> float:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.io import read_json, write_json_atomic
+from harness.files import read_json, write_json_atomic
 from harness.judging import load_judgments, write_judgments
 from harness.metrics.calibration import calibration
 from harness.metrics.correlation import view_correlations
@@ -20,7 +20,7 @@ from harness.metrics.official import bc_prior, prob_gap, upper_a_rate
 from harness.metrics.order import view_order_consistency
 from harness.metrics.rates import confidence, view_a_rate
 from harness.metrics.views import document_views
-from harness.types import Judgment
+from harness.records import Judgment
 
 
 def metric_set(

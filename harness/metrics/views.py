@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.types import Judgment
+from harness.records import Judgment
 
 EPS = 1e-6
 """Probabilities are clipped to [EPS, 1 - EPS] wherever a log would otherwise be infinite."""

@@ -26,7 +26,7 @@ from typing import Any
 
 from harness.abb.plots import plot_retained_vs_tau, plot_violation_vs_delta
 from harness.errors import HarnessError
-from harness.io import write_text_atomic
+from harness.files import write_text_atomic
 from harness.runtime import collect
 from harness.runtime.tracking import Tracker
 

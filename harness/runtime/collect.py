@@ -34,7 +34,7 @@ from omegaconf import OmegaConf
 
 from harness.errors import ConfigError, DataError, HarnessError
 from harness.figures import pyplot, save
-from harness.io import read_json, write_text_atomic
+from harness.files import read_json, write_text_atomic
 from harness.runtime.shard import merge_shards
 
 DEFAULT_METRICS = ("none/spearman", "none/kendall", "permutation/spearman", "none/a_rate", "none/fairness",

@@ -49,7 +49,7 @@ from harness.prompts import resolve_instruction
 from harness.runtime.attempts import Attempt, record_attempt
 from harness.runtime.shard import select_shard, shard_spec
 from harness.runtime.tracking import Tracker
-from harness.types import Document
+from harness.records import Document
 
 log = logging.getLogger(__name__)
 

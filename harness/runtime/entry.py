@@ -26,9 +26,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.errors import ConfigError, HarnessError
-from harness.io import why_not_folder, write_json_atomic
+from harness.files import why_not_folder, write_json_atomic
 from harness.runtime import schema
-from harness.secrets import (
+from harness.redaction import (
     check_config,
     check_overrides,
     env_fields,

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, DataError, located
-from harness.io import read_json, write_json_atomic
+from harness.files import read_json, write_json_atomic
 from harness.judging import load_judgments
 from harness.metrics import write_run
-from harness.types import Document
+from harness.records import Document
 
 # Settings that must agree for shards to be parts of one run (results.json keys).
 _SAME_RESULTS = ("task", "aspect", "family", "instruction", "judge", "shuffles", "seed")

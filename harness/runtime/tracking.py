@@ -19,8 +19,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.io import jsonable, write_jsonl_atomic
-from harness.secrets import redact, redact_overrides
+from harness.files import jsonable, write_jsonl_atomic
+from harness.redaction import redact, redact_overrides
 
 log = logging.getLogger(__name__)
 

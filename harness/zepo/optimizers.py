@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from harness.errors import ConfigError, HarnessError
-from harness.http import (
+from harness.api_client import (
     ApiClient,
     CompletionCache,
     HttpSettings,

@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 
 from harness.errors import ConfigError, DataError
-from harness.io import write_json_atomic, write_jsonl_atomic
+from harness.files import write_json_atomic, write_jsonl_atomic
 from harness.judges.base import Judge, innermost
 from harness.judging import score
 from harness.metrics import rank_correlations
 from harness.prompts import render_pointwise
-from harness.types import Document, PairRequest, Tracker
+from harness.records import Document, PairRequest, Tracker
 
 DIGITS = ("1", "2", "3", "4", "5")
 """The answer labels a pointwise judge reads (the official `score_ids`)."""

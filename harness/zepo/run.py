@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import metrics
-from harness.io import write_json_atomic, write_jsonl_atomic, write_text_atomic
+from harness.files import write_json_atomic, write_jsonl_atomic, write_text_atomic
 from harness.judges.base import Judge
 from harness.judging import judge_documents, write_judgments
-from harness.types import Document, Tracker
+from harness.records import Document, Tracker
 from harness.zepo import plots, search
 from harness.zepo.optimizers import log_rejections
 

@@ -26,7 +26,7 @@ from harness import metrics
 from harness.errors import ConfigError
 from harness.judges.base import Judge
 from harness.judging import judge_documents
-from harness.types import Document, Judgment
+from harness.records import Document, Judgment
 from harness.zepo.optimizers import ParaphraseError
 from harness.zepo.state import (
     ScoredCandidate,

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, DataError
-from harness.io import write_json_atomic
-from harness.types import Document
+from harness.files import write_json_atomic
+from harness.records import Document
 
 log = logging.getLogger("harness.zepo.search")  # the search's log lines, as before the split
 

@@ -28,10 +28,10 @@ from typing import Any
 
 from harness import metrics
 from harness.errors import ConfigError, DataError, located
-from harness.io import read_text, write_json_atomic, write_jsonl_atomic
+from harness.files import read_text, write_json_atomic, write_jsonl_atomic
 from harness.judges.base import Judge
 from harness.judging import judge_documents, write_judgments
-from harness.types import Document, Tracker
+from harness.records import Document, Tracker
 from harness.zepo import plots
 from harness.zepo.optimizers import ParaphraseError
 from harness.zepo.search import derive_seed

@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, HarnessError
-from harness.io import open_sqlite
-from harness.secrets import redact_text
+from harness.files import open_sqlite
+from harness.redaction import redact_text
 
 log = logging.getLogger(__name__)
 
