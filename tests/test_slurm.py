@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from harness.runtime.attempts import read_attempts
 
@@ -79,29 +78,6 @@ def test_sweep_configs_compose_with_their_grid_and_wandb_group():
         assert params and all("," in str(v) for v in params.values()), path.stem
     if missing:
         print("sweep configs not composed:", "; ".join(missing))
-
-
-def test_wandb_sweep_yaml_reproduces_the_hydra_grid(tmp_path):
-    out = tmp_path / "sweep.yaml"
-    r = subprocess.run([sys.executable, str(REPO / "scripts" / "wandb_sweep.py"), "--sweep", "zepo_table3_dialogue",
-                        "--out", str(out)], capture_output=True, text=True, cwd=REPO)
-    assert r.returncode == 0, r.stderr
-    sweep = yaml.safe_load(out.read_text())
-    assert sweep["program"] == "harness/run.py" and sweep["method"] == "grid"
-    assert sweep["command"][-1] == "${args_no_hyphens}" and "+sweep=zepo_table3_dialogue" in sweep["command"]
-    assert sweep["parameters"]["task.aspect"]["values"] == ["naturalness", "engagingness", "overall"]
-    assert sweep["parameters"]["task"]["values"] == ["usr_zepo", "topicalchat"]
-
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        from wandb_sweep import build_sweep
-    finally:
-        sys.path.pop(0)
-    s = build_sweep({"x": "range(1,4)", "lr": "tag(log,interval(0.001,0.1))"}, method="random", metric="none/spearman")
-    assert s["parameters"]["x"] == {"values": ["1", "2", "3"]}
-    assert s["parameters"]["lr"] == {"distribution": "log_uniform_values", "min": 0.001, "max": 0.1}
-    with pytest.raises(SystemExit, match="interval cannot be a grid"):
-        build_sweep({"lr": "interval(0,1)"})
 
 
 def test_sbatch_templates_parse():
