@@ -9,9 +9,11 @@
 The grid is Hydra's sweep syntax (`a,b,c`, `range(1,5)`, `choice(...)`, and for random/bayes search
 `interval(lo,hi)` / `tag(log,interval(lo,hi))`), read from conf/sweep/<name>.yaml's
 hydra.sweeper.params or from --grid. Each W&B run executes
-`python harness/run.py <fixed overrides> key=value ...` (the agent fills `${args_no_hyphens}`),
-so a W&B run is exactly one Hydra job of the same grid. Values stay strings in Hydra syntax, so
-Hydra types them as it would on the command line.
+`/usr/bin/env python -m harness.run <fixed overrides> key=value ...` (the agent fills `${env}`,
+`${interpreter}` and `${args_no_hyphens}`), so a W&B run is exactly one Hydra job of the same grid,
+started as users start one: the package as a module, never a file inside it run as a script.
+`program` is unused by that command but the agent reads it, so it is set. Values stay strings in
+Hydra syntax, so Hydra types them as it would on the command line.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ def build_sweep(grid: Mapping[str, str], *, fixed: Sequence[str] = (), name: str
                 method: str = "grid", metric: str | None = None, goal: str = "maximize",
                 project: str | None = None, entity: str | None = None) -> dict[str, Any]:
     """The W&B sweep configuration (a dict ready for yaml.safe_dump or wandb.sweep)."""
-    cfg: dict[str, Any] = {"program": "harness/run.py", "method": method}
+    cfg: dict[str, Any] = {"program": "harness/run.py", "method": method}  # read by the agent, not run
     if name:
         cfg["name"] = name
     if project:
@@ -83,8 +85,8 @@ def build_sweep(grid: Mapping[str, str], *, fixed: Sequence[str] = (), name: str
     if metric:
         cfg["metric"] = {"name": metric, "goal": goal}
     cfg["parameters"] = {k: wandb_parameter(k, v, method) for k, v in grid.items()}
-    # The agent runs this command from the repository root; ${args_no_hyphens} = key=value ...
-    cfg["command"] = ["${env}", "${interpreter}", "${program}", *fixed, "${args_no_hyphens}"]
+    # ${env} = /usr/bin/env, ${interpreter} = python (the agent's PATH), ${args_no_hyphens} = key=value ...
+    cfg["command"] = ["${env}", "${interpreter}", "-m", "harness.run", *fixed, "${args_no_hyphens}"]
     return cfg
 
 

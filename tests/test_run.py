@@ -75,7 +75,8 @@ def test_judge_run_tiny_model(tmp_path):
     # whose entries are byte-for-byte the files in the run directory.
     arts = [r["artifact"] for r in wandb_records(out) if r.get("type") == "artifact"
             and r["artifact"]["type"] == "run-outputs"]
-    assert len(arts) == 1 and arts[0]["name"] == "judge-outputs"
+    run_id = next(r["run"]["run_id"] for r in wandb_records(out) if r.get("type") == "run")
+    assert len(arts) == 1 and arts[0]["name"] == f"judge-summeval-coherence-tiny-llama-outputs-{run_id}"
     entries = {e["path"]: e["digest"] for e in arts[0]["manifest"]["contents"]}
     assert {"results.json", "judgments.jsonl", "config.json"} <= entries.keys()
     for name in ("results.json", "judgments.jsonl"):

@@ -1,5 +1,8 @@
-"""SLURM: launcher/sweep configs, and against a real SLURM cluster on localhost (slurm-local.sh):
-(a) a Hydra multirun through hydra/launcher=slurm_local_ci gives the same table as the basic launcher;
+"""SLURM: launcher/sweep configs, and against a real SLURM cluster on localhost (slurm-local.sh),
+always through the shipped conf/hydra/launcher/slurm.yaml with site overrides only (partition,
+no GPUs, memory, CPUs):
+(a) judge, ZEPO and A-BB multiruns through hydra/launcher=slurm give the same collected table as
+    the basic launcher, and the sbatch script submitit wrote sets OMP_NUM_THREADS as intended;
 (b) a job signalled for preemption requeues into the same directory and resumes from the request
     cache, losing and repeating nothing; (c) judge.sbatch over 4 array tasks + merge.sbatch equals
     the unsharded run exactly.
@@ -21,7 +24,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from harness.runtime.attempts import read_attempts
 
@@ -29,6 +31,10 @@ REPO = Path(__file__).resolve().parents[1]
 SLURM_TOOL = Path(os.environ.get("HARNESS_SLURM_LOCAL", REPO.parent / "shared" / "tools" / "slurm-local.sh"))
 CONF = REPO / "conf"
 TINY = ["experiment=judge", "model=tiny_llama", "task=summeval", "progress=false", "experiment.shuffles=10"]
+# conf/hydra/launcher/slurm.yaml as shipped, with this cluster's site settings (1 node, 2 CPUs, no GPUs).
+SLURM = ["hydra/launcher=slurm", "hydra.launcher.partition=debug", "hydra.launcher.gpus_per_node=null",
+         "hydra.launcher.mem_gb=2", "hydra.launcher.cpus_per_task=1"]
+OMP_LINE = "export OMP_NUM_THREADS=$((SLURM_CPUS_PER_TASK > 0 ? SLURM_CPUS_PER_TASK : 1))"
 
 
 # ---------------------------------------------------------------- configs (no cluster needed)
@@ -39,8 +45,7 @@ def _compose(overrides: list[str], hydra_section: bool = True):
         return compose("config", overrides=overrides, return_hydra_config=hydra_section)
 
 
-@pytest.mark.parametrize("name,target", [("slurm", "SlurmLauncher"), ("slurm_local_ci", "SlurmLauncher"),
-                                         ("local", "LocalLauncher")])
+@pytest.mark.parametrize("name,target", [("slurm", "SlurmLauncher"), ("local", "LocalLauncher")])
 def test_launcher_configs_compose_and_every_key_is_commented(name, target):
     from omegaconf import OmegaConf
 
@@ -48,17 +53,30 @@ def test_launcher_configs_compose_and_every_key_is_commented(name, target):
     launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
     assert launcher["_target_"].endswith(target)
     assert launcher["submitit_folder"].endswith("/.submitit/%j")
-    assert launcher["name"] == ("harness-ci-judge" if name == "slurm_local_ci" else "harness-judge")
+    assert launcher["name"] == "harness-judge"
     if name == "slurm":
         assert launcher["gpus_per_node"] == 1 and launcher["max_num_timeout"] > 0
-        # The shell sees ${SLURM_CPUS_PER_TASK:-1}, not an OmegaConf interpolation.
-        assert "export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}" in launcher["setup"]
-    if name == "slurm_local_ci":
-        assert launcher["partition"] == "debug" and launcher["gpus_per_node"] is None
-        assert launcher["max_num_timeout"] >= 1  # short limits: submitit counts a preemption as a timeout
+        assert launcher["setup"][0] == OMP_LINE
     for line in (CONF / "hydra" / "launcher" / f"{name}.yaml").read_text().splitlines():
         if re.match(r"^[a-z_]+:", line):
             assert "#" in line, f"{name}.yaml: uncommented key: {line}"
+
+
+def test_slurm_setup_survives_hydras_instantiation_and_the_old_escape_does_not():
+    """Hydra resolves the launcher node when it instantiates it, and the launcher resolves its
+    `setup:` list again: the shipped line must come out as the shell line it is. The escaped
+    `\\${SLURM_CPUS_PER_TASK:-1}` it replaced loses its escape in the first pass and fails the second
+    (negative control: that is the error every `hydra/launcher=slurm` sweep stopped at)."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf, open_dict
+    from omegaconf.errors import UnsupportedInterpolationType
+
+    cfg = _compose(["hydra/launcher=slurm"])
+    assert instantiate(cfg.hydra.launcher).params["setup"][0] == OMP_LINE
+    with open_dict(cfg):
+        cfg.hydra.launcher.setup = OmegaConf.create("- export OMP_NUM_THREADS=\\${SLURM_CPUS_PER_TASK:-1}\n")
+    with pytest.raises(UnsupportedInterpolationType, match="SLURM_CPUS_PER_TASK"):
+        instantiate(cfg.hydra.launcher)
 
 
 def test_sweep_configs_compose_with_their_grid_and_wandb_group():
@@ -79,29 +97,6 @@ def test_sweep_configs_compose_with_their_grid_and_wandb_group():
         assert params and all("," in str(v) for v in params.values()), path.stem
     if missing:
         print("sweep configs not composed:", "; ".join(missing))
-
-
-def test_wandb_sweep_yaml_reproduces_the_hydra_grid(tmp_path):
-    out = tmp_path / "sweep.yaml"
-    r = subprocess.run([sys.executable, str(REPO / "scripts" / "wandb_sweep.py"), "--sweep", "zepo_table3_dialogue",
-                        "--out", str(out)], capture_output=True, text=True, cwd=REPO)
-    assert r.returncode == 0, r.stderr
-    sweep = yaml.safe_load(out.read_text())
-    assert sweep["program"] == "harness/run.py" and sweep["method"] == "grid"
-    assert sweep["command"][-1] == "${args_no_hyphens}" and "+sweep=zepo_table3_dialogue" in sweep["command"]
-    assert sweep["parameters"]["task.aspect"]["values"] == ["naturalness", "engagingness", "overall"]
-    assert sweep["parameters"]["task"]["values"] == ["usr_zepo", "topicalchat"]
-
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        from wandb_sweep import build_sweep
-    finally:
-        sys.path.pop(0)
-    s = build_sweep({"x": "range(1,4)", "lr": "tag(log,interval(0.001,0.1))"}, method="random", metric="none/spearman")
-    assert s["parameters"]["x"] == {"values": ["1", "2", "3"]}
-    assert s["parameters"]["lr"] == {"distribution": "log_uniform_values", "min": 0.001, "max": 0.1}
-    with pytest.raises(SystemExit, match="interval cannot be a grid"):
-        build_sweep({"lr": "interval(0,1)"})
 
 
 def test_sbatch_templates_parse():
@@ -200,30 +195,113 @@ def _without_calls(results: dict) -> dict:
     return {k: v for k, v in results.items() if k != "judge_calls"}  # a fact about the run, not a metric
 
 
-@pytest.mark.slurm
-def test_slurm_multirun_table_equals_local_multirun(slurm_cluster, job_env, tmp_path):
-    from harness.runtime.collect import collect
+def _cancel(sweep: Path, *procs: subprocess.Popen) -> None:
+    """Stop what a failed test left running: its login-node processes and its SLURM arrays."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    folder = sweep / ".submitit"
+    arrays = sorted(d.name for d in folder.iterdir() if d.name.isdigit()) if folder.is_dir() else []
+    if arrays:
+        subprocess.run(["scancel", *arrays], capture_output=True, timeout=60)
 
-    grid = [*TINY, "task.docs=1", "task.max_candidates=3", "task.aspect=coherence,fluency"]
-    slurm = _harness(["-m", "hydra/launcher=slurm_local_ci", *grid, f"cache.path={tmp_path}/slurm.sqlite",
-                      f"hydra.sweep.dir={tmp_path}/slurm"], job_env)
-    local = _harness(["-m", *grid, f"cache.path={tmp_path}/local.sqlite", f"hydra.sweep.dir={tmp_path}/local"], job_env)
-    _finish(local, "local multirun")
-    log = _finish(slurm, "SLURM multirun")
+
+def _sweeps(grid: list[str], job_env: dict[str, str], tmp_path: Path, timeout: int = 600) -> tuple[Path, Path]:
+    """The same multirun through hydra/launcher=slurm and through the basic launcher, side by side,
+    each with its own request cache (by environment, so both runs' overrides are the same)."""
+    dirs = {name: tmp_path / name for name in ("slurm", "local")}
+    env = {name: {**job_env, "HARNESS_CACHE": str(tmp_path / f"cache-{name}")} for name in dirs}
+    slurm = _harness(["-m", *SLURM, *grid, f"hydra.sweep.dir={dirs['slurm']}"], env["slurm"])
+    local = _harness(["-m", *grid, f"hydra.sweep.dir={dirs['local']}"], env["local"])
+    try:
+        _finish(local, "local multirun", timeout)
+        log = _finish(slurm, "SLURM multirun", timeout)
+    finally:
+        _cancel(dirs["slurm"], slurm, local)
     assert "Submitit 'slurm' sweep output dir" in log
     # Both jobs really ran as SLURM array tasks (submitit keeps each task's log and result).
-    assert len(list((tmp_path / "slurm" / ".submitit").glob("*_[01]/*_result.pkl"))) == 2
-    t_slurm = collect(tmp_path / "slurm", tmp_path / "t_slurm")
-    t_local = collect(tmp_path / "local", tmp_path / "t_local")
-    assert [r[0] for r in t_slurm.rows] == ["coherence", "fluency"]
-    assert (tmp_path / "t_slurm" / "table.csv").read_text() == (tmp_path / "t_local" / "table.csv").read_text()
-    assert (t_slurm.columns, t_slurm.rows) == (t_local.columns, t_local.rows)
-    assert "task.docs=1" in t_slurm.caption  # shared overrides go under the table
-    assert (tmp_path / "t_slurm" / "figures" / "none_spearman.png").stat().st_size > 0
+    assert len(list((dirs["slurm"] / ".submitit").glob("*_[01]/*_result.pkl"))) == 2
+    return dirs["slurm"], dirs["local"]
+
+
+def _tool(module: str, args: list[str], env: dict[str, str]) -> None:
+    r = subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def _collected(sweep: Path, env: dict[str, str]) -> str:
+    """`python -m harness.runtime.collect table <sweep> --out ...` as a user collects a multirun."""
+    _tool("harness.runtime.collect", ["table", str(sweep), "--out", str(sweep / "collect")], env)
+    return (sweep / "collect" / "table.md").read_text()
+
+
+def _shell_threads(setup: str, **env: str) -> str:
+    r = subprocess.run(["bash", "-c", f"{setup}\necho $OMP_NUM_THREADS"], env={"PATH": os.environ["PATH"], **env},
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+@pytest.mark.slurm
+def test_judge_sweep_on_slurm_equals_the_local_sweep(slurm_cluster, job_env, tmp_path):
+    slurm, local = _sweeps([*TINY, "task.docs=1", "task.max_candidates=3", "task.aspect=coherence,fluency"],
+                           job_env, tmp_path)
+    table = _collected(slurm, job_env)
+    assert table == _collected(local, job_env)
+    assert [line.split("|")[1].strip() for line in table.splitlines()[2:4]] == ["coherence", "fluency"]
+    assert "task.docs=1" in table  # shared overrides go under the table
+    assert (slurm / "collect" / "table.csv").read_text() == (local / "collect" / "table.csv").read_text()
+    assert (slurm / "collect" / "figures" / "none_spearman.png").stat().st_size > 0
     for job in ("0", "1"):
-        assert (tmp_path / "slurm" / job / "judgments.jsonl").read_bytes() == \
-            (tmp_path / "local" / job / "judgments.jsonl").read_bytes()
-        assert list((tmp_path / "slurm" / job / "wandb").glob("offline-run-*")), "W&B offline run missing"
+        assert (slurm / job / "judgments.jsonl").read_bytes() == (local / job / "judgments.jsonl").read_bytes()
+        assert list((slurm / job / "wandb").glob("offline-run-*")), "W&B offline run missing"
+    # The sbatch script submitit wrote: the setup line as slurm.yaml has it, which the job's shell
+    # expands to the CPUs SLURM gave the job (1 when it sets none).
+    (script,) = (slurm / ".submitit").glob("*/*_submission.sh")
+    text = script.read_text()
+    assert "#SBATCH --cpus-per-task=1" in text and "#SBATCH --partition=debug" in text
+    setup = text.split("# setup\n", 1)[1].split("\n# command", 1)[0]
+    assert setup.splitlines()[0] == OMP_LINE
+    assert [_shell_threads(setup, SLURM_CPUS_PER_TASK=n) for n in ("1", "6")] == ["1", "6"]
+    assert _shell_threads(setup) == "1"
+
+
+@pytest.mark.slurm
+def test_zepo_sweep_on_slurm_equals_the_local_sweep(slurm_cluster, job_env, tmp_path):
+    # The default optimizer (local: the judge's own weights) paraphrases; the tiny random model's
+    # paraphrases are rejected, which still exercises sampling, validation and the search's state.
+    slurm, local = _sweeps(["experiment=zepo", "model=tiny_llama", "task=summeval", "task.docs=2",
+                            "task.max_candidates=3", "experiment.search_docs=1", "experiment.population=2",
+                            "experiment.epochs=1", "experiment.shuffles=5", "progress=false",
+                            "task.aspect=coherence,fluency"], job_env, tmp_path)
+    table = _collected(slurm, job_env)
+    assert table == _collected(local, job_env) and "initial/none/a_rate" in table.splitlines()[0]
+    for job in ("0", "1"):
+        for name in ("best_instruction.txt", "rejections.jsonl", "eval_best/judgments.jsonl"):
+            assert (slurm / job / name).read_bytes() == (local / job / name).read_bytes(), name
+
+
+@pytest.mark.slurm
+def test_abb_sweep_on_slurm_equals_the_local_sweep(slurm_cluster, job_env, tmp_path, shared_data):
+    from harness.data.fetch import ensure_data
+
+    ensure_data(job_env["HARNESS_DATA_DIR"], mirror=shared_data, only=["arena_bench"])  # as on a login node
+    slurm, local = _sweeps(["experiment=abb", "model=tiny_llama", "task=arena_bench", "task.offset=69", "task.docs=3",
+                            "experiment.models=[llama-13b,palm-2-chat-bison-001,claude-2.1]",
+                            "experiment.kinds=[formatting,swap]", "experiment.estimate=6", "experiment.verify=6",
+                            "experiment.jitter.samples=2", "experiment.bootstrap=20", "progress=false",
+                            "experiment.tau_fraction=0.0625,0.125"], job_env, tmp_path)
+    for sweep in (slurm, local):  # the A-BB collect step, as docs/abb.md runs it
+        _tool("harness.runtime.abb_sweep", [str(sweep)], job_env)
+    table = (slurm / "collect" / "table.md").read_text()
+    assert table == (local / "collect" / "table.md").read_text()
+    assert table.startswith("| experiment.tau_fraction |")
+    assert [line.split("|")[1].strip() for line in table.splitlines()[2:4]] == ["0.0625", "0.125"]
+    for job in ("0", "1"):  # judge_calls differ: local job 1 finds job 0's requests in its cache, SLURM's ran alongside
+        assert _without_calls(json.loads((slurm / job / "abb.json").read_text())) == \
+            _without_calls(json.loads((local / job / "abb.json").read_text()))
 
 
 def _cache_rows(path: Path) -> int:
@@ -239,18 +317,21 @@ def test_preempted_job_requeues_and_resumes_from_its_cache(slurm_cluster, job_en
     # 3 docs x 20 ordered pairs + the content-free prompt = 61 requests, committed 2 at a time.
     cfg = [*TINY, "task.docs=3", "task.max_candidates=5", "backend.batch_size=1", "cache.chunk=2"]
     cache, sweep = tmp_path / "pre.sqlite", tmp_path / "pre"
-    proc = _harness(["-m", "hydra/launcher=slurm_local_ci", *cfg, f"cache.path={cache}", f"hydra.sweep.dir={sweep}",
-                     "wandb.mode=disabled"], job_env)
-    deadline = time.time() + 180
-    while _cache_rows(cache) < 2:  # the first chunk is committed: the job is mid-run
-        if proc.poll() is not None or time.time() > deadline:
-            pytest.fail(f"job never started scoring:\n{_finish(proc, 'preemption run')}")
-        time.sleep(0.05)
-    job = next(d.name for d in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", d.name))
-    r = subprocess.run(["scancel", "--signal=USR2", job], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    rows_at_signal = _cache_rows(cache)
-    _finish(proc, "preempted multirun")
+    proc = _harness(["-m", *SLURM, *cfg, f"cache.path={cache}", f"hydra.sweep.dir={sweep}", "wandb.mode=disabled"],
+                    job_env)
+    try:
+        deadline = time.time() + 180
+        while _cache_rows(cache) < 2:  # the first chunk is committed: the job is mid-run
+            if proc.poll() is not None or time.time() > deadline:
+                pytest.fail(f"job never started scoring:\n{_finish(proc, 'preemption run')}")
+            time.sleep(0.05)
+        job = next(d.name for d in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", d.name))
+        r = subprocess.run(["scancel", "--signal=USR2", job], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        rows_at_signal = _cache_rows(cache)
+        _finish(proc, "preempted multirun")
+    finally:
+        _cancel(sweep, proc)
 
     attempts = read_attempts(sweep / "0")
     assert [a["status"] for a in attempts] == ["interrupted", "completed"], attempts

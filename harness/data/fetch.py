@@ -3,6 +3,7 @@
     python -m harness.data.fetch                                 # all files -> ~/.cache/harness/data
     python -m harness.data.fetch --only summeval,newsroom --dest data/
     python -m harness.data.fetch --mirror ../shared/data         # offline: copy and verify
+    HARNESS_DATA_MIRROR=../shared/data python -m harness.data.fetch   # the same (--mirror wins; --mirror '' downloads)
 
 A file already at the destination with the right sha256 is left alone; anything else is written
 to a temporary file beside it, verified, then moved into place (os.replace), so an interrupted or
@@ -170,12 +171,21 @@ def ensure_data(dest: str | Path | None = None, mirror: str | Path | None = None
     return results
 
 
+def cli_mirror(arg: str | None) -> str | None:
+    """Where the CLI copies from: --mirror, else $HARNESS_DATA_MIRROR (as setup.sh and the configs
+    read it), else None: download. An explicit `--mirror ''` downloads even when the variable is set."""
+    if arg is not None:
+        return arg or None
+    return os.environ.get("HARNESS_DATA_MIRROR") or None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry (also the `harness-fetch` script). Exit 0 when every file is verified, 2 on error."""
     parser = argparse.ArgumentParser(prog="python -m harness.data.fetch", description=__doc__.split("\n")[0])
     parser.add_argument("--dest", default=None,
                         help="data directory (default: $HARNESS_DATA_DIR or ~/.cache/harness/data)")
-    parser.add_argument("--mirror", default=None, help="offline mirror folder to copy from instead of downloading")
+    parser.add_argument("--mirror", default=None,
+                        help="offline mirror folder to copy from instead of downloading (default: $HARNESS_DATA_MIRROR)")
     parser.add_argument("--only", default=None, help="comma-separated task names, folders or files (default: all)")
     parser.add_argument("--base-url", default=RAW_BASE, help=f"download base (default {RAW_BASE})")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per HTTP request")
@@ -186,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.retries < 1 or args.timeout <= 0:
             raise ConfigError("--retries must be >= 1 and --timeout > 0")
         only = args.only.split(",") if args.only else None
-        results = ensure_data(args.dest, args.mirror, only, base_url=args.base_url, timeout=args.timeout,
+        results = ensure_data(args.dest, cli_mirror(args.mirror), only, base_url=args.base_url, timeout=args.timeout,
                               retries=args.retries, log=not args.quiet)
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)

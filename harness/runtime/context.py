@@ -48,7 +48,7 @@ from harness.metrics.card import render_cards
 from harness.prompts import resolve_instruction
 from harness.runtime.attempts import Attempt, record_attempt
 from harness.runtime.shard import select_shard, shard_spec
-from harness.runtime.tracking import Tracker
+from harness.runtime.tracking import Tracker, run_name
 from harness.records import Document
 
 log = logging.getLogger(__name__)
@@ -191,8 +191,15 @@ class RunContext:
             w = self.cfg.wandb
             self._tracker = build(
                 w, out_dir=self.out_dir, run_config=container(self.cfg), job_type=w.get("job_type") or self.cfg.experiment.name,
-                group=sweep_group(self.cfg), tags=list(w.get("tags") or []))
+                group=sweep_group(self.cfg), tags=list(w.get("tags") or []), name=w.get("name") or self.run_name)
         return self._tracker
+
+    @property
+    def run_name(self) -> str:
+        """W&B's name for the run: experiment, task, aspect, model (wandb.name overrides it)."""
+        c = self.cfg
+        return run_name(c.experiment.name, OmegaConf.select(c, "task.name"), OmegaConf.select(c, "task.aspect"),
+                        OmegaConf.select(c, "model.name"))
 
     def close(self, completed: bool) -> None:
         """A completed run: its report cards (every judgments.jsonl), then its files as a W&B
@@ -206,7 +213,7 @@ class RunContext:
                 files = sorted(p for p in self.out_dir.rglob("*") if p.is_file() and p.suffix in ARTIFACT_SUFFIXES
                                and "wandb" not in p.relative_to(self.out_dir).parts and not p.name.startswith(".")
                                and p.name != "attempts.jsonl")
-                self._tracker.log_artifact(f"{self.cfg.experiment.name}-outputs", "run-outputs", files,
+                self._tracker.log_artifact(f"{self.run_name}-outputs", "run-outputs", files,
                                            {"experiment": self.cfg.experiment.name})
         finally:
             self._tracker.finish()

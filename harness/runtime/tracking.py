@@ -87,14 +87,16 @@ class Tracker:
 
     def log_artifact(self, name: str, kind: str, paths: Sequence[str | Path],
                      metadata: Mapping[str, Any] | None = None) -> None:
-        """The run's files (results, judgments, plots) as one W&B artifact; local files stay where
-        they are. Missing paths are skipped. Offline runs stage it for `wandb sync`."""
+        """The run's files (results, judgments, plots) as one W&B artifact named `<name>-<run id>`:
+        its own artifact, not the next version of one that every run of a sweep shares. Local files
+        stay where they are; missing paths are skipped. Offline runs stage it for `wandb sync`."""
         files = [Path(p) for p in paths if Path(p).is_file()]
         if self._run is None or not files:
             return
         import wandb
 
-        art = wandb.Artifact(name=_artifact_name(name), type=kind, metadata=jsonable(dict(metadata or {})))
+        art = wandb.Artifact(name=_artifact_name(f"{name}-{self._run.id}"), type=kind,
+                             metadata=jsonable(dict(metadata or {})))
         for f in files:
             rel = f.relative_to(self.out_dir) if f.is_relative_to(self.out_dir) else Path(f.name)
             art.add_file(str(f), name=str(rel))
@@ -112,6 +114,13 @@ class Tracker:
             self._run = None
 
 
+def run_name(experiment: str, task: str | None = None, aspect: str | None = None, model: str | None = None) -> str:
+    """`<experiment>-<task>-<aspect>-<model>` (parts that are None left out): a run's W&B name, so
+    the runs of a sweep read as their grid points instead of W&B's random names."""
+    return "-".join(str(p) for p in (experiment, task, aspect, model) if p not in (None, ""))
+
+
 def _artifact_name(name: str) -> str:
-    """W&B artifact names allow letters, digits, '-', '_' and '.'."""
-    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name)[:120] or "run"
+    """W&B artifact names allow letters, digits, '-', '_' and '.' (the run id, last, is kept)."""
+    clean = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
+    return (clean[:60] + clean[-60:] if len(clean) > 120 else clean) or "run"
