@@ -5,16 +5,20 @@ but for imports): the reference the vectorised package is compared with to 1e-12
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from harness.errors import ConfigError
-from harness.judging import MIN_ANSWER_MASS, answer_mass
+from harness.files import jsonable, write_json_atomic
+from harness.judging import MIN_ANSWER_MASS, answer_mass, judgment_to_row
 from harness.records import Judgment
 
 # ---- harness/metrics/views.py @ main ----
@@ -504,3 +508,17 @@ def summarize(
     if p_cf is not None:
         variants["contextual"] = contextual_calibrate(judgments, p_cf)
     return {k: metric_set(v, shuffles=shuffles, seed=seed, bins=bins) for k, v in variants.items()}
+
+
+# ---- write_run @ main (harness/metrics/summary.py, harness/files.py's JSONL writer) ----
+def write_run(out: Path, judgments: Sequence[Judgment], p_cf: float, shuffles: int, seed: int) -> dict[str, Any]:
+    """The old write path: judgments.jsonl through `jsonable` per row, then `summarize`."""
+    rows = [judgment_to_row(j) for j in judgments] + [{"kind": "content_free", "p_a": p_cf}]
+    tmp = out / ".judgments.jsonl.tmp"
+    with tmp.open("w") as f:
+        for r in rows:
+            f.write(json.dumps(jsonable(r), allow_nan=False) + "\n")
+    os.replace(tmp, out / "judgments.jsonl")
+    summary = summarize(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed)
+    write_json_atomic(out / "results.json", {"shuffles": shuffles, "seed": seed, "metrics": summary})
+    return summary

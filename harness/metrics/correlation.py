@@ -75,21 +75,21 @@ def rank_correlations(scores: np.ndarray, human: np.ndarray) -> tuple[np.ndarray
     rs = rankdata(scores, axis=1)
     rs -= rs.mean(axis=1, keepdims=True)
     n = scores.shape[1]
+    i, k = np.triu_indices(n, k=1)
     if human.ndim == 1:
         rh = rankdata(human) - (n + 1) / 2
         rho = _ratio(rs @ rh, np.sqrt((rs**2).sum(axis=1) * (rh**2).sum()))
-        sh = np.sign(human[:, None] - human[None, :])
+        sh = np.sign(human[i] - human[k])
         untied_h = np.abs(sh).sum()
     else:
         rh = rankdata(human, axis=1) - (n + 1) / 2
         rho = _ratio((rs * rh).sum(axis=1), np.sqrt((rs**2).sum(axis=1) * (rh**2).sum(axis=1)))
-        sh = np.sign(human[:, :, None] - human[:, None, :])
-        untied_h = np.abs(sh).sum(axis=(1, 2))
-    sx = np.sign(scores[:, :, None] - scores[:, None, :])
-    # tau-b = (C - D) / sqrt((n0 - ties_x)(n0 - ties_h)); summing over both triangles doubles
-    # numerator and each factor alike.
-    untied = np.abs(sx).sum(axis=(1, 2)) * untied_h
-    tau = _ratio((sx * sh).sum(axis=(1, 2)), np.sqrt(untied))
+        sh = np.sign(human[:, i] - human[:, k])
+        untied_h = np.abs(sh).sum(axis=1)
+    # tau-b = (C - D) / sqrt((n0 - ties_x)(n0 - ties_h)) over the pairs i < k (integer sums: exact).
+    sx = np.sign(scores[:, i] - scores[:, k])
+    untied = np.abs(sx).sum(axis=1) * untied_h
+    tau = _ratio((sx * sh).sum(axis=1), np.sqrt(untied))
     return np.clip(rho, -1, 1), np.clip(tau, -1, 1)
 
 
