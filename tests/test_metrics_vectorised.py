@@ -174,3 +174,14 @@ def test_bench_metrics_prints_the_ratio(tmp_path):
     assert line["new_s"] > 0 and line["old_s"] > 0 and line["ratio"] == pytest.approx(line["old_s"] / line["new_s"])
     assert line["max_abs_diff"] <= TOL and line["same_judgments_jsonl"] is True
     assert f"{line['ratio']:.1f}x" in proc.stdout
+
+
+def test_documents_without_usable_scores_equal_the_loop_implementation():
+    """A document whose human-scored candidates have no judged pair (no win rate), beside a normal
+    one: both rankings as the loop implementation (undefined correlations count 0)."""
+    js = [Judgment("d", "a", "b", math.nan, {}, 1.0, 2.0), Judgment("d", "b", "a", math.nan, {}, 2.0, 1.0),
+          Judgment("d", "a", "c", 0.7, {}, 1.0, None)] + _random_judgments(4, sizes=(5,))
+    for ranking in ("winrate", "pairs"):
+        new, old = metrics.correlations(js, ranking, shuffles=5), ref.correlations(js, ranking, shuffles=5)
+        for key, value in old.items():
+            _assert_close(new[key], value, f"{ranking}.{key}")

@@ -179,8 +179,8 @@ def _per_doc(scores: Mapping[str, np.ndarray], views: Mapping[str, DocView]) -> 
         groups.setdefault((int(ok.sum()), sc.shape[0]), []).append((d, ok))
     out = {}
     for (m, s), members in groups.items():
-        x = np.concatenate([scores[d][:, ok] for d, ok in members]).reshape(-1, m)
-        h = np.repeat(np.stack([views[d].human[ok] for d, ok in members]).reshape(-1, m), s, axis=0)
+        x = np.concatenate([scores[d][:, ok] for d, ok in members])  # (documents x rows, m)
+        h = np.repeat(np.stack([views[d].human[ok] for d, ok in members]), s, axis=0)
         rho, tau = rank_correlations(x, h) if m else (np.zeros(len(x)), np.zeros(len(x)))
         rho, tau = rho.reshape(len(members), s), tau.reshape(len(members), s)
         out.update({d: np.stack([rho[g], tau[g]]) for g, (d, _) in enumerate(members)})
