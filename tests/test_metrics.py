@@ -30,7 +30,7 @@ from harness.records import Judgment
 SUMMARY_KEYS = {
     "a_rate", "a_rate_prob", "fairness", "fairness_prob", "max_prob", "entropy", "ece", "brier",
     "nll", "accuracy", "n_calibration", "spearman", "kendall", "spearman_pairs", "kendall_pairs",
-    "spearman_whole", "kendall_whole", "n_judgments", "n_docs",
+    "spearman_pairs_se", "spearman_whole", "kendall_whole", "n_judgments", "n_docs",
     "order_consistency", "order_gap", "n_order_pairs", "answer_mass_median", "answer_mass_low_share",
     "a_rate_upper", "bc", "prob_gap",  # as the official ZEPO code (harness/metrics/official.py)
 }

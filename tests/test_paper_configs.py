@@ -141,6 +141,7 @@ def test_paper_tables_script_lays_out_ours_beside_the_paper(paper_runs, tmp_path
     assert float(cell[0]["ours_leaky"]) == pytest.approx(nr["initial"]["metrics_leaky"]["none"]["spearman_pairs"])
     assert float(cell[0]["ours_heldout"]) == pytest.approx(nr["initial"]["metrics_heldout"]["none"]["spearman_pairs"])
     assert "tiny-llama | ZEPO" in md and "leaky / held-out (paper)" in md
+    assert "| model | method: leaky / held-out (paper) |" in md  # the header names the cells' documents
     pw = runs["paper/table1_pointwise"][1]
     score = [r for r in rows if r["model"] == "tiny-llama" and r["method"] == "G-Eval" and r["aspect"] == "coherence"
              and r["task"] == "newsroom"][0]

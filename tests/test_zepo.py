@@ -239,20 +239,29 @@ def test_e2e_history_selection_and_faults(e2e):
 
 
 def test_e2e_report_cards_for_both_evaluations(e2e):
-    """The run context draws a report card for eval_initial/ and eval_best/, equal to results.json:
-    each folder's judgments.jsonl holds the search documents too, so its card is the leaky set's."""
+    """The run context draws two report cards per evaluation, each naming its documents and equal
+    to the results.json set it names: eval_<label>/ (search documents included: leaky) and
+    eval_<label>/heldout/ (search documents excluded)."""
     from harness.judging import load_judgments
     from harness.metrics.card import CARD_KEYS, PICTURES, card_numbers
 
     out = e2e["tmp"] / "run"
     res = json.loads((out / "results.json").read_text())
+    n_search, n_held = len(res["search_doc_ids"]), res["initial"]["n_heldout_docs"]
     for label in ("initial", "best"):
-        folder = out / f"eval_{label}"
-        assert all((folder / name).stat().st_size > 0 for name in PICTURES.values())
-        assert (folder / "card.md").read_text().startswith(f"report card eval_{label}:")
-        numbers = card_numbers(load_judgments(folder / "judgments.jsonl")[0])
-        saved = res[label]["metrics_leaky"]["none"]
-        assert {k: numbers[k] for k in CARD_KEYS} == pytest.approx({k: saved[k] for k in CARD_KEYS}, nan_ok=True)
+        for folder, split, first in (
+                (out / f"eval_{label}", "metrics_leaky",
+                 f"report card eval_{label} [leaky: all {n_search + n_held} documents, the {n_search} search "
+                 f"documents included]:"),
+                (out / f"eval_{label}" / "heldout", "metrics_heldout",
+                 f"report card eval_{label}/heldout [held-out: {n_held} documents, search documents excluded]:")):
+            assert all((folder / name).stat().st_size > 0 for name in PICTURES.values())
+            assert (folder / "card.md").read_text().startswith(first)
+            numbers = card_numbers(load_judgments(folder / "judgments.jsonl")[0])
+            saved = res[label][split]["none"]
+            assert {k: numbers[k] for k in CARD_KEYS} == pytest.approx({k: saved[k] for k in CARD_KEYS}, nan_ok=True)
+        # The two sets differ (negative control: comparing one card with the other set's numbers fails).
+        assert res[label]["metrics_leaky"]["none"]["n_docs"] != res[label]["metrics_heldout"]["none"]["n_docs"]
 
 
 def test_e2e_killed_after_epoch0_resumes_without_repeats(e2e, shared_data, tmp_path):

@@ -107,3 +107,79 @@ def test_figure2_box_plot_across_models(studies, tmp_path):
     for run_dir, res in out.values():  # each run's own Figure 2 holds its box beside the scatter
         assert (run_dir / res["figures"]["fig2_spearman_vs_rate"]).stat().st_size > 0
     assert mod.main([str(tmp_path / "none")]) == 2
+
+
+def _rows(run_dir):
+    return [json.loads(x) for x in (run_dir / "sensitivity.jsonl").read_text().splitlines()]
+
+
+def _overlapping_titles(fig) -> list[tuple[str, str]]:
+    """Pairs of panel titles whose drawn boxes intersect."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()  # Agg (harness.figures.pyplot)
+    boxes = [(ax.title.get_text(), ax.title.get_window_extent(renderer)) for ax in fig.axes if ax.title.get_text()]
+    return [(a, b) for i, (a, ba) in enumerate(boxes) for b, bb in boxes[i + 1:] if ba.overlaps(bb)]
+
+
+def test_figure3_panel_titles_do_not_overlap(studies):
+    """Figure 3 with the study's panel names: no two panel titles overlap, for the study's own rows
+    and for 20 paraphrases whose rho and p print in full (the case that overlapped). Negative
+    control: the old one-line titles on the same figure do."""
+    import numpy as np
+
+    from harness.figures import pyplot
+    from harness.zepo import plots, study
+
+    _, out = studies
+    run_dir, _ = next(iter(out.values()))
+    rows = _rows(run_dir)
+    obj = study.objective_values(rows)
+    rng = np.random.default_rng(0)
+    full = {name: rng.uniform(-1, 0, 20) for name in study.FIGURE3}
+    for values, sp, control in (({k: obj[k] for k in study.FIGURE3}, [r["none"]["spearman_pairs"] for r in rows], False),
+                                (full, rng.uniform(0.2, 0.45, 20), True)):
+        fig = plots.objectives_figure({v: values[k] for k, v in study.FIGURE3.items()}, sp, "newsroom/coherence",
+                                      needs_labels=(study.FIGURE3["calibration_ece"],))
+        try:
+            assert len([ax for ax in fig.axes if ax.title.get_text()]) == 4
+            assert _overlapping_titles(fig) == []
+            if control:  # every rho and p printed in full, on one line as before
+                for ax in fig.axes:
+                    ax.set_title(ax.title.get_text().replace("\n", ": "), fontsize=10)
+                assert _overlapping_titles(fig), "the negative control should overlap"
+        finally:
+            pyplot().close(fig)
+
+
+def test_figure4_colours_and_curves_match_the_paper(studies):
+    """Figure 4 as the paper: raw pairwise red, debiased blue (the study's rows), and each group
+    its own fitted curve in its colour (20 paraphrases with distinct decision rates: the tiny
+    models' few distinct rates get no curve)."""
+    import numpy as np
+    from matplotlib.colors import to_rgba
+
+    from harness.figures import pyplot
+    from harness.zepo import plots, study
+
+    _, out = studies
+    run_dir, _ = next(iter(out.values()))
+    rows = _rows(run_dir)
+    red, blue = to_rgba(plots.RAW_COLOUR), to_rgba(plots.DEBIASED_COLOUR)
+    rng = np.random.default_rng(1)
+    synthetic = (rng.uniform(0.2, 0.9, 20), rng.uniform(0.2, 0.4, 20), rng.uniform(0.35, 0.7, 20),
+                 rng.uniform(0.35, 0.5, 20))
+    study_rows = (study.decision_rates(rows, "none"), [r["none"]["spearman_pairs"] for r in rows],
+                  study.decision_rates(rows, "permutation"), [r["permutation"]["spearman_pairs"] for r in rows])
+    for data, curves_expected in ((study_rows, None), (synthetic, {red, blue})):
+        fig = plots.debias_figure(*data)
+        try:
+            ax = fig.axes[0]
+            colour = {c.get_label(): tuple(c.get_facecolor()[0][:3]) for c in ax.collections}
+            assert colour == {"pairwise (raw)": red[:3], "permutation debiased": blue[:3]}
+            # Negative control: the previous colours (raw C0 = blue, debiased C1 = orange) differ.
+            assert colour["pairwise (raw)"] != to_rgba("C0")[:3] and colour["permutation debiased"] != to_rgba("C1")[:3]
+            curves = {to_rgba(line.get_color()) for line in ax.get_lines() if len(line.get_xdata()) > 2}
+            if curves_expected is not None:
+                assert curves == curves_expected
+        finally:
+            pyplot().close(fig)

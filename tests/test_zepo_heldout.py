@@ -12,7 +12,7 @@ from harness.errors import ConfigError
 from harness.judges.cache import CachedJudge, ScoreCache
 from harness.records import Candidate, Document
 from harness.zepo import search as zepo
-from harness.zepo.run import run_zepo
+from harness.zepo.run import before_after_table, run_zepo
 
 INITIAL = "Which summary is more coherent? Answer 'A' or 'B'."
 
@@ -81,4 +81,10 @@ def test_results_hold_leaky_and_heldout_metrics(tmp_path):
     distinct = len({res["initial"]["instruction"], res["best"]["instruction"]})
     assert inner.calls == 2 * (per_doc + 1) + distinct * 2 * per_doc
     table = (tmp_path / "run" / "summary.md").read_text()
-    assert "Spearman (PairS) leaky | Spearman (PairS) held-out" in table and "2 held out" in table
+    assert "leaky Spearman (PairS) | held-out Spearman (PairS)" in table and "2 held out" in table
+    # Every column names its documents; the configured set's columns follow leak_search_docs.
+    assert "| held-out A-rate | held-out mean P(A) |" in table and "held-out Spearman (win rate)" in table
+    leaky = before_after_table(dict(res, leak_search_docs=True))
+    assert "| leaky A-rate | leaky mean P(A) |" in leaky and "held-out A-rate" not in leaky
+    # 4 candidates, 5 shuffles (4! > 5): PairS is sampled, so its standard error is shown.
+    assert " ± " in table.splitlines()[-1]

@@ -2,7 +2,10 @@
 with humans, and the debiasing baselines (permutation, batch, contextual).
 
 Every function takes a list of `Judgment`; debiasers return a new list with adjusted `p_a`, so
-every metric applies unchanged to debiased judgments. Modules: `views` (per-document matrices),
+every metric applies unchanged to debiased judgments. `summarize` reads a list into columns once
+(`views.Frame`) and computes each debiased variant as another P(A) column, so paper-scale sets
+(24,000 ordered pairs) take about a second (docs/benchmarks.md). Modules: `views` (per-document
+matrices, the Frame),
 `rates`, `calibration`, `correlation`, `debias`, `summary` (everything for results.json); `mass`
 (answer-token mass), `order` (order consistency), `card` + `plots` (a run's report card).
 """

@@ -35,7 +35,13 @@ def calibration(judgments: Sequence[Judgment], bins: int = 10) -> dict[str, floa
     count), Brier, NLL (p clipped to [EPS, 1-EPS]), accuracy (P(A) = 0.5 scores half) and n."""
     if not isinstance(bins, int) or bins < 1:
         raise ConfigError(f"calibration bins must be a positive integer, got {bins!r}")
-    p, y = calibration_pairs(judgments)
+    return calibration_arrays(*calibration_pairs(judgments), bins=bins)
+
+
+def calibration_arrays(p: np.ndarray, y: np.ndarray, bins: int = 10) -> dict[str, float | int]:
+    """`calibration` of aligned P(A) and label arrays (pairs without a label already left out)."""
+    if not isinstance(bins, int) or bins < 1:
+        raise ConfigError(f"calibration bins must be a positive integer, got {bins!r}")
     n = int(p.size)
     if n == 0:
         return {"ece": math.nan, "brier": math.nan, "nll": math.nan, "accuracy": math.nan, "n": 0}

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.files import write_text_atomic
+from harness.files import read_json, write_text_atomic
 from harness.judging import MIN_ANSWER_MASS, load_judgments
 from harness.metrics.calibration import calibration, calibration_pairs
 from harness.metrics.mass import answer_mass_stats, answer_masses
@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 PICTURES = {"reliability": "card_reliability.png", "p_a_by_order": "card_p_a_by_order.png",
             "answer_mass": "card_answer_mass.png"}
 """Picture kind -> file name, written beside each judgments.jsonl."""
+
+SET_FILE = "set.json"
+"""Optional file beside a judgments.jsonl: {"documents": "..."}, which documents the set covers
+(a ZEPO evaluation writes "leaky: ..." or "held-out: ..."); the card's first line names it."""
 
 SKIP = ("wandb", "tables")
 """Folders of a run directory that hold no judged set."""
@@ -61,6 +65,8 @@ class Card:
     """CARD_KEYS -> value (NaN where undefined), plus 'threshold'."""
     pictures: Mapping[str, Path]
     """Picture kind -> PNG written (the reliability diagram is absent without human labels)."""
+    documents: str | None = None
+    """Which documents the set covers (SET_FILE), when its writer said."""
 
     @property
     def low_mass(self) -> bool:
@@ -120,7 +126,9 @@ def render_card(path: Path, run_dir: Path, out_dir: Path | None = None, tracker:
     folder = (out_dir or run_dir) / rel
     judgments, _ = load_judgments(path)
     numbers = card_numbers(judgments, threshold)
-    card = Card(path, name, numbers, draw(judgments, numbers, folder, name))
+    about = path.parent / SET_FILE
+    documents = read_json(about).get("documents") if about.is_file() else None
+    card = Card(path, name, numbers, draw(judgments, numbers, folder, name), documents)
     write_text_atomic(folder / "card.md", card_text(card, out_dir or run_dir) + "\n")
     if tracker is not None:
         for kind, png in card.pictures.items():
@@ -161,8 +169,9 @@ def card_text(card: Card, root: Path) -> str:
     cal = (f"ECE {_f(n['ece'])}, accuracy {_f(n['accuracy'])} on {n['n_calibration']} labelled pairs"
            if n["n_calibration"] else "no human labels")
     pics = ", ".join(str(_rel(p, root)) for p in card.pictures.values())
+    documents = f" [{card.documents}]" if card.documents else ""
     return "\n".join([
-        f"report card {card.name}: {n['n_judgments']} ordered pairs, {n['n_docs']} "
+        f"report card {card.name}{documents}: {n['n_judgments']} ordered pairs, {n['n_docs']} "
         f"document{'' if n['n_docs'] == 1 else 's'} ({_rel(card.source, root)})",
         f"  answer mass   median {_f(n['answer_mass_median'], 3)} of the next-token probability on the answer tokens; "
         f"{_pct(low)} of pairs below {n['threshold']:g}",

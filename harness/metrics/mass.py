@@ -27,7 +27,11 @@ def answer_masses(judgments: Sequence[Judgment]) -> np.ndarray:
 
 def answer_mass_stats(judgments: Sequence[Judgment], threshold: float = MIN_ANSWER_MASS) -> dict[str, float]:
     """Median answer mass and the share of read judgments below `threshold` (NaN when none)."""
-    m = answer_masses(judgments)
+    return answer_mass_stats_of(answer_masses(judgments), threshold)
+
+
+def answer_mass_stats_of(m: np.ndarray, threshold: float = MIN_ANSWER_MASS) -> dict[str, float]:
+    """`answer_mass_stats` of the masses of the read judgments."""
     if not m.size:
         return {"answer_mass_median": math.nan, "answer_mass_low_share": math.nan}
     return {"answer_mass_median": float(np.median(m)), "answer_mass_low_share": float((m < threshold).mean())}

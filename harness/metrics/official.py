@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from harness.metrics.views import document_views, finite, mean_or_nan
+from harness.metrics.views import DocView, Frame, document_views, finite, mean_or_nan
 from harness.records import Judgment
 
 
@@ -38,7 +38,11 @@ def upper_a_rate(judgments: Sequence[Judgment]) -> float:
     order = first appearance, i.e. the data's order); pass permutation-debiased judgments for the
     official debiased decision rate. A document with no decisive pair is left out (the official
     code would turn the mean into NaN)."""
-    rates = [_doc_upper_rate(v.matrix) for v in document_views(judgments).values()]
+    return view_upper_a_rate(document_views(judgments))
+
+
+def view_upper_a_rate(views: Mapping[str, DocView]) -> float:
+    rates = [_doc_upper_rate(v.matrix) for v in views.values()]
     return mean_or_nan([r for r in rates if not math.isnan(r)])
 
 
@@ -65,6 +69,20 @@ def bc_prior(judgments: Sequence[Judgment], labels: tuple[str, str] = ("A", "B")
             return math.nan
         diffs.append(sum(a) - sum(b) if a else 0.0)
     return abs(float(np.mean(diffs))) / 2 if diffs else math.nan
+
+
+def bc_prior_of(frame: Frame) -> float:
+    """`bc_prior` (labels A, B) from a Frame's token stats: one pass over the logprobs per summary."""
+    t, ok = frame.tokens, np.isfinite(frame.p)
+    if (t.bc_mismatch & ok).any():
+        return math.nan
+    return abs(float(np.mean(t.bc_diff[ok]))) / 2 if ok.any() else math.nan
+
+
+def prob_gap_of(frame: Frame) -> float:
+    """`prob_gap` (labels A, B) from a Frame's token stats."""
+    ok = np.isfinite(frame.p)
+    return float(np.mean(frame.tokens.gap[ok])) if ok.any() else math.nan
 
 
 def prob_gap(judgments: Sequence[Judgment], labels: tuple[str, str] = ("A", "B")) -> float:

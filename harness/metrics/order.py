@@ -23,18 +23,22 @@ from harness.records import Judgment
 
 def order_pairs(views: Mapping[str, DocView]) -> list[tuple[float, float]]:
     """(P(A|i,j), P(A|j,i)) for every unordered pair with both orders judged, i listed first."""
+    return [tuple(x) for x in _pair_array(views).tolist()]  # type: ignore[misc]
+
+
+def _pair_array(views: Mapping[str, DocView]) -> np.ndarray:
+    """`order_pairs` as an (n, 2) array: per document, pairs i < k in row-major order."""
     out = []
     for v in views.values():
-        m = v.matrix
-        for i in range(len(v.ids)):
-            for k in range(i + 1, len(v.ids)):
-                if math.isfinite(m[i, k]) and math.isfinite(m[k, i]):
-                    out.append((float(m[i, k]), float(m[k, i])))
-    return out
+        i, k = np.triu_indices(len(v.ids), k=1)
+        p, q = v.matrix[i, k], v.matrix[k, i]
+        ok = np.isfinite(p) & np.isfinite(q)
+        out.append(np.stack([p[ok], q[ok]], axis=1))
+    return np.concatenate(out) if out else np.zeros((0, 2))
 
 
 def view_order_consistency(views: Mapping[str, DocView]) -> dict[str, float | int]:
-    pairs = np.array(order_pairs(views), dtype=float).reshape(-1, 2)
+    pairs = _pair_array(views)
     n = int(pairs.shape[0])
     if n == 0:
         return {"order_consistency": math.nan, "order_gap": math.nan, "n_order_pairs": 0}

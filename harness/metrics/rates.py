@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from harness.errors import ConfigError
-from harness.metrics.views import DocView, document_views, finite, mean_or_nan
+from harness.metrics.views import DocView, document_views, mean_or_nan
 from harness.records import Judgment
 
 
@@ -38,7 +38,6 @@ def view_a_rate(views: Mapping[str, DocView], mode: str) -> float:
     return mean_or_nan([r for r in rates if not math.isnan(r)])
 
 
-
 def fairness(judgments: Sequence[Judgment], mode: str = "argmax") -> float:
     """-|A-rate - 0.5|: 0 is perfectly fair; NaN when the A-rate is undefined."""
     return -abs(a_rate(judgments, mode) - 0.5)
@@ -52,7 +51,12 @@ def _xlogx(x: np.ndarray) -> np.ndarray:
 
 def confidence(judgments: Sequence[Judgment]) -> dict[str, float]:
     """Mean max(p, 1 - p) and mean binary entropy (nats) over judged pairs; NaN when none."""
-    p = np.array([j.p_a for j in judgments if finite(j.p_a)], dtype=float)
+    return confidence_p(np.array([j.p_a for j in judgments], dtype=float))
+
+
+def confidence_p(p: np.ndarray) -> dict[str, float]:
+    """`confidence` of a P(A) column (NaN entries are unjudged)."""
+    p = p[np.isfinite(p)]
     if not p.size:
         return {"max_prob": math.nan, "entropy": math.nan}
     entropy = -(_xlogx(p) + _xlogx(1 - p))

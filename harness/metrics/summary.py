@@ -6,20 +6,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from harness.files import read_json, write_json_atomic
 from harness.judging import load_judgments, write_judgments
-from harness.metrics.calibration import calibration
+from harness.metrics.calibration import calibration_arrays
 from harness.metrics.correlation import view_correlations
-from harness.metrics.debias import (
-    batch_calibrate,
-    contextual_calibrate,
-    permutation_debias,
-)
-from harness.metrics.mass import answer_mass_stats
-from harness.metrics.official import bc_prior, prob_gap, upper_a_rate
+from harness.metrics.debias import batch_p, contextual_p, permutation_p
+from harness.metrics.mass import answer_mass_stats_of
+from harness.metrics.official import bc_prior_of, prob_gap_of, view_upper_a_rate
 from harness.metrics.order import view_order_consistency
-from harness.metrics.rates import confidence, view_a_rate
-from harness.metrics.views import document_views
+from harness.metrics.rates import confidence_p, view_a_rate
+from harness.metrics.views import Frame, build_frame
 from harness.records import Judgment
 
 
@@ -27,25 +25,38 @@ def metric_set(
     judgments: Sequence[Judgment], shuffles: int = 100, seed: int = 0, bins: int = 10
 ) -> dict[str, float | int]:
     """Every metric of one judgment list, as plain floats/ints (NaN where undefined)."""
-    views = document_views(judgments)
-    conf = confidence(judgments)
-    cal = calibration(judgments, bins=bins)
+    return frame_metrics(build_frame(judgments), shuffles=shuffles, seed=seed, bins=bins)
+
+
+def frame_metrics(frame: Frame, shuffles: int = 100, seed: int = 0, bins: int = 10,
+                  official_p: np.ndarray | None = None) -> dict[str, float | int]:
+    """`metric_set` of a Frame (its P(A) column); `official_p`: the column whose upper-triangle
+    rate is `a_rate_upper` (the permutation variant's official arithmetic), default the frame's."""
+    views = frame.views()
+    conf = confidence_p(frame.p)
+    labelled = np.isfinite(frame.p) & np.isfinite(frame.label)
+    cal = calibration_arrays(frame.p[labelled], frame.label[labelled], bins=bins)
     win = view_correlations(views, "winrate", shuffles, seed)
     pairs = view_correlations(views, "pairs", shuffles, seed)
     rate, rate_prob = view_a_rate(views, "argmax"), view_a_rate(views, "prob")
+    tokens = frame.tokens
+    upper_views = views if official_p is None else frame.with_p(official_p).views()
     return {
-        "a_rate": rate, "a_rate_prob": rate_prob, **view_order_consistency(views), **answer_mass_stats(judgments),
+        "a_rate": rate, "a_rate_prob": rate_prob, **view_order_consistency(views),
+        **answer_mass_stats_of(tokens.mass[tokens.readable]),
         "fairness": -abs(rate - 0.5), "fairness_prob": -abs(rate_prob - 0.5),
         "max_prob": conf["max_prob"], "entropy": conf["entropy"],
         "ece": cal["ece"], "brier": cal["brier"], "nll": cal["nll"], "accuracy": cal["accuracy"],
         "n_calibration": int(cal["n"]),
         "spearman": win["spearman"], "kendall": win["kendall"],
         "spearman_pairs": pairs["spearman"], "kendall_pairs": pairs["kendall"],
+        "spearman_pairs_se": pairs["spearman_se"],
         "spearman_whole": win["spearman_whole"], "kendall_whole": win["kendall_whole"],
-        "n_judgments": len(judgments), "n_docs": len(views),
+        "n_judgments": len(frame.p), "n_docs": len(views),
         # As the official ZEPO code (metrics/official.py): the upper-triangle decision rate (the
-        # debiased rate of Figure 4 under "permutation"), the label-free BC prior, the Norm Gap.
-        "a_rate_upper": upper_a_rate(judgments), "bc": bc_prior(judgments), "prob_gap": prob_gap(judgments),
+        # debiased rate of Figure 4 under "permutation", with the official arithmetic), the
+        # label-free BC prior, the Norm Gap.
+        "a_rate_upper": view_upper_a_rate(upper_views), "bc": bc_prior_of(frame), "prob_gap": prob_gap_of(frame),
     }
 
 
@@ -57,15 +68,16 @@ def summarize(
     bins: int = 10,
 ) -> dict[str, dict[str, float | int]]:
     """`metric_set` of the raw judgments and of each debiased version: keys "none",
-    "permutation", "batch" and, when `p_cf` is given, "contextual"."""
-    variants = {
-        "none": list(judgments),
-        "permutation": permutation_debias(judgments),
-        "batch": batch_calibrate(judgments),
-    }
+    "permutation", "batch" and, when `p_cf` is given, "contextual". The judgments are read into
+    columns once; each variant is another P(A) column. The permutation variant's `a_rate_upper`
+    uses the official arithmetic (debias.ARITHMETIC), as the official decision rate it is."""
+    frame = build_frame(judgments)
+    variants = {"none": frame.p, "permutation": permutation_p(frame), "batch": batch_p(frame)}
     if p_cf is not None:
-        variants["contextual"] = contextual_calibrate(judgments, p_cf)
-    return {k: metric_set(v, shuffles=shuffles, seed=seed, bins=bins) for k, v in variants.items()}
+        variants["contextual"] = contextual_p(frame, p_cf)
+    official = {"permutation": permutation_p(frame, "official")}
+    return {k: frame_metrics(frame.with_p(p), shuffles=shuffles, seed=seed, bins=bins, official_p=official.get(k))
+            for k, p in variants.items()}
 
 
 def write_run(out: Path, judgments: Sequence[Judgment], p_cf: float, *, task: str, aspect: str | None,

@@ -103,6 +103,12 @@ def plot_objectives_vs_spearman(objectives: Mapping[str, Sequence[float | None]]
                                 needs_labels: Sequence[str] = ()) -> Path:
     """Figure 3: one panel per objective (higher = better), Spearman rho and its p-value with the
     Spearman against humans in its title; `needs_labels` panels are marked as not label-free."""
+    return save(objectives_figure(objectives, spearmans, title, needs_labels), path)
+
+
+def objectives_figure(objectives: Mapping[str, Sequence[float | None]], spearmans: Sequence[float | None],
+                      title: str = "zero-shot objectives vs Spearman", needs_labels: Sequence[str] = ()) -> Any:
+    """`plot_objectives_vs_spearman`'s figure, unsaved."""
     plt = pyplot()
     n = max(1, len(objectives))
     cols = min(n, 2)
@@ -118,40 +124,58 @@ def plot_objectives_vs_spearman(objectives: Mapping[str, Sequence[float | None]]
         r = spearman(values, spearmans)
         tag = " (needs labels)" if name in needs_labels else ""
         rho = "nan" if math.isnan(r["rho"]) else f"{r['rho']:.2f}, p = {r['p']:.2g}"
-        ax.set_title(f"{name}{tag}: Spearman rho = {rho}", fontsize=10)
+        # Two lines: a long objective name and its rho on one line ran into the next panel's title.
+        ax.set_title(f"{name}{tag}\nSpearman rho = {rho}", fontsize=10)
         ax.set_xlabel(name)
         ax.set_ylabel("Spearman")
     for ax in list(axes.flat)[len(objectives):]:
         ax.axis("off")
     fig.suptitle(title)
-    return save(fig, path)
+    return fig
+
+
+RAW_COLOUR, DEBIASED_COLOUR = "tab:red", "tab:blue"
+"""Figure 4's colours as in the paper: standard pairwise red, debiased blue."""
 
 
 def plot_debias(rates_before: Sequence[float | None], spearman_before: Sequence[float | None],
                 rates_after: Sequence[float | None], spearman_after: Sequence[float | None],
                 path: str | Path, title: str = "before/after permutation debiasing") -> Path:
-    """Figure 4: left, Spearman vs decision rate before and after; right, each paraphrase's
-    Spearman before -> after (debiasing narrows but does not remove the spread)."""
+    """Figure 4: left, Spearman vs decision rate before (red) and after (blue) debiasing, each group
+    with its quadratic fit, as the paper; right, each paraphrase's Spearman before -> after
+    (debiasing narrows but does not remove the spread)."""
+    return save(debias_figure(rates_before, spearman_before, rates_after, spearman_after, title), path)
+
+
+def debias_figure(rates_before: Sequence[float | None], spearman_before: Sequence[float | None],
+                  rates_after: Sequence[float | None], spearman_after: Sequence[float | None],
+                  title: str = "before/after permutation debiasing") -> Any:
+    """`plot_debias`'s figure, unsaved."""
     plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.8), layout="constrained")
-    for rates, sp, label, color in ((rates_before, spearman_before, "raw", "C0"),
-                                    (rates_after, spearman_after, "permutation debiased", "C1")):
+    for rates, sp, label, color in ((rates_before, spearman_before, "pairwise (raw)", RAW_COLOUR),
+                                    (rates_after, spearman_after, "permutation debiased", DEBIASED_COLOUR)):
         x, y = _clean(rates, sp)
         ax1.scatter(x, y, s=18, alpha=0.8, label=label, color=color)
+        coef = quadratic_fit(rates, sp)
+        if coef is not None:  # each group's own inverted U, as the paper draws it
+            grid = np.linspace(x.min(), x.max(), 100)
+            ax1.plot(grid, np.polyval(coef, grid), color=color, lw=1.5)
     ax1.axvline(0.5, color="grey", lw=0.8, ls=":")
     ax1.set_xlabel("decision rate (debiased: upper triangle, as the official code)")
     ax1.set_ylabel("Spearman with humans")
     ax1.legend()
     for b, a in zip(spearman_before, spearman_after):
         if b is not None and a is not None and math.isfinite(b) and math.isfinite(a):
-            ax2.plot([0, 1], [b, a], color="grey", alpha=0.5, marker="o", ms=3)
+            ax2.plot([0, 1], [b, a], color="grey", alpha=0.4, lw=1)
+            ax2.scatter([0, 1], [b, a], color=[RAW_COLOUR, DEBIASED_COLOUR], s=10, zorder=3)
     ax2.set_xticks([0, 1], ["raw", "debiased"])
     ax2.set_ylabel("Spearman")
     _, after = _clean(spearman_after, spearman_after)
     if after.size:
         ax2.set_title(f"debiased range {after.min():.2f}-{after.max():.2f}")
     fig.suptitle(title)
-    return save(fig, path)
+    return fig
 
 
 def plot_search(candidates: Sequence[Any], path: str | Path, objective: str = "fairness") -> Path:

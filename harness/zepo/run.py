@@ -4,9 +4,11 @@ Writes into the run directory:
 - `state.json`: the resumable search state (rerun with `hydra.run.dir=<this dir>` to resume);
 - `rejections.jsonl`: every optimizer output rejected, with its reason (appended as they happen);
 - `history.jsonl`: every scored candidate (text, epoch, parent, all objectives, held-out Spearman);
-- `best_instruction.txt`; `eval_initial/` and `eval_best/` (judgments.jsonl of the evaluation, on
-  the search and the evaluation documents, and the report card the run context draws for each from
-  that file, i.e. of the leaky set: card.md, card_*.png);
+- `best_instruction.txt`; `eval_initial/` and `eval_best/`: judgments.jsonl of the evaluation on
+  the search and the evaluation documents (the leaky set) and `heldout/judgments.jsonl` of the
+  evaluation documents alone; the run context draws a report card beside each (card.md,
+  card_*.png), whose first line names its documents (set.json): `eval_initial/card.md` equals
+  `initial.metrics_leaky.none`, `eval_initial/heldout/card.md` `initial.metrics_heldout.none`;
 - `results.json`: initial vs best, raw and debiased (metrics.summarize): `metrics` on the
   configured evaluation set, and always both `metrics_leaky` (search documents included, as the
   paper evaluated) and `metrics_heldout` (search documents excluded; null when none is left);
@@ -26,7 +28,8 @@ from harness import metrics
 from harness.files import write_json_atomic, write_jsonl_atomic, write_text_atomic
 from harness.judges.base import Judge
 from harness.judging import judge_documents, write_judgments
-from harness.records import Document, Tracker
+from harness.metrics.card import SET_FILE
+from harness.records import Document, Judgment, Tracker
 from harness.zepo import plots, search
 from harness.zepo.optimizers import log_rejections
 
@@ -47,14 +50,33 @@ def evaluate(judge: Judge, docs: Sequence[Document], instruction: str, *, aspect
     judged = [*(d for d in search_docs if d.id not in {e.id for e in docs}), *docs]
     judgments, p_cf = judge_documents(judge, judged, aspect=aspect, instruction=instruction, family=family,
                                       max_candidates=max_candidates, progress=progress)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_judgments(out_dir / "judgments.jsonl", judgments, p_cf)
     held = [j for j in judgments if j.doc_id not in search]
+    write_sets(out_dir, judgments, held, p_cf)
     leaky = metrics.summarize(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed)
     heldout = metrics.summarize(held, p_cf=p_cf, shuffles=shuffles, seed=seed) if held else None
     return {"instruction": instruction, "p_content_free": p_cf, "n_judgments": len(judgments),
             "metrics": leaky if leak else heldout, "metrics_leaky": leaky, "metrics_heldout": heldout,
             "n_heldout_docs": len({j.doc_id for j in held})}
+
+
+def write_sets(out_dir: Path, judgments: Sequence[Judgment], held: Sequence[Judgment], p_cf: float) -> None:
+    """The evaluation's judged sets, each with a SET_FILE naming its documents, so that each report
+    card says which documents it covers: `out_dir/` all judged documents (leaky when search
+    documents are among them, as the paper evaluated) and `out_dir/heldout/` the held-out ones
+    alone (only when both kinds are present)."""
+    n_all, n_held = len({j.doc_id for j in judgments}), len({j.doc_id for j in held})
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_judgments(out_dir / "judgments.jsonl", judgments, p_cf)
+    if n_held == n_all:
+        write_json_atomic(out_dir / SET_FILE, {"documents": f"held-out: all {n_all} documents, no search document"})
+        return
+    write_json_atomic(out_dir / SET_FILE, {"documents": f"leaky: all {n_all} documents, the {n_all - n_held} "
+                                                        f"search documents included"})
+    if held:
+        (out_dir / "heldout").mkdir(exist_ok=True)
+        write_judgments(out_dir / "heldout" / "judgments.jsonl", held, p_cf)
+        write_json_atomic(out_dir / "heldout" / SET_FILE,
+                          {"documents": f"held-out: {n_held} documents, search documents excluded"})
 
 
 def _candidate_row(c: search.ScoredCandidate, objective: str, best: int) -> list[Any]:
@@ -162,31 +184,43 @@ def _report(results: Mapping[str, Any], result: search.SearchResult, out: Path, 
 
 
 def before_after_table(results: Mapping[str, Any]) -> str:
-    """Markdown: initial vs best, on the search documents (the objective, the decision rate) and on
-    the evaluation documents (decision rate, mean P(A), Spearman raw and permutation-debiased), the
-    PairS Spearman both leaky (search documents included, as the paper) and held-out."""
+    """Markdown: initial vs best. Every column names its documents: "search" (the objective and the
+    decision rate the search saw), "held-out" (evaluation documents only) or "leaky" (the search
+    documents included, as the paper evaluated); the A-rate, mean P(A) and win-rate Spearman are of
+    the configured evaluation set (`experiment.leak_search_docs`). PairS Spearman: the mean over
+    every initial order where n! <= shuffles (exact), else over the seeded shuffles, with ± one
+    standard error of that average when it is not exact."""
     obj = results["objective"]
     kind = "mean P(A)" if obj == "fairness_prob" else "A-rate"
-    head = (f"| instruction | search {obj} | search {kind} | eval A-rate | eval mean P(A) | Spearman (PairS) leaky "
-            "| Spearman (PairS) held-out | Spearman (win rate) | +perm. debias leaky | +perm. debias held-out |")
+    view = "leaky" if results.get("leak_search_docs") else "held-out"
+    head = (f"| instruction | search {obj} | search {kind} | {view} A-rate | {view} mean P(A) "
+            f"| leaky Spearman (PairS) | held-out Spearman (PairS) | {view} Spearman (win rate) "
+            "| leaky Spearman (PairS, perm. debiased) | held-out Spearman (PairS, perm. debiased) |")
     n_held = results["initial"].get("n_heldout_docs", len(results["eval_doc_ids"]))
-    lines = [f"ZEPO {results['task']}/{results['aspect']}: {len(results['search_doc_ids'])} search docs, "
+    n_search = len(results["search_doc_ids"])
+    lines = [f"ZEPO {results['task']}/{results['aspect']}: {n_search} search docs, "
              f"{len(results['eval_doc_ids'])} eval docs ({n_held} held out), {results['n_candidates']} candidates "
-             f"scored; leaky = search documents included (the paper's evaluation)", "", head, "|" + "---|" * 10]
+             f"scored; search = the {n_search} search documents, held-out = the {n_held} others, leaky = all of "
+             f"them (the paper's evaluation)", "", head, "|" + "---|" * 10]
     for label in ("initial", "best"):
         r = results[label]
         m = r["metrics"]["none"]
         leaky, held = r.get("metrics_leaky") or r["metrics"], r.get("metrics_heldout") or {}
         rate = r["search"]["a_rate_prob"] if obj == "fairness_prob" else r["search"]["a_rate"]
         lines.append(f"| {label} (#{r['index']}) | {_f(r['search']['objectives'][obj])} | {_f(rate)} "
-                     f"| {_f(m['a_rate'])} | {_f(m['a_rate_prob'])} | {_f(leaky['none']['spearman_pairs'])} "
-                     f"| {_f(_get(held, 'none'))} | {_f(m['spearman'])} | {_f(leaky['permutation']['spearman_pairs'])} "
-                     f"| {_f(_get(held, 'permutation'))} |")
+                     f"| {_f(m['a_rate'])} | {_f(m['a_rate_prob'])} | {_pairs(leaky.get('none'))} "
+                     f"| {_pairs(held.get('none'))} | {_f(m['spearman'])} | {_pairs(leaky.get('permutation'))} "
+                     f"| {_pairs(held.get('permutation'))} |")
     return "\n".join(lines)
 
 
-def _get(summary: Mapping[str, Any], variant: str, key: str = "spearman_pairs") -> Any:
-    return (summary.get(variant) or {}).get(key) if summary else None
+def _pairs(m: Mapping[str, Any] | None) -> str:
+    """A PairS Spearman with ± its shuffle standard error when it has one (not exact)."""
+    if not m:
+        return "nan"
+    se = m.get("spearman_pairs_se")
+    spread = f" ± {se:.3f}" if isinstance(se, float) and se > 0 else ""
+    return _f(m.get("spearman_pairs")) + spread
 
 
 def _f(x: Any) -> str:

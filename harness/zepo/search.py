@@ -134,7 +134,7 @@ def candidate_metrics(judgments: Sequence[Judgment], debias: str = "none") -> di
     debias="permutation" scores the permutation-debiased judgments, the decision rate being the
     official upper-triangle rate (a debiased matrix's rate over all pairs is always 0.5)."""
     if debias == "permutation":
-        judgments = metrics.permutation_debias(judgments)
+        judgments = metrics.permutation_debias(judgments, "official")  # (M + 1 - M^T)/2, as --do_permutate
         rate = metrics.upper_a_rate(judgments)
     else:
         rate = metrics.a_rate(judgments, "argmax")

@@ -1,0 +1,524 @@
+"""The metrics as they were before issue #22 vectorised them (harness/metrics @ edf2c66, verbatim
+but for imports): the reference the vectorised package is compared with to 1e-12
+(tests/test_metrics_vectorised.py) and timed against (scripts/bench_metrics.py). Not shipped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.errors import ConfigError
+from harness.files import jsonable, write_json_atomic
+from harness.judging import MIN_ANSWER_MASS, answer_mass, judgment_to_row
+from harness.records import Judgment
+
+# ---- harness/metrics/views.py @ main ----
+EPS = 1e-6
+"""Probabilities are clipped to [EPS, 1 - EPS] wherever a log would otherwise be infinite."""
+
+
+@dataclass(frozen=True)
+class DocView:
+    """One document's judgments as a matrix, with the human score of each candidate."""
+
+    ids: list[str]
+    """Candidate ids in order of first appearance among the judgments."""
+    matrix: np.ndarray
+    """M[i, j] = P(A) with A = ids[i], B = ids[j]; mean over repeats; NaN on the diagonal and
+    where unjudged."""
+    human: np.ndarray
+    """Human score per candidate (first finite value seen); NaN where the data has none."""
+
+
+def finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
+
+
+def document_views(judgments: Sequence[Judgment]) -> dict[str, DocView]:
+    """Group judgments by document into preference matrices and human score vectors."""
+    ids: dict[str, list[str]] = {}
+    pos: dict[str, dict[str, int]] = {}
+    for j in judgments:
+        doc_ids, doc_pos = ids.setdefault(j.doc_id, []), pos.setdefault(j.doc_id, {})
+        for cid in (j.a_id, j.b_id):
+            if cid not in doc_pos:
+                doc_pos[cid] = len(doc_ids)
+                doc_ids.append(cid)
+    sums = {d: np.zeros((len(v), len(v))) for d, v in ids.items()}
+    counts = {d: np.zeros((len(v), len(v))) for d, v in ids.items()}
+    human = {d: np.full(len(v), np.nan) for d, v in ids.items()}
+    for j in judgments:
+        i, k = pos[j.doc_id][j.a_id], pos[j.doc_id][j.b_id]
+        for idx, h in ((i, j.human_a), (k, j.human_b)):
+            if finite(h) and math.isnan(human[j.doc_id][idx]):
+                human[j.doc_id][idx] = float(h)  # type: ignore[arg-type]
+        # A self-pair is not a comparison: the diagonal stays NaN.
+        if i != k and finite(j.p_a):
+            sums[j.doc_id][i, k] += j.p_a
+            counts[j.doc_id][i, k] += 1
+    views = {}
+    for d in ids:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            m = np.where(counts[d] > 0, sums[d] / counts[d], np.nan)
+        views[d] = DocView(ids=ids[d], matrix=m, human=human[d])
+    return views
+
+
+
+
+
+
+
+
+def mean_or_nan(xs: Sequence[float]) -> float:
+    return float(np.mean(xs)) if len(xs) else math.nan
+
+
+# ---- harness/metrics/rates.py @ main ----
+def _doc_a_rate(m: np.ndarray, mode: str) -> float:
+    vals = m[np.isfinite(m)]  # the diagonal is NaN, so this is the judged off-diagonal
+    if mode == "prob":
+        return float(vals.mean()) if vals.size else math.nan
+    n_a, n_b = int((vals > 0.5).sum()), int((vals < 0.5).sum())
+    # A document with no decisive entry has no decision rate; it is left out of the average.
+    return n_a / (n_a + n_b) if n_a + n_b else math.nan
+
+
+def a_rate(judgments: Sequence[Judgment], mode: str = "argmax") -> float:
+    """Mean over documents of the per-document A-rate; NaN when no document has one.
+
+    argmax: #(M > 0.5) / (#(M > 0.5) + #(M < 0.5)) over judged off-diagonal entries (ZEPO).
+    prob: mean P(A) over judged off-diagonal entries.
+    """
+    return view_a_rate(document_views(judgments), mode)
+
+
+def view_a_rate(views: Mapping[str, DocView], mode: str) -> float:
+    if mode not in ("argmax", "prob"):
+        raise ConfigError(f"a_rate mode must be 'argmax' or 'prob', got {mode!r}")
+    rates = [_doc_a_rate(v.matrix, mode) for v in views.values()]
+    return mean_or_nan([r for r in rates if not math.isnan(r)])
+
+
+
+def fairness(judgments: Sequence[Judgment], mode: str = "argmax") -> float:
+    """-|A-rate - 0.5|: 0 is perfectly fair; NaN when the A-rate is undefined."""
+    return -abs(a_rate(judgments, mode) - 0.5)
+
+
+def _xlogx(x: np.ndarray) -> np.ndarray:
+    """x log x with 0 log 0 = 0 (a certain answer has zero entropy)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(x > 0, x * np.log(x), 0.0)
+
+
+def confidence(judgments: Sequence[Judgment]) -> dict[str, float]:
+    """Mean max(p, 1 - p) and mean binary entropy (nats) over judged pairs; NaN when none."""
+    p = np.array([j.p_a for j in judgments if finite(j.p_a)], dtype=float)
+    if not p.size:
+        return {"max_prob": math.nan, "entropy": math.nan}
+    entropy = -(_xlogx(p) + _xlogx(1 - p))
+    return {"max_prob": float(np.maximum(p, 1 - p).mean()), "entropy": float(entropy.mean())}
+
+
+# ---- harness/metrics/calibration.py @ main ----
+def calibration_pairs(judgments: Sequence[Judgment]) -> tuple[np.ndarray, np.ndarray]:
+    """(P(A), label) for judgments with a human preference: gold_a when present, otherwise
+    human_a > human_b (1) or < (0); ties, missing humans and NaN P(A) are left out."""
+    ps, ys = [], []
+    for j in judgments:
+        if not finite(j.p_a):
+            continue
+        if j.gold_a is not None:
+            label = 1.0 if j.gold_a else 0.0
+        elif finite(j.human_a) and finite(j.human_b) and j.human_a != j.human_b:
+            label = 1.0 if j.human_a > j.human_b else 0.0  # type: ignore[operator]
+        else:
+            continue
+        ps.append(j.p_a)
+        ys.append(label)
+    return np.array(ps, dtype=float), np.array(ys, dtype=float)
+
+
+def calibration(judgments: Sequence[Judgment], bins: int = 10) -> dict[str, float | int]:
+    """ECE (equal-width bins on P(A), bin k = [k/B, (k+1)/B), last bin closed, weighted by
+    count), Brier, NLL (p clipped to [EPS, 1-EPS]), accuracy (P(A) = 0.5 scores half) and n."""
+    if not isinstance(bins, int) or bins < 1:
+        raise ConfigError(f"calibration bins must be a positive integer, got {bins!r}")
+    p, y = calibration_pairs(judgments)
+    n = int(p.size)
+    if n == 0:
+        return {"ece": math.nan, "brier": math.nan, "nll": math.nan, "accuracy": math.nan, "n": 0}
+    idx = np.minimum((p * bins).astype(int), bins - 1)
+    ece = 0.0
+    for b in np.unique(idx):
+        sel = idx == b
+        ece += sel.sum() / n * abs(y[sel].mean() - p[sel].mean())
+    pc = np.clip(p, EPS, 1 - EPS)
+    nll = -(y * np.log(pc) + (1 - y) * np.log(1 - pc)).mean()
+    # A 0.5 answer picks neither side: it earns the expected score of a coin flip.
+    correct = np.where(p == 0.5, 0.5, ((p > 0.5) == (y == 1)).astype(float))
+    brier = float(((p - y) ** 2).mean())
+    return {"ece": float(ece), "brier": brier, "nll": float(nll),
+            "accuracy": float(correct.mean()), "n": n}
+
+
+# ---- harness/metrics/correlation.py @ main ----
+def win_rates(m: np.ndarray) -> np.ndarray:
+    """Row mean of M over judged off-diagonal entries; NaN for a row with none."""
+    off = np.where(np.eye(len(m), dtype=bool), np.nan, m)
+    judged = np.isfinite(off)
+    total = np.where(judged, off, 0.0).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(judged.any(axis=1), total / judged.sum(axis=1), np.nan)
+
+
+def preference_table(m: np.ndarray) -> list[list[bool]]:
+    """T[a][b] = the judge prefers candidate a over b when a is shown as A (M[a, b] > 0.5).
+    Where only the reverse order was judged it is read from B's side (1 - M[b, a] > 0.5);
+    an unjudged pair is a tie (False)."""
+    with np.errstate(invalid="ignore"):
+        p = np.where(np.isfinite(m), m, 1.0 - m.T)
+        return np.nan_to_num(p, nan=0.5).__gt__(0.5).tolist()
+
+
+def pairs_sort(m: np.ndarray | list[list[bool]], order: Sequence[int]) -> list[int]:
+    """PairS merge sort of candidate indices, judged worst first (best last).
+
+    Merging compares left vs right with left shown as A; when the judge prefers left
+    (P(A) > 0.5) the right item is emitted first, exactly as the PairS/ZEPO code, whose sorted
+    list is ascending. So a list position is a rank where higher means preferred by the judge.
+    `m` is the matrix or its `preference_table` (precomputed when sorting many shuffles).
+    """
+    table = preference_table(m) if isinstance(m, np.ndarray) else m
+    items = list(order)
+    if len(items) <= 1:
+        return items
+    mid = len(items) // 2
+    left, right = pairs_sort(table, items[:mid]), pairs_sort(table, items[mid:])
+    out: list[int] = []
+    i = k = 0
+    while i < len(left) and k < len(right):
+        if table[left[i]][right[k]]:
+            out.append(right[k])
+            k += 1
+        else:
+            out.append(left[i])
+            i += 1
+    return out + left[i:] + right[k:]
+
+
+def rank_correlations(scores: np.ndarray, human: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Spearman and Kendall tau-b of each row of `scores` (S x n) against `human` (n), the
+    numbers scipy.stats.spearmanr/kendalltau give, vectorised over rows because PairS needs
+    S = shuffles of them per document (scipy one by one took a minute per summary).
+    Undefined values (constant row or constant humans, n < 2) are 0, as in ZEPO."""
+    from scipy.stats import rankdata
+
+    scores, human = np.atleast_2d(scores).astype(float), np.asarray(human, dtype=float)
+    rs = rankdata(scores, axis=1)
+    rs -= rs.mean(axis=1, keepdims=True)
+    rh = rankdata(human) - (len(human) + 1) / 2
+    rho = _ratio(rs @ rh, np.sqrt((rs**2).sum(axis=1) * (rh**2).sum()))
+    sx = np.sign(scores[:, :, None] - scores[:, None, :])
+    sh = np.sign(human[:, None] - human[None, :])
+    # tau-b = (C - D) / sqrt((n0 - ties_x)(n0 - ties_h)); summing over both triangles doubles
+    # numerator and each factor alike.
+    untied = np.abs(sx).sum(axis=(1, 2)) * np.abs(sh).sum()
+    tau = _ratio((sx * sh).sum(axis=(1, 2)), np.sqrt(untied))
+    return np.clip(rho, -1, 1), np.clip(tau, -1, 1)
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
+
+
+def _doc_scores(doc_id: str, view: DocView, ranking: str, shuffles: int, seed: int) -> np.ndarray:
+    """The judge's score of each candidate: one row (win rate) or one row per shuffle (PairS
+    list position, higher = preferred). Each document draws its shuffles from its own seeded
+    stream, so its result does not depend on which other documents are present."""
+    if ranking == "winrate":
+        return win_rates(view.matrix)[None, :]
+    n = len(view.ids)
+    rng = np.random.default_rng([seed, zlib.crc32(doc_id.encode())])
+    table, rows = preference_table(view.matrix), np.empty((shuffles, n))
+    for s in range(shuffles):
+        rows[s, pairs_sort(table, rng.permutation(n).tolist())] = np.arange(n)
+    return rows
+
+
+def _whole_corr(views: Sequence[DocView]) -> tuple[float, float]:
+    """Spearman and Kendall over (win rate, human) pooled across documents; NaN if undefined."""
+    from scipy.stats import kendalltau, spearmanr
+
+    x = np.concatenate([win_rates(v.matrix) for v in views]) if views else np.array([])
+    h = np.concatenate([v.human for v in views]) if views else np.array([])
+    ok = np.isfinite(x) & np.isfinite(h)
+    if ok.sum() < 2 or np.ptp(x[ok]) == 0 or np.ptp(h[ok]) == 0:
+        return math.nan, math.nan
+    return float(spearmanr(x[ok], h[ok])[0]), float(kendalltau(x[ok], h[ok])[0])
+
+
+def correlations(
+    judgments: Sequence[Judgment], ranking: str = "winrate", shuffles: int = 100, seed: int = 0
+) -> dict[str, float | int]:
+    """Per-document Spearman/Kendall of the judge's ranking vs human scores, averaged over
+    documents (and, for PairS, over `shuffles` seeded random initial orders).
+
+    ranking="winrate": score = `win_rates(M)`; ranking="pairs": rank = position in
+    `pairs_sort`. Candidates without a human score (or win rate) are left out of their
+    document; documents with fewer than two human-scored candidates are left out (n_docs
+    counts those kept). spearman_whole/kendall_whole pool (win rate, human) over all
+    documents whatever the ranking, since PairS positions are not comparable across documents.
+    """
+    return view_correlations(document_views(judgments), ranking, shuffles, seed)
+
+
+def view_correlations(
+    all_views: Mapping[str, DocView], ranking: str, shuffles: int, seed: int
+) -> dict[str, float | int]:
+    if ranking not in ("winrate", "pairs"):
+        raise ConfigError(f"correlations ranking must be 'winrate' or 'pairs', got {ranking!r}")
+    if not isinstance(shuffles, int) or shuffles < 1:
+        raise ConfigError(f"correlations shuffles must be a positive integer, got {shuffles!r}")
+    views = {d: v for d, v in all_views.items() if np.isfinite(v.human).sum() >= 2}
+    rhos, taus = [], []
+    for d, v in views.items():
+        scores = _doc_scores(d, v, ranking, shuffles, seed)
+        ok = np.isfinite(v.human) & np.isfinite(scores).all(axis=0)
+        rho, tau = rank_correlations(scores[:, ok], v.human[ok])
+        rhos.append(rho.mean())
+        taus.append(tau.mean())
+    rho_w, tau_w = _whole_corr(list(views.values()))
+    return {"spearman": mean_or_nan(rhos), "kendall": mean_or_nan(taus), "spearman_whole": rho_w,
+            "kendall_whole": tau_w, "n_docs": len(views)}
+
+
+# ---- harness/metrics/debias.py @ main ----
+def permutation_debias(judgments: Sequence[Judgment]) -> list[Judgment]:
+    """p'(i, j) = (P(A|i,j) + 1 - P(A|j,i)) / 2 where the reverse order was judged."""
+    views = document_views(judgments)
+    index = {d: {c: n for n, c in enumerate(v.ids)} for d, v in views.items()}
+    out = []
+    for j in judgments:
+        i, k = index[j.doc_id][j.a_id], index[j.doc_id][j.b_id]
+        q = views[j.doc_id].matrix[k, i] if i != k else math.nan
+        if finite(j.p_a) and math.isfinite(q):
+            # 0.5 + (p - q)/2 is exactly 0.5 when p == q; (p + 1 - q)/2 can round off 0.5,
+            # which the argmax A-rate would count as a decision.
+            out.append(replace(j, p_a=0.5 + (j.p_a - q) / 2))
+        else:
+            out.append(j)
+    return out
+
+
+def _shift_logits(judgments: Sequence[Judgment], shifts: Mapping[str | None, float], by_doc: bool):
+    """Return judgments with logit(p_a) reduced by the shift of their group; NaN p_a kept.
+    A saturated p_a (0 or 1) has an infinite logit and stays saturated."""
+    p = np.array([j.p_a for j in judgments], dtype=float)
+    shift = np.array([shifts.get(j.doc_id if by_doc else None, 0.0) for j in judgments])
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        z = np.log(p) - np.log1p(-p) - shift
+        new = 1.0 / (1.0 + np.exp(-z))
+    return [replace(j, p_a=float(q)) if finite(j.p_a) else j for j, q in zip(judgments, new)]
+
+
+def _clipped_logit(p: np.ndarray) -> np.ndarray:
+    pc = np.clip(p, EPS, 1 - EPS)
+    return np.log(pc) - np.log1p(-pc)
+
+
+def batch_calibrate(judgments: Sequence[Judgment], by_doc: bool = False) -> list[Judgment]:
+    """Batch calibration (Zhou et al., ICLR 2024): subtract the batch-mean log-probability of
+    each class, then renormalise. With two classes this is logit(p) - mean(logit(p)); the
+    mean uses p clipped to [EPS, 1-EPS] so one saturated answer cannot make it infinite.
+    The batch is every judgment passed, or each document's when `by_doc`."""
+    groups: dict[str | None, list[float]] = {}
+    for j in judgments:
+        if finite(j.p_a):
+            groups.setdefault(j.doc_id if by_doc else None, []).append(j.p_a)
+    shifts = {g: float(_clipped_logit(np.array(ps)).mean()) for g, ps in groups.items()}
+    return _shift_logits(judgments, shifts, by_doc)
+
+
+def contextual_calibrate(judgments: Sequence[Judgment], p_cf: float) -> list[Judgment]:
+    """Contextual calibration (Zhao et al., 2021): W = diag(1/[p_cf, 1-p_cf]), so
+    p' = (p/p_cf) / (p/p_cf + (1-p)/(1-p_cf)), i.e. logit(p') = logit(p) - logit(p_cf).
+    `p_cf` is the judge's P(A) on a content-free input; clipped to [EPS, 1-EPS]."""
+    if not isinstance(p_cf, (int, float)) or not 0 <= p_cf <= 1:
+        raise ConfigError(f"contextual calibration needs p_cf in [0, 1], got {p_cf!r}")
+    shift = float(_clipped_logit(np.array([p_cf]))[0])
+    return _shift_logits(judgments, {None: shift}, by_doc=False)
+
+
+# ---- harness/metrics/mass.py @ main ----
+def answer_masses(judgments: Sequence[Judgment]) -> np.ndarray:
+    """The answer mass of every read judgment, in order: 0 where the judge wrote no answer token
+    (`no_answer`, flagged low_answer_mass too); an `unreadable` one (an API answer that stayed
+    spoiled) has no reading and is left out, as it is left out of the low_answer_mass flags."""
+    return np.array([answer_mass(j.token_logprobs) for j in judgments if "unreadable" not in j.flags], dtype=float)
+
+
+def answer_mass_stats(judgments: Sequence[Judgment], threshold: float = MIN_ANSWER_MASS) -> dict[str, float]:
+    """Median answer mass and the share of read judgments below `threshold` (NaN when none)."""
+    m = answer_masses(judgments)
+    if not m.size:
+        return {"answer_mass_median": math.nan, "answer_mass_low_share": math.nan}
+    return {"answer_mass_median": float(np.median(m)), "answer_mass_low_share": float((m < threshold).mean())}
+
+
+# ---- harness/metrics/order.py @ main ----
+def order_pairs(views: Mapping[str, DocView]) -> list[tuple[float, float]]:
+    """(P(A|i,j), P(A|j,i)) for every unordered pair with both orders judged, i listed first."""
+    out = []
+    for v in views.values():
+        m = v.matrix
+        for i in range(len(v.ids)):
+            for k in range(i + 1, len(v.ids)):
+                if math.isfinite(m[i, k]) and math.isfinite(m[k, i]):
+                    out.append((float(m[i, k]), float(m[k, i])))
+    return out
+
+
+def view_order_consistency(views: Mapping[str, DocView]) -> dict[str, float | int]:
+    pairs = np.array(order_pairs(views), dtype=float).reshape(-1, 2)
+    n = int(pairs.shape[0])
+    if n == 0:
+        return {"order_consistency": math.nan, "order_gap": math.nan, "n_order_pairs": 0}
+    p, q = pairs[:, 0], pairs[:, 1]
+    same = np.sign(p - 0.5) == np.sign(0.5 - q)
+    return {"order_consistency": float(same.mean()), "order_gap": float(np.abs(p + q - 1).mean()),
+            "n_order_pairs": n}
+
+
+def order_consistency(judgments: Sequence[Judgment]) -> dict[str, float | int]:
+    """order_consistency, order_gap and n_order_pairs of a judgment list (NaN, 0 when no pair
+    was judged in both orders)."""
+    return view_order_consistency(document_views(judgments))
+
+
+# ---- harness/metrics/official.py @ main ----
+def _doc_upper_rate(m: np.ndarray) -> float:
+    upper = m[np.triu_indices(len(m), k=1)]
+    vals = upper[np.isfinite(upper) & (upper != 0)]  # the official `!= 0` (it removes the zeroed lower half)
+    n_a, n_b = int((vals > 0.5).sum()), int((vals < 0.5).sum())
+    return n_a / (n_a + n_b) if n_a + n_b else math.nan
+
+
+def upper_a_rate(judgments: Sequence[Judgment]) -> float:
+    """Mean over documents of #(M[i, j] > 0.5) / #(M[i, j] != 0.5) over pairs i < j (candidate
+    order = first appearance, i.e. the data's order); pass permutation-debiased judgments for the
+    official debiased decision rate. A document with no decisive pair is left out (the official
+    code would turn the mean into NaN)."""
+    rates = [_doc_upper_rate(v.matrix) for v in document_views(judgments).values()]
+    return mean_or_nan([r for r in rates if not math.isnan(r)])
+
+
+def _label_sums(logprobs: Mapping[str, float]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for key, value in logprobs.items():
+        out.setdefault(key.split(":", 1)[0], []).append(float(value))
+    return out
+
+
+def bc_prior(judgments: Sequence[Judgment], labels: tuple[str, str] = ("A", "B")) -> float:
+    """|mean(logit_A) - mean(logit_B)| / 2 over every judged pair (lower = better calibrated).
+
+    A pair whose answer could not be read (no answer-token log-probs) contributes logits 0, as in
+    the official code; a NaN P(A) is left out. NaN when a pair's A and B have different numbers of
+    variants (log Z would not cancel) or when nothing is judged."""
+    diffs = []
+    for j in judgments:
+        if not finite(j.p_a):
+            continue
+        sums = _label_sums(j.token_logprobs)
+        a, b = sums.get(labels[0], []), sums.get(labels[1], [])
+        if len(a) != len(b):
+            return math.nan
+        diffs.append(sum(a) - sum(b) if a else 0.0)
+    return abs(float(np.mean(diffs))) / 2 if diffs else math.nan
+
+
+def prob_gap(judgments: Sequence[Judgment], labels: tuple[str, str] = ("A", "B")) -> float:
+    """Mean |P(A) - P(B)|, probabilities normalised over every label read (unread pairs: 0)."""
+    gaps = []
+    for j in judgments:
+        if not finite(j.p_a):
+            continue
+        sums = _label_sums(j.token_logprobs)
+        if not sums:
+            gaps.append(0.0)
+            continue
+        mass = {k: sum(math.exp(x) for x in v) for k, v in sums.items()}
+        total = sum(mass.values())
+        gaps.append(abs(mass.get(labels[0], 0.0) - mass.get(labels[1], 0.0)) / total if total > 0 else 0.0)
+    return mean_or_nan(gaps)
+
+
+# ---- harness/metrics/summary.py @ main ----
+def metric_set(
+    judgments: Sequence[Judgment], shuffles: int = 100, seed: int = 0, bins: int = 10
+) -> dict[str, float | int]:
+    """Every metric of one judgment list, as plain floats/ints (NaN where undefined)."""
+    views = document_views(judgments)
+    conf = confidence(judgments)
+    cal = calibration(judgments, bins=bins)
+    win = view_correlations(views, "winrate", shuffles, seed)
+    pairs = view_correlations(views, "pairs", shuffles, seed)
+    rate, rate_prob = view_a_rate(views, "argmax"), view_a_rate(views, "prob")
+    return {
+        "a_rate": rate, "a_rate_prob": rate_prob, **view_order_consistency(views), **answer_mass_stats(judgments),
+        "fairness": -abs(rate - 0.5), "fairness_prob": -abs(rate_prob - 0.5),
+        "max_prob": conf["max_prob"], "entropy": conf["entropy"],
+        "ece": cal["ece"], "brier": cal["brier"], "nll": cal["nll"], "accuracy": cal["accuracy"],
+        "n_calibration": int(cal["n"]),
+        "spearman": win["spearman"], "kendall": win["kendall"],
+        "spearman_pairs": pairs["spearman"], "kendall_pairs": pairs["kendall"],
+        "spearman_whole": win["spearman_whole"], "kendall_whole": win["kendall_whole"],
+        "n_judgments": len(judgments), "n_docs": len(views),
+        # As the official ZEPO code (metrics/official.py): the upper-triangle decision rate (the
+        # debiased rate of Figure 4 under "permutation"), the label-free BC prior, the Norm Gap.
+        "a_rate_upper": upper_a_rate(judgments), "bc": bc_prior(judgments), "prob_gap": prob_gap(judgments),
+    }
+
+
+def summarize(
+    judgments: Sequence[Judgment],
+    p_cf: float | None = None,
+    shuffles: int = 100,
+    seed: int = 0,
+    bins: int = 10,
+) -> dict[str, dict[str, float | int]]:
+    """`metric_set` of the raw judgments and of each debiased version: keys "none",
+    "permutation", "batch" and, when `p_cf` is given, "contextual"."""
+    variants = {
+        "none": list(judgments),
+        "permutation": permutation_debias(judgments),
+        "batch": batch_calibrate(judgments),
+    }
+    if p_cf is not None:
+        variants["contextual"] = contextual_calibrate(judgments, p_cf)
+    return {k: metric_set(v, shuffles=shuffles, seed=seed, bins=bins) for k, v in variants.items()}
+
+
+# ---- write_run @ main (harness/metrics/summary.py, harness/files.py's JSONL writer) ----
+def write_run(out: Path, judgments: Sequence[Judgment], p_cf: float, shuffles: int, seed: int) -> dict[str, Any]:
+    """The old write path: judgments.jsonl through `jsonable` per row, then `summarize`."""
+    rows = [judgment_to_row(j) for j in judgments] + [{"kind": "content_free", "p_a": p_cf}]
+    tmp = out / ".judgments.jsonl.tmp"
+    with tmp.open("w") as f:
+        for r in rows:
+            f.write(json.dumps(jsonable(r), allow_nan=False) + "\n")
+    os.replace(tmp, out / "judgments.jsonl")
+    summary = summarize(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed)
+    write_json_atomic(out / "results.json", {"shuffles": shuffles, "seed": seed, "metrics": summary})
+    return summary
