@@ -78,7 +78,7 @@ class Choice:
     kind: str
     """certified | estimate (plug-in) | none (every estimation neighbour was a no-op)."""
     claim: str
-    """total (realised re-judgments, jitter included) | context (the judge's MEAN score; not checkable)."""
+    """total (realised re-judgments, jitter included) | context (the judge's MEAN score; check: not_applicable)."""
     delta_est: float
     """Confidence budget spent on the data (split equally among the data-driven bounds kept)."""
     m: int

@@ -25,6 +25,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+
 from harness import abb
 from harness.abb.neighbours import (
     EditMaker,
@@ -175,9 +178,6 @@ def finish(ctx: RunContext, vector: ScoreVector, est: Neighbours, fresh: Neighbo
 
 def in_multirun() -> bool:
     """True inside a Hydra multirun (`python -m harness.run -m ...`): refusals become refused cells."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 

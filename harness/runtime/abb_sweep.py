@@ -33,9 +33,9 @@ from harness.files import write_text_atomic
 from harness.runtime import collect
 from harness.runtime.tracking import Tracker
 
-TABLE_METRICS = ("cell", "verdict", "check_tests", "bound_winner", "alpha", "alpha_cap", "alpha_plugin", "sigma", "delta_claimed",
-                 "sensitivity_plugin", "sensitivity_ucb", "noop_estimate", "violations", "trials", "violation_rate",
-                 "violation_cp_high", "model_pearson", "model_spearman", "elo_spearman", "item_variance_reduction",
+TABLE_METRICS = ("cell", "verdict", "check_tests", "bound_winner", "alpha", "alpha_cap", "alpha_plugin", "sigma",
+                 "delta_claimed", "sensitivity_plugin", "sensitivity_ucb", "noop_estimate", "violations", "trials",
+                 "violation_rate", "violation_cp_high", "model_pearson", "model_spearman", "elo_spearman", "item_variance_reduction",
                  "refused")
 """Columns of the sweep table (paths into results.json 'metrics'): `cell` separates certified, estimate
 and refused cells, `verdict` marks vacuous ones, `refused` says why a cell was refused."""
