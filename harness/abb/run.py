@@ -2,7 +2,7 @@
 verify, and its record (bounded_scores.jsonl, abb.json, results.json, the tracker).
 
 f(D) (harness.abb.scores) -> i.i.d. estimation neighbours (harness.abb.neighbours; one-item edits
-are re-judged alone and spliced into the cached f(D)) -> FRESH neighbours from another seed stream
+are re-judged alone and spliced into f(D), whatever the cache) -> FRESH neighbours from another seed stream
 -> identity neighbours (jitter, on the coordinates a neighbour re-judges, through the uncached judge)
 -> abb.run_abb: the largest certified alpha (harness.abb.certify), sigma, M(D) = alpha f(D) +
 (1 - alpha) mu + Z, and the fresh check with its verdict -> rankings and retained signal

@@ -10,8 +10,9 @@ Three sources:
   (`neighbour`, `split` = estimate | verify | jitter) that hold f(D') for the rows they list.
 
 `PairwiseScorer` re-judges neighbours: a `View` per edited item says which of its inputs changed
-(answer, question, instruction, A/B order); only the documents a neighbour touches are rebuilt,
-and every request goes through the judge given (a CachedJudge: unchanged pairs cost nothing).
+(answer, question, instruction, A/B order); only the requests that involve an edited item are
+re-judged (through the judge given, usually a CachedJudge); every other request keeps the P(A) it
+had in f(D), so a one-item neighbour moves only the coordinates B counts, cache or no cache.
 """
 
 from __future__ import annotations
