@@ -9,6 +9,7 @@ catching one.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import abb_scenarios as sc
 import numpy as np
@@ -126,3 +127,33 @@ def test_summary_says_what_was_proven_and_what_the_check_could_show():
                           est_fraction=0), mode="one_item", scale=(0.0, 1.0), rng=rng, allowed=("plugin",))
     s = plug.summary()
     assert s.startswith("nothing is proven: the plug-in is an estimate") and "no fresh check" in s
+
+
+def test_full_flip_score_file_through_hydra_is_confirmed(tmp_path):
+    """The issue's case as a user types it: a 1-10 score file, experiment.tau_fraction=0.1, every fresh
+    neighbour flips one score by the full range: 'confirmed' (surely), not 'refuted: 30/30'."""
+    from conftest import REPO
+    from hydra import compose, initialize_config_dir
+
+    from harness.runtime.entry import run
+
+    rows, rng = [], np.random.default_rng(0)
+    items = [(f"q{q}", m) for q in range(10) for m in ("m1", "m2", "m3")]
+    base = {it: (1.0 if k % 2 else 10.0) for k, it in enumerate(items)}
+    rows += [{"item": q, "model": m, "score": s} for (q, m), s in base.items()]
+    for split, n in (("estimate", 40), ("verify", 30)):
+        for j in range(n):
+            q, m = items[rng.integers(len(items))]
+            rows.append({"item": q, "model": m, "score": 11.0 - base[(q, m)], "neighbour": f"{split}{j}",
+                         "split": split})
+    path = tmp_path / "likert.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ov = ["experiment=abb", "experiment.scores=file", f"experiment.file.path={path}", "experiment.file.scale=[1,10]",
+          "experiment.tau_fraction=0.1", "experiment.bootstrap=10", "wandb.mode=disabled"]
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=ov)
+    results = run(cfg, tmp_path / "out")
+    v = json.loads((tmp_path / "out" / "abb.json").read_text())["verification"]
+    assert v["trials"] == 30 and v["max_distance"] > 0.9 and v["violations"] == 0  # 0.9000000000000004: rounding
+    assert results["verdict"] == "confirmed" and results["guarantee"]["statement"].startswith("surely")
+    assert results["guarantee"]["claimed"] and results["summary"].startswith("proven without data by the certain cap")

@@ -173,6 +173,7 @@ def finish(ctx: RunContext, vector: ScoreVector, est: Neighbours, fresh: Neighbo
              "jitter": jitter_report(jitter, vector.values, how, removed), "judge_calls": ctx.calls}
     results = write_outputs(out, vector, bounded, result, extra, s, ctx.tracker)
     print(report(results), flush=True)
+    print(f"A-BB in one sentence: {results['summary']}", flush=True)
     return results
 
 
