@@ -21,7 +21,8 @@ def show(label: str, judge_f: np.ndarray, fresh: np.ndarray, params, seed: int) 
 
     c = abb.verify(judge_f, fresh, params, np.random.default_rng(seed))
     print(f"  {label}: alpha {params.alpha:.4g}, sigma {params.sigma:.4g}: {c.violations}/{c.trials} > tau, "
-          f"one-sided CP [{c.cp_low:.3f}, {c.cp_high:.3f}] vs delta_claimed {c.delta_claimed:.3g}: {c.verdict}")
+          f"one-sided CP [{c.cp_low:.3f}, {c.cp_high:.3f}] vs delta_claimed {c.delta_claimed:.3g}: "
+          f"{c.verdict} ({c.tests} check)")
 
 
 def counterexample() -> None:

@@ -202,7 +202,10 @@ def test_counterexample_new_rule(counterexample):
     p = sc.params(tau, 1.0, v, d=judge.d, delta=0.05)
     assert p.choice.winner.name == "certain_cap" and p.alpha == pytest.approx(0.1) and p.delta_claimed == 0
     check = abb.verify(judge.f, fresh, p, np.random.default_rng(3))
-    assert check.violations == 0 and check.verdict == "vacuous"  # certain: the check cannot fail, so no "pass"
+    # A sure claim: the check tests its only assumption (each fresh neighbour moves ||v|| <= sqrt(B), one
+    # coordinate) on every neighbour and says so; no rate of bias is estimated.
+    assert check.violations == 0 and check.verdict == "confirmed" and check.tests == "sure"
+    assert check.assumption["held"] and "no rate of bias" in check.could_show
     with pytest.raises(ConfigError, match="coordinates"):
         sc.params(tau, 1.0, v, d=judge.d, delta=0.05, jitter_sq=j5, jitter_coords=80, neighbour_coords=1)
     matched = sc.sq_dist(judge.f, judge.jitter_matched(50, np.random.default_rng(4)))
@@ -210,7 +213,7 @@ def test_counterexample_new_rule(counterexample):
                     allowed=("markov",))
     assert ctx.choice.claim == "context" and 0 < ctx.alpha < 0.1
     assert "MEAN" in abb.AbbResult(ctx, "one_item", 50, (0.0, 1.0)).to_json()["guarantee"]["statement"]
-    assert abb.verify(judge.f, fresh, ctx, np.random.default_rng(5)).violations == 0
+    assert abb.verify(judge.f, fresh, ctx, np.random.default_rng(5)).verdict == "not_applicable"
 
 
 # (e) verification: a check that can fail, negative controls, no-op neighbours
@@ -234,12 +237,13 @@ def test_negative_controls_on_published_profile():
     p = sc.params(0.5, 16.0, sc.sq_dist(judge.f, judge.one_item(40, rng)), d=judge.d, delta=0.01, scale=(1.0, 5.0))
     assert p.choice.winner.name == "certain_cap" and p.alpha == 0.125
     fresh = judge.one_item(300, rng)
-    assert abb.verify(judge.f, fresh, p, rng).verdict == "vacuous"
+    assert abb.verify(judge.f, fresh, p, rng, coords_allowed=1).verdict == "confirmed"  # sure: assumption held
     a_off, s_off = sc.official_sigma(2.485)  # raw-unit sigma against a range-normalised sensitivity
     assert abb.verify(judge.f, fresh, sc.with_alpha(p, a_off, s_off), rng).verdict == "violated"
     assert abb.verify(judge.f, fresh, sc.with_alpha(p, 3 * 0.125), rng).verdict == "violated"
     below = abb.verify(judge.f, fresh, sc.with_alpha(p, 3 * 0.0201), rng)  # 3x the Markov plug-in: below the cap
-    assert below.violations == 0 and below.verdict == "vacuous"  # such a "passing" check says nothing
+    # Below the cap the claim is sure again: the check can only test the assumption, and says so.
+    assert below.violations == 0 and below.verdict == "confirmed" and below.tests == "sure"
 
 
 def test_a_run_refuted_by_its_own_fresh_neighbours_claims_nothing():

@@ -20,11 +20,14 @@ bounded_scores), `verify` (Verification with a verdict, AbbResult/abb.json, run_
 
 from harness.abb.bounds import (
     MEAN_METHODS,
+    REL_TOL,
+    Refusal,
     bernstein_can_win,
     bernstein_ucb,
     clopper_pearson,
     distance_bounds,
     dkw_quantile_ucb,
+    exceeds,
     hoeffding_ucb,
     mean_ucb,
     min_trials_to_confirm,
@@ -48,6 +51,7 @@ from harness.abb.mechanism import (
     split_delta,
 )
 from harness.abb.verify import (
+    TESTS,
     VERDICTS,
     AbbResult,
     Verification,
@@ -58,10 +62,10 @@ from harness.abb.verify import (
 )
 
 __all__ = [
-    "BOUNDS", "CHOICES", "MEAN_METHODS", "SIGMA_MODES", "VERDICTS", "AbbParams", "AbbResult", "Bound",
-    "Choice", "DeltaSplit", "Verification", "bernstein_can_win", "bernstein_ucb", "bounded_scores",
-    "calibrate", "choose_alpha", "clopper_pearson", "contract", "distance_bounds", "dkw_quantile_ucb",
-    "hoeffding_ucb", "mean_ucb", "min_trials_to_confirm", "noise_tail", "preflight", "quantile_min_samples",
-    "quantile_rank", "quantile_ucb", "radius_budget", "run_abb", "sigma_room", "split_delta",
-    "squared_distances", "verdict", "verify", "write_json",
+    "BOUNDS", "CHOICES", "MEAN_METHODS", "REL_TOL", "SIGMA_MODES", "TESTS", "VERDICTS", "AbbParams", "AbbResult",
+    "Bound", "Choice", "DeltaSplit", "Refusal", "Verification", "bernstein_can_win", "bernstein_ucb",
+    "bounded_scores", "calibrate", "choose_alpha", "clopper_pearson", "contract", "distance_bounds",
+    "dkw_quantile_ucb", "exceeds", "hoeffding_ucb", "mean_ucb", "min_trials_to_confirm", "noise_tail", "preflight",
+    "quantile_min_samples", "quantile_rank", "quantile_ucb", "radius_budget", "run_abb", "sigma_room",
+    "split_delta", "squared_distances", "verdict", "verify", "write_json",
 ]

@@ -34,6 +34,26 @@ def config_error(msg: str, field: str) -> ConfigError:
 _err = config_error
 
 
+class Refusal(ConfigError):
+    """A (tau, delta, mu, bound, alpha_min) that no data, or the measured data, can meet: the run
+    makes no claim. A single run exits 2 on it; a sweep records the cell as refused and goes on."""
+
+
+def refusal(msg: str, field: str) -> Refusal:
+    """A one-line Refusal located at the A-BB settings, field `field`."""
+    return Refusal(msg, where=located(_WHERE, field=field))
+
+REL_TOL = 1e-12
+"""The ONE float tolerance of every bound and verdict: x exceeds a limit only beyond rounding."""
+
+
+def exceeds(x, limit: float, magnitude: float = 0.0):
+    """x > limit beyond float rounding (elementwise): the tolerance scales with the limit and with
+    the magnitude of the numbers that were subtracted to get x (scores on a 1-10 scale: ~10), so a
+    full-range move computed as 0.9000000000000004 does not exceed tau = 0.9."""
+    return np.asarray(x) > limit + REL_TOL * max(abs(float(limit)), abs(float(magnitude)))
+
+
 # --- distances and their sure bounds -------------------------------------------------------------
 
 
@@ -72,7 +92,7 @@ def noise_tail(radius: float, sigma: float, d: int, tau: float) -> float:
     sup sits at ||u|| = radius. sigma = 0: the indicator radius > tau.
     """
     if sigma <= 0:
-        return float(radius > tau * (1 + 1e-12))
+        return float(exceeds(radius, tau))
     from scipy import stats
 
     s2 = 2.0 * sigma * sigma
@@ -190,7 +210,7 @@ def mean_ucb(x: np.ndarray, bound: float, delta: float, method: str = "best", si
     n = x.size
     if n == 0 or not 0 < delta < 1:
         raise _err(f"need samples and 0 < delta < 1, got n={n}, delta={delta}", "delta_split")
-    if np.any(x < -1e-12) or np.any(x > bound * (1 + 1e-9)):
+    if np.any(x < -1e-12) or np.any(exceeds(x, bound)):
         raise _err(f"samples must lie in [0, B={bound:g}] (B bounds one neighbour surely): found "
                    f"[{x.min():.4g}, {x.max():.4g}]", "neighbours")
     mean, var = float(x.mean()), float(x.var(ddof=1)) if n > 1 else 0.0

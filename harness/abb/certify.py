@@ -22,11 +22,13 @@ import numpy as np
 from harness.abb.bounds import (
     config_error,
     dkw_quantile_ucb,
+    exceeds,
     mean_ucb,
     quantile_min_samples,
     quantile_rank,
     quantile_ucb,
     radius_budget,
+    refusal,
 )
 
 BOUNDS = ("certain_cap", "quantile", "dkw", "markov")
@@ -76,7 +78,7 @@ class Choice:
     kind: str
     """certified | estimate (plug-in) | none (every estimation neighbour was a no-op)."""
     claim: str
-    """total (realised re-judgments, jitter included) | context (the judge's MEAN score; not checkable)."""
+    """total (realised re-judgments, jitter included) | context (the judge's MEAN score; check: not_applicable)."""
     delta_est: float
     """Confidence budget spent on the data (split equally among the data-driven bounds kept)."""
     m: int
@@ -165,7 +167,7 @@ def choose_alpha(tau: float, B: float, norms_sq: np.ndarray, *, delta_m: float, 
     the data measured nothing: kind "none" (the cap's alpha is applied, nothing is claimed).
     """
     sq = np.asarray(norms_sq, dtype=float)
-    if sq.size == 0 or not np.all(np.isfinite(sq)) or np.any(sq < 0) or np.any(sq > B * (1 + 1e-9)):
+    if sq.size == 0 or not np.all(np.isfinite(sq)) or np.any(sq < 0) or np.any(exceeds(sq, B)):
         raise config_error(f"need finite squared distances in [0, B={B:g}] (B bounds every neighbour surely); "
                            f"got {sq.size} in [{np.min(sq, initial=0):.4g}, {np.max(sq, initial=0):.4g}]", "neighbours")
     bad = [b for b in allowed if b not in (*BOUNDS, "plugin")]
@@ -204,7 +206,7 @@ def choose_alpha(tau: float, B: float, norms_sq: np.ndarray, *, delta_m: float, 
         cands.append(_bound(b, q[0], 0.0, r_star, delta_m, share, note=f"X_({q[1]}) of {sq.size}"))
     eligible = [c for c in cands if c.certified and family(c.name) in allowed]
     if not eligible:
-        raise config_error(_why_none(allowed, sq.size, delta_m, delta_est, data_mu, context), "bound")
+        raise refusal(_why_none(allowed, sq.size, delta_m, delta_est, data_mu, context), "bound")
     # ties go to the bound that spends least (the cap: delta_m = 0)
     win = max(eligible, key=lambda c: (c.feasible, c.alpha, -c.delta_m, -c.delta_est, -c.threshold))
     # The cap subtracts nothing: it holds surely for realised re-judgments too, so its claim is "total".

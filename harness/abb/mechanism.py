@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.abb.bounds import config_error as _err
-from harness.abb.bounds import noise_tail, sigma_room
+from harness.abb.bounds import exceeds, noise_tail, refusal, sigma_room
 from harness.abb.certify import BOUNDS, Choice, choose_alpha
 
 SIGMA_MODES = ("zero", "max", "fraction")
@@ -114,11 +114,11 @@ def calibrate(choice: Choice, *, tau: float, split: DeltaSplit, d: int, B: float
     if dp_epsilon is not None:
         return _calibrate_dp(common, win, alpha, float(dp_epsilon))
     if not win.feasible:
-        raise _err(f"no alpha meets tau={tau}: the all-ones part of the bias (t_par={win.threshold_parallel:.4g} "
+        raise refusal(f"no alpha meets tau={tau}: the all-ones part of the bias (t_par={win.threshold_parallel:.4g} "
                    f"from {win.name}) escapes a data-dependent mu and alone exceeds tau; use mu=fixed", "tau")
     a_max = choice.alpha
     if a_max < alpha_min:
-        raise _err(f"(tau={tau}, delta={split.total}) needs alpha <= {a_max:.4g} ({win.name}: t={win.threshold:.4g}, "
+        raise refusal(f"(tau={tau}, delta={split.total}) needs alpha <= {a_max:.4g} ({win.name}: t={win.threshold:.4g}, "
                    f"delta_m={win.delta_m:.3g}), below alpha_min={alpha_min}", "alpha_min")
     if alpha is None and alpha_fraction is not None:
         if not 0 < alpha_fraction <= 1:
@@ -126,7 +126,7 @@ def calibrate(choice: Choice, *, tau: float, split: DeltaSplit, d: int, B: float
         alpha = alpha_fraction * a_max
     if alpha is None:
         alpha = a_max
-    elif not (max(alpha_min, 0.0) <= alpha <= a_max * (1 + 1e-12) and alpha <= 1):
+    elif not (max(alpha_min, 0.0) <= alpha <= 1 and not exceeds(alpha, a_max)):
         raise _err(f"alpha={alpha} must lie in [alpha_min={alpha_min}, alpha_max={a_max:.4g}]", "alpha")
     radius = win.radius(alpha)
     sigma_max = sigma_room(radius, tau, d, split.noise)
@@ -165,10 +165,10 @@ def preflight(*, tau: float, split: DeltaSplit, n: int, B: float, B_parallel: fl
                      parallel_sq=zeros if mu == "data" else None, B_par=B_parallel, **jitter)
     why = f"even if no neighbour moved any score, the best bound from {n} neighbours ({c.winner.name}) allows"
     if not c.winner.feasible:
-        raise _err(f"no alpha meets tau={tau}, delta={split.total} with mu='data': {why} none; use mu='fixed', "
+        raise refusal(f"no alpha meets tau={tau}, delta={split.total} with mu='data': {why} none; use mu='fixed', "
                    "more neighbours, or a larger tau/delta", "tau")
     if c.alpha < alpha_min:
-        raise _err(f"(tau={tau}, delta={split.total}) allows alpha <= {c.alpha:.4g} < alpha_min={alpha_min}: {why} "
+        raise refusal(f"(tau={tau}, delta={split.total}) allows alpha <= {c.alpha:.4g} < alpha_min={alpha_min}: {why} "
                    f"alpha={c.alpha:.4g}; use more neighbours or a larger tau/delta", "alpha_min")
     return c.alpha
 

@@ -2,8 +2,8 @@
 
 `harness.abb.edits` plans which items a neighbour edits and how; `EditMaker` turns each edit into
 a `View` of the item (edited answer, question or instruction; A/B swap); `judge_neighbours` scores
-all of a split's neighbours in one judge call through `PairwiseScorer.score_many` (documents no
-edit touches keep the cached f(D)); `neighbour_rows` is neighbours.jsonl.
+all of a split's neighbours in one judge call through `PairwiseScorer.score_many` (only requests
+involving an edited item are re-judged; the rest keep f(D)'s P(A)); `neighbour_rows` is neighbours.jsonl.
 """
 
 from __future__ import annotations

@@ -140,6 +140,8 @@ def flat_metrics(bj: Mapping[str, Any], sig: Mapping[str, Any], ref: Mapping[str
            "delta_claimed": g["delta_claimed"], "d": bj["d"], "n_estimate": bj["n_neighbours"],
            "noop_estimate": est.get("noop"), "unchanged_estimate": est.get("unchanged_scores"),
            "noop_verify": fresh.get("noop"), "status": g["status"], "guarantee_kind": g["kind"],
+           "cell": g["kind"], "mode": bj["mode"], "check_tests": v.get("tests"),
+           "assumption_held": (v.get("assumption") or {}).get("held"),
            "claimed": g["claimed"], "bound_winner": bd["winner"]["name"], "threshold": bd["winner"]["threshold"],
            "alpha": bj["alpha"], "alpha_max": bj["alpha_max"], "alpha_cap": cand["certain_cap"]["alpha"],
            "alpha_plugin": cand["plugin"]["alpha"], "sigma": bj["sigma"], "sigma_max": bj["sigma_max"],

@@ -2,7 +2,7 @@
 verify, and its record (bounded_scores.jsonl, abb.json, results.json, the tracker).
 
 f(D) (harness.abb.scores) -> i.i.d. estimation neighbours (harness.abb.neighbours; one-item edits
-are re-judged alone and spliced into the cached f(D)) -> FRESH neighbours from another seed stream
+are re-judged alone and spliced into f(D), whatever the cache) -> FRESH neighbours from another seed stream
 -> identity neighbours (jitter, on the coordinates a neighbour re-judges, through the uncached judge)
 -> abb.run_abb: the largest certified alpha (harness.abb.certify), sigma, M(D) = alpha f(D) +
 (1 - alpha) mu + Z, and the fresh check with its verdict -> rankings and retained signal
@@ -150,18 +150,19 @@ def check_feasible(s: Settings, scale: tuple[float, float], bounds: tuple[float,
 
 def apply_abb(vector: ScoreVector, est: Neighbours, fresh: Neighbours | None, jitter: Neighbours | None,
               s: Settings, bounds: tuple[float, float], mode: str, *, coords: tuple[int, int] | None = None,
-              all_noop: bool = False) -> tuple[abb.AbbResult, np.ndarray]:
+              all_noop: bool = False, coords_allowed: int | None = None) -> tuple[abb.AbbResult, np.ndarray]:
     """Choose the bound, calibrate (ConfigError when (tau, delta) cannot be met), apply M(D), verify.
 
     coords = (coordinates a jitter sample re-judged, coordinates a neighbour re-judges): they must
-    match for jitter to be subtracted (one unit system)."""
+    match for jitter to be subtracted (one unit system); coords_allowed: the most coordinates one
+    neighbour may move, checked on every fresh neighbour."""
     remove = jitter is not None and s.jitter["remove"] and len(jitter.vectors) > 0
     rng = np.random.default_rng([s.seed, 3])
     return abb.run_abb(
         vector.values, est.vectors, tau=s.tau_for(vector.scale), split=s.split, mode=mode, scale=vector.scale,
         rng=rng, allowed=s.allowed, method=s.mean_ucb, intrinsic=jitter.vectors if remove else None, coords=coords,
         fresh=fresh.vectors if fresh is not None and len(fresh.vectors) else None, bounds=bounds,
-        clip=vector.scale if s.clip else None, all_noop=all_noop, **s.calibration)
+        clip=vector.scale if s.clip else None, all_noop=all_noop, coords_allowed=coords_allowed, **s.calibration)
 
 
 def jitter_report(jitter: Neighbours | None, base: np.ndarray, info: Mapping[str, Any], removed: bool) -> dict:
@@ -190,7 +191,8 @@ def write_outputs(out: Path, vector: ScoreVector, bounded: np.ndarray, result: a
     bj = {**result.to_json(), **extra, "retained_signal": sig, "reference_agreement": ref}
     abb.write_json(out / "abb.json", bj)
     metrics = retained.flat_metrics(bj, sig, ref)
-    results = {"experiment": "abb", **{k: extra[k] for k in ("task", "judge", "instruction") if k in extra},
+    results = {"experiment": "abb", "summary": bj["summary"],
+               **{k: extra[k] for k in ("task", "judge", "instruction") if k in extra},
                "scores": extra.get("scores"), "guarantee": {k: bj["guarantee"][k] for k in
                                                             ("kind", "claimed", "status", "statement")},
                "verdict": (bj["verification"] or {}).get("verdict"), "metrics": metrics,
@@ -215,5 +217,5 @@ def report(results: Mapping[str, Any]) -> str:
             f"alpha={fmt(m['alpha'])} ({m['bound_winner']}, t={fmt(m['threshold'])}; cap {fmt(m['alpha_cap'])}, "
             f"plug-in {fmt(m['alpha_plugin'])}) sigma={fmt(m['sigma'])}; Delta-hat {fmt(m['sensitivity_plugin'])} "
             f"from {m['n_estimate']} neighbours ({m['unchanged_estimate']} unchanged{noop}); fresh check "
-            f"{m['violations']}/{m['trials']} > tau: {m['verdict']}; retained per-model Pearson "
+            f"{m['violations']}/{m['trials']} > tau: {m['verdict']} ({m['check_tests']} check); retained per-model Pearson "
             f"{fmt(m['model_pearson'])}, Spearman {fmt(m['model_spearman'])}")

@@ -10,8 +10,9 @@ Three sources:
   (`neighbour`, `split` = estimate | verify | jitter) that hold f(D') for the rows they list.
 
 `PairwiseScorer` re-judges neighbours: a `View` per edited item says which of its inputs changed
-(answer, question, instruction, A/B order); only the documents a neighbour touches are rebuilt,
-and every request goes through the judge given (a CachedJudge: unchanged pairs cost nothing).
+(answer, question, instruction, A/B order); only the requests that involve an edited item are
+re-judged (through the judge given, usually a CachedJudge); every other request keeps the P(A) it
+had in f(D), so a one-item neighbour moves only the coordinates B counts, cache or no cache.
 """
 
 from __future__ import annotations
@@ -155,6 +156,9 @@ class PairwiseScorer:
         for i, it in enumerate(self.items):
             self.by_doc.setdefault(it.doc_id, []).append(i)
         self.kind = "winrate" if baseline is None else "vs_baseline"
+        self.base_p: dict[str, list[float]] | None = None
+        """Baseline P(A) of every request per document (set by `vector()`): untouched requests keep them."""
+        self._last_p: dict[str, list[float]] = {}
 
     @property
     def d(self) -> int:
@@ -188,6 +192,13 @@ class PairwiseScorer:
             return 1.0, 1.0 / d
         k = min(len(v) for v in self.by_doc.values())
         return k / (k - 1), min(k / (k - 1), 4.0 / d)
+
+    def coords_allowed(self, mode: str) -> int:
+        """The most coordinates one neighbour may move (what B counts): whole set d; one item vs the
+        baseline 1; one edited candidate's win rates, its document's k (the largest document)."""
+        if mode == "whole_set":
+            return self.d
+        return 1 if self.kind == "vs_baseline" else max(len(v) for v in self.by_doc.values())
 
     def _requests(self, doc_id: str, views: Mapping[int, View]) -> tuple[list[PairRequest], list[tuple[int, ...]], Callable]:
         """(requests, the items owning each request, combine(P(A) per request) -> {item: score})."""
@@ -236,27 +247,45 @@ class PairwiseScorer:
 
     def score_many(self, neighbours: Sequence[Mapping[int, View]], base: np.ndarray | None = None,
                    desc: str = "judging", judge: Judge | None = None) -> list[np.ndarray]:
-        """f(D') per neighbour in one judge call; documents no view touches keep `base`'s values
-        (all documents are scored when `base` is None)."""
+        """f(D') per neighbour in one judge call (all documents are scored when `base` is None).
+
+        With `base` (f(D) from `vector()`), only the requests that involve an edited item are re-judged;
+        every other request keeps its baseline P(A) explicitly, and only coordinates that own a
+        re-judged request are written. So a one-item neighbour moves exactly the coordinates the sure
+        bound B counts (its own score; on win rates, its document's), whatever the cache, sampling or
+        backend: an uncached or sampling judge cannot move untouched items.
+        """
+        if base is not None and self.base_p is None:
+            raise ValueError("score_many(base=...) needs the baseline request scores: call vector() first")
         jobs, requests = [], []
         for n, views in enumerate(neighbours):
             doc_ids = list(self.by_doc) if base is None else list(dict.fromkeys(self.items[i].doc_id for i in views))
             for doc_id in doc_ids:
-                reqs, _, combine = self._requests(doc_id, views)
-                jobs.append((n, len(requests), len(reqs), combine))
-                requests += reqs
+                reqs, owners, combine = self._requests(doc_id, views)
+                redo = range(len(reqs)) if base is None else [k for k, o in enumerate(owners) if set(o) & set(views)]
+                jobs.append((n, doc_id, len(requests), list(redo), combine, {i for k in redo for i in owners[k]}))
+                requests += [reqs[k] for k in redo]
         results = score(judge or self.judge, requests, self.progress, desc) if requests else []
         out = [np.full(self.d, np.nan) if base is None else np.array(base, dtype=float) for _ in neighbours]
-        for n, start, size, combine in jobs:
-            for i, v in combine([s.p_a for s in results[start:start + size]]).items():
-                out[n][i] = v
+        for n, doc_id, start, redo, combine, moved in jobs:
+            p = [math.nan] * len(redo) if base is None else list(self.base_p[doc_id])
+            for k, s in zip(redo, results[start:start + len(redo)]):
+                p[k] = s.p_a
+            for i, v in combine(p).items():
+                if base is None or i in moved:
+                    out[n][i] = v
+            if base is None:
+                self._last_p[doc_id] = p
         for vec in out:
             if not np.all(np.isfinite(vec)):
                 raise DataError("the judge returned a non-finite P(A)", where=located("experiment", field="scores"))
         return out
 
     def vector(self, reference: tuple[float | None, ...] = ()) -> ScoreVector:
+        """f(D): every request judged once; their P(A) are kept (`base_p`) for the neighbours' splice."""
+        self._last_p = {}
         values = self.score_many([{}], desc="baseline f(D)")[0]
+        self.base_p = dict(self._last_p)
         return ScoreVector(self.items, values, UNIT, self.kind, self.baseline, reference)
 
     def jitter(self, base: np.ndarray, *, samples: int, mode: str, seed: int) -> tuple[np.ndarray, dict]:
@@ -264,34 +293,36 @@ class PairwiseScorer:
 
         one_item: an item drawn uniformly (with replacement, like an estimation neighbour); only the
         requests a neighbour editing it would re-judge (its pairs) go through the UNCACHED judge, in
-        shuffled batch order; every other request keeps its cached score. whole_set: every request.
+        shuffled batch order; every other request keeps its baseline score. whole_set: every request.
         So a jitter sample and a neighbour re-judge the same coordinates (same units); differences
         from `base` are the judge's intrinsic jitter only.
         """
+        if self.base_p is None:
+            raise ValueError("jitter() needs the baseline request scores: call vector() first")
         inner = innermost(self.judge)  # under the cache and chunking wrappers: the judge itself
         rng = np.random.default_rng(seed)
         chosen = [set(range(self.d)) if mode == "whole_set" else {int(rng.integers(self.d))} for _ in range(samples)]
-        jobs, fresh, cached = [], [], []
+        jobs, fresh = [], []
         for s, items in enumerate(chosen):
             for doc_id in dict.fromkeys(self.items[i].doc_id for i in sorted(items)):
                 reqs, owners, combine = self._requests(doc_id, {})
                 mine = [k for k, o in enumerate(owners) if items & set(o)]
-                jobs.append((s, len(cached), len(reqs), combine, [len(fresh) + n for n in range(len(mine))], mine))
-                cached += reqs
+                jobs.append((s, doc_id, combine, len(fresh), mine, {i for k in mine for i in owners[k]}))
                 fresh += [reqs[k] for k in mine]
-        p = np.array([x.p_a for x in score(self.judge, cached, False, "jitter (cached)")]) if cached else np.array([])
         perm = rng.permutation(len(fresh))
         redone = np.empty(len(fresh))
         redone[perm] = [x.p_a for x in inner.score_pairs([fresh[k] for k in perm])] if fresh else []
         out = np.repeat(np.asarray(base, dtype=float)[None, :], samples, axis=0)
-        for s, start, size, combine, where, mine in jobs:
-            q = p[start:start + size].copy()
-            q[mine] = redone[where]
-            for i, v in combine(list(q)).items():
-                out[s, i] = v
+        for s, doc_id, combine, start, mine, moved in jobs:
+            q = list(self.base_p[doc_id])
+            for n, k in enumerate(mine):
+                q[k] = float(redone[start + n])
+            for i, v in combine(q).items():
+                if i in moved:
+                    out[s, i] = v
         how = (f"{samples} identity neighbours ({mode}): the requests a neighbour re-judges went through the "
                f"uncached judge ({getattr(inner, 'identity', type(inner).__name__)}) in shuffled batch order, "
-               "every other request kept its cached score")
+               "every other request kept its baseline score")
         return out, {"route": how, "samples": samples, "requests": len(fresh),
                      "coords": self.d if mode == "whole_set" else 1}
 

@@ -25,6 +25,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+
 from harness import abb
 from harness.abb.neighbours import (
     EditMaker,
@@ -54,7 +57,7 @@ from harness.abb.scores import (
     select_items,
 )
 from harness.errors import ConfigError
-from harness.files import read_text, write_jsonl_atomic
+from harness.files import read_text, write_json_atomic, write_jsonl_atomic
 from harness.runtime.context import RunContext, experiment
 from harness.zepo.study import load_paraphrases
 
@@ -109,7 +112,7 @@ def run_judged(ctx: RunContext, s: Settings) -> dict[str, Any]:
                         "models": list(dict.fromkeys(it.model for it in items))}}
     coords = (how.get("coords"), scorer.d if s.mode == "whole_set" else 1)
     return finish(ctx, vector, est, fresh, jitter, how, s, bounds, s.mode, extra, coords=coords,
-                  all_noop=all(r.get("noop") for r in est.records))
+                  all_noop=all(r.get("noop") for r in est.records), coords_allowed=scorer.coords_allowed(s.mode))
 
 
 def paraphrasers(ctx: RunContext, s: Settings) -> tuple[Any, Any]:
@@ -150,16 +153,18 @@ def run_file(ctx: RunContext, s: Settings) -> dict[str, Any]:
              "scores": {"kind": "file", "path": str(spec["path"]), "scale": list(vector.scale), "d": d,
                         "baseline": vector.baseline, "items_changed": k}}
     return finish(ctx, vector, split("estimate"), split("verify"), split("jitter"), how, s, bounds, mode, extra,
-                  coords=(how["coords"], k))
+                  coords=(how["coords"], k), coords_allowed=k)
 
 
 def finish(ctx: RunContext, vector: ScoreVector, est: Neighbours, fresh: Neighbours | None,
            jitter: Neighbours | None, how: Mapping[str, Any], s: Settings, bounds: tuple[float, float], mode: str,
-           extra: dict[str, Any], *, coords: tuple[Any, int], all_noop: bool = False) -> dict[str, Any]:
+           extra: dict[str, Any], *, coords: tuple[Any, int], all_noop: bool = False,
+           coords_allowed: int | None = None) -> dict[str, Any]:
     """neighbours.jsonl first (kept when calibration refuses), then A-BB and every output."""
     out = ctx.out_dir
     write_jsonl_atomic(out / "neighbours.jsonl", neighbour_rows(vector.values, [n for n in (est, fresh, jitter) if n]))
-    result, bounded = apply_abb(vector, est, fresh, jitter, s, bounds, mode, coords=coords, all_noop=all_noop)
+    result, bounded = apply_abb(vector, est, fresh, jitter, s, bounds, mode, coords=coords, all_noop=all_noop,
+                                coords_allowed=coords_allowed)
     removed = result.params.choice.claim == "context"
     extra = {**extra, "tau_fraction": s.tau_fraction,
              "neighbours": {"mode": mode, "kinds": list(s.kinds), "fields": list(s.fields),
@@ -168,11 +173,45 @@ def finish(ctx: RunContext, vector: ScoreVector, est: Neighbours, fresh: Neighbo
              "jitter": jitter_report(jitter, vector.values, how, removed), "judge_calls": ctx.calls}
     results = write_outputs(out, vector, bounded, result, extra, s, ctx.tracker)
     print(report(results), flush=True)
+    print(f"A-BB in one sentence: {results['summary']}", flush=True)
+    return results
+
+
+def in_multirun() -> bool:
+    """True inside a Hydra multirun (`python -m harness.run -m ...`): refusals become refused cells."""
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def record_refusal(cfg: Any, out_dir: Path, s: Settings, err: abb.Refusal) -> dict[str, Any]:
+    """A refused sweep cell: results.json (and abb.json) say refused and why; no claim, no scores."""
+    exp = cfg.experiment
+    scale = tuple(exp.file.scale) if exp.scores == "file" and exp.file.get("scale") else UNIT
+    reason = str(err)
+    metrics = {"tau": s.tau_for(scale), "tau_fraction": s.tau_fraction, "delta": s.split.total, "cell": "refused",
+               "guarantee_kind": "refused", "status": f"refused: {reason}", "claimed": False, "verdict": None,
+               "mode": s.mode, "refused": reason}
+    summary = f"nothing is proven: this (tau, delta, mu, bound) cannot be met ({reason}); nothing was checked."
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out_dir / "abb.json", {"summary": summary, "refused": reason, "tau": metrics["tau"],
+                                             "tau_fraction": s.tau_fraction, "delta": s.split.total})
+    results = {"experiment": "abb", "summary": summary, "refused": reason,
+               "guarantee": {"kind": "refused", "claimed": False, "status": metrics["status"], "statement": summary},
+               "verdict": None, "metrics": metrics}
+    write_json_atomic(out_dir / "results.json", results)
+    print(f"A-BB [refused, recorded; the multirun goes on]: {reason}", flush=True)
     return results
 
 
 def main(cfg: Any, out_dir: Path) -> dict[str, Any]:
-    """Hydra entry (harness.run): settings first, so a bad (tau, delta) fails before any work."""
+    """Hydra entry (harness.run): settings first, so a bad (tau, delta) fails before any work.
+
+    A (tau, delta, mu, bound, alpha_min) that cannot be met (`abb.Refusal`) exits 2 in a single run;
+    in a multirun the cell is recorded as refused (results.json says why) and the sweep goes on."""
     s = settings_from(cfg.experiment, cfg.seed)
-    with experiment(cfg, out_dir) as ctx:
-        return run_file(ctx, s) if cfg.experiment.scores == "file" else run_judged(ctx, s)
+    try:
+        with experiment(cfg, out_dir) as ctx:
+            return run_file(ctx, s) if cfg.experiment.scores == "file" else run_judged(ctx, s)
+    except abb.Refusal as e:
+        if not in_multirun():
+            raise
+        return record_refusal(cfg, out_dir, s, e)

@@ -3,12 +3,15 @@
     python -m harness.run -m experiment=abb_sweep                              # or any multirun of experiment=abb
     python -m harness.runtime.abb_sweep multirun/abb_grid/<stamp> [--out DIR]  # default DIR: <root>/collect
 
-- `table.md` / `table.csv`: one row per cell with the verdict of its fresh check; a VACUOUS cell
-  (no judge within the score scale could have failed it) is marked, never counted as a pass;
+- `table.md` / `table.csv`: one row per cell: `cell` (certified / estimate / none / refused), the
+  verdict of its fresh check and what that check tested (sure: the cap's assumption; rate; context),
+  and for a refused cell the reason; a VACUOUS cell (no judge within the score scale could have
+  failed it) is marked, never counted as a pass; numbers in 4 significant figures (CSV: all digits);
 - `retained_vs_tau.png`: retained correlation (per-model Pearson by default) and the per-item
   variance kept, against tau (as a fraction of the score range when the sweep set tau_fraction);
 - `violation_vs_delta.png`: the violation rate on fresh neighbours with its Clopper-Pearson interval
-  against the delta each cell claimed; vacuous cells are dropped (and counted in the title);
+  against the delta each cell claimed; certified cells filled, plug-in estimates hollow; vacuous,
+  sure and refused cells are dropped (and counted in the title);
 - `instructions.md`: when the sweep varied experiment.instruction.source (ZEPO x A-BB,
   conf/experiment/abb_zepo.yaml), the instructions side by side on the same items.
 Everything lands in DIR and is logged to W&B in the sweep's group (job_type abb_collect).
@@ -30,10 +33,12 @@ from harness.files import write_text_atomic
 from harness.runtime import collect
 from harness.runtime.tracking import Tracker
 
-TABLE_METRICS = ("verdict", "bound_winner", "alpha", "alpha_cap", "alpha_plugin", "sigma", "delta_claimed",
-                 "sensitivity_plugin", "sensitivity_ucb", "noop_estimate", "violations", "trials", "violation_rate",
-                 "violation_cp_high", "model_pearson", "model_spearman", "elo_spearman", "item_variance_reduction")
-"""Columns of the sweep table (paths into results.json 'metrics'); `verdict` marks vacuous cells."""
+TABLE_METRICS = ("cell", "verdict", "check_tests", "bound_winner", "alpha", "alpha_cap", "alpha_plugin", "sigma",
+                 "delta_claimed", "sensitivity_plugin", "sensitivity_ucb", "noop_estimate", "violations", "trials",
+                 "violation_rate", "violation_cp_high", "model_pearson", "model_spearman", "elo_spearman", "item_variance_reduction",
+                 "refused")
+"""Columns of the sweep table (paths into results.json 'metrics'): `cell` separates certified, estimate
+and refused cells, `verdict` marks vacuous ones, `refused` says why a cell was refused."""
 _AXES = ("experiment.tau", "experiment.tau_fraction", "experiment.delta")
 SIDE_BY_SIDE = ("d", "sensitivity_plugin", "sensitivity_ucb", "bound_winner", "threshold", "alpha", "alpha_cap",
                 "alpha_plugin", "verdict", "model_pearson", "model_spearman", "elo_spearman",
@@ -64,7 +69,8 @@ def sweep_points(runs: Sequence[collect.Run]) -> list[dict[str, Any]]:
         if m.get("tau") is None or m.get("delta") is None:
             continue  # not an A-BB run
         label = " ".join(f"{k.removeprefix('experiment.')}={r.overrides.get(k)}" for k in others)
-        points.append({**m, "label": label, "vacuous": m.get("verdict") == "vacuous"})
+        points.append({**m, "label": label, "vacuous": m.get("verdict") == "vacuous",
+                       "cell": m.get("cell") or m.get("guarantee_kind")})
     return points
 
 
@@ -110,10 +116,11 @@ def collect_abb(root: str | Path, out_dir: str | Path | None = None, metric: str
     runs = with_overrides(collect.collect_runs(root))
     present = [m for m in TABLE_METRICS if any(collect.metric_value(r.results, m) is not None for r in runs)]
     table = collect.build_table(runs, present or collect.pick_metrics(runs, None), root)
-    write_text_atomic(out / "table.md", collect.to_markdown(table))
+    shown = dataclasses.replace(table, rows=[[_sig(v) for v in row] for row in table.rows])
+    write_text_atomic(out / "table.md", collect.to_markdown(shown))
     write_text_atomic(out / "table.csv", collect.to_csv(table))
     points = sweep_points(runs)
-    if not points:
+    if not any(p["cell"] != "refused" for p in points):
         raise HarnessError(f"no A-BB results (metrics.tau/delta) under {root}")
     files = {"retained_vs_tau": plot_retained_vs_tau(points, out / "retained_vs_tau.png", metric),
              "violation_vs_delta": plot_violation_vs_delta(points, out / "violation_vs_delta.png")}
