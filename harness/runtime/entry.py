@@ -33,7 +33,7 @@ from harness.redaction import (
     check_overrides,
     env_fields,
     install_redaction,
-    is_secret_key,
+    is_suspect_key,
     redact,
     redact_overrides,
     redact_text,
@@ -92,7 +92,7 @@ def one_line(exc: BaseException, argv: Sequence[str] = ()) -> str:
     text = " ".join(parts).replace(". ", "; ") or type(exc).__name__
     for o in argv:
         key, sep, value = o.partition("=")
-        if sep and value and is_secret_key(key.lstrip("+~").rsplit(".", 1)[-1]):
+        if sep and value and is_suspect_key(key.lstrip("+~").rsplit(".", 1)[-1]):
             text = text.replace(value, "<redacted>")
     return redact_text(text)
 
@@ -120,6 +120,13 @@ def main() -> None:
     full = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"
     install_redaction()  # uncaught tracebacks too lose secret values
+    try:
+        # Before Hydra sees them: with -m it writes every override to multirun.yaml and logs it,
+        # and its own errors (HYDRA_FULL_ERROR=1 included) repeat the value.
+        check_overrides(a for a in sys.argv[1:] if not a.startswith("-") and "=" in a)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     try:
         hydra_main()
     except (HydraException, OmegaConfBaseException, HarnessError) as e:
