@@ -10,6 +10,7 @@ the file (and the line, for JSON errors).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -20,6 +21,20 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import CacheError, DataError
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+"""No space left, quota exceeded, file too large (RLIMIT_FSIZE): the disk is full for this run."""
+
+
+def disk_full(exc: BaseException | None) -> OSError | None:
+    """The OSError saying the disk is full behind `exc` (itself, or its cause/context), or None."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL:
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
 
 
 def jsonable(v: Any) -> Any:

@@ -200,6 +200,10 @@ class ApiJudge:
                 raise MalformedResponse(f"answer-token ids {left_out} missing from the logprobs")
             if all(by_id[tid] == -math.inf for tid in self.answers.all_ids):
                 raise MalformedResponse("every answer token has probability 0: P(A) cannot be renormalised")
+        elif not any(text in entries for label in self.labels for text, _ in self._variants(label)):
+            # top mode: no label among the K listed tokens may be a transient answer: ask again
+            raise MalformedResponse(f"no answer label ({', '.join(self.labels)}) among the top "
+                                    f"{len(entries)} tokens")
 
     def _unreadable(self) -> PairScore:
         self.stats["unreadable"] += 1
