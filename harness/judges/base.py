@@ -47,12 +47,13 @@ def check_requests(judge: Any, requests: Sequence[PairRequest]) -> None:
 
 
 _LONGEST: dict[int, int] = {}
+"""longest_token_chars per tokenizer (read once: the whole vocabulary is walked)."""
 
 
 def longest_token_chars(tokenizer: Any) -> int:
     """Characters in the tokenizer's longest vocabulary entry (byte-level and SentencePiece entries
     are at least as long as the text they decode to): no token covers more of a prompt."""
-    key = id(tokenizer)
+    key = hash((id(tokenizer), len(tokenizer)))  # the size too: an id may be reused by another tokenizer
     if key not in _LONGEST:
         _LONGEST[key] = max((len(t) for t in tokenizer.get_vocab()), default=1) or 1
     return _LONGEST[key]
