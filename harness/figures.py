@@ -26,7 +26,12 @@ def save(fig: Any, path: str | Path, **savefig: Any) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=savefig.pop("dpi", 120), bbox_inches=savefig.pop("bbox_inches", "tight"), **savefig)
-    pyplot().close(fig)
-    os.replace(tmp, path)
+    try:
+        fig.savefig(tmp, dpi=savefig.pop("dpi", 120), bbox_inches=savefig.pop("bbox_inches", "tight"), **savefig)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: no half PNG left behind
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        pyplot().close(fig)
     return path

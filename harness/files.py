@@ -10,6 +10,7 @@ the file (and the line, for JSON errors).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -20,6 +21,20 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import CacheError, DataError
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+"""No space left, quota exceeded, file too large (RLIMIT_FSIZE): the disk is full for this run."""
+
+
+def disk_full(exc: BaseException | None) -> OSError | None:
+    """The OSError saying the disk is full behind `exc` (itself, or its cause/context), or None."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL:
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
 
 
 def jsonable(v: Any) -> Any:
@@ -39,21 +54,31 @@ def _tmp(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
-def write_json_atomic(path: str | Path, obj: Any) -> None:
-    """Write JSON through a temporary file and os.replace: a crash leaves old or new, never half."""
+@contextlib.contextmanager
+def _atomic(path: str | Path) -> Iterator[Path]:
+    """A temporary file next to `path` that replaces it when the block ends; removed when the block
+    fails (a full disk, a folder where the file should be), so no `.NAME.tmp-PID` is left behind."""
     path = Path(path)
     tmp = _tmp(path)
-    tmp.write_text(json.dumps(jsonable(obj), indent=2, sort_keys=False, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> None:
+    """Write JSON through a temporary file and os.replace: a crash leaves old or new, never half."""
+    with _atomic(path) as tmp:
+        tmp.write_text(json.dumps(jsonable(obj), indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
 def write_jsonl_atomic(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> None:
     """One JSON object per line, written atomically like write_json_atomic."""
-    path = Path(path)
-    tmp = _tmp(path)
-    with tmp.open("w") as f:
+    with _atomic(path) as tmp, tmp.open("w") as f:
         f.write("".join(_json_line(r) for r in rows))
-    os.replace(tmp, path)
 
 
 _STRICT = json.JSONEncoder(allow_nan=False)
@@ -70,10 +95,31 @@ def _json_line(row: Any) -> str:
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
-    path = Path(path)
-    tmp = _tmp(path)
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    with _atomic(path) as tmp:
+        tmp.write_text(text)
+
+
+MAX_INT_DIGITS = 300
+"""Longer JSON integers are refused: past 308 digits float() overflows, past 4,300 int() refuses."""
+
+
+def _int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def loads_json(text: str) -> Any:
+    """json.loads that turns every way a text can break it (bad syntax, an integer too long for a
+    number, nesting deeper than Python's recursion limit) into a ValueError with one-line text."""
+    try:
+        return json.loads(text, parse_int=_int)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
+    except RecursionError:
+        raise ValueError("not usable JSON: nested too deeply") from None
+    except ValueError as e:
+        raise ValueError(f"not usable JSON: {e}") from None
 
 
 def check_readable(path: str | Path) -> Path:
@@ -104,9 +150,9 @@ def read_json(path: str | Path) -> Any:
     """One JSON document; a missing, unreadable, non-UTF-8 or invalid file is one DataError naming it."""
     text = read_text(path)
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise DataError(f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}", where=str(path)) from None
+        return loads_json(text)
+    except ValueError as e:
+        raise DataError(str(e), where=str(path)) from None
 
 
 def why_not_folder(folder: str | Path, e: OSError) -> str:

@@ -5,7 +5,7 @@ Secrets come from the environment only. A config names the VARIABLE that holds a
 (`api_key_env: OPENAI_API_KEY`); it never holds the key itself. So:
 - `check_config` refuses a config that carries a value under a secret-looking key name
   (api_key, token, auth_token, authorization, password, *_secret, ...), a URL with credentials
-  (`https://user:KEY@host`), or an `*_env` field whose value is not a variable name (a key
+  (`https://user:KEY@host`, `?api-key=KEY`), a near miss of a secret name (`api_kee`), or an `*_env` field whose value is not a variable name (a key
   typed where its variable's name belongs);
 - `check_overrides` refuses the same on the command line, hydra.* overrides included;
 - `redact` blanks such values in anything written anyway (W&B config, error records),
@@ -16,6 +16,7 @@ Secrets come from the environment only. A config names the VARIABLE that holds a
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import re
@@ -31,6 +32,9 @@ _SECRET_WORDS = ("token", "secret", "password", "passwd", "authorization", "auth
 _SECRET_NAME = re.compile(rf"(^|[_\-.])({'|'.join(_SECRET_WORDS)})$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _URL_CREDENTIALS = re.compile(r"([a-z][a-z0-9+.\-]*://)([^/@\s:]+(?::[^/@\s]*)?)@", re.IGNORECASE)
+_URL_QUERY = re.compile(r"(?<=[?&;])([A-Za-z0-9_.\-]+)=([^&#\s;'\"]+)")
+_COMPOUNDS = ("api_key", "apikey", "api_token", "auth_token", "access_token", "password", "passwd", "secret",
+              "authorization", "credentials", "private_key", "token")
 _KEY_SHAPED = re.compile(r"(?<![A-Za-z0-9])(sk-|sk_|hf_|ghp_|xox[abp]-|Bearer\s+)[A-Za-z0-9_\-.]{12,}")
 REDACTED = "<redacted>"
 
@@ -44,8 +48,23 @@ def is_secret_key(name: str) -> bool:
     return bool(_SECRET_NAME.search(n)) or "password" in n or "secret" in n or "authorization" in n
 
 
+def is_misspelt_secret_key(name: str) -> bool:
+    """A near miss of a secret key name (`api_kee`, `auth_tokn`, `passwrd`): a typo must not let a
+    key through to Hydra's error output or multirun.yaml. No key of the shipped schemas is one."""
+    n = str(name).lower().replace("-", "_")
+    if n.endswith("_env") or is_secret_key(n):
+        return False
+    return any(difflib.SequenceMatcher(None, n, w).ratio() >= 0.8 for w in _COMPOUNDS)
+
+
+def is_suspect_key(name: str) -> bool:
+    return is_secret_key(name) or is_misspelt_secret_key(name)
+
+
 def has_url_credentials(value: str) -> bool:
-    return bool(_URL_CREDENTIALS.search(value))
+    """`user:KEY@host`, or a secret-named query parameter (`?api-key=KEY`, `&access_token=...`)."""
+    return bool(_URL_CREDENTIALS.search(value)) or any(
+        is_suspect_key(m.group(1)) for m in _URL_QUERY.finditer(value) if "://" in value[: m.start()])
 
 
 def looks_like_key(value: str) -> bool:
@@ -72,7 +91,15 @@ def check_overrides(overrides: Iterable[str]) -> None:
         name = key.lstrip("+~").rsplit(".", 1)[-1]
         if not sep or value in ("", "null"):
             continue
-        if is_secret_key(name) or has_url_credentials(value) or looks_like_key(value):
+        if is_misspelt_secret_key(name):
+            raise ConfigError(f"the override {key.lstrip('+~')}=... looks like a misspelt secret key (a config never "
+                              "holds one); export the key as an environment variable instead and name that "
+                              "variable in an *_env field")
+        if has_url_credentials(value):
+            raise ConfigError(f"the override {key.lstrip('+~')}=... holds a URL with credentials (user:KEY@ or a "
+                              "key in the query string); export the key as an environment variable instead and "
+                              "name that variable in an *_env field (e.g. backend.api_key_env)")
+        if is_secret_key(name) or looks_like_key(value):
             raise ConfigError(f"the override {key.lstrip('+~')}=... carries a secret; export it as an environment "
                               "variable instead and name that variable in an *_env field")
 
@@ -83,7 +110,7 @@ def redact_overrides(overrides: Iterable[str]) -> list[str]:
     for o in overrides:
         key, sep, value = str(o).partition("=")
         name = key.lstrip("+~").rsplit(".", 1)[-1]
-        out.append(f"{key}{sep}{REDACTED}" if sep and is_secret_key(name) else redact_text(str(o)))
+        out.append(f"{key}{sep}{REDACTED}" if sep and is_suspect_key(name) else redact_text(str(o)))
     return out
 
 
@@ -155,12 +182,12 @@ def check_config(container: Any) -> None:
         if value in (None, "") or isinstance(value, bool | int | float):
             continue
         text = str(value)
-        if is_secret_key(key):
+        if is_suspect_key(key):
             raise ConfigError(f"config key {full} holds a secret; put it in an environment variable and name "
                               "that variable in an *_env field instead (e.g. backend.api_key_env=MY_KEY)")
         if has_url_credentials(text):
-            raise ConfigError(f"config key {full} holds a URL with credentials (user:KEY@host); put the key in an "
-                              "environment variable named by api_key_env")
+            raise ConfigError(f"config key {full} holds a URL with credentials (user:KEY@host or a key in the query "
+                              "string); put the key in an environment variable named by api_key_env")
         if key.lower().endswith("_env") and not is_env_name(text):
             raise ConfigError(f"config key {full} must name an environment variable (e.g. OPENAI_API_KEY), not "
                               "hold a value (this one looks like a key); export the key and put the variable's name "
@@ -173,7 +200,7 @@ def check_config(container: Any) -> None:
 def redact(obj: Any) -> Any:
     """A copy of a nested config with secret values, URL credentials and key-shaped strings blanked."""
     if isinstance(obj, Mapping):
-        return {k: (REDACTED if is_secret_key(str(k)) and v not in (None, "") and not isinstance(v, Mapping)
+        return {k: (REDACTED if is_suspect_key(str(k)) and v not in (None, "") and not isinstance(v, Mapping)
                     else redact(v)) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         return [redact(v) for v in obj]
@@ -190,4 +217,5 @@ def redact_text(text: str, env_names: Iterable[str | None] = ()) -> str:
         if len(value) >= 4:
             text = text.replace(value, "***")
     text = _URL_CREDENTIALS.sub(lambda m: m.group(1) + "***@", text)
+    text = _URL_QUERY.sub(lambda m: f"{m.group(1)}=***" if is_suspect_key(m.group(1)) else m.group(0), text)
     return _KEY_SHAPED.sub(lambda m: m.group(1) + "***", text)

@@ -16,7 +16,8 @@ connection), 'disconnect' (close without a response), 'malformed' (truncated JSO
 faults, the real answer to the request with its logprobs spoiled: 'no_logprobs' (the field left
 out), 'empty_top' (an empty top-logprobs list), 'nan' (one logprob NaN), 'null' (one logprob
 null), 'positive' (one logprob +0.7), 'both_zero' (every listed token at logprob 0, e.g. A and B
-both "certain"), 'missing_ids' (the requested answer ids left out), 'all_inf' (every listed logprob
+both "certain"), 'missing_ids' (the requested answer ids left out; in top mode an answer listing
+no label), 'all_inf' (every listed logprob
 -Infinity). A faulted request is recorded with the fault as its outcome, never as a success.
 
 Every request is recorded (path, X-Client-Request-Id, body, whether Authorization carried the

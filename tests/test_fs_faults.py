@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sqlite3
 import subprocess
@@ -50,7 +51,7 @@ def read_only(path: Path):
 def _cache(path: Path, rows: int = 3000) -> Path:
     """A real request cache with `rows` rows (several b-tree pages)."""
     cache = ScoreCache(path)
-    cache.put_many("id", [(request_key("id", f"prompt {i}"), PairScore({"A:A": -0.1, "B:B": -2.4}, 0.9))
+    cache.put_many("id", [(request_key("id", f"prompt {i}"), PairScore({"A:A": math.log(0.9), "B:B": math.log(0.1)}, 0.9))
                           for i in range(rows)])
     cache.close()
     with sqlite3.connect(path) as db:  # fold the WAL into the file, so damage to it is damage to the data
@@ -108,27 +109,29 @@ def test_cache_path_that_cannot_be_a_file(tmp_path, where, needle):
 
 def test_invalid_cached_rows_are_asked_again_not_trusted(tmp_path, caplog):
     """Rows no judge could have produced (a NaN stored as NULL by an older version, no logprobs,
-    a positive logprob) are left out, counted, warned about, re-asked and replaced."""
+    a positive logprob, a P(A) of 0.9 whose own logprobs give 0.1) are left out, counted, warned
+    about, re-asked and replaced; the consistent row (P(A) 0.8 from its logprobs) is served."""
     path = tmp_path / "requests.sqlite"
     cache = ScoreCache(path)
-    requests = [PairRequest("d", "a", "b", f"prompt {i}") for i in range(4)]
+    requests = [PairRequest("d", "a", "b", f"prompt {i}") for i in range(5)]
     keys = [request_key("scripted", r.prompt) for r in requests]
     with sqlite3.connect(path) as db:
         db.executemany("INSERT INTO scores VALUES (?, 'scripted', ?, ?)", [
             (keys[0], None, '{"A:A": -0.1, "B:B": -2.0}'), (keys[1], 0.5, "{}"),
-            (keys[2], 0.7, '{"A:A": 0.5, "B:B": -2.0}'), (keys[3], 0.8, '{"A:A": -0.2, "B:B": -1.6}')])
+            (keys[2], 0.7, '{"A:A": 0.5, "B:B": -2.0}'), (keys[3], 0.8, '{"A:A": -0.2, "B:B": -1.5862943611198906}'),
+            (keys[4], 0.9, f'{{"A:A": {math.log(0.1)}, "B:B": {math.log(0.9)}}}')])
 
     class Scripted:
         """SCRIPTED judge: a fixed valid answer for every request."""
         identity = "scripted"
 
         def score_pairs(self, reqs):
-            return [PairScore({"A:A": -0.3, "B:B": -1.4}, 0.75) for _ in reqs]
+            return [PairScore({"A:A": math.log(0.75), "B:B": math.log(0.25)}, 0.75) for _ in reqs]
 
     judge = CachedJudge(Scripted(), cache, chunk=8)
     scores = judge.score_pairs(requests)
-    assert judge.calls == 3 and cache.invalid == 3 and "3 cached rows are not valid scores" in caplog.text
-    assert [s.p_a for s in scores] == [0.75, 0.75, 0.75, 0.8]
+    assert judge.calls == 4 and cache.invalid == 4 and "4 cached rows are not valid scores" in caplog.text
+    assert [s.p_a for s in scores] == [0.75, 0.75, 0.75, 0.8, 0.75]
     again = CachedJudge(Scripted(), cache)
     again.score_pairs(requests)
     assert again.calls == 0  # replaced by valid rows

@@ -128,7 +128,7 @@ def test_flagged_scores_are_returned_but_never_cached(tmp_path):
             self.seen += len(requests)
             if self.seen <= len(requests):  # the first batch is unreadable
                 return [PairScore({}, math.nan, ("unreadable",)) for _ in requests]
-            return [PairScore({"A:A": -0.1, "B:B": -2.0}, 0.8) for _ in requests]
+            return [PairScore({"A:A": math.log(0.8), "B:B": math.log(0.2)}, 0.8) for _ in requests]
 
     inner = Flaky()
     judge = CachedJudge(inner, ScoreCache(tmp_path / "c.sqlite"), chunk=8)

@@ -5,7 +5,10 @@ are searched for it byte by byte: 0 hits.
 
 Paths: a secret-named key on the command line (`+backend.auth_token`, `authorization`, a
 `*_token`), a key typed into `backend.api_key_env`, a `base_url` with `user:KEY@`, a Hydra
-override that would set the variable (`hydra.job.env_set.OPENAI_API_KEY=`), and the variable
+override that would set the variable (`hydra.job.env_set.OPENAI_API_KEY=`), a `base_url` with the
+key in its query string (`?api-key=KEY`), a misspelt key name (`backend.api_kee=KEY`), the same
+with `-m` (Hydra would write multirun.yaml and log the overrides first; with HYDRA_FULL_ERROR=1
+too), and the variable
 itself while a real run uses it against a loopback OpenAI-compatible server — once accepted (the
 run completes, W&B offline on) and once rejected (the server's 401 echoes the key it got).
 
@@ -61,6 +64,17 @@ REFUSED = {
     "a key in api_key_env": lambda m: ["backend=api", f"backend.api_key_env={m}"],
     "base_url with user:KEY@": lambda m: ["backend=api", f"backend.base_url=http://user:{m}@127.0.0.1:9/v1"],
     "hydra env_set": lambda m: [f"+hydra.job.env_set.OPENAI_API_KEY={m}"],
+    "base_url with ?api-key=KEY": lambda m: ["backend=api", f'backend.base_url="http://127.0.0.1:9/v1?api-key={m}"'],
+    "a misspelt key name": lambda m: [f"backend.api_kee={m}"],
+}
+
+MULTIRUN = {
+    "+backend.api_key": lambda m: [f"+backend.api_key={m}"],
+    "hydra env_set": lambda m: [f"+hydra.job.env_set.OPENAI_API_KEY={m}"],
+    "a misspelt key name": lambda m: [f"backend.api_kee={m}"],
+    "a misspelt added key": lambda m: [f"+backend.api_kee={m}"],
+    "base_url with ?x=1&access_token=KEY": lambda m: [
+        "backend=api", f'backend.base_url="http://127.0.0.1:9/v1?x=1&access_token={m}"'],
 }
 
 
@@ -71,6 +85,32 @@ def test_secret_on_the_command_line_is_refused_and_written_nowhere(tmp_path, pat
                     env=_env(tmp_path), timeout=180)
     _assert_one_line_error(r, "environment variable")
     assert _hits(tmp_path, marker, r.stdout, r.stderr) == []
+
+
+@pytest.mark.parametrize("full_error", ["0", "1"])
+@pytest.mark.parametrize("path", list(MULTIRUN))
+def test_secret_in_a_multirun_is_refused_before_hydra_writes_anything(tmp_path, path, full_error):
+    """With -m Hydra writes every override to multirun.yaml and logs it before any job runs, and its
+    errors (HYDRA_FULL_ERROR=1: a traceback) repeat the value: the overrides are checked first."""
+    marker = _marker()
+    r = run_harness(["-m", *TINY, *MULTIRUN[path](marker), f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                     f"hydra.run.dir={tmp_path / 'run'}"], tmp_path,
+                    env=_env(tmp_path, HYDRA_FULL_ERROR=full_error), timeout=180)
+    _assert_one_line_error(r, "environment variable")
+    assert not (tmp_path / "sweep").exists()
+    assert _hits(tmp_path, marker, r.stdout, r.stderr) == []
+
+
+def test_negative_control_a_multirun_writes_its_overrides_where_the_search_looks(tmp_path):
+    """The same search over a multirun that is not refused finds an innocent canary override in
+    multirun.yaml, the job's overrides.json and Hydra's launch line on stdout/stderr."""
+    canary = "canary-" + uuid.uuid4().hex
+    r = run_harness(["-m", *TINY, "experiment.instruction.source=text",
+                     f"experiment.instruction.text='Which is better ({canary})? Answer A or B.'",
+                     f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path, env=_env(tmp_path), timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    found = _hits(tmp_path, canary, r.stdout + r.stderr)
+    assert "sweep/multirun.yaml" in found and "sweep/0/overrides.json" in found and "<stream 0>" in found, found
 
 
 @pytest.fixture(scope="module")

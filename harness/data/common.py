@@ -7,7 +7,6 @@ leading spaces (Llama-2 answers start with two) that would otherwise land inside
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import DataError, located
-from harness.files import check_readable
+from harness.files import check_readable, loads_json
 from harness.records import Candidate, Document
 
 
@@ -78,9 +77,10 @@ def iter_jsonl(path: Path) -> Iterator[tuple[Line, Any]]:
         if not line.strip():
             continue
         try:
-            yield Line(lineno), json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"not valid JSON: {e.msg} at column {e.colno}", where=loc(path, Line(lineno))) from None
+            value = loads_json(line)
+        except ValueError as e:
+            raise DataError(str(e).replace(" at line 1,", " at"), where=loc(path, Line(lineno))) from None
+        yield Line(lineno), value
 
 
 def expect_list(value: Any, path: Path, what: str = "records") -> list[Any]:

@@ -94,8 +94,17 @@ def _verify(tmp: Path, src: Source, origin: str) -> None:
 def _tmp_beside(target: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
-    os.close(fd)
+    try:  # mkstemp makes it owner-only (0600): give the data file the mode a plain open() would (a shared dir)
+        os.fchmod(fd, 0o666 & ~_umask())
+    finally:
+        os.close(fd)
     return Path(name)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _copy(src: Source, mirror: Path, target: Path) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 from harness.judges.base import Judge
 from harness.judging import judge_documents
 from harness.metrics import write_run
+from harness.runtime.attempts import ATTEMPTS, summed_calls
 from harness.runtime.context import experiment
 from harness.records import Document, Tracker
 
@@ -35,7 +36,8 @@ def run_judge(judge: Judge, docs: Sequence[Document], *, task: str, aspect: str 
                                       max_candidates=max_candidates, progress=progress)
     results = write_run(out, judgments, p_cf, task=task, aspect=aspect, family=family, instruction=instruction,
                         judge_identity=judge.identity, n_docs=len(docs), shuffles=shuffles, seed=seed,
-                        extra={"judge_calls": getattr(judge, "calls", None)})
+                        extra={"judge_calls": getattr(judge, "calls", None),
+                               "judge_calls_all_attempts": _all_attempts_calls(out)})
     if tracker is not None:
         flat = {f"{mode}/{k}": v for mode, m in results["metrics"].items() for k, v in m.items()}
         tracker.log(flat)
@@ -43,6 +45,12 @@ def run_judge(judge: Judge, docs: Sequence[Document], *, task: str, aspect: str 
         tracker.log_table("judgments", ["doc_id", "a_id", "b_id", "p_a", "human_a", "human_b"],
                           [[j.doc_id, j.a_id, j.b_id, j.p_a, j.human_a, j.human_b] for j in judgments])
     return results
+
+
+def _all_attempts_calls(out: Path) -> int | None:
+    """Model calls of every attempt on this run directory (attempts.jsonl: killed and resumed ones
+    included, this one up to its last committed chunk); `judge_calls` counts this attempt only."""
+    return summed_calls(out)["calls"] if (out / ATTEMPTS).is_file() else None
 
 
 def main(cfg: Any, out_dir: Path) -> dict[str, Any]:

@@ -67,17 +67,39 @@ def answer_tokens_from_ids(token_ids: Mapping[str, int], labels: Sequence[str]) 
     return AnswerTokens(labels=tuple(labels), variants=variants)
 
 
-def answer_tokens_from_tokenizer(spec: str, labels: Sequence[str]) -> AnswerTokens:
-    """Resolve answer ids with the served model's tokenizer (an HF dir/id, tiny:*, pkg:*)."""
+def _load_tokenizer(spec: str) -> Any:
     from transformers import AutoTokenizer
 
     path, gguf = resolve_model_path(spec)
     try:
-        tok = AutoTokenizer.from_pretrained(path, **({"gguf_file": gguf} if gguf else {}))
+        return AutoTokenizer.from_pretrained(path, **({"gguf_file": gguf} if gguf else {}))
     except (OSError, ValueError) as e:
         raise ConfigError(f"cannot load tokenizer {spec!r} to find answer-token ids: "
                           f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
-    return resolve_answer_tokens(tok, labels)
+
+
+def answer_tokens_from_tokenizer(spec: str, labels: Sequence[str]) -> AnswerTokens:
+    """Resolve answer ids with the served model's tokenizer (an HF dir/id, tiny:*, pkg:*)."""
+    return resolve_answer_tokens(_load_tokenizer(spec), labels)
+
+
+def check_ids_in_vocabulary(answers: AnswerTokens, spec: str) -> None:
+    """Configured token_ids must be the served tokenizer's ids of the label variants they name: an id
+    outside the vocabulary or of another token would read a near-zero P(A) on every pair, unflagged."""
+    tok = _load_tokenizer(spec)
+    size = len(tok)
+    expected = resolve_answer_tokens(tok, answers.labels)
+    for label, pairs in answers.variants.items():
+        allowed = {i for _, i in expected.variants[label]}
+        for text, tid in pairs:
+            if not 0 <= tid < size:
+                raise ConfigError(f"backend.token_ids[{text!r}]={tid} is outside the vocabulary of {spec} "
+                                  f"({size} tokens); its ids for {label!r} are {sorted(allowed)}: fix token_ids "
+                                  "or drop it (backend.token_ids={}) to take them from the tokenizer")
+            if tid not in allowed:
+                raise ConfigError(f"backend.token_ids[{text!r}]={tid} is {tok.convert_ids_to_tokens(tid)!r} in "
+                                  f"{spec}, not a spelling of {label!r} (its ids: {sorted(allowed)}); fix token_ids "
+                                  "or drop it (backend.token_ids={}) to take them from the tokenizer")
 
 
 class ApiJudge:
@@ -103,6 +125,8 @@ class ApiJudge:
         self.answers: AnswerTokens | None = None
         if token_ids:
             self.answers = answer_tokens_from_ids(token_ids, self.labels)
+            if tokenizer:
+                check_ids_in_vocabulary(self.answers, tokenizer)
         elif tokenizer and mode != "top":
             self.answers = answer_tokens_from_tokenizer(tokenizer, self.labels)
         if mode == "exact" and self.answers is None:
@@ -176,6 +200,10 @@ class ApiJudge:
                 raise MalformedResponse(f"answer-token ids {left_out} missing from the logprobs")
             if all(by_id[tid] == -math.inf for tid in self.answers.all_ids):
                 raise MalformedResponse("every answer token has probability 0: P(A) cannot be renormalised")
+        elif not any(text in entries for label in self.labels for text, _ in self._variants(label)):
+            # top mode: no label among the K listed tokens may be a transient answer: ask again
+            raise MalformedResponse(f"no answer label ({', '.join(self.labels)}) among the top "
+                                    f"{len(entries)} tokens")
 
     def _unreadable(self) -> PairScore:
         self.stats["unreadable"] += 1
@@ -278,7 +306,7 @@ def build(judge_model: Mapping[str, Any], name: str = "api", **options: Any) -> 
                           "tokens and logits: use backend=hf or backend=vllm (the server applies its own chat "
                           "template and returns top log-probs only)")
     served = options.pop("model", None) or judge_model.get("name")
-    if options.get("logprob_mode", "auto") != "top" and not options.get("token_ids") and not options.get("tokenizer"):
-        options["tokenizer"] = str(judge_model["path"])
+    if options.get("logprob_mode", "auto") != "top" and not options.get("tokenizer"):
+        options["tokenizer"] = str(judge_model["path"])  # gives the ids, or checks configured token_ids
     return ApiJudge(model=served, labels=tuple(judge_model.get("labels") or ("A", "B")),
                     system_prompt=judge_model.get("system_prompt"), **options)

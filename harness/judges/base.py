@@ -46,6 +46,33 @@ def check_requests(judge: Any, requests: Sequence[PairRequest]) -> None:
         check(requests)
 
 
+_LONGEST: dict[int, int] = {}
+"""longest_token_chars per tokenizer (read once: the whole vocabulary is walked)."""
+
+
+def longest_token_chars(tokenizer: Any) -> int:
+    """Characters in the tokenizer's longest vocabulary entry (byte-level and SentencePiece entries
+    are at least as long as the text they decode to): no token covers more of a prompt."""
+    key = hash((id(tokenizer), len(tokenizer)))  # the size too: an id may be reused by another tokenizer
+    if key not in _LONGEST:
+        _LONGEST[key] = max((len(t) for t in tokenizer.get_vocab()), default=1) or 1
+    return _LONGEST[key]
+
+
+def refuse_overlong_texts(tokenizer: Any, texts: Sequence[str], requests: Sequence[PairRequest],
+                          max_length: int) -> None:
+    """Refuse, before tokenizing, a prompt with more characters than `max_length` tokens of the
+    longest vocabulary entry could cover: it cannot fit, and tokenizing a 20 MB text takes minutes
+    and gigabytes."""
+    most = max_length * longest_token_chars(tokenizer)
+    for r, text in zip(requests, texts):
+        if len(text) > most:
+            raise JudgeInputError(
+                f"prompt for document {r.doc_id!r} pair ({r.a_id}, {r.b_id}) is {len(text):,} characters, at least "
+                f"{len(text) // (most // max_length):,} tokens, longer than the model's context of {max_length}; "
+                "judge shorter texts (or raise model.max_length up to what the model supports)")
+
+
 def innermost(judge: Any) -> Any:
     """The judge that calls the model, under every wrapper (CachedJudge, PreemptibleJudge, ...)
     that exposes what it wraps as `.judge`."""

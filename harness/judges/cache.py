@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from harness.files import open_sqlite, sqlite_errors
-from harness.judges.base import Judge, check_requests
+from harness.judges.base import Judge, check_requests, logsumexp, renormalise
 from harness.records import PairRequest, PairScore
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,25 @@ def _valid_score(p_a: object, logprobs: object) -> PairScore | None:
         return None
     if not isinstance(lp, dict) or not lp or not all(isinstance(v, float | int) and v <= 1e-6 for v in lp.values()):
         return None  # no answer-token logprob is no score; NaN compares False with everything, so it fails too
+    if not _agrees(float(p_a), lp):
+        return None
     return PairScore(token_logprobs=lp, p_a=float(p_a))
+
+
+P_A_TOLERANCE = 1e-4
+"""How far a cached P(A) may lie from the one its own stored logprobs give (float rounding)."""
+
+
+def _agrees(p_a: float, lp: dict[str, float]) -> bool:
+    """Does P(A) follow from the row's own logprobs ({"label:variant": logprob}, first label A)? A
+    tie label winning (three or more labels) is scored 0.5 by design."""
+    per_label: dict[str, list[float]] = {}
+    for key, value in lp.items():
+        per_label.setdefault(str(key).split(":", 1)[0], []).append(float(value))
+    groups = [logsumexp(v) for v in per_label.values()]
+    if len(groups) >= 3 and p_a == 0.5:
+        return True
+    return abs(renormalise(groups[0], groups[1:]) - p_a) <= P_A_TOLERANCE
 
 
 def request_key(identity: str, prompt: str) -> str:
@@ -57,7 +75,7 @@ class ScoreCache:
 
     def get_many(self, keys: Sequence[str]) -> dict[str, PairScore]:
         """The cached scores of `keys`. A row that is not a valid score (P(A) missing or outside
-        [0, 1], logprobs not numbers <= 0) is not trusted: it is left out, so it is asked again
+        [0, 1], logprobs not numbers <= 0, a P(A) its own logprobs contradict) is not trusted: it is left out, so it is asked again
         and replaced, and counted in `self.invalid` with a warning."""
         out: dict[str, PairScore] = {}
         bad = 0

@@ -24,6 +24,7 @@ from typing import Any
 from harness.errors import ConfigError, JudgeInputError
 from harness.judges.base import (
     AnswerTokens,
+    refuse_overlong_texts,
     resolve_answer_tokens,
     template_fingerprint,
 )
@@ -130,6 +131,7 @@ def encode_prompts(tokenizer: Any, requests: Sequence[PairRequest], system_promp
     tokenizer add its BOS too, as `tokenizer(text)` does in the official code."""
     texts = [format_chat(tokenizer, r.prompt, system_prompt, chat_format, chat_template=chat_template)
              for r in requests]
+    refuse_overlong_texts(tokenizer, texts, requests, max_length)  # before a 20 MB text is tokenized
     ids = tokenizer(texts, add_special_tokens=chat_format == "zepo")["input_ids"] if texts else []
     for r, row in zip(requests, ids):
         if len(row) >= max_length:

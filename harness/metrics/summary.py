@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,8 @@ from harness.metrics.order import view_order_consistency
 from harness.metrics.rates import confidence_p, view_a_rate
 from harness.metrics.views import Frame, build_frame
 from harness.records import Judgment
+
+log = logging.getLogger(__name__)
 
 
 def metric_set(
@@ -73,8 +77,11 @@ def summarize(
     uses the official arithmetic (debias.ARITHMETIC), as the official decision rate it is."""
     frame = build_frame(judgments)
     variants = {"none": frame.p, "permutation": permutation_p(frame), "batch": batch_p(frame)}
-    if p_cf is not None:
+    if p_cf is not None and not math.isnan(p_cf):
         variants["contextual"] = contextual_p(frame, p_cf)
+    elif p_cf is not None:  # the content-free probe stayed unreadable: only its view is lost
+        log.warning("the content-free probe's answer was unreadable after every retry (P(A) NaN): the "
+                    "contextual-calibration view is left out; every other view is complete")
     official = {"permutation": permutation_p(frame, "official")}
     return {k: frame_metrics(frame.with_p(p), shuffles=shuffles, seed=seed, bins=bins, official_p=official.get(k))
             for k, p in variants.items()}
@@ -92,7 +99,9 @@ def write_run(out: Path, judgments: Sequence[Judgment], p_cf: float, *, task: st
     results = {"task": task, "aspect": aspect, "family": family, "instruction": instruction,
                "judge": judge_identity, "n_docs": n_docs, "n_judgments": len(judgments),
                "n_unreadable": sum("unreadable" in j.flags for j in judgments),
-               "p_content_free": p_cf, "shuffles": shuffles, "seed": seed, **(extra or {}), "metrics": summary}
+               "p_content_free": p_cf,
+               **({"content_free_unreadable": True} if p_cf is not None and math.isnan(p_cf) else {}),
+               "shuffles": shuffles, "seed": seed, **(extra or {}), "metrics": summary}
     write_json_atomic(out / "results.json", results)
     return results
 

@@ -22,6 +22,7 @@ shows that chunk as in flight rather than committed.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import time
@@ -47,7 +48,18 @@ def append_line(path: str | Path, row: dict[str, Any]) -> None:
     data = (json.dumps(row) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, data)
+        size = os.fstat(fd).st_size
+        try:
+            written = os.write(fd, data)
+        except OSError:
+            written = -1
+            raise
+        finally:
+            if written != len(data):  # a full disk took part of the line: take it back
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)
+        if written != len(data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
     finally:
         os.close(fd)
 
@@ -109,7 +121,10 @@ def read_attempts(out_dir: str | Path) -> list[dict[str, Any]]:
     last: dict[str, dict[str, Any]] = {}
     for line in path.read_text().splitlines() if path.is_file() else []:
         if line.strip():
-            row = json.loads(line)
+            try:
+                row = json.loads(line)
+            except ValueError:  # half a line from a crash of an older version: not an attempt
+                continue
             last[row.get("attempt") or f"line-{len(last)}"] = row
     rows = sorted(last.values(), key=lambda r: r.get("started") or 0)
     for i, row in enumerate(rows):

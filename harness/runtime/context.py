@@ -41,6 +41,7 @@ from harness.data import load_task
 from harness.data.fetch import ensure_data
 from harness.data.tasks import task_spec
 from harness.errors import ConfigError, HarnessError
+from harness.files import disk_full
 from harness.judges.base import Judge
 from harness.judges.cache import CachedJudge, ScoreCache
 from harness.judges.wrappers import PreemptibleJudge
@@ -221,11 +222,14 @@ class RunContext:
     def report_cards(self) -> None:
         """The report card of every judged set in the run directory (harness.metrics.card): printed,
         its pictures beside the judgments and in W&B, one warning when the answer mass is low. A
-        card that cannot be drawn (an unreadable judgments file, a full disk) is a warning: the run's
-        results are already written."""
+        card that cannot be drawn (an unreadable judgments file) is a warning: the run's results are
+        already written. A full disk is not: it ends the run (one line, exit 2), and a rerun after
+        freeing space finishes it from the cache."""
         try:
             render_cards(self.out_dir, self._tracker)
         except (HarnessError, OSError) as e:
+            if disk_full(e):  # not a warning: a rerun after freeing space must finish the run
+                raise
             log.warning("report card not rendered: %s", e)
 
 

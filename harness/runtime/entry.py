@@ -26,14 +26,14 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.errors import ConfigError, HarnessError
-from harness.files import why_not_folder, write_json_atomic
+from harness.files import disk_full, why_not_folder, write_json_atomic
 from harness.runtime import schema
 from harness.redaction import (
     check_config,
     check_overrides,
     env_fields,
     install_redaction,
-    is_secret_key,
+    is_suspect_key,
     redact,
     redact_overrides,
     redact_text,
@@ -92,7 +92,7 @@ def one_line(exc: BaseException, argv: Sequence[str] = ()) -> str:
     text = " ".join(parts).replace(". ", "; ") or type(exc).__name__
     for o in argv:
         key, sep, value = o.partition("=")
-        if sep and value and is_secret_key(key.lstrip("+~").rsplit(".", 1)[-1]):
+        if sep and value and is_suspect_key(key.lstrip("+~").rsplit(".", 1)[-1]):
             text = text.replace(value, "<redacted>")
     return redact_text(text)
 
@@ -106,12 +106,54 @@ def hydra_main(cfg: DictConfig) -> Any:
     hc = HydraConfig.get()
     env_names = env_fields(OmegaConf.to_container(cfg, resolve=False))
     install_redaction(env_names)  # Hydra has set up its handlers (stderr, run.log) by now
+    out_dir = Path(hc.runtime.output_dir)
+    log_failures = guard_log_files()
     try:
         check_overrides([*hc.overrides.hydra, *hc.overrides.task])
-        return run(cfg, Path(hc.runtime.output_dir), list(hc.overrides.task))
+        result = run(cfg, out_dir, list(hc.overrides.task))
     except HarnessError as e:
         print(f"error: {redact_text(str(e), env_names)}", file=sys.stderr)
         sys.exit(2)
+    except Exception as e:
+        full = disk_full(e)
+        if full is None:
+            raise
+        print(f"error: {disk_full_message(full, out_dir)}", file=sys.stderr)
+        sys.exit(2)
+    if log_failures:
+        print(f"error: {disk_full_message(log_failures[0], out_dir)}", file=sys.stderr)
+        sys.exit(2)
+    return result
+
+
+def disk_full_message(e: OSError, out_dir: Path) -> str:
+    """One line for a disk that filled during a run: where, and that the finished work is kept."""
+    where = e.filename or out_dir
+    return (f"no space left for {where} ({e.strerror or e}); free space on that disk (or set hydra.run.dir=... / "
+            "cache.path=... elsewhere) and rerun the same command: the judged pairs are kept in the request cache "
+            "and every file is written whole or not at all")
+
+
+def guard_log_files() -> list[OSError]:
+    """Run.log on a full disk: logging would print a traceback per record and carry on (exit 0).
+    Record the failure instead (the run then ends with one line and exit 2); the console keeps
+    logging. Returns the list the failures are appended to."""
+    failures: list[OSError] = []
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            original = handler.handleError
+
+            def handle_error(record: logging.LogRecord, original: Any = original,
+                             handler: logging.FileHandler = handler) -> None:
+                full = disk_full(sys.exc_info()[1])
+                if full is None:
+                    return original(record)
+                if full.filename is None:
+                    full.filename = handler.baseFilename
+                failures.append(full)
+
+            handler.handleError = handle_error  # type: ignore[method-assign]
+    return failures
 
 
 def main() -> None:
@@ -120,6 +162,13 @@ def main() -> None:
     full = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"
     install_redaction()  # uncaught tracebacks too lose secret values
+    try:
+        # Before Hydra sees them: with -m it writes every override to multirun.yaml and logs it,
+        # and its own errors (HYDRA_FULL_ERROR=1 included) repeat the value.
+        check_overrides(a for a in sys.argv[1:] if not a.startswith("-") and "=" in a)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     try:
         hydra_main()
     except (HydraException, OmegaConfBaseException, HarnessError) as e:

@@ -122,6 +122,7 @@ class VLLMBackendConf:
 
     def check(self) -> None:
         at_least("backend.tensor_parallel_size", self.tensor_parallel_size, 1)
+        within("backend.seed", self.seed, 0, 2**32 - 1)
         within("backend.gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, open_low=True)
         one_of("backend.dtype", self.dtype, VLLM_DTYPES)
         at_least("backend.block_size", self.block_size, 1, optional=True)
@@ -342,6 +343,8 @@ def validate(cfg: DictConfig) -> None:
             _check_all(OmegaConf.to_object(node))
     if isinstance(cfg.get("seed"), bool) or not isinstance(cfg.get("seed"), int):
         raise _bad("seed", cfg.get("seed"), "must be an integer")
+    if not 0 <= cfg.seed < 2**32:  # numpy's generators take 0 .. 2**32-1; found after every model call otherwise
+        raise _bad("seed", cfg.seed, "must lie in [0, 4294967295]")
 
 
 def schema_fields(schema: type) -> list[str]:

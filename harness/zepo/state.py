@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, DataError
-from harness.files import write_json_atomic
+from harness.files import read_json, write_json_atomic
 from harness.records import Document
 
 log = logging.getLogger("harness.zepo.search")  # the search's log lines, as before the split
@@ -111,21 +111,41 @@ class SearchState:
         self.skipped: dict[str, str] = {}
         self.epoch = 0
         self.best_index = 0
-        if path is not None and path.is_file():
+        if path is not None and path.exists():
             self._load(path)
 
     def _load(self, path: Path) -> None:
+        start_over = "; delete it (or start a new run directory, hydra.run.dir=...) to start over"
         try:
-            raw = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise DataError(f"not valid JSON ({e.msg}); delete it to start over", where=str(path)) from None
+            raw = read_json(path)
+        except DataError as e:
+            raise DataError(f"{e}{start_over}") from None
+        if not isinstance(raw, dict):
+            raise DataError(f"expected a JSON object, got {type(raw).__name__}{start_over}", where=str(path))
         if raw.get("fingerprint") != self.fingerprint:
             saved = raw.get("inputs") or {}
             changed = [k for k in self.inputs if saved.get(k) != self.inputs[k]] or ["its inputs"]
             raise ConfigError(f"this run directory holds a ZEPO search of different {', '.join(changed)}; "
                               "resuming would replay scores of the old inputs, so start a new run directory "
                               "(hydra.run.dir=...) or delete state.json to start over", where=str(path))
-        self.done = {f"{r['epoch']}:{r['slot']}": ScoredCandidate.from_row(r) for r in raw["candidates"]}
+        rows = raw.get("candidates")
+        if not isinstance(rows, list):
+            raise DataError(f"field 'candidates' must be a list of scored candidates, got "
+                            f"{type(rows).__name__}{start_over}", where=str(path))
+        self.done = {}
+        for i, r in enumerate(rows):
+            try:
+                c = ScoredCandidate.from_row(r)
+                if not (isinstance(c.text, str) and all(isinstance(v, int) and not isinstance(v, bool)
+                                                        for v in (c.index, c.epoch, c.slot))):
+                    raise TypeError("text must be a string, index/epoch/slot integers")
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                raise DataError(f"candidate {i} is not a scored candidate ({type(e).__name__}: {e}){start_over}",
+                                where=str(path)) from None
+            self.done[f"{c.epoch}:{c.slot}"] = c
+        for name in ("pending", "skipped"):
+            if not isinstance(raw.get(name, {}), dict):
+                raise DataError(f"field {name!r} must be an object{start_over}", where=str(path))
         self.pending = dict(raw.get("pending", {}))
         self.skipped = dict(raw.get("skipped", {}))
         log.info("resuming ZEPO search from %s: %d candidates scored", path, len(self.done))
