@@ -130,5 +130,5 @@ def test_sensitivity_generates_paraphrases_with_the_optimizer(tmp_path, shared_d
         res = run(cfg, tmp_path / "run")
     texts = (tmp_path / "run" / "paraphrases.txt").read_text().splitlines()
     assert res["n_instructions"] == len(texts) == 4  # the initial + 3 paraphrases
-    assert texts[0].startswith("Compare the overall") and len(set(texts)) == 4
+    assert texts[0].startswith("Compare response candidate A and response candidate B overall.") and len(set(texts)) == 4
     assert all("overall" in t for t in texts[1:])
