@@ -102,19 +102,6 @@ def test_api_judge_on_vllms_server_equals_the_offline_engine(vllm_server, vllm_j
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_api_judge_on_the_served_judge_equals_backend_hf(vllm_server, smollm2_judge, smollm2_path, coherence_pairs):
-    """The served judge decides as the default offline backend (transformers, float32)."""
-    judge = ApiJudge("smollm2", vllm_server, logprob_mode="exact", tokenizer=str(smollm2_path), api_key_env=None,
-                     concurrency=4, timeout_s=120)
-    got, want = judge.score_pairs(coherence_pairs), smollm2_judge.score_pairs(coherence_pairs)
-    worst = max(abs(g.p_a - w.p_a) for g, w in zip(got, want))
-    print(f"\nvLLM server vs backend=hf, {len(coherence_pairs)} prompts: max |dP(A)| {worst:.2e}")
-    assert worst < 1e-4
-    assert [g.p_a > 0.5 for g in got] == [w.p_a > 0.5 for w in want]
-
-
-@pytest.mark.vllm
-@pytest.mark.slow
 def test_top_logprobs_mode_on_vllms_server(vllm_server, vllm_judge, coherence_pairs):
     """Plain OpenAI top_logprobs (no vLLM extension): labels looked up by text in the top 20."""
     judge = ApiJudge("smollm2", vllm_server, logprob_mode="top", api_key_env=None, concurrency=4, timeout_s=120)
