@@ -28,7 +28,6 @@ import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import REPO, SHARED_DATA
+from test_vllm_server import _free_port, serve_judge
 
 README = REPO / "README.md"
 HEADERS = sorted([*(REPO / "conf" / "experiment").rglob("*.yaml"), *(REPO / "conf" / "sweep").glob("*.yaml")])
@@ -245,7 +245,10 @@ def run_command(cmd: Command, ws: Path, extra: list[str] = (), timeout: int = 90
     overrides = harness_overrides(argv)
     if overrides is not None:
         cfg = compose_checked(overrides)
-        argv = [*argv, *SIZES["*"], *SIZES[experiment_of(cfg)], *extra]
+        sizes = [*SIZES["*"], *SIZES[experiment_of(cfg)]]
+        if cfg.model.readout == "generate":  # the official read-out generates up to 32 tokens per pair
+            sizes.append("model.max_new_tokens=8")
+        argv = [*argv, *sizes, *extra]
     elif argv[:2] == ["python", "scripts/bench_judge.py"]:
         argv = [*argv, "--docs", "1", "--candidates", "3"]
     else:
@@ -276,54 +279,13 @@ def newest_run(ws: Path, *roots: str) -> Path:
     return max(found, key=lambda p: (p / "results.json").stat().st_mtime)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """The README's serve command (+ --port) in its own process group, until stopped."""
-
-    def __init__(self, cmd: Command, ws: Path) -> None:
-        self.port = _free_port()
-        self.log = ws / "server.log"
-        argv = [sys.executable, *cmd.argv[1:], "--port", str(self.port)]
-        with self.log.open("w") as f:
-            self.proc = subprocess.Popen(argv, cwd=ws, env=_env(ws), stdout=f, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-        self.url = f"http://127.0.0.1:{self.port}/v1"
-        deadline = time.monotonic() + 420  # ~50 s on a quiet 2-core machine, ~95 s under load
-        while not self._healthy():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                pytest.fail(f"{cmd.where}: the server did not come up:\n{self.log.read_text()[-3000:]}")
-            time.sleep(2)
-
-    def _healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.url.removesuffix("/v1") + "/health", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, 15)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, 9)
-                self.proc.wait()
-
-
 @pytest.fixture(scope="module")
 def server(workspace):
+    """The README's serve line (+ a free port), up for the API lines, stopped at the end."""
     pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
     serve = next(c for c in all_commands() if plan(c)[0] == "serve")
-    s = Server(serve, workspace)
-    yield s
-    s.stop()
+    port = _free_port()
+    yield from serve_judge([*serve.argv[3:], "--port", str(port)], port, workspace / "server.log")
 
 
 def _p_a(run_dir: Path) -> dict[tuple[str, str, str], float]:
@@ -351,19 +313,19 @@ def test_documented_command(cmd, workspace, request):
     if kind == "compose":
         pytest.skip(f"{cmd.text}: {reason}")
     if kind == "serve":
-        srv = request.getfixturevalue("server")
-        with urllib.request.urlopen(srv.url + "/models", timeout=30) as r:
+        url = request.getfixturevalue("server")
+        with urllib.request.urlopen(url + "/models", timeout=30) as r:
             served = [m["id"] for m in json.load(r)["data"]]
         assert served == [cmd.argv[3]]  # backend.model=smollm2 in the README's API line
         return
     if kind == "api" and "optimizer=api" in cmd.argv:  # the paper's GPT-3.5: here the served SmolLM2
-        srv = request.getfixturevalue("server")
-        run_command(cmd, workspace, [f"optimizer.base_url={srv.url}", "optimizer.model=smollm2",
+        url = request.getfixturevalue("server")
+        run_command(cmd, workspace, [f"optimizer.base_url={url}", "optimizer.model=smollm2",
                                      "optimizer.api_key_env=null"])
         return
     if kind == "api":
-        srv = request.getfixturevalue("server")
-        run_command(cmd, workspace, [f"backend.base_url={srv.url}", "hydra.run.dir=outputs/readme_api"])
+        url = request.getfixturevalue("server")
+        run_command(cmd, workspace, [f"backend.base_url={url}", "hydra.run.dir=outputs/readme_api"])
         hf = [a for a in cmd.argv if not a.startswith("backend")] + ["backend=hf"]
         run_command(Command(cmd.where, shlex.join(hf)), workspace, ["hydra.run.dir=outputs/readme_hf"])
         got, want = _p_a(workspace / "outputs/readme_api"), _p_a(workspace / "outputs/readme_hf")

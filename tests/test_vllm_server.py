@@ -53,12 +53,21 @@ def vllm_server(smollm2_path, tmp_path_factory):
     yield from serve_judge(["smollm2", "--port", str(port)], port, log)
 
 
+def _die_with_parent() -> None:
+    """The server gets SIGTERM when pytest dies (killed by a timeout, its finalizers never run):
+    no orphaned vLLM engine holding a third of a shared machine's memory (Linux prctl)."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG; kept across the serve module's exec
+
+
 def serve_judge(args: list[str], port: int, log) -> Iterator[str]:
     """`python -m harness.judges.serve ARGS` (the README's command) until it answers /health;
     yields its /v1 URL and stops it (its whole process group) afterwards."""
     cmd = [sys.executable, "-m", "harness.judges.serve", *args]
     with log.open("w") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO,
+                                preexec_fn=_die_with_parent)
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _healthy(f"http://127.0.0.1:{port}/health"):
