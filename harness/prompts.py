@@ -86,6 +86,10 @@ def default_instruction(aspect: str | None, family: str) -> str:
         log.warning("no default instruction for aspect %r: using the generic 'Which %s is better in terms of "
                     "%s?' (set experiment.instruction.text=... to word it yourself)", aspect, noun, aspect)
         return f"Which {noun} is better in terms of {aspect}? {_ANSWER_FORMAT}"
+    if aspect == "overall":  # "Compare the overall of ..." is not English
+        return (f"Compare {noun} candidate A and {noun} candidate B overall. "
+                f"Judge each by {ASPECT_GLOSS[aspect]}. "
+                f"Which {noun} candidate is better overall? " + _ANSWER_FORMAT)
     return (
         f"Compare the {aspect} of {noun} candidate A and {noun} candidate B. "
         f"Judge {aspect} as {ASPECT_GLOSS[aspect]}. "

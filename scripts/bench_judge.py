@@ -128,7 +128,7 @@ def build_judge(args: argparse.Namespace) -> HFJudge:
     import torch
     from transformers import AutoTokenizer
 
-    from harness.models import resolve_model_path
+    from harness.models.resolve import resolve_model_path
 
     path, gguf = resolve_model_path(args.model)
     if not args.shape:
@@ -398,7 +398,7 @@ def run_bench(args: argparse.Namespace) -> dict:
     if args.vllm:
         from bench_vllm import run_vllm
 
-        from harness.models import resolve_model_path
+        from harness.models.resolve import resolve_model_path
 
         extra = run_vllm(args, judge, resolve_model_path(args.model)[0], w1, w5, peaks)
         for key in ("methods", "decisions", "p_a"):

@@ -35,7 +35,7 @@ from harness import metrics
 from harness.data import load_task
 from harness.judges.hf import HFJudge
 from harness.judging import build_requests, judge_documents
-from harness.models import resolve_model_path
+from harness.models.resolve import resolve_model_path
 from harness.prompts import resolve_instruction
 from harness.records import Judgment
 

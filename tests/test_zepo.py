@@ -185,7 +185,7 @@ def _compose(overrides):
 def e2e_overrides(tmp: Path, url: str, data: Path, *extra: str) -> list[str]:
     return ["experiment=zepo", "model=tiny_llama", "optimizer=api", f"optimizer.base_url={url}",
             "optimizer.model=scripted-loopback", "optimizer.timeout_s=1", "optimizer.max_retries=6",
-            "+optimizer.backoff_base_s=0.01", "+optimizer.backoff_max_s=0.05",
+            "optimizer.backoff_base_s=0.01", "optimizer.backoff_max_s=0.05",
             "task=usr_zepo", "task.aspect=overall", "task.offset=27", "task.docs=2", "task.max_candidates=3",
             "experiment.search_docs=1", "experiment.population=3", "experiment.epochs=2", "experiment.shuffles=5",
             f"data.dir={tmp / 'data'}", f"data.mirror={data}", f"cache.path={tmp / 'cache' / 'requests.sqlite'}",

@@ -6,10 +6,17 @@
 `scores`, `context` and `gold` are optional. Lines sharing a doc_id form one Document (in order
 of first appearance; they need not be adjacent) and must agree on source, context and gold.
 Unknown fields are refused: a typo such as "score" would otherwise silently drop every score.
+
+What the file holds decides what the run needs (`file_aspect`, `file_family`): with no
+`task.aspect`, the file's only score key is the aspect (several keys: name one); an aspect the
+scores do not hold is refused (its human metrics would all be null); a file with `gold`
+preferences is prompted as instruction/response pairs unless `task.family` says otherwise.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,8 +31,10 @@ from harness.data.common import (
     loc,
     make_document,
 )
-from harness.errors import DataError
+from harness.errors import ConfigError, DataError
 from harness.records import Candidate, Document
+
+log = logging.getLogger(__name__)
 
 REQUIRED = ("doc_id", "source", "candidate_id", "text")
 OPTIONAL = ("scores", "context", "gold")
@@ -101,3 +110,35 @@ def _check_same(prev: _Group, new: _Group, doc_id: str, path: Path, where: Line)
             raise DataError(f"gold {new.gold!r} differs from {prev.gold!r} given earlier for document {doc_id!r}",
                             where=loc(path, where, "gold"))
         prev.gold = new.gold
+
+
+def score_keys(docs: Sequence[Document]) -> list[str]:
+    """Every score key any candidate of the file carries, sorted."""
+    return sorted({k for d in docs for c in d.candidates for k in c.scores})
+
+
+def file_aspect(docs: Sequence[Document], aspect: str | None, path: str | Path) -> str | None:
+    """The aspect a run on this file judges: `aspect` when the scores hold it (or the file has no
+    scores); with no aspect, the file's only score key. Otherwise one ConfigError naming the file
+    and its keys: human metrics that would all be null are refused, not reported."""
+    keys = score_keys(docs)
+    if not keys or (aspect is not None and aspect in keys):
+        return aspect
+    listed = ", ".join(keys)
+    if aspect is not None:
+        raise ConfigError(f"no candidate has a score for task.aspect={aspect!r}; its scores are for {listed}: "
+                          "set task.aspect to one of them (or drop the scores to judge without human metrics)",
+                          where=str(path))
+    if len(keys) > 1:
+        raise ConfigError(f"task.aspect is not set and the scores are for several aspects ({listed}); "
+                          "set task.aspect to one of them", where=str(path))
+    log.info("task.aspect not set: judging %r, the only score key in %s", keys[0], path)
+    return keys[0]
+
+
+def file_family(docs: Sequence[Document], family: str | None) -> str:
+    """`family` when set, else `instruction` for preference data (a `gold` field), else
+    `summarization` (source + summary layout)."""
+    if family:
+        return family
+    return "instruction" if any(d.gold is not None for d in docs) else "summarization"

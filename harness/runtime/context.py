@@ -39,6 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.data import load_task
 from harness.data.fetch import ensure_data
+from harness.data.jsonl import file_aspect, file_family
 from harness.data.tasks import task_spec
 from harness.errors import ConfigError, HarnessError
 from harness.files import disk_full
@@ -133,13 +134,21 @@ class RunContext:
         """This attempt's record (attempts.jsonl); the request cache reports each chunk to it."""
 
     # -- data ----------------------------------------------------------------------------------
-    @property
+    @cached_property
     def family(self) -> str:
-        return str(self.cfg.task.get("family") or task_spec(self.cfg.task.name).family)
+        """task.family, else the task's; a user's JSONL: inferred from the file (`gold` -> instruction)."""
+        task = self.cfg.task
+        if task.name == "jsonl":
+            return file_family(self.docs, task.get("family"))
+        return str(task.get("family") or task_spec(task.name).family)
 
-    @property
+    @cached_property
     def aspect(self) -> str | None:
-        return self.cfg.task.get("aspect")
+        """task.aspect; a user's JSONL: checked against its score keys (the only key when unset)."""
+        task = self.cfg.task
+        if task.name == "jsonl":
+            return file_aspect(self.docs, task.get("aspect"), task.path)
+        return task.get("aspect")
 
     @cached_property
     def docs(self) -> list[Document]:

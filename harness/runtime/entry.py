@@ -57,6 +57,7 @@ def check(cfg: DictConfig) -> None:
         check_config(OmegaConf.to_container(cfg, resolve=True))
     except OmegaConfBaseException as e:
         raise ConfigError(one_line(e)) from None
+    schema.refuse_unknown_keys(cfg)
     schema.validate(cfg)
 
 

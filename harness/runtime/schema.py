@@ -253,9 +253,13 @@ class ApiOptimizerConf(_SamplingConf):
     concurrency: int = 4
     timeout_s: float = 60.0
     max_retries: int = 6
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 60.0
 
     def check(self) -> None:
         super().check()
+        at_least("optimizer.backoff_base_s", self.backoff_base_s, 0)
+        within("optimizer.backoff_max_s", self.backoff_max_s, 0, math.inf, open_low=True)
         at_least("optimizer.max_tokens", self.max_tokens, 1)
         at_least("optimizer.concurrency", self.concurrency, 1)
         at_least("optimizer.max_retries", self.max_retries, 0)
@@ -345,6 +349,38 @@ def validate(cfg: DictConfig) -> None:
         raise _bad("seed", cfg.get("seed"), "must be an integer")
     if not 0 <= cfg.seed < 2**32:  # numpy's generators take 0 .. 2**32-1; found after every model call otherwise
         raise _bad("seed", cfg.seed, "must lie in [0, 4294967295]")
+
+
+def unknown_keys(node: Any, prefix: str = "") -> list[str]:
+    """Dotted names of keys that no schema declares, in every typed node below `node`.
+
+    Hydra refuses an unknown key typed plainly and tells users to add `+`; with `+` it is merged
+    into the structured node and would be silently ignored (`+task.doc=5` runs every document).
+    Free-form nodes (a `dict` or `Any` field such as backend.token_ids) hold any keys."""
+    if not isinstance(node, DictConfig):
+        return []
+    kind = OmegaConf.get_type(node)
+    allowed = set(schema_fields(kind)) if is_dataclass(kind) else None
+    found: list[str] = []
+    for key in node.keys():
+        name = f"{prefix}{key}"
+        if allowed is not None and key not in allowed:
+            found.append(name)
+        else:
+            found.extend(unknown_keys(node._get_node(key), f"{name}."))
+    return found
+
+
+def refuse_unknown_keys(cfg: DictConfig) -> None:
+    """One ConfigError line naming the unknown keys (never their values: one may be a secret)."""
+    found = unknown_keys(cfg)
+    if found:
+        first = found[0]
+        group, _, _ = first.rpartition(".")
+        known = schema_fields(OmegaConf.get_type(OmegaConf.select(cfg, group))) if group else schema_fields(Config)
+        raise ConfigError(f"unknown key{'s' if len(found) > 1 else ''} {', '.join(found)} (added with '+' but "
+                          f"no part of the harness reads {'them' if len(found) > 1 else 'it'}); "
+                          f"{group or 'the root'} has: {', '.join(known)}; fix the spelling or drop it")
 
 
 def schema_fields(schema: type) -> list[str]:

@@ -80,7 +80,9 @@ def load_paraphrases(path: str | Path) -> list[str]:
 
 def generate_paraphrases(optimizer: Any, instruction: str, n: int, seed: int, aspect: str) -> list[str]:
     """Up to n distinct paraphrases, one optimizer call each (seed derived from (seed, i)).
-    A slot the optimizer cannot fill is skipped with a warning."""
+    A slot the optimizer cannot fill is skipped with a warning; when none came back, one
+    ParaphraseError line (exit 2) before anything is judged: a study of the initial instruction
+    alone is a table of NaN correlations and one-point figures, not a result."""
     seen = {" ".join(instruction.lower().split())}
     out: list[str] = []
     for i in range(n):
@@ -92,6 +94,12 @@ def generate_paraphrases(optimizer: Any, instruction: str, n: int, seed: int, as
         if got and " ".join(got[0].lower().split()) not in seen:
             seen.add(" ".join(got[0].lower().split()))
             out.append(got[0])
+    if n > 0 and not out:
+        raise ParaphraseError(
+            f"no valid paraphrase came back: the optimizer's replies for all {n} requested paraphrases were "
+            "rejected or repeated the instruction (reasons in rejections.jsonl in the run directory); on CPU "
+            "use experiment=sensitivity_demo's settings, or experiment.from_file=<one instruction per line>, or "
+            "optimizer=api")
     return out
 
 

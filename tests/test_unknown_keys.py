@@ -1,0 +1,42 @@
+"""A key added with `+` that no part of the harness reads is refused, as a plain typo is.
+
+Hydra refuses `task.doc=5` (no such key) and tells the user to add `+`; `+task.doc=5` then merged
+into the structured config and was ignored with exit 0 (every document judged). Through the real
+CLI: one `error:` line naming the key (never its value), exit 2, before anything is written."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import run_harness
+from test_cli_errors import _assert_one_line_error
+
+BASE = ["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2", "wandb.mode=disabled",
+        "progress=false"]
+
+
+@pytest.mark.parametrize("extra, key", [
+    (["+task.doc=77123"], "task.doc"),
+    (["+experiment.foo=77123"], "experiment.foo"),
+    (["+experiment.instruction.tex=77123"], "experiment.instruction.tex"),
+    (["backend=api", "+backend.api_kye_env=77123"], "backend.api_kye_env"),
+    (["+cache.chunks=77123"], "cache.chunks"),
+    (["+seeds=77123"], "seeds"),
+])
+def test_an_unknown_key_added_with_plus_is_one_line_and_exit_2(tmp_path, extra, key):
+    out = tmp_path / "run"
+    r = run_harness([*BASE, *extra, f"hydra.run.dir={out}"], tmp_path, timeout=300)
+    _assert_one_line_error(r, f"unknown key {key} ", "fix the spelling")
+    assert "77123" not in r.stderr + r.stdout  # the value is never echoed (it may be a secret)
+    assert not (out / "config.json").exists()  # refused before the run recorded or loaded anything
+
+
+def test_without_plus_hydra_refuses_it_and_known_keys_with_plus_plus_still_run(tmp_path):
+    """The control: the same typo without `+` is Hydra's own refusal, and the check does not
+    refuse keys the schema declares (`++` sets an existing key; dict-valued fields hold any key)."""
+    r = run_harness([*BASE, "task.doc=5", f"hydra.run.dir={tmp_path / 'typo'}"], tmp_path, timeout=300)
+    _assert_one_line_error(r, "task.doc")
+    out = tmp_path / "run"
+    r = run_harness([*BASE, "++task.docs=1", "experiment.shuffles=3", f"hydra.run.dir={out}"], tmp_path,
+                    timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (out / "results.json").is_file()
