@@ -27,6 +27,7 @@ from harness.judges.base import (
     resolve_answer_tokens,
     template_fingerprint,
 )
+from harness.judges.cpu import auto_cpu_dtype, torch_threads, usable_cores
 from harness.judges.generate import GeneratedAnswer, generate_answer_logprobs
 from harness.judges.packed import PackedLlama, Segment, row_batches, unsupported
 from harness.judges.prefix import PrefixScorer, supports_prefix_reuse
@@ -54,8 +55,8 @@ def pick_device(device: str) -> str:
 def pick_dtype(dtype: str, device: str):
     import torch
 
-    if dtype == "auto":
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if dtype == "auto":  # bf16 on GPU and on a CPU that multiplies bf16 in hardware (harness.judges.cpu)
+        return torch.bfloat16 if device.startswith("cuda") else getattr(torch, auto_cpu_dtype())
     if dtype not in _DTYPES:
         raise ConfigError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
     return getattr(torch, _DTYPES[dtype])
@@ -198,7 +199,7 @@ class HFJudge(ChatPrompts):
                  model: Any = None, tokenizer: Any = None, prefix_reuse: bool = False,
                  engine: str = "auto", max_batch_tokens: int = 4096, chat_format: str = "default",
                  readout: str = "next_token", max_new_tokens: int = 32, tie_label: str | None = None,
-                 chat_template: bool = True) -> None:
+                 chat_template: bool = True, threads: int | None = None) -> None:
         import torch
 
         if engine not in ENGINES:  # before any weights are loaded
@@ -206,6 +207,11 @@ class HFJudge(ChatPrompts):
         self.set_chat(chat_template=chat_template, chat_format=chat_format, readout=readout,
                       max_new_tokens=max_new_tokens)
         self.device = pick_device(device)
+        self.threads = None if threads is None else int(threads)
+        """torch's intra-op threads while this judge computes on CPU (None: torch's count as it is;
+        the shipped config's null means the cores this process may use, see `build`)."""
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"threads must be >= 1, got {threads}")
         self.torch_dtype = pick_dtype(dtype, self.device)
         if model is None or tokenizer is None:
             model, tokenizer = load_model_and_tokenizer(path, gguf_file, self.torch_dtype, self.device,
@@ -252,6 +258,10 @@ class HFJudge(ChatPrompts):
 
     # -- scoring --------------------------------------------------------------------------------
     def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
+        with torch_threads(self.threads if self.device == "cpu" else None):
+            return self._score_pairs(requests)
+
+    def _score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
         ids = self.encode(requests)
         self.prompts += len(ids)
         if self.readout == "generate":
@@ -351,8 +361,10 @@ def build(judge_model: Mapping[str, Any], name: str = "hf", **options: Any) -> H
     """The judge `conf/backend/hf.yaml` describes (`_target_`), for the weights in `conf/model/*.yaml`.
 
     `options` are HFJudge's engine settings (device, dtype, batch_size, engine, max_batch_tokens,
-    prefix_reuse); a backend dtype of null/auto defers to the model's."""
+    prefix_reuse, threads: null = the cores this process may use); a backend dtype of null/auto defers to the model's."""
     del name  # the backend's name: part of the config, not of the judge
+    if options.get("threads") is None:
+        options["threads"] = usable_cores()  # a SLURM allocation or taskset, not the machine's total
     path, gguf = resolve_model_path(str(judge_model["path"]), judge_model.get("gguf_file"))
     dtype = options.pop("dtype", None)
     if dtype in (None, "auto") and judge_model.get("dtype"):
