@@ -199,7 +199,8 @@ class HFJudge(ChatPrompts):
                  model: Any = None, tokenizer: Any = None, prefix_reuse: bool = False,
                  engine: str = "auto", max_batch_tokens: int = 4096, chat_format: str = "default",
                  readout: str = "next_token", max_new_tokens: int = 32, tie_label: str | None = None,
-                 chat_template: bool = True, threads: int | None = None) -> None:
+                 chat_template: bool = True, threads: int | None = None,
+                 prefix_cache_tokens: int = 8192) -> None:
         import torch
 
         if engine not in ENGINES:  # before any weights are loaded
@@ -233,6 +234,10 @@ class HFJudge(ChatPrompts):
         # Likewise the engine: packed and HF forwards differ only in float summation order.
         self.packed = _packed_engine(model, engine)
         """The PackedLlama running this model, or None (HF's forward on padded batches)."""
+        self.prefix_cache_tokens = int(prefix_cache_tokens)
+        """Prefix reuse: KV of recent shared prefixes kept across calls, in tokens (0: none)."""
+        if self.prefix_cache_tokens < 0:
+            raise ConfigError(f"prefix_cache_tokens must be >= 0, got {prefix_cache_tokens}")
         self.max_batch_tokens = int(max_batch_tokens)
         if self.max_batch_tokens < 1:
             raise ConfigError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
@@ -272,7 +277,8 @@ class HFJudge(ChatPrompts):
             if packed is not None or supports_prefix_reuse(self.model, ids):
                 if self.prefix_scorer is None:
                     self.prefix_scorer = PrefixScorer(self.model, self._answer_ids, self.pad_id, self.device,
-                                                      self.batch_size, max_batch_tokens=self.max_batch_tokens)
+                                                      self.batch_size, max_batch_tokens=self.max_batch_tokens,
+                                                      keep_tokens=self.prefix_cache_tokens)
                 self.prefix_scorer.engine = packed
                 before = self.prefix_scorer.tokens_processed
                 rows = self.prefix_scorer.answer_logprobs(ids)
