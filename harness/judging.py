@@ -167,6 +167,47 @@ def _mass_flags(s: PairScore) -> tuple[str, ...]:
     return (LOW_MASS,) if answer_mass(s.token_logprobs) < MIN_ANSWER_MASS else ()
 
 
+# -- the judge's work ---------------------------------------------------------------------------
+WORK_COUNTERS = ("prompts", "tokens_processed", "seconds")
+"""Counters a local judge keeps (harness.judges.hf.HFJudge): prompts scored, tokens run through
+the model (shared prefixes once), seconds in score_pairs."""
+
+
+def model_judge(judge: Any) -> Any:
+    """The judge that runs the model, under the request cache and preemption wrappers (`.judge`)."""
+    while getattr(judge, "judge", None) is not None:
+        judge = judge.judge
+    return judge
+
+
+def work_counters(judge: Any) -> dict[str, float]:
+    """The model judge's counters now (absent ones left out: vLLM and API judges keep none)."""
+    inner = model_judge(judge)
+    return {k: getattr(inner, k) for k in WORK_COUNTERS if isinstance(getattr(inner, k, None), int | float)}
+
+
+def judge_work(judge: Any, requests: Sequence[PairRequest], before: Mapping[str, float],
+               judging_s: float) -> dict[str, Any]:
+    """What the judge did for `requests` since the counters were `before` (results.json's
+    `judge_work`): prompts it scored (cache misses), tokens it ran, the trie minimum of the
+    requests' token ids (the fewest tokens any prefix-sharing scheme runs for all of them), its
+    prompts/s, and its share of the judging step's wall time (the rest: cache, wrappers, I/O)."""
+    from harness.judges.prefix import trie_size
+
+    now = work_counters(judge)
+    work: dict[str, Any] = {k: now[k] - before.get(k, 0) for k in now}
+    inner = model_judge(judge)
+    if hasattr(inner, "encode") and requests:
+        work["trie_minimum"] = trie_size(inner.encode(requests))
+    seconds = work.get("seconds")
+    if seconds:
+        work["prompts_per_s"] = work.get("prompts", 0) / seconds
+    work["judging_s"] = judging_s
+    if seconds is not None and judging_s > 0:
+        work["judge_share"] = seconds / judging_s
+    return work
+
+
 # -- judgments.jsonl --------------------------------------------------------------------------
 def write_judgments(path: Path, judgments: Sequence[Judgment], p_cf: float) -> None:
     rows = [judgment_to_row(j) for j in judgments]

@@ -17,6 +17,7 @@ generated A/B token (harness.judges.generate).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -243,6 +244,8 @@ class HFJudge(ChatPrompts):
             raise ConfigError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
         self.prompts = 0
         """Prompts scored so far (both paths)."""
+        self.seconds = 0.0
+        """Wall seconds spent in score_pairs so far (tokenizing and the model)."""
         self.tokens_processed = 0
         """Real tokens run through the model so far: full prompts, or shared prefixes once."""
         self.prefix_scorer = None
@@ -263,8 +266,12 @@ class HFJudge(ChatPrompts):
 
     # -- scoring --------------------------------------------------------------------------------
     def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
-        with torch_threads(self.threads if self.device == "cpu" else None):
-            return self._score_pairs(requests)
+        start = time.perf_counter()
+        try:
+            with torch_threads(self.threads if self.device == "cpu" else None):
+                return self._score_pairs(requests)
+        finally:
+            self.seconds += time.perf_counter() - start
 
     def _score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
         ids = self.encode(requests)
