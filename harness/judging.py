@@ -159,6 +159,43 @@ def judge_documents(judge: Judge, docs: Sequence[Document], *, aspect: str | Non
     return judgments, scores[-1].p_a
 
 
+def judge_instructions(judge: Judge, jobs: Sequence[tuple[Sequence[Document], str]], *, aspect: str | None,
+                       family: str, max_candidates: int | None = None,
+                       progress: bool = True) -> list[tuple[list[Judgment], float]]:
+    """`judge_documents` for every (documents, instruction) job, in ONE judge call: what each
+    returns alone (the same prompts, so the same cache keys and scores), but the requests are
+    interleaved pair by pair across the jobs, so the prompts of one pair under every instruction
+    (identical up to the instruction, which comes last) sit in the same cache chunk and the
+    judge's prefix reuse computes their shared part once (a ZEPO epoch, a sensitivity study)."""
+    built = []
+    for docs, instruction in jobs:
+        requests, templates = build_requests(docs, instruction, family, aspect, max_candidates)
+        if not requests:
+            raise DataError("no pairs to judge: every document needs at least two candidates")
+        built.append(([*requests, content_free_request(instruction, family)], templates))
+    rank: dict[tuple[str, str, str], int] = {}  # pairs in their first job's order; content-free prompts last
+    for requests, _ in built:
+        for r in requests:
+            rank.setdefault((r.doc_id, r.a_id, r.b_id), len(rank))
+    order = sorted(((k, job) for job, (requests, _) in enumerate(built) for k in range(len(requests))),
+                   key=lambda kj: (rank[_pair_key(built[kj[1]][0][kj[0]])], kj[1]))
+    scores = score(judge, [built[job][0][k] for k, job in order], progress)
+    by_job: list[list[PairScore | None]] = [[None] * len(requests) for requests, _ in built]
+    for (k, job), s in zip(order, scores):
+        by_job[job][k] = s
+    out = []
+    for (_, templates), got in zip(built, by_job):
+        judgments = [Judgment(t.doc_id, t.a_id, t.b_id, s.p_a, dict(s.token_logprobs), t.human_a, t.human_b,
+                              t.gold_a, tuple(s.flags) + _mass_flags(s))
+                     for t, s in zip(templates, got)]  # type: ignore[union-attr]
+        out.append((judgments, got[-1].p_a))  # type: ignore[union-attr]
+    return out
+
+
+def _pair_key(r: PairRequest) -> tuple[str, str, str]:
+    return (r.doc_id, r.a_id, r.b_id)
+
+
 def _mass_flags(s: PairScore) -> tuple[str, ...]:
     """LOW_MASS for a read pair with little answer mass, `no_answer` included (the judge wrote no
     answer token: mass 0, as harness.metrics.mass counts it); an unreadable pair has no reading."""

@@ -305,6 +305,11 @@ class HFJudge(ChatPrompts):
                 out[i] = self.answers.score(row)
         return out  # type: ignore[return-value]
 
+    def forget_prefixes(self) -> None:
+        """Drop the prefix KV kept across calls (the next call starts from none)."""
+        if self.prefix_scorer is not None:
+            self.prefix_scorer.kept.clear()
+
     def generate(self, rows: Sequence[Sequence[int]]) -> list[GeneratedAnswer]:
         """The official ZEPO read-out on token ids: greedy generation, the answer at the first
         generated A/B token (harness.judges.generate)."""

@@ -23,7 +23,9 @@ process their own tokens:
   tokens, least recently used first out, keyed by the token prefix it belongs to (as vLLM's prefix
   cache does): the request cache hands the judge `cache.chunk` requests per call, and without this
   every call would recompute its document's chat header and source. A new tree's node whose
-  prefix is kept (wholly or in part) takes its KV from there and runs only the rest.
+  prefix is kept (wholly or in part) takes its KV from there and runs only the rest. PreemptibleJudge
+  starts every outer call from an empty store (harness.judges.wrappers.fresh_prefixes), so scores
+  never depend on what the process judged before (a resumed run equals an unbroken one bit for bit).
 
 Counters (`tokens_processed`, `tokens_padded`, `forwards`) let the benchmark compare the work
 done with the unique-token minimum (`trie_size`).
@@ -234,6 +236,9 @@ class KeptPrefixes:
                 self.entries.move_to_end(tokens)
         while self.entries and self.size() > self.max_tokens:
             self.entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self.entries.clear()
 
     def size(self) -> int:
         """Distinct tokens of KV held (pieces shared by several paths counted once)."""
