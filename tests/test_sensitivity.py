@@ -132,3 +132,36 @@ def test_sensitivity_generates_paraphrases_with_the_optimizer(tmp_path, shared_d
     assert res["n_instructions"] == len(texts) == 4  # the initial + 3 paraphrases
     assert texts[0].startswith("Compare the overall") and len(set(texts)) == 4
     assert all("overall" in t for t in texts[1:])
+
+
+def test_sensitivity_judges_every_instruction_in_one_call(tmp_path, shared_data, tiny_llama):
+    """score_instructions judges all instructions in ONE judge call: the same rows (floats within
+    1e-6) and the same cached prompts as judging each instruction on its own."""
+    import sqlite3
+
+    from test_zepo import CallLog, _close
+
+    from harness.data import load_task
+    from harness.judges.cache import CachedJudge, ScoreCache
+    from harness.judges.hf import HFJudge
+    from harness.judging import judge_documents
+    from harness.metrics import summarize
+    from harness.zepo.study import KEEP, score_instructions
+
+    docs = load_task("usr_zepo", data_dir=shared_data, limit=1)
+    model = HFJudge(tiny_llama, device="cpu", dtype="float32", threads=1, prefix_reuse=True)
+    log = CallLog(model)
+    judge = CachedJudge(log, ScoreCache(tmp_path / "one.sqlite"), chunk=10**6)
+    rows = score_instructions(judge, docs, INSTRUCTIONS, aspect="overall", family="dialogue", max_candidates=4,
+                              shuffles=5, seed=0)
+    assert len(log.sizes) == 1 and log.sizes[0] == len(INSTRUCTIONS) * (12 + 1)
+    alone = CachedJudge(model, ScoreCache(tmp_path / "each.sqlite"))
+    for row, text in zip(rows, INSTRUCTIONS):
+        judgments, p_cf = judge_documents(alone, docs, aspect="overall", instruction=text, family="dialogue",
+                                          max_candidates=4, progress=False)
+        summary = summarize(judgments, p_cf=p_cf, shuffles=5, seed=0)
+        _close({mode: {k: row[mode][k] for k in KEEP} for mode in summary},
+               {mode: {k: m[k] for k in KEEP} for mode, m in summary.items()})
+    keys = [{k for (k,) in sqlite3.connect(tmp_path / name).execute("SELECT key FROM scores")}
+            for name in ("one.sqlite", "each.sqlite")]
+    assert keys[0] == keys[1] and len(keys[0]) == len(INSTRUCTIONS) * 13
