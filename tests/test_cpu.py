@@ -102,16 +102,20 @@ def _threads_seen(judge) -> list[int]:
     return seen
 
 
-def test_backend_threads_sets_torch_threads_while_judging(tiny_llama):
+def test_backend_threads_sets_torch_threads_while_judging(tiny_llama, monkeypatch):
     """backend.threads=1 computes on one thread and gives the caller's count back; the shipped
-    null is the cores this process may use (os.sched_getaffinity), not os.cpu_count()."""
+    null is OMP_NUM_THREADS when set, else the cores this process may use (os.sched_getaffinity),
+    not os.cpu_count()."""
     from harness.runtime.context import build, container
     from harness.runtime.schema import validate
 
     base = ["experiment=judge", "model=tiny_llama", f"model.path={tiny_llama}", "backend.device=cpu"]
     shipped = compose(base)
     assert shipped.backend.threads is None
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert build(shipped.backend, judge_model=container(shipped.model)).threads == len(os.sched_getaffinity(0))
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert build(shipped.backend, judge_model=container(shipped.model)).threads == 3
     before = torch.get_num_threads()
     for n in (1, 3):
         judge = build(compose([*base, f"backend.threads={n}"]).backend, judge_model=container(shipped.model))
@@ -139,6 +143,7 @@ def test_threads_default_follows_the_affinity_mask(tiny_llama, tmp_path: Path):
     )
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
-                         env={**os.environ, "PYTHONPATH": str(root)}, timeout=300)
+                         env={**{k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"},
+                              "PYTHONPATH": str(root)}, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "threads 1" in out.stdout

@@ -59,6 +59,13 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def default_threads() -> int:
+    """`backend.threads: null`: OMP_NUM_THREADS when set (the usual way to pin a job's threads),
+    else the cores this process may use."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else usable_cores()
+
+
 @contextlib.contextmanager
 def torch_threads(n: int | None) -> Iterator[None]:
     """torch's intra-op threads set to `n` for the block, the caller's count restored after;

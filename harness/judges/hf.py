@@ -28,7 +28,7 @@ from harness.judges.base import (
     resolve_answer_tokens,
     template_fingerprint,
 )
-from harness.judges.cpu import auto_cpu_dtype, torch_threads, usable_cores
+from harness.judges.cpu import auto_cpu_dtype, default_threads, torch_threads
 from harness.judges.generate import GeneratedAnswer, generate_answer_logprobs
 from harness.judges.packed import PackedLlama, Segment, row_batches, unsupported
 from harness.judges.prefix import PrefixScorer, supports_prefix_reuse
@@ -201,7 +201,7 @@ class HFJudge(ChatPrompts):
                  engine: str = "auto", max_batch_tokens: int = 4096, chat_format: str = "default",
                  readout: str = "next_token", max_new_tokens: int = 32, tie_label: str | None = None,
                  chat_template: bool = True, threads: int | None = None,
-                 prefix_cache_tokens: int = 8192) -> None:
+                 prefix_cache_tokens: int = 0) -> None:
         import torch
 
         if engine not in ENGINES:  # before any weights are loaded
@@ -379,10 +379,10 @@ def build(judge_model: Mapping[str, Any], name: str = "hf", **options: Any) -> H
     """The judge `conf/backend/hf.yaml` describes (`_target_`), for the weights in `conf/model/*.yaml`.
 
     `options` are HFJudge's engine settings (device, dtype, batch_size, engine, max_batch_tokens,
-    prefix_reuse, threads: null = the cores this process may use); a backend dtype of null/auto defers to the model's."""
+    prefix_reuse, threads: null = OMP_NUM_THREADS or the cores this process may use); a backend dtype of null/auto defers to the model's."""
     del name  # the backend's name: part of the config, not of the judge
     if options.get("threads") is None:
-        options["threads"] = usable_cores()  # a SLURM allocation or taskset, not the machine's total
+        options["threads"] = default_threads()  # OMP_NUM_THREADS, else a SLURM allocation or taskset
     path, gguf = resolve_model_path(str(judge_model["path"]), judge_model.get("gguf_file"))
     dtype = options.pop("dtype", None)
     if dtype in (None, "auto") and judge_model.get("dtype"):

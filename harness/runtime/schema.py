@@ -95,7 +95,7 @@ class HFBackendConf:
     max_batch_tokens: int = 4096
     prefix_reuse: bool = True
     threads: Optional[int] = None
-    prefix_cache_tokens: int = 8192
+    prefix_cache_tokens: int = 0
 
     def check(self) -> None:
         at_least("backend.prefix_cache_tokens", self.prefix_cache_tokens, 0)
