@@ -20,6 +20,7 @@ from tqdm import tqdm
 from harness.errors import DataError, located
 from harness.files import read_text, write_jsonl_atomic
 from harness.judges.base import Judge, supports_progress
+from harness.judges.prefix import trie_size
 from harness.prompts import render
 from harness.records import Candidate, Document, Judgment, PairRequest, PairScore
 
@@ -229,8 +230,6 @@ def judge_work(judge: Any, requests: Sequence[PairRequest], before: Mapping[str,
     `judge_work`): prompts it scored (cache misses), tokens it ran, the trie minimum of the
     requests' token ids (the fewest tokens any prefix-sharing scheme runs for all of them), its
     prompts/s, and its share of the judging step's wall time (the rest: cache, wrappers, I/O)."""
-    from harness.judges.prefix import trie_size
-
     now = work_counters(judge)
     work: dict[str, Any] = {k: now[k] - before.get(k, 0) for k in now}
     inner = model_judge(judge)
