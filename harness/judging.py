@@ -20,6 +20,7 @@ from tqdm import tqdm
 from harness.errors import DataError, located
 from harness.files import read_text, write_jsonl_atomic
 from harness.judges.base import Judge, supports_progress
+from harness.judges.prefix import trie_size
 from harness.prompts import render
 from harness.records import Candidate, Document, Judgment, PairRequest, PairScore
 
@@ -159,12 +160,88 @@ def judge_documents(judge: Judge, docs: Sequence[Document], *, aspect: str | Non
     return judgments, scores[-1].p_a
 
 
+def judge_instructions(judge: Judge, jobs: Sequence[tuple[Sequence[Document], str]], *, aspect: str | None,
+                       family: str, max_candidates: int | None = None,
+                       progress: bool = True) -> list[tuple[list[Judgment], float]]:
+    """`judge_documents` for every (documents, instruction) job, in ONE judge call: what each
+    returns alone (the same prompts, so the same cache keys and scores), but the requests are
+    interleaved pair by pair across the jobs, so the prompts of one pair under every instruction
+    (identical up to the instruction, which comes last) sit in the same cache chunk and the
+    judge's prefix reuse computes their shared part once (a ZEPO epoch, a sensitivity study)."""
+    built = []
+    for docs, instruction in jobs:
+        requests, templates = build_requests(docs, instruction, family, aspect, max_candidates)
+        if not requests:
+            raise DataError("no pairs to judge: every document needs at least two candidates")
+        built.append(([*requests, content_free_request(instruction, family)], templates))
+    rank: dict[tuple[str, str, str], int] = {}  # pairs in their first job's order; content-free prompts last
+    for requests, _ in built:
+        for r in requests:
+            rank.setdefault((r.doc_id, r.a_id, r.b_id), len(rank))
+    order = sorted(((k, job) for job, (requests, _) in enumerate(built) for k in range(len(requests))),
+                   key=lambda kj: (rank[_pair_key(built[kj[1]][0][kj[0]])], kj[1]))
+    scores = score(judge, [built[job][0][k] for k, job in order], progress)
+    by_job: list[list[PairScore | None]] = [[None] * len(requests) for requests, _ in built]
+    for (k, job), s in zip(order, scores):
+        by_job[job][k] = s
+    out = []
+    for (_, templates), got in zip(built, by_job):
+        judgments = [Judgment(t.doc_id, t.a_id, t.b_id, s.p_a, dict(s.token_logprobs), t.human_a, t.human_b,
+                              t.gold_a, tuple(s.flags) + _mass_flags(s))
+                     for t, s in zip(templates, got)]  # type: ignore[union-attr]
+        out.append((judgments, got[-1].p_a))  # type: ignore[union-attr]
+    return out
+
+
+def _pair_key(r: PairRequest) -> tuple[str, str, str]:
+    return (r.doc_id, r.a_id, r.b_id)
+
+
 def _mass_flags(s: PairScore) -> tuple[str, ...]:
     """LOW_MASS for a read pair with little answer mass, `no_answer` included (the judge wrote no
     answer token: mass 0, as harness.metrics.mass counts it); an unreadable pair has no reading."""
     if "unreadable" in s.flags or LOW_MASS in s.flags:
         return ()
     return (LOW_MASS,) if answer_mass(s.token_logprobs) < MIN_ANSWER_MASS else ()
+
+
+# -- the judge's work ---------------------------------------------------------------------------
+WORK_COUNTERS = ("prompts", "tokens_processed", "seconds")
+"""Counters a local judge keeps (harness.judges.hf.HFJudge): prompts scored, tokens run through
+the model (shared prefixes once), seconds in score_pairs."""
+
+
+def model_judge(judge: Any) -> Any:
+    """The judge that runs the model, under the request cache and preemption wrappers (`.judge`)."""
+    while getattr(judge, "judge", None) is not None:
+        judge = judge.judge
+    return judge
+
+
+def work_counters(judge: Any) -> dict[str, float]:
+    """The model judge's counters now (absent ones left out: vLLM and API judges keep none)."""
+    inner = model_judge(judge)
+    return {k: getattr(inner, k) for k in WORK_COUNTERS if isinstance(getattr(inner, k, None), int | float)}
+
+
+def judge_work(judge: Any, requests: Sequence[PairRequest], before: Mapping[str, float],
+               judging_s: float) -> dict[str, Any]:
+    """What the judge did for `requests` since the counters were `before` (results.json's
+    `judge_work`): prompts it scored (cache misses), tokens it ran, the trie minimum of the
+    requests' token ids (the fewest tokens any prefix-sharing scheme runs for all of them), its
+    prompts/s, and its share of the judging step's wall time (the rest: cache, wrappers, I/O)."""
+    now = work_counters(judge)
+    work: dict[str, Any] = {k: now[k] - before.get(k, 0) for k in now}
+    inner = model_judge(judge)
+    if hasattr(inner, "encode") and requests:
+        work["trie_minimum"] = trie_size(inner.encode(requests))
+    seconds = work.get("seconds")
+    if seconds:
+        work["prompts_per_s"] = work.get("prompts", 0) / seconds
+    work["judging_s"] = judging_s
+    if seconds is not None and judging_s > 0:
+        work["judge_share"] = seconds / judging_s
+    return work
 
 
 # -- judgments.jsonl --------------------------------------------------------------------------

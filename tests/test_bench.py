@@ -47,6 +47,28 @@ def test_bench_judge_json_line(tmp_path, shared_data, tiny_llama):
     assert max(line["matmul_peaks"]) == line["matmul_peak_flop_per_s"] > 0
 
 
+def test_bench_run_json_line(tmp_path, shared_data, tiny_llama):
+    """scripts/bench_run.py at tiny sizes: the run vs engine-only rows, the epoch in one call vs
+    per instruction (fewer tokens, decisions equal), bf16 vs fp32 decisions."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench_run.py"), "--model", "tiny:llama", "--docs", "1",
+         "--candidates", "4", "--chunk", "4", "--epoch-candidates", "3", "--dtypes", "--dtype-docs", "1",
+         "--data-dir", str(shared_data)],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = _last_json(proc.stdout)
+    rows = line["judge"]["rows"]
+    kept, plain = rows["run: chunk 4, prefix_cache_tokens=8192"], rows["run: chunk 4, prefix_cache_tokens=0"]
+    assert kept["prompts"] == 13 and kept["tokens"] < plain["tokens"] and kept["x_trie"] <= 1.05
+    assert all(r["max_dp"] < 1e-4 and r["prompts_per_s"] > 0 for r in rows.values())
+    epoch = line["epoch"]
+    assert epoch["one call per epoch"]["tokens"] < epoch["one call per instruction"]["tokens"]
+    assert epoch["decisions_equal"][0] == epoch["decisions_equal"][1] == 5 * 6
+    for task in ("summeval", "newsroom"):
+        assert line["dtypes"][task]["pairs"] == 12 and line["dtypes"][task]["max_dp"] < 0.05
+        assert f"| {task} | 12 |" in proc.stdout
+
+
 def test_gpu_check_dry_run(tmp_path, shared_data, tiny_llama):
     """The GPU script is rarely run on a GPU: its CPU dry run keeps it working."""
     out = tmp_path / "gpu.json"

@@ -198,3 +198,28 @@ def test_shipped_hf_backend_reuses_prefixes_and_equals_the_plain_path(tiny_llama
     assert plain.tokens_processed == sum(len(r) for r in ids)
     assert trie_size(ids) <= shipped.tokens_processed < 0.8 * plain.tokens_processed
     assert max(abs(a.p_a - b.p_a) for a, b in zip(got, want)) < TOL
+
+
+@pytest.mark.parametrize("engine", ["hf", "auto"])
+def test_prefix_kv_kept_across_calls(plain_judge, engine):
+    """The request cache hands the judge a few requests per call (PreemptibleJudge, cache.chunk):
+    with the KV of recent prefixes kept across calls the work stays within 5% of the trie minimum
+    and the scores stay the plain path's; nested prompts, duplicates and a tight LRU bound too.
+    Negative control: prefix_cache_tokens=0 recomputes each call's document prefix (> 1.05x)."""
+    from harness.judges.wrappers import PreemptibleJudge
+
+    reqs = _requests(INSTRUCTIONS[:1])
+    ids = plain_judge.encode(reqs)
+    ratio = {}
+    for keep in (0, 8192, 40):
+        if keep == 40:  # duplicates of earlier prompts in later calls, and an LRU that evicts
+            reqs = reqs + reqs[:3]
+        expected = plain_judge.score_pairs(reqs)
+        judge = HFJudge("twin", device="cpu", dtype="float32", batch_size=3, model=plain_judge.model,
+                        tokenizer=plain_judge.tokenizer, prefix_reuse=True, engine=engine,
+                        prefix_cache_tokens=keep)
+        got = PreemptibleJudge(judge, chunk=4).score_pairs(reqs)
+        assert max(abs(e.p_a - g.p_a) for e, g in zip(expected, got)) < TOL
+        ratio[keep] = judge.tokens_processed / trie_size(ids)
+        assert judge.prefix_scorer.kept.size() <= keep
+    assert ratio[8192] <= 1.05 < ratio[0]

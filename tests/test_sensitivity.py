@@ -148,3 +148,36 @@ def test_no_valid_paraphrase_is_one_line_and_exit_2_before_any_judging(tmp_path)
     _assert_one_line_error(r, "no valid paraphrase came back", "all 2 requested paraphrases", "rejections.jsonl")
     assert (out / "rejections.jsonl").is_file()  # where the reasons are, as the line says
     assert not (out / "results.json").exists() and not (out / "instructions").exists()
+
+
+def test_sensitivity_judges_every_instruction_in_one_call(tmp_path, shared_data, tiny_llama):
+    """score_instructions judges all instructions in ONE judge call: the same rows (floats within
+    1e-6) and the same cached prompts as judging each instruction on its own."""
+    import sqlite3
+
+    from test_zepo import CallLog, _close
+
+    from harness.data import load_task
+    from harness.judges.cache import CachedJudge, ScoreCache
+    from harness.judges.hf import HFJudge
+    from harness.judging import judge_documents
+    from harness.metrics import summarize
+    from harness.zepo.study import KEEP, score_instructions
+
+    docs = load_task("usr_zepo", data_dir=shared_data, limit=1)
+    model = HFJudge(tiny_llama, device="cpu", dtype="float32", threads=1, prefix_reuse=True)
+    log = CallLog(model)
+    judge = CachedJudge(log, ScoreCache(tmp_path / "one.sqlite"), chunk=10**6)
+    rows = score_instructions(judge, docs, INSTRUCTIONS, aspect="overall", family="dialogue", max_candidates=4,
+                              shuffles=5, seed=0)
+    assert len(log.sizes) == 1 and log.sizes[0] == len(INSTRUCTIONS) * (12 + 1)
+    alone = CachedJudge(model, ScoreCache(tmp_path / "each.sqlite"))
+    for row, text in zip(rows, INSTRUCTIONS):
+        judgments, p_cf = judge_documents(alone, docs, aspect="overall", instruction=text, family="dialogue",
+                                          max_candidates=4, progress=False)
+        summary = summarize(judgments, p_cf=p_cf, shuffles=5, seed=0)
+        _close({mode: {k: row[mode][k] for k in KEEP} for mode in summary},
+               {mode: {k: m[k] for k in KEEP} for mode, m in summary.items()})
+    keys = [{k for (k,) in sqlite3.connect(tmp_path / name).execute("SELECT key FROM scores")}
+            for name in ("one.sqlite", "each.sqlite")]
+    assert keys[0] == keys[1] and len(keys[0]) == len(INSTRUCTIONS) * 13

@@ -192,7 +192,7 @@ def _reference_run(overrides: list[str], env: dict[str, str], out: Path, monkeyp
 
 
 def _without_calls(results: dict) -> dict:
-    return {k: v for k, v in results.items() if k != "judge_calls"}  # a fact about the run, not a metric
+    return {k: v for k, v in results.items() if k not in ("judge_calls", "judge_work")}  # facts about the run
 
 
 def _cancel(sweep: Path, *procs: subprocess.Popen) -> None:

@@ -174,6 +174,84 @@ def test_interrupted_search_resumes_exactly(tmp_path):
     assert len(more.run().candidates) == 12 and o3.calls == 3
 
 
+# -- an epoch judged in one call -----------------------------------------------------------------
+class PerCandidateSearch(zepo.Search):
+    """The search judging one candidate at a time (one judge call per text and document set),
+    as it did before epochs were judged in one call: the reference the batched search must equal."""
+
+    def judge_texts(self, texts):
+        held = self.settings.heldout_spearman and bool(self.heldout_docs)
+        return {t: (self.judge_on(self.search_docs, t), self.judge_on(self.heldout_docs, t) if held else None)
+                for t in dict.fromkeys(texts)}
+
+
+class CallLog:
+    """Records the size of every call reaching the wrapped judge (a spy; the judge is real)."""
+
+    def __init__(self, judge):
+        self.judge, self.identity, self.sizes = judge, judge.identity, []
+
+    def score_pairs(self, requests):
+        self.sizes.append(len(requests))
+        return self.judge.score_pairs(requests)
+
+
+def _close(a, b, path="state"):
+    """Equal, floats within 1e-6 (prefix reuse changes the float order of a batch, not the decisions)."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            _close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _close(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-6, abs=1e-6), path
+    else:
+        assert a == b, path
+
+
+def test_epoch_in_one_call_equals_per_candidate_judging(tmp_path, tiny_llama, shared_data):
+    """A ZEPO epoch's candidates are judged in ONE call (search and held-out documents together):
+    the same state.json, history and request-cache keys as judging one candidate at a time, with
+    fewer tokens run (each pair's content computed once for all the epoch's instructions)."""
+    import sqlite3
+
+    from harness.data import load_task
+    from harness.judges.hf import HFJudge
+    from harness.judges.wrappers import PreemptibleJudge
+
+    docs = load_task("summeval", data_dir=shared_data, limit=2)
+    model = HFJudge(tiny_llama, device="cpu", dtype="float32", threads=1, prefix_reuse=True)
+    runs = {}
+    for kind, cls in (("batched", zepo.Search), ("per_candidate", PerCandidateSearch)):
+        out = tmp_path / kind
+        out.mkdir()
+        model.tokens_processed = 0
+        model.prefix_scorer = None  # no KV kept from the other run
+        log = CallLog(model)
+        judge = PreemptibleJudge(CachedJudge(log, ScoreCache(out / "requests.sqlite"), chunk=16), chunk=16)
+        settings = zepo.SearchSettings(population=3, epochs=2, shuffles=5, max_candidates=4)
+        search = cls(judge, ScriptedOptimizer(), "Which summary is more coherent? Answer 'A' or 'B'.", "coherence",
+                     "summarization", docs[:1], docs[1:], settings, state_path=out / "state.json")
+        result = search.run()
+        with sqlite3.connect(out / "requests.sqlite") as db:
+            keys = {k for (k,) in db.execute("SELECT key FROM scores")}
+        runs[kind] = {"state": json.loads((out / "state.json").read_text()), "keys": keys, "sizes": log.sizes,
+                      "history": zepo.history_rows(result), "tokens": model.tokens_processed}
+    batched, single = runs["batched"], runs["per_candidate"]
+    _close(batched["state"], single["state"])
+    _close(batched["history"], single["history"], "history")
+    assert len(batched["history"]) == 6 and len({r["text"] for r in batched["history"]}) == 6
+    assert batched["keys"] == single["keys"] and len(batched["keys"]) == 6 * (12 + 12 + 1)
+    # Per candidate: a search and a held-out call per text, each one or more chunks; batched: the
+    # epoch's requests as one stream, cut only into cache chunks of 16.
+    assert sum(batched["sizes"]) == sum(single["sizes"]) == len(batched["keys"])
+    assert len(batched["sizes"]) == sum(math.ceil(3 * 25 / 16) for _ in range(2)) < len(single["sizes"])
+    assert batched["tokens"] < 0.8 * single["tokens"]
+
+
 # -- end to end: tiny Llama judge, API optimizer on a loopback server -----------------------------
 def _compose(overrides):
     from hydra import compose, initialize_config_dir

@@ -5,7 +5,9 @@
 Writes into the run directory:
 - `judgments.jsonl`: one row per ordered pair (doc id, candidate ids, answer-token logprobs, P(A),
   both candidates' human scores), plus one `content_free` row used for contextual calibration;
-- `results.json`: every metric with and without each debiasing, recomputable from the JSONL alone;
+- `results.json`: every metric with and without each debiasing, recomputable from the JSONL alone,
+  and `judge_work`: prompts the model scored, tokens it ran, the trie minimum of the run's prompts,
+  prompts/s and the model's share of the judging step's wall time (harness.judging.judge_work);
 - the report card (drawn by the run context, harness/metrics/card.py): `card.md` and
   `card_reliability.png`, `card_p_a_by_order.png`, `card_answer_mass.png`, also in W&B.
 Every judge call goes through the request cache, so a killed run restarts without re-scoring.
@@ -13,12 +15,19 @@ Every judge call goes through the request cache, so a killed run restarts withou
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.judges.base import Judge
-from harness.judging import judge_documents
+from harness.judging import (
+    build_requests,
+    content_free_request,
+    judge_documents,
+    judge_work,
+    work_counters,
+)
 from harness.metrics import write_run
 from harness.runtime.attempts import ATTEMPTS, summed_calls
 from harness.runtime.context import experiment
@@ -32,12 +41,16 @@ def run_judge(judge: Judge, docs: Sequence[Document], *, task: str, aspect: str 
     """Judge every ordered pair, write judgments.jsonl and results.json, log the metrics."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    before, start = work_counters(judge), time.perf_counter()
     judgments, p_cf = judge_documents(judge, docs, aspect=aspect, instruction=instruction, family=family,
                                       max_candidates=max_candidates, progress=progress)
+    requests = build_requests(docs, instruction, family, aspect, max_candidates)[0]
+    work = judge_work(judge, [*requests, content_free_request(instruction, family)], before,
+                      time.perf_counter() - start)
     results = write_run(out, judgments, p_cf, task=task, aspect=aspect, family=family, instruction=instruction,
                         judge_identity=judge.identity, n_docs=len(docs), shuffles=shuffles, seed=seed,
                         extra={"judge_calls": getattr(judge, "calls", None),
-                               "judge_calls_all_attempts": _all_attempts_calls(out)})
+                               "judge_calls_all_attempts": _all_attempts_calls(out), "judge_work": work})
     if tracker is not None:
         flat = {f"{mode}/{k}": v for mode, m in results["metrics"].items() for k, v in m.items()}
         tracker.log(flat)

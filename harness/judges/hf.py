@@ -17,6 +17,7 @@ generated A/B token (harness.judges.generate).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from harness.judges.base import (
     resolve_answer_tokens,
     template_fingerprint,
 )
+from harness.judges.cpu import auto_cpu_dtype, default_threads, torch_threads
 from harness.judges.generate import GeneratedAnswer, generate_answer_logprobs
 from harness.judges.packed import PackedLlama, Segment, row_batches, unsupported
 from harness.judges.prefix import PrefixScorer, supports_prefix_reuse
@@ -55,8 +57,8 @@ def pick_device(device: str) -> str:
 def pick_dtype(dtype: str, device: str):
     import torch
 
-    if dtype == "auto":
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if dtype == "auto":  # bf16 on GPU and on a CPU that multiplies bf16 in hardware (harness.judges.cpu)
+        return torch.bfloat16 if device.startswith("cuda") else getattr(torch, auto_cpu_dtype())
     if dtype not in _DTYPES:
         raise ConfigError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
     return getattr(torch, _DTYPES[dtype])
@@ -200,7 +202,8 @@ class HFJudge(ChatPrompts):
                  model: Any = None, tokenizer: Any = None, prefix_reuse: bool = False,
                  engine: str = "auto", max_batch_tokens: int = 4096, chat_format: str = "default",
                  readout: str = "next_token", max_new_tokens: int = 32, tie_label: str | None = None,
-                 chat_template: bool = True) -> None:
+                 chat_template: bool = True, threads: int | None = None,
+                 prefix_cache_tokens: int = 0) -> None:
         import torch
 
         if engine not in ENGINES:  # before any weights are loaded
@@ -208,6 +211,11 @@ class HFJudge(ChatPrompts):
         self.set_chat(chat_template=chat_template, chat_format=chat_format, readout=readout,
                       max_new_tokens=max_new_tokens)
         self.device = pick_device(device)
+        self.threads = None if threads is None else int(threads)
+        """torch's intra-op threads while this judge computes on CPU (None: torch's count as it is;
+        the shipped config's null means the cores this process may use, see `build`)."""
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"threads must be >= 1, got {threads}")
         self.torch_dtype = pick_dtype(dtype, self.device)
         if model is None or tokenizer is None:
             model, tokenizer = load_model_and_tokenizer(path, gguf_file, self.torch_dtype, self.device,
@@ -229,11 +237,17 @@ class HFJudge(ChatPrompts):
         # Likewise the engine: packed and HF forwards differ only in float summation order.
         self.packed = _packed_engine(model, engine)
         """The PackedLlama running this model, or None (HF's forward on padded batches)."""
+        self.prefix_cache_tokens = int(prefix_cache_tokens)
+        """Prefix reuse: KV of recent shared prefixes kept across calls, in tokens (0: none)."""
+        if self.prefix_cache_tokens < 0:
+            raise ConfigError(f"prefix_cache_tokens must be >= 0, got {prefix_cache_tokens}")
         self.max_batch_tokens = int(max_batch_tokens)
         if self.max_batch_tokens < 1:
             raise ConfigError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
         self.prompts = 0
         """Prompts scored so far (both paths)."""
+        self.seconds = 0.0
+        """Wall seconds spent in score_pairs so far (tokenizing and the model)."""
         self.tokens_processed = 0
         """Real tokens run through the model so far: full prompts, or shared prefixes once."""
         self.prefix_scorer = None
@@ -254,6 +268,14 @@ class HFJudge(ChatPrompts):
 
     # -- scoring --------------------------------------------------------------------------------
     def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
+        start = time.perf_counter()
+        try:
+            with torch_threads(self.threads if self.device == "cpu" else None):
+                return self._score_pairs(requests)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def _score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
         ids = self.encode(requests)
         self.prompts += len(ids)
         if self.readout == "generate":
@@ -264,7 +286,8 @@ class HFJudge(ChatPrompts):
             if packed is not None or supports_prefix_reuse(self.model, ids):
                 if self.prefix_scorer is None:
                     self.prefix_scorer = PrefixScorer(self.model, self._answer_ids, self.pad_id, self.device,
-                                                      self.batch_size, max_batch_tokens=self.max_batch_tokens)
+                                                      self.batch_size, max_batch_tokens=self.max_batch_tokens,
+                                                      keep_tokens=self.prefix_cache_tokens)
                 self.prefix_scorer.engine = packed
                 before = self.prefix_scorer.tokens_processed
                 rows = self.prefix_scorer.answer_logprobs(ids)
@@ -283,6 +306,11 @@ class HFJudge(ChatPrompts):
             for i, row in zip(rows, lps):
                 out[i] = self.answers.score(row)
         return out  # type: ignore[return-value]
+
+    def forget_prefixes(self) -> None:
+        """Drop the prefix KV kept across calls (the next call starts from none)."""
+        if self.prefix_scorer is not None:
+            self.prefix_scorer.kept.clear()
 
     def generate(self, rows: Sequence[Sequence[int]]) -> list[GeneratedAnswer]:
         """The official ZEPO read-out on token ids: greedy generation, the answer at the first
@@ -353,8 +381,10 @@ def build(judge_model: Mapping[str, Any], name: str = "hf", **options: Any) -> H
     """The judge `conf/backend/hf.yaml` describes (`_target_`), for the weights in `conf/model/*.yaml`.
 
     `options` are HFJudge's engine settings (device, dtype, batch_size, engine, max_batch_tokens,
-    prefix_reuse); a backend dtype of null/auto defers to the model's."""
+    prefix_reuse, threads: null = OMP_NUM_THREADS or the cores this process may use); a backend dtype of null/auto defers to the model's."""
     del name  # the backend's name: part of the config, not of the judge
+    if options.get("threads") is None:
+        options["threads"] = default_threads()  # OMP_NUM_THREADS, else a SLURM allocation or taskset
     path, gguf = resolve_model_path(str(judge_model["path"]), judge_model.get("gguf_file"))
     dtype = options.pop("dtype", None)
     if dtype in (None, "auto") and judge_model.get("dtype"):

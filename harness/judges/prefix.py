@@ -18,7 +18,14 @@ process their own tokens:
 - Inner nodes shorter than `min_prefix` tokens are not cached: their tokens are pushed down into
   their children, since a tiny shared piece costs more in bookkeeping than it saves.
 - Sorted prompts are cut into chunks whose trie holds at most `max_cached_tokens` tokens, which
-  bounds the KV kept alive at once (a cut costs one recomputed document prefix).
+  bounds the KV kept alive at once.
+- Across calls (and those chunks), the KV of recent inner nodes is kept, up to `keep_tokens`
+  tokens, least recently used first out, keyed by the token prefix it belongs to (as vLLM's prefix
+  cache does): the request cache hands the judge `cache.chunk` requests per call, and without this
+  every call would recompute its document's chat header and source. A new tree's node whose
+  prefix is kept (wholly or in part) takes its KV from there and runs only the rest. PreemptibleJudge
+  starts every outer call from an empty store (harness.judges.wrappers.fresh_prefixes), so scores
+  never depend on what the process judged before (a resumed run equals an unbroken one bit for bit).
 
 Counters (`tokens_processed`, `tokens_padded`, `forwards`) let the benchmark compare the work
 done with the unique-token minimum (`trie_size`).
@@ -26,6 +33,7 @@ done with the unique-token minimum (`trie_size`).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +75,14 @@ class PrefixNode:
     """Nodes that continue this one."""
     kv: list[tuple[Any, Any]] | None = None
     """Per layer (keys, values) of this node's own tokens, shape (heads, len, dim); inner nodes only."""
+    done: bool = False
+    """The KV came from an earlier call (KeptPrefixes): nothing to run, only its children."""
+    tail: bool = False
+    """A leaf whose KV is kept all the same: the last prompt of a call or chunk, which the next
+    one most likely continues (the rest of its candidate A's pairs)."""
+
+    def keeps_kv(self) -> bool:
+        return bool(self.children) or self.tail
 
     def path(self) -> list[PrefixNode]:
         """Ancestors from the top-level node down to the parent."""
@@ -133,13 +149,115 @@ def chunk_rows(rows: Sequence[Sequence[int]], max_cached_tokens: int) -> list[li
     return chunks
 
 
+@dataclass(eq=False)
+class KeptPrefix:
+    """The KV of one computed inner node's whole path, kept for later calls."""
+
+    tokens: tuple[int, ...]
+    """The path's tokens, from position 0 to the node's last."""
+    pieces: tuple[list[tuple[Any, Any]], ...]
+    """Per-node per-layer (keys, values) covering `tokens` in order (the ancestors', then its own)."""
+
+    def kv(self, start: int, end: int) -> list[tuple[Any, Any]]:
+        """Per layer (keys, values) of positions [start, end)."""
+        import torch
+
+        parts, at = [], 0
+        for piece in self.pieces:
+            n = piece[0][0].shape[1]
+            lo, hi = max(start, at), min(end, at + n)
+            if lo < hi:
+                parts.append([(k[:, lo - at : hi - at], v[:, lo - at : hi - at]) for k, v in piece])
+            at += n
+        if len(parts) == 1:
+            return parts[0]
+        return [(torch.cat([p[layer][0] for p in parts], 1), torch.cat([p[layer][1] for p in parts], 1))
+                for layer in range(len(parts[0]))]
+
+
+class KeptPrefixes:
+    """An LRU of KeptPrefix by token path, holding at most `max_tokens` distinct tokens of KV."""
+
+    def __init__(self, max_tokens: int) -> None:
+        self.max_tokens = max(0, int(max_tokens))
+        self.entries: OrderedDict[tuple[int, ...], KeptPrefix] = OrderedDict()
+        self.tokens_reused = 0
+        """Tokens whose KV a later call took from here instead of computing."""
+
+    def longest(self, path: Sequence[int]) -> tuple[KeptPrefix | None, int]:
+        """The kept prefix sharing the most leading tokens with `path`, and how many (marked used)."""
+        best, length = None, 0
+        for entry in self.entries.values():
+            n = common_prefix_len(entry.tokens, path)
+            if n > length:
+                best, length = entry, n
+        if best is not None:
+            self.entries.move_to_end(best.tokens)
+        return best, length
+
+    def graft(self, nodes: list[PrefixNode], before: Sequence[int] = ()) -> None:
+        """Give `nodes` (siblings under the path `before`) the KV kept for their prefixes: a node
+        wholly kept is `done` (its children are looked up in turn), one kept in part is split
+        into a done head and the rest. A node where a prompt ends keeps its last token to run."""
+        if not self.entries:
+            return
+        for i, n in enumerate(nodes):
+            path = [*before, *n.tokens]
+            entry, covered = self.longest(path)
+            end = len(path)
+            if n.ends:
+                covered = min(covered, end - 1)
+            if entry is None or covered <= n.start:
+                continue
+            self.tokens_reused += min(covered, end) - n.start
+            if covered >= end:
+                n.kv, n.done = entry.kv(n.start, end), True
+                self.graft(n.children, path)
+                continue
+            cut = covered - n.start
+            head = PrefixNode(tokens=n.tokens[:cut], start=n.start, parent=n.parent, children=[n],
+                              kv=entry.kv(n.start, covered), done=True)
+            n.tokens, n.start, n.parent = n.tokens[cut:], covered, head
+            nodes[i] = head
+
+    def keep(self, nodes: Sequence[PrefixNode]) -> None:
+        """Keep the KV of every inner node computed under `nodes`, then drop the least recently
+        used until at most `max_tokens` distinct tokens of KV remain."""
+        if self.max_tokens == 0:
+            return
+        stack = list(nodes)
+        while stack:
+            n = stack.pop()
+            stack.extend(n.children)
+            if n.kv is not None and not n.done and n.keeps_kv():
+                path = n.path()
+                tokens = tuple(t for a in (*path, n) for t in a.tokens)
+                self.entries[tokens] = KeptPrefix(tokens, tuple(a.kv for a in path) + (n.kv,))  # type: ignore[operator]
+                self.entries.move_to_end(tokens)
+        while self.entries and self.size() > self.max_tokens:
+            self.entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+    def size(self) -> int:
+        """Distinct tokens of KV held (pieces shared by several paths counted once)."""
+        seen: dict[int, int] = {}
+        for entry in self.entries.values():
+            for piece in entry.pieces:
+                seen[id(piece)] = piece[0][0].shape[1]
+        return sum(seen.values())
+
+
 class PrefixScorer:
     """Runs answer-token scoring through the radix tree; same outputs as one forward per prompt."""
 
     def __init__(self, model: Any, answer_ids: Any, pad_id: int, device: str, batch_size: int,
                  min_prefix: int = 16, max_cached_tokens: int = 32768, engine: Any = None,
-                 max_batch_tokens: int = 4096) -> None:
+                 max_batch_tokens: int = 4096, keep_tokens: int = 0) -> None:
         self.model = model
+        self.kept = KeptPrefixes(keep_tokens)
+        """KV of recent inner nodes kept across calls (0 tokens: none kept)."""
         self.engine = engine
         """A PackedLlama (unpadded segments) or None (HF's forward on left-padded batches)."""
         self.max_batch_tokens = int(max_batch_tokens)
@@ -161,7 +279,11 @@ class PrefixScorer:
         """Answer-token log-probs for every prompt, in input order."""
         out: list[list[float] | None] = [None] * len(rows)
         for chunk in chunk_rows(rows, self.max_cached_tokens):
-            level = build_tree(rows, chunk, self.min_prefix)
+            top = build_tree(rows, chunk, self.min_prefix)
+            if self.kept.max_tokens:
+                _mark_tails(top, {chunk[-1], len(rows) - 1})
+            self.kept.graft(top)
+            level = _to_run(top)
             while level:
                 # Similar lengths together keep padding (wasted compute) small.
                 level.sort(key=lambda n: (len(n.tokens), n.start), reverse=True)
@@ -172,8 +294,8 @@ class PrefixScorer:
                 else:
                     for b in range(0, len(level), self.batch_size):
                         self._run(level[b : b + self.batch_size], out)
-                level = [c for n in level for c in n.children]
-            # Inner-node KV dies with the tree here.
+                level = _to_run([c for n in level for c in n.children])
+            self.kept.keep(top)  # the rest of the tree's KV dies with it here
         return out  # type: ignore[return-value]
 
     def _run(self, nodes: list[PrefixNode], out: list[list[float] | None]) -> None:
@@ -192,7 +314,7 @@ class PrefixScorer:
             mask[k, past + width - m:] = 1
             pos[k, :] = n.start  # padding positions: any valid value, they are masked out
             pos[k, width - m:] = torch.arange(n.start, n.start + m)
-        keep_kv = any(n.children for n in nodes)
+        keep_kv = any(n.keeps_kv() for n in nodes)
         cache = self._gather_cache(nodes, past) if past > 0 else None
         if cache is None and keep_kv:
             from transformers import DynamicCache
@@ -208,7 +330,7 @@ class PrefixScorer:
             if keep_kv:
                 layers = _cache_layers(result.past_key_values)
                 for k, n in enumerate(nodes):
-                    if n.children:
+                    if n.keeps_kv():
                         m = len(n.tokens)
                         n.kv = [(key[k, :, past + width - m:].clone(), val[k, :, past + width - m:].clone())
                                 for key, val in layers]
@@ -223,12 +345,12 @@ class PrefixScorer:
             parent = id(n.parent)
             if parent not in paths:
                 paths[parent] = tuple(a.kv for a in n.path())
-            segments.append(Segment(n.tokens, n.start, paths[parent], keep=bool(n.children)))
+            segments.append(Segment(n.tokens, n.start, paths[parent], keep=n.keeps_kv()))
         with torch.inference_mode():
             logits, kept = self.engine.forward(segments)
             logp = torch.log_softmax(logits.float(), dim=-1)[:, self.answer_ids].cpu().tolist()
         for k, n in enumerate(nodes):
-            if n.children:
+            if n.keeps_kv():
                 n.kv = kept[k]
         self._record(nodes, logp, out, sum(len(n.tokens) for n in nodes))
 
@@ -266,6 +388,28 @@ class PrefixScorer:
                     at += ka.shape[1]
             data.append((keys, vals))
         return DynamicCache(ddp_cache_data=data)
+
+
+def _mark_tails(nodes: Sequence[PrefixNode], rows: set[int]) -> None:
+    """Mark the leaves where `rows` end as tails (their KV is kept for the next call)."""
+    stack = list(nodes)
+    while stack:
+        n = stack.pop()
+        stack.extend(n.children)
+        if not n.children and rows & set(n.ends):
+            n.tail = True
+
+
+def _to_run(nodes: Sequence[PrefixNode]) -> list[PrefixNode]:
+    """The nodes to compute: `nodes`, each done one replaced by its children (recursively)."""
+    out, stack = [], list(nodes)
+    while stack:
+        n = stack.pop()
+        if n.done:
+            stack.extend(n.children)
+        else:
+            out.append(n)
+    return out
 
 
 def _cache_layers(cache) -> list[tuple[Any, Any]]:

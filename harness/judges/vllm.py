@@ -20,8 +20,9 @@ On the CPU backend (measured; every default below is overridable in conf/backend
 - the engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): loads in ~6 s instead of
   ~35 s, half the memory, bit-identical logprobs; its torch threads are set only around our
   generate calls (vLLM replaces `torch.set_num_threads` with a no-op in that mode: we put it back);
-- `enforce_eager` (the inductor compile costs ~2 minutes and gave no speed-up), float32 (bf16 is 4x
-  slower on AVX2 and moves P(A) by up to 0.02), `block_size=32` (the CPU default 128 leaves almost
+- `enforce_eager` (the inductor compile costs ~2 minutes and gave no speed-up), `dtype: auto` =
+  float32 unless the CPU multiplies bf16 in hardware (AMX/AVX512-BF16, harness.judges.cpu; bf16 is
+  4x slower on AVX2 and moves P(A) by up to 0.02), `block_size=32` (the CPU default 128 leaves almost
   nothing to share on ~150-token prompts; 16 is refused), and an explicit KV-cache size
   (`gpu_memory_utilization` is a fraction of NUMA node 0's RAM there and the default fails);
 - a failed load says only "Engine core initialization failed", so what we can check (weights
@@ -34,11 +35,10 @@ On the CPU backend (measured; every default below is overridable in conf/backend
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ from harness.judges.base import (
     resolve_answer_tokens,
     template_fingerprint,
 )
+from harness.judges.cpu import auto_cpu_dtype, torch_threads
 from harness.judges.hf import (
     ChatPrompts,
     format_chat,
@@ -110,7 +111,7 @@ def engine_settings(path: str, *, on_cpu: bool, dtype: str, max_model_len: int |
                     model_config: Mapping[str, Any]) -> dict[str, Any]:
     """vllm.LLM keyword arguments with this backend's CPU defaults, checked before any load."""
     if dtype == "auto":
-        dtype = "float32" if on_cpu else "bfloat16"
+        dtype = auto_cpu_dtype() if on_cpu else "bfloat16"
     kwargs: dict[str, Any] = {"dtype": dtype}
     if enforce_eager is None:
         enforce_eager = on_cpu
@@ -140,23 +141,6 @@ def engine_settings(path: str, *, on_cpu: bool, dtype: str, max_model_len: int |
         kv_cache_memory_bytes = max(per_token * tokens, 256 << 20)
     kwargs["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
     return kwargs
-
-
-@contextlib.contextmanager
-def torch_threads(n: int | None) -> Iterator[None]:
-    """torch's intra-op threads set to `n` for the block (the in-process CPU engine uses the
-    caller's torch), the caller's count restored after; nothing changes when `n` is None."""
-    if n is None:
-        yield
-        return
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _start_engine(vllm: Any, key: str, kwargs: dict[str, Any], threads: int | None, in_process: bool) -> Any:

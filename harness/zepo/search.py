@@ -6,7 +6,10 @@ on a strictly higher objective, so ties keep the earlier (usually the human-writ
 Each candidate is scored by judging every ordered pair of the SEARCH documents; the objective
 needs no human labels except "calibration", an ablation.
 
-Resumable: after every generated and every scored candidate the search state is written
+An epoch's texts are generated first (each saved as pending), then all of them are judged in ONE
+judge call (harness.judging.judge_instructions: the same prompts and cache keys as one call per
+candidate, so prefix reuse shares each pair's content across the candidates), then scored in slot
+order. Resumable: after every generated and every scored candidate the search state is written
 atomically to `state.json`. Optimizer seeds are derived from (seed, epoch, slot, attempt), so no
 RNG state is saved; a resumed run replays the saved candidates and continues where it stopped,
 calling neither the optimizer (texts are in the state) nor the judge (request cache) again.
@@ -25,7 +28,7 @@ from typing import Any, Protocol
 from harness import metrics
 from harness.errors import ConfigError
 from harness.judges.base import Judge
-from harness.judging import judge_documents
+from harness.judging import judge_documents, judge_instructions
 from harness.records import Document, Judgment
 from harness.zepo.optimizers import ParaphraseError
 from harness.zepo.state import (
@@ -217,25 +220,23 @@ class Search:
             parent = best
             state.epoch = epoch
             state.save()  # so a watcher sees which epoch is running
+            slots = self._epoch_texts(state, epoch, parent, history)
+            judged = self.judge_texts([x["text"] for x in slots if x["done"] is None])
             scored: list[ScoredCandidate] = []
-            for slot in range(s.population):
-                key = f"{epoch}:{slot}"
-                if key in state.skipped:
-                    continue
-                cand = state.done.get(key)
+            for x in slots:
+                cand = x["done"]
                 fresh = cand is None
                 if fresh:
-                    cand = self._new_candidate(state, key, epoch, slot, len(history), parent, history)
-                    if cand is None:
-                        continue
+                    cand = self.candidate(x["text"], *judged[x["text"]], index=len(history), epoch=epoch,
+                                          slot=x["slot"], parent=x["parent"], seed=x["seed"])
                 history.append(cand)
                 scored.append(cand)
                 if best is None or self._better(cand, best):
                     best = cand
                 state.best_index = best.index
                 if fresh:
-                    state.done[key] = cand
-                    state.pending.pop(key, None)
+                    state.done[x["key"]] = cand
+                    state.pending.pop(x["key"], None)
                     state.save()
                 if self.on_candidate:
                     self.on_candidate(cand, best, fresh)
@@ -250,25 +251,44 @@ class Search:
         key = self.settings.objective
         return objective_key(cand.objectives[key]) > objective_key(best.objectives[key])
 
-    def _new_candidate(self, state: SearchState, key: str, epoch: int, slot: int, index: int,
-                       parent: ScoredCandidate | None, history: Sequence[ScoredCandidate]) -> ScoredCandidate | None:
-        if parent is None and slot == 0:
-            text, seed, parent_index = self.initial, None, None
-        else:
-            source = parent or history[0]
-            if key not in state.pending:
-                try:
-                    text, seed = self._paraphrase(source.text, epoch, slot, {c.text for c in history})
-                except ParaphraseFailed as e:
-                    # One unusable slot should not end an hours-long search: record and move on.
-                    log.warning("epoch %d slot %d skipped: %s", epoch, slot, e)
-                    state.skipped[key] = str(e)
+    def _epoch_texts(self, state: SearchState, epoch: int, parent: ScoredCandidate | None,
+                     history: Sequence[ScoredCandidate]) -> list[dict[str, Any]]:
+        """Every slot of the epoch in slot order, before any is judged: a candidate scored before
+        (`done`, replayed from state.json), or the text to judge (pending in state.json, or a new
+        paraphrase, saved as pending). Each paraphrase avoids the texts of the earlier slots, as
+        when each slot was judged before the next was generated; skipped slots are left out."""
+        seen = {c.text for c in history}
+        slots: list[dict[str, Any]] = []
+        for slot in range(self.settings.population):
+            key = f"{epoch}:{slot}"
+            if key in state.skipped:
+                continue
+            done = state.done.get(key)
+            if done is not None:
+                slots.append({"key": key, "slot": slot, "done": done})
+                seen.add(done.text)
+                continue
+            if parent is None and slot == 0:
+                text, seed, parent_index = self.initial, None, None
+            else:
+                # Epoch 0 paraphrases the initial instruction (index 0), later ones the best so far.
+                source_text, parent_index = (parent.text, parent.index) if parent else (self.initial, 0)
+                if key not in state.pending:
+                    try:
+                        text, seed = self._paraphrase(source_text, epoch, slot, seen)
+                    except ParaphraseFailed as e:
+                        # One unusable slot should not end an hours-long search: record and move on.
+                        log.warning("epoch %d slot %d skipped: %s", epoch, slot, e)
+                        state.skipped[key] = str(e)
+                        state.save()
+                        continue
+                    state.pending[key] = {"text": text, "seed": seed}
                     state.save()
-                    return None
-                state.pending[key] = {"text": text, "seed": seed}
-                state.save()
-            text, seed, parent_index = state.pending[key]["text"], state.pending[key]["seed"], source.index
-        return self.score(text, index=index, epoch=epoch, slot=slot, parent=parent_index, seed=seed)
+                text, seed = state.pending[key]["text"], state.pending[key]["seed"]
+            slots.append({"key": key, "slot": slot, "done": None, "text": text, "seed": seed,
+                          "parent": parent_index})
+            seen.add(text)
+        return slots
 
     def _paraphrase(self, text: str, epoch: int, slot: int, seen: set[str]) -> tuple[str, int]:
         """One paraphrase from a seed derived from (seed, epoch, slot, attempt); a new attempt
@@ -289,18 +309,40 @@ class Search:
         log.warning("epoch %d slot %d: paraphrase repeats an earlier candidate; scoring it anyway", epoch, slot)
         return out, seed
 
+    def judge_texts(self, texts: Sequence[str]) -> dict[str, tuple[list[Judgment], list[Judgment] | None]]:
+        """Search (and, with heldout_spearman, held-out) judgments of every text, in ONE judge call
+        (harness.judging.judge_instructions: the same prompts and cache keys as one call per text,
+        the pairs of all texts side by side so their shared prefixes are computed once)."""
+        texts = list(dict.fromkeys(texts))
+        if not texts:
+            return {}
+        held = self.settings.heldout_spearman and bool(self.heldout_docs)
+        jobs = [(self.search_docs, t) for t in texts] + ([(self.heldout_docs, t) for t in texts] if held else [])
+        got = [j for j, _ in judge_instructions(self.judge, jobs, aspect=self.aspect, family=self.family,
+                                                max_candidates=self.settings.max_candidates,
+                                                progress=self.progress)]
+        return {t: (got[i], got[len(texts) + i] if held else None) for i, t in enumerate(texts)}
+
     def judge_on(self, docs: Sequence[Document], text: str) -> list[Judgment]:
+        """One text's judgments on `docs` (its own judge call)."""
         judgments, _ = judge_documents(self.judge, docs, aspect=self.aspect, instruction=text, family=self.family,
                                        max_candidates=self.settings.max_candidates, progress=self.progress)
         return judgments
 
     def score(self, text: str, *, index: int, epoch: int, slot: int, parent: int | None,
               seed: int | None) -> ScoredCandidate:
-        m = candidate_metrics(self.judge_on(self.search_docs, text), self.settings.debias)
+        """One candidate judged and scored on its own (the search judges a whole epoch at once)."""
+        search, heldout = self.judge_texts([text])[text]
+        return self.candidate(text, search, heldout, index=index, epoch=epoch, slot=slot, parent=parent, seed=seed)
+
+    def candidate(self, text: str, search: Sequence[Judgment], heldout: Sequence[Judgment] | None, *, index: int,
+                  epoch: int, slot: int, parent: int | None, seed: int | None) -> ScoredCandidate:
+        """A scored candidate from its search (and held-out) judgments."""
+        m = candidate_metrics(search, self.settings.debias)
         held: dict[str, float] = {}
         sp = None
-        if self.settings.heldout_spearman and self.heldout_docs:
-            held = heldout_metrics(self.judge_on(self.heldout_docs, text), self.settings.shuffles, self.settings.seed)
+        if heldout is not None:
+            held = heldout_metrics(heldout, self.settings.shuffles, self.settings.seed)
             sp = held["spearman_pairs" if self.settings.ranking == "pairs" else "spearman"]
         cand = ScoredCandidate(index=index, epoch=epoch, slot=slot, text=text, parent=parent, seed=seed,
                                objectives=m["objectives"], a_rate=m["a_rate"], a_rate_prob=m["a_rate_prob"],

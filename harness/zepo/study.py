@@ -30,7 +30,7 @@ from harness import metrics
 from harness.errors import ConfigError, DataError, located
 from harness.files import read_text, write_json_atomic, write_jsonl_atomic
 from harness.judges.base import Judge
-from harness.judging import judge_documents, write_judgments
+from harness.judging import judge_instructions, write_judgments
 from harness.records import Document, Tracker
 from harness.zepo import plots
 from harness.zepo.optimizers import ParaphraseError
@@ -107,11 +107,13 @@ def score_instructions(judge: Judge, docs: Sequence[Document], instructions: Seq
                        aspect: str | None, family: str, max_candidates: int | None, shuffles: int, seed: int,
                        progress: bool = False, out_dir: Path | None = None) -> list[dict[str, Any]]:
     """One row per instruction: its metrics raw ("none") and debiased ("permutation", ...); with
-    `out_dir`, its judgments in instructions/<index>/judgments.jsonl (each gets a report card)."""
+    `out_dir`, its judgments in instructions/<index>/judgments.jsonl (each gets a report card).
+    Every instruction is judged in ONE judge call (harness.judging.judge_instructions: the same
+    prompts and cache keys as one call each; each pair's content computed once for all of them)."""
     rows = []
-    for i, text in enumerate(instructions):
-        judgments, p_cf = judge_documents(judge, docs, aspect=aspect, instruction=text, family=family,
-                                          max_candidates=max_candidates, progress=progress)
+    judged = judge_instructions(judge, [(docs, text) for text in instructions], aspect=aspect, family=family,
+                                max_candidates=max_candidates, progress=progress) if instructions else []
+    for i, (text, (judgments, p_cf)) in enumerate(zip(instructions, judged)):
         if out_dir is not None:
             folder = out_dir / "instructions" / f"{i:03d}"
             folder.mkdir(parents=True, exist_ok=True)
