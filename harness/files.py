@@ -22,7 +22,6 @@ from typing import Any
 
 from harness.errors import CacheError, DataError
 
-
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 """No space left, quota exceeded, file too large (RLIMIT_FSIZE): the disk is full for this run."""
 

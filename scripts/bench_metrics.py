@@ -26,9 +26,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
+import metrics_reference as ref  # noqa: E402
 import numpy as np  # noqa: E402
 
-import metrics_reference as ref  # noqa: E402
 from harness.metrics import write_run  # noqa: E402
 from harness.records import Judgment  # noqa: E402
 

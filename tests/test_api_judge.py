@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from openai_server import OpenAIServer
 
-from harness.errors import ConfigError
 from harness.api_client import ApiClient, ApiError, HttpSettings
+from harness.errors import ConfigError
 from harness.judges.api import ApiJudge
 from harness.judges.base import renormalise
 from harness.judges.cache import CachedJudge, ScoreCache

@@ -10,7 +10,13 @@ import pytest
 import torch
 
 from harness.errors import ConfigError
-from harness.judges.cpu import CPUINFO, auto_cpu_dtype, cpu_flags, fast_bf16, this_cpu_fast_bf16
+from harness.judges.cpu import (
+    CPUINFO,
+    auto_cpu_dtype,
+    cpu_flags,
+    fast_bf16,
+    this_cpu_fast_bf16,
+)
 from harness.prompts import default_instruction, render
 from harness.records import Candidate, Document, PairRequest
 from tests.conftest import compose

@@ -30,8 +30,8 @@ from conftest import run_harness
 from openai_server import OpenAIServer
 from test_cli_errors import _assert_one_line_error
 
-from harness.runtime.tracking import redacted_argv
 from harness.redaction import RedactingFilter, install_redaction
+from harness.runtime.tracking import redacted_argv
 
 ENV = "HARNESS_MARKER_API_KEY"
 TINY = ["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2", "progress=false",

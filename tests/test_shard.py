@@ -13,6 +13,7 @@ import pytest
 
 from harness.errors import ConfigError, DataError
 from harness.judges.wrappers import PreemptibleJudge, deferred_signals
+from harness.records import Candidate, Document
 from harness.runtime.attempts import read_attempts, record_attempt
 from harness.runtime.shard import (
     ShardSpec,
@@ -21,7 +22,6 @@ from harness.runtime.shard import (
     shard_bounds,
     shard_spec,
 )
-from harness.records import Candidate, Document
 
 
 def _docs(n: int) -> list[Document]:

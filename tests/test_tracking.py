@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from harness.runtime.tracking import Tracker
 from harness.redaction import redact
+from harness.runtime.tracking import Tracker
 
 
 def test_redact_hides_secret_values_but_keeps_names_and_counts():

@@ -79,8 +79,8 @@ def test_vllm_official_zepo_readout_equals_transformers(vllm_judge, smollm2_judg
     from harness.data import load_task
     from harness.judges.hf import HFJudge
     from harness.prompts import render, resolve_instruction
-    from harness.runtime.context import build_judge
     from harness.records import PairRequest
+    from harness.runtime.context import build_judge
 
     official = ["model.chat_format=zepo", "model.readout=generate", "model.max_new_tokens=8",
                 "model.labels=[A,B,C]", "model.tie_label=C"]

@@ -29,9 +29,9 @@ from harness.judging import (
     work_counters,
 )
 from harness.metrics import write_run
+from harness.records import Document, Tracker
 from harness.runtime.attempts import ATTEMPTS, summed_calls
 from harness.runtime.context import experiment
-from harness.records import Document, Tracker
 
 
 def run_judge(judge: Judge, docs: Sequence[Document], *, task: str, aspect: str | None, instruction: str,

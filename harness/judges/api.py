@@ -28,8 +28,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.errors import ConfigError
 from harness.api_client import ApiClient, HttpSettings, MalformedResponse, Unusable
+from harness.errors import ConfigError
 from harness.judges.base import (
     AnswerTokens,
     logsumexp,

@@ -48,10 +48,10 @@ from harness.judges.cache import CachedJudge, ScoreCache
 from harness.judges.wrappers import PreemptibleJudge
 from harness.metrics.card import render_cards
 from harness.prompts import resolve_instruction
+from harness.records import Document
 from harness.runtime.attempts import Attempt, record_attempt
 from harness.runtime.shard import select_shard, shard_spec
 from harness.runtime.tracking import Tracker, run_name
-from harness.records import Document
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,6 @@ from omegaconf.errors import OmegaConfBaseException
 
 from harness.errors import ConfigError, HarnessError
 from harness.files import disk_full, why_not_folder, write_json_atomic
-from harness.runtime import schema
 from harness.redaction import (
     check_config,
     check_overrides,
@@ -38,6 +37,7 @@ from harness.redaction import (
     redact_overrides,
     redact_text,
 )
+from harness.runtime import schema
 
 log = logging.getLogger("harness")
 

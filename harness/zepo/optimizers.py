@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from harness.errors import ConfigError, HarnessError
 from harness.api_client import (
     ApiClient,
     CompletionCache,
@@ -32,6 +31,7 @@ from harness.api_client import (
     MalformedResponse,
     completion_key,
 )
+from harness.errors import ConfigError, HarnessError
 from harness.judges.base import innermost
 from harness.judges.hf import load_model_and_tokenizer, pick_device, pick_dtype
 from harness.models.resolve import resolve_model_path
