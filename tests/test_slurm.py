@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import results_only
 
 from harness.runtime.attempts import read_attempts
 
@@ -191,10 +192,6 @@ def _reference_run(overrides: list[str], env: dict[str, str], out: Path, monkeyp
         torch.set_num_threads(threads)
 
 
-def _without_calls(results: dict) -> dict:
-    return {k: v for k, v in results.items() if k not in ("judge_calls", "judge_work")}  # facts about the run
-
-
 def _cancel(sweep: Path, *procs: subprocess.Popen) -> None:
     """Stop what a failed test left running: its login-node processes and its SLURM arrays."""
     for proc in procs:
@@ -300,8 +297,8 @@ def test_abb_sweep_on_slurm_equals_the_local_sweep(slurm_cluster, job_env, tmp_p
     assert table.startswith("| experiment.tau_fraction |")
     assert [line.split("|")[1].strip() for line in table.splitlines()[2:4]] == ["0.0625", "0.125"]
     for job in ("0", "1"):  # judge_calls differ: local job 1 finds job 0's requests in its cache, SLURM's ran alongside
-        assert _without_calls(json.loads((slurm / job / "abb.json").read_text())) == \
-            _without_calls(json.loads((local / job / "abb.json").read_text()))
+        assert results_only(json.loads((slurm / job / "abb.json").read_text())) == \
+            results_only(json.loads((local / job / "abb.json").read_text()))
 
 
 def _cache_rows(path: Path) -> int:
@@ -342,7 +339,7 @@ def test_preempted_job_requeues_and_resumes_from_its_cache(slurm_cluster, job_en
     # Losing nothing: the resumed run wrote what an uninterrupted run writes.
     ref = _reference_run(cfg, job_env, tmp_path / "ref", monkeypatch)
     assert (sweep / "0" / "judgments.jsonl").read_bytes() == (tmp_path / "ref" / "judgments.jsonl").read_bytes()
-    assert _without_calls(json.loads((sweep / "0" / "results.json").read_text())) == _without_calls(ref)
+    assert results_only(json.loads((sweep / "0" / "results.json").read_text())) == results_only(ref)
 
 
 @pytest.mark.slurm
@@ -374,5 +371,5 @@ def test_sharded_array_job_merges_to_the_unsharded_run(slurm_cluster, job_env, t
     ref = _reference_run(cfg, job_env, tmp_path / "ref", monkeypatch)
     assert (out / "merged" / "judgments.jsonl").read_bytes() == (tmp_path / "ref" / "judgments.jsonl").read_bytes()
     merged = json.loads((out / "merged" / "results.json").read_text())
-    assert _without_calls(merged) == _without_calls(ref)
+    assert results_only(merged) == results_only(ref)
     assert merged["metrics"] == ref["metrics"] and merged["n_judgments"] == 24
