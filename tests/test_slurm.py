@@ -177,19 +177,14 @@ def _finish(proc: subprocess.Popen, what: str, timeout: int = 240) -> str:
 
 
 def _reference_run(overrides: list[str], env: dict[str, str], out: Path, monkeypatch) -> dict:
-    """The same config run in-process on one thread (as the jobs) with its own fresh cache."""
-    import torch
-
+    """The same config run in-process on one thread (as the jobs: cpus_per_task=1) with its own fresh
+    cache. backend.threads=1, since the judge sets its thread count while it computes (bits follow it)."""
     from harness.runtime.entry import run
 
     for key in ("HARNESS_DATA_DIR", "HARNESS_DATA_MIRROR", "HARNESS_MODEL_CACHE"):
         monkeypatch.setenv(key, env[key])
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return run(_compose([*overrides, f"cache.path={out}.sqlite", "wandb.mode=disabled"], False), out)
-    finally:
-        torch.set_num_threads(threads)
+    return run(_compose([*overrides, "backend.threads=1", f"cache.path={out}.sqlite", "wandb.mode=disabled"], False),
+               out)
 
 
 def _cancel(sweep: Path, *procs: subprocess.Popen) -> None:

