@@ -17,7 +17,7 @@ import json
 import sqlite3
 
 import pytest
-from test_zepo import _close, _compose, e2e_overrides, scripted_completion
+from test_zepo import CallLog, _close, _compose, e2e_overrides, scripted_completion
 
 from harness.judges.cache import CachedJudge, ScoreCache
 from harness.judging import judge_documents, load_judgments, model_judge
@@ -42,17 +42,6 @@ class CallSpy:
         self.log.append({"requests": list(requests), "tokens": model.tokens_processed - before[0],
                          "prompts": model.prompts - before[1]})
         return out
-
-
-class ChunkLog:
-    """Counts the calls reaching the model judge under the cache (a spy; the judge is real)."""
-
-    def __init__(self, judge):
-        self.judge, self.identity, self.sizes = judge, judge.identity, []
-
-    def score_pairs(self, requests):
-        self.sizes.append(len(requests))
-        return self.judge.score_pairs(requests)
 
 
 def _run(tmp, url, data, *extra):
@@ -81,7 +70,7 @@ def _previous_path(parts, snapshot, texts):
     """The evaluation as it was: one judge_documents call per instruction, from the cache the
     evaluation started from; (judgments and content-free P(A) per text, model calls, tokens)."""
     model = model_judge(parts["judge"])
-    log = ChunkLog(model)
+    log = CallLog(model)
     judge = CachedJudge(log, ScoreCache(snapshot), chunk=16)
     evaluated = {d.id for d in parts["eval_docs"]}
     judged = [*(d for d in parts["search_docs"] if d.id not in evaluated), *parts["eval_docs"]]
