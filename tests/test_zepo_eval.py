@@ -149,3 +149,69 @@ def test_best_equal_to_initial_is_judged_once_with_identical_outputs(tmp_path, s
     ref, sizes, _ = _previous_path(parts, snapshot, [res["initial"]["instruction"]])
     got, _ = load_judgments(out / "eval_best" / "judgments.jsonl")
     _close([j.p_a for j in got], [j.p_a for j in ref[res["initial"]["instruction"]][0]], "eval_best")
+
+
+class Killed(Exception):
+    pass
+
+
+class KillOnCall:
+    """Raises Killed (a stand-in for a kill) on the model call numbered `at` once armed; the calls
+    before it reach the real judge, and the cache commits them."""
+
+    def __init__(self, judge, at):
+        self.judge, self.identity, self.at, self.armed, self.seen = judge, judge.identity, at, False, 0
+
+    def score_pairs(self, requests):
+        if self.armed:
+            self.seen += 1
+            if self.seen == self.at:
+                raise Killed
+        return self.judge.score_pairs(requests)
+
+
+def test_run_interrupted_inside_the_evaluation_resumes_to_the_unbroken_outputs(tmp_path, shared_data, tiny_llama):
+    """cache.chunk=4 cuts the evaluation's 12 held-out prompts into 3 model calls; a run stopped at
+    the second (one chunk committed) and rerun into its directory ends with the unbroken run's
+    files byte for byte, and judges no prompt twice."""
+    from conftest import results_only
+    from openai_server import OpenAIServer
+
+    from harness.experiments import zepo as zexp
+    from harness.runtime.context import RunContext
+    from harness.zepo.run import run_zepo
+
+    def start(tmp, kill_at=None):
+        cfg = _compose(e2e_overrides(tmp, srv.url, shared_data, "experiment.heldout_spearman=false",
+                                     "experiment.objective=fairness_prob", "cache.chunk=4"))
+        parts = zexp.prepare(RunContext(cfg, tmp / "run"))
+        cached = parts["judge"].judge
+        killer = cached.judge = KillOnCall(cached.judge, kill_at or 0)
+
+        def arm(epoch):
+            killer.armed = kill_at is not None and epoch == cfg.experiment.epochs - 1
+
+        return parts, cached, arm
+
+    with OpenAIServer(script=scripted_completion) as srv:
+        ref, killed = tmp_path / "unbroken", tmp_path / "killed"
+        parts, _, arm = start(ref)
+        want = run_zepo(**parts, out_dir=ref / "run", after_epoch=arm)
+        parts, cached, arm = start(killed, kill_at=2)
+        with pytest.raises(Killed):
+            run_zepo(**parts, out_dir=killed / "run", after_epoch=arm)
+        calls_1 = cached.calls
+        assert not (killed / "run" / "results.json").exists() and (killed / "run" / "best_instruction.txt").exists()
+        parts, cached, arm = start(killed)
+        got = run_zepo(**parts, out_dir=killed / "run", after_epoch=arm)
+        calls_2 = cached.calls
+    assert want["improved"]
+    # Exact (NaN included); optimizer_rejections counts this process's, as judge_calls its calls.
+    same = [{k: v for k, v in results_only(r).items() if k != "optimizer_rejections"} for r in (got, want)]
+    assert json.dumps(same[0], sort_keys=True) == json.dumps(same[1], sort_keys=True)
+    names = ["history.jsonl", "summary.md", "best_instruction.txt", "state.json"] + [
+        f"eval_{label}/{f}" for label in ("initial", "best") for f in ("judgments.jsonl", "heldout/judgments.jsonl")]
+    for name in names:
+        assert (killed / "run" / name).read_bytes() == (ref / "run" / name).read_bytes(), name
+    n = len(ScoreCache(ref / "cache" / "requests.sqlite"))
+    assert calls_2 == 12 - 4 and calls_1 + calls_2 == n == len(ScoreCache(killed / "cache" / "requests.sqlite"))
