@@ -167,7 +167,8 @@ def judge_instructions(judge: Judge, jobs: Sequence[tuple[Sequence[Document], st
     returns alone (the same prompts, so the same cache keys and scores), but the requests are
     interleaved pair by pair across the jobs, so the prompts of one pair under every instruction
     (identical up to the instruction, which comes last) sit in the same cache chunk and the
-    judge's prefix reuse computes their shared part once (a ZEPO epoch, a sensitivity study)."""
+    judge's prefix reuse computes their shared part once (a ZEPO epoch, a ZEPO run's final
+    evaluation of the initial and the best instruction, a sensitivity study)."""
     built = []
     for docs, instruction in jobs:
         requests, templates = build_requests(docs, instruction, family, aspect, max_candidates)

@@ -4,7 +4,8 @@ Writes into the run directory:
 - `state.json`: the resumable search state (rerun with `hydra.run.dir=<this dir>` to resume);
 - `rejections.jsonl`: every optimizer output rejected, with its reason (appended as they happen);
 - `history.jsonl`: every scored candidate (text, epoch, parent, all objectives, held-out Spearman);
-- `best_instruction.txt`; `eval_initial/` and `eval_best/`: judgments.jsonl of the evaluation on
+- `best_instruction.txt`; `eval_initial/` and `eval_best/` (both instructions judged in ONE judge
+  call, `evaluate`; the same text once when the best is the initial): judgments.jsonl of the evaluation on
   the search and the evaluation documents (the leaky set) and `heldout/judgments.jsonl` of the
   evaluation documents alone; the run context draws a report card beside each (card.md,
   card_*.png), whose first line names its documents (set.json): `eval_initial/card.md` equals
@@ -27,7 +28,7 @@ from typing import Any
 from harness import metrics
 from harness.files import write_json_atomic, write_jsonl_atomic, write_text_atomic
 from harness.judges.base import Judge
-from harness.judging import judge_documents, write_judgments
+from harness.judging import judge_instructions, write_judgments
 from harness.metrics.card import SET_FILE
 from harness.records import Document, Judgment, Tracker
 from harness.zepo import plots, search
@@ -39,24 +40,39 @@ CANDIDATE_COLUMNS = ["index", "epoch", "slot", "parent", "objective", "fairness"
                      "calibration", "a_rate", "spearman_heldout", "selected", "text"]
 
 
-def evaluate(judge: Judge, docs: Sequence[Document], instruction: str, *, aspect: str | None, family: str,
-             max_candidates: int | None, out_dir: Path, shuffles: int, seed: int, progress: bool,
-             search_docs: Sequence[Document] = (), leak: bool = False) -> dict[str, Any]:
-    """One instruction on the evaluation documents and the search documents (whose pairs the search
-    already judged, so the cache serves them): judgments.jsonl and every metric on the leaky set
-    (all of them, as the paper evaluated) and on the held-out set (search documents excluded).
+def evaluate(judge: Judge, docs: Sequence[Document], instructions: Mapping[str, str], *, aspect: str | None,
+             family: str, max_candidates: int | None, out_dir: Path, shuffles: int, seed: int, progress: bool,
+             search_docs: Sequence[Document] = (), leak: bool = False) -> dict[str, dict[str, Any]]:
+    """Every instruction of `instructions` (label -> text: "initial", "best") on the evaluation
+    documents and the search documents, in ONE judge call for all of them and both sets
+    (harness.judging.judge_instructions: each instruction's prompts, cache keys and judgments as
+    its own `judge_documents` call, the pairs interleaved so the judge's prefix reuse computes each
+    pair's shared content once). The search documents' pairs were judged by the search, so the
+    cache serves them; a text under two labels (the best is the initial) is judged once.
+
+    Per label, in `out_dir/eval_<label>/`: judgments.jsonl and every metric on the leaky set (all
+    documents, as the paper evaluated) and on the held-out set (search documents excluded).
     `metrics` is the configured view: leaky when `leak`, else held-out."""
-    search = {d.id for d in search_docs}
+    searched = {d.id for d in search_docs}
     judged = [*(d for d in search_docs if d.id not in {e.id for e in docs}), *docs]
-    judgments, p_cf = judge_documents(judge, judged, aspect=aspect, instruction=instruction, family=family,
-                                      max_candidates=max_candidates, progress=progress)
-    held = [j for j in judgments if j.doc_id not in search]
-    write_sets(out_dir, judgments, held, p_cf)
-    leaky = metrics.summarize(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed)
-    heldout = metrics.summarize(held, p_cf=p_cf, shuffles=shuffles, seed=seed) if held else None
-    return {"instruction": instruction, "p_content_free": p_cf, "n_judgments": len(judgments),
+    texts = list(dict.fromkeys(instructions.values()))
+    got = judge_instructions(judge, [(judged, text) for text in texts], aspect=aspect, family=family,
+                             max_candidates=max_candidates, progress=progress)
+    by_text: dict[str, dict[str, Any]] = {}
+    for text, (judgments, p_cf) in zip(texts, got):
+        held = [j for j in judgments if j.doc_id not in searched]
+        leaky = metrics.summarize(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed)
+        heldout = metrics.summarize(held, p_cf=p_cf, shuffles=shuffles, seed=seed) if held else None
+        by_text[text] = {"judgments": judgments, "held": held, "p_cf": p_cf, "result": {
+            "instruction": text, "p_content_free": p_cf, "n_judgments": len(judgments),
             "metrics": leaky if leak else heldout, "metrics_leaky": leaky, "metrics_heldout": heldout,
-            "n_heldout_docs": len({j.doc_id for j in held})}
+            "n_heldout_docs": len({j.doc_id for j in held})}}
+    out = {}
+    for label, text in instructions.items():
+        ev = by_text[text]
+        write_sets(out_dir / f"eval_{label}", ev["judgments"], ev["held"], ev["p_cf"])
+        out[label] = dict(ev["result"])
+    return out
 
 
 def write_sets(out_dir: Path, judgments: Sequence[Judgment], held: Sequence[Judgment], p_cf: float) -> None:
@@ -125,7 +141,8 @@ def run_zepo(judge: Judge, optimizer: Any, search_docs: Sequence[Document], eval
              out_dir: str | Path, tracker: Tracker | None = None, progress: bool = False,
              leak_search_docs: bool = False, extra: Mapping[str, Any] | None = None,
              after_epoch: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Search on `search_docs`, then evaluate the initial and the best instruction on `eval_docs`.
+    """Search on `search_docs` (each epoch one judge call), then evaluate the initial and the best
+    instruction on `eval_docs` (one judge call for both, `evaluate`).
 
     `after_epoch(epoch)` runs once each epoch is recorded (tests raise there to simulate a kill).
     """
@@ -145,14 +162,15 @@ def run_zepo(judge: Judge, optimizer: Any, search_docs: Sequence[Document], eval
     result = searcher.run()
     rec.write(result.best.index)
     write_text_atomic(out / "best_instruction.txt", result.best.text.strip() + "\n")
+    chosen = {"initial": result.initial, "best": result.best}
+    evaluated = evaluate(judge, eval_docs, {label: c.text for label, c in chosen.items()}, aspect=aspect,
+                         family=family, max_candidates=settings.max_candidates, out_dir=out,
+                         shuffles=settings.shuffles, seed=settings.seed, progress=progress,
+                         search_docs=search_docs, leak=leak_search_docs)
     final = {}
-    for label, cand in (("initial", result.initial), ("best", result.best)):
-        ev = evaluate(judge, eval_docs, cand.text, aspect=aspect, family=family,
-                      max_candidates=settings.max_candidates, out_dir=out / f"eval_{label}",
-                      shuffles=settings.shuffles, seed=settings.seed, progress=progress,
-                      search_docs=search_docs, leak=leak_search_docs)
+    for label, cand in chosen.items():
         search_view = {"objectives": dict(cand.objectives), "a_rate": cand.a_rate, "a_rate_prob": cand.a_rate_prob}
-        final[label] = {**ev, "index": cand.index, "epoch": cand.epoch, "search": search_view}
+        final[label] = {**evaluated[label], "index": cand.index, "epoch": cand.epoch, "search": search_view}
     results = {
         "experiment": "zepo", "task": task, "aspect": aspect, "family": family, "judge": judge.identity,
         "optimizer": getattr(optimizer, "identity", type(optimizer).__name__), **dict(extra or {}),

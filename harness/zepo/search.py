@@ -241,6 +241,8 @@ class Search:
                 if self.on_candidate:
                     self.on_candidate(cand, best, fresh)
             assert best is not None
+            if not any(x["done"] is None for x in slots):
+                state.save()  # an epoch replayed whole saved nothing: its best_index, as the unbroken run's
             if self.on_epoch:
                 self.on_epoch(epoch, scored, best)
         assert best is not None
