@@ -5,13 +5,11 @@ measurements in the same run (so the ratios hold on a loaded machine):
 
   (1) judge: every ordered pair of `--docs` documents x `--candidates` candidates (+ the content-free
       prompt) through the wrappers a run uses (PreemptibleJudge over CachedJudge, `--chunk` requests
-      per call, a fresh request cache), with prefix blocks kept across calls (backend.prefix_cache_tokens
-      = `--keep`, the shipped 32768) and without (0), against the engine-only figure: the same prompts
-      in ONE call to the judge (shipped settings). Tokens processed / the trie minimum, prompts/s,
-      and the ratio to engine-only.
-  (2) ZEPO epoch: `--instructions` instructions (ZEPO's four SummEval ones and ours, as
-      bench_judge) on one document's pairs, judged one instruction per call without kept blocks
-      (as a search did before issue 22) and all in one call with the shipped kept blocks
+      per call, a fresh request cache), with prefix KV kept across calls (backend.prefix_cache_tokens
+      = `--keep`) and without (0), against the engine-only figure: the same prompts in ONE call to
+      the judge. Tokens processed / the trie minimum, prompts/s, and the ratio to engine-only.
+  (2) ZEPO epoch: `--instructions` instructions (ZEPO's four SummEval ones and ours, as bench_judge) on one document's
+      pairs, judged one instruction per call (as a search did before) and all in one call
       (harness.judging.judge_instructions, as an epoch is now judged), through the same wrappers.
   (3) `--dtypes`: bf16 against fp32 on SummEval and NewsRoom (`--dtype-pairs` docs x 4 candidates):
       decisions equal, max and mean |dP(A)|, and each dtype's prompts/s.
@@ -51,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--docs", type=int, default=2)
     p.add_argument("--candidates", type=int, default=16)
     p.add_argument("--chunk", type=int, default=16, help="cache.chunk (the shipped 16)")
-    p.add_argument("--keep", type=int, default=32768, help="backend.prefix_cache_tokens for the kept row")
+    p.add_argument("--keep", type=int, default=8192, help="backend.prefix_cache_tokens for the kept row")
     p.add_argument("--instructions", type=int, default=5)
     p.add_argument("--epoch-candidates", type=int, default=8, help="candidates of the ZEPO epoch's document")
     p.add_argument("--threads", type=int, default=1)
@@ -88,12 +86,11 @@ def bench_judge(args, base: HFJudge, tmp: Path) -> dict:
     reqs.append(content_free_request(ins, "summarization"))
     trie = trie_size(base.encode(reqs))
     rows = {}
-    engine = judge_for(args, keep=args.keep, base=base)
+    engine = judge_for(args, base=base)
     rows["engine only (one call)"] = timed(engine, lambda: engine.score_pairs(reqs))
     for keep in (0, args.keep):
         j = judge_for(args, keep=keep, base=base)
-        shipped = " (shipped)" if keep == 32768 and args.chunk == 16 else ""
-        rows[f"run: chunk {args.chunk}, prefix_cache_tokens={keep}{shipped}"] = timed(
+        rows[f"run: chunk {args.chunk}, prefix_cache_tokens={keep}"] = timed(
             j, lambda j=j, keep=keep: wrapped(j, args.chunk, tmp, f"judge{keep}").score_pairs(reqs))
     ref = rows["engine only (one call)"]
     out = {}
@@ -111,8 +108,7 @@ def bench_epoch(args, base: HFJudge, tmp: Path) -> dict:
              + [default_instruction("coherence", "summarization")])[: args.instructions]
     out, scores = {}, {}
     for mode in ("one call per instruction", "one call per epoch"):
-        # before issue 22: a call per instruction, no blocks kept; now: one call, the shipped blocks
-        j = judge_for(args, keep=0 if mode.endswith("instruction") else args.keep, base=base)
+        j = judge_for(args, base=base)
         w = wrapped(j, args.chunk, tmp, mode.replace(" ", "_"))
         jobs = [(docs, t) for t in texts]
         if mode.endswith("instruction"):

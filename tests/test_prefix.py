@@ -203,9 +203,9 @@ def test_shipped_hf_backend_reuses_prefixes_and_equals_the_plain_path(tiny_llama
 @pytest.mark.parametrize("engine", ["hf", "auto"])
 def test_prefix_kv_kept_across_calls(plain_judge, engine):
     """The request cache hands the judge a few requests per call (PreemptibleJudge, cache.chunk):
-    with prefix pieces kept across calls the work stays within 5% of the trie minimum (1.034x)
+    with the KV of recent prefixes kept across calls the work stays within 5% of the trie minimum
     and the scores stay the plain path's; nested prompts, duplicates and a tight LRU bound too.
-    Negative control: prefix_cache_tokens=0 recomputes each call's document prefix (1.088x)."""
+    Negative control: prefix_cache_tokens=0 recomputes each call's document prefix (> 1.05x)."""
     from harness.judges.wrappers import PreemptibleJudge
 
     reqs = _requests(INSTRUCTIONS[:1])
@@ -223,59 +223,3 @@ def test_prefix_kv_kept_across_calls(plain_judge, engine):
         ratio[keep] = judge.tokens_processed / trie_size(ids)
         assert judge.prefix_scorer.kept.size() <= keep
     assert ratio[8192] <= 1.05 < ratio[0]
-
-
-def _keeping(judge: HFJudge, engine: str, keep: int = 8192, block: int = 16) -> HFJudge:
-    return HFJudge("twin", device="cpu", dtype="float32", batch_size=3, model=judge.model,
-                   tokenizer=judge.tokenizer, prefix_reuse=True, engine=engine, prefix_cache_tokens=keep,
-                   prefix_block=block)
-
-
-def _bits(scores) -> list[tuple]:
-    return [(s.p_a, sorted(s.token_logprobs.items())) for s in scores]
-
-
-@pytest.mark.parametrize("engine", ["hf", "auto"])
-def test_kept_blocks_make_scores_independent_of_history(plain_judge, engine):
-    """Kept blocks are canonical: what a request scores does not depend on what the judge scored
-    before. A run killed inside a call and resumed is a fresh judge starting at the unfinished
-    chunk; it must score every remaining request bit for bit as the unbroken judge did, which
-    reused blocks kept from earlier chunks. Negative control: the resumed judge without kept
-    blocks (each chunk's tree alone, a different cut of the same prompts, as the earlier
-    history-dependent reuse produced) differs in the last bits, so `==` does catch a difference."""
-    from harness.judges.wrappers import PreemptibleJudge
-
-    reqs = _requests(INSTRUCTIONS[:2])
-    unbroken = _keeping(plain_judge, engine)
-    full = _bits(PreemptibleJudge(unbroken, chunk=4).score_pairs(reqs))
-    assert unbroken.prefix_scorer.kept.tokens_reused > 0  # later chunks did take kept blocks
-    for k in (4, 16, 28):  # the chunk the kill interrupted
-        resumed = _keeping(plain_judge, engine)
-        assert _bits(PreemptibleJudge(resumed, chunk=4).score_pairs(reqs[k:])) == full[k:]
-    other = _keeping(plain_judge, engine)  # a judge that scored other prompts first
-    other.score_pairs(_requests(INSTRUCTIONS[2:3]) + reqs[::-1][:7])
-    assert _bits(PreemptibleJudge(other, chunk=4).score_pairs(reqs)) == full
-    control = _keeping(plain_judge, engine, keep=0)
-    got = _bits(PreemptibleJudge(control, chunk=4).score_pairs(reqs[4:]))
-    assert got != full[4:]
-    assert max(abs(a[0] - b[0]) for a, b in zip(got, full[4:])) < TOL  # the same maths all the same
-
-
-def test_blocks_kept_only_where_matmuls_are_row_invariant(plain_judge):
-    """rows_invariant is the condition kept blocks rest on (a block's bits do not depend on the
-    blocks batched with it). It holds for 16-row blocks on this CPU's BLAS; negative control:
-    1-row blocks take another kernel here (a matrix-vector product) and it says so, and a scorer
-    with such blocks keeps none (each call's tree alone: the same tokens as keep=0)."""
-    from harness.judges.prefix import rows_invariant
-    from harness.judges.wrappers import PreemptibleJudge
-
-    assert rows_invariant(plain_judge.model, 16, 4096)
-    assert not rows_invariant(plain_judge.model, 1, 4096)
-    reqs = _requests(INSTRUCTIONS[:1])
-    work = {}
-    for keep, block in ((0, 16), (8192, 1), (8192, 16)):
-        judge = _keeping(plain_judge, "auto", keep, block)
-        PreemptibleJudge(judge, chunk=4).score_pairs(reqs)
-        work[keep, block] = judge.tokens_processed
-        assert (judge.prefix_scorer.kept.size() > 0) == ((keep, block) == (8192, 16))
-    assert work[8192, 1] == work[0, 16] > work[8192, 16]

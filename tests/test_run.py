@@ -87,12 +87,12 @@ def test_judge_run_tiny_model(tmp_path):
 
 def test_judge_run_records_its_work_and_prefixes_survive_chunking(tmp_path):
     """results.json's judge_work: the prompts the model scored, the tokens it ran, the trie minimum
-    of the run's prompts, prompts/s and its share of the judging time. With the shipped settings
-    (cache.chunk: 16 requests per call, so 31 requests take 2 calls; prefix blocks kept across
-    calls) the tokens stay within 5% of the trie minimum; negative control:
-    backend.prefix_cache_tokens=0 recomputes the document's prefix in every call and exceeds it."""
+    of the run's prompts, prompts/s and its share of the judging time. With the shipped
+    cache.chunk (16 requests per call, so 31 requests take 2 calls) and prefix KV kept across
+    calls (backend.prefix_cache_tokens=8192) the tokens stay within 5% of the trie minimum;
+    negative control: the shipped 0 recomputes the document's prefix in every call and exceeds it."""
     work = {}
-    for keep in (None, 0):
+    for keep in (8192, None):
         out = tmp_path / f"keep{keep}"
         args = ["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=6",
                 "backend.threads=1", f"hydra.run.dir={out}", "experiment.shuffles=10", "wandb.mode=disabled"]
@@ -104,9 +104,9 @@ def test_judge_run_records_its_work_and_prefixes_survive_chunking(tmp_path):
         assert w["prompts"] == results["judge_calls"] == 31  # 30 ordered pairs + the content-free prompt
         assert w["prompts_per_s"] == pytest.approx(w["prompts"] / w["seconds"])
         assert 0 < w["seconds"] <= w["judging_s"] and w["judge_share"] == pytest.approx(w["seconds"] / w["judging_s"])
-    shipped, control = work[None], work[0]
-    assert shipped["trie_minimum"] == control["trie_minimum"] > 0
-    assert shipped["trie_minimum"] <= shipped["tokens_processed"] <= 1.05 * shipped["trie_minimum"]
+    kept, control = work[8192], work[None]
+    assert kept["trie_minimum"] == control["trie_minimum"] > 0
+    assert kept["trie_minimum"] <= kept["tokens_processed"] <= 1.05 * kept["trie_minimum"]
     assert control["tokens_processed"] > 1.05 * control["trie_minimum"]
 
 

@@ -203,7 +203,7 @@ class HFJudge(ChatPrompts):
                  engine: str = "auto", max_batch_tokens: int = 4096, chat_format: str = "default",
                  readout: str = "next_token", max_new_tokens: int = 32, tie_label: str | None = None,
                  chat_template: bool = True, threads: int | None = None,
-                 prefix_cache_tokens: int = 0, prefix_block: int = 16) -> None:
+                 prefix_cache_tokens: int = 0) -> None:
         import torch
 
         if engine not in ENGINES:  # before any weights are loaded
@@ -238,14 +238,9 @@ class HFJudge(ChatPrompts):
         self.packed = _packed_engine(model, engine)
         """The PackedLlama running this model, or None (HF's forward on padded batches)."""
         self.prefix_cache_tokens = int(prefix_cache_tokens)
-        """Prefix reuse: canonical blocks of shared prefixes kept across calls, in tokens (0: none;
-        harness.judges.prefix.PrefixBlocks)."""
+        """Prefix reuse: KV of recent shared prefixes kept across calls, in tokens (0: none)."""
         if self.prefix_cache_tokens < 0:
             raise ConfigError(f"prefix_cache_tokens must be >= 0, got {prefix_cache_tokens}")
-        self.prefix_block = int(prefix_block)
-        """Tokens per kept block (the unit a shared prefix is cut into and computed in)."""
-        if self.prefix_block < 1:
-            raise ConfigError(f"prefix_block must be >= 1, got {prefix_block}")
         self.max_batch_tokens = int(max_batch_tokens)
         if self.max_batch_tokens < 1:
             raise ConfigError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
@@ -292,8 +287,7 @@ class HFJudge(ChatPrompts):
                 if self.prefix_scorer is None:
                     self.prefix_scorer = PrefixScorer(self.model, self._answer_ids, self.pad_id, self.device,
                                                       self.batch_size, max_batch_tokens=self.max_batch_tokens,
-                                                      keep_tokens=self.prefix_cache_tokens,
-                                                      block=self.prefix_block, line_end=self._line_end)
+                                                      keep_tokens=self.prefix_cache_tokens)
                 self.prefix_scorer.engine = packed
                 before = self.prefix_scorer.tokens_processed
                 rows = self.prefix_scorer.answer_logprobs(ids)
@@ -312,13 +306,6 @@ class HFJudge(ChatPrompts):
             for i, row in zip(rows, lps):
                 out[i] = self.answers.score(row)
         return out  # type: ignore[return-value]
-
-    def _line_end(self, token: int) -> bool:
-        """Whether the token's text holds a line break (kept prefix pieces end after one)."""
-        known = self.__dict__.setdefault("_line_ends", {})
-        if token not in known:
-            known[token] = "\n" in self.tokenizer.decode([token])
-        return known[token]
 
     def forget_prefixes(self) -> None:
         """Drop the prefix KV kept across calls (the next call starts from none)."""
@@ -394,7 +381,7 @@ def build(judge_model: Mapping[str, Any], name: str = "hf", **options: Any) -> H
     """The judge `conf/backend/hf.yaml` describes (`_target_`), for the weights in `conf/model/*.yaml`.
 
     `options` are HFJudge's engine settings (device, dtype, batch_size, engine, max_batch_tokens,
-    prefix_reuse, prefix_cache_tokens, prefix_block, threads: null = OMP_NUM_THREADS or the cores this process may use); a backend dtype of null/auto defers to the model's."""
+    prefix_reuse, threads: null = OMP_NUM_THREADS or the cores this process may use); a backend dtype of null/auto defers to the model's."""
     del name  # the backend's name: part of the config, not of the judge
     if options.get("threads") is None:
         options["threads"] = default_threads()  # OMP_NUM_THREADS, else a SLURM allocation or taskset

@@ -19,14 +19,13 @@ process their own tokens:
   their children, since a tiny shared piece costs more in bookkeeping than it saves.
 - Sorted prompts are cut into chunks whose trie holds at most `max_cached_tokens` tokens, which
   bounds the KV kept alive at once.
-- Across calls (and those chunks), shared prefixes are kept as canonical blocks (PrefixBlocks:
-  `block`-token pieces of KV keyed by their token path, up to `keep_tokens` tokens, least recently
-  used first out, as vLLM's prefix cache keeps whole blocks): the request cache hands the judge
-  `cache.chunk` requests per call, and without this every call would recompute its document's chat
-  header and source. Every block is computed alone, so its bits depend on its tokens only, and
-  which blocks a call uses depends on that call's prompts only; a score therefore never depends on
-  what the process judged before, and a run resumed after a kill (even inside a call) equals an
-  unbroken one bit for bit.
+- Across calls (and those chunks), the KV of recent inner nodes is kept, up to `keep_tokens`
+  tokens, least recently used first out, keyed by the token prefix it belongs to (as vLLM's prefix
+  cache does): the request cache hands the judge `cache.chunk` requests per call, and without this
+  every call would recompute its document's chat header and source. A new tree's node whose
+  prefix is kept (wholly or in part) takes its KV from there and runs only the rest. PreemptibleJudge
+  starts every outer call from an empty store (harness.judges.wrappers.fresh_prefixes), so scores
+  never depend on what the process judged before (a resumed run equals an unbroken one bit for bit).
 
 Counters (`tokens_processed`, `tokens_padded`, `forwards`) let the benchmark compare the work
 done with the unique-token minimum (`trie_size`).
@@ -77,9 +76,10 @@ class PrefixNode:
     kv: list[tuple[Any, Any]] | None = None
     """Per layer (keys, values) of this node's own tokens, shape (heads, len, dim); inner nodes only."""
     done: bool = False
-    """The KV is there already (a canonical block, PrefixBlocks): nothing to run, only its children."""
+    """The KV came from an earlier call (KeptPrefixes): nothing to run, only its children."""
     tail: bool = False
-    """Keep this node's KV although nothing below it runs in this forward (a canonical block)."""
+    """A leaf whose KV is kept all the same: the last prompt of a call or chunk, which the next
+    one most likely continues (the rest of its candidate A's pairs)."""
 
     def keeps_kv(self) -> bool:
         return bool(self.children) or self.tail
@@ -107,10 +107,8 @@ def build_tree(rows: Sequence[Sequence[int]], indices: Sequence[int] | None = No
 
 
 def _grow(rows, order: list[int], start: int, seg_start: int, parent: PrefixNode | None,
-          out: list[PrefixNode], min_prefix: int, keep_top: bool = False) -> None:
-    """Add nodes for `order` (sorted; all share rows[i][:start] and are longer than start).
-    `keep_top`: this level's shared pieces get nodes however short (under a canonical block,
-    such a piece is the rest of a shared prefix, which pushed down would run once per child)."""
+          out: list[PrefixNode], min_prefix: int) -> None:
+    """Add nodes for `order` (sorted; all share rows[i][:start] and are longer than start)."""
     k = 0
     while k < len(order):
         j = k
@@ -124,7 +122,7 @@ def _grow(rows, order: list[int], start: int, seg_start: int, parent: PrefixNode
         end = start + common_prefix_len(first[start:], last[start:])
         ends = [i for i in group if len(rows[i]) == end]
         rest = [i for i in group if len(rows[i]) > end]
-        if rest and not ends and end - seg_start < min_prefix and not keep_top:
+        if rest and not ends and end - seg_start < min_prefix:
             # Too short to be worth a cached node: its tokens go down into each child.
             _grow(rows, rest, end, seg_start, parent, out, min_prefix)
             continue
@@ -151,48 +149,104 @@ def chunk_rows(rows: Sequence[Sequence[int]], max_cached_tokens: int) -> list[li
     return chunks
 
 
-class PrefixBlocks:
-    """Canonical prefix blocks kept across calls: the KV of `block`-token pieces of shared prompt
-    prefixes, keyed by their whole token path (positions 0 to the block's end), least recently used
-    first out, at most `max_tokens` tokens of KV.
+@dataclass(eq=False)
+class KeptPrefix:
+    """The KV of one computed inner node's whole path, kept for later calls."""
 
-    Every block is computed ALONE (one forward of exactly its `block` tokens at positions
-    [j*block, (j+1)*block), over its ancestor blocks' KV), so its bits are a function of its token
-    path only: a block taken from here equals, bit for bit, the block a fresh process computes.
-    Which blocks a call uses is decided by that call's prompts alone (PrefixScorer._tree), never by
-    what is kept, so a prompt's score does not depend on what the process judged before: a run
-    resumed after a kill equals an unbroken one byte for byte, with the kept KV on."""
+    tokens: tuple[int, ...]
+    """The path's tokens, from position 0 to the node's last."""
+    pieces: tuple[list[tuple[Any, Any]], ...]
+    """Per-node per-layer (keys, values) covering `tokens` in order (the ancestors', then its own)."""
 
-    def __init__(self, max_tokens: int, block: int = 16) -> None:
+    def kv(self, start: int, end: int) -> list[tuple[Any, Any]]:
+        """Per layer (keys, values) of positions [start, end)."""
+        import torch
+
+        parts, at = [], 0
+        for piece in self.pieces:
+            n = piece[0][0].shape[1]
+            lo, hi = max(start, at), min(end, at + n)
+            if lo < hi:
+                parts.append([(k[:, lo - at : hi - at], v[:, lo - at : hi - at]) for k, v in piece])
+            at += n
+        if len(parts) == 1:
+            return parts[0]
+        return [(torch.cat([p[layer][0] for p in parts], 1), torch.cat([p[layer][1] for p in parts], 1))
+                for layer in range(len(parts[0]))]
+
+
+class KeptPrefixes:
+    """An LRU of KeptPrefix by token path, holding at most `max_tokens` distinct tokens of KV."""
+
+    def __init__(self, max_tokens: int) -> None:
         self.max_tokens = max(0, int(max_tokens))
-        self.block = int(block)
-        if self.block < 1:
-            raise ValueError(f"prefix block must be >= 1 token, got {block}")
-        self.entries: OrderedDict[tuple[int, ...], list[tuple[Any, Any]]] = OrderedDict()
+        self.entries: OrderedDict[tuple[int, ...], KeptPrefix] = OrderedDict()
         self.tokens_reused = 0
-        """Tokens whose KV a later use took from here instead of computing."""
+        """Tokens whose KV a later call took from here instead of computing."""
 
-    def get(self, path: tuple[int, ...]) -> list[tuple[Any, Any]] | None:
-        kv = self.entries.get(path)
-        if kv is not None:
-            self.entries.move_to_end(path)
-            self.tokens_reused += self.block
-        return kv
+    def longest(self, path: Sequence[int]) -> tuple[KeptPrefix | None, int]:
+        """The kept prefix sharing the most leading tokens with `path`, and how many (marked used)."""
+        best, length = None, 0
+        for entry in self.entries.values():
+            n = common_prefix_len(entry.tokens, path)
+            if n > length:
+                best, length = entry, n
+        if best is not None:
+            self.entries.move_to_end(best.tokens)
+        return best, length
 
-    def put(self, path: tuple[int, ...], kv: list[tuple[Any, Any]]) -> None:
-        if self.max_tokens < self.block:
+    def graft(self, nodes: list[PrefixNode], before: Sequence[int] = ()) -> None:
+        """Give `nodes` (siblings under the path `before`) the KV kept for their prefixes: a node
+        wholly kept is `done` (its children are looked up in turn), one kept in part is split
+        into a done head and the rest. A node where a prompt ends keeps its last token to run."""
+        if not self.entries:
             return
-        self.entries[path] = kv
-        self.entries.move_to_end(path)
-        while self.size() > self.max_tokens:
+        for i, n in enumerate(nodes):
+            path = [*before, *n.tokens]
+            entry, covered = self.longest(path)
+            end = len(path)
+            if n.ends:
+                covered = min(covered, end - 1)
+            if entry is None or covered <= n.start:
+                continue
+            self.tokens_reused += min(covered, end) - n.start
+            if covered >= end:
+                n.kv, n.done = entry.kv(n.start, end), True
+                self.graft(n.children, path)
+                continue
+            cut = covered - n.start
+            head = PrefixNode(tokens=n.tokens[:cut], start=n.start, parent=n.parent, children=[n],
+                              kv=entry.kv(n.start, covered), done=True)
+            n.tokens, n.start, n.parent = n.tokens[cut:], covered, head
+            nodes[i] = head
+
+    def keep(self, nodes: Sequence[PrefixNode]) -> None:
+        """Keep the KV of every inner node computed under `nodes`, then drop the least recently
+        used until at most `max_tokens` distinct tokens of KV remain."""
+        if self.max_tokens == 0:
+            return
+        stack = list(nodes)
+        while stack:
+            n = stack.pop()
+            stack.extend(n.children)
+            if n.kv is not None and not n.done and n.keeps_kv():
+                path = n.path()
+                tokens = tuple(t for a in (*path, n) for t in a.tokens)
+                self.entries[tokens] = KeptPrefix(tokens, tuple(a.kv for a in path) + (n.kv,))  # type: ignore[operator]
+                self.entries.move_to_end(tokens)
+        while self.entries and self.size() > self.max_tokens:
             self.entries.popitem(last=False)
 
     def clear(self) -> None:
         self.entries.clear()
 
     def size(self) -> int:
-        """Tokens of KV held."""
-        return len(self.entries) * self.block
+        """Distinct tokens of KV held (pieces shared by several paths counted once)."""
+        seen: dict[int, int] = {}
+        for entry in self.entries.values():
+            for piece in entry.pieces:
+                seen[id(piece)] = piece[0][0].shape[1]
+        return sum(seen.values())
 
 
 class PrefixScorer:
@@ -200,13 +254,10 @@ class PrefixScorer:
 
     def __init__(self, model: Any, answer_ids: Any, pad_id: int, device: str, batch_size: int,
                  min_prefix: int = 16, max_cached_tokens: int = 32768, engine: Any = None,
-                 max_batch_tokens: int = 4096, keep_tokens: int = 0, block: int = 16,
-                 line_end: Any = None) -> None:
+                 max_batch_tokens: int = 4096, keep_tokens: int = 0) -> None:
         self.model = model
-        self.line_end = line_end
-        """token id -> whether its text ends a line (piece ends; None: every `block` tokens only)."""
-        self.kept = PrefixBlocks(keep_tokens, block)
-        """Canonical prefix blocks kept across calls (0 tokens: none, each call's tree stands alone)."""
+        self.kept = KeptPrefixes(keep_tokens)
+        """KV of recent inner nodes kept across calls (0 tokens: none kept)."""
         self.engine = engine
         """A PackedLlama (unpadded segments) or None (HF's forward on left-padded batches)."""
         self.max_batch_tokens = int(max_batch_tokens)
@@ -223,14 +274,15 @@ class PrefixScorer:
         self.attention_pairs = 0
         """Causal (query, key) pairs over real tokens: the attention work that was needed."""
         self.forwards = 0
-        self._canonical: bool | None = None
-        """Whether blocks are batch-invariant here (rows_invariant), once checked."""
 
     def answer_logprobs(self, rows: Sequence[Sequence[int]]) -> list[list[float]]:
         """Answer-token log-probs for every prompt, in input order."""
         out: list[list[float] | None] = [None] * len(rows)
         for chunk in chunk_rows(rows, self.max_cached_tokens):
-            top = self._tree(rows, chunk)
+            top = build_tree(rows, chunk, self.min_prefix)
+            if self.kept.max_tokens:
+                _mark_tails(top, {chunk[-1], len(rows) - 1})
+            self.kept.graft(top)
             level = _to_run(top)
             while level:
                 # Similar lengths together keep padding (wasted compute) small.
@@ -243,85 +295,8 @@ class PrefixScorer:
                     for b in range(0, len(level), self.batch_size):
                         self._run(level[b : b + self.batch_size], out)
                 level = _to_run([c for n in level for c in n.children])
+            self.kept.keep(top)  # the rest of the tree's KV dies with it here
         return out  # type: ignore[return-value]
-
-    def _tree(self, rows: Sequence[Sequence[int]], chunk: list[int]) -> list[PrefixNode]:
-        """The radix tree of `rows[i]` for i in `chunk`, its shared prefixes cut into canonical
-        blocks (PrefixBlocks) where blocks are kept across calls.
-
-        A prompt's canonical part is every whole piece before its last token (`piece_ends`: pieces
-        end at line ends and every `block` tokens within a line, so whatever the prompt shares,
-        with this chunk or any earlier one, is a run of whole pieces the store may hold). Those
-        pieces come from the store or are computed (`_fill`); the rest of each prompt (one
-        unfinished piece) forms radix trees under its last piece, run level by level as usual.
-        The cut depends on each prompt alone and the trees on the chunk's prompts, so a chunk
-        computes the same bits whatever the store holds. What is lost: where prompts part inside
-        a piece, each branch reruns the piece's shared part (prompts part a few tokens after a line
-        end: "Summary candidate B: ...", "Question: ..." -- a label's tokens per branch)."""
-        if self.kept.max_tokens < self.kept.block or not self._blocks_canonical():
-            return build_tree(rows, chunk, self.min_prefix)
-        order = sorted(chunk, key=lambda i: list(rows[i]))
-        if any(len(rows[i]) == 0 for i in order):
-            raise ValueError("prefix reuse needs non-empty prompts")
-        top: list[PrefixNode] = []
-        blocks: dict[tuple[int, ...], PrefixNode] = {}
-        groups: dict[int, tuple[PrefixNode | None, list[int]]] = {}
-        for i in order:
-            parent, begin = None, 0
-            for end in piece_ends(rows[i], self.kept.block, self.line_end):
-                path = tuple(rows[i][:end])
-                node = blocks.get(path)
-                if node is None:
-                    node = blocks[path] = PrefixNode(tokens=list(path[begin:]), start=begin, parent=parent,
-                                                     kv=self.kept.get(path), tail=True)
-                    (parent.children if parent is not None else top).append(node)
-                parent, begin = node, end
-            groups.setdefault(id(parent), (parent, []))[1].append(i)
-        self._fill(blocks)
-        for parent, members in groups.values():
-            start = 0 if parent is None else parent.start + len(parent.tokens)
-            _grow(rows, members, start, start, parent, parent.children if parent is not None else top,
-                  max(1, self.min_prefix), keep_top=parent is not None)
-        return top
-
-    def _fill(self, blocks: dict[tuple[int, ...], PrefixNode]) -> None:
-        """Compute the blocks the store lacks, depth by depth (batched, as `_blocks_canonical`
-        allows), keep them, and mark every block done."""
-        missing = [path for path, n in blocks.items() if n.kv is None]
-        # Pieces run together once their parents have run: by depth. HF's forward left-pads a
-        # batch to one width and one past, which would put a piece's keys at other cache indices
-        # in other batches, so there only pieces of the same start and length share a forward.
-        key = {path: (len(blocks[path].path()),) + (() if self.engine is not None else
-                                                    (blocks[path].start, len(blocks[path].tokens)))
-               for path in missing}
-        for level in sorted(set(key.values())):
-            depth = [blocks[path] for path in missing if key[path] == level]
-            for batch in row_batches([len(n.tokens) for n in depth], self.batch_size, self.max_batch_tokens):
-                if self.engine is not None:
-                    self._run_packed([depth[k] for k in batch], [])
-                else:
-                    self._run([depth[k] for k in batch], [])
-        for path in missing:
-            self.kept.put(path, blocks[path].kv)  # type: ignore[arg-type]
-        for n in blocks.values():
-            n.done = True
-
-    def _blocks_canonical(self) -> bool:
-        """Whether a block's KV is the same bits however many blocks share its forward: true when
-        every linear layer's matmul gives each row the same bits whatever rows come with it (checked
-        once per scorer on the model's own layer-0 weights; norms, RoPE and per-row attention are
-        row-wise anyway). Where it fails (e.g. a BLAS that picks kernels by row count), blocks
-        are not kept across calls and each call's tree stands alone, as with keep_tokens=0."""
-        if self._canonical is None:
-            self._canonical = all(rows_invariant(self.model, rows, self.max_batch_tokens)
-                                  for rows in sorted({MIN_PIECE, self.kept.block}))
-            if not self._canonical:
-                import logging
-
-                logging.getLogger(__name__).warning(
-                    "prefix blocks are not kept across calls: this device's matmuls give a row different "
-                    "bits in different batches, so kept blocks could differ from recomputed ones")
-        return self._canonical
 
     def _run(self, nodes: list[PrefixNode], out: list[list[float] | None]) -> None:
         import torch
@@ -415,51 +390,14 @@ class PrefixScorer:
         return DynamicCache(ddp_cache_data=data)
 
 
-MIN_PIECE = 4
-"""Tokens a canonical piece holds at least: a matmul of 1-3 rows takes other kernels than a
-longer one on this CPU's BLAS (measured: rows_invariant fails at 1, 2 and 3 rows, holds from 4),
-so shorter pieces would not be batch-invariant."""
-
-
-def piece_ends(row: Sequence[int], size: int, line_end: Any = None) -> list[int]:
-    """Where `row`'s canonical pieces end (positions 1..len-1; the last token is never in one):
-    after a token that ends a line (`line_end(token)`) and `size` tokens after the previous end,
-    each piece at least MIN_PIECE tokens. An end depends on the tokens before it only, so prompts
-    sharing a prefix share its pieces."""
-    ends, last = [], 0
-    for p in range(1, len(row)):
-        if p - last >= size or (p - last >= MIN_PIECE and line_end is not None and line_end(row[p - 1])):
-            ends.append(p)
-            last = p
-    return ends
-
-
-def rows_invariant(model: Any, block: int, max_tokens: int) -> bool:
-    """Whether `model`'s layer-0 linear layers give a block of `block` rows the same bits alone and
-    inside batches of 2, 3, 5 and up to `max_tokens // block` blocks (in the model's dtype, on its
-    device), at the front and at the back of the batch."""
-    import torch
-
-    inner = getattr(model, "model", model)
-    layers = getattr(inner, "layers", None)
-    linears = [m for m in (layers[0].modules() if layers is not None else model.modules())
-               if isinstance(m, torch.nn.Linear)]
-    if not linears:
-        return False
-    most = max(1, int(max_tokens) // max(1, int(block)))
-    counts = sorted({c for c in (2, 3, 5, most) if c <= most})
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    with torch.inference_mode():
-        for lin in linears:
-            w = lin.weight
-            x = torch.randn((max([1, *counts]) * block, w.shape[1]), generator=gen).to(w.device, w.dtype)
-            for c in counts:
-                together = lin(x[: c * block])
-                last = slice((c - 1) * block, c * block)
-                if not (torch.equal(together[:block], lin(x[:block]))
-                        and torch.equal(together[last], lin(x[last]))):
-                    return False
-    return True
+def _mark_tails(nodes: Sequence[PrefixNode], rows: set[int]) -> None:
+    """Mark the leaves where `rows` end as tails (their KV is kept for the next call)."""
+    stack = list(nodes)
+    while stack:
+        n = stack.pop()
+        stack.extend(n.children)
+        if not n.children and rows & set(n.ends):
+            n.tail = True
 
 
 def _to_run(nodes: Sequence[PrefixNode]) -> list[PrefixNode]:

@@ -47,6 +47,24 @@ def deferred_signals(signums: Sequence[int] = PREEMPT_SIGNALS) -> Iterator[list[
             signal.raise_signal(s)
 
 
+@contextlib.contextmanager
+def fresh_prefixes(judge: Any) -> Iterator[None]:
+    """The model judge's prefix KV kept across calls (harness.judges.prefix.KeptPrefixes) shared
+    by the chunks of this block only: what a request scores then depends on the block's requests
+    and the cache's misses alone, not on what this process judged before, so an unbroken run and
+    one resumed after a finished call score bit for bit alike; the KV is freed after the block."""
+    while getattr(judge, "judge", None) is not None:
+        judge = judge.judge
+    forget = getattr(judge, "forget_prefixes", None)
+    if forget is not None:
+        forget()
+    try:
+        yield
+    finally:
+        if forget is not None:
+            forget()
+
+
 class PreemptibleJudge:
     """A cached judge scored one cache chunk at a time, preemption signals held per chunk."""
 
@@ -65,7 +83,8 @@ class PreemptibleJudge:
 
     def score_pairs(self, requests: Sequence[PairRequest], progress: Any = None) -> list[PairScore]:
         check_requests(self.judge, requests)  # every prompt, before the first chunk reaches the model
-        return self._score_chunks(requests, progress)
+        with fresh_prefixes(self.judge):
+            return self._score_chunks(requests, progress)
 
     def _score_chunks(self, requests: Sequence[PairRequest], progress: Any) -> list[PairScore]:
         out: list[PairScore] = []
