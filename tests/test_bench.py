@@ -62,7 +62,7 @@ def test_bench_judge_dtypes(tmp_path, shared_data, tiny_llama):
     methods = line["methods"]
     assert line["dtypes"] == ["float32", "bfloat16"] and line["reference_dtype"] == "float32"
     assert set(methods) == {f"{n}_{s}" for n in ours for s in ("fp32", "bf16")}
-    table = {row.split()[0]: row.split() for row in proc.stdout.splitlines() if row.split()[:1] and row.split()[0] in methods}
+    table = {cells[0]: cells for cells in map(str.split, proc.stdout.splitlines()) if cells[:1] and cells[0] in methods}
     head = proc.stdout.splitlines()[0].split()
     for d in ("float32", "bfloat16"):
         assert line[f"matmul_peak_{d}"] == max(line["matmul_peaks_by_dtype"][d]) > 0
@@ -171,6 +171,36 @@ def test_bench_judge_vllm_columns(tmp_path, shared_data):
                                            "prefix_1instr/vllm_apc_1instr", "prefix_5instr/vllm_apc_5instr",
                                            "prefix_1instr/vllm_apc_t2_1instr", "prefix_5instr/vllm_apc_t2_5instr"}
     assert "prompts/s prefix_5instr/vllm_apc_t2_5instr:" in proc.stdout and "vLLM 2)" in proc.stdout
+
+
+@pytest.mark.vllm
+def test_bench_judge_vllm_dtypes(tmp_path, shared_data):
+    """`--dtypes float32,bfloat16 --vllm`: vLLM with prefix caching in each dtype at our thread
+    count (no --vllm-threads given), ours over vLLM per dtype, each vLLM row against its fp32 row."""
+    pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench_judge.py"), "--model", "tiny:llama3", "--docs", "1",
+         "--candidates", "3", "--batch-size", "4", "--threads", "1", "--skip-official", "--peak-size", "512",
+         "--dtypes", "float32,bfloat16", "--vllm", "--data-dir", str(shared_data)],
+        capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = _last_json(proc.stdout)
+    methods = line["methods"]
+    settings = {t: (v["dtype"], v["threads"], v["enable_prefix_caching"]) for t, v in line["vllm_settings"].items()}
+    assert settings == {"vllm_apc_fp32": ("float32", 1, True), "vllm_apc_bf16": ("bfloat16", 1, True)}
+    assert not any(name.startswith("vllm_1instr") or name.startswith("vllm_5instr") for name in methods)
+    for sfx, dtype in (("fp32", "float32"), ("bf16", "bfloat16")):
+        for w in ("1instr", "5instr"):
+            v = methods[f"vllm_apc_{w}_{sfx}"]
+            assert v["dtype"] == dtype and v["threads"] == methods[f"prefix_{w}_{sfx}"]["threads"] == 1
+            key = f"prefix_{w}_{sfx}/vllm_apc_{w}_{sfx}"
+            ratio = line["ours_over_vllm"][key]
+            assert ratio == pytest.approx(methods[f"prefix_{w}_{sfx}"]["prompts_per_s"] / v["prompts_per_s"], rel=1e-12)
+            assert f"prompts/s {key}: {ratio:.2f}x (threads: ours 1, vLLM 1)" in proc.stdout
+        assert line["agree"][f"prefix_5instr_{sfx}~vllm_apc_5instr_{sfx}"][1] == 30
+    s = line["dtype_vs_reference"]["vllm_apc_5instr_bf16~vllm_apc_5instr_fp32"]
+    assert s["agree"][1] == 30 and 0 < s["max_abs_dp"] < 0.05
+    assert "vllm_apc_5instr_bf16/vllm_apc_5instr_fp32" in line["dtype_speedup"] and "vllm_refused" not in line
 
 
 def test_bench_vllm_thread_counts_refused():
