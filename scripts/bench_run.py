@@ -29,6 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench_dtypes import dp_summary  # noqa: E402
+
 from harness.data import load_task  # noqa: E402
 from harness.judges.cache import CachedJudge, ScoreCache  # noqa: E402
 from harness.judges.cpu import cpu_flags, fast_bf16  # noqa: E402
@@ -138,11 +140,9 @@ def bench_dtypes(args, base: HFJudge) -> dict:
         for dtype in ("float32", "bfloat16"):
             j = base if dtype == "float32" else judge_for(args, dtype="bfloat16")
             got[dtype] = timed(j, lambda j=j: j.score_pairs(reqs))
-        f, b = ([s.p_a for s in got[d]["out"]] for d in ("float32", "bfloat16"))
-        diffs = [abs(x - y) for x, y in zip(f, b)]
-        out[task] = {"pairs": len(reqs), "decisions_equal": sum((x > 0.5) == (y > 0.5) for x, y in zip(f, b)),
-                     "max_dp": max(diffs), "mean_dp": sum(diffs) / len(diffs),
-                     **{f"{d}_prompts_per_s": len(reqs) / got[d]["wall_s"] for d in got}}
+        s = dp_summary(*([x.p_a for x in got[d]["out"]] for d in ("float32", "bfloat16")))
+        out[task] = {"pairs": len(reqs), "decisions_equal": s["agree"][0], "max_dp": s["max_abs_dp"],
+                     "mean_dp": s["mean_abs_dp"], **{f"{d}_prompts_per_s": len(reqs) / got[d]["wall_s"] for d in got}}
     return out
 
 

@@ -21,22 +21,28 @@ from bench_judge import _decisions, causal_pairs, measure, model_dims, stats
 from harness.judges.prefix import trie_size
 
 
-def engines(thread_counts: list[int | None]) -> list[tuple[str, bool, int | None]]:
-    """(tag, prefix caching, threads) per engine: without and with prefix caching at the first
-    thread count, then with prefix caching only at each further one (tag `vllm_apc_t{n}`)."""
+def engines(thread_counts: list[int | None], apc_only: bool = False) -> list[tuple[str, bool, int | None]]:
+    """(tag, prefix caching, threads) per engine: without (unless `apc_only`) and with prefix
+    caching at the first thread count, then with prefix caching only at each further one (tag
+    `vllm_apc_t{n}`)."""
     first, *rest = thread_counts
-    return [("vllm", False, first), ("vllm_apc", True, first)] + [(f"vllm_apc_t{n}", True, n) for n in rest]
+    return ([] if apc_only else [("vllm", False, first)]) + [("vllm_apc", True, first)] + [
+        (f"vllm_apc_t{n}", True, n) for n in rest]
 
 
-def run_vllm(args, judge, path: str, w1: list, w5: list, peaks: list[float]) -> dict:
-    """{"methods", "decisions", "p_a", "settings"} for vllm_{1,5}instr and vllm_apc_{1,5}instr
-    (and vllm_apc_t{n}_{1,5}instr for further thread counts); each engine in a fresh process."""
+def run_vllm(args, judge, path: str, w1: list, w5: list, peaks: list[float], plan: list | None = None,
+             refusable: bool = False) -> dict:
+    """{"methods", "decisions", "p_a", "settings", "refused"} for vllm_{1,5}instr and
+    vllm_apc_{1,5}instr (and vllm_apc_t{n}_{1,5}instr for further thread counts), or the engines of
+    `plan` (see `engines`), in the judge's dtype; each engine in a fresh process. An engine that
+    fails raises, unless `refusable`: then its error line is kept in "refused" and the run goes on."""
     job = {"path": path, "w1": w1, "w5": w5, "ids1": judge.encode(w1), "ids5": judge.encode(w5),
            "dims": model_dims(judge.model), "max_len": args.vllm_max_len, "torch_threads": args.threads,
-           "device": judge.device, "dtype": str(judge.torch_dtype).removeprefix("torch.")}
-    out: dict = {"methods": {}, "decisions": {}, "p_a": {}, "settings": {}}
+           "device": judge.device, "dtype": str(judge.torch_dtype).removeprefix("torch."),
+           "peak_n": getattr(args, "peak_size", None)}
+    out: dict = {"methods": {}, "decisions": {}, "p_a": {}, "settings": {}, "refused": {}}
     spawn = multiprocessing.get_context("spawn")
-    for tag, apc, threads in engines(args.vllm_threads):
+    for tag, apc, threads in plan or engines(args.vllm_threads):
         receive, send = spawn.Pipe(duplex=False)
         child = spawn.Process(target=_engine_child, args=(send, job, tag, apc, threads, peaks[-1]))
         child.start()
@@ -46,6 +52,10 @@ def run_vllm(args, judge, path: str, w1: list, w5: list, peaks: list[float]) -> 
         except EOFError:
             part = None
         child.join()
+        if not isinstance(part, dict) and refusable:
+            out["refused"][tag] = str(part or f"no result (exit code {child.exitcode})")
+            print(f"  vLLM engine {tag} refused: {out['refused'][tag]}", file=sys.stderr, flush=True)
+            continue
         if not isinstance(part, dict):
             raise RuntimeError(f"the vLLM engine {tag} failed in its process (exit code {child.exitcode}): "
                                f"{part or 'no result'}")
@@ -76,7 +86,8 @@ def engine_run(job: dict, tag: str, apc: bool, threads: int | None, last_peak: f
     if job["torch_threads"]:
         torch.set_num_threads(job["torch_threads"])  # the matmul peak runs on the parent's count
     w1, w5 = job["w1"], job["w5"]
-    vj = VLLMJudge(job["path"], enable_prefix_caching=apc, max_model_len=job["max_len"], cpu_threads=threads)
+    vj = VLLMJudge(job["path"], dtype=job["dtype"], enable_prefix_caching=apc, max_model_len=job["max_len"],
+                   cpu_threads=threads)
     assert vj.encode(w1) == job["ids1"], "vLLM must score the very token ids the other methods score"
     vj.score_pairs(w1[:2])  # warm-up
     timer = SimpleNamespace(device=job["device"], torch_dtype=getattr(torch, job["dtype"]))
@@ -85,12 +96,13 @@ def engine_run(job: dict, tag: str, apc: bool, threads: int | None, last_peak: f
     for suffix, reqs, ids in (("1instr", w1, job["ids1"]), ("5instr", w5, job["ids5"])):
         vj.llm.reset_prefix_cache()
         before = (vj.prompt_tokens, vj.cached_tokens)
-        scores, sec, peak = measure(f"{tag}_{suffix}", lambda: vj.score_pairs(reqs), timer, peaks)
+        scores, sec, peak = measure(f"{tag}_{suffix}", lambda: vj.score_pairs(reqs), timer, peaks, job["peak_n"])
         computed = (vj.prompt_tokens - before[0]) - (vj.cached_tokens - before[1])
         work = {"tokens": computed, "heads": len(reqs), "pairs": causal_pairs(ids)}
         name = f"{tag}_{suffix}"
         out["methods"][name] = stats(len(reqs), sec, work, trie_size(ids), job["dims"], peak)
         out["methods"][name]["prefix_hit_rate"] = (vj.cached_tokens - before[1]) / (vj.prompt_tokens - before[0])
+        out["methods"][name].update(dtype=job["dtype"], threads=vj.engine_settings.get("threads"))
         out["decisions"][name] = _decisions(scores)
         out["p_a"][name] = [s.p_a for s in scores]
     vj.close()

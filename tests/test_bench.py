@@ -47,6 +47,57 @@ def test_bench_judge_json_line(tmp_path, shared_data, tiny_llama):
     assert max(line["matmul_peaks"]) == line["matmul_peak_flop_per_s"] > 0
 
 
+def test_bench_judge_dtypes(tmp_path, shared_data, tiny_llama):
+    """`--dtypes float32,bfloat16`: our rows in both dtypes (suffixed), %peak against the run's best
+    fp32 and bf16 matmul peaks, bf16/fp32 prompts/s lines, and each bf16 row's decisions and
+    |dP(A)| against its fp32 row on the same prompts, in the table and the JSON line."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench_judge.py"), "--model", "tiny:llama", "--docs", "1",
+         "--candidates", "3", "--batch-size", "4", "--threads", "1", "--skip-official", "--peak-size", "512",
+         "--dtypes", "float32,bfloat16", "--data-dir", str(shared_data)],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = _last_json(proc.stdout)
+    ours = ("batched_hf", "batched", "prefix_1instr", "prefix_5instr")
+    methods = line["methods"]
+    assert line["dtypes"] == ["float32", "bfloat16"] and line["reference_dtype"] == "float32"
+    assert set(methods) == {f"{n}_{s}" for n in ours for s in ("fp32", "bf16")}
+    table = {cells[0]: cells for cells in map(str.split, proc.stdout.splitlines()) if cells[:1] and cells[0] in methods}
+    head = proc.stdout.splitlines()[0].split()
+    for d in ("float32", "bfloat16"):
+        assert line[f"matmul_peak_{d}"] == max(line["matmul_peaks_by_dtype"][d]) > 0
+    for name, m in methods.items():
+        assert m["dtype"] == {"fp32": "float32", "bf16": "bfloat16"}[name.rsplit("_", 1)[1]] and m["threads"] == 1
+        for d, col in (("float32", "%pk32"), ("bfloat16", "%pk16")):
+            assert m[f"frac_peak_{d}"] == pytest.approx(m["flop_per_s"] / line[f"matmul_peak_{d}"], rel=1e-12)
+            assert table[name][head.index(col)] == f"{100 * m[f'frac_peak_{d}']:.1f}"
+        best = line[f"matmul_peak_{m['dtype']}"]  # %best: against the row's own dtype's best peak
+        assert m["frac_best_peak"] == pytest.approx(m["flop_per_s"] / best, rel=1e-12)
+    for n in ours:
+        fp32, bf16 = methods[f"{n}_fp32"], methods[f"{n}_bf16"]
+        ratio = line["dtype_speedup"][f"{n}_bf16/{n}_fp32"]
+        assert ratio == pytest.approx(bf16["prompts_per_s"] / fp32["prompts_per_s"], rel=1e-12)
+        assert f"prompts/s {n}_bf16/{n}_fp32: {ratio:.2f}x" in proc.stdout
+        s = line["dtype_vs_reference"][f"{n}_bf16~{n}_fp32"]
+        assert s["agree"][1] == bf16["prompts"] == fp32["prompts"] and 0 <= s["agree"][0] <= s["agree"][1]
+        # bf16 really ran: its P(A)s differ from fp32's, by rounding-sized amounts
+        assert 0 < s["mean_abs_dp"] <= s["max_abs_dp"] < 0.05
+        assert (f"decisions {n}_bf16~{n}_fp32: {s['agree'][0]}/{s['agree'][1]} equal, "
+                f"max |dP(A)| {s['max_abs_dp']:.2e}, mean |dP(A)| {s['mean_abs_dp']:.2e}") in proc.stdout
+    # each dtype's engines are still compared among themselves, as in a single-dtype run
+    for sfx in ("fp32", "bf16"):
+        assert line["agree"][f"batched_{sfx}~prefix_1instr_{sfx}"] == [6, 6]
+        assert line["agree"][f"batched_{sfx}~prefix_5instr_{sfx}(instr0)"] == [6, 6]
+
+
+def test_bench_judge_dtypes_refused():
+    """A malformed --dtypes list is one argparse error, before any model loads."""
+    for bad in ("float32,float32", "float32,fp8"):
+        proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_judge.py"), "--dtypes", bad],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and f"--dtypes {bad!r}: give distinct dtypes from" in proc.stderr
+
+
 def test_bench_run_json_line(tmp_path, shared_data, tiny_llama):
     """scripts/bench_run.py at tiny sizes: the run vs engine-only rows, the epoch in one call vs
     per instruction (fewer tokens, decisions equal), bf16 vs fp32 decisions."""
@@ -120,6 +171,36 @@ def test_bench_judge_vllm_columns(tmp_path, shared_data):
                                            "prefix_1instr/vllm_apc_1instr", "prefix_5instr/vllm_apc_5instr",
                                            "prefix_1instr/vllm_apc_t2_1instr", "prefix_5instr/vllm_apc_t2_5instr"}
     assert "prompts/s prefix_5instr/vllm_apc_t2_5instr:" in proc.stdout and "vLLM 2)" in proc.stdout
+
+
+@pytest.mark.vllm
+def test_bench_judge_vllm_dtypes(tmp_path, shared_data):
+    """`--dtypes float32,bfloat16 --vllm`: vLLM with prefix caching in each dtype at our thread
+    count (no --vllm-threads given), ours over vLLM per dtype, each vLLM row against its fp32 row."""
+    pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench_judge.py"), "--model", "tiny:llama3", "--docs", "1",
+         "--candidates", "3", "--batch-size", "4", "--threads", "1", "--skip-official", "--peak-size", "512",
+         "--dtypes", "float32,bfloat16", "--vllm", "--data-dir", str(shared_data)],
+        capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = _last_json(proc.stdout)
+    methods = line["methods"]
+    settings = {t: (v["dtype"], v["threads"], v["enable_prefix_caching"]) for t, v in line["vllm_settings"].items()}
+    assert settings == {"vllm_apc_fp32": ("float32", 1, True), "vllm_apc_bf16": ("bfloat16", 1, True)}
+    assert not any(name.startswith("vllm_1instr") or name.startswith("vllm_5instr") for name in methods)
+    for sfx, dtype in (("fp32", "float32"), ("bf16", "bfloat16")):
+        for w in ("1instr", "5instr"):
+            v = methods[f"vllm_apc_{w}_{sfx}"]
+            assert v["dtype"] == dtype and v["threads"] == methods[f"prefix_{w}_{sfx}"]["threads"] == 1
+            key = f"prefix_{w}_{sfx}/vllm_apc_{w}_{sfx}"
+            ratio = line["ours_over_vllm"][key]
+            assert ratio == pytest.approx(methods[f"prefix_{w}_{sfx}"]["prompts_per_s"] / v["prompts_per_s"], rel=1e-12)
+            assert f"prompts/s {key}: {ratio:.2f}x (threads: ours 1, vLLM 1)" in proc.stdout
+        assert line["agree"][f"prefix_5instr_{sfx}~vllm_apc_5instr_{sfx}"][1] == 30
+    s = line["dtype_vs_reference"]["vllm_apc_5instr_bf16~vllm_apc_5instr_fp32"]
+    assert s["agree"][1] == 30 and 0 < s["max_abs_dp"] < 0.05
+    assert "vllm_apc_5instr_bf16/vllm_apc_5instr_fp32" in line["dtype_speedup"] and "vllm_refused" not in line
 
 
 def test_bench_vllm_thread_counts_refused():

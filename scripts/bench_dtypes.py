@@ -1,0 +1,118 @@
+"""The dtype side of scripts/bench_judge.py (`--dtypes float32,bfloat16`): one set of rows per dtype,
+named with a dtype suffix (`prefix_1instr_bf16`), each dtype's rows compared among themselves as
+a single-dtype run compares them, and every row compared with the same row in the reference dtype
+(float32 when it is in the list) on the same prompts: decisions, max and mean |dP(A)|, prompts/s.
+`dp_summary` is also what scripts/bench_run.py's `--dtypes` table reports.
+"""
+
+from __future__ import annotations
+
+DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+PEAK_DTYPES = ("float32", "bfloat16")
+"""Every row's FLOP/s is also reported against the best matmul peak of each of these dtypes."""
+
+
+def _sign(p: float) -> int:
+    return (p > 0.5) - (p < 0.5)
+
+
+def dp_summary(ref: list[float], other: list[float]) -> dict:
+    """`other`'s P(A)s against `ref`'s, pair by pair: decisions (which side of 0.5) equal
+    ([equal, pairs]) and the max and mean |dP(A)|."""
+    if len(ref) != len(other) or not ref:
+        raise ValueError(f"compare P(A) lists of one non-zero length, got {len(ref)} and {len(other)}")
+    diffs = [abs(x - y) for x, y in zip(ref, other)]
+    same = sum(_sign(x) == _sign(y) for x, y in zip(ref, other))
+    return {"agree": [same, len(diffs)], "max_abs_dp": max(diffs), "mean_abs_dp": sum(diffs) / len(diffs)}
+
+
+def reference_dtype(dtypes: list[str]) -> str:
+    return "float32" if "float32" in dtypes else dtypes[0]
+
+
+def renamer(dtype: str, multi: bool):
+    """Row name -> its name in the merged result: the dtype suffix when several dtypes ran; the
+    official read-out (run once, in the first dtype) keeps its name."""
+    sfx = f"_{DTYPE_SHORT[dtype]}" if multi else ""
+    return lambda name: name if name == "official" else name + sfx
+
+
+def _rename_pair(key: str, rn, sep: str) -> str:
+    tail = "(instr0)" if key.endswith("(instr0)") else ""
+    a, b = key.removesuffix(tail).split(sep)
+    return f"{rn(a)}{sep}{rn(b)}{tail}"
+
+
+def merge(parts: dict[str, dict], n_instr: int) -> tuple[dict, dict]:
+    """(rows, comparisons) over every dtype's part ({"methods", "decisions", "p_a", and with vLLM
+    "vllm_settings", "vllm_refused"}, unsuffixed names). Each dtype is compared by bench_judge's
+    `compare` (against the official read-out of the first dtype), then renamed; the cross-dtype
+    comparisons go to `dtype_vs_reference` (decisions, |dP(A)|) and `dtype_speedup` (prompts/s)."""
+    from bench_judge import compare
+
+    dtypes = list(parts)
+    multi, first = len(dtypes) > 1, dtypes[0]
+    res: dict = {"methods": {}, "decisions": {}, "p_a": {}, "vllm_settings": {}, "vllm_refused": {}}
+    cmp: dict = {"speedup_vs_official": {}, "speedup_vs_batched": {}, "agree": {}, "max_abs_dp": {}}
+    equal = True
+    for d in dtypes:
+        part, rn = parts[d], renamer(d, multi)
+        view = {key: dict(part[key]) for key in ("methods", "decisions", "p_a")}
+        if d != first and "official" in parts[first]["methods"]:
+            for key in view:
+                view[key]["official"] = parts[first][key]["official"]
+        c = compare(view, n_instr)
+        for key in ("methods", "decisions", "p_a"):
+            res[key].update({rn(n): v for n, v in view[key].items() if n != "official" or d == first})
+        for key in ("vllm_settings", "vllm_refused"):
+            res[key].update({rn(tag): v for tag, v in part.get(key, {}).items()})
+        for key in ("speedup_vs_official", "speedup_vs_batched"):
+            cmp[key].update({rn(n): v for n, v in c[key].items()})
+        for key in ("agree", "max_abs_dp"):
+            cmp[key].update({_rename_pair(k, rn, "~"): v for k, v in c[key].items()})
+        if "ours_over_vllm" in c:
+            cmp.setdefault("ours_over_vllm", {}).update(
+                {_rename_pair(k, rn, "/"): v for k, v in c["ours_over_vllm"].items()})
+        equal = equal and c["all_decisions_equal"]
+    cmp["all_decisions_equal"] = equal
+    if multi:
+        ref = reference_dtype(dtypes)
+        cmp["reference_dtype"] = ref
+        cmp["dtype_vs_reference"], cmp["dtype_speedup"] = {}, {}
+        rn_ref = renamer(ref, multi)
+        for d in dtypes:
+            if d == ref:
+                continue
+            rn = renamer(d, multi)
+            for name, p_a in parts[d]["p_a"].items():
+                if name in parts[ref]["p_a"] and name != "official":
+                    cmp["dtype_vs_reference"][f"{rn(name)}~{rn_ref(name)}"] = dp_summary(parts[ref]["p_a"][name], p_a)
+                    cmp["dtype_speedup"][f"{rn(name)}/{rn_ref(name)}"] = (
+                        parts[d]["methods"][name]["prompts_per_s"] / parts[ref]["methods"][name]["prompts_per_s"])
+        cmp["all_decisions_equal_vs_reference"] = all(
+            v["agree"][0] == v["agree"][1] for v in cmp["dtype_vs_reference"].values())
+    return res, cmp
+
+
+def roofline(methods: dict, peaks: dict[str, list[float]]) -> None:
+    """Per row: %best against the best peak of its own dtype, and %peak against the best peak of
+    each of PEAK_DTYPES (`frac_peak_float32`, `frac_peak_bfloat16`), all measured in the same run."""
+    best = {d: max(v) for d, v in peaks.items()}
+    for m in methods.values():
+        m["frac_best_peak"] = m["flop_per_s"] / best[m["dtype"]]
+        m["frac_best_peak_attn"] = m["frac_peak_attn"] * m["matmul_peak_local"] / best[m["dtype"]]
+        for d in PEAK_DTYPES:
+            m[f"frac_peak_{d}"] = m["flop_per_s"] / best[d]
+
+
+def print_dtype_lines(res: dict, cmp: dict) -> None:
+    """The cross-dtype lines under bench_judge's table: refused engines, prompts/s ratios,
+    decisions and |dP(A)| against the reference dtype."""
+    for tag, line in res.get("vllm_refused", {}).items():
+        print(f"{tag}: refused: {line}")
+    for key, ratio in cmp.get("dtype_speedup", {}).items():
+        print(f"prompts/s {key}: {ratio:.2f}x")
+    for key, s in cmp.get("dtype_vs_reference", {}).items():
+        same, n = s["agree"]
+        print(f"decisions {key}: {same}/{n} equal, max |dP(A)| {s['max_abs_dp']:.2e}, "
+              f"mean |dP(A)| {s['mean_abs_dp']:.2e}")
