@@ -154,8 +154,8 @@ def plan(cmd: Command) -> tuple[str, str]:
     if any(m in v.split(",") for v in values for m in GPU_MODELS):
         return "compose", "GPU-only: 8B weights (model=llama3_8b_instruct / mistral_7b_instruct); composed and checked"
     if "hydra/launcher=slurm" in argv:
-        return "compose", ("SLURM launch: composed and the launcher's class checked; tests/test_slurm.py runs the "
-                           "launcher (conf/hydra/launcher/slurm.yaml is being reworked in parallel)")
+        return "compose", ("SLURM launch of a GPU-sized sweep: composed and the launcher's class checked; "
+                           "tests/test_slurm.py runs the shipped launcher on the local cluster with site overrides")
     if "experiment=paper/" in cmd.text or "experiment=abb_sweep" in cmd.text:
         return "compose", "GPU-only: a paper-scale grid on the experiment's 8B judges; composed and checked"
     for prefix in re.findall(r"((?:outputs|multirun)/[\w./-]*?/)(?:<[^>]+>|\*)", cmd.text):
