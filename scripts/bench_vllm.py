@@ -16,7 +16,7 @@ import multiprocessing
 import sys
 from types import SimpleNamespace
 
-from bench_judge import _decisions, causal_pairs, measure, model_dims, stats
+from bench_judge import _decisions, causal_pairs, dtype_name, measure, model_dims, stats
 
 from harness.judges.prefix import trie_size
 
@@ -38,7 +38,7 @@ def run_vllm(args, judge, path: str, w1: list, w5: list, peaks: list[float], pla
     fails raises, unless `refusable`: then its error line is kept in "refused" and the run goes on."""
     job = {"path": path, "w1": w1, "w5": w5, "ids1": judge.encode(w1), "ids5": judge.encode(w5),
            "dims": model_dims(judge.model), "max_len": args.vllm_max_len, "torch_threads": args.threads,
-           "device": judge.device, "dtype": str(judge.torch_dtype).removeprefix("torch."),
+           "device": judge.device, "dtype": dtype_name(judge),
            "peak_n": getattr(args, "peak_size", None)}
     out: dict = {"methods": {}, "decisions": {}, "p_a": {}, "settings": {}, "refused": {}}
     spawn = multiprocessing.get_context("spawn")

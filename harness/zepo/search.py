@@ -241,11 +241,10 @@ class Search:
                 if self.on_candidate:
                     self.on_candidate(cand, best, fresh)
             assert best is not None
-            if not any(x["done"] is None for x in slots):
-                state.save()  # an epoch replayed whole saved nothing: its best_index, as the unbroken run's
             if self.on_epoch:
                 self.on_epoch(epoch, scored, best)
         assert best is not None
+        state.save()  # the final best_index, also when the last epoch was replayed from state.json
         return SearchResult(tuple(history), best, s.objective)
 
     def _better(self, cand: ScoredCandidate, best: ScoredCandidate) -> bool:
