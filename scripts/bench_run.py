@@ -4,10 +4,11 @@ How close do real runs come to the engine? One process, one model, real SummEval
 measurements in the same run (so the ratios hold on a loaded machine):
 
   (1) judge: every ordered pair of `--docs` documents x `--candidates` candidates (+ the content-free
-      prompt) through the wrappers a run uses (PreemptibleJudge over CachedJudge, `--chunk` requests
-      per call, a fresh request cache), with prefix KV kept across calls (backend.prefix_cache_tokens
-      = `--keep`) and without (0), against the engine-only figure: the same prompts in ONE call to
-      the judge. Tokens processed / the trie minimum, prompts/s, and the ratio to engine-only.
+      prompt) through the wrappers a run uses (PreemptibleJudge over CachedJudge, a fresh request
+      cache): as shipped (one streamed call, a cache commit after every forward) and as before
+      (`--chunk` requests per call, each call its own prefix tree), against the engine-only figure:
+      the same prompts in ONE call to the bare judge. Tokens processed / the trie minimum,
+      prompts/s, and the ratio to engine-only.
   (2) ZEPO epoch: `--instructions` instructions (ZEPO's four SummEval ones and ours, as bench_judge) on one document's
       pairs, judged one instruction per call (as a search did before) and all in one call
       (harness.judging.judge_instructions, as an epoch is now judged), through the same wrappers.
@@ -50,8 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", default=SMOLLM2)
     p.add_argument("--docs", type=int, default=2)
     p.add_argument("--candidates", type=int, default=16)
-    p.add_argument("--chunk", type=int, default=16, help="cache.chunk (the shipped 16)")
-    p.add_argument("--keep", type=int, default=8192, help="backend.prefix_cache_tokens for the kept row")
+    p.add_argument("--chunk", type=int, default=16, help="cache.chunk (the shipped 16), for the 'before' row")
     p.add_argument("--instructions", type=int, default=5)
     p.add_argument("--epoch-candidates", type=int, default=8, help="candidates of the ZEPO epoch's document")
     p.add_argument("--threads", type=int, default=1)
@@ -61,13 +61,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def judge_for(args, dtype: str = "float32", keep: int = 0, base: HFJudge | None = None) -> HFJudge:
+def judge_for(args, dtype: str = "float32", base: HFJudge | None = None) -> HFJudge:
     path, gguf = resolve_model_path(args.model, None)
     if base is not None:
         return HFJudge(path, dtype=dtype, device="cpu", prefix_reuse=True, threads=args.threads, model=base.model,
-                       tokenizer=base.tokenizer, prefix_cache_tokens=keep)
-    return HFJudge(path, gguf_file=gguf, dtype=dtype, device="cpu", prefix_reuse=True, threads=args.threads,
-                   prefix_cache_tokens=keep)
+                       tokenizer=base.tokenizer)
+    return HFJudge(path, gguf_file=gguf, dtype=dtype, device="cpu", prefix_reuse=True, threads=args.threads)
 
 
 def wrapped(judge: HFJudge, chunk: int, tmp: Path, name: str) -> PreemptibleJudge:
@@ -90,10 +89,13 @@ def bench_judge(args, base: HFJudge, tmp: Path) -> dict:
     rows = {}
     engine = judge_for(args, base=base)
     rows["engine only (one call)"] = timed(engine, lambda: engine.score_pairs(reqs))
-    for keep in (0, args.keep):
-        j = judge_for(args, keep=keep, base=base)
-        rows[f"run: chunk {args.chunk}, prefix_cache_tokens={keep}"] = timed(
-            j, lambda j=j, keep=keep: wrapped(j, args.chunk, tmp, f"judge{keep}").score_pairs(reqs))
+    shipped = judge_for(args, base=base)
+    rows["run: shipped (one streamed call)"] = timed(
+        shipped, lambda: wrapped(shipped, args.chunk, tmp, "shipped").score_pairs(reqs))
+    before = judge_for(args, base=base)
+    w = wrapped(before, args.chunk, tmp, "before")
+    rows[f"run: before ({args.chunk} requests per call)"] = timed(
+        before, lambda: [s for i in range(0, len(reqs), args.chunk) for s in w.score_pairs(reqs[i : i + args.chunk])])
     ref = rows["engine only (one call)"]
     out = {}
     for name, r in rows.items():

@@ -109,8 +109,8 @@ def test_bench_run_json_line(tmp_path, shared_data, tiny_llama):
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = _last_json(proc.stdout)
     rows = line["judge"]["rows"]
-    kept, plain = rows["run: chunk 4, prefix_cache_tokens=8192"], rows["run: chunk 4, prefix_cache_tokens=0"]
-    assert kept["prompts"] == 13 and kept["tokens"] < plain["tokens"] and kept["x_trie"] <= 1.05
+    shipped, before = rows["run: shipped (one streamed call)"], rows["run: before (4 requests per call)"]
+    assert shipped["prompts"] == 13 and shipped["tokens"] < before["tokens"] and shipped["x_trie"] <= 1.05
     assert all(r["max_dp"] < 1e-4 and r["prompts_per_s"] > 0 for r in rows.values())
     epoch = line["epoch"]
     assert epoch["one call per epoch"]["tokens"] < epoch["one call per instruction"]["tokens"]

@@ -200,26 +200,71 @@ def test_shipped_hf_backend_reuses_prefixes_and_equals_the_plain_path(tiny_llama
     assert max(abs(a.p_a - b.p_a) for a, b in zip(got, want)) < TOL
 
 
-@pytest.mark.parametrize("engine", ["hf", "auto"])
-def test_prefix_kv_kept_across_calls(plain_judge, engine):
-    """The request cache hands the judge a few requests per call (PreemptibleJudge, cache.chunk):
-    with the KV of recent prefixes kept across calls the work stays within 5% of the trie minimum
-    and the scores stay the plain path's; nested prompts, duplicates and a tight LRU bound too.
-    Negative control: prefix_cache_tokens=0 recomputes each call's document prefix (> 1.05x)."""
+def _bits(score) -> tuple:
+    return score.p_a, tuple(sorted(score.token_logprobs.items()))
+
+
+@pytest.mark.parametrize("reuse,engine", [(True, "hf"), (True, "auto"), (False, "auto")])
+def test_streamed_subset_scores_bit_for_bit_like_the_whole_call(plain_judge, reuse, engine):
+    """stream_scores plans its forwards over every request and runs only the batches the needed
+    ones require: whichever subset is needed (a run resumed after a kill needs what the cache
+    lacks), each needed request scores bit for bit as in the call that needs them all, and the
+    work shrinks. Negative control: the same subset scored in its own call (its own tree and
+    batches, as a run's resumed chunk was before) differs in the last bits."""
+    judge = HFJudge("twin", device="cpu", dtype="float32", batch_size=3, model=plain_judge.model,
+                    tokenizer=plain_judge.tokenizer, prefix_reuse=reuse, engine=engine)
+    reqs = _requests(INSTRUCTIONS[:2])
+    random.Random(2).shuffle(reqs)
+    whole = {i: s for done in judge.stream_scores(reqs) for i, s in done}
+    assert sorted(whole) == list(range(len(reqs)))
+    full_tokens = judge.tokens_processed
+    own_call_differs = False
+    for needed in (range(len(reqs) // 2, len(reqs)), range(0, len(reqs), 3), [len(reqs) - 1]):
+        before = judge.tokens_processed
+        got = [pair for done in judge.stream_scores(reqs, needed) for pair in done]
+        assert sorted(i for i, _ in got) == sorted(needed)  # each needed one once, nothing else
+        assert all(_bits(s) == _bits(whole[i]) for i, s in got)
+        assert judge.tokens_processed - before < full_tokens
+        alone = judge.score_pairs([reqs[i] for i in needed])
+        assert max(abs(a.p_a - whole[i].p_a) for i, a in zip(needed, alone)) < TOL
+        own_call_differs |= any(_bits(a) != _bits(whole[i]) for i, a in zip(needed, alone))
+    assert own_call_differs, "negative control: a subset's own call scored every bit alike"
+
+
+def test_run_wrappers_stream_one_call_within_5pc_of_the_trie(plain_judge, tmp_path):
+    """The run's wrappers (PreemptibleJudge over CachedJudge, cache.chunk=4) hand the transformers
+    judge every request in one streamed call: the tokens stay within 5% of the trie minimum, each
+    finished forward is committed, duplicates are scored once, and a second pass calls no model;
+    a call longer than STREAM_WINDOW streams window by window. Negative control: the same
+    requests 4 per call (the wrappers before) exceed 1.05x."""
+    from harness.judges.cache import CachedJudge, ScoreCache
     from harness.judges.wrappers import PreemptibleJudge
 
     reqs = _requests(INSTRUCTIONS[:1])
-    ids = plain_judge.encode(reqs)
+    reqs = reqs + reqs[:3]  # duplicates
+    expected = plain_judge.score_pairs(reqs)
+    trie = trie_size(plain_judge.encode(reqs))
     ratio = {}
-    for keep in (0, 8192, 40):
-        if keep == 40:  # duplicates of earlier prompts in later calls, and an LRU that evicts
-            reqs = reqs + reqs[:3]
-        expected = plain_judge.score_pairs(reqs)
-        judge = HFJudge("twin", device="cpu", dtype="float32", batch_size=3, model=plain_judge.model,
-                        tokenizer=plain_judge.tokenizer, prefix_reuse=True, engine=engine,
-                        prefix_cache_tokens=keep)
-        got = PreemptibleJudge(judge, chunk=4).score_pairs(reqs)
-        assert max(abs(e.p_a - g.p_a) for e, g in zip(expected, got)) < TOL
-        ratio[keep] = judge.tokens_processed / trie_size(ids)
-        assert judge.prefix_scorer.kept.size() <= keep
-    assert ratio[8192] <= 1.05 < ratio[0]
+    for mode in ("stream", "window", "chunks"):
+        judge = _twin(plain_judge, 3)
+        store = ScoreCache(tmp_path / f"{mode}.sqlite")
+        try:
+            commits = []
+            cached = CachedJudge(judge, store, chunk=4, on_progress=lambda c, f: commits.append((c, f)))
+            wrapped = PreemptibleJudge(cached, chunk=4)
+            if mode == "window":  # a call longer than the window streams window by window
+                wrapped.STREAM_WINDOW = 10
+                got = wrapped.score_pairs(reqs)
+                assert cached.calls == len(reqs) - 3 == len(store)
+            elif mode == "stream":
+                got = wrapped.score_pairs(reqs)
+                assert cached.calls == len(reqs) - 3 == len(store) and len(commits) > 2
+                assert commits[0] == (0, len(reqs) - 3) and commits[-1] == (len(reqs) - 3, 0)
+                assert wrapped.score_pairs(reqs) == got and cached.calls == len(reqs) - 3  # all hits
+            else:
+                got = [s for i in range(0, len(reqs), 4) for s in wrapped.score_pairs(reqs[i : i + 4])]
+            assert max(abs(e.p_a - g.p_a) for e, g in zip(expected, got)) < TOL
+            ratio[mode] = judge.tokens_processed / trie
+        finally:
+            store.close()
+    assert ratio["stream"] <= 1.05 < ratio["chunks"] and ratio["stream"] < ratio["window"] < ratio["chunks"]

@@ -25,7 +25,7 @@ from harness.runtime.attempts import read_attempts, summed_calls
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 80  # per wait; a run takes ~15 s alone on 2 cores
-CHUNK = 2  # many commits per candidate, so the kill lands between two of them
+CHUNK = 2  # vLLM/API judges: a commit every 2 requests; the transformers judge commits every forward
 
 
 def _start(tmp: Path, url: str, data: Path, model_cache: Path) -> subprocess.Popen:
@@ -109,7 +109,10 @@ def test_sigkilled_zepo_resumes_with_the_unbroken_history_and_no_repeated_call(t
     assert resumed["status"] == "completed" and resumed["pid"] == again.pid
     assert after_epoch0 < before_kill < n_ref  # killed inside epoch 1, with work left
     assert killed["calls"] == before_kill  # every chunk the killed attempt committed is counted
-    assert killed["in_flight"] in (0, CHUNK)  # a chunk sent and lost with the process, if any
+    # In flight: what the killed call had sent and not committed. The transformers judge takes the
+    # epoch's requests in one streamed call, so that is the rest of the epoch (only the forward
+    # running at the kill had been computed); never more than the run's requests.
+    assert 0 <= killed["in_flight"] and before_kill + killed["in_flight"] <= n_ref
     assert resumed["calls"] == n_ref - before_kill  # nothing the killed run had cached was judged again
     assert summed_calls(run)["calls"] == n_ref == len(ScoreCache(tmp / "cache" / "requests.sqlite"))
     assert json.loads((run / "results.json").read_text())["judge_calls"] == resumed["calls"]

@@ -23,13 +23,13 @@ class Judge(Protocol):
     def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]: ...
 
 
-def supports_progress(judge: Any) -> bool:
-    """Whether `judge.score_pairs` takes a `progress` bar (the caching and chunking wrappers do).
+def supports_progress(judge: Any, method: str = "score_pairs") -> bool:
+    """Whether `judge.<method>` takes a `progress` bar (the caching and chunking wrappers do).
 
     Decided from the signature, never by calling and catching TypeError (which would re-run a
     whole scoring when a real TypeError happens inside it)."""
     try:
-        return "progress" in inspect.signature(judge.score_pairs).parameters
+        return "progress" in inspect.signature(getattr(judge, method)).parameters
     except (TypeError, ValueError):
         return False
 

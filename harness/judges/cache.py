@@ -12,7 +12,7 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from harness.files import open_sqlite, sqlite_errors
@@ -113,7 +113,9 @@ class ScoreCache:
 
 
 class CachedJudge:
-    """Serves cached scores and sends only misses to the wrapped judge, `chunk` at a time."""
+    """Serves cached scores and sends only misses to the wrapped judge: `chunk` at a time, or, when
+    the judge streams (`stream_scores`, the transformers judge), all in one call whose every
+    finished forward is committed as it comes."""
 
     def __init__(self, judge: Judge, cache: ScoreCache, chunk: int = 64,
                  on_progress: Callable[[int, int], None] | None = None) -> None:
@@ -127,7 +129,57 @@ class CachedJudge:
         """Called (calls, in_flight) before each chunk goes to the model and after it is committed,
         so a record of the calls (attempts.jsonl) survives a SIGKILL."""
 
+    @property
+    def streaming(self) -> bool:
+        """Whether the wrapped judge streams: then `stream_scores` serves a whole call."""
+        return bool(getattr(self.judge, "streaming", False))
+
+    def stream_scores(self, requests: Sequence[PairRequest], progress=None) -> Iterator[list[tuple[int, PairScore]]]:
+        """(index, score) lists for `requests`: the cached ones first, then each list the model
+        finishes, committed before it is handed on (so a kill loses at most the forward in
+        flight). The model is handed every distinct request, cached ones included, and told which
+        it needs, so what it computes does not depend on what the cache already held."""
+        keys = [request_key(self.identity, r.prompt) for r in requests]
+        found = self.cache.get_many(keys)
+        check_requests(self.judge, [r for k, r in zip(keys, requests) if k in found])
+        at: dict[str, list[int]] = {}
+        unique: list[PairRequest] = []
+        for i, (k, r) in enumerate(zip(keys, requests)):
+            if k not in at:
+                at[k] = []
+                unique.append(r)
+            at[k].append(i)
+        ukeys = list(at)
+        hits = [(i, found[k]) for i, k in enumerate(keys) if k in found]
+        if hits:
+            if progress is not None:
+                progress.update(len(hits))
+            yield hits
+        needed = [j for j, k in enumerate(ukeys) if k not in found]
+        if not needed:
+            return
+        left = len(needed)
+        if self.on_progress is not None:
+            self.on_progress(self.calls, left)
+        for done in self.judge.stream_scores(unique, needed):
+            self.calls += len(done)
+            left -= len(done)
+            # A flagged (e.g. unreadable) answer is returned but never cached: a rerun asks again.
+            self.cache.put_many(self.identity, [(ukeys[j], s) for j, s in done if not s.flags])
+            if self.on_progress is not None:
+                self.on_progress(self.calls, left)
+            out = [(i, s) for j, s in done for i in at[ukeys[j]]]
+            if progress is not None:
+                progress.update(len(out))
+            yield out
+
     def score_pairs(self, requests: Sequence[PairRequest], progress=None) -> list[PairScore]:
+        if self.streaming:
+            scores: list[PairScore | None] = [None] * len(requests)
+            for done in self.stream_scores(requests, progress):
+                for i, s in done:
+                    scores[i] = s
+            return scores  # type: ignore[return-value]
         keys = [request_key(self.identity, r.prompt) for r in requests]
         found = self.cache.get_many(keys)
         # A hit skips the model, not the input checks: a prompt too long for THIS context is refused.

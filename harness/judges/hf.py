@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -202,8 +202,7 @@ class HFJudge(ChatPrompts):
                  model: Any = None, tokenizer: Any = None, prefix_reuse: bool = False,
                  engine: str = "auto", max_batch_tokens: int = 4096, chat_format: str = "default",
                  readout: str = "next_token", max_new_tokens: int = 32, tie_label: str | None = None,
-                 chat_template: bool = True, threads: int | None = None,
-                 prefix_cache_tokens: int = 0) -> None:
+                 chat_template: bool = True, threads: int | None = None) -> None:
         import torch
 
         if engine not in ENGINES:  # before any weights are loaded
@@ -237,17 +236,13 @@ class HFJudge(ChatPrompts):
         # Likewise the engine: packed and HF forwards differ only in float summation order.
         self.packed = _packed_engine(model, engine)
         """The PackedLlama running this model, or None (HF's forward on padded batches)."""
-        self.prefix_cache_tokens = int(prefix_cache_tokens)
-        """Prefix reuse: KV of recent shared prefixes kept across calls, in tokens (0: none)."""
-        if self.prefix_cache_tokens < 0:
-            raise ConfigError(f"prefix_cache_tokens must be >= 0, got {prefix_cache_tokens}")
         self.max_batch_tokens = int(max_batch_tokens)
         if self.max_batch_tokens < 1:
             raise ConfigError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
         self.prompts = 0
         """Prompts scored so far (both paths)."""
         self.seconds = 0.0
-        """Wall seconds spent in score_pairs so far (tokenizing and the model)."""
+        """Wall seconds spent scoring so far (tokenizing and the model; score_pairs and stream_scores)."""
         self.tokens_processed = 0
         """Real tokens run through the model so far: full prompts, or shared prefixes once."""
         self.prefix_scorer = None
@@ -267,50 +262,87 @@ class HFJudge(ChatPrompts):
                            chat_template=self.chat_template)
 
     # -- scoring --------------------------------------------------------------------------------
+    @property
+    def streaming(self) -> bool:
+        """Whether `stream_scores` serves this judge: the next-token read-out (greedy generation,
+        the official ZEPO read-out, is scored in calls)."""
+        return self.readout != "generate"
+
     def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
+        if self.streaming:
+            out: list[PairScore | None] = [None] * len(requests)
+            for done in self.stream_scores(requests):
+                for i, score in done:
+                    out[i] = score
+            return out  # type: ignore[return-value]
         start = time.perf_counter()
         try:
             with torch_threads(self.threads if self.device == "cpu" else None):
-                return self._score_pairs(requests)
+                ids = self.encode(requests)
+                self.prompts += len(ids)
+                return [self.answers.score(g.logprobs) if g.logprobs is not None else no_answer(self.answers)
+                        for g in self.generate(ids)]
         finally:
             self.seconds += time.perf_counter() - start
 
-    def _score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
+    def stream_scores(self, requests: Sequence[PairRequest], needed: Collection[int] | None = None
+                      ) -> Iterator[list[tuple[int, PairScore]]]:
+        """The scores of `requests[i]` for i in `needed` (all by default), as (i, score) lists, one
+        after every forward that finishes any. The forwards are planned over ALL the requests
+        (harness.judges.prefix.PrefixScorer.stream), so a request scores bit for bit alike
+        whichever others are needed: a request cache that commits each list and, after a kill,
+        asks only for what it lacks gets exactly the unbroken run's scores."""
+        if not self.streaming:
+            raise ConfigError("stream_scores needs the next-token read-out (readout: generate is scored in calls)")
+        start = time.perf_counter()
         ids = self.encode(requests)
-        self.prompts += len(ids)
-        if self.readout == "generate":
-            return [self.answers.score(g.logprobs) if g.logprobs is not None else no_answer(self.answers)
-                    for g in self.generate(ids)]
-        if self.prefix_reuse and ids:
+        want = set(range(len(ids))) if needed is None else set(needed)
+        self.prompts += len(want)
+        self.seconds += time.perf_counter() - start
+        steps = self._logprob_steps(ids, want)
+        while True:
+            start = time.perf_counter()
+            try:
+                with torch_threads(self.threads if self.device == "cpu" else None):
+                    done = next(steps, None)
+            finally:
+                self.seconds += time.perf_counter() - start
+            if done is None:
+                return
+            yield [(i, self.answers.score(row)) for i, row in done]
+
+    def _logprob_steps(self, ids: list[list[int]], want: set[int]) -> Iterator[list[tuple[int, list[float]]]]:
+        """Answer log-probs of the wanted rows, a forward at a time (prefix tree or plain batches)."""
+        if not ids or not want:
+            return
+        if self.prefix_reuse:
             packed = self._packed_for(ids)
             if packed is not None or supports_prefix_reuse(self.model, ids):
                 if self.prefix_scorer is None:
                     self.prefix_scorer = PrefixScorer(self.model, self._answer_ids, self.pad_id, self.device,
-                                                      self.batch_size, max_batch_tokens=self.max_batch_tokens,
-                                                      keep_tokens=self.prefix_cache_tokens)
-                self.prefix_scorer.engine = packed
-                before = self.prefix_scorer.tokens_processed
-                rows = self.prefix_scorer.answer_logprobs(ids)
-                self.tokens_processed += self.prefix_scorer.tokens_processed - before
-                return [self.answers.score(row) for row in rows]
+                                                      self.batch_size, max_batch_tokens=self.max_batch_tokens)
+                scorer = self.prefix_scorer
+                scorer.engine = packed
+                before = scorer.tokens_processed
+                for done in scorer.stream(ids, want):
+                    self.tokens_processed += scorer.tokens_processed - before
+                    before = scorer.tokens_processed
+                    yield done
+                self.tokens_processed += scorer.tokens_processed - before
+                return
             log.warning("prefix reuse skipped (plain path used): the model's sliding window is shorter "
                         "than the longest prompt (packed engine) or twice it (HF forward), or its "
                         "attention is neither full nor sliding")
-        self.tokens_processed += sum(len(r) for r in ids)
-        out: list[PairScore | None] = [None] * len(ids)
+        # One forward per batch of whole prompts, planned over all of them like the tree above.
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
         for batch in row_batches([len(ids[i]) for i in order], self.batch_size,
                                  self.max_batch_tokens if self._packed_for(ids) else None):
             rows = [order[k] for k in batch]
+            if want.isdisjoint(rows):
+                continue
             lps = self.answer_logprobs([ids[i] for i in rows])
-            for i, row in zip(rows, lps):
-                out[i] = self.answers.score(row)
-        return out  # type: ignore[return-value]
-
-    def forget_prefixes(self) -> None:
-        """Drop the prefix KV kept across calls (the next call starts from none)."""
-        if self.prefix_scorer is not None:
-            self.prefix_scorer.kept.clear()
+            self.tokens_processed += sum(len(ids[i]) for i in rows)
+            yield [(i, row) for i, row in zip(rows, lps) if i in want]
 
     def generate(self, rows: Sequence[Sequence[int]]) -> list[GeneratedAnswer]:
         """The official ZEPO read-out on token ids: greedy generation, the answer at the first

@@ -17,15 +17,15 @@ process their own tokens:
   every node at which a prompt ends.
 - Inner nodes shorter than `min_prefix` tokens are not cached: their tokens are pushed down into
   their children, since a tiny shared piece costs more in bookkeeping than it saves.
-- Sorted prompts are cut into chunks whose trie holds at most `max_cached_tokens` tokens, which
-  bounds the KV kept alive at once.
-- Across calls (and those chunks), the KV of recent inner nodes is kept, up to `keep_tokens`
-  tokens, least recently used first out, keyed by the token prefix it belongs to (as vLLM's prefix
-  cache does): the request cache hands the judge `cache.chunk` requests per call, and without this
-  every call would recompute its document's chat header and source. A new tree's node whose
-  prefix is kept (wholly or in part) takes its KV from there and runs only the rest. PreemptibleJudge
-  starts every outer call from an empty store (harness.judges.wrappers.fresh_prefixes), so scores
-  never depend on what the process judged before (a resumed run equals an unbroken one bit for bit).
+- Sorted prompts are cut into chunks whose trees keep at most `max_cached_tokens` tokens of KV
+  (inner nodes) alive at once.
+- One call, many commits (`stream`): the whole schedule (every level's batches) is fixed by the
+  call's prompts alone, cached ones included, before anything runs. A batch runs when it finishes a
+  prompt still `needed` or holds an ancestor of a node in a running batch; every batch that runs
+  computes exactly what it computes in a call that needs everything, so a run resumed after a kill
+  (the cached prompts not needed) scores the rest bit for bit like the unbroken run. Finished
+  prompts are handed out after every forward, so the request cache commits them as they come: the
+  prefix work of a document is shared by all its pairs although a kill loses at most one forward.
 
 Counters (`tokens_processed`, `tokens_padded`, `forwards`) let the benchmark compare the work
 done with the unique-token minimum (`trie_size`).
@@ -33,8 +33,7 @@ done with the unique-token minimum (`trie_size`).
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,14 +74,11 @@ class PrefixNode:
     """Nodes that continue this one."""
     kv: list[tuple[Any, Any]] | None = None
     """Per layer (keys, values) of this node's own tokens, shape (heads, len, dim); inner nodes only."""
-    done: bool = False
-    """The KV came from an earlier call (KeptPrefixes): nothing to run, only its children."""
-    tail: bool = False
-    """A leaf whose KV is kept all the same: the last prompt of a call or chunk, which the next
-    one most likely continues (the rest of its candidate A's pairs)."""
+    required: bool = False
+    """`stream`: this node's batch must run (it finishes a needed prompt or feeds a node that does)."""
 
     def keeps_kv(self) -> bool:
-        return bool(self.children) or self.tail
+        return bool(self.children)
 
     def path(self) -> list[PrefixNode]:
         """Ancestors from the top-level node down to the parent."""
@@ -133,120 +129,26 @@ def _grow(rows, order: list[int], start: int, seg_start: int, parent: PrefixNode
 
 
 def chunk_rows(rows: Sequence[Sequence[int]], max_cached_tokens: int) -> list[list[int]]:
-    """Split prompt indices (in sorted order) into chunks whose tries hold <= max_cached_tokens."""
+    """Split prompt indices (in sorted order) into chunks whose trees keep at most
+    `max_cached_tokens` tokens of KV alive: the tokens of inner nodes (shared by two or more
+    prompts, or a prompt continued by another); a leaf's KV dies with its forward. In sorted order
+    the shared part of row i is its common prefix l_i with row i-1, and the inner tokens it adds
+    are l_i - l_(i-1) when positive (an upper bound: min_prefix pushes some down into leaves)."""
     order = sorted(range(len(rows)), key=lambda i: list(rows[i]))
     chunks: list[list[int]] = []
-    size, prev = 0, None
+    kept, shared, prev = 0, 0, None
     for i in order:
-        new = len(rows[i]) - (common_prefix_len(rows[prev], rows[i]) if prev is not None else 0)
-        if chunks and size + new <= max_cached_tokens:
+        lcp = common_prefix_len(rows[prev], rows[i]) if prev is not None else 0
+        new = max(0, lcp - shared)
+        if chunks and kept + new <= max_cached_tokens:
             chunks[-1].append(i)
-            size += new
+            kept += new
+            shared = lcp
         else:
             chunks.append([i])
-            size = len(rows[i])
+            kept, shared = 0, 0
         prev = i
     return chunks
-
-
-@dataclass(eq=False)
-class KeptPrefix:
-    """The KV of one computed inner node's whole path, kept for later calls."""
-
-    tokens: tuple[int, ...]
-    """The path's tokens, from position 0 to the node's last."""
-    pieces: tuple[list[tuple[Any, Any]], ...]
-    """Per-node per-layer (keys, values) covering `tokens` in order (the ancestors', then its own)."""
-
-    def kv(self, start: int, end: int) -> list[tuple[Any, Any]]:
-        """Per layer (keys, values) of positions [start, end)."""
-        import torch
-
-        parts, at = [], 0
-        for piece in self.pieces:
-            n = piece[0][0].shape[1]
-            lo, hi = max(start, at), min(end, at + n)
-            if lo < hi:
-                parts.append([(k[:, lo - at : hi - at], v[:, lo - at : hi - at]) for k, v in piece])
-            at += n
-        if len(parts) == 1:
-            return parts[0]
-        return [(torch.cat([p[layer][0] for p in parts], 1), torch.cat([p[layer][1] for p in parts], 1))
-                for layer in range(len(parts[0]))]
-
-
-class KeptPrefixes:
-    """An LRU of KeptPrefix by token path, holding at most `max_tokens` distinct tokens of KV."""
-
-    def __init__(self, max_tokens: int) -> None:
-        self.max_tokens = max(0, int(max_tokens))
-        self.entries: OrderedDict[tuple[int, ...], KeptPrefix] = OrderedDict()
-        self.tokens_reused = 0
-        """Tokens whose KV a later call took from here instead of computing."""
-
-    def longest(self, path: Sequence[int]) -> tuple[KeptPrefix | None, int]:
-        """The kept prefix sharing the most leading tokens with `path`, and how many (marked used)."""
-        best, length = None, 0
-        for entry in self.entries.values():
-            n = common_prefix_len(entry.tokens, path)
-            if n > length:
-                best, length = entry, n
-        if best is not None:
-            self.entries.move_to_end(best.tokens)
-        return best, length
-
-    def graft(self, nodes: list[PrefixNode], before: Sequence[int] = ()) -> None:
-        """Give `nodes` (siblings under the path `before`) the KV kept for their prefixes: a node
-        wholly kept is `done` (its children are looked up in turn), one kept in part is split
-        into a done head and the rest. A node where a prompt ends keeps its last token to run."""
-        if not self.entries:
-            return
-        for i, n in enumerate(nodes):
-            path = [*before, *n.tokens]
-            entry, covered = self.longest(path)
-            end = len(path)
-            if n.ends:
-                covered = min(covered, end - 1)
-            if entry is None or covered <= n.start:
-                continue
-            self.tokens_reused += min(covered, end) - n.start
-            if covered >= end:
-                n.kv, n.done = entry.kv(n.start, end), True
-                self.graft(n.children, path)
-                continue
-            cut = covered - n.start
-            head = PrefixNode(tokens=n.tokens[:cut], start=n.start, parent=n.parent, children=[n],
-                              kv=entry.kv(n.start, covered), done=True)
-            n.tokens, n.start, n.parent = n.tokens[cut:], covered, head
-            nodes[i] = head
-
-    def keep(self, nodes: Sequence[PrefixNode]) -> None:
-        """Keep the KV of every inner node computed under `nodes`, then drop the least recently
-        used until at most `max_tokens` distinct tokens of KV remain."""
-        if self.max_tokens == 0:
-            return
-        stack = list(nodes)
-        while stack:
-            n = stack.pop()
-            stack.extend(n.children)
-            if n.kv is not None and not n.done and n.keeps_kv():
-                path = n.path()
-                tokens = tuple(t for a in (*path, n) for t in a.tokens)
-                self.entries[tokens] = KeptPrefix(tokens, tuple(a.kv for a in path) + (n.kv,))  # type: ignore[operator]
-                self.entries.move_to_end(tokens)
-        while self.entries and self.size() > self.max_tokens:
-            self.entries.popitem(last=False)
-
-    def clear(self) -> None:
-        self.entries.clear()
-
-    def size(self) -> int:
-        """Distinct tokens of KV held (pieces shared by several paths counted once)."""
-        seen: dict[int, int] = {}
-        for entry in self.entries.values():
-            for piece in entry.pieces:
-                seen[id(piece)] = piece[0][0].shape[1]
-        return sum(seen.values())
 
 
 class PrefixScorer:
@@ -254,10 +156,8 @@ class PrefixScorer:
 
     def __init__(self, model: Any, answer_ids: Any, pad_id: int, device: str, batch_size: int,
                  min_prefix: int = 16, max_cached_tokens: int = 32768, engine: Any = None,
-                 max_batch_tokens: int = 4096, keep_tokens: int = 0) -> None:
+                 max_batch_tokens: int = 4096) -> None:
         self.model = model
-        self.kept = KeptPrefixes(keep_tokens)
-        """KV of recent inner nodes kept across calls (0 tokens: none kept)."""
         self.engine = engine
         """A PackedLlama (unpadded segments) or None (HF's forward on left-padded batches)."""
         self.max_batch_tokens = int(max_batch_tokens)
@@ -278,27 +178,59 @@ class PrefixScorer:
     def answer_logprobs(self, rows: Sequence[Sequence[int]]) -> list[list[float]]:
         """Answer-token log-probs for every prompt, in input order."""
         out: list[list[float] | None] = [None] * len(rows)
-        for chunk in chunk_rows(rows, self.max_cached_tokens):
-            top = build_tree(rows, chunk, self.min_prefix)
-            if self.kept.max_tokens:
-                _mark_tails(top, {chunk[-1], len(rows) - 1})
-            self.kept.graft(top)
-            level = _to_run(top)
-            while level:
-                # Similar lengths together keep padding (wasted compute) small.
-                level.sort(key=lambda n: (len(n.tokens), n.start), reverse=True)
-                if self.engine is not None:
-                    for batch in row_batches([len(n.tokens) for n in level], self.batch_size,
-                                             self.max_batch_tokens):
-                        self._run_packed([level[k] for k in batch], out)
-                else:
-                    for b in range(0, len(level), self.batch_size):
-                        self._run(level[b : b + self.batch_size], out)
-                level = _to_run([c for n in level for c in n.children])
-            self.kept.keep(top)  # the rest of the tree's KV dies with it here
+        for done in self.stream(rows):
+            for i, logp in done:
+                out[i] = logp
         return out  # type: ignore[return-value]
 
-    def _run(self, nodes: list[PrefixNode], out: list[list[float] | None]) -> None:
+    def stream(self, rows: Sequence[Sequence[int]], needed: Collection[int] | None = None
+               ) -> Iterator[list[tuple[int, list[float]]]]:
+        """The answer log-probs of the `needed` prompts (all by default), as (index, row) lists,
+        one list after every forward that finishes any. The batches are those of the call that
+        needs every prompt (see the module docstring), so a prompt scores bit for bit alike
+        whichever others are needed; batches that neither finish a needed prompt nor feed one are
+        skipped."""
+        want = set(range(len(rows))) if needed is None else set(needed)
+        for chunk in chunk_rows(rows, self.max_cached_tokens):
+            if want.isdisjoint(chunk):
+                continue
+            batches = self._schedule(build_tree(rows, chunk, self.min_prefix))
+            _require(batches, want)
+            for batch in batches:
+                if not any(n.required for n in batch):
+                    continue
+                logp = self._run_packed(batch) if self.engine is not None else self._run(batch)
+                done = [(i, logp[k]) for k, n in enumerate(batch) for i in n.ends if i in want]
+                if done:
+                    yield done
+            # the chunk's KV dies with its tree here
+
+    def _schedule(self, top: list[PrefixNode]) -> list[list[PrefixNode]]:
+        """Every batch of the tree, in the order they run: a function of the tree alone. The
+        head all prompts share runs first; then each subtree below it (a document, in practice)
+        level by level, so a batch never mixes two of them and a call whose cached prompts are
+        whole documents (a ZEPO evaluation after its search) or a prefix of this order (a resume)
+        runs few batches it does not need."""
+        batches: list[list[PrefixNode]] = []
+        shared = list(top)
+        while len(shared) == 1 and not shared[0].ends:
+            batches.append(shared)
+            shared = shared[0].children
+        for root in shared:
+            level = [root]
+            while level:
+                if self.engine is None:
+                    # Padded: similar lengths together keep padding (wasted compute) small.
+                    level.sort(key=lambda n: (len(n.tokens), n.start), reverse=True)
+                    batches += [level[b : b + self.batch_size] for b in range(0, len(level), self.batch_size)]
+                else:
+                    # Unpadded: tree order, so a batch holds neighbours (one candidate A's pairs).
+                    batches += [[level[k] for k in b] for b in
+                                row_batches([len(n.tokens) for n in level], self.batch_size, self.max_batch_tokens)]
+                level = [c for n in level for c in n.children]
+        return batches
+
+    def _run(self, nodes: list[PrefixNode]) -> list[list[float]]:
         import torch
 
         width = max(len(n.tokens) for n in nodes)
@@ -334,9 +266,10 @@ class PrefixScorer:
                         m = len(n.tokens)
                         n.kv = [(key[k, :, past + width - m:].clone(), val[k, :, past + width - m:].clone())
                                 for key, val in layers]
-        self._record(nodes, logp, out, n_rows * width)
+        self._record(nodes, n_rows * width)
+        return logp
 
-    def _run_packed(self, nodes: list[PrefixNode], out: list[list[float] | None]) -> None:
+    def _run_packed(self, nodes: list[PrefixNode]) -> list[list[float]]:
         import torch
 
         paths: dict[int, tuple] = {}
@@ -352,14 +285,11 @@ class PrefixScorer:
         for k, n in enumerate(nodes):
             if n.keeps_kv():
                 n.kv = kept[k]
-        self._record(nodes, logp, out, sum(len(n.tokens) for n in nodes))
+        self._record(nodes, sum(len(n.tokens) for n in nodes))
+        return logp
 
-    def _record(self, nodes: list[PrefixNode], logp: list[list[float]], out: list[list[float] | None],
-                positions: int) -> None:
-        """Hand each ending prompt its row of log-probs; count the forward's work."""
-        for k, n in enumerate(nodes):
-            for i in n.ends:
-                out[i] = logp[k]
+    def _record(self, nodes: list[PrefixNode], positions: int) -> None:
+        """Count the forward's work."""
         self.tokens_processed += sum(len(n.tokens) for n in nodes)
         self.attention_pairs += sum(len(n.tokens) * n.start + len(n.tokens) * (len(n.tokens) + 1) // 2
                                     for n in nodes)
@@ -390,26 +320,17 @@ class PrefixScorer:
         return DynamicCache(ddp_cache_data=data)
 
 
-def _mark_tails(nodes: Sequence[PrefixNode], rows: set[int]) -> None:
-    """Mark the leaves where `rows` end as tails (their KV is kept for the next call)."""
-    stack = list(nodes)
-    while stack:
-        n = stack.pop()
-        stack.extend(n.children)
-        if not n.children and rows & set(n.ends):
-            n.tail = True
-
-
-def _to_run(nodes: Sequence[PrefixNode]) -> list[PrefixNode]:
-    """The nodes to compute: `nodes`, each done one replaced by its children (recursively)."""
-    out, stack = [], list(nodes)
-    while stack:
-        n = stack.pop()
-        if n.done:
-            stack.extend(n.children)
-        else:
-            out.append(n)
-    return out
+def _require(batches: list[list[PrefixNode]], want: set[int]) -> None:
+    """Mark the nodes whose batches must run: those finishing a wanted prompt, then (last batch
+    first: a parent always runs before its children) the parents of every node in a batch that
+    runs, whose KV that batch reads."""
+    for batch in reversed(batches):
+        for n in batch:
+            n.required = n.required or not want.isdisjoint(n.ends)
+        if any(n.required for n in batch):
+            for n in batch:
+                if n.parent is not None:
+                    n.parent.required = True
 
 
 def _cache_layers(cache) -> list[tuple[Any, Any]]:

@@ -1,9 +1,10 @@
 """Judge wrappers that change how requests reach the judge, not what it answers.
 
-`PreemptibleJudge` feeds a (cached) judge one cache chunk at a time and holds SIGUSR1/SIGUSR2
-(submitit's preemption and timeout signals) until each chunk is committed, so a requeued SLURM
-job finds every request it paid for in the cache and re-scores none. The caching wrapper itself
-is `harness.judges.cache.CachedJudge`.
+`PreemptibleJudge` feeds a (cached) judge one cache chunk at a time, or a streaming one (the
+transformers judge: `stream_scores`) all requests in one call, and holds SIGUSR1/SIGUSR2
+(submitit's preemption and timeout signals) until each chunk or streamed forward is committed, so
+a requeued SLURM job finds every request it paid for in the cache and re-scores none. The caching
+wrapper itself is `harness.judges.cache.CachedJudge`.
 """
 
 from __future__ import annotations
@@ -47,26 +48,13 @@ def deferred_signals(signums: Sequence[int] = PREEMPT_SIGNALS) -> Iterator[list[
             signal.raise_signal(s)
 
 
-@contextlib.contextmanager
-def fresh_prefixes(judge: Any) -> Iterator[None]:
-    """The model judge's prefix KV kept across calls (harness.judges.prefix.KeptPrefixes) shared
-    by the chunks of this block only: what a request scores then depends on the block's requests
-    and the cache's misses alone, not on what this process judged before, so an unbroken run and
-    one resumed after a finished call score bit for bit alike; the KV is freed after the block."""
-    while getattr(judge, "judge", None) is not None:
-        judge = judge.judge
-    forget = getattr(judge, "forget_prefixes", None)
-    if forget is not None:
-        forget()
-    try:
-        yield
-    finally:
-        if forget is not None:
-            forget()
-
-
 class PreemptibleJudge:
-    """A cached judge scored one cache chunk at a time, preemption signals held per chunk."""
+    """A cached judge scored one cache chunk (or one streamed forward) at a time, preemption
+    signals held until it is committed."""
+
+    STREAM_WINDOW = 4096
+    """Requests per streamed call at most: bounds the token ids held at once (a document's pairs
+    split across two windows recompute its prefix once more)."""
 
     def __init__(self, judge: Any, chunk: int = 16) -> None:
         if chunk < 1:
@@ -83,8 +71,31 @@ class PreemptibleJudge:
 
     def score_pairs(self, requests: Sequence[PairRequest], progress: Any = None) -> list[PairScore]:
         check_requests(self.judge, requests)  # every prompt, before the first chunk reaches the model
-        with fresh_prefixes(self.judge):
-            return self._score_chunks(requests, progress)
+        if getattr(self.judge, "streaming", False):
+            return self._score_stream(requests, progress)
+        return self._score_chunks(requests, progress)
+
+    def _score_stream(self, requests: Sequence[PairRequest], progress: Any) -> list[PairScore]:
+        """One call per `STREAM_WINDOW` requests (shared prefixes computed once across each),
+        the signals held per step: a step is one forward and the cache commit of what it finished."""
+        takes_progress = supports_progress(self.judge, "stream_scores")
+        out: list[PairScore] = []
+        for at in range(0, len(requests), self.STREAM_WINDOW):
+            part = requests[at : at + self.STREAM_WINDOW]
+            steps = self.judge.stream_scores(part, progress=progress) if takes_progress else \
+                self.judge.stream_scores(part)
+            scores: list[PairScore | None] = [None] * len(part)
+            while True:
+                with deferred_signals():
+                    done = next(steps, None)
+                if done is None:
+                    break
+                for i, score in done:
+                    scores[i] = score
+                if progress is not None and not takes_progress:
+                    progress.update(len(done))
+            out.extend(scores)  # type: ignore[arg-type]
+        return out
 
     def _score_chunks(self, requests: Sequence[PairRequest], progress: Any) -> list[PairScore]:
         out: list[PairScore] = []

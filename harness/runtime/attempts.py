@@ -4,8 +4,9 @@ A SLURM job can be preempted, requeued and resumed several times, and a process 
 (OOM killer, `scancel --signal=KILL`, a node failure) without running any `finally`. So an attempt
 is not written once at its end: it appends
 - a `start` line when it begins (calls 0);
-- a `progress` line before each cache chunk goes to the model (`in_flight`: the chunk's requests)
-  and another after the chunk is committed to the request cache (`calls` grows, `in_flight` 0);
+- a `progress` line before requests go to the model (`in_flight`: a cache chunk's requests, or
+  every request of the transformers judge's streamed call) and another after each commit to the
+  request cache (`calls` grows, `in_flight` what is still to come: 0 after a chunk);
 - an `end` line with its status (completed | interrupted | failed) when it ends normally.
 Every line carries the attempt's id and its cumulative `calls`. `read_attempts` keeps each
 attempt's last line: a killed attempt ends on a progress line (status "running" when read back,

@@ -95,10 +95,8 @@ class HFBackendConf:
     max_batch_tokens: int = 4096
     prefix_reuse: bool = True
     threads: Optional[int] = None
-    prefix_cache_tokens: int = 0
 
     def check(self) -> None:
-        at_least("backend.prefix_cache_tokens", self.prefix_cache_tokens, 0)
         at_least("backend.batch_size", self.batch_size, 1)
         at_least("backend.threads", self.threads, 1, optional=True)
         at_least("backend.max_batch_tokens", self.max_batch_tokens, 1)
