@@ -166,8 +166,8 @@ def judge_instructions(judge: Judge, jobs: Sequence[tuple[Sequence[Document], st
     """`judge_documents` for every (documents, instruction) job, in ONE judge call: what each
     returns alone (the same prompts, so the same cache keys and scores), but the requests are
     interleaved pair by pair across the jobs, so the prompts of one pair under every instruction
-    (identical up to the instruction, which comes last) sit in the same cache chunk and the
-    judge's prefix reuse computes their shared part once (a ZEPO epoch, a ZEPO run's final
+    (identical up to the instruction, which comes last) sit together and the judge's prefix
+    reuse computes their shared part once (a ZEPO epoch, a ZEPO run's final
     evaluation of the initial and the best instruction, a sensitivity study)."""
     built = []
     for docs, instruction in jobs:
@@ -209,7 +209,7 @@ def _mass_flags(s: PairScore) -> tuple[str, ...]:
 # -- the judge's work ---------------------------------------------------------------------------
 WORK_COUNTERS = ("prompts", "tokens_processed", "seconds")
 """Counters a local judge keeps (harness.judges.hf.HFJudge): prompts scored, tokens run through
-the model (shared prefixes once), seconds in score_pairs."""
+the model (shared prefixes once), seconds scoring (score_pairs and stream_scores)."""
 
 
 def model_judge(judge: Any) -> Any:

@@ -86,7 +86,10 @@ def improved(tmp_path_factory, shared_data, tiny_llama):
 
     tmp = tmp_path_factory.mktemp("zepo_eval")
     with OpenAIServer(script=scripted_completion) as srv:
-        return tmp, *_run(tmp, srv.url, shared_data)
+        # batch_size 2: the judge groups documents until a group ends 4 batches' worth of prompts
+        # (harness.judges.prefix GROUP_PROMPTS), so each of these 12-prompt documents is its own
+        # group, as SummEval's 480-prompt documents are at the shipped 8.
+        return tmp, *_run(tmp, srv.url, shared_data, "backend.batch_size=2")
 
 
 def test_initial_and_best_are_evaluated_in_one_call_as_the_separate_calls_did(improved):

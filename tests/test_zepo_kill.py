@@ -110,7 +110,7 @@ def test_sigkilled_zepo_resumes_with_the_unbroken_history_and_no_repeated_call(t
     assert after_epoch0 < before_kill < n_ref  # killed inside epoch 1, with work left
     assert killed["calls"] == before_kill  # every chunk the killed attempt committed is counted
     # In flight: what the killed call had sent and not committed. The transformers judge takes the
-    # epoch's requests in one streamed call, so that is the rest of the epoch (only the forward
+    # epoch's requests in one streamed call, so that is the rest of the epoch (only the step
     # running at the kill had been computed); never more than the run's requests.
     assert 0 <= killed["in_flight"] and before_kill + killed["in_flight"] <= n_ref
     assert resumed["calls"] == n_ref - before_kill  # nothing the killed run had cached was judged again

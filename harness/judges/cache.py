@@ -2,8 +2,9 @@
 
 The key is sha256(judge identity, exact user prompt). The identity already holds the model,
 revision, dtype, backend, chat-template fingerprint and answer-token ids, so one model's answers
-are never served as another's (lm-eval issues #2715, #4063). Rows are committed per chunk in
-WAL mode: a run killed half-way keeps every chunk it finished and re-runs call no model.
+are never served as another's (lm-eval issues #2715, #4063). Rows are committed per chunk (per
+streamed step for the transformers judge) in WAL mode: a run killed half-way keeps every commit
+it finished and re-runs call no model for them.
 """
 
 from __future__ import annotations

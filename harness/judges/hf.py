@@ -297,19 +297,22 @@ class HFJudge(ChatPrompts):
         start = time.perf_counter()
         ids = self.encode(requests)
         want = set(range(len(ids))) if needed is None else set(needed)
-        self.prompts += len(want)
         self.seconds += time.perf_counter() - start
         steps = self._logprob_steps(ids, want)
-        while True:
-            start = time.perf_counter()
-            try:
-                with torch_threads(self.threads if self.device == "cpu" else None):
-                    done = next(steps, None)
-            finally:
-                self.seconds += time.perf_counter() - start
-            if done is None:
-                return
-            yield [(i, self.answers.score(row)) for i, row in done]
+        try:
+            while True:
+                start = time.perf_counter()
+                try:
+                    with torch_threads(self.threads if self.device == "cpu" else None):
+                        done = next(steps, None)
+                finally:
+                    self.seconds += time.perf_counter() - start
+                if done is None:
+                    return
+                self.prompts += len(done)
+                yield [(i, self.answers.score(row)) for i, row in done]
+        finally:
+            steps.close()  # an abandoned call (preempted, interrupted) frees its tree's KV now
 
     def _logprob_steps(self, ids: list[list[int]], want: set[int]) -> Iterator[list[tuple[int, list[float]]]]:
         """Answer log-probs of the wanted rows, a forward at a time (prefix tree or plain batches)."""

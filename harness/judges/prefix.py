@@ -8,8 +8,8 @@ run the tree level by level, and keep the KV cache of every inner node so that i
 process their own tokens:
 
 - Level by level, nodes of one level are batched together even when they hang under different
-  parents. With the packed engine (`harness.judges.packed`, Llama/Mistral) the nodes' tokens are
-  concatenated without padding and each row attends over its ancestors' KV, assembled once per
+  parents (within one group of documents, see `PrefixScorer._schedule`). With the packed engine
+  (`harness.judges.packed`, Llama/Mistral) the nodes' tokens are concatenated without padding and each row attends over its ancestors' KV, assembled once per
   parent. Otherwise (HF's forward) each row's ancestor KV is left-padded to the longest in the
   batch (masked out), the node's own tokens are left-padded too, and position ids continue from
   the row's own prefix length. Either way a row computes what the full prompt computes alone.
@@ -17,15 +17,17 @@ process their own tokens:
   every node at which a prompt ends.
 - Inner nodes shorter than `min_prefix` tokens are not cached: their tokens are pushed down into
   their children, since a tiny shared piece costs more in bookkeeping than it saves.
-- Sorted prompts are cut into chunks whose trees keep at most `max_cached_tokens` tokens of KV
-  (inner nodes) alive at once.
+- Sorted prompts are cut into chunks whose trees keep about `max_cached_tokens` tokens of KV
+  (inner nodes) alive at once (`chunk_rows`).
 - One call, many commits (`stream`): the whole schedule (every level's batches) is fixed by the
   call's prompts alone, cached ones included, before anything runs. A batch runs when it finishes a
   prompt still `needed` or holds an ancestor of a node in a running batch; every batch that runs
   computes exactly what it computes in a call that needs everything, so a run resumed after a kill
   (the cached prompts not needed) scores the rest bit for bit like the unbroken run. Finished
-  prompts are handed out after every forward, so the request cache commits them as they come: the
-  prefix work of a document is shared by all its pairs although a kill loses at most one forward.
+  prompts are handed out after every forward that finishes any, so the request cache commits them
+  as they come: the prefix work of a document is shared by all its pairs, and a kill loses at
+  most one step (the forwards since the last commit: the prefixes a batch of prompts needs, then
+  that batch).
 
 Counters (`tokens_processed`, `tokens_padded`, `forwards`) let the benchmark compare the work
 done with the unique-token minimum (`trie_size`).
@@ -129,11 +131,13 @@ def _grow(rows, order: list[int], start: int, seg_start: int, parent: PrefixNode
 
 
 def chunk_rows(rows: Sequence[Sequence[int]], max_cached_tokens: int) -> list[list[int]]:
-    """Split prompt indices (in sorted order) into chunks whose trees keep at most
-    `max_cached_tokens` tokens of KV alive: the tokens of inner nodes (shared by two or more
-    prompts, or a prompt continued by another); a leaf's KV dies with its forward. In sorted order
-    the shared part of row i is its common prefix l_i with row i-1, and the inner tokens it adds
-    are l_i - l_(i-1) when positive (an upper bound: min_prefix pushes some down into leaves)."""
+    """Split prompt indices (in sorted order) into chunks whose trees keep about
+    `max_cached_tokens` tokens of KV alive at most: the tokens of inner nodes (shared by two or
+    more prompts, or a prompt continued by another); a leaf's KV dies with its forward. In sorted
+    order the shared part of row i is its common prefix l_i with row i-1, and the inner tokens it
+    adds are l_i - l_(i-1) when positive. An estimate, not a bound: min_prefix pushes a short
+    shared run down into each child, which keeps up to min_prefix - 1 tokens more per extra
+    branch when those children are inner nodes."""
     order = sorted(range(len(rows)), key=lambda i: list(rows[i]))
     chunks: list[list[int]] = []
     kept, shared, prev = 0, 0, None
@@ -153,6 +157,9 @@ def chunk_rows(rows: Sequence[Sequence[int]], max_cached_tokens: int) -> list[li
 
 class PrefixScorer:
     """Runs answer-token scoring through the radix tree; same outputs as one forward per prompt."""
+
+    GROUP_PROMPTS = 4
+    """`_schedule`: subtrees are grouped until a group ends this many batches' worth of prompts."""
 
     def __init__(self, model: Any, answer_ids: Any, pad_id: int, device: str, batch_size: int,
                  min_prefix: int = 16, max_cached_tokens: int = 32768, engine: Any = None,
@@ -207,17 +214,19 @@ class PrefixScorer:
 
     def _schedule(self, top: list[PrefixNode]) -> list[list[PrefixNode]]:
         """Every batch of the tree, in the order they run: a function of the tree alone. The
-        head all prompts share runs first; then each subtree below it (a document, in practice)
-        level by level, so a batch never mixes two of them and a call whose cached prompts are
-        whole documents (a ZEPO evaluation after its search) or a prefix of this order (a resume)
-        runs few batches it does not need."""
+        head all prompts share runs first; then the subtrees below it (documents, in practice),
+        in tree order, grouped until a group ends at least `GROUP_PROMPTS` x batch_size prompts,
+        each group level by level. A batch never mixes two groups, so a call whose cached prompts
+        are whole groups (a ZEPO evaluation after its search, on documents with many pairs) or a
+        prefix of this order (a resume) runs few batches it does not need; and documents with few
+        pairs (two outputs each) still share forwards."""
         batches: list[list[PrefixNode]] = []
         shared = list(top)
         while len(shared) == 1 and not shared[0].ends:
             batches.append(shared)
             shared = shared[0].children
-        for root in shared:
-            level = [root]
+        for group in _groups(shared, self.GROUP_PROMPTS * self.batch_size):
+            level = group
             while level:
                 if self.engine is None:
                     # Padded: similar lengths together keep padding (wasted compute) small.
@@ -318,6 +327,28 @@ class PrefixScorer:
                     at += ka.shape[1]
             data.append((keys, vals))
         return DynamicCache(ddp_cache_data=data)
+
+
+def _groups(roots: Sequence[PrefixNode], min_prompts: int) -> list[list[PrefixNode]]:
+    """Consecutive runs of `roots` ending at least `min_prompts` prompts each (the last may end fewer)."""
+    groups: list[list[PrefixNode]] = []
+    count = min_prompts
+    for root in roots:
+        if count >= min_prompts:
+            groups.append([])
+            count = 0
+        groups[-1].append(root)
+        count += _prompts(root)
+    return groups
+
+
+def _prompts(node: PrefixNode) -> int:
+    total, stack = 0, [node]
+    while stack:
+        n = stack.pop()
+        total += len(n.ends)
+        stack.extend(n.children)
+    return total
 
 
 def _require(batches: list[list[PrefixNode]], want: set[int]) -> None:

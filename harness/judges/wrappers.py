@@ -2,7 +2,7 @@
 
 `PreemptibleJudge` feeds a (cached) judge one cache chunk at a time, or a streaming one (the
 transformers judge: `stream_scores`) all requests in one call, and holds SIGUSR1/SIGUSR2
-(submitit's preemption and timeout signals) until each chunk or streamed forward is committed, so
+(submitit's preemption and timeout signals) until each chunk or streamed step is committed, so
 a requeued SLURM job finds every request it paid for in the cache and re-scores none. The caching
 wrapper itself is `harness.judges.cache.CachedJudge`.
 """
@@ -49,12 +49,12 @@ def deferred_signals(signums: Sequence[int] = PREEMPT_SIGNALS) -> Iterator[list[
 
 
 class PreemptibleJudge:
-    """A cached judge scored one cache chunk (or one streamed forward) at a time, preemption
+    """A cached judge scored one cache chunk (or one streamed step) at a time, preemption
     signals held until it is committed."""
 
     STREAM_WINDOW = 4096
-    """Requests per streamed call at most: bounds the token ids held at once (a document's pairs
-    split across two windows recompute its prefix once more)."""
+    """Requests per streamed call at most: bounds the prefix tree and token ids the model judge
+    holds at once (a document's pairs split across two windows recompute its prefix once more)."""
 
     def __init__(self, judge: Any, chunk: int = 16) -> None:
         if chunk < 1:
@@ -77,7 +77,8 @@ class PreemptibleJudge:
 
     def _score_stream(self, requests: Sequence[PairRequest], progress: Any) -> list[PairScore]:
         """One call per `STREAM_WINDOW` requests (shared prefixes computed once across each),
-        the signals held per step: a step is one forward and the cache commit of what it finished."""
+        the signals held per step: the forwards up to one that finishes prompts, and the cache
+        commit of what it finished."""
         takes_progress = supports_progress(self.judge, "stream_scores")
         out: list[PairScore] = []
         for at in range(0, len(requests), self.STREAM_WINDOW):
@@ -85,15 +86,18 @@ class PreemptibleJudge:
             steps = self.judge.stream_scores(part, progress=progress) if takes_progress else \
                 self.judge.stream_scores(part)
             scores: list[PairScore | None] = [None] * len(part)
-            while True:
-                with deferred_signals():
-                    done = next(steps, None)
-                if done is None:
-                    break
-                for i, score in done:
-                    scores[i] = score
-                if progress is not None and not takes_progress:
-                    progress.update(len(done))
+            try:
+                while True:
+                    with deferred_signals():
+                        done = next(steps, None)
+                    if done is None:
+                        break
+                    for i, score in done:
+                        scores[i] = score
+                    if progress is not None and not takes_progress:
+                        progress.update(len(done))
+            finally:
+                steps.close()  # preempted (SystemExit) or interrupted: the model's tree goes now
             out.extend(scores)  # type: ignore[arg-type]
         return out
 

@@ -10,9 +10,10 @@ is not written once at its end: it appends
 - an `end` line with its status (completed | interrupted | failed) when it ends normally.
 Every line carries the attempt's id and its cumulative `calls`. `read_attempts` keeps each
 attempt's last line: a killed attempt ends on a progress line (status "running" when read back,
-"killed" once a later attempt has started) and still counts every chunk it committed; `in_flight`
-> 0 there means a chunk was sent and lost with the process. Summing `calls` over attempts gives
-every committed model call; adding `in_flight` gives every call sent.
+"killed" once a later attempt has started) and still counts every commit it made; `in_flight`
+> 0 there means requests were sent and not committed when the process died (a chunk, or the rest
+of a streamed call, of which only the step running at the kill had been computed). Summing
+`calls` over attempts gives every committed model call; adding `in_flight` gives every call sent.
 
 Lines are appended with one `os.write` on an O_APPEND descriptor, so concurrent writers (two
 attempts sharing a run directory) never interleave within a line, and a kill never leaves half a
@@ -135,7 +136,7 @@ def read_attempts(out_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def summed_calls(out_dir: str | Path) -> dict[str, int]:
-    """{calls: committed by every attempt, in_flight: sent and lost with a killed attempt, attempts}."""
+    """{calls: committed by every attempt, in_flight: sent and not committed by a killed attempt, attempts}."""
     rows = read_attempts(out_dir)
     return {"calls": sum(int(r.get("calls") or 0) for r in rows),
             "in_flight": sum(int(r.get("in_flight") or 0) for r in rows), "attempts": len(rows)}

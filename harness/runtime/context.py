@@ -7,15 +7,16 @@ composed config, records the attempt and closes the tracker.
             ctx.tracker.log(...)
 
 Parts are built lazily, with `hydra.utils.instantiate` where the config names a `_target_`:
-- `ctx.judge`: conf/backend's builder for conf/model's weights, behind the request cache and
-  fed one cache chunk at a time with preemption signals held (judges.wrappers);
+- `ctx.judge`: conf/backend's builder for conf/model's weights, behind the request cache, fed
+  one cache chunk at a time (the transformers judge: one streamed call, committed forward by
+  forward) with preemption signals held (judges.wrappers);
   one loaded model per (model, backend) per process, so a local multirun loads it once;
 - `ctx.optimizer()`: conf/optimizer's builder (reuses the judge's weights where they are the same);
 - `ctx.tracker`: conf/wandb's Tracker (W&B group = the sweep when one runs);
 - `ctx.docs`, `ctx.instruction(...)`: the task's documents (fetched, verified, sliced, sharded)
   and the instruction (init_prompts.json fetched on demand).
-attempts.jsonl gets the attempt's start line at once, a line per cache chunk as it is sent and
-committed, and an end line. On leaving a completed run, every judged set gets its report card
+attempts.jsonl gets the attempt's start line at once, a line as requests are sent and after each
+cache commit, and an end line. On leaving a completed run, every judged set gets its report card
 (harness.metrics.card: answer mass, order consistency, calibration pictures) and the run's files
 (results, judgments, figures) are logged to W&B as one artifact.
 """
