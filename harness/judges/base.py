@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -21,6 +21,16 @@ class Judge(Protocol):
     """Model + revision + dtype + backend + chat template + answer-token ids: part of cache keys."""
 
     def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]: ...
+
+
+def gather(steps: Iterable[Iterable[tuple[int, Any]]], n: int) -> list[Any]:
+    """A stream's (index, item) lists (`stream_scores`, `PrefixScorer.stream`) as one list of `n`
+    items in index order."""
+    out: list[Any] = [None] * n
+    for done in steps:
+        for i, item in done:
+            out[i] = item
+    return out
 
 
 def supports_progress(judge: Any, method: str = "score_pairs") -> bool:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from harness.files import open_sqlite, sqlite_errors
-from harness.judges.base import Judge, check_requests, logsumexp, renormalise
+from harness.judges.base import Judge, check_requests, gather, logsumexp, renormalise
 from harness.records import PairRequest, PairScore
 
 log = logging.getLogger(__name__)
@@ -137,12 +137,13 @@ class CachedJudge:
 
     def stream_scores(self, requests: Sequence[PairRequest], progress=None) -> Iterator[list[tuple[int, PairScore]]]:
         """(index, score) lists for `requests`: the cached ones first, then each list the model
-        finishes, committed before it is handed on (so a kill loses at most the forward in
+        finishes, committed before it is handed on (so a kill loses at most the step in
         flight). The model is handed every distinct request, cached ones included, and told which
-        it needs, so what it computes does not depend on what the cache already held."""
+        it needs, so what it computes does not depend on what the cache already held; its
+        tokenizing them refuses a prompt it cannot read, a cached one too (check_requests), even
+        when it needs none."""
         keys = [request_key(self.identity, r.prompt) for r in requests]
         found = self.cache.get_many(keys)
-        check_requests(self.judge, [r for k, r in zip(keys, requests) if k in found])
         at: dict[str, list[int]] = {}
         unique: list[PairRequest] = []
         for i, (k, r) in enumerate(zip(keys, requests)):
@@ -157,10 +158,8 @@ class CachedJudge:
                 progress.update(len(hits))
             yield hits
         needed = [j for j, k in enumerate(ukeys) if k not in found]
-        if not needed:
-            return
         left = len(needed)
-        if self.on_progress is not None:
+        if left and self.on_progress is not None:
             self.on_progress(self.calls, left)
         for done in self.judge.stream_scores(unique, needed):
             self.calls += len(done)
@@ -176,11 +175,7 @@ class CachedJudge:
 
     def score_pairs(self, requests: Sequence[PairRequest], progress=None) -> list[PairScore]:
         if self.streaming:
-            scores: list[PairScore | None] = [None] * len(requests)
-            for done in self.stream_scores(requests, progress):
-                for i, s in done:
-                    scores[i] = s
-            return scores  # type: ignore[return-value]
+            return gather(self.stream_scores(requests, progress), len(requests))
         keys = [request_key(self.identity, r.prompt) for r in requests]
         found = self.cache.get_many(keys)
         # A hit skips the model, not the input checks: a prompt too long for THIS context is refused.

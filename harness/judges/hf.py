@@ -25,6 +25,7 @@ from typing import Any
 from harness.errors import ConfigError, JudgeInputError
 from harness.judges.base import (
     AnswerTokens,
+    gather,
     refuse_overlong_texts,
     resolve_answer_tokens,
     template_fingerprint,
@@ -270,11 +271,7 @@ class HFJudge(ChatPrompts):
 
     def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
         if self.streaming:
-            out: list[PairScore | None] = [None] * len(requests)
-            for done in self.stream_scores(requests):
-                for i, score in done:
-                    out[i] = score
-            return out  # type: ignore[return-value]
+            return gather(self.stream_scores(requests), len(requests))
         start = time.perf_counter()
         try:
             with torch_threads(self.threads if self.device == "cpu" else None):

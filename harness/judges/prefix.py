@@ -9,8 +9,8 @@ process their own tokens:
 
 - Level by level, nodes of one level are batched together even when they hang under different
   parents (within one group of documents, see `PrefixScorer._schedule`). With the packed engine
-  (`harness.judges.packed`, Llama/Mistral) the nodes' tokens are concatenated without padding and each row attends over its ancestors' KV, assembled once per
-  parent. Otherwise (HF's forward) each row's ancestor KV is left-padded to the longest in the
+  (`harness.judges.packed`, Llama/Mistral) the nodes' tokens are concatenated without padding
+  and each row attends over its ancestors' KV, assembled once per parent. Otherwise (HF's forward) each row's ancestor KV is left-padded to the longest in the
   batch (masked out), the node's own tokens are left-padded too, and position ids continue from
   the row's own prefix length. Either way a row computes what the full prompt computes alone.
 - The answer log-probabilities are read at the last position (the node's last real token) for
@@ -39,6 +39,7 @@ from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.judges.base import gather
 from harness.judges.packed import Segment, row_batches
 
 
@@ -184,11 +185,7 @@ class PrefixScorer:
 
     def answer_logprobs(self, rows: Sequence[Sequence[int]]) -> list[list[float]]:
         """Answer-token log-probs for every prompt, in input order."""
-        out: list[list[float] | None] = [None] * len(rows)
-        for done in self.stream(rows):
-            for i, logp in done:
-                out[i] = logp
-        return out  # type: ignore[return-value]
+        return gather(self.stream(rows), len(rows))
 
     def stream(self, rows: Sequence[Sequence[int]], needed: Collection[int] | None = None
                ) -> Iterator[list[tuple[int, list[float]]]]:

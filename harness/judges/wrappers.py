@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.judges.base import check_requests, supports_progress
+from harness.judges.base import check_requests, gather, supports_progress
 from harness.records import PairRequest, PairScore
 
 PREEMPT_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
@@ -46,6 +46,18 @@ def deferred_signals(signums: Sequence[int] = PREEMPT_SIGNALS) -> Iterator[list[
             signal.signal(s, h)
         for s in dict.fromkeys(pending):
             signal.raise_signal(s)
+
+
+def _held(steps: Iterator[Any], progress: Any = None) -> Iterator[Any]:
+    """`steps`, each one computed (and committed) with the preemption signals held."""
+    while True:
+        with deferred_signals():
+            done = next(steps, None)
+        if done is None:
+            return
+        if progress is not None:
+            progress.update(len(done))
+        yield done
 
 
 class PreemptibleJudge:
@@ -85,20 +97,10 @@ class PreemptibleJudge:
             part = requests[at : at + self.STREAM_WINDOW]
             steps = self.judge.stream_scores(part, progress=progress) if takes_progress else \
                 self.judge.stream_scores(part)
-            scores: list[PairScore | None] = [None] * len(part)
             try:
-                while True:
-                    with deferred_signals():
-                        done = next(steps, None)
-                    if done is None:
-                        break
-                    for i, score in done:
-                        scores[i] = score
-                    if progress is not None and not takes_progress:
-                        progress.update(len(done))
+                out.extend(gather(_held(steps, None if takes_progress else progress), len(part)))
             finally:
                 steps.close()  # preempted (SystemExit) or interrupted: the model's tree goes now
-            out.extend(scores)  # type: ignore[arg-type]
         return out
 
     def _score_chunks(self, requests: Sequence[PairRequest], progress: Any) -> list[PairScore]:
