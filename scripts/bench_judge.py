@@ -41,8 +41,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench_dtypes import DTYPE_SHORT, PEAK_DTYPES, merge, print_dtype_lines, roofline  # noqa: E402
+from bench_dtypes import (  # noqa: E402
+    DTYPE_SHORT,
+    PEAK_DTYPES,
+    bf16_targets,
+    merge,
+    print_dtype_lines,
+    roofline,
+)
 
+from harness.judges.cpu import auto_cpu_dtype  # noqa: E402
 from harness.judges.hf import HFJudge  # noqa: E402
 from harness.judges.prefix import trie_size  # noqa: E402
 from harness.prompts import default_instruction, load_zepo_instructions, render  # noqa: E402
@@ -489,6 +497,9 @@ def run_bench(args: argparse.Namespace) -> dict:
         peaks[d].append(matmul_peak(first.device, getattr(torch, d), n=args.peak_size))
     res, cmp = merge(parts, len(instrs))
     roofline(res["methods"], peaks)
+    targets = bf16_targets(res, cmp, auto_cpu_dtype() if first.device == "cpu" else f"n/a ({first.device})")
+    if targets is not None:
+        cmp["bf16_targets"] = targets
     print_table(res, cmp, peaks)
     return {
         "model": args.shape or args.model, "device": first.device, "dtype": str(first.torch_dtype), "dtypes": dtypes,

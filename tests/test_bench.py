@@ -84,10 +84,39 @@ def test_bench_judge_dtypes(tmp_path, shared_data, tiny_llama):
         assert 0 < s["mean_abs_dp"] <= s["max_abs_dp"] < 0.05
         assert (f"decisions {n}_bf16~{n}_fp32: {s['agree'][0]}/{s['agree'][1]} equal, "
                 f"max |dP(A)| {s['max_abs_dp']:.2e}, mean |dP(A)| {s['mean_abs_dp']:.2e}") in proc.stdout
+    # without --vllm, issue #22's targets are the two bf16/fp32 ratios
+    assert set(line["bf16_targets"]["checks"]) == {"prefix_1instr_bf16/prefix_1instr_fp32",
+                                                   "prefix_5instr_bf16/prefix_5instr_fp32"}
+    assert "issue #22 bf16 targets (this CPU's `dtype: auto` is" in proc.stdout
     # each dtype's engines are still compared among themselves, as in a single-dtype run
     for sfx in ("fp32", "bf16"):
         assert line["agree"][f"batched_{sfx}~prefix_1instr_{sfx}"] == [6, 6]
         assert line["agree"][f"batched_{sfx}~prefix_5instr_{sfx}(instr0)"] == [6, 6]
+
+
+def test_bf16_targets_are_met_only_by_ratios_at_or_over_them():
+    """The #22 target check on made-up rows: met at 3x / 2x, not met just under (the negative
+    control), the vLLM ratio only at equal threads, and nothing without both dtypes."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from bench_dtypes import bf16_targets
+
+    def rows(bf16, fp32, vllm, vllm_threads=2):
+        return {"methods": {**{f"prefix_{w}_bf16": {"prompts_per_s": bf16, "threads": 2} for w in ("1instr", "5instr")},
+                            **{f"prefix_{w}_fp32": {"prompts_per_s": fp32, "threads": 2} for w in ("1instr", "5instr")},
+                            **{f"vllm_apc_{w}_bf16": {"prompts_per_s": vllm, "threads": vllm_threads}
+                               for w in ("1instr", "5instr")}}}
+
+    cmp = {"dtype_vs_reference": {"prefix_1instr_bf16~prefix_1instr_fp32": {"agree": [5, 6]}}}
+    met = bf16_targets(rows(6.0, 2.0, 3.0), cmp, "bfloat16")
+    assert met["applies"] and met["all_met"] and len(met["checks"]) == 4
+    assert met["bf16_decisions_vs_fp32"] == {"prefix_1instr_bf16~prefix_1instr_fp32": [5, 6]}
+    short = bf16_targets(rows(5.99, 2.0, 3.0), cmp, "bfloat16")
+    assert not short["all_met"] and not short["checks"]["prefix_1instr_bf16/prefix_1instr_fp32"]["met"]
+    assert not short["checks"]["prefix_5instr_bf16/vllm_apc_5instr_bf16"]["met"]  # 5.99 / 3 < 2
+    unequal = bf16_targets(rows(6.0, 2.0, 3.0, vllm_threads=1), cmp, "float32")
+    assert set(unequal["checks"]) == {"prefix_1instr_bf16/prefix_1instr_fp32", "prefix_5instr_bf16/prefix_5instr_fp32"}
+    assert not unequal["applies"]
+    assert bf16_targets({"methods": {"prefix_1instr": {"prompts_per_s": 1.0, "threads": 1}}}, {}, "float32") is None
 
 
 def test_bench_judge_dtypes_refused():
@@ -201,6 +230,20 @@ def test_bench_judge_vllm_dtypes(tmp_path, shared_data):
     s = line["dtype_vs_reference"]["vllm_apc_5instr_bf16~vllm_apc_5instr_fp32"]
     assert s["agree"][1] == 30 and 0 < s["max_abs_dp"] < 0.05
     assert "vllm_apc_5instr_bf16/vllm_apc_5instr_fp32" in line["dtype_speedup"] and "vllm_refused" not in line
+    # issue #22's targets, checked on the rows above and printed, whichever way they come out here
+    from harness.judges.cpu import auto_cpu_dtype
+
+    t = line["bf16_targets"]
+    assert t["cpu_default_dtype"] == auto_cpu_dtype() and t["applies"] == (auto_cpu_dtype() == "bfloat16")
+    assert set(t["checks"]) == {f"prefix_{w}_bf16/{b}_{w}_{s}" for w in ("1instr", "5instr")
+                                for b, s in (("prefix", "fp32"), ("vllm_apc", "bf16"))}
+    for key, c in t["checks"].items():
+        ours, theirs = key.split("/")
+        assert c["ratio"] == pytest.approx(methods[ours]["prompts_per_s"] / methods[theirs]["prompts_per_s"], rel=1e-12)
+        assert c["met"] == (c["ratio"] >= c["need"]) and c["need"] == (3.0 if theirs.startswith("prefix") else 2.0)
+        assert f"  {key}: {c['ratio']:.2f}x, target >= {c['need']:g}x: {'met' if c['met'] else 'NOT met'}" in proc.stdout
+    assert t["all_met"] == all(c["met"] for c in t["checks"].values())
+    assert t["bf16_decisions_vs_fp32"]["prefix_5instr_bf16~prefix_5instr_fp32"][1] == 30
 
 
 def test_bench_vllm_thread_counts_refused():
