@@ -112,6 +112,26 @@ def test_innermost_reaches_the_model_judge_under_every_wrapper(tiny_judge, tmp_p
     assert loaded_judge(wrapped) is tiny_judge
 
 
+def test_only_a_streaming_judge_is_streamed(tiny_judge, tiny_llama, tmp_path):
+    """The wrappers stream a call only through a StreamingJudge whose `streaming` is on: the
+    transformers judge with the next-token read-out, and the cache over it; not the same judge
+    with the generate read-out, nor a judge that says `streaming` without `stream_scores`."""
+    from harness.judges.base import StreamingJudge, streams
+
+    class SaysSo:  # the negative control: the flag alone, no stream
+        identity, streaming = "says-so", True
+
+        def score_pairs(self, requests):
+            return []
+
+    cached = CachedJudge(tiny_judge, ScoreCache(tmp_path / "c.sqlite"), 4)
+    assert isinstance(tiny_judge, StreamingJudge) and streams(tiny_judge) and streams(cached)
+    assert not streams(SaysSo()) and not streams(CachedJudge(SaysSo(), ScoreCache(tmp_path / "d.sqlite"), 4))
+    generate = HFJudge(tiny_llama, model=tiny_judge.model, tokenizer=tiny_judge.tokenizer,
+                       readout="generate")
+    assert not streams(generate) and not streams(CachedJudge(generate, ScoreCache(tmp_path / "e.sqlite"), 4))
+
+
 def test_flagged_scores_are_returned_but_never_cached(tmp_path):
     """An unreadable answer (flags) comes back as NaN and is asked again next time, not served."""
     import math

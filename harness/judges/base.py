@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -21,6 +21,32 @@ class Judge(Protocol):
     """Model + revision + dtype + backend + chat template + answer-token ids: part of cache keys."""
 
     def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]: ...
+
+
+@runtime_checkable
+class StreamingJudge(Judge, Protocol):
+    """A judge that can also score a whole call as a stream (the transformers judge with the
+    next-token read-out). The request cache (CachedJudge) hands such a judge every distinct
+    request of a call with the indices it `needed`, and commits each yielded list before the
+    next step runs. CachedJudge has the same two members over its cache (its `stream_scores`
+    decides `needed` itself and takes a progress bar instead), so PreemptibleJudge streams through
+    it; see `streams`."""
+
+    @property
+    def streaming(self) -> bool:
+        """Whether `stream_scores` serves this judge as configured (False: call `score_pairs`)."""
+        ...
+
+    def stream_scores(self, requests: Sequence[PairRequest], needed: Collection[int] | None = None
+                      ) -> Iterator[list[tuple[int, PairScore]]]:
+        """(i, score) lists for `requests[i]`, i in `needed` (all by default), each list as soon as
+        the forwards that finish it have run; the scores must not depend on `needed`."""
+        ...
+
+
+def streams(judge: Any) -> bool:
+    """Whether `judge` is a StreamingJudge whose `streaming` is on."""
+    return isinstance(judge, StreamingJudge) and bool(judge.streaming)
 
 
 def gather(steps: Iterable[Iterable[tuple[int, Any]]], n: int) -> list[Any]:

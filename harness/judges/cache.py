@@ -17,7 +17,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from harness.files import open_sqlite, sqlite_errors
-from harness.judges.base import Judge, check_requests, gather, logsumexp, renormalise
+from harness.judges.base import (
+    Judge,
+    check_requests,
+    gather,
+    logsumexp,
+    renormalise,
+    streams,
+)
 from harness.records import PairRequest, PairScore
 
 log = logging.getLogger(__name__)
@@ -133,7 +140,7 @@ class CachedJudge:
     @property
     def streaming(self) -> bool:
         """Whether the wrapped judge streams: then `stream_scores` serves a whole call."""
-        return bool(getattr(self.judge, "streaming", False))
+        return streams(self.judge)
 
     def stream_scores(self, requests: Sequence[PairRequest], progress=None) -> Iterator[list[tuple[int, PairScore]]]:
         """(index, score) lists for `requests`: the cached ones first, then each list the model

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.judges.base import check_requests, gather, supports_progress
+from harness.judges.base import check_requests, gather, streams, supports_progress
 from harness.records import PairRequest, PairScore
 
 PREEMPT_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
@@ -83,7 +83,7 @@ class PreemptibleJudge:
 
     def score_pairs(self, requests: Sequence[PairRequest], progress: Any = None) -> list[PairScore]:
         check_requests(self.judge, requests)  # every prompt, before the first chunk reaches the model
-        if getattr(self.judge, "streaming", False):
+        if streams(self.judge):
             return self._score_stream(requests, progress)
         return self._score_chunks(requests, progress)
 
