@@ -16,7 +16,8 @@ import multiprocessing
 import sys
 from types import SimpleNamespace
 
-from bench_judge import _decisions, causal_pairs, dtype_name, measure, model_dims, stats
+from bench_judge import _decisions, dtype_name
+from bench_roofline import causal_pairs, measure, model_dims, stats
 
 from harness.judges.prefix import trie_size
 
