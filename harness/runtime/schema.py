@@ -133,36 +133,47 @@ class VLLMBackendConf:
 
 
 @dataclass
-class ApiBackendConf:
-    """An OpenAI-compatible server (conf/backend/api.yaml); the key comes from api_key_env."""
+class _ServerConf:
+    """Reaching an OpenAI-compatible server (harness.api_client.HttpSettings): shared by the API
+    judge (conf/backend/api.yaml) and the API optimizer (conf/optimizer/api.yaml). The key comes
+    from the variable `api_key_env` names, never from a config."""
 
-    _target_: str = "harness.judges.api.build"
-    name: str = "api"
     base_url: str = "http://127.0.0.1:8000/v1"
-    model: Optional[str] = None
     api_key_env: Optional[str] = "OPENAI_API_KEY"
-    logprob_mode: str = "exact"
-    top_logprobs: int = 20
     concurrency: int = 8
     timeout_s: float = 60.0
     max_retries: int = 6
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 60.0
+
+    def check_server(self, group: str) -> None:
+        check_base_url(f"{group}.base_url", self.base_url)
+        at_least(f"{group}.concurrency", self.concurrency, 1)
+        at_least(f"{group}.max_retries", self.max_retries, 0)
+        within(f"{group}.timeout_s", self.timeout_s, 0, math.inf, open_low=True)
+        at_least(f"{group}.backoff_base_s", self.backoff_base_s, 0)
+        within(f"{group}.backoff_max_s", self.backoff_max_s, 0, math.inf, open_low=True)
+
+
+@dataclass
+class ApiBackendConf(_ServerConf):
+    """An OpenAI-compatible server judges (conf/backend/api.yaml)."""
+
+    _target_: str = "harness.judges.api.build"
+    name: str = "api"
+    model: Optional[str] = None
+    logprob_mode: str = "exact"
+    top_logprobs: int = 20
     tokenizer: Optional[str] = None
     token_ids: dict[str, int] = field(default_factory=dict)
     """Empty = none; not Optional: OmegaConf cannot merge a CLI dict into a None Optional[dict]."""
     endpoint: str = "chat"
-    backoff_base_s: float = 1.0
-    backoff_max_s: float = 60.0
 
     def check(self) -> None:
         one_of("backend.logprob_mode", self.logprob_mode, ("auto", "exact", "top"))
         one_of("backend.endpoint", self.endpoint, ("chat", "completions"))
         within("backend.top_logprobs", self.top_logprobs, 1, 20)
-        at_least("backend.concurrency", self.concurrency, 1)
-        at_least("backend.max_retries", self.max_retries, 0)
-        within("backend.timeout_s", self.timeout_s, 0, math.inf, open_low=True)
-        at_least("backend.backoff_base_s", self.backoff_base_s, 0)
-        within("backend.backoff_max_s", self.backoff_max_s, 0, math.inf, open_low=True)
-        check_base_url("backend.base_url", self.base_url)
+        self.check_server("backend")
         for label, tid in (self.token_ids or {}).items():
             at_least(f"backend.token_ids.{label}", tid, 0)
 
@@ -243,30 +254,20 @@ class LocalOptimizerConf(_SamplingConf):
 
 
 @dataclass
-class ApiOptimizerConf(_SamplingConf):
+class ApiOptimizerConf(_SamplingConf, _ServerConf):
     """An OpenAI-compatible chat model paraphrases instructions (conf/optimizer/api.yaml)."""
 
     _target_: str = "harness.zepo.optimizers.build_api"
     name: str = "api"
     base_url: str = "https://api.openai.com/v1"
-    model: str = MISSING
-    api_key_env: Optional[str] = "OPENAI_API_KEY"
-    max_tokens: int = 512
     concurrency: int = 4
-    timeout_s: float = 60.0
-    max_retries: int = 6
-    backoff_base_s: float = 1.0
-    backoff_max_s: float = 60.0
+    model: str = MISSING
+    max_tokens: int = 512
 
     def check(self) -> None:
-        super().check()
-        at_least("optimizer.backoff_base_s", self.backoff_base_s, 0)
-        within("optimizer.backoff_max_s", self.backoff_max_s, 0, math.inf, open_low=True)
+        super().check()  # the sampling keys
         at_least("optimizer.max_tokens", self.max_tokens, 1)
-        at_least("optimizer.concurrency", self.concurrency, 1)
-        at_least("optimizer.max_retries", self.max_retries, 0)
-        within("optimizer.timeout_s", self.timeout_s, 0, math.inf, open_low=True)
-        check_base_url("optimizer.base_url", self.base_url)
+        self.check_server("optimizer")
 
 
 # -- the root ------------------------------------------------------------------------------------
