@@ -123,37 +123,59 @@ def print_dtype_lines(res: dict, cmp: dict) -> None:
     print_targets(cmp.get("bf16_targets"))
 
 
-def bf16_targets(res: dict, cmp: dict, cpu_default: str) -> dict | None:
-    """Issue #22's targets (BF16_TARGETS) checked on this run's rows, or None when the run lacks
-    them (it needs `--dtypes float32,bfloat16`; the vLLM ratio also `--vllm` at our thread count).
-    `applies` says whether they are this CPU's to meet: only where the shipped `dtype: auto`
-    resolves to bfloat16 (`cpu_default`), i.e. a CPU with AMX / AVX512-BF16."""
-    m, checks = res["methods"], {}
-    for w in ("1instr", "5instr"):
-        ours, ref, theirs = f"prefix_{w}_bf16", f"prefix_{w}_fp32", f"vllm_apc_{w}_bf16"
-        if ours in m and ref in m:
-            checks[f"{ours}/{ref}"] = (m[ours]["prompts_per_s"] / m[ref]["prompts_per_s"], BF16_TARGETS["bf16/fp32"])
-        if ours in m and theirs in m and m[ours]["threads"] == m[theirs]["threads"]:
-            checks[f"{ours}/{theirs}"] = (m[ours]["prompts_per_s"] / m[theirs]["prompts_per_s"],
-                                          BF16_TARGETS["ours/vllm_apc bf16"])
-    if not checks:
+def bf16_targets(res: dict, cmp: dict, cpu_default: str | None, vllm: bool) -> dict | None:
+    """Issue #22's targets (BF16_TARGETS) checked on this run's rows, or None without both dtypes'
+    prefix rows (`--dtypes float32,bfloat16`). Every expected check is listed: the two bf16/fp32
+    ratios, and with `vllm` the two ours/vLLM ratios against the bf16 vLLM row with prefix caching
+    at OUR thread count (`vllm_apc_*` or `vllm_apc_t{n}_*`). A check whose rows are absent (vLLM
+    refused bf16, or ran at other thread counts) has ratio None, `met` False and the reason, so
+    `all_met` is true only when every check ran and passed. `applies`: whether they are this
+    machine's to meet, only where the shipped CPU `dtype: auto` resolves to bfloat16
+    (`cpu_default`; None on a GPU run)."""
+    m = res["methods"]
+    if not all(f"prefix_{w}_{d}" in m for w in ("1instr", "5instr") for d in ("bf16", "fp32")):
         return None
+    checks: dict[str, dict] = {}
+    for w in ("1instr", "5instr"):
+        ours, ref = m[f"prefix_{w}_bf16"], m[f"prefix_{w}_fp32"]
+        need = BF16_TARGETS["bf16/fp32"]
+        ratio = ours["prompts_per_s"] / ref["prompts_per_s"]
+        checks[f"prefix_{w}_bf16/prefix_{w}_fp32"] = {"ratio": ratio, "need": need, "met": ratio >= need}
+        if not vllm:
+            continue
+        need = BF16_TARGETS["ours/vllm_apc bf16"]
+        rows = {n: r for n, r in m.items() if n.startswith("vllm_apc") and n.endswith(f"_{w}_bf16")}
+        same = [n for n, r in rows.items() if r["threads"] == ours["threads"]]
+        if same:
+            ratio = ours["prompts_per_s"] / m[same[0]]["prompts_per_s"]
+            checks[f"prefix_{w}_bf16/{same[0]}"] = {"ratio": ratio, "need": need, "met": ratio >= need}
+            continue
+        refused = {t: line for t, line in res.get("vllm_refused", {}).items() if t.endswith("_bf16")}
+        why = (f"vLLM refused bfloat16: {next(iter(refused.values()))}" if refused else
+               f"no bf16 vLLM row at our {ours['threads']} threads (vLLM ran at "
+               f"{sorted({r['threads'] for r in rows.values()}) or 'none'})")
+        checks[f"prefix_{w}_bf16/vllm_apc_{w}_bf16"] = {"ratio": None, "need": need, "met": False, "missing": why}
     decisions = {k: v["agree"] for k, v in cmp.get("dtype_vs_reference", {}).items() if k.startswith("prefix_")}
-    return {"cpu_default_dtype": cpu_default, "applies": cpu_default == "bfloat16",
-            "checks": {k: {"ratio": r, "need": need, "met": r >= need} for k, (r, need) in checks.items()},
-            "all_met": all(r >= need for r, need in checks.values()), "bf16_decisions_vs_fp32": decisions}
+    return {"cpu_default_dtype": cpu_default, "applies": cpu_default == "bfloat16", "checks": checks,
+            "all_met": all(c["met"] for c in checks.values()), "prefix_decisions_bf16_vs_fp32": decisions}
 
 
 def print_targets(t: dict | None) -> None:
-    """The targets' lines: each ratio against what the issue asks, and whether this CPU is one
-    they are for."""
+    """The targets' lines: each ratio against what the issue asks (or why it is missing), and
+    whether this machine is one they are for."""
     if t is None:
         return
-    where = ("this CPU's `dtype: auto` is bfloat16: the targets apply" if t["applies"] else
-             f"this CPU's `dtype: auto` is {t['cpu_default_dtype']} (no AMX / AVX512-BF16): the targets "
-             "are for a CPU with fast bf16 and are not this CPU's to meet")
+    if t["applies"]:
+        where = "this CPU's `dtype: auto` is bfloat16: the targets apply"
+    elif t["cpu_default_dtype"] is None:
+        where = "a GPU run: the targets are for a CPU with AMX / AVX512-BF16"
+    else:
+        where = (f"this CPU's `dtype: auto` is {t['cpu_default_dtype']} (no AMX / AVX512-BF16): the targets "
+                 "are for a CPU with fast bf16 and are not this CPU's to meet")
     print(f"issue #22 bf16 targets ({where}):")
     for key, c in t["checks"].items():
-        print(f"  {key}: {c['ratio']:.2f}x, target >= {c['need']:g}x: {'met' if c['met'] else 'NOT met'}")
-    for key, (same, n) in t["bf16_decisions_vs_fp32"].items():
-        print(f"  decisions {key}: {same}/{n} equal")
+        if c["ratio"] is None:
+            print(f"  {key}: NOT checked, {c['missing']}")
+        else:
+            print(f"  {key}: {c['ratio']:.3f}x, target >= {c['need']:g}x: {'met' if c['met'] else 'NOT met'}")
+    print(f"  all targets met: {'yes' if t['all_met'] else 'no'}")

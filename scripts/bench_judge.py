@@ -396,7 +396,7 @@ def run_bench(args: argparse.Namespace) -> dict:
         peaks[d].append(matmul_peak(first.device, getattr(torch, d), n=args.peak_size))
     res, cmp = merge(parts, len(instrs))
     roofline(res["methods"], peaks)
-    targets = bf16_targets(res, cmp, auto_cpu_dtype() if first.device == "cpu" else f"n/a ({first.device})")
+    targets = bf16_targets(res, cmp, auto_cpu_dtype() if first.device == "cpu" else None, vllm=args.vllm)
     if targets is not None:
         cmp["bf16_targets"] = targets
     print_table(res, cmp, peaks)

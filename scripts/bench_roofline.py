@@ -1,4 +1,4 @@
-"""The roofline arithmetic of scripts/bench_judge.py (and bench_vllm.py, gpu_check.py): the model's
+"""The roofline arithmetic of scripts/bench_judge.py and bench_vllm.py: the model's
 FLOPs per token and per causal (query, key) pair, the best matmul FLOP/s this device reaches in a
 dtype, measured around every timed method, and each row's figures against it.
 """

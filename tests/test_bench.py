@@ -84,9 +84,12 @@ def test_bench_judge_dtypes(tmp_path, shared_data, tiny_llama):
         assert 0 < s["mean_abs_dp"] <= s["max_abs_dp"] < 0.05
         assert (f"decisions {n}_bf16~{n}_fp32: {s['agree'][0]}/{s['agree'][1]} equal, "
                 f"max |dP(A)| {s['max_abs_dp']:.2e}, mean |dP(A)| {s['mean_abs_dp']:.2e}") in proc.stdout
-    # without --vllm, issue #22's targets are the two bf16/fp32 ratios
-    assert set(line["bf16_targets"]["checks"]) == {"prefix_1instr_bf16/prefix_1instr_fp32",
-                                                   "prefix_5instr_bf16/prefix_5instr_fp32"}
+    # without --vllm, issue #22's targets are the two bf16/fp32 ratios, each the rows' quotient
+    t = line["bf16_targets"]
+    assert set(t["checks"]) == {"prefix_1instr_bf16/prefix_1instr_fp32", "prefix_5instr_bf16/prefix_5instr_fp32"}
+    for key, c in t["checks"].items():
+        ours, ref = key.split("/")
+        assert c["ratio"] == pytest.approx(methods[ours]["prompts_per_s"] / methods[ref]["prompts_per_s"], rel=1e-12)
     assert "issue #22 bf16 targets (this CPU's `dtype: auto` is" in proc.stdout
     # each dtype's engines are still compared among themselves, as in a single-dtype run
     for sfx in ("fp32", "bf16"):
@@ -96,27 +99,44 @@ def test_bench_judge_dtypes(tmp_path, shared_data, tiny_llama):
 
 def test_bf16_targets_are_met_only_by_ratios_at_or_over_them():
     """The #22 target check on made-up rows: met at 3x / 2x, not met just under (the negative
-    control), the vLLM ratio only at equal threads, and nothing without both dtypes."""
+    control); the vLLM ratio only against a bf16 row at our thread count (vllm_apc or
+    vllm_apc_t{n}); a check without its rows is listed as NOT checked and never counts as met."""
     sys.path.insert(0, str(REPO / "scripts"))
-    from bench_dtypes import bf16_targets
+    from bench_dtypes import bf16_targets, print_targets
 
-    def rows(bf16, fp32, vllm, vllm_threads=2):
-        return {"methods": {**{f"prefix_{w}_bf16": {"prompts_per_s": bf16, "threads": 2} for w in ("1instr", "5instr")},
-                            **{f"prefix_{w}_fp32": {"prompts_per_s": fp32, "threads": 2} for w in ("1instr", "5instr")},
-                            **{f"vllm_apc_{w}_bf16": {"prompts_per_s": vllm, "threads": vllm_threads}
-                               for w in ("1instr", "5instr")}}}
+    def rows(bf16, fp32, vllm=None, vllm_threads=2, tag="vllm_apc"):
+        m = {f"prefix_{w}_{d}": {"prompts_per_s": v, "threads": 2}
+             for w in ("1instr", "5instr") for d, v in (("bf16", bf16), ("fp32", fp32))}
+        if vllm is not None:
+            m |= {f"{tag}_{w}_bf16": {"prompts_per_s": vllm, "threads": vllm_threads} for w in ("1instr", "5instr")}
+        return {"methods": m}
 
     cmp = {"dtype_vs_reference": {"prefix_1instr_bf16~prefix_1instr_fp32": {"agree": [5, 6]}}}
-    met = bf16_targets(rows(6.0, 2.0, 3.0), cmp, "bfloat16")
+    met = bf16_targets(rows(6.0, 2.0, 3.0), cmp, "bfloat16", vllm=True)
     assert met["applies"] and met["all_met"] and len(met["checks"]) == 4
-    assert met["bf16_decisions_vs_fp32"] == {"prefix_1instr_bf16~prefix_1instr_fp32": [5, 6]}
-    short = bf16_targets(rows(5.99, 2.0, 3.0), cmp, "bfloat16")
+    assert met["prefix_decisions_bf16_vs_fp32"] == {"prefix_1instr_bf16~prefix_1instr_fp32": [5, 6]}
+    short = bf16_targets(rows(5.99, 2.0, 3.0), cmp, "bfloat16", vllm=True)
     assert not short["all_met"] and not short["checks"]["prefix_1instr_bf16/prefix_1instr_fp32"]["met"]
     assert not short["checks"]["prefix_5instr_bf16/vllm_apc_5instr_bf16"]["met"]  # 5.99 / 3 < 2
-    unequal = bf16_targets(rows(6.0, 2.0, 3.0, vllm_threads=1), cmp, "float32")
-    assert set(unequal["checks"]) == {"prefix_1instr_bf16/prefix_1instr_fp32", "prefix_5instr_bf16/prefix_5instr_fp32"}
-    assert not unequal["applies"]
-    assert bf16_targets({"methods": {"prefix_1instr": {"prompts_per_s": 1.0, "threads": 1}}}, {}, "float32") is None
+    # a second thread count's row at OUR count is the one compared
+    t2 = bf16_targets(rows(6.0, 2.0, 3.0, tag="vllm_apc_t2"), cmp, "bfloat16", vllm=True)
+    assert t2["all_met"] and "prefix_1instr_bf16/vllm_apc_t2_1instr_bf16" in t2["checks"]
+    # vLLM only at other threads, or refused: listed, not met, so not all met however fast bf16 is
+    other = bf16_targets(rows(60.0, 2.0, 3.0, vllm_threads=1), cmp, "float32", vllm=True)
+    gone = other["checks"]["prefix_1instr_bf16/vllm_apc_1instr_bf16"]
+    assert gone["ratio"] is None and not gone["met"] and "our 2 threads (vLLM ran at [1])" in gone["missing"]
+    assert not other["all_met"] and not other["applies"]
+    refused = bf16_targets({**rows(60.0, 2.0), "vllm_refused": {"vllm_apc_bf16": "dtype not supported"}}, cmp,
+                           "bfloat16", vllm=True)
+    assert not refused["all_met"]
+    assert refused["checks"]["prefix_5instr_bf16/vllm_apc_5instr_bf16"]["missing"] == \
+        "vLLM refused bfloat16: dtype not supported"
+    # without --vllm: the two bf16/fp32 checks alone; without both dtypes' rows: nothing to check
+    alone = bf16_targets(rows(6.0, 2.0), cmp, "bfloat16", vllm=False)
+    assert set(alone["checks"]) == {"prefix_1instr_bf16/prefix_1instr_fp32", "prefix_5instr_bf16/prefix_5instr_fp32"}
+    assert bf16_targets({"methods": {"prefix_1instr_bf16": {"prompts_per_s": 1.0, "threads": 1}}}, {},
+                        "bfloat16", vllm=False) is None
+    print_targets(other)  # prints the NOT checked line without failing
 
 
 def test_bench_judge_dtypes_refused():
@@ -241,9 +261,10 @@ def test_bench_judge_vllm_dtypes(tmp_path, shared_data):
         ours, theirs = key.split("/")
         assert c["ratio"] == pytest.approx(methods[ours]["prompts_per_s"] / methods[theirs]["prompts_per_s"], rel=1e-12)
         assert c["met"] == (c["ratio"] >= c["need"]) and c["need"] == (3.0 if theirs.startswith("prefix") else 2.0)
-        assert f"  {key}: {c['ratio']:.2f}x, target >= {c['need']:g}x: {'met' if c['met'] else 'NOT met'}" in proc.stdout
+        assert f"  {key}: {c['ratio']:.3f}x, target >= {c['need']:g}x: {'met' if c['met'] else 'NOT met'}" in proc.stdout
     assert t["all_met"] == all(c["met"] for c in t["checks"].values())
-    assert t["bf16_decisions_vs_fp32"]["prefix_5instr_bf16~prefix_5instr_fp32"][1] == 30
+    assert f"  all targets met: {'yes' if t['all_met'] else 'no'}" in proc.stdout
+    assert t["prefix_decisions_bf16_vs_fp32"]["prefix_5instr_bf16~prefix_5instr_fp32"][1] == 30
 
 
 def test_bench_vllm_thread_counts_refused():
