@@ -10,9 +10,10 @@ process their own tokens:
 - Level by level, nodes of one level are batched together even when they hang under different
   parents (within one group of documents, see `PrefixScorer._schedule`). With the packed engine
   (`harness.judges.packed`, Llama/Mistral) the nodes' tokens are concatenated without padding
-  and each row attends over its ancestors' KV, assembled once per parent. Otherwise (HF's forward) each row's ancestor KV is left-padded to the longest in the
-  batch (masked out), the node's own tokens are left-padded too, and position ids continue from
-  the row's own prefix length. Either way a row computes what the full prompt computes alone.
+  and each row attends over its ancestors' KV, assembled once per parent. Otherwise (HF's
+  forward) each row's ancestor KV is left-padded to the longest in the batch (masked out), the
+  node's own tokens are left-padded too, and position ids continue from the row's own prefix
+  length. Either way a row computes what the full prompt computes alone.
 - The answer log-probabilities are read at the last position (the node's last real token) for
   every node at which a prompt ends.
 - Inner nodes shorter than `min_prefix` tokens are not cached: their tokens are pushed down into
