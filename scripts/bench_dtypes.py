@@ -123,15 +123,16 @@ def print_dtype_lines(res: dict, cmp: dict) -> None:
     print_targets(cmp.get("bf16_targets"))
 
 
-def bf16_targets(res: dict, cmp: dict, cpu_default: str | None, vllm: bool) -> dict | None:
+def bf16_targets(res: dict, cmp: dict, cpu_bf16: bool | None, vllm: bool) -> dict | None:
     """Issue #22's targets (BF16_TARGETS) checked on this run's rows, or None without both dtypes'
     prefix rows (`--dtypes float32,bfloat16`). Every expected check is listed: the two bf16/fp32
     ratios, and with `vllm` the two ours/vLLM ratios against the bf16 vLLM row with prefix caching
     at OUR thread count (`vllm_apc_*` or `vllm_apc_t{n}_*`). A check whose rows are absent (vLLM
     refused bf16, or ran at other thread counts) has ratio None, `met` False and the reason, so
     `all_met` is true only when every check ran and passed. `applies`: whether they are this
-    machine's to meet, only where the shipped CPU `dtype: auto` resolves to bfloat16
-    (`cpu_default`; None on a GPU run)."""
+    machine's to meet, only where the CPU multiplies bf16 in hardware (`cpu_bf16`: AMX-BF16 or
+    AVX512-BF16; None on a GPU run). The CPU default dtype is float32 everywhere (issue #28), so
+    these targets are for the explicit `backend.dtype=bfloat16`."""
     m = res["methods"]
     if not all(f"prefix_{w}_{d}" in m for w in ("1instr", "5instr") for d in ("bf16", "fp32")):
         return None
@@ -156,7 +157,7 @@ def bf16_targets(res: dict, cmp: dict, cpu_default: str | None, vllm: bool) -> d
                f"{sorted({r['threads'] for r in rows.values()}) or 'none'})")
         checks[f"prefix_{w}_bf16/vllm_apc_{w}_bf16"] = {"ratio": None, "need": need, "met": False, "missing": why}
     decisions = {k: v["agree"] for k, v in cmp.get("dtype_vs_reference", {}).items() if k.startswith("prefix_")}
-    return {"cpu_default_dtype": cpu_default, "applies": cpu_default == "bfloat16", "checks": checks,
+    return {"cpu_fast_bf16": cpu_bf16, "applies": cpu_bf16 is True, "checks": checks,
             "all_met": all(c["met"] for c in checks.values()), "prefix_decisions_bf16_vs_fp32": decisions}
 
 
@@ -166,12 +167,12 @@ def print_targets(t: dict | None) -> None:
     if t is None:
         return
     if t["applies"]:
-        where = "this CPU's `dtype: auto` is bfloat16: the targets apply"
-    elif t["cpu_default_dtype"] is None:
+        where = "this CPU multiplies bf16 in hardware (AMX / AVX512-BF16): the targets apply"
+    elif t["cpu_fast_bf16"] is None:
         where = "a GPU run: the targets are for a CPU with AMX / AVX512-BF16"
     else:
-        where = (f"this CPU's `dtype: auto` is {t['cpu_default_dtype']} (no AMX / AVX512-BF16): the targets "
-                 "are for a CPU with fast bf16 and are not this CPU's to meet")
+        where = ("this CPU has no AMX / AVX512-BF16: the targets are for a CPU with fast bf16 and are not "
+                 "this CPU's to meet")
     print(f"issue #22 bf16 targets ({where}):")
     for key, c in t["checks"].items():
         if c["ratio"] is None:

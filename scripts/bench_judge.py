@@ -49,7 +49,7 @@ from bench_dtypes import (  # noqa: E402
 )
 from bench_roofline import causal_pairs, matmul_peak, measure, model_dims, stats  # noqa: E402
 
-from harness.judges.cpu import auto_cpu_dtype  # noqa: E402
+from harness.judges.cpu import this_cpu_fast_bf16  # noqa: E402
 from harness.judges.hf import HFJudge  # noqa: E402
 from harness.judges.prefix import trie_size  # noqa: E402
 from harness.prompts import default_instruction, load_zepo_instructions, render  # noqa: E402
@@ -396,7 +396,7 @@ def run_bench(args: argparse.Namespace) -> dict:
         peaks[d].append(matmul_peak(first.device, getattr(torch, d), n=args.peak_size))
     res, cmp = merge(parts, len(instrs))
     roofline(res["methods"], peaks)
-    targets = bf16_targets(res, cmp, auto_cpu_dtype() if first.device == "cpu" else None, vllm=args.vllm)
+    targets = bf16_targets(res, cmp, this_cpu_fast_bf16() if first.device == "cpu" else None, vllm=args.vllm)
     if targets is not None:
         cmp["bf16_targets"] = targets
     print_table(res, cmp, peaks)

@@ -112,30 +112,30 @@ def test_bf16_targets_are_met_only_by_ratios_at_or_over_them():
         return {"methods": m}
 
     cmp = {"dtype_vs_reference": {"prefix_1instr_bf16~prefix_1instr_fp32": {"agree": [5, 6]}}}
-    met = bf16_targets(rows(6.0, 2.0, 3.0), cmp, "bfloat16", vllm=True)
+    met = bf16_targets(rows(6.0, 2.0, 3.0), cmp, True, vllm=True)
     assert met["applies"] and met["all_met"] and len(met["checks"]) == 4
     assert met["prefix_decisions_bf16_vs_fp32"] == {"prefix_1instr_bf16~prefix_1instr_fp32": [5, 6]}
-    short = bf16_targets(rows(5.99, 2.0, 3.0), cmp, "bfloat16", vllm=True)
+    short = bf16_targets(rows(5.99, 2.0, 3.0), cmp, True, vllm=True)
     assert not short["all_met"] and not short["checks"]["prefix_1instr_bf16/prefix_1instr_fp32"]["met"]
     assert not short["checks"]["prefix_5instr_bf16/vllm_apc_5instr_bf16"]["met"]  # 5.99 / 3 < 2
     # a second thread count's row at OUR count is the one compared
-    t2 = bf16_targets(rows(6.0, 2.0, 3.0, tag="vllm_apc_t2"), cmp, "bfloat16", vllm=True)
+    t2 = bf16_targets(rows(6.0, 2.0, 3.0, tag="vllm_apc_t2"), cmp, True, vllm=True)
     assert t2["all_met"] and "prefix_1instr_bf16/vllm_apc_t2_1instr_bf16" in t2["checks"]
     # vLLM only at other threads, or refused: listed, not met, so not all met however fast bf16 is
-    other = bf16_targets(rows(60.0, 2.0, 3.0, vllm_threads=1), cmp, "float32", vllm=True)
+    other = bf16_targets(rows(60.0, 2.0, 3.0, vllm_threads=1), cmp, False, vllm=True)
     gone = other["checks"]["prefix_1instr_bf16/vllm_apc_1instr_bf16"]
     assert gone["ratio"] is None and not gone["met"] and "our 2 threads (vLLM ran at [1])" in gone["missing"]
     assert not other["all_met"] and not other["applies"]
     refused = bf16_targets({**rows(60.0, 2.0), "vllm_refused": {"vllm_apc_bf16": "dtype not supported"}}, cmp,
-                           "bfloat16", vllm=True)
+                           True, vllm=True)
     assert not refused["all_met"]
     assert refused["checks"]["prefix_5instr_bf16/vllm_apc_5instr_bf16"]["missing"] == \
         "vLLM refused bfloat16: dtype not supported"
     # without --vllm: the two bf16/fp32 checks alone; without both dtypes' rows: nothing to check
-    alone = bf16_targets(rows(6.0, 2.0), cmp, "bfloat16", vllm=False)
+    alone = bf16_targets(rows(6.0, 2.0), cmp, True, vllm=False)
     assert set(alone["checks"]) == {"prefix_1instr_bf16/prefix_1instr_fp32", "prefix_5instr_bf16/prefix_5instr_fp32"}
     assert bf16_targets({"methods": {"prefix_1instr_bf16": {"prompts_per_s": 1.0, "threads": 1}}}, {},
-                        "bfloat16", vllm=False) is None
+                        True, vllm=False) is None
     print_targets(other)  # prints the NOT checked line without failing
 
 
@@ -251,10 +251,10 @@ def test_bench_judge_vllm_dtypes(tmp_path, shared_data):
     assert s["agree"][1] == 30 and 0 < s["max_abs_dp"] < 0.05
     assert "vllm_apc_5instr_bf16/vllm_apc_5instr_fp32" in line["dtype_speedup"] and "vllm_refused" not in line
     # issue #22's targets, checked on the rows above and printed, whichever way they come out here
-    from harness.judges.cpu import auto_cpu_dtype
+    from harness.judges.cpu import this_cpu_fast_bf16
 
     t = line["bf16_targets"]
-    assert t["cpu_default_dtype"] == auto_cpu_dtype() and t["applies"] == (auto_cpu_dtype() == "bfloat16")
+    assert t["cpu_fast_bf16"] is this_cpu_fast_bf16() and t["applies"] is this_cpu_fast_bf16()
     assert set(t["checks"]) == {f"prefix_{w}_bf16/{b}_{w}_{s}" for w in ("1instr", "5instr")
                                 for b, s in (("prefix", "fp32"), ("vllm_apc", "bf16"))}
     for key, c in t["checks"].items():

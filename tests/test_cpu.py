@@ -1,5 +1,6 @@
-"""CPU facts behind the local judges' defaults (harness.judges.cpu): `dtype: auto` is bf16 only where
-the CPU multiplies bf16 in hardware; `backend.threads` (issue #21) sets torch's threads while judging."""
+"""CPU facts behind the local judges' defaults (harness.judges.cpu): `dtype: auto` is float32 on every
+CPU whatever its flags (issue #28), the flags still say whether bf16 is fast (the bench's targets);
+`backend.threads` (issue #21) sets torch's threads while judging."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 from harness.errors import ConfigError
 from harness.judges.cpu import (
     CPUINFO,
-    auto_cpu_dtype,
+    auto_dtype,
     cpu_flags,
     fast_bf16,
     this_cpu_fast_bf16,
@@ -66,27 +67,39 @@ def test_fast_bf16_read_from_cpuinfo_flags(flags, fast):
     assert fast_bf16((parsed - {"amx_bf16"})) is ("avx512_bf16" in parsed)
 
 
-def test_this_machine_resolves_to_what_its_flags_say(tiny_llama):
-    """`dtype: auto` of the shipped hf and vllm backends on this CPU: bf16 iff its flags have
-    AMX-BF16 or AVX512-BF16 (float32 on the AVX2-only EPYC this project's CI runs on)."""
+@pytest.mark.parametrize("flags", [SAPPHIRE_RAPIDS, ZEN3_EPYC, ICE_LAKE], ids=["amx", "avx2", "avx512"])
+def test_auto_dtype_is_float32_on_every_cpu(tiny_llama, flags, monkeypatch, tmp_path):
+    """`dtype: auto` of the shipped hf and vllm backends is float32 whichever CPU the run lands on:
+    each CPU's flags are forced here (an AMX CPU's on an AVX2 machine and the other way round), and
+    the flag reading itself does see them (the negative control: `this_cpu_fast_bf16` flips with
+    them, the dtype does not). GPU: bfloat16. An explicit dtype is recorded as from the config."""
+    import harness.judges.cpu as cpu
     from harness.judges.vllm import engine_settings
     from harness.runtime.context import build, container
 
-    if not CPUINFO.is_file():
-        pytest.skip("no /proc/cpuinfo on this platform (auto is float32 there)")
-    flags = cpu_flags(CPUINFO.read_text())
-    want = "bfloat16" if {"amx_bf16", "avx512_bf16"} & flags else "float32"
-    assert this_cpu_fast_bf16() is (want == "bfloat16") and auto_cpu_dtype() == want
-    cfg = compose(["experiment=judge", "model=tiny_llama", f"model.path={tiny_llama}", "backend.device=cpu"])
-    assert cfg.backend.dtype == "auto"
-    judge = build(cfg.backend, judge_model=container(cfg.model))
-    assert judge.torch_dtype == getattr(torch, want) and f"|{want}|" in judge.identity
-    vcfg = compose(["experiment=judge", "backend=vllm"])
-    assert vcfg.backend.dtype == "auto"
-    dims = {"num_attention_heads": 4, "hidden_size": 256, "num_hidden_layers": 2}
-    got = engine_settings("m", on_cpu=True, dtype=vcfg.backend.dtype, max_model_len=None, block_size=None,
-                          kv_cache_memory_bytes=None, enforce_eager=None, model_config=dims)
-    assert got["dtype"] == want
+    fake = tmp_path / "cpuinfo"
+    fake.write_text(_cpuinfo(flags))
+    monkeypatch.setattr(cpu, "CPUINFO", fake)
+    cpu.this_cpu_fast_bf16.cache_clear()
+    try:
+        assert cpu.this_cpu_fast_bf16() is fast_bf16(flags.split())  # the forced flags are read
+        assert auto_dtype("cpu") == "float32" and auto_dtype("cuda:0") == "bfloat16"
+        cfg = compose(["experiment=judge", "model=tiny_llama", f"model.path={tiny_llama}", "backend.device=cpu"])
+        assert cfg.backend.dtype == "auto"
+        judge = build(cfg.backend, judge_model=container(cfg.model))
+        assert judge.torch_dtype == torch.float32 and "|float32|" in judge.identity
+        vcfg = compose(["experiment=judge", "backend=vllm"])
+        assert vcfg.backend.dtype == "auto"
+        dims = {"num_attention_heads": 4, "hidden_size": 256, "num_hidden_layers": 2}
+        got = engine_settings("m", on_cpu=True, dtype=vcfg.backend.dtype, max_model_len=None, block_size=None,
+                              kv_cache_memory_bytes=None, enforce_eager=None, model_config=dims)
+        assert got["dtype"] == "float32"
+        assert engine_settings("m", on_cpu=True, dtype="bfloat16", max_model_len=None, block_size=None,
+                               kv_cache_memory_bytes=None, enforce_eager=None, model_config=dims)["dtype"] == "bfloat16"
+        assert cpu.dtype_source("auto") == "auto" and cpu.dtype_source(None) == "auto"
+        assert cpu.dtype_source("bfloat16") == "config"
+    finally:
+        cpu.this_cpu_fast_bf16.cache_clear()
 
 
 def _requests() -> list[PairRequest]:

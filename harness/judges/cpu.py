@@ -1,11 +1,14 @@
-"""CPU facts the local judges (transformers, in-process vLLM) decide with: the cores this process
-may use, whether the CPU does bf16 matmuls fast, and torch's thread count for a block.
+"""CPU facts the local judges (transformers, in-process vLLM) decide with: what `dtype: auto` means,
+the cores this process may use, whether the CPU does bf16 matmuls fast, and torch's thread count
+for a block.
 
-Fast bf16: a CPU with AMX-BF16 (Sapphire Rapids and later) or AVX512-BF16 (Cooper Lake, Zen 4 and
-later) multiplies bf16 in hardware; there `dtype: auto` picks bfloat16 (the issue measured a 2048^2
-matmul at 2,054 vs 263 GFLOP/s on an AMX CPU). Everywhere else bf16 is emulated through fp32 and
-slower than fp32 itself (an AVX2-only EPYC: docs/benchmarks.md), so `auto` stays float32 there.
-The answer comes from the kernel's flags in /proc/cpuinfo, read once.
+`dtype: auto` is float32 on EVERY CPU (issue #28: same command, same numbers on any machine). It
+used to be bfloat16 where the CPU multiplies bf16 in hardware, which made a run's P(A) depend on
+the CPU it landed on (bf16 logit steps, |dP(A)| up to 0.06 against float32). bf16 on CPU is now an
+explicit `backend.dtype=bfloat16`, fast on a CPU with AMX-BF16 (Sapphire Rapids and later) or
+AVX512-BF16 (Cooper Lake, Zen 4 and later), emulated and slower than fp32 elsewhere
+(docs/benchmarks.md). `this_cpu_fast_bf16` still reads the kernel's flags in /proc/cpuinfo: the
+bench says with it whether the bf16 targets are this CPU's to meet; no default depends on it.
 """
 
 from __future__ import annotations
@@ -45,9 +48,22 @@ def this_cpu_fast_bf16() -> bool:
         return False
 
 
-def auto_cpu_dtype() -> str:
-    """What `dtype: auto` means on this CPU: bfloat16 where it is fast, float32 elsewhere."""
-    return "bfloat16" if this_cpu_fast_bf16() else "float32"
+AUTO_CPU_DTYPE = "float32"
+"""`dtype: auto` on a CPU, whatever its flags."""
+AUTO_GPU_DTYPE = "bfloat16"
+"""`dtype: auto` on a GPU (the paper judges' checkpoints are bf16)."""
+
+
+def auto_dtype(device: str) -> str:
+    """What `dtype: auto` means on `device` ("cpu", "cuda", "cuda:1"): float32 on every CPU,
+    bfloat16 on a GPU. Never read from the CPU's flags."""
+    return AUTO_CPU_DTYPE if str(device).startswith("cpu") else AUTO_GPU_DTYPE
+
+
+def dtype_source(requested: str | None) -> str:
+    """Where a judge's dtype came from, as a run records it: "auto" (resolved by the device,
+    `auto_dtype`) or "config" (set by backend.dtype / model.dtype)."""
+    return "auto" if requested in (None, "", "auto") else "config"
 
 
 def usable_cores() -> int:

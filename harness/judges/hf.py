@@ -30,7 +30,7 @@ from harness.judges.base import (
     resolve_answer_tokens,
     template_fingerprint,
 )
-from harness.judges.cpu import auto_cpu_dtype, default_threads, torch_threads
+from harness.judges.cpu import auto_dtype, default_threads, torch_threads
 from harness.judges.generate import GeneratedAnswer, generate_answer_logprobs
 from harness.judges.packed import PackedLlama, Segment, row_batches, unsupported
 from harness.judges.prefix import PrefixScorer, supports_prefix_reuse
@@ -58,8 +58,8 @@ def pick_device(device: str) -> str:
 def pick_dtype(dtype: str, device: str):
     import torch
 
-    if dtype == "auto":  # bf16 on GPU and on a CPU that multiplies bf16 in hardware (harness.judges.cpu)
-        return torch.bfloat16 if device.startswith("cuda") else getattr(torch, auto_cpu_dtype())
+    if dtype == "auto":  # float32 on every CPU, bf16 on GPU (harness.judges.cpu.auto_dtype)
+        return getattr(torch, auto_dtype(device))
     if dtype not in _DTYPES:
         raise ConfigError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
     return getattr(torch, _DTYPES[dtype])

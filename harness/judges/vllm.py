@@ -48,7 +48,7 @@ from harness.judges.base import (
     resolve_answer_tokens,
     template_fingerprint,
 )
-from harness.judges.cpu import auto_cpu_dtype, torch_threads
+from harness.judges.cpu import auto_dtype, torch_threads
 from harness.judges.hf import (
     ChatPrompts,
     format_chat,
@@ -111,7 +111,7 @@ def engine_settings(path: str, *, on_cpu: bool, dtype: str, max_model_len: int |
                     model_config: Mapping[str, Any]) -> dict[str, Any]:
     """vllm.LLM keyword arguments with this backend's CPU defaults, checked before any load."""
     if dtype == "auto":
-        dtype = auto_cpu_dtype() if on_cpu else "bfloat16"
+        dtype = auto_dtype("cpu" if on_cpu else "cuda")
     kwargs: dict[str, Any] = {"dtype": dtype}
     if enforce_eager is None:
         enforce_eager = on_cpu
