@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1] / "harness"
 
 LAYERS = {
     "harness": 0, "harness.errors": 0, "harness.records": 0, "harness.files": 0, "harness.redaction": 0,
+    "harness.progress": 0,
     "harness.figures": 0,
     "harness.data": 1, "harness.models": 1, "harness.prompts": 1, "harness.api_client": 1,
     "harness.judges": 2, "harness.judging": 3, "harness.metrics": 4,

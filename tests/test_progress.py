@@ -122,3 +122,21 @@ def test_paraphraser_opens_a_bar_unless_progress_is_off(tiny_judge, capsys):
     show_progress(opt, False)
     opt.generate(msgs, 1, [0])
     assert "paraphrasing" not in capsys.readouterr().err
+
+
+def test_heartbeat_redraws_a_bar_nothing_updates(capsys):
+    """A long forward updates nothing: the heartbeat redraws the bar meanwhile (elapsed time
+    moving); without it (negative control) the bar draws once until the block ends."""
+    import time
+
+    from harness.progress import heartbeat
+
+    for beat, least, most in ((True, 5, None), (False, 2, 2)):  # 2: drawn when opened and when closed
+        with tqdm(total=1, desc="judging") as bar:
+            if beat:
+                with heartbeat(bar, every=0.05):
+                    time.sleep(0.4)
+            else:
+                time.sleep(0.4)
+        draws = len(re.findall(r"0/1 \[", capsys.readouterr().err))
+        assert draws >= least and (most is None or draws <= most), (beat, draws)

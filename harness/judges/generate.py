@@ -18,10 +18,11 @@ whole call returned sat at 0 for all of them.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from harness.progress import show_step
 
 
 @dataclass(frozen=True)
@@ -61,16 +62,6 @@ class AnswerTicker:
         if self.open:
             self.progress.update(len(self.open))
         self.open.clear()
-
-
-def show_step(progress: Any, step: int, steps: int) -> None:
-    """The decoding step in the bar's postfix (step 0: the prompt), redrawn once the bar's
-    `mininterval` has passed since it last drew: the sign of life between two finished rows
-    (tqdm's update(0) is no such sign: its dynamic `miniters` can swallow it)."""
-    set_postfix = getattr(progress, "set_postfix_str", None)
-    if set_postfix is not None:
-        due = time.time() - getattr(progress, "last_print_t", 0.0) >= getattr(progress, "mininterval", 0.0)
-        set_postfix(f"step {step}/{steps}", refresh=due)  # tqdm's clock is time.time
 
 
 def generate_answer_logprobs(model: Any, rows: Sequence[Sequence[int]], answer_ids: Sequence[int],

@@ -37,6 +37,7 @@ from harness.errors import ConfigError, HarnessError
 from harness.judges.base import innermost
 from harness.judges.hf import load_model_and_tokenizer, pick_device, pick_dtype
 from harness.models.resolve import resolve_model_path
+from harness.progress import heartbeat
 from harness.prompts import zepo_key
 from harness.zepo.sampling import sample_tokens, turn_end_ids
 from harness.zepo.validation import (
@@ -218,7 +219,7 @@ class _Paraphraser:
         todo = [(k, s) for k, s in zip(keys, samples) if found.get(k) is None]
         if todo:
             with tqdm(total=len(todo), desc=f"paraphrasing ({self.model_name})", unit="sample",
-                      disable=not self.progress, dynamic_ncols=True) as bar:
+                      disable=not self.progress, dynamic_ncols=True) as bar, heartbeat(bar):
                 texts = self.complete(messages, [sample_seed(seed, s) for _, s in todo], progress=bar)
                 bar.update(len(todo) - bar.n)  # what complete did not tick itself (API, vLLM: the whole call)
             self.calls += len(todo)

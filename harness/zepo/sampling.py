@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from harness.judges.generate import show_step
+from harness.progress import show_step
 
 
 def turn_end_ids(model: Any, tokenizer: Any) -> set[int]:
