@@ -68,7 +68,8 @@ def ticked(steps: Iterable[list[Any]], progress: Any) -> Iterator[list[Any]]:
 
 
 def supports_progress(judge: Any, method: str = "score_pairs") -> bool:
-    """Whether `judge.<method>` takes a `progress` bar (the caching and chunking wrappers do).
+    """Whether `judge.<method>` takes a `progress` bar (the caching and chunking wrappers and the
+    transformers judge do: it ticks each request as it is scored, within the call).
 
     Decided from the signature, never by calling and catching TypeError (which would re-run a
     whole scoring when a real TypeError happens inside it)."""
