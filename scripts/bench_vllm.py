@@ -16,8 +16,7 @@ import multiprocessing
 import sys
 from types import SimpleNamespace
 
-from bench_judge import _decisions, dtype_name
-from bench_roofline import causal_pairs, measure, model_dims, stats
+from bench_common import causal_pairs, decisions, dtype_name, measure, model_dims, stats
 
 from harness.judges.prefix import trie_size
 
@@ -104,7 +103,7 @@ def engine_run(job: dict, tag: str, apc: bool, threads: int | None, last_peak: f
         out["methods"][name] = stats(len(reqs), sec, work, trie_size(ids), job["dims"], peak)
         out["methods"][name]["prefix_hit_rate"] = (vj.cached_tokens - before[1]) / (vj.prompt_tokens - before[0])
         out["methods"][name].update(dtype=job["dtype"], threads=vj.engine_settings.get("threads"))
-        out["decisions"][name] = _decisions(scores)
+        out["decisions"][name] = decisions(scores)
         out["p_a"][name] = [s.p_a for s in scores]
     vj.close()
     out["peaks"] = peaks[1:]

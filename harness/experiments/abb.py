@@ -59,6 +59,7 @@ from harness.abb.scores import (
 from harness.errors import ConfigError
 from harness.files import read_text, write_json_atomic, write_jsonl_atomic
 from harness.runtime.context import RunContext, experiment
+from harness.zepo.optimizers import show_progress
 from harness.zepo.study import load_paraphrases
 
 
@@ -121,6 +122,7 @@ def paraphrasers(ctx: RunContext, s: Settings) -> tuple[Any, Any]:
     if "llm_paraphrase" not in s.kinds:
         return None, None
     opt = ctx.optimizer()
+    show_progress(opt, bool(ctx.cfg.progress))
     rewriter = AnswerParaphraser(opt) if set(s.fields) - {"instruction"} else None
     return (opt if "instruction" in s.fields else None), rewriter
 

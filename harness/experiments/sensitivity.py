@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.runtime.context import experiment
-from harness.zepo.optimizers import log_rejections
+from harness.zepo.optimizers import log_rejections, show_progress
 from harness.zepo.study import generate_paraphrases, load_paraphrases, run_sensitivity
 
 
@@ -26,7 +26,9 @@ def main(cfg: Any, out_dir: Path) -> dict[str, Any]:
             initial = ctx.instruction()
             optimizer = ctx.optimizer()
             log_rejections(optimizer, Path(out_dir) / "rejections.jsonl")
-            paraphrases = generate_paraphrases(optimizer, initial, int(exp.paraphrases), int(cfg.seed), ctx.aspect)
+            show_progress(optimizer, bool(cfg.progress))
+            paraphrases = generate_paraphrases(optimizer, initial, int(exp.paraphrases), int(cfg.seed), ctx.aspect,
+                                               progress=bool(cfg.progress))
             instructions = ([initial] if exp.include_initial else []) + paraphrases
         return run_sensitivity(ctx.judge, ctx.docs, instructions, task=cfg.task.name, aspect=ctx.aspect,
                                family=ctx.family, out_dir=out_dir, tracker=ctx.tracker,

@@ -59,8 +59,17 @@ def gather(steps: Iterable[Iterable[tuple[int, Any]]], n: int) -> list[Any]:
     return out
 
 
+def ticked(steps: Iterable[list[Any]], progress: Any) -> Iterator[list[Any]]:
+    """`steps` (lists of finished requests) passed on, `progress` ticked by each list's length."""
+    for done in steps:
+        if progress is not None:
+            progress.update(len(done))
+        yield done
+
+
 def supports_progress(judge: Any, method: str = "score_pairs") -> bool:
-    """Whether `judge.<method>` takes a `progress` bar (the caching and chunking wrappers do).
+    """Whether `judge.<method>` takes a `progress` bar (the caching and chunking wrappers and the
+    transformers judge do: it ticks each request as it is scored, within the call).
 
     Decided from the signature, never by calling and catching TypeError (which would re-run a
     whole scoring when a real TypeError happens inside it)."""

@@ -24,6 +24,7 @@ from harness.judges.base import (
     logsumexp,
     renormalise,
     streams,
+    supports_progress,
 )
 from harness.records import PairRequest, PairScore
 
@@ -198,7 +199,11 @@ class CachedJudge:
             part = items[i : i + self.chunk]
             if self.on_progress is not None:
                 self.on_progress(self.calls, len(part))
-            scores = self.judge.score_pairs([r for _, r in part])
+            # A judge that takes the bar ticks each of `part` as it is scored (within the call);
+            # what is left to tick here is the duplicates, the requests served by the same key.
+            ticks = supports_progress(self.judge) and progress is not None
+            scores = self.judge.score_pairs([r for _, r in part], progress=progress) if ticks else \
+                self.judge.score_pairs([r for _, r in part])
             self.calls += len(part)
             # A flagged (e.g. unreadable) answer is returned but never cached: a rerun asks again.
             self.cache.put_many(self.identity, [(k, s) for (k, _), s in zip(part, scores) if not s.flags])
@@ -207,5 +212,5 @@ class CachedJudge:
             found.update((k, s) for (k, _), s in zip(part, scores))
             if progress is not None:
                 done = {k for k, _ in part}
-                progress.update(sum(1 for k in keys if k in done))
+                progress.update(sum(1 for k in keys if k in done) - (len(part) if ticks else 0))
         return [found[k] for k in keys]

@@ -10,7 +10,10 @@ answer is usually read at step 4; for Mistral usually at step 0.
 
 `generate_answer_logprobs` does the same with transformers' own `generate` on left-padded batches
 (the official call), returning for each prompt the answer-token log-probabilities at that step
-and the step, or None where no trigger token was generated.
+and the step, or None where no trigger token was generated. Given a progress bar, it ticks each
+prompt as its answer is settled (its first trigger or stop token), inside the batch, and shows the
+decoding step: a batch of an 8B judge generates for minutes, and a bar that moved only when a
+whole call returned sat at 0 for all of them.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from harness.progress import show_step
 
 
 @dataclass(frozen=True)
@@ -33,19 +38,50 @@ class GeneratedAnswer:
     """The generated token ids (eos and what follows it left out)."""
 
 
+class AnswerTicker:
+    """A `generate` streamer that ticks `progress` once per row, at the step its answer is settled:
+    the first trigger (A/B) token, or a stop token before any (then it has none). generate hands
+    a streamer the prompt first, then each step's tokens, one per row."""
+
+    def __init__(self, rows: int, settling: set[int], progress: Any, max_new_tokens: int) -> None:
+        self.open = set(range(rows))
+        self.settling, self.progress, self.max_new_tokens = settling, progress, max_new_tokens
+        self.steps = -1  # the first put is the prompt
+
+    def put(self, tokens: Any) -> None:
+        self.steps += 1
+        settled = [] if self.steps == 0 else \
+            [r for r, t in enumerate(tokens.view(-1).tolist()) if r in self.open and t in self.settling]
+        self.open.difference_update(settled)
+        show_step(self.progress, self.steps, self.max_new_tokens)
+        if settled:
+            self.progress.update(len(settled))
+
+    def end(self) -> None:
+        """Rows still open at the end (no trigger within the budget) are settled now."""
+        if self.open:
+            self.progress.update(len(self.open))
+        self.open.clear()
+
+
 def generate_answer_logprobs(model: Any, rows: Sequence[Sequence[int]], answer_ids: Sequence[int],
                              trigger_ids: set[int], *, max_new_tokens: int, pad_id: int,
-                             batch_size: int) -> list[GeneratedAnswer]:
-    """Greedy `generate` per batch (left padding, pad = `pad_id`), then the official scan."""
+                             batch_size: int, progress: Any = None) -> list[GeneratedAnswer]:
+    """Greedy `generate` per batch (left padding, pad = `pad_id`), then the official scan;
+    `progress` (a tqdm bar) is ticked once per row as its answer is settled (AnswerTicker)."""
     out: list[GeneratedAnswer] = []
     for start in range(0, len(rows), batch_size):
-        out.extend(_generate_batch(model, rows[start:start + batch_size], answer_ids, trigger_ids,
-                                   max_new_tokens, pad_id))
+        part = rows[start:start + batch_size]
+        ticker = None if progress is None else \
+            AnswerTicker(len(part), set(trigger_ids) | _stop_ids(model), progress, max_new_tokens)
+        out.extend(_generate_batch(model, part, answer_ids, trigger_ids, max_new_tokens, pad_id, ticker))
+        if ticker is not None:
+            ticker.end()  # generate calls end() itself; again here is a no-op, and safe if it did not
     return out
 
 
 def _generate_batch(model: Any, rows: Sequence[Sequence[int]], answer_ids: Sequence[int], trigger_ids: set[int],
-                    max_new_tokens: int, pad_id: int) -> list[GeneratedAnswer]:
+                    max_new_tokens: int, pad_id: int, streamer: Any = None) -> list[GeneratedAnswer]:
     import torch
 
     device = next(model.parameters()).device
@@ -58,7 +94,8 @@ def _generate_batch(model: Any, rows: Sequence[Sequence[int]], answer_ids: Seque
     with torch.inference_mode():
         gen = model.generate(input_ids=input_ids.to(device), attention_mask=mask.to(device),
                              max_new_tokens=int(max_new_tokens), do_sample=False, temperature=None, top_p=None,
-                             top_k=None, pad_token_id=int(pad_id), output_logits=True, return_dict_in_generate=True)
+                             top_k=None, pad_token_id=int(pad_id), output_logits=True, return_dict_in_generate=True,
+                             streamer=streamer)
     new = gen.sequences[:, width:].cpu().tolist()
     index = torch.tensor(list(answer_ids), device=gen.logits[0].device)
     stops = _stop_ids(model)

@@ -29,6 +29,7 @@ from harness.judges.base import (
     refuse_overlong_texts,
     resolve_answer_tokens,
     template_fingerprint,
+    ticked,
 )
 from harness.judges.cpu import auto_dtype, default_threads, torch_threads
 from harness.judges.generate import GeneratedAnswer, generate_answer_logprobs
@@ -269,16 +270,18 @@ class HFJudge(ChatPrompts):
         the official ZEPO read-out, is scored in calls)."""
         return self.readout != "generate"
 
-    def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
+    def score_pairs(self, requests: Sequence[PairRequest], progress: Any = None) -> list[PairScore]:
+        """Scores in request order; `progress` (a tqdm bar) is ticked once per request as it is
+        scored: after each forward that finishes some, or, generating, as each answer is settled."""
         if self.streaming:
-            return gather(self.stream_scores(requests), len(requests))
+            return gather(ticked(self.stream_scores(requests), progress), len(requests))
         start = time.perf_counter()
         try:
             with torch_threads(self.threads if self.device == "cpu" else None):
                 ids = self.encode(requests)
                 self.prompts += len(ids)
                 return [self.answers.score(g.logprobs) if g.logprobs is not None else no_answer(self.answers)
-                        for g in self.generate(ids)]
+                        for g in self.generate(ids, progress)]
         finally:
             self.seconds += time.perf_counter() - start
 
@@ -344,13 +347,13 @@ class HFJudge(ChatPrompts):
             self.tokens_processed += sum(len(ids[i]) for i in rows)
             yield [(i, row) for i, row in zip(rows, lps) if i in want]
 
-    def generate(self, rows: Sequence[Sequence[int]]) -> list[GeneratedAnswer]:
+    def generate(self, rows: Sequence[Sequence[int]], progress: Any = None) -> list[GeneratedAnswer]:
         """The official ZEPO read-out on token ids: greedy generation, the answer at the first
-        generated A/B token (harness.judges.generate)."""
+        generated A/B token (harness.judges.generate), `progress` ticked per row as it settles."""
         self.tokens_processed += sum(len(r) for r in rows)
         return generate_answer_logprobs(self.model, rows, self.answers.all_ids, self.answers.trigger_ids,
                                         max_new_tokens=self.max_new_tokens, pad_id=self.pad_id,
-                                        batch_size=self.batch_size)
+                                        batch_size=self.batch_size, progress=progress)
 
     def answer_logprobs(self, rows: Sequence[Sequence[int]]) -> list[list[float]]:
         """Full-vocabulary log-probs of the answer ids at the next position, one row per prompt."""

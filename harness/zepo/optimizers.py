@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from tqdm import tqdm
+
 from harness.api_client import (
     ApiClient,
     CompletionCache,
@@ -35,6 +37,7 @@ from harness.errors import ConfigError, HarnessError
 from harness.judges.base import innermost
 from harness.judges.hf import load_model_and_tokenizer, pick_device, pick_dtype
 from harness.models.resolve import resolve_model_path
+from harness.progress import heartbeat
 from harness.prompts import zepo_key
 from harness.zepo.sampling import sample_tokens, turn_end_ids
 from harness.zepo.validation import (
@@ -135,6 +138,9 @@ class _Paraphraser:
         self.cache = CompletionCache(cache) if isinstance(cache, (str, Path)) else cache
         self.calls = 0
         """Completions actually generated / requested (cache misses) since construction."""
+        self.progress = True
+        """A tqdm bar (samples done/total, rate, ETA) while completions are generated (the run's
+        `progress` setting: show_progress)."""
 
     def _meta_identity(self) -> str:
         return "" if self.meta_prompt == "default" else f"|meta={self.meta_prompt}"
@@ -212,7 +218,10 @@ class _Paraphraser:
         found = {k: self.cache.get(k) for k in keys} if self.cache is not None else {}
         todo = [(k, s) for k, s in zip(keys, samples) if found.get(k) is None]
         if todo:
-            texts = self.complete(messages, [sample_seed(seed, s) for _, s in todo])
+            with tqdm(total=len(todo), desc=f"paraphrasing ({self.model_name})", unit="sample",
+                      disable=not self.progress, dynamic_ncols=True) as bar, heartbeat(bar):
+                texts = self.complete(messages, [sample_seed(seed, s) for _, s in todo], progress=bar)
+                bar.update(len(todo) - bar.n)  # what complete did not tick itself (API, vLLM: the whole call)
             self.calls += len(todo)
             for (k, _), t in zip(todo, texts):
                 found[k] = t
@@ -220,8 +229,9 @@ class _Paraphraser:
                     self.cache.put(k, self.model_name, t)
         return [found[k] or "" for k in keys], len(samples) - len(todo)
 
-    def complete(self, messages: list[dict[str, str]], seeds: list[int]) -> list[str]:
-        """Raw completions, one per seed, in order (no validation, no cache)."""
+    def complete(self, messages: list[dict[str, str]], seeds: list[int], progress: Any = None) -> list[str]:
+        """Raw completions, one per seed, in order (no validation, no cache); `progress`, a bar
+        to tick per completion where the backend says when each one is done."""
         raise NotImplementedError
 
     def generate(self, messages: list[dict[str, str]], seed: int, samples: Sequence[int]) -> list[str]:
@@ -251,7 +261,7 @@ class ApiOptimizer(_Paraphraser):
     def __repr__(self) -> str:
         return f"ApiOptimizer(identity={self.identity!r})"
 
-    def complete(self, messages: list[dict[str, str]], seeds: list[int]) -> list[str]:
+    def complete(self, messages: list[dict[str, str]], seeds: list[int], progress: Any = None) -> list[str]:
         bodies = [{"model": self.model_name, "messages": messages, "temperature": self.temperature,
                    "top_p": self.top_p, "max_tokens": self.max_tokens, "seed": s, "n": 1} for s in seeds]
         return [_message_text(r) for r in self.client.post_many("chat", bodies, check=_message_text)]
@@ -297,9 +307,10 @@ class LocalOptimizer(_Paraphraser):
             return self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return self.tokenizer("\n\n".join(m["content"] for m in messages) + "\n")["input_ids"]
 
-    def complete(self, messages: list[dict[str, str]], seeds: list[int]) -> list[str]:
+    def complete(self, messages: list[dict[str, str]], seeds: list[int], progress: Any = None) -> list[str]:
         rows = sample_tokens(self.model, self.prompt_ids(messages), seeds, max_new_tokens=self.max_tokens,
-                             temperature=self.temperature, top_p=self.top_p, stop_ids=self.stop_ids)
+                             temperature=self.temperature, top_p=self.top_p, stop_ids=self.stop_ids,
+                             progress=progress)
         return [self.tokenizer.decode(r, skip_special_tokens=True) for r in rows]
 
 
@@ -322,9 +333,15 @@ class VLLMOptimizer(_Paraphraser):
     def __repr__(self) -> str:
         return f"VLLMOptimizer(identity={self.identity!r})"
 
-    def complete(self, messages: list[dict[str, str]], seeds: list[int]) -> list[str]:
+    def complete(self, messages: list[dict[str, str]], seeds: list[int], progress: Any = None) -> list[str]:
         return self.judge.sample(messages, seeds, temperature=self.temperature, top_p=self.top_p,
                                  max_tokens=self.max_tokens)
+
+
+def show_progress(optimizer: Any, on: bool) -> None:
+    """Have `optimizer` show (or not) a progress bar while it generates (the run's `progress`)."""
+    if hasattr(optimizer, "progress"):
+        optimizer.progress = bool(on)
 
 
 def log_rejections(optimizer: Any, path: Path) -> None:

@@ -32,7 +32,7 @@ from harness.judging import judge_instructions, write_judgments
 from harness.metrics.card import SET_FILE
 from harness.records import Document, Judgment, Tracker
 from harness.zepo import plots, search
-from harness.zepo.optimizers import log_rejections
+from harness.zepo.optimizers import log_rejections, show_progress
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +149,7 @@ def run_zepo(judge: Judge, optimizer: Any, search_docs: Sequence[Document], eval
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     log_rejections(optimizer, out / "rejections.jsonl")
+    show_progress(optimizer, progress)
     rec = _Recorder(out, tracker, settings.objective)
 
     def on_epoch(epoch: int, scored: list[search.ScoredCandidate], best: search.ScoredCandidate) -> None:

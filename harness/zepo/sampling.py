@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from harness.progress import show_step
+
 
 def turn_end_ids(model: Any, tokenizer: Any) -> set[int]:
     """Token ids that end the optimizer's reply: every eos id of the model, its generation config
@@ -21,11 +23,13 @@ def turn_end_ids(model: Any, tokenizer: Any) -> set[int]:
 
 
 def sample_tokens(model: Any, prompt: Sequence[int], seeds: Sequence[int], *, max_new_tokens: int,
-                  temperature: float, top_p: float, stop_ids: set[int]) -> list[list[int]]:
+                  temperature: float, top_p: float, stop_ids: set[int], progress: Any = None) -> list[list[int]]:
     """Sample one continuation per seed (rows share the prompt, so no padding is needed).
 
     Each row draws from its own CPU torch.Generator, so a sample depends only on its seed,
     never on the global RNG or on what else was in the batch. Stop tokens are not returned.
+    `progress` (a tqdm bar) is ticked once per row as it stops (or runs out of tokens), with the
+    decoding step in its postfix: a local optimizer's replies take minutes on a CPU.
     """
     import torch
 
@@ -37,9 +41,9 @@ def sample_tokens(model: Any, prompt: Sequence[int], seeds: Sequence[int], *, ma
     out: list[list[int]] = [[] for _ in range(n)]
     done = [False] * n
     inp = torch.tensor([list(prompt)] * n, dtype=torch.long, device=device)
-    past = None
+    past, finished = None, 0
     with torch.inference_mode():
-        for _ in range(max_new_tokens):
+        for step in range(max_new_tokens):
             res = model(input_ids=inp, past_key_values=past, use_cache=True)
             past = res.past_key_values
             logits = res.logits[:, -1, :].float().cpu()
@@ -50,9 +54,16 @@ def sample_tokens(model: Any, prompt: Sequence[int], seeds: Sequence[int], *, ma
                         done[r] = True
                     else:
                         out[r].append(tok)
+            if progress is not None:
+                show_step(progress, step + 1, max_new_tokens)
+                if sum(done) > finished:
+                    progress.update(sum(done) - finished)
+                    finished = sum(done)
             if all(done):
                 break
             inp = torch.tensor(nxt, dtype=torch.long, device=device).unsqueeze(1)
+    if progress is not None and n > finished:
+        progress.update(n - finished)  # the rows that ran out of tokens
     return out
 
 

@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from harness import metrics
 from harness.errors import ConfigError, DataError, located
 from harness.files import read_text, write_json_atomic, write_jsonl_atomic
@@ -78,14 +80,16 @@ def load_paraphrases(path: str | Path) -> list[str]:
     return out
 
 
-def generate_paraphrases(optimizer: Any, instruction: str, n: int, seed: int, aspect: str) -> list[str]:
-    """Up to n distinct paraphrases, one optimizer call each (seed derived from (seed, i)).
+def generate_paraphrases(optimizer: Any, instruction: str, n: int, seed: int, aspect: str,
+                         progress: bool = False) -> list[str]:
+    """Up to n distinct paraphrases, one optimizer call each (seed derived from (seed, i)), with a
+    progress bar over the n when `progress`.
     A slot the optimizer cannot fill is skipped with a warning; when none came back, one
     ParaphraseError line (exit 2) before anything is judged: a study of the initial instruction
     alone is a table of NaN correlations and one-point figures, not a result."""
     seen = {" ".join(instruction.lower().split())}
     out: list[str] = []
-    for i in range(n):
+    for i in tqdm(range(n), desc="paraphrases", unit="paraphrase", disable=not progress, dynamic_ncols=True):
         try:
             got = optimizer.paraphrase(instruction, 1, derive_seed(seed, 0, i, 0), aspect, avoid=[instruction, *out])
         except ParaphraseError as e:
