@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,15 @@ from harness.judges.base import (
 )
 from harness.judges.cpu import auto_dtype, default_threads, torch_threads
 from harness.judges.generate import GeneratedAnswer, generate_answer_logprobs
-from harness.judges.packed import PackedLlama, Segment, row_batches, unsupported
+from harness.judges.packed import (
+    ARCHITECTURES,
+    PackedLlama,
+    Segment,
+    row_batches,
+    unsupported,
+)
 from harness.judges.prefix import PrefixScorer, supports_prefix_reuse
+from harness.models.fingerprint import weights_fingerprint
 from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore
 
@@ -68,21 +76,63 @@ def pick_dtype(dtype: str, device: str):
 def load_model_and_tokenizer(path: str | Path, gguf_file: str | None, dtype, device: str,
                              revision: str | None = None, trust_remote_code: bool = False):
     """Load an HF directory (or a GGUF file inside one) for causal-LM scoring."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tok = load_tokenizer(path, gguf_file, revision, trust_remote_code)
+    return load_weights(path, gguf_file, dtype, device, revision, trust_remote_code), tok
 
+
+def _load_kwargs(gguf_file: str | None, revision: str | None, trust_remote_code: bool) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if revision:
         kwargs["revision"] = revision
     if gguf_file:
         kwargs["gguf_file"] = gguf_file
+    return kwargs
+
+
+def _cannot_load(path: str | Path, gguf_file: str | None, e: Exception) -> ConfigError:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return ConfigError(f"cannot load model from {path}{'/' + gguf_file if gguf_file else ''}: {first}")
+
+
+def load_tokenizer(path: str | Path, gguf_file: str | None = None, revision: str | None = None,
+                   trust_remote_code: bool = False) -> Any:
+    """The model's tokenizer alone (what a cached run needs: prompts are encoded, weights are not)."""
+    from transformers import AutoTokenizer
+
     try:
-        tok = AutoTokenizer.from_pretrained(str(path), **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, **kwargs)
+        return AutoTokenizer.from_pretrained(str(path), **_load_kwargs(gguf_file, revision, trust_remote_code))
     except (OSError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"cannot load model from {path}{'/' + gguf_file if gguf_file else ''}: {first}") from None
+        raise _cannot_load(path, gguf_file, e) from None
+
+
+def load_config(path: str | Path, gguf_file: str | None = None, revision: str | None = None,
+                trust_remote_code: bool = False) -> Any:
+    """The model's config alone (its context length and architecture, without the weights)."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(path), **_load_kwargs(gguf_file, revision, trust_remote_code))
+    except (OSError, ValueError) as e:
+        raise _cannot_load(path, gguf_file, e) from None
+
+
+WEIGHT_LOADS: Counter[str] = Counter()
+"""Weight loads in this process per model path (a run whose requests are all cached makes none)."""
+
+
+def load_weights(path: str | Path, gguf_file: str | None, dtype, device: str, revision: str | None = None,
+                 trust_remote_code: bool = False) -> Any:
+    """The model's weights, on `device`, in eval mode (counted in WEIGHT_LOADS)."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype,
+                                                     **_load_kwargs(gguf_file, revision, trust_remote_code))
+    except (OSError, ValueError) as e:
+        raise _cannot_load(path, gguf_file, e) from None
+    WEIGHT_LOADS[str(path)] += 1
     model.to(device).eval()
-    return model, tok
+    return model
 
 
 CHAT_FORMATS = ("default", "zepo")
@@ -161,6 +211,21 @@ def readout_identity(chat_format: str, readout: str, max_new_tokens: int) -> lis
     return parts + ([] if readout == "next_token" else [f"readout={readout}{int(max_new_tokens)}"])
 
 
+def local_identity(backend: str, name: str, revision: str | None, gguf_file: str | None, dtype: str,
+                   judge: ChatPrompts, weights: str) -> tuple[str, str]:
+    """(identity, legacy identity) of a local judge: what determines its numbers. The identity
+    ends in `|w=<weights fingerprint>` (harness.models.fingerprint); the legacy one is the same
+    without it, as cache keys were made before the weights were part of them (CachedJudge says so
+    once when it finds such rows, and asks again)."""
+    legacy = "|".join([
+        backend, name, revision or "-", gguf_file or "-", dtype,
+        f"tmpl={template_fingerprint(used_template(judge.tokenizer, judge.chat_template))}",
+        f"sys={template_fingerprint(judge.system_prompt)}", judge.answers.describe(),
+        *readout_identity(judge.chat_format, judge.readout, judge.max_new_tokens),
+    ])
+    return f"{legacy}|w={weights}", legacy
+
+
 class ChatPrompts:
     """Prompts -> token ids for a judge holding a tokenizer and the chat settings (`system_prompt`,
     `max_length`, `chat_format`, `chat_template`): shared by the transformers and vLLM judges, so
@@ -217,26 +282,33 @@ class HFJudge(ChatPrompts):
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"threads must be >= 1, got {threads}")
         self.torch_dtype = pick_dtype(dtype, self.device)
-        if model is None or tokenizer is None:
-            model, tokenizer = load_model_and_tokenizer(path, gguf_file, self.torch_dtype, self.device,
-                                                        revision, trust_remote_code)
-        self.model, self.tokenizer = model, tokenizer
+        self._source = (str(path), gguf_file, revision, bool(trust_remote_code))
+        """Where the weights load from, on the first request the cache lacks (see `model`)."""
+        self._model = model if tokenizer is not None else None
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(path, gguf_file, revision,
+                                                                               trust_remote_code)
+        self.config = model.config if self._model is not None else load_config(path, gguf_file, revision,
+                                                                               trust_remote_code)
         self.batch_size = int(batch_size)
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         self.system_prompt = system_prompt
-        self.max_length = int(max_length or _context_length(model.config))
-        self.answers: AnswerTokens = resolve_answer_tokens(tokenizer, labels, tie_label)
+        self.max_length = int(max_length or _context_length(self.config))
+        self.answers: AnswerTokens = resolve_answer_tokens(self.tokenizer, labels, tie_label)
         self._answer_ids = torch.tensor(self.answers.all_ids, device=self.device)
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
         if self.pad_id is None:
             self.pad_id = 0
         # Prefix reuse changes only the order of float operations (results equal within fp
         # tolerance), so it is deliberately not part of `identity` (the cache key).
         self.prefix_reuse = bool(prefix_reuse)
         # Likewise the engine: packed and HF forwards differ only in float summation order.
-        self.packed = _packed_engine(model, engine)
-        """The PackedLlama running this model, or None (HF's forward on padded batches)."""
+        self.engine = engine
+        if engine == "packed" and getattr(self.config, "model_type", None) not in ARCHITECTURES:
+            raise ConfigError(f"engine=packed cannot run this model: architecture "
+                              f"{getattr(self.config, 'model_type', None)!r} is not one of {', '.join(ARCHITECTURES)}")
+        self._packed: Any = None
         self.max_batch_tokens = int(max_batch_tokens)
         if self.max_batch_tokens < 1:
             raise ConfigError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
@@ -246,15 +318,41 @@ class HFJudge(ChatPrompts):
         """Wall seconds spent scoring so far (tokenizing and the model; score_pairs and stream_scores)."""
         self.tokens_processed = 0
         """Real tokens run through the model so far: full prompts, or shared prefixes once."""
+        self.weight_loads = 0
+        """Times this judge loaded its weights: 0 while every request came from the cache, then 1."""
         self.prefix_scorer = None
         """The PrefixScorer once prefix reuse has run (its counters say how the work split)."""
-        name = name or Path(str(path)).name
-        self.identity = "|".join([
-            "hf", name, revision or "-", gguf_file or "-", str(self.torch_dtype).removeprefix("torch."),
-            f"tmpl={template_fingerprint(used_template(tokenizer, self.chat_template))}",
-            f"sys={template_fingerprint(system_prompt)}", self.answers.describe(),
-            *readout_identity(self.chat_format, self.readout, self.max_new_tokens),
-        ])
+        if self._model is not None:
+            self._packed = _packed_engine(self._model, engine)
+        self.identity, self.legacy_identity = local_identity(
+            "hf", name or Path(str(path)).name, revision, gguf_file, str(self.torch_dtype).removeprefix("torch."),
+            self, weights_fingerprint(path, gguf_file) if self._model is None or Path(str(path)).exists()
+            else "given")
+
+    # -- weights, on first use ------------------------------------------------------------------
+    @property
+    def model(self) -> Any:
+        """The loaded model: the weights are read here, on the first request the cache lacks, so a
+        run whose requests are all cached loads none (its identity reads file headers only)."""
+        if self._model is None:
+            path, gguf_file, revision, trust = self._source
+            log.info("loading the judge's weights from %s", path)
+            self._model = load_weights(path, gguf_file, self.torch_dtype, self.device, revision, trust)
+            self.config = self._model.config
+            self.weight_loads += 1
+            self._packed = _packed_engine(self._model, self.engine)
+        return self._model
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the weights are in memory (False until a request missed the cache)."""
+        return self._model is not None
+
+    @property
+    def packed(self) -> Any:
+        """The PackedLlama running this model, or None (HF's forward on padded batches); loads the weights."""
+        _ = self.model
+        return self._packed
 
     # -- prompt -> token ids ------------------------------------------------------------------
     def format_prompt(self, prompt: str) -> str:
