@@ -41,7 +41,7 @@ from harness.judges.packed import (
     unsupported,
 )
 from harness.judges.prefix import PrefixScorer, supports_prefix_reuse
-from harness.models.fingerprint import weights_fingerprint
+from harness.models.fingerprint import module_fingerprint, weights_fingerprint
 from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore
 
@@ -326,8 +326,8 @@ class HFJudge(ChatPrompts):
             self._packed = _packed_engine(self._model, engine)
         self.identity, self.legacy_identity = local_identity(
             "hf", name or Path(str(path)).name, revision, gguf_file, str(self.torch_dtype).removeprefix("torch."),
-            self, weights_fingerprint(path, gguf_file) if self._model is None or Path(str(path)).exists()
-            else "given")
+            self, weights_fingerprint(path, gguf_file) if self._model is None
+            else f"mem:{module_fingerprint(self._model)}")
 
     # -- weights, on first use ------------------------------------------------------------------
     @property

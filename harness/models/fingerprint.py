@@ -15,7 +15,8 @@ What is read, per file of the model folder (top level; hidden files and docs lef
   plus SAMPLE bytes at SPREAD evenly spaced offsets. An 8B folder costs about a thousand small
   reads. A change confined to bytes no sample covers is not seen (a fine-tune changes every tensor);
 - config, tokenizer and template files (.json, .jinja, .model, .txt, .tiktoken): hashed whole.
-Each file's digest is kept in `<model cache>/fingerprints.json` under (real path, size, mtime), so
+Weights handed over in memory (a judge built around a loaded model) are fingerprinted from the same
+kind of samples of their tensors (`module_fingerprint`). Each file's digest is kept in `<model cache>/fingerprints.json` under (real path, size, mtime), so
 a second run re-reads nothing. The path is not part of the fingerprint: a copied folder is the same
 judge, a moved cache stays valid.
 """
@@ -72,6 +73,25 @@ def weights_fingerprint(path: str | Path, gguf_file: str | None = None) -> str:
     h = hashlib.sha256(f"weights-v{VERSION}".encode())
     for f in files:
         h.update(f"\x00{f.name}\x00{file_digest(f)}".encode())
+    return h.hexdigest()[:16]
+
+
+def module_fingerprint(model: Any) -> str:
+    """16 hex digits for weights already in memory (a judge built around a given model): every
+    parameter's and buffer's name, dtype and shape, and SAMPLE bytes at the start, middle and end of
+    its values. Not equal to the files' fingerprint of the same weights (other bytes are read), so
+    such a judge shares no cached answers with one loaded from the folder: never wrong, at most
+    asked again."""
+    import torch
+
+    h = hashlib.sha256(f"module-v{VERSION}".encode())
+    for name, t in sorted(model.state_dict().items()):
+        flat = t.detach().reshape(-1)
+        h.update(f"\x00{name}\x00{t.dtype}\x00{tuple(t.shape)}".encode())
+        n = max(1, SAMPLE // max(1, flat.element_size()))
+        for at in dict.fromkeys((0, max(0, flat.numel() // 2 - n // 2), max(0, flat.numel() - n))):
+            part = flat[at : at + n].cpu().contiguous()
+            h.update(part.view(torch.uint8).numpy().tobytes() if part.numel() else b"")
     return h.hexdigest()[:16]
 
 
