@@ -118,8 +118,8 @@ def test_fingerprint_reads_headers_and_samples_once(tiny_llama, tmp_path, monkey
 def _judge_run(tmp_path: Path, name: str, *extra: str) -> tuple[dict, int]:
     """One in-process `experiment=judge` run on the tiny model, as a fresh process runs it (no judge
     kept from an earlier run): its results.json and the weight loads it made, wherever they happened
-    (harness.judges.hf.WEIGHT_LOADS: building the judge included)."""
-    import harness.judges.hf as hf
+    (harness.judges.weights.WEIGHT_LOADS: building the judge included)."""
+    import harness.judges.weights as weights
     import harness.runtime.context as context
     from harness.runtime.entry import run
 
@@ -128,9 +128,9 @@ def _judge_run(tmp_path: Path, name: str, *extra: str) -> tuple[dict, int]:
                    "backend.threads=1", "experiment.shuffles=5", "wandb.mode=disabled", "progress=false",
                    f"data.dir={tmp_path / 'data'}", f"data.mirror={SHARED_DATA}",
                    f"cache.path={tmp_path / 'cache' / 'requests.sqlite'}", *extra])
-    before = sum(hf.WEIGHT_LOADS.values())
+    before = sum(weights.WEIGHT_LOADS.values())
     run(cfg, tmp_path / name)
-    return json.loads((tmp_path / name / "results.json").read_text()), sum(hf.WEIGHT_LOADS.values()) - before
+    return json.loads((tmp_path / name / "results.json").read_text()), sum(weights.WEIGHT_LOADS.values()) - before
 
 
 def _p_a(results_dir: Path) -> list[float]:
@@ -166,3 +166,23 @@ def test_a_fully_cached_run_loads_no_weights(shared_data, tiny_llama, tmp_path, 
     monkeypatch.setattr(hf, "HFJudge", Eager)
     eager, loads = _judge_run(tmp_path, "eager")
     assert eager["judge_calls"] == 0 and loads == 1  # the count catches it
+
+
+def test_api_identity_names_the_served_weights(tiny_judge, caplog):
+    """The API judge's identity holds the model the server lists (/v1/models: id and vLLM's `root`,
+    its weights): the same URL and name serving other weights is another judge. A name the server
+    does not list is `served=unreported`, with one warning."""
+    from openai_server import OpenAIServer
+
+    from harness.judges.api import ApiJudge
+
+    with OpenAIServer(judge=tiny_judge, root="/models/base") as srv:
+        base = ApiJudge("tiny-test", srv.url, logprob_mode="top", api_key_env=None).identity
+        srv.root = "/models/finetune"  # restarted on other weights under the same name
+        tuned = ApiJudge("tiny-test", srv.url, logprob_mode="top", api_key_env=None)
+        assert base.endswith("|served=tiny-test@/models/base") and tuned.identity != base
+        assert tuned.legacy_identity == base.rsplit("|served=", 1)[0]  # the old key could not tell them apart
+        with caplog.at_level(logging.WARNING, logger="harness.judges.api"):
+            other = ApiJudge("not-served", srv.url, logprob_mode="top", api_key_env=None).identity
+    assert other.endswith("|served=unreported")
+    assert len([r for r in caplog.records if "does not list model 'not-served'" in r.getMessage()]) == 1

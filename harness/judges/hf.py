@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from harness.judges.packed import (
     unsupported,
 )
 from harness.judges.prefix import PrefixScorer, supports_prefix_reuse
+from harness.judges.weights import load_config, load_tokenizer, load_weights
 from harness.models.fingerprint import module_fingerprint, weights_fingerprint
 from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore
@@ -71,68 +71,6 @@ def pick_dtype(dtype: str, device: str):
     if dtype not in _DTYPES:
         raise ConfigError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
     return getattr(torch, _DTYPES[dtype])
-
-
-def load_model_and_tokenizer(path: str | Path, gguf_file: str | None, dtype, device: str,
-                             revision: str | None = None, trust_remote_code: bool = False):
-    """Load an HF directory (or a GGUF file inside one) for causal-LM scoring."""
-    tok = load_tokenizer(path, gguf_file, revision, trust_remote_code)
-    return load_weights(path, gguf_file, dtype, device, revision, trust_remote_code), tok
-
-
-def _load_kwargs(gguf_file: str | None, revision: str | None, trust_remote_code: bool) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
-    if revision:
-        kwargs["revision"] = revision
-    if gguf_file:
-        kwargs["gguf_file"] = gguf_file
-    return kwargs
-
-
-def _cannot_load(path: str | Path, gguf_file: str | None, e: Exception) -> ConfigError:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return ConfigError(f"cannot load model from {path}{'/' + gguf_file if gguf_file else ''}: {first}")
-
-
-def load_tokenizer(path: str | Path, gguf_file: str | None = None, revision: str | None = None,
-                   trust_remote_code: bool = False) -> Any:
-    """The model's tokenizer alone (what a cached run needs: prompts are encoded, weights are not)."""
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(str(path), **_load_kwargs(gguf_file, revision, trust_remote_code))
-    except (OSError, ValueError) as e:
-        raise _cannot_load(path, gguf_file, e) from None
-
-
-def load_config(path: str | Path, gguf_file: str | None = None, revision: str | None = None,
-                trust_remote_code: bool = False) -> Any:
-    """The model's config alone (its context length and architecture, without the weights)."""
-    from transformers import AutoConfig
-
-    try:
-        return AutoConfig.from_pretrained(str(path), **_load_kwargs(gguf_file, revision, trust_remote_code))
-    except (OSError, ValueError) as e:
-        raise _cannot_load(path, gguf_file, e) from None
-
-
-WEIGHT_LOADS: Counter[str] = Counter()
-"""Weight loads in this process per model path (a run whose requests are all cached makes none)."""
-
-
-def load_weights(path: str | Path, gguf_file: str | None, dtype, device: str, revision: str | None = None,
-                 trust_remote_code: bool = False) -> Any:
-    """The model's weights, on `device`, in eval mode (counted in WEIGHT_LOADS)."""
-    from transformers import AutoModelForCausalLM
-
-    try:
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype,
-                                                     **_load_kwargs(gguf_file, revision, trust_remote_code))
-    except (OSError, ValueError) as e:
-        raise _cannot_load(path, gguf_file, e) from None
-    WEIGHT_LOADS[str(path)] += 1
-    model.to(device).eval()
-    return model
 
 
 CHAT_FORMATS = ("default", "zepo")
@@ -284,11 +222,8 @@ class HFJudge(ChatPrompts):
         self.torch_dtype = pick_dtype(dtype, self.device)
         self._source = (str(path), gguf_file, revision, bool(trust_remote_code))
         """Where the weights load from, on the first request the cache lacks (see `model`)."""
-        self._model = model if tokenizer is not None else None
-        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(path, gguf_file, revision,
-                                                                               trust_remote_code)
-        self.config = model.config if self._model is not None else load_config(path, gguf_file, revision,
-                                                                               trust_remote_code)
+        self._model, self.tokenizer, self.config = _without_weights(path, gguf_file, revision, trust_remote_code,
+                                                                    model, tokenizer)
         self.batch_size = int(batch_size)
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
@@ -308,7 +243,7 @@ class HFJudge(ChatPrompts):
         if engine == "packed" and getattr(self.config, "model_type", None) not in ARCHITECTURES:
             raise ConfigError(f"engine=packed cannot run this model: architecture "
                               f"{getattr(self.config, 'model_type', None)!r} is not one of {', '.join(ARCHITECTURES)}")
-        self._packed: Any = None
+        self._packed: Any = None if self._model is None else _packed_engine(self._model, engine)
         self.max_batch_tokens = int(max_batch_tokens)
         if self.max_batch_tokens < 1:
             raise ConfigError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
@@ -322,8 +257,6 @@ class HFJudge(ChatPrompts):
         """Times this judge loaded its weights: 0 while every request came from the cache, then 1."""
         self.prefix_scorer = None
         """The PrefixScorer once prefix reuse has run (its counters say how the work split)."""
-        if self._model is not None:
-            self._packed = _packed_engine(self._model, engine)
         self.identity, self.legacy_identity = local_identity(
             "hf", name or Path(str(path)).name, revision, gguf_file, str(self.torch_dtype).removeprefix("torch."),
             self, weights_fingerprint(path, gguf_file) if self._model is None
@@ -484,6 +417,17 @@ class HFJudge(ChatPrompts):
             input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
             position_ids=position_ids.to(self.device), logits_to_keep=1, use_cache=False,
         ).logits[:, -1, :]
+
+
+def _without_weights(path: str | Path, gguf_file: str | None, revision: str | None, trust_remote_code: bool,
+                     model: Any, tokenizer: Any) -> tuple[Any, Any, Any]:
+    """(model or None, tokenizer, config): the tokenizer and config read from `path`, the weights
+    not (HFJudge.model loads them on first use); a given model and tokenizer are used as they are."""
+    model = model if tokenizer is not None else None
+    if tokenizer is None:
+        tokenizer = load_tokenizer(path, gguf_file, revision, trust_remote_code)
+    config = model.config if model is not None else load_config(path, gguf_file, revision, trust_remote_code)
+    return model, tokenizer, config
 
 
 def _packed_engine(model: Any, engine: str):

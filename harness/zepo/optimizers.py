@@ -33,7 +33,8 @@ from harness.api_client import (
 )
 from harness.errors import ConfigError, HarnessError
 from harness.judges.base import innermost
-from harness.judges.hf import load_model_and_tokenizer, pick_device, pick_dtype
+from harness.judges.hf import pick_device, pick_dtype
+from harness.judges.weights import load_model_and_tokenizer
 from harness.models.resolve import resolve_model_path
 from harness.prompts import zepo_key
 from harness.zepo.sampling import sample_tokens, turn_end_ids
