@@ -115,7 +115,7 @@ def test_fingerprint_reads_headers_and_samples_once(tiny_llama, tmp_path, monkey
         fp.weights_fingerprint(folder)
 
 
-def _judge_run(tmp_path: Path, name: str, *extra: str) -> tuple[dict, int]:
+def _judge_run(tmp_path: Path, name: str, *extra: str, wandb: str = "disabled") -> tuple[dict, int]:
     """One in-process `experiment=judge` run on the tiny model, as a fresh process runs it (no judge
     kept from an earlier run): its results.json and the weight loads it made, wherever they happened
     (harness.judges.weights.WEIGHT_LOADS: building the judge included)."""
@@ -125,7 +125,7 @@ def _judge_run(tmp_path: Path, name: str, *extra: str) -> tuple[dict, int]:
 
     context._LOADED.clear()
     cfg = compose(["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=3",
-                   "backend.threads=1", "experiment.shuffles=5", "wandb.mode=disabled", "progress=false",
+                   "backend.threads=1", "experiment.shuffles=5", f"wandb.mode={wandb}", "progress=false",
                    f"data.dir={tmp_path / 'data'}", f"data.mirror={SHARED_DATA}",
                    f"cache.path={tmp_path / 'cache' / 'requests.sqlite'}", *extra])
     before = sum(weights.WEIGHT_LOADS.values())
@@ -140,14 +140,20 @@ def _p_a(results_dir: Path) -> list[float]:
 
 
 def test_a_fully_cached_run_loads_no_weights(shared_data, tiny_llama, tmp_path, monkeypatch):
-    """First run: 1 weight load, 7 model calls (6 ordered pairs + the content-free prompt). The same
+    """First run (W&B offline): 1 weight load, 7 model calls (6 ordered pairs + the content-free
+    prompt), the judge identity in W&B's config (checked failing with RunContext._record_judge
+    emptied, by hand: the fingerprint is in no other part of the run's config). The same
     run again: 0 loads, 0 calls, the same numbers. The same name on changed weights
     (model.path=<copy>): 1 load, 7 calls, other numbers. Negative control: an eager judge (weights
     loaded when built, as before #33) counts 1 load on the cached run."""
     import harness.judges.hf as hf
 
-    first, loads = _judge_run(tmp_path, "first")
+    first, loads = _judge_run(tmp_path, "first", wandb="offline")
     assert loads == first["judge_work"]["weight_loads"] == 1 and first["judge_calls"] == 7
+    # W&B's config holds the identity (its weights fingerprint is nowhere in the composed config)
+    (run_file,) = (tmp_path / "first" / "wandb").glob("offline-run-*/run-*.wandb")
+    assert first["judge"].encode() in run_file.read_bytes() and "|w=" in first["judge"]
+    assert first["judge"].split("|w=")[1] not in (tmp_path / "first" / "config.json").read_text()
     cached, loads = _judge_run(tmp_path, "cached")
     assert loads == cached["judge_work"]["weight_loads"] == 0 and cached["judge_calls"] == 0
     assert _p_a(tmp_path / "cached") == _p_a(tmp_path / "first")
