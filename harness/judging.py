@@ -210,9 +210,10 @@ def _mass_flags(s: PairScore) -> tuple[str, ...]:
 
 
 # -- the judge's work ---------------------------------------------------------------------------
-WORK_COUNTERS = ("prompts", "tokens_processed", "seconds")
+WORK_COUNTERS = ("prompts", "tokens_processed", "seconds", "weight_loads")
 """Counters a local judge keeps (harness.judges.hf.HFJudge): prompts scored, tokens run through
-the model (shared prefixes once), seconds scoring (score_pairs and stream_scores)."""
+the model (shared prefixes once), seconds scoring (score_pairs and stream_scores), and weight
+loads (0 when every request came from the cache: the weights are read on the first miss)."""
 
 
 def model_judge(judge: Any) -> Any:

@@ -60,8 +60,10 @@ class OpenAIServer:
 
     def __init__(self, *, judge: Any = None, script: Sequence[str] | Callable[[dict], str] | None = None,
                  api_key: str | None = None, model: str = "tiny-test", hang_s: float = 3.0,
-                 max_top_logprobs: int = 20) -> None:
+                 max_top_logprobs: int = 20, root: str | None = None) -> None:
         self.judge, self.model_name, self.hang_s = judge, model, hang_s
+        self.root = root
+        """The weights /v1/models names as the model's `root` (as vLLM does), None: left out."""
         self.max_top_logprobs = max_top_logprobs
         self._script = script if callable(script) else deque(script or ())
         self._expected_auth = f"Bearer {api_key}" if api_key else None
@@ -212,8 +214,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path.rstrip("/") == "/v1/models":
-            self._send(200, json.dumps({"object": "list", "data": [
-                {"id": self.owner.model_name, "object": "model", "owned_by": "test"}]}).encode())
+            entry = {"id": self.owner.model_name, "object": "model", "owned_by": "test"}
+            if self.owner.root is not None:
+                entry["root"] = self.owner.root
+            self._send(200, json.dumps({"object": "list", "data": [entry]}).encode())
         else:
             self._send(404, b'{"error": {"message": "not found"}}')
 

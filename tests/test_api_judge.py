@@ -76,8 +76,10 @@ def test_exact_mode_matches_local_judge(tiny_judge, tiny_llama, local_scores, ke
     with OpenAIServer(judge=tiny_judge, api_key=key) as srv:
         judge = ApiJudge("tiny-test", srv.url, tokenizer=str(tiny_llama), api_key_env=ENV, concurrency=3, **FAST)
         scores = judge.score_pairs(REQUESTS)
+        # the served model as /v1/models lists it (asked once, while the server runs)
+        assert judge.identity == (f"api|{srv.url}|tiny-test|chat|A:A=38;A: A=263;B:B=39;B: B=264"
+                                  "|sys=e3b0c44298fc|served=tiny-test")
     assert judge.mode == "exact"
-    assert judge.identity.startswith(f"api|{srv.url}|tiny-test|chat|A:A=38;A: A=263;B:B=39;B: B=264")
     _assert_same(scores, local_scores)
     assert len({s.p_a for s in scores}) > 3  # the tiny model really discriminates between prompts
     bodies = [r.body for r in srv.ok_requests()]
@@ -135,7 +137,7 @@ def test_top_mode_matches_local_judge_when_answers_are_in_the_top_k(tiny_judge, 
             assert all(i in top for i in biased.answers.all_ids)
             worst = max(worst, *(top.index(i) for i in biased.answers.all_ids))
         assert worst > 3
-    assert judge.mode == "top" and judge.identity.endswith("top20:A,B|sys=e3b0c44298fc")
+        assert judge.mode == "top" and judge.identity.endswith("top20:A,B|sys=e3b0c44298fc|served=tiny-test")
     _assert_same(got, want)
     assert judge.stats["missing"] == 0
     assert all("logprob_token_ids" not in r.body and r.body["top_logprobs"] == 20 for r in srv.requests)

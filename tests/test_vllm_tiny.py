@@ -79,3 +79,22 @@ def test_decisions_are_equal_across_engines(engines, coherence_pairs):
     assert worst < 1e-4
     assert all((g.p_a > 0.5) == (w.p_a > 0.5) for g, w in zip(got, want))
     assert len({round(w.p_a, 3) for w in want}) > 2  # random weights, yet P(A) moves with the prompt
+
+
+def test_a_cached_vllm_judge_starts_no_engine(engines, coherence_pairs, tmp_path):
+    """The engine starts on the first request the cache lacks (#33): a second judge whose requests
+    are all cached makes no call and starts none. Its identity is the transformers judge's but the
+    backend (the same weights fingerprint). Control: the first judge, which missed, is running."""
+    from harness.judges.cache import CachedJudge, ScoreCache
+    from harness.judges.vllm import VLLMJudge
+    from harness.models.tiny import ensure_tiny_model
+
+    arch, hf, vj = engines
+    cache = ScoreCache(tmp_path / "requests.sqlite")
+    first = CachedJudge(vj, cache)
+    first.score_pairs(coherence_pairs[:4])
+    fresh = VLLMJudge(ensure_tiny_model(arch), max_model_len=4096)
+    again = CachedJudge(fresh, cache)
+    again.score_pairs(coherence_pairs[:4])
+    assert first.calls == 4 and vj.loaded and again.calls == 0 and not fresh.loaded
+    assert fresh.identity.split("|", 1) == ["vllm", hf.identity.split("|", 1)[1]]

@@ -28,7 +28,13 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.api_client import ApiClient, HttpSettings, MalformedResponse, Unusable
+from harness.api_client import (
+    ApiClient,
+    ApiError,
+    HttpSettings,
+    MalformedResponse,
+    Unusable,
+)
 from harness.errors import ConfigError
 from harness.judges.base import (
     AnswerTokens,
@@ -139,11 +145,41 @@ class ApiJudge:
         self.base_url = self.client.settings.base_url.rstrip("/")
         readout = (self.answers.describe() if self.mode == "exact" and self.answers
                    else f"top{self.top_logprobs}:{','.join(self.labels)}")
-        self.identity = "|".join(["api", self.base_url, model, endpoint, readout,
-                                  f"sys={template_fingerprint(system_prompt)}"])
+        self.legacy_identity = "|".join(["api", self.base_url, model, endpoint, readout,
+                                         f"sys={template_fingerprint(system_prompt)}"])
+        """The identity cache keys had before the served model was part of it (CachedJudge)."""
+        self._identity: str | None = None
         self.stats: Counter[str] = Counter()
         """requests, missing (answer variants absent from a response), unreadable (no label at all)."""
         self._warned = False
+
+    @property
+    def identity(self) -> str:
+        """Base URL, model name, endpoint, read-out and system prompt, and the model the server says
+        it serves (`served=`: /v1/models' id and, from vLLM, its weights' `root`): a server
+        restarted on other weights under the same name gets other cache keys. Asked once, when
+        first needed (the request cache's keys)."""
+        if self._identity is None:
+            self._identity = f"{self.legacy_identity}|served={self.served_model()}"
+        return self._identity
+
+    def served_model(self) -> str:
+        """`<id>` or `<id>@<root>` of this model in the server's /models list; `unreported` (with
+        one warning) when the server lists no such model or has no /models."""
+        try:
+            listed = self.client.get("/models").get("data")
+        except ApiError as e:
+            if e.status is None:
+                raise  # no server: one clear error line, as a request would give
+            listed = None
+        entry = next((m for m in listed if isinstance(m, dict) and m.get("id") == self.model), None) \
+            if isinstance(listed, list) else None
+        if entry is None:
+            log.warning("%s/models does not list model %r: the judge identity cannot name the served weights, "
+                        "so cached answers are keyed on the model name alone", self.base_url, self.model)
+            return "unreported"
+        root = entry.get("root")
+        return f"{self.model}@{root}" if isinstance(root, str) and root and root != self.model else str(self.model)
 
     def __repr__(self) -> str:
         return f"ApiJudge(identity={self.identity!r})"

@@ -1,8 +1,11 @@
 """A persistent, crash-safe request cache in front of any Judge.
 
-The key is sha256(judge identity, exact user prompt). The identity already holds the model,
-revision, dtype, backend, chat-template fingerprint and answer-token ids, so one model's answers
-are never served as another's (lm-eval issues #2715, #4063). Rows are committed per chunk (per
+The key is sha256(judge identity, exact user prompt). The identity holds what determines the
+judge's numbers: the weights' content fingerprint (harness.models.fingerprint), revision, dtype,
+backend, chat-template and system-prompt fingerprints, answer-token ids and read-out (an API
+judge: base URL and the model the server reports), so one model's answers are never served as
+another's, a fine-tune under its base model's name included (lm-eval issues #2715, #4063; #28).
+Rows keyed by an older harness without the weights are not served (one line says so). Rows are committed per chunk (per
 streamed step for the transformers judge) in WAL mode: a run killed half-way keeps every commit
 it finished and re-runs call no model for them.
 """
@@ -117,6 +120,11 @@ class ScoreCache:
         with self._lock, sqlite_errors(self.path):
             return self._db.execute("SELECT COUNT(*) FROM scores").fetchone()[0]
 
+    def count_identity(self, identity: str) -> int:
+        """Rows stored under `identity` (one scan: asked once per judge, only when a request misses)."""
+        with self._lock, sqlite_errors(self.path):
+            return self._db.execute("SELECT COUNT(*) FROM scores WHERE identity = ?", (identity,)).fetchone()[0]
+
     def close(self) -> None:
         self._db.close()
 
@@ -137,6 +145,21 @@ class CachedJudge:
         self.on_progress = on_progress
         """Called (calls, in_flight) before each chunk goes to the model and after it is committed,
         so a record of the calls (attempts.jsonl) survives a SIGKILL."""
+        self._legacy_checked = False
+
+    def _missed(self, n: int) -> None:
+        """Before the first `n` misses go to the model: one line when the cache holds rows of this
+        judge keyed the old way, without its weights (`legacy_identity`). They are not served: they
+        may be another model's answers under the same name (issue #28), so they are asked again."""
+        if self._legacy_checked or not n:
+            return
+        self._legacy_checked = True
+        legacy = getattr(self.judge, "legacy_identity", None)
+        old = self.cache.count_identity(legacy) if legacy and legacy != self.identity else 0
+        if old:
+            log.warning("%s: %d cached rows of %s were keyed without the judge's weights (an older harness); "
+                        "they are not served, since they may be another model's answers under this name: "
+                        "asking the model again", self.cache.path, old, legacy.split("|")[1])
 
     @property
     def streaming(self) -> bool:
@@ -167,6 +190,7 @@ class CachedJudge:
             yield hits
         needed = [j for j, k in enumerate(ukeys) if k not in found]
         left = len(needed)
+        self._missed(left)
         if left and self.on_progress is not None:
             self.on_progress(self.calls, left)
         for done in self.judge.stream_scores(unique, needed):
@@ -195,6 +219,7 @@ class CachedJudge:
             if k not in found and k not in todo:
                 todo[k] = r
         items = list(todo.items())
+        self._missed(len(items))
         for i in range(0, len(items), self.chunk):
             part = items[i : i + self.chunk]
             if self.on_progress is not None:

@@ -33,8 +33,16 @@ from harness.judges.base import (
 )
 from harness.judges.cpu import auto_dtype, default_threads, torch_threads
 from harness.judges.generate import GeneratedAnswer, generate_answer_logprobs
-from harness.judges.packed import PackedLlama, Segment, row_batches, unsupported
+from harness.judges.packed import (
+    ARCHITECTURES,
+    PackedLlama,
+    Segment,
+    row_batches,
+    unsupported,
+)
 from harness.judges.prefix import PrefixScorer, supports_prefix_reuse
+from harness.judges.weights import load_config, load_tokenizer, load_weights
+from harness.models.fingerprint import module_fingerprint, weights_fingerprint
 from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore
 
@@ -64,26 +72,6 @@ def pick_dtype(dtype: str, device: str):
     if dtype not in _DTYPES:
         raise ConfigError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
     return getattr(torch, _DTYPES[dtype])
-
-
-def load_model_and_tokenizer(path: str | Path, gguf_file: str | None, dtype, device: str,
-                             revision: str | None = None, trust_remote_code: bool = False):
-    """Load an HF directory (or a GGUF file inside one) for causal-LM scoring."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
-    if revision:
-        kwargs["revision"] = revision
-    if gguf_file:
-        kwargs["gguf_file"] = gguf_file
-    try:
-        tok = AutoTokenizer.from_pretrained(str(path), **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, **kwargs)
-    except (OSError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"cannot load model from {path}{'/' + gguf_file if gguf_file else ''}: {first}") from None
-    model.to(device).eval()
-    return model, tok
 
 
 CHAT_FORMATS = ("default", "zepo")
@@ -162,6 +150,21 @@ def readout_identity(chat_format: str, readout: str, max_new_tokens: int) -> lis
     return parts + ([] if readout == "next_token" else [f"readout={readout}{int(max_new_tokens)}"])
 
 
+def local_identity(backend: str, name: str, revision: str | None, gguf_file: str | None, dtype: str,
+                   judge: ChatPrompts, weights: str) -> tuple[str, str]:
+    """(identity, legacy identity) of a local judge: what determines its numbers. The identity
+    ends in `|w=<weights fingerprint>` (harness.models.fingerprint); the legacy one is the same
+    without it, as cache keys were made before the weights were part of them (CachedJudge says so
+    once when it finds such rows, and asks again)."""
+    legacy = "|".join([
+        backend, name, revision or "-", gguf_file or "-", dtype,
+        f"tmpl={template_fingerprint(used_template(judge.tokenizer, judge.chat_template))}",
+        f"sys={template_fingerprint(judge.system_prompt)}", judge.answers.describe(),
+        *readout_identity(judge.chat_format, judge.readout, judge.max_new_tokens),
+    ])
+    return f"{legacy}|w={weights}", legacy
+
+
 class ChatPrompts:
     """Prompts -> token ids for a judge holding a tokenizer and the chat settings (`system_prompt`,
     `max_length`, `chat_format`, `chat_template`): shared by the transformers and vLLM judges, so
@@ -218,26 +221,30 @@ class HFJudge(ChatPrompts):
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"threads must be >= 1, got {threads}")
         self.torch_dtype = pick_dtype(dtype, self.device)
-        if model is None or tokenizer is None:
-            model, tokenizer = load_model_and_tokenizer(path, gguf_file, self.torch_dtype, self.device,
-                                                        revision, trust_remote_code)
-        self.model, self.tokenizer = model, tokenizer
+        self._source = (str(path), gguf_file, revision, bool(trust_remote_code))
+        """Where the weights load from, on the first request the cache lacks (see `model`)."""
+        self._model, self.tokenizer, self.config = _without_weights(path, gguf_file, revision, trust_remote_code,
+                                                                    model, tokenizer)
         self.batch_size = int(batch_size)
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         self.system_prompt = system_prompt
-        self.max_length = int(max_length or _context_length(model.config))
-        self.answers: AnswerTokens = resolve_answer_tokens(tokenizer, labels, tie_label)
+        self.max_length = int(max_length or _context_length(self.config))
+        self.answers: AnswerTokens = resolve_answer_tokens(self.tokenizer, labels, tie_label)
         self._answer_ids = torch.tensor(self.answers.all_ids, device=self.device)
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
         if self.pad_id is None:
             self.pad_id = 0
         # Prefix reuse changes only the order of float operations (results equal within fp
         # tolerance), so it is deliberately not part of `identity` (the cache key).
         self.prefix_reuse = bool(prefix_reuse)
         # Likewise the engine: packed and HF forwards differ only in float summation order.
-        self.packed = _packed_engine(model, engine)
-        """The PackedLlama running this model, or None (HF's forward on padded batches)."""
+        self.engine = engine
+        if engine == "packed" and getattr(self.config, "model_type", None) not in ARCHITECTURES:
+            raise ConfigError(f"engine=packed cannot run this model: architecture "
+                              f"{getattr(self.config, 'model_type', None)!r} is not one of {', '.join(ARCHITECTURES)}")
+        self._packed: Any = None if self._model is None else _packed_engine(self._model, engine)
         self.max_batch_tokens = int(max_batch_tokens)
         if self.max_batch_tokens < 1:
             raise ConfigError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
@@ -247,15 +254,39 @@ class HFJudge(ChatPrompts):
         """Wall seconds spent scoring so far (tokenizing and the model; score_pairs and stream_scores)."""
         self.tokens_processed = 0
         """Real tokens run through the model so far: full prompts, or shared prefixes once."""
+        self.weight_loads = 0
+        """Times this judge loaded its weights: 0 while every request came from the cache, then 1."""
         self.prefix_scorer = None
         """The PrefixScorer once prefix reuse has run (its counters say how the work split)."""
-        name = name or Path(str(path)).name
-        self.identity = "|".join([
-            "hf", name, revision or "-", gguf_file or "-", str(self.torch_dtype).removeprefix("torch."),
-            f"tmpl={template_fingerprint(used_template(tokenizer, self.chat_template))}",
-            f"sys={template_fingerprint(system_prompt)}", self.answers.describe(),
-            *readout_identity(self.chat_format, self.readout, self.max_new_tokens),
-        ])
+        self.identity, self.legacy_identity = local_identity(
+            "hf", name or Path(str(path)).name, revision, gguf_file, str(self.torch_dtype).removeprefix("torch."),
+            self, weights_fingerprint(path, gguf_file) if self._model is None
+            else f"mem:{module_fingerprint(self._model)}")
+
+    # -- weights, on first use ------------------------------------------------------------------
+    @property
+    def model(self) -> Any:
+        """The loaded model: the weights are read here, on the first request the cache lacks, so a
+        run whose requests are all cached loads none (its identity reads file headers only)."""
+        if self._model is None:
+            path, gguf_file, revision, trust = self._source
+            log.info("loading the judge's weights from %s", path)
+            self._model = load_weights(path, gguf_file, self.torch_dtype, self.device, revision, trust)
+            self.config = self._model.config
+            self.weight_loads += 1
+            self._packed = _packed_engine(self._model, self.engine)
+        return self._model
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the weights are in memory (False until a request missed the cache)."""
+        return self._model is not None
+
+    @property
+    def packed(self) -> Any:
+        """The PackedLlama running this model, or None (HF's forward on padded batches); loads the weights."""
+        _ = self.model
+        return self._packed
 
     # -- prompt -> token ids ------------------------------------------------------------------
     def format_prompt(self, prompt: str) -> str:
@@ -389,6 +420,17 @@ class HFJudge(ChatPrompts):
             input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
             position_ids=position_ids.to(self.device), logits_to_keep=1, use_cache=False,
         ).logits[:, -1, :]
+
+
+def _without_weights(path: str | Path, gguf_file: str | None, revision: str | None, trust_remote_code: bool,
+                     model: Any, tokenizer: Any) -> tuple[Any, Any, Any]:
+    """(model or None, tokenizer, config): the tokenizer and config read from `path`, the weights
+    not (HFJudge.model loads them on first use); a given model and tokenizer are used as they are."""
+    model = model if tokenizer is not None else None
+    if tokenizer is None:
+        tokenizer = load_tokenizer(path, gguf_file, revision, trust_remote_code)
+    config = model.config if model is not None else load_config(path, gguf_file, revision, trust_remote_code)
+    return model, tokenizer, config
 
 
 def _packed_engine(model: Any, engine: str):

@@ -46,17 +46,16 @@ from harness.errors import ConfigError, JudgeInputError
 from harness.judges.base import (
     AnswerTokens,
     resolve_answer_tokens,
-    template_fingerprint,
 )
 from harness.judges.cpu import auto_dtype, torch_threads
 from harness.judges.hf import (
     ChatPrompts,
     format_chat,
+    local_identity,
     no_answer,
-    readout_identity,
     readout_options,
-    used_template,
 )
+from harness.models.fingerprint import weights_fingerprint
 from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore
 
@@ -211,24 +210,45 @@ class VLLMJudge(ChatPrompts):
         # The in-process engine computes on this process's torch threads: one per core but one,
         # as vLLM's own CPU thread binding does (it keeps a core for the engine loop).
         self.threads = (cpu_threads or max(1, (os.cpu_count() or 2) - 1)) if in_process else None
-        key = repr(sorted(kwargs.items())) + f"|in_process={in_process}|threads={self.threads}"
-        llm = _ENGINES.get(key)
-        self.llm = llm if llm is not None else _start_engine(vllm, key, kwargs, self.threads, in_process)
+        self._start = (vllm, repr(sorted(kwargs.items())) + f"|in_process={in_process}|threads={self.threads}",
+                       kwargs, in_process)
+        """How the engine starts, on the first request the cache lacks (see `llm`)."""
+        self._llm: Any = None
         self.engine_settings = {k: kwargs[k] for k in ("dtype", "enforce_eager", "block_size", "enable_prefix_caching")
                                 if k in kwargs} | {"in_process": in_process, "threads": self.threads}
-        self.max_length = int(max_model_len or _engine_max_len(self.llm))
+        self._max_model_len = max_model_len
+        self._config_len = _config_max_len(config)
         self.params = vllm.SamplingParams(max_tokens=1 if readout == "next_token" else self.max_new_tokens,
                                           temperature=0.0, logprob_token_ids=list(self.answers.all_ids))
         self._sampling = vllm.SamplingParams
         self.prompt_tokens = self.cached_tokens = 0
         """Prompt tokens submitted, and those served from the prefix cache (hit rate = their ratio)."""
-        name = name or Path(path).name
-        self.identity = "|".join([
-            "vllm", name, revision or "-", "-", str(settings["dtype"]).removeprefix("torch."),
-            f"tmpl={template_fingerprint(used_template(self.tokenizer, self.chat_template))}",
-            f"sys={template_fingerprint(system_prompt)}", self.answers.describe(),
-            *readout_identity(self.chat_format, self.readout, self.max_new_tokens),
-        ])
+        self.identity, self.legacy_identity = local_identity(
+            "vllm", name or Path(path).name, revision, None, str(settings["dtype"]).removeprefix("torch."), self,
+            weights_fingerprint(path))
+
+    @property
+    def llm(self) -> Any:
+        """The vllm.LLM: started (or shared, `_ENGINES`) on the first request the cache lacks, so a
+        run whose requests are all cached starts no engine."""
+        if self._llm is None:
+            vllm, key, kwargs, in_process = self._start
+            llm = _ENGINES.get(key)
+            self._llm = llm if llm is not None else _start_engine(vllm, key, kwargs, self.threads, in_process)
+        return self._llm
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the engine is running (False until a request missed the cache)."""
+        return self._llm is not None
+
+    @property
+    def max_length(self) -> int:
+        """The context prompts must fit: model.max_length, else the engine's (before it starts: the
+        model config's, which vLLM's equals unless it shortens it for memory or a sliding window)."""
+        if self._max_model_len:
+            return int(self._max_model_len)
+        return _engine_max_len(self._llm) if self._llm is not None else self._config_len
 
     def __repr__(self) -> str:
         return f"VLLMJudge(identity={self.identity!r})"
@@ -284,7 +304,7 @@ class VLLMJudge(ChatPrompts):
 
     def close(self) -> None:
         """Stop the engine now (every judge sharing it too) instead of at interpreter exit."""
-        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        core = getattr(getattr(self._llm, "llm_engine", None), "engine_core", None)
         if core is not None:
             core.shutdown()
 
@@ -301,6 +321,16 @@ def format_chat_messages(tokenizer: Any, messages: list[dict[str, str]]) -> str:
 def answer_step(output: Any, triggers: set[int]) -> int | None:
     """Index of the first generated token that is an answer trigger (an A/B variant), or None."""
     return next((i for i, t in enumerate(output.outputs[0].token_ids) if t in triggers), None)
+
+
+def _config_max_len(config: Any) -> int:
+    """The model config's context length (vLLM's max_model_len when nothing shortens it)."""
+    text = getattr(config, "text_config", None) or config
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        v = getattr(text, attr, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return 2048
 
 
 def _engine_max_len(llm: Any) -> int:

@@ -7,7 +7,8 @@ composed config, records the attempt and closes the tracker.
             ctx.tracker.log(...)
 
 Parts are built lazily, with `hydra.utils.instantiate` where the config names a `_target_`:
-- `ctx.judge`: conf/backend's builder for conf/model's weights, behind the request cache, fed
+- `ctx.judge`: conf/backend's builder for conf/model's weights (loaded on the first request the
+  cache lacks: a run whose requests are all cached loads none), behind the request cache, fed
   one cache chunk at a time (the transformers judge: one streamed call, committed forward by
   forward) with preemption signals held (judges.wrappers);
   one loaded model per (model, backend) per process, so a local multirun loads it once;
@@ -178,7 +179,15 @@ class RunContext:
             if store is not None:
                 judge = CachedJudge(judge, store, chunk=int(cache.chunk), on_progress=self._progress)
             self._judge = PreemptibleJudge(judge, int(cache.chunk))
+            self._record_judge()
         return self._judge
+
+    def _record_judge(self) -> None:
+        """The judge's identity (what determines its numbers: weights fingerprint, dtype, template,
+        read-out, ...) in the W&B config, once both exist; computed without loading the weights."""
+        update = getattr(self._tracker, "update_config", None)
+        if self._judge is not None and update is not None:
+            update({"judge_identity": self._judge.identity})
 
     def _progress(self, calls: int, in_flight: int) -> None:
         if self.attempt is not None:
@@ -203,6 +212,7 @@ class RunContext:
             self._tracker = build(
                 w, out_dir=self.out_dir, run_config=container(self.cfg), job_type=w.get("job_type") or self.cfg.experiment.name,
                 group=sweep_group(self.cfg), tags=list(w.get("tags") or []), name=w.get("name") or self.run_name)
+            self._record_judge()
         return self._tracker
 
     @property

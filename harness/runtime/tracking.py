@@ -102,6 +102,12 @@ class Tracker:
             art.add_file(str(f), name=str(rel))
         self._run.log_artifact(art)
 
+    def update_config(self, values: Mapping[str, Any]) -> None:
+        """Add keys to the W&B run's config (what a run learns once its parts are built: the judge's
+        identity); redacted like the rest of the config."""
+        if self._run is not None:
+            self._run.config.update(redact(dict(values)), allow_val_change=True)
+
     def summary(self, values: Mapping[str, Any]) -> None:
         if self._run is not None:
             for k, v in values.items():

@@ -35,7 +35,8 @@ from harness.api_client import (
 )
 from harness.errors import ConfigError, HarnessError
 from harness.judges.base import innermost
-from harness.judges.hf import load_model_and_tokenizer, pick_device, pick_dtype
+from harness.judges.hf import pick_device, pick_dtype
+from harness.judges.weights import load_model_and_tokenizer
 from harness.models.resolve import resolve_model_path
 from harness.progress import heartbeat
 from harness.prompts import zepo_key
@@ -377,8 +378,9 @@ def build_local(*, judge_model: Mapping[str, Any], judge: Any = None, cache: str
                 "meta_prompt")
         return VLLMOptimizer(engine, name=judge_model.get("name"), cache=cache,  # type: ignore[return-value]
                              **{k: v for k, v in options.items() if k in keep})
-    inner = loaded_judge(judge)
-    if inner is not None and str(options.get("path")) == str(judge_model.get("path")):
+    same = str(options.get("path")) == str(judge_model.get("path"))
+    inner = loaded_judge(judge) if same else None  # reading its `model` loads the judge's weights
+    if inner is not None:
         options.update(model=inner.model, tokenizer=inner.tokenizer)
         options.setdefault("name", judge_model.get("name"))
     return LocalOptimizer(cache=cache, **options)
