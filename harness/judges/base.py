@@ -265,11 +265,7 @@ def resolve_answer_tokens(tokenizer: Any, labels: Sequence[str] = ("A", "B"),
     for label in labels:
         ids = _single_token_ids(tokenizer, label)
         if not ids:
-            enc = tokenizer.encode(label, add_special_tokens=False)
-            raise JudgeInputError(
-                f"answer label {label!r} is not a single token for this tokenizer "
-                f"(encodes to {len(enc)} tokens {enc}); choose single-token labels"
-            )
+            raise JudgeInputError(_not_one_token(tokenizer, label))
         for tid in ids:
             if tid in seen:
                 raise JudgeInputError(f"answer labels {seen[tid]!r} and {label!r} share token id {tid}")
@@ -277,6 +273,19 @@ def resolve_answer_tokens(tokenizer: Any, labels: Sequence[str] = ("A", "B"),
         variants[label] = tuple(sorted(((_token_text(tokenizer, tid), tid) for tid in ids),
                                        key=lambda v: (v[0] != label, v[1])))
     return AnswerTokens(labels=tuple(labels), variants=variants, tie=tie)
+
+
+def _not_one_token(tokenizer: Any, label: str) -> str:
+    """Why `label` has no single-token spelling, in words that do not contradict themselves."""
+    if label != label.strip():
+        return (f"answer label {label!r} has surrounding whitespace; each label is read with and without a "
+                f"leading space already, so use {label.strip()!r}")
+    enc = tokenizer.encode(label, add_special_tokens=False)
+    if len(enc) == 1:
+        return (f"answer label {label!r} is not a vocabulary entry of its own (it encodes to token {enc[0]}, "
+                f"which decodes to {tokenizer.decode(enc)!r}); choose labels that are single tokens")
+    return (f"answer label {label!r} is not a single token for this tokenizer (it encodes to {len(enc)} tokens "
+            f"{enc}); choose single-token labels")
 
 
 _MARKERS = ("\u0120", "\u2581")  # 'Ġ' (byte-level BPE) and '▁' (SentencePiece): a word-start space
