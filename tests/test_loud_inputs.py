@@ -113,3 +113,20 @@ def test_sigint_and_sigterm_are_one_line_without_a_traceback(raised, code, needl
             signal.signal(s, h)
     err = capsys.readouterr().err
     assert e.value.code == code and needle in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("damage", ["truncated", "bad header"])
+def test_a_broken_weight_file_is_named(damage, tiny_llama, tmp_path):
+    import shutil
+
+    from harness.judges.hf import load_model_and_tokenizer
+
+    model = tmp_path / "m"
+    shutil.copytree(tiny_llama, model)
+    f = model / "model.safetensors"
+    data = f.read_bytes()
+    f.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"\xff" * 8 + data[8:])
+    with pytest.raises(ConfigError, match=f"cannot load model from {f}: .*header"):
+        load_model_and_tokenizer(model, None, "float32", "cpu")
+    # control: the intact folder loads
+    load_model_and_tokenizer(tiny_llama, None, "float32", "cpu")

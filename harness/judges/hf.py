@@ -80,11 +80,30 @@ def load_model_and_tokenizer(path: str | Path, gguf_file: str | None, dtype, dev
     try:
         tok = AutoTokenizer.from_pretrained(str(path), **kwargs)
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, **kwargs)
-    except (OSError, ValueError) as e:
+    except Exception as e:
+        if not isinstance(e, OSError | ValueError) and type(e).__name__ != "SafetensorError":
+            raise
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"cannot load model from {path}{'/' + gguf_file if gguf_file else ''}: {first}") from None
+        where = broken_weight_file(path) or f"{path}{'/' + gguf_file if gguf_file else ''}"
+        raise ConfigError(f"cannot load model from {where}: {first}; replace that file with a complete copy") from None
     model.to(device).eval()
     return model, tok
+
+
+def broken_weight_file(path: str | Path) -> Path | None:
+    """The first *.safetensors file in folder `path` whose header cannot be read (truncated, a
+    corrupt header), so a load error names the file and not only the folder (safetensors' own
+    message names neither)."""
+    from safetensors import safe_open
+
+    folder = Path(path)
+    for f in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
+        try:
+            with safe_open(str(f), framework="pt"):
+                pass
+        except Exception:  # SafetensorError, OSError: either way this file is the broken one
+            return f
+    return None
 
 
 CHAT_FORMATS = ("default", "zepo")
