@@ -130,3 +130,40 @@ def test_a_broken_weight_file_is_named(damage, tiny_llama, tmp_path):
         load_model_and_tokenizer(model, None, "float32", "cpu")
     # control: the intact folder loads
     load_model_and_tokenizer(tiny_llama, None, "float32", "cpu")
+
+
+@pytest.mark.parametrize("fixed", [True, False])
+def test_timeout_bounds_a_whole_attempt_and_redirects_are_refused(fixed, tiny_judge, monkeypatch):
+    import time
+
+    import openai
+    from openai_server import OpenAIServer
+
+    from harness import api_client
+    from harness.api_client import ApiError
+    from harness.judges.api import ApiJudge
+    from harness.records import PairRequest
+
+    if not fixed:  # negative control: the defect put back (httpx's per-read timeout only)
+        monkeypatch.setattr(api_client, "deadline_transport", lambda s: openai._httpx.HTTPTransport())
+    req = [PairRequest("d", "a", "b", "Which is better? Answer:")]
+    ids = {"A": 38, " A": 263, "B": 39, " B": 264}
+    with OpenAIServer(judge=tiny_judge) as srv:
+        # A body dripped over ~2.4 s (a byte every 0.03 s): each read is well inside timeout_s=1,
+        # the attempt is not.
+        srv.inject("drip:0.03", "drip:0.03")
+        judge = ApiJudge("tiny-test", srv.url, token_ids=ids, api_key_env=None, max_retries=1,
+                         backoff_base_s=0.01, timeout_s=1.0)
+        start = time.monotonic()
+        if not fixed:  # waited for both whole drips, then read their (empty) answers
+            assert judge.score_pairs(req)[0].flags == ("unreadable",) and time.monotonic() - start > 4
+            return
+        with pytest.raises(ApiError, match=r"2 attempts: every attempt timed out \(no whole answer within 1 s\)"):
+            judge.score_pairs(req)
+        assert time.monotonic() - start < 4
+        # control: the same judge reads an undelayed answer
+        assert 0 < judge.score_pairs(req)[0].p_a < 1
+        srv.inject("redirect:http://127.0.0.2:9/v1/chat/completions")
+        with pytest.raises(ApiError, match=r"HTTP 307: the server redirects to http://127\.0\.0\.2:9/.*not followed"):
+            judge.score_pairs(req)
+        assert [r.outcome for r in srv.requests][-1] == "redirect:http://127.0.0.2:9/v1/chat/completions"
