@@ -167,3 +167,22 @@ def test_timeout_bounds_a_whole_attempt_and_redirects_are_refused(fixed, tiny_ju
         with pytest.raises(ApiError, match=r"HTTP 307: the server redirects to http://127\.0\.0\.2:9/.*not followed"):
             judge.score_pairs(req)
         assert [r.outcome for r in srv.requests][-1] == "redirect:http://127.0.0.2:9/v1/chat/completions"
+
+
+def test_a_key_interpolated_into_the_run_dir_is_refused_before_any_folder(monkeypatch, capsys, tmp_path):
+    from harness.redaction import check_overrides
+    from harness.runtime import entry
+
+    monkeypatch.setenv("HF_TOKEN", "hf_AbCdEf123456SECRETvalue")
+    override = "hydra.run.dir=" + str(tmp_path / "${oc.env:HF_TOKEN}")
+    monkeypatch.setattr(sys, "argv", ["harness.run", "experiment=judge", override])
+    monkeypatch.setattr(entry, "hydra_main", lambda: pytest.fail("Hydra ran (and made the folder)"))
+    with pytest.raises(SystemExit) as e:
+        entry.main()
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "hydra.run.dir=... carries a secret" in err and "SECRET" not in err
+    assert list(tmp_path.iterdir()) == []
+    # Negative control: the override as typed passes the check (what was checked before Hydra ran).
+    check_overrides([override])
+    monkeypatch.setenv("HF_TOKEN", "")  # control: an interpolation of no key is no secret
+    check_overrides([entry.with_env_values(override)])

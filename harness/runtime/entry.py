@@ -167,7 +167,9 @@ def main() -> None:
     try:
         # Before Hydra sees them: with -m it writes every override to multirun.yaml and logs it,
         # and its own errors (HYDRA_FULL_ERROR=1 included) repeat the value.
-        check_overrides(a for a in sys.argv[1:] if not a.startswith("-") and "=" in a)
+        # Their ${oc.env:...} parts as Hydra will read them: a key interpolated into hydra.run.dir
+        # would otherwise be refused only after Hydra made a folder named after it.
+        check_overrides(with_env_values(a) for a in sys.argv[1:] if not a.startswith("-") and "=" in a)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -255,3 +257,12 @@ def empty_run_dir(argv: Sequence[str]) -> str | None:
         if sep and key.lstrip("+~") in ("hydra.run.dir", "hydra.sweep.dir") and not value.strip(" '\""):
             return key.lstrip("+~")
     return None
+
+
+_ENV_INTERPOLATION = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,[^}]*)?\}")
+
+
+def with_env_values(override: str) -> str:
+    """`override` with each ${oc.env:NAME} replaced by the variable's value (what Hydra resolves
+    it to), so the secrets check sees what would reach folder names and files."""
+    return _ENV_INTERPOLATION.sub(lambda m: os.environ.get(m.group(1), ""), override)
