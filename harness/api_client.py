@@ -20,6 +20,7 @@ The `openai` client does the transport: connection reuse, timeouts, and retries 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -281,9 +282,8 @@ def deadline_transport(seconds: float) -> Any:
     import openai
     from openai._constants import DEFAULT_CONNECTION_LIMITS
 
-    httpx = getattr(openai, "_httpx", None)  # the HTTP library openai runs on (httpx2 in openai 3)
-    if httpx is None:
-        import httpx
+    # The HTTP library openai runs on: httpx2 in openai 3 (openai._httpx), httpx before.
+    httpx = getattr(openai, "_httpx", None) or importlib.import_module("httpx")
 
     class Deadline(httpx.SyncByteStream):
         def __init__(self, stream: Any, deadline: float, request: Any) -> None:

@@ -36,7 +36,7 @@ from harness.judges.generate import GeneratedAnswer, generate_answer_logprobs
 from harness.judges.packed import PackedLlama, Segment, row_batches, unsupported
 from harness.judges.prefix import PrefixScorer, supports_prefix_reuse
 from harness.judges.prompt_ids import SENTINEL, encode_chat
-from harness.models.resolve import resolve_model_path
+from harness.models.resolve import broken_weight_file, resolve_model_path
 from harness.records import PairRequest, PairScore
 
 log = logging.getLogger(__name__)
@@ -88,22 +88,6 @@ def load_model_and_tokenizer(path: str | Path, gguf_file: str | None, dtype, dev
         raise ConfigError(f"cannot load model from {where}: {first}; replace that file with a complete copy") from None
     model.to(device).eval()
     return model, tok
-
-
-def broken_weight_file(path: str | Path) -> Path | None:
-    """The first *.safetensors file in folder `path` whose header cannot be read (truncated, a
-    corrupt header), so a load error names the file and not only the folder (safetensors' own
-    message names neither)."""
-    from safetensors import safe_open
-
-    folder = Path(path)
-    for f in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
-        try:
-            with safe_open(str(f), framework="pt"):
-                pass
-        except Exception:  # SafetensorError, OSError: either way this file is the broken one
-            return f
-    return None
 
 
 CHAT_FORMATS = ("default", "zepo")
