@@ -103,6 +103,7 @@ KINDS = [
     ("round 3: the same, in process, with their controls", "tests/test_silent_numbers.py",
      ("test_nan_inf_or_no_mass_is_unreadable", "test_metrics_of_no_readable_pair_are_null_not_zero",
       "test_context_length_against_positions", "test_control_tokens_in_data_are_text_for_every_tokenizer_family",
+      "test_control_tokens_in_data_are_text_for_smollm2",
       "test_a_label_of_several_tokens_is_named_with_its_tokens", "test_a_label_with_a_space_is_named_as_such")),
     ("round 3: loud but wrong (top_logprobs, choices, surrogates, run dir, signals, weights, API)",
      "tests/test_loud_inputs.py",
