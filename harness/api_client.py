@@ -20,6 +20,7 @@ The `openai` client does the transport: connection reuse, timeouts, and retries 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -172,7 +173,10 @@ class ApiClient:
         key = os.environ.get(env, "") if env else ""
         host = urllib.parse.urlsplit(self.settings.base_url).hostname or ""
         # Loopback servers must not be routed through an HTTP(S)_PROXY from the environment.
-        http = openai.DefaultHttpxClient(trust_env=False) if host in ("127.0.0.1", "localhost", "::1") else None
+        # Redirects are not followed: the answer would come from another server while the request
+        # cache credits base_url (a 3xx is one line naming where it points, see _api_error).
+        http = openai.DefaultHttpxClient(trust_env=host not in ("127.0.0.1", "localhost", "::1"),
+                                         follow_redirects=False, transport=deadline_transport(self.settings.timeout_s))
         return openai.OpenAI(api_key=key or "EMPTY", base_url=self.settings.base_url, timeout=self.settings.timeout_s,
                              max_retries=self.settings.max_retries, http_client=http)
 
@@ -231,6 +235,11 @@ class ApiClient:
         import openai
 
         where = f"{method} {self._url(path)}"
+        if isinstance(e, openai.APIStatusError) and 300 <= int(e.status_code) < 400:
+            to = self._redact(e.response.headers.get("location") or "(no Location header)")
+            return ApiError(f"HTTP {e.status_code}: the server redirects to {to}; redirects are not followed (the "
+                            "request cache would credit this base_url with another server's answers): set "
+                            "backend.base_url to the server that answers", status=int(e.status_code), where=where)
         if isinstance(e, openai.APIStatusError):
             status = int(e.status_code)
             hint = ""
@@ -240,8 +249,8 @@ class ApiClient:
             return ApiError(f"HTTP {status}{retried}: {self._redact(_error_message(e))}{hint}", status=status,
                             where=where)
         if isinstance(e, openai.APITimeoutError):
-            return ApiError(f"gave up after {attempts or 1} attempts: every attempt timed out after "
-                            f"{self.settings.timeout_s:g} s", where=where)
+            return ApiError(f"gave up after {attempts or 1} attempts: every attempt timed out (no whole answer "
+                            f"within {self.settings.timeout_s:g} s)", where=where)
         if isinstance(e, openai.APIConnectionError):
             return ApiError(f"gave up after {attempts or 1} attempts: cannot connect to {self.settings.base_url} "
                             f"({self._redact(str(e.__cause__ or e))}); is the server up?", where=where)
@@ -263,6 +272,40 @@ class ApiClient:
 
     def _redact(self, text: str) -> str:
         return redact_text(text, [self.settings.api_key_env])
+
+
+def deadline_transport(seconds: float) -> Any:
+    """An httpx transport that bounds a whole attempt by `seconds`: httpx's own timeout bounds each
+    socket read, so a server dripping its answer a byte at a time kept one attempt alive without
+    end. The body is read against the deadline (httpx.ReadTimeout past it: retried like any
+    timeout); the status line and headers still arrive under the per-read timeout alone."""
+    import openai
+    from openai._constants import DEFAULT_CONNECTION_LIMITS
+
+    # The HTTP library openai runs on: httpx2 in openai 3 (openai._httpx), httpx before.
+    httpx = getattr(openai, "_httpx", None) or importlib.import_module("httpx")
+
+    class Deadline(httpx.SyncByteStream):
+        def __init__(self, stream: Any, deadline: float, request: Any) -> None:
+            self.stream, self.deadline, self.request = stream, deadline, request
+
+        def __iter__(self) -> Any:
+            for chunk in self.stream:
+                if time.monotonic() > self.deadline:
+                    raise httpx.ReadTimeout(f"no whole answer within {seconds:g} s", request=self.request)
+                yield chunk
+
+        def close(self) -> None:
+            self.stream.close()
+
+    class DeadlineTransport(httpx.HTTPTransport):
+        def handle_request(self, request: Any) -> Any:
+            deadline = time.monotonic() + seconds
+            response = super().handle_request(request)
+            response.stream = Deadline(response.stream, deadline, request)
+            return response
+
+    return DeadlineTransport(limits=DEFAULT_CONNECTION_LIMITS)
 
 
 def _json_object(raw: Any) -> dict:

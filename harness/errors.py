@@ -31,6 +31,11 @@ class JudgeInputError(HarnessError):
     """A request cannot be judged as asked (prompt longer than the context, label not one token)."""
 
 
+class JudgeOutputError(HarnessError):
+    """A judge returned no usable number (every answer NaN/inf): the run stops rather than report
+    metrics of nothing."""
+
+
 def located(path: object, record: object | None = None, field: str | None = None) -> str:
     """Format a location as 'file[, record R][, field F]' for error messages."""
     parts = [str(path)]

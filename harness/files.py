@@ -14,6 +14,7 @@ import errno
 import json
 import math
 import os
+import re
 import shlex
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
@@ -112,13 +113,37 @@ def loads_json(text: str) -> Any:
     """json.loads that turns every way a text can break it (bad syntax, an integer too long for a
     number, nesting deeper than Python's recursion limit) into a ValueError with one-line text."""
     try:
-        return json.loads(text, parse_int=_int)
+        obj = json.loads(text, parse_int=_int)
     except json.JSONDecodeError as e:
         raise ValueError(f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
     except RecursionError:
         raise ValueError("not usable JSON: nested too deeply") from None
     except ValueError as e:
         raise ValueError(f"not usable JSON: {e}") from None
+    if _SURROGATE.search(text):  # valid JSON, but no text: a tokenizer fails on it with a traceback
+        _refuse_lone_surrogates(obj)
+    return obj
+
+
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+"""A \\uD800-\\uDFFF escape: half of a surrogate pair, or a lone one (which is not Unicode)."""
+
+
+def _refuse_lone_surrogates(obj: Any, key: str | None = None) -> None:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _refuse_lone_surrogates(k, key)
+            _refuse_lone_surrogates(v, str(k))
+    elif isinstance(obj, list):
+        for v in obj:
+            _refuse_lone_surrogates(v, key)
+    elif isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"a lone surrogate \\u{ord(obj[e.start]):04x} in "
+                             f"{'field ' + repr(key) if key else 'a string'} (half of a UTF-16 pair, not a character); "
+                             "remove it or write the whole character") from None
 
 
 def check_readable(path: str | Path) -> Path:

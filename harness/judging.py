@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,13 +18,15 @@ from typing import Any
 
 from tqdm import tqdm
 
-from harness.errors import DataError, located
+from harness.errors import DataError, JudgeOutputError, located
 from harness.files import read_text, write_jsonl_atomic
 from harness.judges.base import Judge, supports_progress
 from harness.judges.prefix import trie_size
 from harness.progress import heartbeat
 from harness.prompts import render
 from harness.records import Candidate, Document, Judgment, PairRequest, PairScore
+
+log = logging.getLogger(__name__)
 
 CONTENT_FREE = "N/A"
 """What every content slot holds in the content-free prompt (contextual calibration)."""
@@ -160,7 +163,23 @@ def judge_documents(judge: Judge, docs: Sequence[Document], *, aspect: str | Non
     judgments = [Judgment(t.doc_id, t.a_id, t.b_id, s.p_a, dict(s.token_logprobs), t.human_a, t.human_b, t.gold_a,
                           tuple(s.flags) + _mass_flags(s))
                  for t, s in zip(templates, scores)]
+    refuse_all_unreadable(judge, judgments)
     return judgments, scores[-1].p_a
+
+
+def refuse_all_unreadable(judge: Judge, judgments: Sequence[Judgment]) -> None:
+    """JudgeOutputError when no pair's answer could be read: every metric would be null (or, as
+    before, a 0.0 correlation that looks like a result). Some unreadable pairs are a count in
+    results.json (n_unreadable) and a warning; all of them are one line naming the model."""
+    bad = sum("unreadable" in j.flags for j in judgments)
+    if judgments and bad == len(judgments):
+        raise JudgeOutputError(
+            f"the judge {getattr(judge, 'identity', type(judge).__name__)} gave no usable answer for any of the "
+            f"{bad} pairs (NaN/inf log-probs, or no probability on any label): nothing to measure; check the "
+            "weights (model.path) and the dtype (backend.dtype=float32)")
+    if bad:
+        log.warning("%d of %d pairs unreadable (NaN/inf answer log-probs): flagged, counted in n_unreadable, "
+                    "left out of every metric", bad, len(judgments))
 
 
 def judge_instructions(judge: Judge, jobs: Sequence[tuple[Sequence[Document], str]], *, aspect: str | None,
@@ -193,6 +212,7 @@ def judge_instructions(judge: Judge, jobs: Sequence[tuple[Sequence[Document], st
         judgments = [Judgment(t.doc_id, t.a_id, t.b_id, s.p_a, dict(s.token_logprobs), t.human_a, t.human_b,
                               t.gold_a, tuple(s.flags) + _mass_flags(s))
                      for t, s in zip(templates, got)]  # type: ignore[union-attr]
+        refuse_all_unreadable(judge, judgments)
         out.append((judgments, got[-1].p_a))  # type: ignore[union-attr]
     return out
 

@@ -95,6 +95,23 @@ KINDS = [
      ("test_secret_in_a_multirun_is_refused_before_hydra_writes_anything",)),
     ("control: a multirun's overrides are found where the search looks", "tests/test_secrets_marker.py",
      ("test_negative_control_a_multirun_writes_its_overrides_where_the_search_looks",)),
+    # Round 3 (issue #30): silently wrong numbers, and loud but wrong answers.
+    ("round 3: silent wrong numbers through the CLI (NaN judge, overlong context, forged template)",
+     "tests/test_silent_numbers.py",
+     ("test_a_judge_whose_logits_are_nan_fails_loudly", "test_a_context_longer_than_the_weights_positions_is_refused",
+      "test_control_tokens_in_data_stay_text_through_the_cli")),
+    ("round 3: the same, in process, with their controls", "tests/test_silent_numbers.py",
+     ("test_nan_inf_or_no_mass_is_unreadable", "test_metrics_of_no_readable_pair_are_null_not_zero",
+      "test_context_length_against_positions", "test_control_tokens_in_data_are_text_for_every_tokenizer_family",
+      "test_control_tokens_in_data_are_text_for_smollm2",
+      "test_a_label_of_several_tokens_is_named_with_its_tokens", "test_a_label_with_a_space_is_named_as_such")),
+    ("round 3: loud but wrong (top_logprobs, choices, surrogates, run dir, signals, weights, API)",
+     "tests/test_loud_inputs.py",
+     ("test_top_logprobs_below_the_label_count_is_refused", "test_choices_are_read_by_index",
+      "test_a_lone_surrogate_is_one_line_naming_file_line_and_field", "test_an_empty_run_dir_is_refused_before_hydra",
+      "test_sigterm_and_sighup_end_the_attempt_and_exit_143", "test_sigint_and_sigterm_are_one_line_without_a_traceback",
+      "test_a_broken_weight_file_is_named", "test_timeout_bounds_a_whole_attempt_and_redirects_are_refused",
+      "test_a_key_interpolated_into_the_run_dir_is_refused_before_any_folder")),
 ]
 
 

@@ -36,8 +36,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 TRANSPORT_FAULTS = ("429", "500", "hang", "disconnect", "malformed", "content_type", "no_choices")
+SLOW_FAULTS = ("drip", "redirect")
+"""Not in FAULTS' transport set (the transport test injects each of those): 'drip:<s>' sends a
+whole answer's headers at once, then its body one byte every <s> seconds; 'redirect:<url>' a 307 to
+<url>."""
 CONTENT_FAULTS = ("no_logprobs", "empty_top", "nan", "null", "positive", "both_zero", "missing_ids", "all_inf")
-FAULTS = TRANSPORT_FAULTS + CONTENT_FAULTS
+FAULTS = TRANSPORT_FAULTS + CONTENT_FAULTS + SLOW_FAULTS
 
 
 @dataclass
@@ -270,6 +274,24 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, b"<html><body>502 Bad Gateway</body></html>", ctype="text/html")
         elif kind == "no_choices":
             self._send(200, b'{"object": "error", "detail": "overloaded"}')
+        elif kind == "redirect":
+            self._send(307, b"", headers={"Location": arg})
+        elif kind == "drip":
+            body = b'{"choices": []}' + b" " * 64
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.flush()
+            for k in range(len(body)):
+                if self.owner._stop.wait(float(arg or 0.1)):
+                    break
+                try:
+                    self.wfile.write(body[k:k + 1])
+                    self.wfile.flush()
+                except OSError:  # the client gave up: what the deadline is for
+                    break
+            self.close_connection = True
 
 
 def spoil(payload: dict, fault: str) -> dict:

@@ -124,6 +124,12 @@ class ApiJudge:
             raise ConfigError(f"unknown endpoint {endpoint!r}; use chat or completions")
         if not 1 <= int(top_logprobs) <= 20:
             raise ConfigError(f"top_logprobs must be in 1..20 (the OpenAI limit), got {top_logprobs}")
+        if mode != "exact" and int(top_logprobs) < len(labels):
+            # With fewer listed tokens than labels one label is never listed: read as -inf, P(A) is
+            # exactly 0 or 1.
+            raise ConfigError(f"backend.top_logprobs={top_logprobs} lists fewer tokens than the {len(labels)} answer "
+                              f"labels {list(labels)}, so a label would read as probability 0; set "
+                              f"backend.top_logprobs={max(len(labels), 5)} or more (at most 20)")
         if endpoint == "completions" and system_prompt:
             raise ConfigError("system_prompt needs endpoint=chat (the completions endpoint sends the prompt raw)")
         self.model, self.labels = model, tuple(labels)
@@ -299,13 +305,25 @@ def check_logprobs(entries: Mapping[str, float]) -> None:
         raise MalformedResponse("every listed token has probability 0")
 
 
+def first_choice(resp: dict) -> dict:
+    """The choice with `index` 0 (the order of `choices` is not part of the API: a server that
+    returns several may list them in any order); MalformedResponse when there is none."""
+    choices = resp.get("choices")
+    if not isinstance(choices, list) or not choices or not all(isinstance(c, dict) for c in choices):
+        raise MalformedResponse("no choices in the response")
+    if not any("index" in c for c in choices):
+        return choices[0]
+    first = [c for c in choices if c.get("index") == 0]
+    if len(first) != 1:
+        raise MalformedResponse(f"{len(first)} choices with index 0 in the response")
+    return first[0]
+
+
 def first_position(resp: dict, endpoint: str = "chat") -> dict[str, float]:
     """{token: logprob} of the first generated position's candidate list; MalformedResponse
     (asked again) when the body lacks choices or logprobs or an entry is not a token and a number."""
-    choices = resp.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise MalformedResponse("no choices in the response")
-    lp = choices[0].get("logprobs")
+    choice = first_choice(resp)
+    lp = choice.get("logprobs")
     if not isinstance(lp, dict):
         raise MalformedResponse("the answer has no logprobs (the server must support logprobs/top_logprobs)")
     if endpoint == "chat":

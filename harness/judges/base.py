@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from harness.errors import JudgeInputError
+from harness.errors import ConfigError, JudgeInputError
 from harness.records import PairRequest, PairScore
 
 
@@ -118,6 +118,40 @@ def refuse_overlong_texts(tokenizer: Any, texts: Sequence[str], requests: Sequen
                 "judge shorter texts (or raise model.max_length up to what the model supports)")
 
 
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length")
+"""Where a transformers config holds the number of positions the weights were trained for."""
+
+
+def model_positions(config: Any) -> int | None:
+    """The positions a model's config declares (its text config for a multimodal one), or None."""
+    if not isinstance(config, Mapping):
+        text = getattr(config, "get_text_config", lambda: config)()
+        config = {k: getattr(text, k, None) for k in POSITION_KEYS}
+    else:
+        config = config.get("text_config") or config
+    for key in POSITION_KEYS:
+        v = config.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def context_length(max_length: int | None, config: Any, where: str) -> int:
+    """model.max_length checked against the weights' positions (one ConfigError before any
+    prompt is scored): a longer context would score prompts at positions the weights never saw
+    (RoPE extrapolation), with plausible-looking numbers. Unset: the weights' positions (2048
+    when the config declares none)."""
+    positions = model_positions(config)
+    if max_length is None:
+        return positions or 2048
+    if positions is not None and int(max_length) > positions:
+        raise ConfigError(
+            f"model.max_length={max_length} is more than the {positions} positions the weights in {where} "
+            f"declare (max_position_embeddings in its config): prompts past them would be scored at positions "
+            f"the model never saw; set model.max_length={positions} or less")
+    return int(max_length)
+
+
 def innermost(judge: Any) -> Any:
     """The judge that calls the model, under every wrapper (CachedJudge, PreemptibleJudge, ...)
     that exposes what it wraps as `.judge`."""
@@ -175,13 +209,30 @@ class AnswerTokens:
     def score(self, logprobs: Sequence[float]) -> PairScore:
         """Turn logprobs aligned with `all_ids` into a PairScore (first label is 'A'):
         P(A) over every label (a tie label included); 0.5 when the tie label wins."""
-        token_logprobs = dict(zip(self.keys, (float(x) for x in logprobs)))
-        per_label = self.label_logprobs(logprobs)
+        values = [float(x) for x in logprobs]
+        if not readable_logprobs(values):
+            return unreadable()
+        token_logprobs = dict(zip(self.keys, values))
+        per_label = self.label_logprobs(values)
         if self.tie is not None:
             t = per_label[self.labels.index(self.tie)]
             if all(t > x for label, x in zip(self.labels, per_label) if label != self.tie):
                 return PairScore(token_logprobs=token_logprobs, p_a=0.5)
         return PairScore(token_logprobs=token_logprobs, p_a=renormalise(per_label[0], per_label[1:]))
+
+
+def readable_logprobs(values: Sequence[float]) -> bool:
+    """Whether answer log-probs hold a probability: none NaN or +inf (NaN/inf logits, e.g.
+    broken weights or an fp16 overflow) and not every one -inf (no answer mass at all). Anything
+    else would be renormalised into a made-up P(A) (0.5, or exactly 0 or 1)."""
+    return (bool(values) and not any(math.isnan(x) or x == math.inf for x in values)
+            and any(x > -math.inf for x in values))
+
+
+def unreadable() -> PairScore:
+    """The score of a pair whose answer holds no usable probability: P(A) NaN, flagged, so it is
+    counted in results.json's n_unreadable, left out of every metric and never cached."""
+    return PairScore(token_logprobs={}, p_a=math.nan, flags=("unreadable",))
 
 
 def logsumexp(xs: Sequence[float]) -> float:
@@ -223,11 +274,7 @@ def resolve_answer_tokens(tokenizer: Any, labels: Sequence[str] = ("A", "B"),
     for label in labels:
         ids = _single_token_ids(tokenizer, label)
         if not ids:
-            enc = tokenizer.encode(label, add_special_tokens=False)
-            raise JudgeInputError(
-                f"answer label {label!r} is not a single token for this tokenizer "
-                f"(encodes to {len(enc)} tokens {enc}); choose single-token labels"
-            )
+            raise JudgeInputError(_not_one_token(tokenizer, label))
         for tid in ids:
             if tid in seen:
                 raise JudgeInputError(f"answer labels {seen[tid]!r} and {label!r} share token id {tid}")
@@ -235,6 +282,19 @@ def resolve_answer_tokens(tokenizer: Any, labels: Sequence[str] = ("A", "B"),
         variants[label] = tuple(sorted(((_token_text(tokenizer, tid), tid) for tid in ids),
                                        key=lambda v: (v[0] != label, v[1])))
     return AnswerTokens(labels=tuple(labels), variants=variants, tie=tie)
+
+
+def _not_one_token(tokenizer: Any, label: str) -> str:
+    """Why `label` has no single-token spelling, in words that do not contradict themselves."""
+    if label != label.strip():
+        return (f"answer label {label!r} has surrounding whitespace; each label is read with and without a "
+                f"leading space already, so use {label.strip()!r}")
+    enc = tokenizer.encode(label, add_special_tokens=False)
+    if len(enc) == 1:
+        return (f"answer label {label!r} is not a vocabulary entry of its own (it encodes to token {enc[0]}, "
+                f"which decodes to {tokenizer.decode(enc)!r}); choose labels that are single tokens")
+    return (f"answer label {label!r} is not a single token for this tokenizer (it encodes to {len(enc)} tokens "
+            f"{enc}); choose single-token labels")
 
 
 _MARKERS = ("\u0120", "\u2581")  # 'Ġ' (byte-level BPE) and '▁' (SentencePiece): a word-start space

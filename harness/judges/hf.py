@@ -25,6 +25,7 @@ from typing import Any
 from harness.errors import ConfigError, JudgeInputError
 from harness.judges.base import (
     AnswerTokens,
+    context_length,
     gather,
     refuse_overlong_texts,
     resolve_answer_tokens,
@@ -41,6 +42,7 @@ from harness.judges.packed import (
     unsupported,
 )
 from harness.judges.prefix import PrefixScorer, supports_prefix_reuse
+from harness.judges.prompt_ids import SENTINEL, encode_chat
 from harness.judges.weights import load_config, load_tokenizer, load_weights
 from harness.models.fingerprint import module_fingerprint, weights_fingerprint
 from harness.models.resolve import resolve_model_path
@@ -120,11 +122,16 @@ def encode_prompts(tokenizer: Any, requests: Sequence[PairRequest], system_promp
     """Chat-formatted token ids per request; refuses empty prompts and prompts over `max_length`.
 
     The default format adds no special tokens (the template holds the BOS); "zepo" lets the
-    tokenizer add its BOS too, as `tokenizer(text)` does in the official code."""
+    tokenizer add its BOS too, as `tokenizer(text)` does in the official code. Control-token
+    strings inside the prompt or system prompt stay plain text (harness.judges.prompt_ids)."""
     texts = [format_chat(tokenizer, r.prompt, system_prompt, chat_format, chat_template=chat_template)
              for r in requests]
     refuse_overlong_texts(tokenizer, texts, requests, max_length)  # before a 20 MB text is tokenized
-    ids = tokenizer(texts, add_special_tokens=chat_format == "zepo")["input_ids"] if texts else []
+    ids = encode_chat(  # message texts as plain text: data never forges the template (prompt_ids)
+        tokenizer, texts, [(r.prompt, system_prompt) for r in requests],
+        lambda: format_chat(tokenizer, SENTINEL, system_prompt and SENTINEL, chat_format, chat_template=chat_template),
+        chat_format == "zepo", lambda k: f"prompt for document {requests[k].doc_id!r} pair "
+        f"({requests[k].a_id}, {requests[k].b_id})")
     for r, row in zip(requests, ids):
         if len(row) >= max_length:
             raise JudgeInputError(
@@ -229,7 +236,7 @@ class HFJudge(ChatPrompts):
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         self.system_prompt = system_prompt
-        self.max_length = int(max_length or _context_length(self.config))
+        self.max_length = context_length(max_length, self.config, str(path))
         self.answers: AnswerTokens = resolve_answer_tokens(self.tokenizer, labels, tie_label)
         self._answer_ids = torch.tensor(self.answers.all_ids, device=self.device)
         pad = self.tokenizer.pad_token_id
@@ -444,14 +451,6 @@ def _packed_engine(model: Any, engine: str):
         raise ConfigError(f"engine=packed cannot run this model: {reason}")
     log.info("HF forward used (packed engine: %s)", reason)
     return None
-
-
-def _context_length(config: Any) -> int:
-    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        v = getattr(config, attr, None)
-        if isinstance(v, int) and v > 0:
-            return v
-    return 2048
 
 
 def build(judge_model: Mapping[str, Any], name: str = "hf", **options: Any) -> HFJudge:

@@ -45,6 +45,7 @@ from typing import Any
 from harness.errors import ConfigError, JudgeInputError
 from harness.judges.base import (
     AnswerTokens,
+    context_length,
     resolve_answer_tokens,
 )
 from harness.judges.cpu import auto_dtype, torch_threads
@@ -194,6 +195,8 @@ class VLLMJudge(ChatPrompts):
             raise ConfigError(f"cannot load the tokenizer/config from {path}: {str(e).strip().splitlines()[0]}") from None
         self.answers: AnswerTokens = resolve_answer_tokens(self.tokenizer, labels, tie_label)
         check_answer_ids(self.answers)
+        if max_model_len is not None:  # vLLM's own refusal is a traceback after seconds of setup
+            context_length(max_model_len, config, path)
         import vllm
         from vllm.platforms import current_platform
 

@@ -28,8 +28,18 @@ def _load_kwargs(gguf_file: str | None, revision: str | None, trust_remote_code:
 
 
 def _cannot_load(path: str | Path, gguf_file: str | None, e: Exception) -> ConfigError:
+    """One line naming the broken file where one can be found (a truncated safetensors file, a bad
+    header), else the folder, and what to do."""
+    from harness.models.resolve import broken_weight_file
+
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return ConfigError(f"cannot load model from {path}{'/' + gguf_file if gguf_file else ''}: {first}")
+    where = broken_weight_file(path) or f"{path}{'/' + gguf_file if gguf_file else ''}"
+    return ConfigError(f"cannot load model from {where}: {first}; replace that file with a complete copy")
+
+
+def _load_error(e: Exception) -> bool:
+    """Whether `e` is a load failure to report as one line (safetensors raises its own error type)."""
+    return isinstance(e, OSError | ValueError) or type(e).__name__ == "SafetensorError"
 
 
 def load_tokenizer(path: str | Path, gguf_file: str | None = None, revision: str | None = None,
@@ -66,7 +76,9 @@ def load_weights(path: str | Path, gguf_file: str | None, dtype, device: str, re
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype,
                                                      **_load_kwargs(gguf_file, revision, trust_remote_code))
-    except (OSError, ValueError) as e:
+    except Exception as e:
+        if not _load_error(e):
+            raise
         raise _cannot_load(path, gguf_file, e) from None
     WEIGHT_LOADS[str(path)] += 1
     model.to(device).eval()

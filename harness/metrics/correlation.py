@@ -208,7 +208,8 @@ def correlations(
 
     ranking="winrate": score = `win_rates(M)`; ranking="pairs": rank = position in
     `pairs_sort`. Candidates without a human score (or win rate) are left out of their
-    document; documents with fewer than two human-scored candidates are left out (n_docs
+    document; documents with fewer than two human-scored candidates, or with no readable pair,
+    are left out (n_docs
     counts those kept). spearman_whole/kendall_whole pool (win rate, human) over all
     documents whatever the ranking, since PairS positions are not comparable across documents.
     `spearman_se`: the standard error of `spearman` from the shuffles (0 where every initial order
@@ -224,7 +225,9 @@ def view_correlations(
         raise ConfigError(f"correlations ranking must be 'winrate' or 'pairs', got {ranking!r}")
     if not isinstance(shuffles, int) or shuffles < 1:
         raise ConfigError(f"correlations shuffles must be a positive integer, got {shuffles!r}")
-    views = {d: v for d, v in all_views.items() if np.isfinite(v.human).sum() >= 2}
+    # A document none of whose pairs was read (every P(A) NaN) has no ranking: left out, never a
+    # correlation of 0 (which is what ranking all-tied candidates would give).
+    views = {d: v for d, v in all_views.items() if np.isfinite(v.human).sum() >= 2 and np.isfinite(v.matrix).any()}
     per_doc = _per_doc(_doc_scores(views, ranking, shuffles, seed), views)
     rows = [per_doc[d] for d in views]
     sampled = [ranking == "pairs" and math.factorial(len(v.ids)) > shuffles for v in views.values()]

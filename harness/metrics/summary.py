@@ -80,7 +80,8 @@ def summarize(
     if p_cf is not None and not math.isnan(p_cf):
         variants["contextual"] = contextual_p(frame, p_cf)
     elif p_cf is not None:  # the content-free probe stayed unreadable: only its view is lost
-        log.warning("the content-free probe's answer was unreadable after every retry (P(A) NaN): the "
+        log.warning("the content-free probe's answer was unreadable (P(A) NaN: NaN/inf log-probs, or an API "
+                    "answer still unusable after every retry): the "
                     "contextual-calibration view is left out; every other view is complete")
     official = {"permutation": permutation_p(frame, "official")}
     return {k: frame_metrics(frame.with_p(p), shuffles=shuffles, seed=seed, bins=bins, official_p=official.get(k))

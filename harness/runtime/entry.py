@@ -13,6 +13,7 @@ import importlib
 import logging
 import os
 import re
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -166,12 +167,29 @@ def main() -> None:
     try:
         # Before Hydra sees them: with -m it writes every override to multirun.yaml and logs it,
         # and its own errors (HYDRA_FULL_ERROR=1 included) repeat the value.
-        check_overrides(a for a in sys.argv[1:] if not a.startswith("-") and "=" in a)
+        # Their ${oc.env:...} parts as Hydra will read them: a key interpolated into hydra.run.dir
+        # would otherwise be refused only after Hydra made a folder named after it.
+        check_overrides(with_env_values(a) for a in sys.argv[1:] if not a.startswith("-") and "=" in a)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    empty = empty_run_dir(sys.argv[1:])
+    if empty:
+        print(f"error: {empty}=... is empty: the run's files would go to the current folder "
+              "and overwrite its results.json; name a folder (or leave it out for outputs/<experiment>/<time>)",
+              file=sys.stderr)
+        sys.exit(2)
+    install_stop_handlers()
     try:
         hydra_main()
+    except Stopped as e:
+        print(f"error: stopped by {signal.Signals(e.signum).name}; every committed pair is in the request cache and "
+              "attempts.jsonl has this attempt's end line: rerun the same command to resume", file=sys.stderr)
+        sys.exit(STOP_EXIT)
+    except KeyboardInterrupt:
+        print("error: interrupted (Ctrl-C); every committed pair is in the request cache: rerun the same command "
+              "to resume", file=sys.stderr)
+        sys.exit(130)
     except (HydraException, OmegaConfBaseException, HarnessError) as e:
         if full:
             raise
@@ -204,3 +222,47 @@ def filesystem_error(raised: BaseException) -> str | None:
     if raised is not e:
         return None
     return f"{path}: {e.strerror or e}; check that it exists and can be written, or point the run elsewhere"
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""What `scancel`, `kill` and a closed terminal send: the run stops as a preempted one does."""
+STOP_EXIT = 143
+"""The exit status of a run stopped by STOP_SIGNALS (128 + SIGTERM, what a killed process gives)."""
+
+
+class Stopped(SystemExit):
+    """Raised by the STOP_SIGNALS handler: a SystemExit, so attempts.jsonl records the attempt as
+    `interrupted` and every `finally` runs (the chunk in flight is abandoned: the request cache
+    holds every committed one, so the rerun judges only the rest)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(STOP_EXIT)
+        self.signum = signum
+
+
+def install_stop_handlers() -> None:
+    """SIGTERM/SIGHUP raise Stopped in the main thread (Python's default for them kills the process
+    with no `finally`: no end line in attempts.jsonl)."""
+    def stop(signum: int, frame: Any) -> None:
+        raise Stopped(signum)
+
+    for s in STOP_SIGNALS:
+        signal.signal(s, stop)
+
+
+def empty_run_dir(argv: Sequence[str]) -> str | None:
+    """The key of a `hydra.run.dir=` / `hydra.sweep.dir=` override with an empty value, if any."""
+    for a in argv:
+        key, sep, value = a.partition("=")
+        if sep and key.lstrip("+~") in ("hydra.run.dir", "hydra.sweep.dir") and not value.strip(" '\""):
+            return key.lstrip("+~")
+    return None
+
+
+_ENV_INTERPOLATION = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,[^}]*)?\}")
+
+
+def with_env_values(override: str) -> str:
+    """`override` with each ${oc.env:NAME} replaced by the variable's value (what Hydra resolves
+    it to), so the secrets check sees what would reach folder names and files."""
+    return _ENV_INTERPOLATION.sub(lambda m: os.environ.get(m.group(1), ""), override)
