@@ -119,7 +119,7 @@ def test_sigint_and_sigterm_are_one_line_without_a_traceback(raised, code, needl
 def test_a_broken_weight_file_is_named(damage, tiny_llama, tmp_path):
     import shutil
 
-    from harness.judges.hf import load_model_and_tokenizer
+    from harness.judges.weights import load_model_and_tokenizer
 
     model = tmp_path / "m"
     shutil.copytree(tiny_llama, model)
