@@ -197,7 +197,7 @@ class CallLog:
 
 
 def _close(a, b, path="state"):
-    """Equal, floats within 1e-6 (prefix reuse changes the float order of a batch, not the decisions)."""
+    """Equal, floats within 1e-5: prefix reuse and batch composition change the float order (fp32 GEMM kernels on AVX-512/AMX CPUs give a row other bits in another batch: 1.1e-6 measured on order_gap), not the decisions."""
     if isinstance(a, dict):
         assert a.keys() == b.keys(), path
         for k in a:
@@ -207,7 +207,7 @@ def _close(a, b, path="state"):
         for i, (x, y) in enumerate(zip(a, b)):
             _close(x, y, f"{path}[{i}]")
     elif isinstance(a, float) and isinstance(b, float):
-        assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-6, abs=1e-6), path
+        assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-5, abs=1e-5), path
     else:
         assert a == b, path
 
