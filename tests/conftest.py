@@ -102,18 +102,32 @@ def vllm_judge(smollm2_path):
     judge.close()
 
 
-def run_harness(args: list[str], tmp: Path, *, env: dict | None = None, timeout: int = 600):
-    """Run `python -m harness.run` in a subprocess with an isolated cache and data dir."""
-    import subprocess
-    import sys
-
+def _run_env(tmp: Path, env: dict | None) -> dict:
+    """The environment of one run: an isolated cache, data dir and W&B data dir per test."""
     full_env = {**os.environ, "HARNESS_DATA_MIRROR": str(SHARED_DATA), "WANDB_MODE": "offline",
                 "HARNESS_DATA_DIR": str(tmp / "data"), "HARNESS_CACHE": str(tmp / "cache"),
                 "HYDRA_FULL_ERROR": "0", "WANDB_DATA_DIR": str(tmp / "wandb-data"), **(env or {})}
     # Tiny models and converted SmolLM2 live in the shared model cache, not the per-test cache.
     full_env.setdefault("HARNESS_MODEL_CACHE", str(Path.home() / ".cache" / "harness"))
-    return subprocess.run([sys.executable, "-m", "harness.run", *args], cwd=REPO, env=full_env,
+    return full_env
+
+
+def run_harness(args: list[str], tmp: Path, *, env: dict | None = None, timeout: int = 600):
+    """Run `python -m harness.run` in a subprocess with an isolated cache and data dir: for tests of
+    a door a user walks through as a process (README commands, signals, SLURM, disk faults)."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "harness.run", *args], cwd=REPO, env=_run_env(tmp, env),
                           capture_output=True, text=True, timeout=timeout)
+
+
+def run_in_process(args: list[str], tmp: Path, *, env: dict | None = None, timeout: int = 600):
+    """run_harness's twin without the interpreter: the same entry (harness.runtime.entry.main), the
+    same command line, environment and return value, in this process (tests/inprocess.py)."""
+    from inprocess import run_in_process as run
+
+    return run(args, tmp, timeout=timeout, repo=REPO, base_env=_run_env(tmp, env))
 
 
 @pytest.fixture(scope="module")
