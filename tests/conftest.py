@@ -100,7 +100,8 @@ def vllm_judge(smollm2_path):
     judge = build_judge(cfg.model, cfg.backend)
     _CLOSE_EARLY["vllm_judge"] = judge.close
     yield judge
-    judge.close()
+    if _CLOSE_EARLY.pop("vllm_judge", None) is not None:  # not stopped after its last user yet
+        judge.close()
 
 
 SERVED_SMOLLM2 = ["smollm2"]
@@ -122,7 +123,8 @@ def served_smollm2(smollm2_path, tmp_path_factory):
     url = next(server)
     _CLOSE_EARLY["served_smollm2"] = server.close  # the generator's finally stops the server
     yield url
-    server.close()
+    _CLOSE_EARLY.pop("served_smollm2", None)
+    server.close()  # a no-op when it already ran after the last user
 
 
 _CLOSE_EARLY: dict = {}
