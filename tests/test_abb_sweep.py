@@ -20,7 +20,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import REPO, run_harness
+from conftest import REPO, run_in_process
 from test_abb_experiment import SLICE, _jsonl, run_here
 
 from harness import abb
@@ -79,7 +79,7 @@ def test_sweep_multirun_records_refused_cells_and_goes_on(shared):
     axes = ["experiment.tau_fraction=0.125", "experiment.delta=0.1", "experiment.kinds=formatting",
             "experiment.mu=data,fixed", "experiment.alpha_fraction=1.0", "experiment.sigma_mode=zero",
             "experiment.mode=one_item,whole_set"]
-    r = run_harness(["-m", "experiment=abb_sweep", *TINY, "experiment.estimate=4", "experiment.verify=3",
+    r = run_in_process(["-m", "experiment=abb_sweep", *TINY, "experiment.estimate=4", "experiment.verify=3",
                      "experiment.jitter.samples=0", *axes, f"hydra.sweep.dir={sweep}"], shared)
     assert r.returncode == 0, r.stderr[-3000:]
     results = {int(p.parent.name): json.loads(p.read_text()) for p in sweep.glob("*/results.json")}

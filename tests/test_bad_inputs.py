@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_harness
+from conftest import run_in_process
 from hydra import compose, initialize_config_dir
 from openai_server import OpenAIServer
 from test_api_judge import FAST, _jsonl
@@ -78,7 +78,7 @@ CASES = {
 def test_bad_input_is_one_line_before_any_model_call(tmp_path, case):
     make, needles = CASES[case]
     start = time.monotonic()
-    r = run_harness([*BASE, *make(tmp_path), f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, timeout=240)
+    r = run_in_process([*BASE, *make(tmp_path), f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, timeout=240)
     seconds = time.monotonic() - start
     _assert_one_line_error(r, *needles)
     assert not (tmp_path / "run" / "results.json").exists() and not (tmp_path / "run" / "judgments.jsonl").exists()
@@ -208,11 +208,11 @@ def test_judge_calls_of_every_attempt_are_summed(tmp_path):
     """`judge_calls` counts this attempt; `judge_calls_all_attempts` adds every attempt on the run
     directory (attempts.jsonl), so a resumed run still reports the calls the run made."""
     args = [*BASE, f"hydra.run.dir={tmp_path / 'run'}"]
-    first = run_harness(args, tmp_path, timeout=300)
+    first = run_in_process(args, tmp_path, timeout=300)
     assert first.returncode == 0, first.stderr[-2000:]
     made = json.loads((tmp_path / "run" / "results.json").read_text())
     assert made["judge_calls"] > 0 and made["judge_calls_all_attempts"] == made["judge_calls"]
-    again = run_harness(args, tmp_path, timeout=300)
+    again = run_in_process(args, tmp_path, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     resumed = json.loads((tmp_path / "run" / "results.json").read_text())
     assert resumed["judge_calls"] == 0  # the control: this attempt alone reports none

@@ -191,6 +191,7 @@ def test_gpu_check_dry_run(tmp_path, shared_data, tiny_llama):
     assert line["bench"]["agree"]["batched_hf~batched"][0] == line["bench"]["agree"]["batched_hf~batched"][1]
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_bench_judge_vllm_columns(tmp_path, shared_data):
     """`--vllm` adds vLLM without and with prefix caching on both workloads, decisions compared
@@ -225,6 +226,7 @@ def test_bench_judge_vllm_columns(tmp_path, shared_data):
     assert "prompts/s prefix_5instr/vllm_apc_t2_5instr:" in proc.stdout and "vLLM 2)" in proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_bench_judge_vllm_dtypes(tmp_path, shared_data):
     """`--dtypes float32,bfloat16 --vllm`: vLLM with prefix caching in each dtype at our thread

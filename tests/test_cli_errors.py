@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_harness
+from conftest import run_in_process
 
 GOOD = {"doc_id": "d1", "source": "the source text", "candidate_id": "c1", "text": "a summary",
         "scores": {"coherence": 3.0}}
@@ -41,7 +41,7 @@ def _bad_data_cases(tmp):
 @pytest.mark.parametrize("case", ["missing file", "wrong schema", "nan score", "empty candidate"])
 def test_bad_data_file(case, tmp_path):
     path, needles = _bad_data_cases(tmp_path)[case]
-    r = run_harness(["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={path}",
+    r = run_in_process(["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={path}",
                      "task.aspect=coherence", f"hydra.run.dir={tmp_path / 'run'}", "wandb.mode=disabled"], tmp_path)
     _assert_one_line_error(r, *needles)
 
@@ -53,13 +53,13 @@ def test_bad_data_file(case, tmp_path):
     ("backend.engine=fast", ("backend.engine='fast'", "auto, packed, hf")),
 ])
 def test_bad_config(override, needles, tmp_path):
-    r = run_harness(["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2", override,
+    r = run_in_process(["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2", override,
                      f"hydra.run.dir={tmp_path / 'run'}", "wandb.mode=disabled"], tmp_path)
     _assert_one_line_error(r, *needles)
 
 
 def test_secret_in_config_is_refused(tmp_path):
-    r = run_harness(["experiment=judge", "model=tiny_llama", "+backend.api_key=sk-should-never-be-here",
+    r = run_in_process(["experiment=judge", "model=tiny_llama", "+backend.api_key=sk-should-never-be-here",
                      f"hydra.run.dir={tmp_path / 'run'}", "wandb.mode=disabled"], tmp_path)
     _assert_one_line_error(r, "environment variable")
     assert not any("sk-should-never-be-here" in p.read_text(errors="ignore")
@@ -87,7 +87,7 @@ def test_secret_in_config_is_refused(tmp_path):
 def test_config_refused_before_any_work(override, needles, tmp_path):
     """The schemas (harness/runtime/schema.py): types and unknown keys at compose, ranges and names
     right after, before any model or data is touched: no run directory is created."""
-    r = run_harness(["experiment=judge", "model=tiny_llama", *override.split(" "), f"hydra.run.dir={tmp_path / 'run'}",
+    r = run_in_process(["experiment=judge", "model=tiny_llama", *override.split(" "), f"hydra.run.dir={tmp_path / 'run'}",
                      "wandb.mode=disabled" if not override.startswith("wandb.") else "progress=false"], tmp_path,
                     timeout=120)
     _assert_one_line_error(r, *needles)
@@ -99,10 +99,10 @@ def test_context_length_is_checked_when_every_answer_comes_from_the_cache(tmp_pa
     must not let a prompt the model cannot read through: the check runs on cache hits too."""
     args = ["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2", "wandb.mode=disabled",
             "progress=false"]
-    r = run_harness([*args, f"hydra.run.dir={tmp_path / 'warm'}"], tmp_path)
+    r = run_in_process([*args, f"hydra.run.dir={tmp_path / 'warm'}"], tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
-    again = run_harness([*args, f"hydra.run.dir={tmp_path / 'again'}"], tmp_path)
+    again = run_in_process([*args, f"hydra.run.dir={tmp_path / 'again'}"], tmp_path)
     assert again.returncode == 0 and json.loads((tmp_path / "again" / "results.json").read_text())["judge_calls"] == 0
-    r = run_harness([*args, "model.max_length=32", f"hydra.run.dir={tmp_path / 'short'}"], tmp_path)
+    r = run_in_process([*args, "model.max_length=32", f"hydra.run.dir={tmp_path / 'short'}"], tmp_path)
     _assert_one_line_error(r, "longer than the model's context of 32", "model.max_length")
     assert not (tmp_path / "short" / "results.json").exists()

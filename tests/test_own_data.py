@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_harness
+from conftest import run_in_process
 from test_cli_errors import _assert_one_line_error
 
 from harness.prompts import default_instruction
@@ -22,7 +22,7 @@ def test_generic_instruction_for_an_unknown_aspect(tmp_path):
              "scores": {"litepyramid_recall": float(c + d)}} for d in range(2) for c in range(3)]
     data = _write(tmp_path / "mine.jsonl", rows)
     out = tmp_path / "run"
-    r = run_harness(["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={data}",
+    r = run_in_process(["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={data}",
                      "task.aspect=litepyramid_recall", f"hydra.run.dir={out}", "wandb.mode=disabled",
                      "experiment.shuffles=5"], tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -43,7 +43,7 @@ def test_gold_label_data_without_an_aspect_is_overall_preference(tmp_path):
     data = _write(tmp_path / "prefs.jsonl", rows)
     out = tmp_path / "run"
     # As the README gives it: no task.family; the `gold` field makes it instruction data.
-    r = run_harness(["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={data}",
+    r = run_in_process(["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={data}",
                      f"hydra.run.dir={out}", "wandb.mode=disabled", "experiment.shuffles=5"], tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     results = json.loads((out / "results.json").read_text())
@@ -56,7 +56,7 @@ def test_gold_label_data_without_an_aspect_is_overall_preference(tmp_path):
 def test_an_empty_aspect_is_refused_with_what_to_set(tmp_path):
     rows = [{"doc_id": "d", "source": "s", "candidate_id": f"c{c}", "text": f"t{c}"} for c in range(2)]
     data = _write(tmp_path / "mine.jsonl", rows)
-    r = run_harness(["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={data}",
+    r = run_in_process(["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={data}",
                      "task.aspect=' '", f"hydra.run.dir={tmp_path / 'run'}", "wandb.mode=disabled"], tmp_path)
     assert r.returncode == 2
     errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
@@ -72,7 +72,7 @@ def _scored(tmp_path, scores_of):
 def test_the_files_only_score_key_is_the_aspect_when_none_is_set(tmp_path):
     data = _scored(tmp_path, lambda d, c: {"quality": float(c + d)})
     out = tmp_path / "run"
-    r = run_harness(["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={data}",
+    r = run_in_process(["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={data}",
                      f"hydra.run.dir={out}", "wandb.mode=disabled", "experiment.shuffles=5"], tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     results = json.loads((out / "results.json").read_text())
@@ -87,7 +87,7 @@ def test_the_files_only_score_key_is_the_aspect_when_none_is_set(tmp_path):
 def test_scores_for_other_aspects_are_one_line_naming_the_file_and_its_keys(tmp_path, aspect, needles):
     data = _scored(tmp_path, lambda d, c: {"quality": float(c), "fluency": float(d)})
     out = tmp_path / "run"
-    r = run_harness(["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={data}",
+    r = run_in_process(["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={data}",
                      f"hydra.run.dir={out}", "wandb.mode=disabled", *([aspect] if aspect else [])], tmp_path)
     _assert_one_line_error(r, "scored.jsonl", *needles)
     assert not (out / "judgments.jsonl").exists()  # refused before any model call

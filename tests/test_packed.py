@@ -146,6 +146,7 @@ def test_row_batches():
     assert row_batches([], 4, 8) == []
 
 
+@pytest.mark.slow
 def test_smollm2_packed_equals_hf_on_summeval(smollm2_judge, shared_data):
     """The real judge on real prompts: same decisions, P(A) within fp32 noise."""
     from harness.data import load_task

@@ -37,8 +37,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, SHARED_DATA
-from test_vllm_server import _free_port, serve_judge
+from conftest import REPO, SERVED_SMOLLM2, SHARED_DATA
 
 README = REPO / "README.md"
 HEADERS = sorted([*(REPO / "conf" / "experiment").rglob("*.yaml"), *(REPO / "conf" / "sweep").glob("*.yaml")])
@@ -280,12 +279,13 @@ def newest_run(ws: Path, *roots: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(workspace):
-    """The README's serve line (+ a free port), up for the API lines, stopped at the end."""
-    pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
+def server(served_smollm2):
+    """The README's serve line (+ a free port), up for the API lines: the session's one served
+    engine (conftest `served_smollm2`), which runs exactly the README's arguments."""
     serve = next(c for c in all_commands() if plan(c)[0] == "serve")
-    port = _free_port()
-    yield from serve_judge([*serve.argv[3:], "--port", str(port)], port, workspace / "server.log")
+    assert serve.argv[3:] == SERVED_SMOLLM2, (f"{serve.where}: the README serves {serve.argv[3:]}; set "
+                                              "conftest.SERVED_SMOLLM2 to the README's arguments")
+    return served_smollm2
 
 
 def _p_a(run_dir: Path) -> dict[tuple[str, str, str], float]:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, run_harness
+from conftest import REPO, run_in_process
 from test_run import wandb_records
 
 from harness.errors import ConfigError
@@ -231,7 +231,7 @@ def test_every_run_gets_a_card_in_the_run_dir_wandb_and_report(tmp_path):
     """A judge run through `python -m harness.run` with model.chat_template=false. The tiny random
     model's mass is meaningless (random weights): here it only drives the plumbing."""
     out = tmp_path / "run"
-    r = run_harness(["experiment=judge", "model=tiny_llama3", "model.chat_template=false", "task.docs=2",
+    r = run_in_process(["experiment=judge", "model=tiny_llama3", "model.chat_template=false", "task.docs=2",
                      "task.max_candidates=3", "experiment.shuffles=5", "progress=false",
                      f"hydra.run.dir={out}"], tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]

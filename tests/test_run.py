@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED_DATA, run_harness
+from conftest import REPO, SHARED_DATA, run_harness, run_in_process
 
 from harness.judging import load_judgments
 from harness.metrics import recompute
@@ -63,7 +63,7 @@ def wandb_records(run_dir: Path) -> list[dict]:
 
 def test_judge_run_tiny_model(tmp_path):
     out = tmp_path / "run"
-    r = run_harness(["experiment=judge", "model=tiny_llama", "task.docs=2", "task.max_candidates=3",
+    r = run_in_process(["experiment=judge", "model=tiny_llama", "task.docs=2", "task.max_candidates=3",
                      f"hydra.run.dir={out}", "experiment.shuffles=10"], tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     results = _check_run_dir(out, 2, 3)
@@ -96,7 +96,7 @@ def test_judge_run_records_its_work_within_5pc_of_the_trie(tmp_path):
         out = tmp_path / f"reuse{reuse}"
         args = ["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=6",
                 "backend.threads=1", f"hydra.run.dir={out}", "experiment.shuffles=10", "wandb.mode=disabled"]
-        r = run_harness([*args, *([] if reuse is None else [f"backend.prefix_reuse={reuse}"])], out,
+        r = run_in_process([*args, *([] if reuse is None else [f"backend.prefix_reuse={reuse}"])], out,
                         env={"HARNESS_DATA_DIR": str(tmp_path / "data")})  # fetched once, own caches
         assert r.returncode == 0, r.stderr[-3000:]
         results = json.loads((out / "results.json").read_text())
@@ -114,7 +114,7 @@ def test_judge_run_records_its_work_within_5pc_of_the_trie(tmp_path):
 def test_judge_run_smollm2_summeval(tmp_path):
     """The issue's must-show: SmolLM2 on SummEval coherence over 2 documents."""
     out = tmp_path / "run"
-    r = run_harness(["experiment=judge", "task=summeval", "task.aspect=coherence", "task.docs=2",
+    r = run_in_process(["experiment=judge", "task=summeval", "task.aspect=coherence", "task.docs=2",
                      "task.max_candidates=4", f"hydra.run.dir={out}"], tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     results = _check_run_dir(out, 2, 4)

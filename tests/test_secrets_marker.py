@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import run_harness
+from conftest import run_in_process
 from openai_server import OpenAIServer
 from test_cli_errors import _assert_one_line_error
 
@@ -81,7 +81,7 @@ MULTIRUN = {
 @pytest.mark.parametrize("path", list(REFUSED))
 def test_secret_on_the_command_line_is_refused_and_written_nowhere(tmp_path, path):
     marker = _marker()
-    r = run_harness([*TINY, *REFUSED[path](marker), f"hydra.run.dir={tmp_path / 'run'}"], tmp_path,
+    r = run_in_process([*TINY, *REFUSED[path](marker), f"hydra.run.dir={tmp_path / 'run'}"], tmp_path,
                     env=_env(tmp_path), timeout=180)
     _assert_one_line_error(r, "environment variable")
     assert _hits(tmp_path, marker, r.stdout, r.stderr) == []
@@ -93,7 +93,7 @@ def test_secret_in_a_multirun_is_refused_before_hydra_writes_anything(tmp_path, 
     """With -m Hydra writes every override to multirun.yaml and logs it before any job runs, and its
     errors (HYDRA_FULL_ERROR=1: a traceback) repeat the value: the overrides are checked first."""
     marker = _marker()
-    r = run_harness(["-m", *TINY, *MULTIRUN[path](marker), f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    r = run_in_process(["-m", *TINY, *MULTIRUN[path](marker), f"hydra.sweep.dir={tmp_path / 'sweep'}",
                      f"hydra.run.dir={tmp_path / 'run'}"], tmp_path,
                     env=_env(tmp_path, HYDRA_FULL_ERROR=full_error), timeout=180)
     _assert_one_line_error(r, "environment variable")
@@ -105,7 +105,7 @@ def test_negative_control_a_multirun_writes_its_overrides_where_the_search_looks
     """The same search over a multirun that is not refused finds an innocent canary override in
     multirun.yaml, the job's overrides.json and Hydra's launch line on stdout/stderr."""
     canary = "canary-" + uuid.uuid4().hex
-    r = run_harness(["-m", *TINY, "experiment.instruction.source=text",
+    r = run_in_process(["-m", *TINY, "experiment.instruction.source=text",
                      f"experiment.instruction.text='Which is better ({canary})? Answer A or B.'",
                      f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path, env=_env(tmp_path), timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -123,9 +123,9 @@ def api_runs(tmp_path_factory, tiny_judge):
             "backend.max_retries=0", "experiment.instruction.source=text",
             f"experiment.instruction.text='Which summary is better ({canary})? Answer A or B.'"]
     with OpenAIServer(judge=tiny_judge, api_key=good, model="tiny-llama") as srv:
-        ok = run_harness([*base, f"backend.base_url={srv.url}", f"hydra.run.dir={tmp / 'ok' / 'run'}"], tmp / "ok",
+        ok = run_in_process([*base, f"backend.base_url={srv.url}", f"hydra.run.dir={tmp / 'ok' / 'run'}"], tmp / "ok",
                          env=_env(tmp / "ok", **{ENV: good}), timeout=600)
-        bad = run_harness([*base, f"backend.base_url={srv.url}", f"hydra.run.dir={tmp / 'bad' / 'run'}"],
+        bad = run_in_process([*base, f"backend.base_url={srv.url}", f"hydra.run.dir={tmp / 'bad' / 'run'}"],
                           tmp / "bad", env=_env(tmp / "bad", **{ENV: wrong}), timeout=600)
         sent = list(srv.requests)
     return tmp, good, wrong, canary, ok, bad, sent

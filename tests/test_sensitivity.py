@@ -138,11 +138,11 @@ def test_no_valid_paraphrase_is_one_line_and_exit_2_before_any_judging(tmp_path)
     """A local optimizer whose every reply is rejected (2 new tokens: shorter than min_ratio x the
     instruction) ends the study in one line, before the initial instruction is judged alone (an
     all-NaN table and one-point figures, exit 0, was the old outcome)."""
-    from conftest import run_harness
+    from conftest import run_in_process
     from test_cli_errors import _assert_one_line_error
 
     out = tmp_path / "run"
-    r = run_harness(["experiment=sensitivity", "model=tiny_llama", "task.docs=1", "task.max_candidates=2",
+    r = run_in_process(["experiment=sensitivity", "model=tiny_llama", "task.docs=1", "task.max_candidates=2",
                      "experiment.paraphrases=2", "optimizer.max_attempts=1", "optimizer.max_new_tokens=2",
                      "progress=false", "wandb.mode=disabled", f"hydra.run.dir={out}"], tmp_path, timeout=600)
     _assert_one_line_error(r, "no valid paraphrase came back", "all 2 requested paraphrases", "rejections.jsonl")

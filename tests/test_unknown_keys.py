@@ -7,7 +7,7 @@ CLI: one `error:` line naming the key (never its value), exit 2, before anything
 from __future__ import annotations
 
 import pytest
-from conftest import run_harness
+from conftest import run_in_process
 from test_cli_errors import _assert_one_line_error
 
 BASE = ["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2", "wandb.mode=disabled",
@@ -24,7 +24,7 @@ BASE = ["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candida
 ])
 def test_an_unknown_key_added_with_plus_is_one_line_and_exit_2(tmp_path, extra, key):
     out = tmp_path / "run"
-    r = run_harness([*BASE, *extra, f"hydra.run.dir={out}"], tmp_path, timeout=300)
+    r = run_in_process([*BASE, *extra, f"hydra.run.dir={out}"], tmp_path, timeout=300)
     _assert_one_line_error(r, f"unknown key {key} ", "fix the spelling")
     assert "77123" not in r.stderr + r.stdout  # the value is never echoed (it may be a secret)
     assert not (out / "config.json").exists()  # refused before the run recorded or loaded anything
@@ -33,10 +33,10 @@ def test_an_unknown_key_added_with_plus_is_one_line_and_exit_2(tmp_path, extra, 
 def test_without_plus_hydra_refuses_it_and_known_keys_with_plus_plus_still_run(tmp_path):
     """The control: the same typo without `+` is Hydra's own refusal, and the check does not
     refuse keys the schema declares (`++` sets an existing key; dict-valued fields hold any key)."""
-    r = run_harness([*BASE, "task.doc=5", f"hydra.run.dir={tmp_path / 'typo'}"], tmp_path, timeout=300)
+    r = run_in_process([*BASE, "task.doc=5", f"hydra.run.dir={tmp_path / 'typo'}"], tmp_path, timeout=300)
     _assert_one_line_error(r, "task.doc")
     out = tmp_path / "run"
-    r = run_harness([*BASE, "++task.docs=1", "experiment.shuffles=3", f"hydra.run.dir={out}"], tmp_path,
+    r = run_in_process([*BASE, "++task.docs=1", "experiment.shuffles=3", f"hydra.run.dir={out}"], tmp_path,
                     timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (out / "results.json").is_file()

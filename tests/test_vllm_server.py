@@ -46,11 +46,9 @@ def _healthy(url: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def vllm_server(smollm2_path, tmp_path_factory):
-    pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
-    port = _free_port()
-    log = tmp_path_factory.mktemp("vllm_server") / "server.log"
-    yield from serve_judge(["smollm2", "--port", str(port)], port, log)
+def vllm_server(served_smollm2):
+    """The session's one served SmolLM2 (conftest `served_smollm2`: the README's serve line)."""
+    return served_smollm2
 
 
 def _die_with_parent() -> None:

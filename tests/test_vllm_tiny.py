@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # two vLLM engines (docs/testing.md)
 
 REAL_IDS = {
     # Meta's tiktoken vocabulary (tests/test_vocab.py checks it against llama-models): 'A', 'ĠA', 'B', 'ĠB'.
