@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
+from harness.models.paths import broken_weight_file
 
 
 def load_model_and_tokenizer(path: str | Path, gguf_file: str | None, dtype, device: str,
@@ -30,8 +31,6 @@ def _load_kwargs(gguf_file: str | None, revision: str | None, trust_remote_code:
 def _cannot_load(path: str | Path, gguf_file: str | None, e: Exception) -> ConfigError:
     """One line naming the broken file where one can be found (a truncated safetensors file, a bad
     header), else the folder, and what to do."""
-    from harness.models.resolve import broken_weight_file
-
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     where = broken_weight_file(path) or f"{path}{'/' + gguf_file if gguf_file else ''}"
     return ConfigError(f"cannot load model from {where}: {first}; replace that file with a complete copy")

@@ -114,17 +114,3 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-def broken_weight_file(path: str | Path) -> Path | None:
-    """The first *.safetensors file in folder `path` whose header cannot be read (truncated, a
-    corrupt header), so a load error names the file and not only the folder (safetensors' own
-    message names neither)."""
-    from safetensors import safe_open
-
-    folder = Path(path)
-    for f in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
-        try:
-            with safe_open(str(f), framework="pt"):
-                pass
-        except Exception:  # SafetensorError, OSError: either way this file is the broken one
-            return f
-    return None
