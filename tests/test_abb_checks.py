@@ -129,6 +129,65 @@ def test_summary_says_what_was_proven_and_what_the_check_could_show():
     assert s.startswith("nothing is proven: the plug-in is an estimate") and "no fresh check" in s
 
 
+def _three_item_fresh_file(path):
+    """The review's case: 40 one-item estimation rows, 30 FRESH neighbours that each flip 3 items of a
+    1-10 score file by the full range (outside a one-item claim)."""
+    rng = np.random.default_rng(0)
+    items = [(f"q{q}", m) for q in range(10) for m in ("m1", "m2", "m3")]
+    base = {it: (1.0 if k % 2 else 10.0) for k, it in enumerate(items)}
+    rows = [{"item": q, "model": m, "score": s} for (q, m), s in base.items()]
+    for j in range(40):
+        q, m = items[rng.integers(len(items))]
+        rows.append({"item": q, "model": m, "score": 11.0 - base[(q, m)], "neighbour": f"e{j}", "split": "estimate"})
+    for j in range(30):
+        for k in rng.choice(len(items), size=3, replace=False):
+            q, m = items[k]
+            rows.append({"item": q, "model": m, "score": 11.0 - base[(q, m)], "neighbour": f"v{j}", "split": "verify"})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_fresh_rows_outside_the_claims_edit_budget_are_refused_not_used_to_resize_it(tmp_path):
+    """Issue 31 (A-BB review): fresh rows editing 3 items used to set B (81 -> 243), alpha (0.125 ->
+    0.072) and the coordinates allowed to move, turning a 30/30 refutation into `confirmed`. B and
+    alpha now come from the estimation rows and the config; the fresh rows outside that budget are
+    refused in one line naming the file, the record and the field."""
+    from conftest import REPO
+    from hydra import compose, initialize_config_dir
+
+    from harness.abb.scores import load_file_scores
+    from harness.errors import DataError
+    from harness.runtime.entry import run
+
+    path = _three_item_fresh_file(tmp_path / "likert.jsonl")
+    ov = ["experiment=abb", "experiment.scores=file", f"experiment.file.path={path}", "experiment.file.scale=[1,10]",
+          "experiment.bootstrap=10", "wandb.mode=disabled"]
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=ov)
+    with pytest.raises(DataError, match=r"likert\.jsonl, record line 71, field 'neighbour': fresh neighbour 'v0' "
+                                        r"\(split=verify\) lists 3 items \(and 29 more\), outside the claim's edit "
+                                        r"budget of 1 item"):
+        run(cfg, tmp_path / "out")
+    assert not (tmp_path / "out" / "abb.json").exists()  # nothing claimed, nothing confirmed
+    fs = load_file_scores(path, [1, 10])
+    assert fs.items_changed() == 1 and len(fs.outside_budget(1)) == 30
+    f, est, fresh = fs.vector.values, fs.rows("estimate"), fs.rows("verify")
+    split, tau = abb.split_delta(0.05, noise_fraction=0), 0.125 * 9
+    # What the fresh rows say about the claim (B = 81, alpha = 0.125, one coordinate): refuted, 30/30.
+    claim, _ = abb.run_abb(f, est, tau=tau, split=split, mode="one_item", scale=(1.0, 10.0),
+                           rng=np.random.default_rng(0), fresh=fresh, coords_allowed=1)
+    assert claim.params.B == 81 and claim.params.alpha == pytest.approx(0.125)
+    assert claim.verification.verdict == "violated" and claim.verification.violations == 30
+    # Negative control, the old sizing (k = the most items ANY neighbour lists, fresh rows included):
+    # B 243, alpha 0.072 and `confirmed` -- the bug the refusal above prevents.
+    old_k = max(len(c) for rows in fs.neighbours.values() for _, c in rows)
+    bounds = abb.distance_bounds("whole_set", f.size, (1.0, 10.0), items_changed=old_k)
+    old, _ = abb.run_abb(f, est, tau=tau, split=split, mode="whole_set", scale=(1.0, 10.0),
+                         rng=np.random.default_rng(0), fresh=fresh, bounds=bounds, coords_allowed=old_k)
+    assert old.params.B == 243 and old.params.alpha == pytest.approx(0.0722, abs=1e-4)
+    assert old.verification.verdict == "confirmed"
+
+
 def test_full_flip_score_file_through_hydra_is_confirmed(tmp_path):
     """The issue's case as a user types it: a 1-10 score file, experiment.tau_fraction=0.1, every fresh
     neighbour flips one score by the full range: 'confirmed' (surely), not 'refuted: 30/30'."""

@@ -347,10 +347,22 @@ class FileScores:
             out.append(vec)
         return np.array(out).reshape(len(out), self.vector.values.size)
 
+    lines: Mapping[tuple[str, str], str] = dataclasses.field(default_factory=dict)
+    """(split, neighbour id) -> where its first row is ("line 12"), for errors naming the record."""
+
     def items_changed(self) -> int:
-        """The most items any neighbour lists (k in B = k r^2); jitter rows are not neighbours."""
-        sizes = [len(c) for split, rows in self.neighbours.items() if split != "jitter" for _, c in rows]
+        """The claim's edit budget k (in B = k r^2): the most items any ESTIMATION neighbour lists.
+
+        Only split=estimate rows size the claim (with the config, they set B, alpha and how many
+        coordinates a neighbour may move); fresh rows are checked against it (`outside_budget`) and
+        never re-size it, and jitter rows are not neighbours."""
+        sizes = [len(c) for _, c in self.neighbours.get("estimate", [])]
         return max(sizes) if sizes else 1
+
+    def outside_budget(self, k: int, split: str = "verify") -> list[tuple[str, int, str]]:
+        """(neighbour id, items listed, where) of every `split` neighbour listing more than k items."""
+        return [(nid, len(c), self.lines.get((split, nid), "")) for nid, c in self.neighbours.get(split, [])
+                if len(c) > k]
 
 
 def _read_rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
@@ -386,6 +398,7 @@ def load_file_scores(path: str | Path, scale: Sequence[float], baseline: str | N
     lo, hi = float(scale[0]), float(scale[1])
     base: dict[Item, float] = {}
     neigh: dict[str, dict[str, dict[Item, float]]] = {}
+    lines: dict[tuple[str, str], str] = {}
     for where, rec in _read_rows(path):
         item = Item(_field(rec, "item", path, where), _field(rec, "model", path, where))
         try:
@@ -404,6 +417,7 @@ def load_file_scores(path: str | Path, scale: Sequence[float], baseline: str | N
         if split not in SPLITS:
             raise DataError(f"split must be one of {SPLITS}, got {split!r}", where=located(path, where, "split"))
         neigh.setdefault(split, {}).setdefault(str(nid), {})[item] = s
+        lines.setdefault((split, str(nid)), where)
     if not base:
         raise DataError("no baseline rows (rows without a neighbour id)", where=str(path))
     items = tuple(base)
@@ -417,4 +431,4 @@ def load_file_scores(path: str | Path, scale: Sequence[float], baseline: str | N
                                 where=located(path, field="item"))
             out.setdefault(split, []).append((nid, {index[it]: v for it, v in rows.items()}))
     values = np.array([base[it] for it in items])
-    return FileScores(ScoreVector(items, values, (lo, hi), "file", baseline), out)
+    return FileScores(ScoreVector(items, values, (lo, hi), "file", baseline), out, lines)

@@ -56,7 +56,7 @@ from harness.abb.scores import (
     reference_scores,
     select_items,
 )
-from harness.errors import ConfigError
+from harness.errors import ConfigError, DataError, located
 from harness.files import read_text, write_json_atomic, write_jsonl_atomic
 from harness.runtime.context import RunContext, experiment
 from harness.zepo.optimizers import show_progress
@@ -136,7 +136,15 @@ def run_file(ctx: RunContext, s: Settings) -> dict[str, Any]:
     fs = load_file_scores(spec["path"], spec.get("scale"),
                           exp.get("baseline") if exp.get("baseline") not in (None, "auto") else None)
     vector, d = fs.vector, fs.vector.values.size
-    k = fs.items_changed()
+    k = fs.items_changed()  # the claim's edit budget: from the estimation rows only, never the fresh ones
+    outside = fs.outside_budget(k)
+    if outside:
+        nid, n, at = outside[0]
+        more = f" (and {len(outside) - 1} more)" if len(outside) > 1 else ""
+        raise DataError(f"fresh neighbour {nid!r} (split=verify) lists {n} items{more}, outside the claim's edit "
+                        f"budget of {k} item(s) per neighbour set by the split=estimate rows; fresh rows are checked "
+                        "against the claim and never re-size it: drop them, or estimate with neighbours of the "
+                        f"same size", where=located(spec["path"], at or None, "neighbour"))
     mode = "one_item" if k == 1 else "whole_set"
     bounds = abb.distance_bounds(mode, d, vector.scale, items_changed=k)
     s = dataclasses.replace(s, estimate=len(fs.neighbours.get("estimate", [])))
