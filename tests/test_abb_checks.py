@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import abb_scenarios as sc
 import numpy as np
@@ -47,6 +48,36 @@ def test_full_range_flip_is_confirmed_surely(scale, frac):
     assert g["certified_by"] == "certain_cap" and g["statement"].startswith("surely") and g["claimed"]
     assert v.violations == 0 and v.verdict == "confirmed" and v.tests == "sure" and v.assumption["held"]
     assert v.max_distance == pytest.approx(frac * (scale[1] - scale[0]), rel=1e-12)
+
+
+def test_whole_set_cap_holds_by_construction_not_confirmed():
+    """Issue 31 (A-BB review): whole-set neighbours may move every coordinate and B = d r^2, so the cap's
+    sure check cannot fail for in-range scores: abb.json, the summary and the console say "holds by
+    construction (scores in [0, 1])", not `confirmed`. Negative controls: out-of-range fresh scores
+    are checked (and fail), and a one-item sure check (which can fail) still says `confirmed`."""
+    from harness.abb.retained import flat_metrics
+    from harness.abb.run import report
+
+    rng = np.random.default_rng(0)
+    f = rng.random(6)
+    whole = lambda n: rng.random((n, 6))  # noqa: E731 - any in-range whole-set neighbour
+    kw = dict(tau=0.125, split=abb.split_delta(0.05, noise_fraction=0), mode="whole_set", scale=(0.0, 1.0))
+    result, _ = abb.run_abb(f, whole(10), rng=rng, fresh=whole(30), coords_allowed=6, **kw)
+    v, bj = result.verification, result.to_json()
+    assert result.params.B == 6 and result.params.alpha == pytest.approx(0.125 / math.sqrt(6))
+    assert v.tests == "sure" and v.verdict == "by_construction" and v.violations == 0
+    assert v.verdict_text == "holds by construction (scores in [0, 1])"
+    assert bj["verification"]["verdict_text"] == v.verdict_text and "confirmed" not in bj["summary"]
+    assert "says holds by construction (scores in [0, 1])" in bj["summary"]
+    assert "change of units" in bj["summary"] and "exactly that of the raw scores" in bj["summary"]
+    line = report({"metrics": flat_metrics(bj, {}, None)})
+    assert "fresh check 0/30 > tau: holds by construction (scores in [0, 1]) (sure check)" in line
+    # Out-of-range fresh scores (a broken scale): not by construction, the check runs and catches them.
+    bad = abb.verify(f, f[None, :] + 2.0, result.params, rng, coords_allowed=6, scale=(0.0, 1.0))
+    assert bad.verdict == "violated" and not bad.assumption["held"]
+    # A one-item sure check can fail (a neighbour moving 2 coordinates), so its pass stays `confirmed`.
+    one = _flip_run(0.0, 1.0, 0.125)[1].verification
+    assert one.verdict == "confirmed" and one.verdict_text == "confirmed"
 
 
 def test_the_flip_grid_has_rounding_above_tau():

@@ -146,7 +146,8 @@ def flat_metrics(bj: Mapping[str, Any], sig: Mapping[str, Any], ref: Mapping[str
            "alpha": bj["alpha"], "alpha_max": bj["alpha_max"], "alpha_cap": cand["certain_cap"]["alpha"],
            "alpha_plugin": cand["plugin"]["alpha"], "sigma": bj["sigma"], "sigma_max": bj["sigma_max"],
            "mu_value": bj["mu"]["value"], "radius": g["radius"], "sensitivity_plugin": bd["rms"],
-           "sensitivity_ucb": bd["rms_ucb"], "verdict": v.get("verdict"), "violations": v.get("violations"),
+           "sensitivity_ucb": bd["rms_ucb"], "verdict": v.get("verdict"),
+           "verdict_text": v.get("verdict_text") or v.get("verdict"), "violations": v.get("violations"),
            "trials": v.get("trials"), "violation_rate": v.get("rate"), "violation_cp_low": v.get("cp_low"),
            "violation_cp_high": v.get("cp_high"), "worst_case": v.get("worst_case"),
            "verify_mean_distance": v.get("mean_distance"), "verify_max_distance": v.get("max_distance")}

@@ -12,8 +12,9 @@ Each claim kind says what its check tests (`Verification.tests`):
   claim): single raw re-judgments do not test it, so the verdict is not_applicable unless the sure
   bound's assumption (which every bound uses) broke.
 Verdicts (one-sided CP at 95%, in this order): violated (an assumption broke, a sure claim had a
-counterexample, or cp_low > delta_claimed) / not_applicable / confirmed (sure: every fresh neighbour
-met the assumption) / vacuous (rate claim no judge within the scale could push above delta_claimed)
+counterexample, or cp_low > delta_claimed) / not_applicable / by_construction (sure, and the check
+cannot fail: whole-set neighbours, B = d r^2, every score in [lo, hi] -- "holds by construction
+(scores in [lo, hi])", not `confirmed`) / confirmed (sure: every fresh neighbour met the assumption) / vacuous (rate claim no judge within the scale could push above delta_claimed)
 / confirmed (cp_high <= delta_claimed) / inconclusive (too few trials). Every comparison uses the
 bounds' own tolerance (`bounds.exceeds`).
 """
@@ -44,7 +45,7 @@ from harness.abb.mechanism import (
 )
 from harness.files import write_json_atomic
 
-VERDICTS = ("violated", "vacuous", "confirmed", "inconclusive", "not_applicable")
+VERDICTS = ("violated", "vacuous", "confirmed", "inconclusive", "not_applicable", "by_construction")
 TESTS = ("sure", "rate", "context", "none")
 """What a check tests, by claim kind (module docstring)."""
 
@@ -90,7 +91,7 @@ class Verification:
     worst_case: float
     """The largest violation probability ANY judge within the score scale could cause."""
     verdict: str
-    """violated | vacuous | confirmed | inconclusive | not_applicable."""
+    """violated | vacuous | confirmed | inconclusive | not_applicable | by_construction."""
     min_trials: int | None
     """Fewest trials with 0 violations that could confirm delta_claimed."""
     unchanged: int
@@ -106,6 +107,9 @@ class Verification:
     beyond_radius (count), coords_allowed, max_coords, too_many_coords (count), held}."""
     could_show: str = ""
     """One sentence: what this check could and could not show."""
+    verdict_text: str = ""
+    """The verdict as the console and the tables print it: the verdict itself, or "holds by construction
+    (scores in [lo, hi])" for by_construction."""
 
 
 def _assumption(moved: np.ndarray, coords: np.ndarray, radius: float, allowed: int | None, mag: float) -> dict:
@@ -115,7 +119,11 @@ def _assumption(moved: np.ndarray, coords: np.ndarray, radius: float, allowed: i
             "max_coords": int(coords.max()), "too_many_coords": many, "held": beyond == 0 and many == 0}
 
 
-def _could_show(tests: str, worst: float, claimed: float | None, n: int) -> str:
+def _could_show(tests: str, worst: float, claimed: float | None, n: int, construction: str | None = None) -> str:
+    if construction:
+        return (f"the claim {construction}: whole-set neighbours may move every coordinate and B = d r^2 "
+                f"covers any scores in the scale, so no in-range judge could fail this check; the {n} fresh "
+                "neighbours were looked at, but nothing about the judge was tested")
     if tests == "sure":
         return (f"the claim holds surely if every neighbour keeps its scores in the scale and moves at most the "
                 f"allowed coordinates; the check tested exactly that on {n} fresh neighbours: a counterexample "
@@ -133,12 +141,27 @@ def _could_show(tests: str, worst: float, claimed: float | None, n: int) -> str:
             f"it; confirming needs >= {need} fresh neighbours with no violation (here {n})")
 
 
+def by_construction(f: np.ndarray, fresh: np.ndarray, params: AbbParams, coords_allowed: int | None,
+                    scale: tuple[float, float] | None) -> bool:
+    """True when a sure check cannot fail: every coordinate may move (whole set), B = d r^2, alpha sqrt(B)
+    <= tau and every score lies in [lo, hi], so ||M(D) - M(D')|| <= tau for ANY in-range scores."""
+    if scale is None or claim_tested(params) != "sure":
+        return False
+    lo, hi = float(scale[0]), float(scale[1])
+    whole = coords_allowed is None or coords_allowed >= params.d
+    full_b = not exceeds(params.d * (hi - lo) ** 2, params.B, params.B)  # B covers every coordinate's full range
+    inside = bool(np.all((fresh >= lo) & (fresh <= hi)) and np.all((f >= lo) & (f <= hi)))
+    return whole and full_b and inside and not exceeds(params.worst_radius(), params.tau)
+
+
 def verify(baseline: np.ndarray, fresh: np.ndarray, params: AbbParams, rng: np.random.Generator, *,
-           confidence: float = 0.95, coords_allowed: int | None = None, tests: str | None = None) -> Verification:
+           confidence: float = 0.95, coords_allowed: int | None = None, tests: str | None = None,
+           scale: tuple[float, float] | None = None) -> Verification:
     """Check the claim on fresh neighbours, one fresh noise pair each (see the module docstring).
 
     coords_allowed: the most coordinates one neighbour may move (1 for one-item vs-baseline scores);
-    None skips that part. The same function checks a correctly calibrated mechanism and a negative
+    None skips that part. scale: the score scale (lo, hi); with it, a sure check that cannot fail
+    (`by_construction`) says so instead of `confirmed`. The same function checks a correctly calibrated mechanism and a negative
     control (e.g. `params` with alpha above its bound): the verdict depends only on `params`, the
     fresh vectors and the noise.
     """
@@ -167,7 +190,8 @@ def verify(baseline: np.ndarray, fresh: np.ndarray, params: AbbParams, rng: np.r
     elif tests in ("context", "none"):
         v = "not_applicable"
     elif tests == "sure":
-        v = "confirmed"
+        v = "by_construction" if by_construction(f, fresh, params, coords_allowed, scale) else "confirmed"
+    text = f"holds by construction (scores in [{scale[0]:g}, {scale[1]:g}])" if v == "by_construction" else v
     what = (f"{k} of {n} fresh neighbours (one noise draw each) had ||M(D) - M(D')|| > {params.tau:.4g}; "
             f"{assume['beyond_radius']} moved beyond alpha sqrt(B) = {assume['radius']:.4g}"
             + (f" and {assume['too_many_coords']} moved more than {coords_allowed} coordinate(s)"
@@ -180,7 +204,8 @@ def verify(baseline: np.ndarray, fresh: np.ndarray, params: AbbParams, rng: np.r
                         min_trials=min_trials_to_confirm(claimed, confidence) if claimed else None,
                         unchanged=int(np.sum(np.all(fresh == f, axis=1))), mean_distance=float(dist.mean()),
                         max_distance=float(dist.max()), checked=what, tests=tests, assumption=assume,
-                        could_show=_could_show(tests, worst, claimed, n))
+                        could_show=_could_show(tests, worst, claimed, n, text if v == "by_construction" else None),
+                        verdict_text=text)
 
 
 # --- result record ---------------------------------------------------------------------------
@@ -257,8 +282,14 @@ class AbbResult:
         if v is None:
             check = "no fresh check was run (verify: 0)"
         else:
-            check = f"the fresh check ({v.tests}, {v.trials} neighbours) says {v.verdict}: {v.could_show}"
-        return f"{proof}; {check}."
+            check = (f"the fresh check ({v.tests}, {v.trials} neighbours) says {v.verdict_text or v.verdict}: "
+                     f"{v.could_show}")
+        units = ""
+        if p.sigma == 0 and p.kind != "dp":
+            units = (f"; at sigma = 0 this is a change of units, not a de-biasing: M(D) = {p.alpha:.4g} f(D) + "
+                     f"(1 - {p.alpha:.4g}) mu is an increasing affine map of the raw scores, so every ranking by score "
+                     "(and each flip between D and D') is exactly that of the raw scores")
+        return f"{proof}; {check}{units}."
 
     def to_json(self) -> dict:
         p = self.params
@@ -316,5 +347,6 @@ def run_abb(baseline: np.ndarray, neighbours: np.ndarray, *, tau: float, split: 
                           parallel_sq=par if data_mu else None, B_par=b_par, all_noop=all_noop, **jitter)
     params = calibrate(choice, tau=tau, split=split, d=d, B=b, B_parallel=b_par, scale=scale, **calibration)
     scores = bounded_scores(f, params, rng, clip=clip)
-    check = verify(f, fresh, params, rng, coords_allowed=coords_allowed) if fresh is not None and len(fresh) else None
+    check = verify(f, fresh, params, rng, coords_allowed=coords_allowed, scale=tuple(scale)) \
+        if fresh is not None and len(fresh) else None
     return AbbResult(params, mode, int(sq.size), tuple(scale), check), scores
