@@ -10,7 +10,9 @@ computes. The official formulas were read from its differential_debiasing/core/u
   sigma_raw   = r * sigma_norm   (noise is added in [0, 1] units, then de-normalised)
 
 Inputs: Likert points on 1..5 (r = 4, B = r^2 = 16 for one edited verdict), tau = 0.5, delta = 0.01,
-d = 12,000, Hamming-1. No neighbour data are published: the mean bounds use the published RMS as the
+d = 12,000, Hamming-1. Caveat (printed, `what_delta_is`): only GPT-4o-mini's Delta reads as a one-item ||v||;
+GPT-3.5-Turbo's and QwQ-32B's are RMS of per-neighbour mean |Delta| over 8-17 changed verdicts, so the
+mean-bound columns treat a number of another kind as E||v||^2. No per-neighbour ||v|| data are published: the mean bounds use the published RMS as the
 sample mean (Bernstein with sample variance 0, its most favourable case), delta_m = 0.01 (sigma = 0,
 the whole delta on the bound) and delta_est = 0.001.
 """
@@ -34,6 +36,17 @@ from harness.abb import (  # noqa: E402
 )
 
 JUDGES = (("GPT-4o-mini", 2.485, 1.405), ("GPT-3.5-Turbo", 1.901, 1.332), ("QwQ-32B", 1.926, 1.690))
+NEIGHBOUR_DIFFERENCES = {
+    # `formatting_sensitivity.neighbor_differences` of the official sensitivity_profiles/<judge>_sensitivity_profile.json
+    # (20 sampled verdicts each). The official ABBSensitivity.get_neighbor_differences takes, per neighbour, the
+    # MEAN |f(D)_i - f(D')_i| over the positions that changed (abs_diff > 0), and Delta = sqrt(mean of their squares).
+    "GPT-4o-mini": [0, 4, 3, 0, 1, 3, 3, 1, 0, 4, 0, 0, 4, 0, 3, 3, 3, 1, 1, 3,
+                    0, 3, 3, 3, 3, 0, 4, 0, 3, 1, 0, 3, 3, 0, 3, 3, 4, 3, 3, 0],
+    "GPT-3.5-Turbo": [1.7, 7 / 3, 2.1, 2.1, 15 / 11, 2.1, 14 / 9, 2.1, 1.8, 1.625],
+    "QwQ-32B": [1.9375, 1.9375, 1.9375, 1.9375, 1.9375, 1.875, 1.9375, 32 / 17, 1.9375, 1.9375],
+}
+SAMPLED = 20
+"""Verdicts each official profile judged (`original_judgment_shape`)."""
 TAU, DELTA, D, R = 0.5, 0.01, 12_000, 4.0
 B, DELTA_EST = R * R, 0.001
 
@@ -78,6 +91,30 @@ def row(name: str, rms: float, jitter: float) -> str:
             + f" | {cap.alpha:.3f} | m >= {q_min} | m >= {dkw_min} |")
 
 
+def changed_items(value: float) -> int:
+    """The fewest changed verdicts (<= SAMPLED) whose mean |Delta| of integer Likert moves is `value` (0: none)."""
+    if value == 0:
+        return 0
+    return next(k for k in range(1, SAMPLED + 1) if abs(value * k - round(value * k)) < 1e-9)
+
+
+def what_delta_is() -> None:
+    """Each judge's Delta recomputed from its neighbour records, and how many verdicts each neighbour moved."""
+    print("\nWhat the official Delta is (recomputed from each profile's neighbor_differences: per neighbour the")
+    print("mean |Delta| over the verdicts that CHANGED; Delta = RMS of those means):")
+    for name, rms, _ in JUDGES:
+        vals = np.array(NEIGHBOUR_DIFFERENCES[name], dtype=float)
+        assert abs(math.sqrt(float(np.mean(vals**2))) - rms) < 5e-4, name  # the published value
+        ks = [changed_items(v) for v in vals]
+        moved = [k for k in ks if k]
+        low = max(v * math.sqrt(k) for v, k in zip(vals, ks) if k)
+        kind = ("integer values 0-4, consistent with one changed verdict (or none) per neighbour: it reads as a one-item ||v||" if max(ks) <= 1 else
+                f"every neighbour moved >= {min(moved)} verdicts (the fewest k with k x value an integer: "
+                f"{min(moved)}-{max(moved)}): a mean |Delta| per changed verdict, not a one-item ||v||; those "
+                f"neighbours' own ||v|| >= mean|Delta| sqrt(k), up to {low:.2f} Likert points")
+        print(f"  {name:14} {len(vals)} neighbours, Delta {math.sqrt(float(np.mean(vals**2))):.4f}: {kind}")
+
+
 def main() -> None:
     print(f"tau={TAU} Likert points, delta={DELTA}, d={D}, range r={R:g}, B=r^2={B:g}, delta_est={DELTA_EST}")
     print("alpha under each bound (sigma = 0; 'official' uses delta/2 and the plug-in, an ESTIMATE):\n")
@@ -95,6 +132,7 @@ def main() -> None:
         print(f"  {name:14} alpha {o['alpha']:.5f}, sigma {o['sigma_raw']:.6f} Likert, typical ||Z-Z'|| "
               f"{o['noise_dist']:.3f} {'>' if o['noise_dist'] > TAU else '<='} tau, P(noise alone > tau) "
               f"{o['p_noise_only']:.4f}")
+    what_delta_is()
     print("""
 Differences, one sentence each:
 - certain cap: one edited verdict moves ||f(D) - f(D')|| by at most r = 4, so alpha = tau/r = 0.125
