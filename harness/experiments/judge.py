@@ -29,6 +29,7 @@ from harness.judging import (
     work_counters,
 )
 from harness.metrics import write_run
+from harness.metrics.bootstrap import interval_summary
 from harness.records import Document, Tracker
 from harness.runtime.attempts import ATTEMPTS, summed_calls
 from harness.runtime.context import experiment
@@ -55,7 +56,7 @@ def run_judge(judge: Judge, docs: Sequence[Document], *, task: str, aspect: str 
     if tracker is not None:
         flat = {f"{mode}/{k}": v for mode, m in results["metrics"].items() for k, v in m.items()}
         tracker.log(flat)
-        tracker.summary(flat)
+        tracker.summary(flat | interval_summary(results.get("intervals")))
         tracker.log_table("judgments", ["doc_id", "a_id", "b_id", "p_a", "human_a", "human_b"],
                           [[j.doc_id, j.a_id, j.b_id, j.p_a, j.human_a, j.human_b] for j in judgments])
     return results

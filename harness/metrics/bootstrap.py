@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -356,3 +357,14 @@ def paired_all(reps_a: Mapping[str, np.ndarray] | None, reps_b: Mapping[str, np.
     keys = [k for k in point_a if k in point_b and k not in NO_INTERVAL and isinstance(point_a[k], (int, float))]
     return {k: paired(f"{prefix}{k}", point_a[k], point_b[k], None if reps_a is None else reps_a.get(k),
                       None if reps_b is None else reps_b.get(k), level) for k in keys}
+
+
+def interval_summary(intervals: Mapping[str, Mapping[str, Any]] | None, prefix: str = "") -> dict[str, float]:
+    """W&B summary keys for results.json "intervals" ({group: {metric: [lo, hi]}}):
+    "<prefix><group>/<metric>_lo" and "_hi" beside the values' "<prefix><group>/<metric>"."""
+    out: dict[str, float] = {}
+    for group, values in (intervals or {}).items():
+        for key, iv in (values or {}).items():
+            if iv is not None:
+                out[f"{prefix}{group}/{key}_lo"], out[f"{prefix}{group}/{key}_hi"] = float(iv[0]), float(iv[1])
+    return out
