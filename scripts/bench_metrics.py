@@ -1,4 +1,4 @@
-"""python scripts/bench_metrics.py [--docs 100] [--candidates 16] [--shuffles 100] [--repeats 3]
+"""python scripts/bench_metrics.py [--docs 100] [--candidates 16] [--shuffles 100] [--repeats 3] [--rounds 1000]
 
 How long does one judged set's write_run take at paper scale, once the judge has answered?
 SummEval at full size is 100 documents x 16 candidates = 24,000 ordered pairs, scored with 100
@@ -8,7 +8,10 @@ every metric raw and under each debiasing, results.json) and, in the same run, t
 implementation it replaced (tests/metrics_reference.py). Prints the best of `--repeats` for each,
 wall time and this process's CPU time (on a shared, loaded machine the wall time includes the
 other jobs' turns), the ratios, the largest difference between their metrics (shared keys) and whether they wrote the
-same judgments.jsonl, then ONE line of JSON.
+same judgments.jsonl; then the bootstrap over documents (issue #31: `--rounds` rounds of every
+metric, raw and debiased, harness/metrics/bootstrap.py): `analyse` with and without it, the
+difference being what the intervals cost; then the machine (lscpu model name, nproc, date) and ONE
+line of JSON.
 """
 
 from __future__ import annotations
@@ -17,9 +20,12 @@ import argparse
 import json
 import math
 import os
+import platform
+import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,6 +36,7 @@ import metrics_reference as ref  # noqa: E402
 import numpy as np  # noqa: E402
 
 from harness.metrics import write_run  # noqa: E402
+from harness.metrics.summary import analyse  # noqa: E402
 from harness.records import Judgment  # noqa: E402
 
 
@@ -77,12 +84,23 @@ def max_diff(new: dict, old: dict) -> float:
     return worst
 
 
+def cpu_model() -> str:
+    """lscpu's model name (platform.processor() where lscpu is missing)."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        out = ""
+    names = [line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")]
+    return names[0] if names else platform.processor() or "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", type=int, default=100)
     ap.add_argument("--candidates", type=int, default=16)
     ap.add_argument("--shuffles", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=3, help="time each implementation this many times, keep the best")
+    ap.add_argument("--rounds", type=int, default=1000, help="bootstrap rounds to time (metrics.bootstrap)")
     ap.add_argument("--out", type=Path, help="folder for the two runs' files (default: a temporary folder)")
     args = ap.parse_args(argv)
     judgments = instant_judgments(args.docs, args.candidates)
@@ -93,19 +111,29 @@ def main(argv: list[str] | None = None) -> int:
         old_dir.mkdir(parents=True, exist_ok=True)
         facts = dict(task="summeval", aspect="coherence", family="summary", instruction="instant judge",
                      judge_identity="instant", n_docs=args.docs, shuffles=args.shuffles, seed=0)
-        new_s, new_cpu, new = best_of(args.repeats, lambda: write_run(new_dir, judgments, 0.5, **facts)["metrics"])
+        new_s, new_cpu, new = best_of(args.repeats, lambda: write_run(new_dir, judgments, 0.5, **facts,
+                                                                      bootstrap=0)["metrics"])
         old_s, old_cpu, old = best_of(args.repeats, lambda: ref.write_run(old_dir, judgments, 0.5, args.shuffles, 0))
         same_jsonl = (new_dir / "judgments.jsonl").read_bytes() == (old_dir / "judgments.jsonl").read_bytes()
+    plain_s, plain_cpu, _ = best_of(args.repeats, lambda: analyse(judgments, 0.5, args.shuffles, 0))
+    boot_s, boot_cpu, _ = best_of(args.repeats, lambda: analyse(judgments, 0.5, args.shuffles, 0, rounds=args.rounds))
     line = {"docs": args.docs, "candidates": args.candidates, "pairs": len(judgments), "shuffles": args.shuffles,
             "repeats": args.repeats, "new_s": new_s, "old_s": old_s, "ratio": old_s / new_s,
             "new_cpu_s": new_cpu, "old_cpu_s": old_cpu, "cpu_ratio": old_cpu / new_cpu,
             "max_abs_diff": max_diff(new, old), "same_judgments_jsonl": same_jsonl,  # type: ignore[arg-type]
-            "load_1min": os.getloadavg()[0], "cpus": os.cpu_count()}
+            "rounds": args.rounds, "analyse_s": plain_s, "analyse_bootstrap_s": boot_s,
+            "bootstrap_s": boot_s - plain_s, "bootstrap_cpu_s": boot_cpu - plain_cpu,
+            "load_1min": os.getloadavg()[0], "cpus": os.cpu_count(), "cpu_model": cpu_model(),
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
     print(f"write_run, {line['pairs']:,} ordered pairs ({args.docs} docs x {args.candidates} candidates), "
           f"{args.shuffles} PairS shuffles, best of {args.repeats}:")
     print(f"  wall  vectorised {new_s:.2f} s   loop (reference) {old_s:.2f} s   ratio {line['ratio']:.1f}x")
     print(f"  CPU   vectorised {new_cpu:.2f} s   loop (reference) {old_cpu:.2f} s   ratio {line['cpu_ratio']:.1f}x")
-    print(f"  load average {line['load_1min']:.1f} on {line['cpus']} CPUs")
+    print(f"bootstrap over documents, {args.rounds} rounds of every metric (raw and 3 debiased variants), "
+          f"best of {args.repeats}:")
+    print(f"  wall  analyse {plain_s:.2f} s   with the bootstrap {boot_s:.2f} s   the bootstrap "
+          f"{line['bootstrap_s']:.2f} s (CPU {line['bootstrap_cpu_s']:.2f} s)")
+    print(f"  load average {line['load_1min']:.1f} on {line['cpus']} CPUs ({line['cpu_model']}), {line['date']}")
     print(f"  max |new - old| over every metric {line['max_abs_diff']:.3g}; same judgments.jsonl: {same_jsonl}")
     print(json.dumps(line))
     return 0

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from harness.errors import DataError, HarnessError
 from harness.files import jsonable
+from harness.metrics.bootstrap import check_settings
 from harness.metrics.card import render_cards
 
 
@@ -30,12 +31,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("run_dir", help="a run directory (or any folder holding judgments.jsonl files)")
     ap.add_argument("--out", default=None, help="write pictures and card.md here instead of beside the judgments")
     ap.add_argument("--json", action="store_true", help="print {judged set: numbers} as JSON instead of the text")
+    ap.add_argument("--bootstrap", type=int, default=1000,
+                    help="bootstrap rounds over documents for the intervals (the run's metrics.bootstrap; 0: none)")
+    ap.add_argument("--level", type=float, default=0.95, help="the intervals' level (the run's metrics.level)")
+    ap.add_argument("--seed", type=int, default=0, help="the bootstrap's seed (the run's seed)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     try:
         if not Path(args.run_dir).is_dir():
             raise DataError("not a directory; give a run directory (outputs/<experiment>/<stamp>)", where=args.run_dir)
-        cards = render_cards(args.run_dir, out_dir=args.out, echo=(lambda _: None) if args.json else print)
+        check_settings(args.bootstrap, args.level)
+        cards = render_cards(args.run_dir, out_dir=args.out, echo=(lambda _: None) if args.json else print,
+                             rounds=args.bootstrap, level=args.level, seed=args.seed)
         if not cards:
             raise DataError("holds no judgments.jsonl; give a run directory of experiment=judge, zepo or "
                             "sensitivity", where=args.run_dir)
@@ -47,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
               "give --out DIR for a run directory you cannot write to", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({c.name: jsonable(dict(c.numbers)) for c in cards}, indent=1))
+        print(json.dumps({c.name: jsonable({**c.numbers, "intervals": c.intervals}) for c in cards}, indent=1))
     return 0
 
 

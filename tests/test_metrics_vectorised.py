@@ -166,7 +166,8 @@ def test_bench_metrics_prints_the_ratio(tmp_path):
     """scripts/bench_metrics.py at a small size: both implementations timed in one run, their
     results compared, one JSON line with what the table printed."""
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_metrics.py"), "--docs", "3",
-                           "--candidates", "6", "--shuffles", "10", "--repeats", "1", "--out", str(tmp_path)],
+                           "--candidates", "6", "--shuffles", "10", "--repeats", "1", "--rounds", "50",
+                           "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -174,6 +175,8 @@ def test_bench_metrics_prints_the_ratio(tmp_path):
     assert line["new_s"] > 0 and line["old_s"] > 0 and line["ratio"] == pytest.approx(line["old_s"] / line["new_s"])
     assert line["max_abs_diff"] <= TOL and line["same_judgments_jsonl"] is True
     assert f"{line['ratio']:.1f}x" in proc.stdout
+    assert line["rounds"] == 50 and line["analyse_bootstrap_s"] > 0 and line["cpu_model"] and line["date"]
+    assert f"the bootstrap {line['bootstrap_s']:.2f} s" in proc.stdout
 
 
 def test_documents_without_usable_scores_equal_the_loop_implementation():

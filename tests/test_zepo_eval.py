@@ -22,6 +22,7 @@ from test_zepo import CallLog, _close, _compose, e2e_overrides, scripted_complet
 from harness.judges.cache import CachedJudge, ScoreCache
 from harness.judging import judge_documents, load_judgments, model_judge
 from harness.metrics import summarize
+from harness.metrics.bootstrap import NO_INTERVAL
 
 
 class CallSpy:
@@ -132,6 +133,28 @@ def test_initial_and_best_are_evaluated_in_one_call_as_the_separate_calls_did(im
     assert [j.p_a for j in ref[initial][0]] != [j.p_a for j in ref[best][0]]
     assert json.loads((out / "results.json").read_text())["judge_calls"] == len(ScoreCache(tmp / "cache" /
                                                                                           "requests.sqlite"))
+
+
+def test_shipped_zepo_results_carry_intervals_and_the_paired_heldout_gain(improved):
+    """The shipped config's metrics.bootstrap rounds: every estimated metric of both sets has an
+    interval, the paired best - initial held-out gain is in results.json and in summary.md as one
+    sentence, and a real improvement (two instructions) gives a non-degenerate paired interval."""
+    tmp, res, *_ = improved
+    saved = json.loads((tmp / "run" / "results.json").read_text())
+    for label in ("initial", "best"):
+        meta = saved[label]["interval"]["heldout"]
+        assert meta["rounds"] == 1000 and meta["unit"] == "document" and meta["level"] == 0.95
+        for kind in ("leaky", "heldout"):
+            metrics, intervals = saved[label][f"metrics_{kind}"], saved[label][f"intervals_{kind}"]
+            assert set(intervals) == set(metrics)
+            assert set(intervals["none"]) == {k for k in metrics["none"] if k not in NO_INTERVAL}
+    gain = saved["gains"]["heldout"]["none"]["spearman_pairs"]
+    want = (saved["best"]["metrics_heldout"]["none"]["spearman_pairs"]
+            - saved["initial"]["metrics_heldout"]["none"]["spearman_pairs"])
+    assert gain["diff"] == pytest.approx(want) and gain["interval"][0] <= gain["interval"][1]
+    table = (tmp / "run" / "summary.md").read_text()
+    assert "- held-out Spearman (PairS) " in table and "from 0 at 95%" in table
+    assert saved["gains"]["leaky"]["none"]["a_rate"]["sentence"].startswith("leaky a_rate ")
 
 
 def test_best_equal_to_initial_is_judged_once_with_identical_outputs(tmp_path, shared_data, tiny_llama):

@@ -85,6 +85,16 @@ def test_results_hold_leaky_and_heldout_metrics(tmp_path):
     # Every column names its documents; the configured set's columns follow leak_search_docs.
     assert "| held-out A-rate | held-out mean P(A) |" in table and "held-out Spearman (win rate)" in table
     leaky = before_after_table(dict(res, leak_search_docs=True))
-    assert "| leaky A-rate | leaky mean P(A) |" in leaky and "held-out A-rate" not in leaky
+    head = next(line for line in leaky.splitlines() if line.startswith("| instruction"))
+    assert "| leaky A-rate | leaky mean P(A) |" in head and "held-out A-rate" not in head
     # 4 candidates, 5 shuffles (4! > 5): PairS is sampled, so its standard error is shown.
-    assert " ± " in table.splitlines()[-1]
+    rows = [line for line in table.splitlines() if line.startswith("| best")]
+    assert " ± " in rows[0]
+    # Intervals over documents beside each value, and the paired held-out gain in one sentence.
+    assert rows[0].count(" [") >= 4
+    gain = res["gains"]["heldout"]["none"]["spearman_pairs"]
+    assert gain["diff"] == pytest.approx(res["best"]["metrics_heldout"]["none"]["spearman_pairs"]
+                                         - res["initial"]["metrics_heldout"]["none"]["spearman_pairs"])
+    assert "- held-out Spearman (PairS) " in table and "distinguishable from 0 at 95%" in table
+    lo, hi = res["best"]["intervals_heldout"]["none"]["a_rate"]
+    assert lo <= res["best"]["metrics_heldout"]["none"]["a_rate"] <= hi

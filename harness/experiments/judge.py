@@ -29,6 +29,7 @@ from harness.judging import (
     work_counters,
 )
 from harness.metrics import write_run
+from harness.metrics.bootstrap import interval_summary
 from harness.records import Document, Tracker
 from harness.runtime.attempts import ATTEMPTS, summed_calls
 from harness.runtime.context import experiment
@@ -37,8 +38,9 @@ from harness.runtime.context import experiment
 def run_judge(judge: Judge, docs: Sequence[Document], *, task: str, aspect: str | None, instruction: str,
               family: str, out_dir: str | Path, tracker: Tracker | None = None,
               max_candidates: int | None = None, shuffles: int = 100, seed: int = 0,
-              progress: bool = True) -> dict[str, Any]:
-    """Judge every ordered pair, write judgments.jsonl and results.json, log the metrics."""
+              progress: bool = True, bootstrap: int = 1000, level: float = 0.95) -> dict[str, Any]:
+    """Judge every ordered pair, write judgments.jsonl and results.json, log the metrics (and their
+    `bootstrap`-round intervals over the documents at `level`: metrics.bootstrap, metrics.level)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     before, start = work_counters(judge), time.perf_counter()
@@ -49,12 +51,12 @@ def run_judge(judge: Judge, docs: Sequence[Document], *, task: str, aspect: str 
                       time.perf_counter() - start)
     results = write_run(out, judgments, p_cf, task=task, aspect=aspect, family=family, instruction=instruction,
                         judge_identity=judge.identity, n_docs=len(docs), shuffles=shuffles, seed=seed,
-                        extra={"judge_calls": getattr(judge, "calls", None),
+                        bootstrap=bootstrap, level=level, extra={"judge_calls": getattr(judge, "calls", None),
                                "judge_calls_all_attempts": _all_attempts_calls(out), "judge_work": work})
     if tracker is not None:
         flat = {f"{mode}/{k}": v for mode, m in results["metrics"].items() for k, v in m.items()}
         tracker.log(flat)
-        tracker.summary(flat)
+        tracker.summary(flat | interval_summary(results.get("intervals")))
         tracker.log_table("judgments", ["doc_id", "a_id", "b_id", "p_a", "human_a", "human_b"],
                           [[j.doc_id, j.a_id, j.b_id, j.p_a, j.human_a, j.human_b] for j in judgments])
     return results
@@ -74,4 +76,5 @@ def main(cfg: Any, out_dir: Path) -> dict[str, Any]:
         return run_judge(ctx.judge, docs, task=cfg.task.name, aspect=ctx.aspect, instruction=instruction,
                          family=ctx.family, out_dir=out_dir, tracker=ctx.tracker,
                          max_candidates=cfg.task.get("max_candidates"), shuffles=int(cfg.experiment.shuffles),
-                         seed=int(cfg.seed), progress=bool(cfg.progress))
+                         seed=int(cfg.seed), progress=bool(cfg.progress),
+                         bootstrap=int(cfg.metrics.bootstrap), level=float(cfg.metrics.level))

@@ -37,6 +37,7 @@ def prepare(ctx: RunContext) -> dict[str, Any]:
     return {"judge": ctx.judge, "optimizer": ctx.optimizer(), "search_docs": search_docs, "eval_docs": eval_docs,
             "initial": ctx.instruction(), "task": cfg.task.name, "aspect": ctx.aspect, "family": ctx.family,
             "settings": settings_from(cfg), "progress": bool(cfg.progress), "leak_search_docs": leak,
+            "bootstrap": int(cfg.metrics.bootstrap), "level": float(cfg.metrics.level),
             "extra": {"model": cfg.model.get("name"), "paper_table": exp.get("paper_table")}}
 
 

@@ -8,7 +8,10 @@ A-rate with the order consistency next to it, calibration when human labels exis
 pictures beside the file (card_reliability.png, card_p_a_by_order.png, card_answer_mass.png) that
 also go to W&B as images; card.md holds the text. Every number comes from the functions
 `metric_set` uses, so the card equals results.json's "none" metrics. A run whose median mass is
-below the threshold gets ONE warning line naming the likely causes. The run context renders the
+below the threshold gets ONE warning line naming the likely causes. Each estimated number carries
+its percentile-bootstrap interval over documents (harness/metrics/bootstrap.py; `rounds`, `level`
+and `seed` as the run's metrics.bootstrap, metrics.level and seed, so the card's intervals equal
+results.json's "intervals"["none"]): `A-rate 0.62 [0.55, 0.70]`; rounds=0 says "no intervals". The run context renders the
 cards of every completed run (harness.runtime.context), so every experiment that writes judgments
 gets one without code of its own.
 """
@@ -24,12 +27,13 @@ from typing import Any
 
 from harness.files import read_json, write_text_atomic
 from harness.judging import MIN_ANSWER_MASS, load_judgments
+from harness.metrics.bootstrap import Resample, doc_stats, intervals, replicate
 from harness.metrics.calibration import calibration, calibration_pairs
 from harness.metrics.mass import answer_mass_stats, answer_masses
 from harness.metrics.order import view_order_consistency
 from harness.metrics.plots import plot_answer_mass, plot_p_a_by_order, plot_reliability
 from harness.metrics.rates import view_a_rate
-from harness.metrics.views import DocView, document_views
+from harness.metrics.views import DocView, build_frame, document_views
 from harness.records import Judgment, Tracker
 
 log = logging.getLogger(__name__)
@@ -67,6 +71,9 @@ class Card:
     """Picture kind -> PNG written (the reliability diagram is absent without human labels)."""
     documents: str | None = None
     """Which documents the set covers (SET_FILE), when its writer said."""
+    intervals: Mapping[str, list[float] | None] | None = None
+    """CARD_KEYS with an interval -> [lo, hi] (None: no bootstrap, rounds=0)."""
+    level: float = 0.95
 
     @property
     def low_mass(self) -> bool:
@@ -83,6 +90,17 @@ def card_numbers(judgments: Sequence[Judgment], threshold: float = MIN_ANSWER_MA
               **view_order_consistency(views), "ece": cal["ece"], "accuracy": cal["accuracy"],
               "n_calibration": int(cal["n"])}
     return {**{k: values[k] for k in CARD_KEYS}, "threshold": threshold}
+
+
+def card_intervals(judgments: Sequence[Judgment], numbers: Mapping[str, Any], rounds: int, level: float,
+                   seed: int, bins: int = 10) -> dict[str, list[float] | None] | None:
+    """The card's numbers' bootstrap intervals over documents (None when rounds is 0)."""
+    if not rounds:
+        return None
+    frame = build_frame(judgments)
+    resample = Resample.draw(frame.doc_ids, rounds, level, seed)
+    reps = replicate(doc_stats(frame, {}, {}, bins=bins), resample.columns(frame.doc_ids))
+    return intervals(numbers, {k: reps[k] for k in CARD_KEYS if k in reps}, level)
 
 
 def split_by_order(judgments: Sequence[Judgment], views: Mapping[str, DocView]) -> tuple[list[float], list[float]]:
@@ -118,9 +136,10 @@ def find_judgments(run_dir: str | Path) -> list[Path]:
 
 
 def render_card(path: Path, run_dir: Path, out_dir: Path | None = None, tracker: Tracker | None = None,
-                threshold: float = MIN_ANSWER_MASS) -> Card:
-    """One judgments.jsonl's card: numbers, pictures and card.md in the matching folder of
-    `out_dir` (default: beside the file), images to the tracker."""
+                threshold: float = MIN_ANSWER_MASS, rounds: int = 1000, level: float = 0.95,
+                seed: int = 0) -> Card:
+    """One judgments.jsonl's card: numbers (with `rounds` bootstrap rounds' intervals), pictures and
+    card.md in the matching folder of `out_dir` (default: beside the file), images to the tracker."""
     rel = path.parent.relative_to(run_dir)
     name = "run" if rel == Path(".") else rel.as_posix()
     folder = (out_dir or run_dir) / rel
@@ -128,7 +147,8 @@ def render_card(path: Path, run_dir: Path, out_dir: Path | None = None, tracker:
     numbers = card_numbers(judgments, threshold)
     about = path.parent / SET_FILE
     documents = read_json(about).get("documents") if about.is_file() else None
-    card = Card(path, name, numbers, draw(judgments, numbers, folder, name), documents)
+    card = Card(path, name, numbers, draw(judgments, numbers, folder, name), documents,
+                card_intervals(judgments, numbers, rounds, level, seed), level)
     write_text_atomic(folder / "card.md", card_text(card, out_dir or run_dir) + "\n")
     if tracker is not None:
         for kind, png in card.pictures.items():
@@ -137,12 +157,14 @@ def render_card(path: Path, run_dir: Path, out_dir: Path | None = None, tracker:
 
 
 def render_cards(run_dir: str | Path, tracker: Tracker | None = None, out_dir: str | Path | None = None,
-                 threshold: float = MIN_ANSWER_MASS, echo: Callable[[str], None] = print) -> list[Card]:
+                 threshold: float = MIN_ANSWER_MASS, echo: Callable[[str], None] = print,
+                 rounds: int = 1000, level: float = 0.95, seed: int = 0) -> list[Card]:
     """The card of every judged set in a run: rendered, echoed, and one warning when the answer
-    mass is low anywhere."""
+    mass is low anywhere. `rounds`, `level`, `seed`: the intervals' bootstrap (metrics.bootstrap,
+    metrics.level, the run's seed)."""
     run_dir = Path(run_dir)
     out = None if out_dir is None else Path(out_dir)
-    cards = [render_card(p, run_dir, out, tracker, threshold) for p in find_judgments(run_dir)]
+    cards = [render_card(p, run_dir, out, tracker, threshold, rounds, level, seed) for p in find_judgments(run_dir)]
     for card in cards:
         echo(card_text(card, out or run_dir))
     warning = low_mass_warning(cards)
@@ -165,21 +187,39 @@ def low_mass_warning(cards: Sequence[Card]) -> str | None:
 def card_text(card: Card, root: Path) -> str:
     """The card as a few lines of text (printed at the end of a run, card.md, scripts/report.py)."""
     n = card.numbers
+    v = _interval_of(card)
     low = n["answer_mass_low_share"]
-    cal = (f"ECE {_f(n['ece'])}, accuracy {_f(n['accuracy'])} on {n['n_calibration']} labelled pairs"
+    cal = (f"ECE {v('ece')}, accuracy {v('accuracy')} on {n['n_calibration']} labelled pairs"
            if n["n_calibration"] else "no human labels")
     pics = ", ".join(str(_rel(p, root)) for p in card.pictures.values())
     documents = f" [{card.documents}]" if card.documents else ""
+    about = (f"  intervals     [lo, hi]: {card.level:.0%} percentile bootstrap over the documents"
+             if card.intervals is not None else "  intervals     no intervals (metrics.bootstrap=0)")
     return "\n".join([
         f"report card {card.name}{documents}: {n['n_judgments']} ordered pairs, {n['n_docs']} "
         f"document{'' if n['n_docs'] == 1 else 's'} ({_rel(card.source, root)})",
-        f"  answer mass   median {_f(n['answer_mass_median'], 3)} of the next-token probability on the answer tokens; "
-        f"{_pct(low)} of pairs below {n['threshold']:g}",
-        f"  position      A-rate {_f(n['a_rate'])} (mean P(A) {_f(n['a_rate_prob'])}); decision survives swapping "
-        f"A and B in {_pct(n['order_consistency'])} of {n['n_order_pairs']} pairs; "
-        f"mean |P(A|i,j) - (1 - P(A|j,i))| {_f(n['order_gap'])}",
+        f"  answer mass   median {v('answer_mass_median', 3)} of the next-token probability on the answer tokens; "
+        f"{_pct(low)} {_pct_interval(card, 'answer_mass_low_share')}of pairs below {n['threshold']:g}",
+        f"  position      A-rate {v('a_rate')} (mean P(A) {v('a_rate_prob')}); decision survives swapping "
+        f"A and B in {_pct(n['order_consistency'])} {_pct_interval(card, 'order_consistency')}of "
+        f"{n['n_order_pairs']} pairs; mean |P(A|i,j) - (1 - P(A|j,i))| {v('order_gap')}",
         f"  calibration   {cal}",
+        about,
         f"  pictures      {pics}"])
+
+
+def _interval_of(card: Card) -> Callable[..., str]:
+    """key -> "value [lo, hi]" (the value alone without an interval)."""
+    def show(key: str, digits: int = 3) -> str:
+        value = _f(card.numbers[key], digits)
+        iv = (card.intervals or {}).get(key)
+        return f"{value} [{_f(iv[0], digits)}, {_f(iv[1], digits)}]" if iv else value
+    return show
+
+
+def _pct_interval(card: Card, key: str) -> str:
+    iv = (card.intervals or {}).get(key)
+    return f"[{_pct(iv[0])}, {_pct(iv[1])}] " if iv else ""
 
 
 def _rel(p: Path, root: Path) -> Path:

@@ -219,8 +219,11 @@ def correlations(
 
 
 def view_correlations(
-    all_views: Mapping[str, DocView], ranking: str, shuffles: int, seed: int
+    all_views: Mapping[str, DocView], ranking: str, shuffles: int, seed: int,
+    per_doc_out: dict[str, tuple[float, float]] | None = None,
 ) -> dict[str, float | int]:
+    """`correlations` of document views; `per_doc_out`, when given, receives each kept document's
+    (Spearman, Kendall), averaged over its initial orders (the bootstrap resamples these)."""
     if ranking not in ("winrate", "pairs"):
         raise ConfigError(f"correlations ranking must be 'winrate' or 'pairs', got {ranking!r}")
     if not isinstance(shuffles, int) or shuffles < 1:
@@ -230,6 +233,8 @@ def view_correlations(
     views = {d: v for d, v in all_views.items() if np.isfinite(v.human).sum() >= 2 and np.isfinite(v.matrix).any()}
     per_doc = _per_doc(_doc_scores(views, ranking, shuffles, seed), views)
     rows = [per_doc[d] for d in views]
+    if per_doc_out is not None:
+        per_doc_out.update({d: (float(r[0].mean()), float(r[1].mean())) for d, r in zip(views, rows)})
     sampled = [ranking == "pairs" and math.factorial(len(v.ids)) > shuffles for v in views.values()]
     var = [r[0].var(ddof=1) / r.shape[1] if drawn and r.shape[1] > 1 else 0.0 for r, drawn in zip(rows, sampled)]
     se = math.sqrt(sum(var)) / len(rows) if rows else math.nan

@@ -6,12 +6,14 @@ import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from harness.files import read_json, write_json_atomic
 from harness.judging import load_judgments, write_judgments
+from harness.metrics.bootstrap import DocStats, Resample, doc_stats, intervals, no_interval_meta, paired_all, replicate
 from harness.metrics.calibration import calibration_arrays
 from harness.metrics.correlation import view_correlations
 from harness.metrics.debias import batch_p, contextual_p, permutation_p
@@ -33,15 +35,21 @@ def metric_set(
 
 
 def frame_metrics(frame: Frame, shuffles: int = 100, seed: int = 0, bins: int = 10,
-                  official_p: np.ndarray | None = None) -> dict[str, float | int]:
+                  official_p: np.ndarray | None = None,
+                  stats_out: list[DocStats] | None = None) -> dict[str, float | int]:
     """`metric_set` of a Frame (its P(A) column); `official_p`: the column whose upper-triangle
-    rate is `a_rate_upper` (the permutation variant's official arithmetic), default the frame's."""
+    rate is `a_rate_upper` (the permutation variant's official arithmetic), default the frame's.
+    `stats_out`, when given, receives the per-document statistics the bootstrap resamples."""
     views = frame.views()
     conf = confidence_p(frame.p)
     labelled = np.isfinite(frame.p) & np.isfinite(frame.label)
     cal = calibration_arrays(frame.p[labelled], frame.label[labelled], bins=bins)
-    win = view_correlations(views, "winrate", shuffles, seed)
-    pairs = view_correlations(views, "pairs", shuffles, seed)
+    win_doc: dict[str, tuple[float, float]] = {}
+    pairs_doc: dict[str, tuple[float, float]] = {}
+    win = view_correlations(views, "winrate", shuffles, seed, win_doc)
+    pairs = view_correlations(views, "pairs", shuffles, seed, pairs_doc)
+    if stats_out is not None:
+        stats_out.append(doc_stats(frame, win_doc, pairs_doc, official_p, bins))
     rate, rate_prob = view_a_rate(views, "argmax"), view_a_rate(views, "prob")
     tokens = frame.tokens
     upper_views = views if official_p is None else frame.with_p(official_p).views()
@@ -64,6 +72,79 @@ def frame_metrics(frame: Frame, shuffles: int = 100, seed: int = 0, bins: int = 
     }
 
 
+@dataclass(frozen=True)
+class Summary:
+    """Every metric of one judged set, raw and debiased, with its bootstrap rounds (None when off)."""
+
+    metrics: dict[str, dict[str, float | int]]
+    """variant ("none", "permutation", "batch", "contextual") -> metric_set."""
+    replicates: dict[str, dict[str, np.ndarray]] | None
+    """variant -> metric -> (rounds,) values over resampled documents."""
+    resample: Resample | None
+
+    @property
+    def level(self) -> float:
+        return self.resample.level if self.resample is not None else math.nan
+
+    def intervals(self) -> dict[str, dict[str, list[float] | None]] | None:
+        """variant -> metric -> [lo, hi] (results.json "intervals", mirroring "metrics")."""
+        if self.replicates is None:
+            return None
+        return {v: intervals(self.metrics[v], reps, self.level) for v, reps in self.replicates.items()}
+
+    def meta(self) -> dict[str, Any]:
+        return self.resample.meta() if self.resample is not None else no_interval_meta()
+
+    def versus(self, other: Summary, prefix: str = "", variant: str = "none",
+               other_variant: str | None = None) -> dict[str, dict[str, Any]]:
+        """Paired differences other - self of every metric (the same resampled documents in both)."""
+        ov = other_variant or variant
+        mine = None if self.replicates is None else self.replicates[variant]
+        theirs = None if other.replicates is None else other.replicates[ov]
+        return paired_all(mine, theirs, self.metrics[variant], other.metrics[ov],
+                          self.resample.level if self.resample is not None else 0.95, prefix)
+
+    def differences(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Each debiased variant minus the raw judgments, paired over the same resampled documents."""
+        return {f"{v} - none": self.versus(self, f"{v} - none: ", "none", v) for v in self.metrics if v != "none"}
+
+    def results_fields(self) -> dict[str, Any]:
+        """What results.json carries beside "metrics"."""
+        return {"interval": self.meta(), "intervals": self.intervals(), "differences": self.differences()}
+
+
+def analyse(
+    judgments: Sequence[Judgment],
+    p_cf: float | None = None,
+    shuffles: int = 100,
+    seed: int = 0,
+    bins: int = 10,
+    rounds: int = 0,
+    level: float = 0.95,
+) -> Summary:
+    """`summarize` with `rounds` bootstrap rounds over the documents (0: none), seeded by `seed`."""
+    frame = build_frame(judgments)
+    variants = {"none": frame.p, "permutation": permutation_p(frame), "batch": batch_p(frame)}
+    if p_cf is not None and not math.isnan(p_cf):
+        variants["contextual"] = contextual_p(frame, p_cf)
+    elif p_cf is not None:  # the content-free probe stayed unreadable: only its view is lost
+        log.warning("the content-free probe's answer was unreadable (P(A) NaN: NaN/inf log-probs, or an API "
+                    "answer still unusable after every retry): the "
+                    "contextual-calibration view is left out; every other view is complete")
+    official = {"permutation": permutation_p(frame, "official")}
+    resample = Resample.draw(frame.doc_ids, rounds, level, seed) if rounds else None
+    out, reps = {}, {}
+    for k, p in variants.items():
+        stats: list[DocStats] = []
+        variant = frame.with_p(p)
+        out[k] = frame_metrics(variant, shuffles=shuffles, seed=seed, bins=bins, official_p=official.get(k),
+                               stats_out=stats if resample is not None else None)
+        if resample is not None:
+            first = next(iter(reps.values()), {})
+            reps[k] = replicate(stats[0], resample.columns(frame.doc_ids), first.get("answer_mass_median"))
+    return Summary(out, reps if resample is not None else None, resample)
+
+
 def summarize(
     judgments: Sequence[Judgment],
     p_cf: float | None = None,
@@ -75,34 +156,30 @@ def summarize(
     "permutation", "batch" and, when `p_cf` is given, "contextual". The judgments are read into
     columns once; each variant is another P(A) column. The permutation variant's `a_rate_upper`
     uses the official arithmetic (debias.ARITHMETIC), as the official decision rate it is."""
-    frame = build_frame(judgments)
-    variants = {"none": frame.p, "permutation": permutation_p(frame), "batch": batch_p(frame)}
-    if p_cf is not None and not math.isnan(p_cf):
-        variants["contextual"] = contextual_p(frame, p_cf)
-    elif p_cf is not None:  # the content-free probe stayed unreadable: only its view is lost
-        log.warning("the content-free probe's answer was unreadable (P(A) NaN: NaN/inf log-probs, or an API "
-                    "answer still unusable after every retry): the "
-                    "contextual-calibration view is left out; every other view is complete")
-    official = {"permutation": permutation_p(frame, "official")}
-    return {k: frame_metrics(frame.with_p(p), shuffles=shuffles, seed=seed, bins=bins, official_p=official.get(k))
-            for k, p in variants.items()}
+    return analyse(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed, bins=bins).metrics
 
 
 def write_run(out: Path, judgments: Sequence[Judgment], p_cf: float, *, task: str, aspect: str | None,
               family: str, instruction: str, judge_identity: str, n_docs: int, shuffles: int,
-              seed: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+              seed: int, extra: dict[str, Any] | None = None, bootstrap: int = 1000,
+              level: float = 0.95) -> dict[str, Any]:
     """judgments.jsonl + results.json of one judged set (the judge experiment; shard merges).
+
+    `bootstrap` rounds over the documents (metrics.bootstrap; 0: no intervals) at `level`
+    (metrics.level) give "intervals" (variant -> metric -> [lo, hi], beside "metrics"), "interval"
+    (how they were made) and "differences" (each debiased variant minus raw, paired).
 
     `extra` adds run facts that are not metrics (e.g. judge_calls: requests that missed the cache).
     `n_unreadable`: pairs whose answer could not be read (flagged, P(A) NaN, unjudged by every metric)."""
     write_judgments(out / "judgments.jsonl", judgments, p_cf)
-    summary = summarize(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed)
+    summary = analyse(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed, rounds=bootstrap, level=level)
     results = {"task": task, "aspect": aspect, "family": family, "instruction": instruction,
                "judge": judge_identity, "n_docs": n_docs, "n_judgments": len(judgments),
                "n_unreadable": sum("unreadable" in j.flags for j in judgments),
                "p_content_free": p_cf,
                **({"content_free_unreadable": True} if p_cf is not None and math.isnan(p_cf) else {}),
-               "shuffles": shuffles, "seed": seed, **(extra or {}), "metrics": summary}
+               "shuffles": shuffles, "seed": seed, **(extra or {}), "metrics": summary.metrics,
+               **summary.results_fields()}
     write_json_atomic(out / "results.json", results)
     return results
 

@@ -246,7 +246,10 @@ class RunContext:
         already written. A full disk is not: it ends the run (one line, exit 2), and a rerun after
         freeing space finishes it from the cache."""
         try:
-            render_cards(self.out_dir, self._tracker)
+            c = self.cfg
+            render_cards(self.out_dir, self._tracker, rounds=int(OmegaConf.select(c, "metrics.bootstrap", default=1000)),
+                         level=float(OmegaConf.select(c, "metrics.level", default=0.95)),
+                         seed=int(OmegaConf.select(c, "seed", default=0)))
         except (HarnessError, OSError) as e:
             if disk_full(e):  # not a warning: a rerun after freeing space must finish the run
                 raise

@@ -21,6 +21,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from harness.data.tasks import TASKS, task_spec
 from harness.errors import ConfigError
+from harness.metrics.bootstrap import check_settings
 from harness.prompts import FAMILIES
 from harness.runtime.checks import (
     HF_DTYPES,
@@ -288,6 +289,15 @@ class CacheConf:
 
 
 @dataclass
+class MetricsConf:
+    bootstrap: int = 1000
+    level: float = 0.95
+
+    def check(self) -> None:
+        check_settings(self.bootstrap, self.level)
+
+
+@dataclass
 class WandbConf:
     _target_: str = "harness.runtime.tracking.Tracker"
     mode: str = "offline"
@@ -313,6 +323,7 @@ class Config:
     progress: bool = True
     data: DataConf = field(default_factory=DataConf)
     cache: CacheConf = field(default_factory=CacheConf)
+    metrics: MetricsConf = field(default_factory=MetricsConf)
     wandb: WandbConf = field(default_factory=WandbConf)
     sweep: Any = None
 
@@ -344,7 +355,7 @@ def _check_all(obj: Any) -> None:
 
 def validate(cfg: DictConfig) -> None:
     """Ranges and names of every part, before anything is built (one ConfigError line)."""
-    for key in ("model", "task", "backend", "optimizer", "experiment", "cache", "wandb"):
+    for key in ("model", "task", "backend", "optimizer", "experiment", "cache", "metrics", "wandb"):
         node = cfg.get(key)
         if isinstance(node, DictConfig) and OmegaConf.get_type(node) not in (dict, None):
             _check_all(OmegaConf.to_object(node))

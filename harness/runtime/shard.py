@@ -92,6 +92,12 @@ def read_shard(path: str | Path) -> ShardRun:
     return ShardRun(path, shard_spec(config.get("task") or {}), config, results)
 
 
+def _interval_settings(results: dict[str, Any]) -> dict[str, Any]:
+    """The shards' bootstrap settings (results.json "interval"), so the merge's intervals use them."""
+    meta = results.get("interval") or {}
+    return {"bootstrap": int(meta.get("rounds", 1000)), "level": float(meta.get("level", 0.95))}
+
+
 def _task_without_shard(config: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in (config.get("task") or {}).items() if k not in ("shard_index", "num_shards")}
 
@@ -154,7 +160,8 @@ def merge_shards(dirs: Sequence[str | Path], out_dir: str | Path, p_cf_tol: floa
     results = write_run(out, judgments, p_cfs[0], task=r["task"], aspect=r.get("aspect"), family=r["family"],
                         instruction=r["instruction"], judge_identity=r["judge"],
                         n_docs=sum(int(s.results["n_docs"]) for s in shards),
-                        shuffles=int(r["shuffles"]), seed=int(r["seed"]), extra=_summed_calls(shards))
+                        shuffles=int(r["shuffles"]), seed=int(r["seed"]), extra=_summed_calls(shards),
+                        **_interval_settings(r))
     config = {**shards[0].config, "task": _task_without_shard(shards[0].config)}
     write_json_atomic(out / "merge.json", {"shards": [str(s.path) for s in shards], "num_shards": len(shards),
                                            "config": config})

@@ -12,7 +12,9 @@ Writes into the run directory:
   `initial.metrics_leaky.none`, `eval_initial/heldout/card.md` `initial.metrics_heldout.none`;
 - `results.json`: initial vs best, raw and debiased (metrics.summarize): `metrics` on the
   configured evaluation set, and always both `metrics_leaky` (search documents included, as the
-  paper evaluated) and `metrics_heldout` (search documents excluded; null when none is left);
+  paper evaluated) and `metrics_heldout` (search documents excluded; null when none is left), each
+  with its `intervals_*` (percentile bootstrap over documents, metrics.bootstrap rounds), and
+  `gains`: best - initial on the same documents, paired, with one sentence each;
 - `summary.md` (the before/after table, also printed) and `search.png`.
 """
 
@@ -25,11 +27,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from harness import metrics
 from harness.files import write_json_atomic, write_jsonl_atomic, write_text_atomic
 from harness.judges.base import Judge
 from harness.judging import judge_instructions, write_judgments
+from harness.metrics.bootstrap import interval_summary, sentence
 from harness.metrics.card import SET_FILE
+from harness.metrics.summary import analyse
 from harness.records import Document, Judgment, Tracker
 from harness.zepo import plots, search
 from harness.zepo.optimizers import log_rejections, show_progress
@@ -42,7 +45,8 @@ CANDIDATE_COLUMNS = ["index", "epoch", "slot", "parent", "objective", "fairness"
 
 def evaluate(judge: Judge, docs: Sequence[Document], instructions: Mapping[str, str], *, aspect: str | None,
              family: str, max_candidates: int | None, out_dir: Path, shuffles: int, seed: int, progress: bool,
-             search_docs: Sequence[Document] = (), leak: bool = False) -> dict[str, dict[str, Any]]:
+             search_docs: Sequence[Document] = (), leak: bool = False, bootstrap: int = 1000,
+             level: float = 0.95) -> dict[str, dict[str, Any]]:
     """Every instruction of `instructions` (label -> text: "initial", "best") on the evaluation
     documents and the search documents, in ONE judge call for all of them and both sets
     (harness.judging.judge_instructions: each instruction's prompts, cache keys and judgments as
@@ -61,17 +65,41 @@ def evaluate(judge: Judge, docs: Sequence[Document], instructions: Mapping[str, 
     by_text: dict[str, dict[str, Any]] = {}
     for text, (judgments, p_cf) in zip(texts, got):
         held = [j for j in judgments if j.doc_id not in searched]
-        leaky = metrics.summarize(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed)
-        heldout = metrics.summarize(held, p_cf=p_cf, shuffles=shuffles, seed=seed) if held else None
-        by_text[text] = {"judgments": judgments, "held": held, "p_cf": p_cf, "result": {
+        leaky_s = analyse(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed, rounds=bootstrap, level=level)
+        held_s = analyse(held, p_cf=p_cf, shuffles=shuffles, seed=seed, rounds=bootstrap, level=level) if held else None
+        leaky, heldout = leaky_s.metrics, None if held_s is None else held_s.metrics
+        iv_leaky, iv_held = leaky_s.intervals(), None if held_s is None else held_s.intervals()
+        by_text[text] = {"judgments": judgments, "held": held, "p_cf": p_cf,
+                         "summaries": {"leaky": leaky_s, "heldout": held_s}, "result": {
             "instruction": text, "p_content_free": p_cf, "n_judgments": len(judgments),
             "metrics": leaky if leak else heldout, "metrics_leaky": leaky, "metrics_heldout": heldout,
+            "intervals": iv_leaky if leak else iv_held, "intervals_leaky": iv_leaky, "intervals_heldout": iv_held,
+            "interval": {"leaky": leaky_s.meta(), "heldout": None if held_s is None else held_s.meta()},
             "n_heldout_docs": len({j.doc_id for j in held})}}
     out = {}
     for label, text in instructions.items():
         ev = by_text[text]
         write_sets(out_dir / f"eval_{label}", ev["judgments"], ev["held"], ev["p_cf"])
-        out[label] = dict(ev["result"])
+        out[label] = dict(ev["result"], summaries=ev["summaries"])
+    return out
+
+
+GAINS = ("spearman_pairs", "spearman", "kendall_pairs", "kendall", "a_rate", "fairness", "accuracy")
+"""The metrics whose best - initial gain the table states in a sentence (every one is in results.json)."""
+
+
+def gains(evaluated: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """best - initial on the same documents, paired (the same resampled documents in both arms:
+    metrics.bootstrap), for the leaky and the held-out set, raw and permutation-debiased:
+    {set: {variant: {metric: {"a", "b", "diff", "interval", "sentence"}}}}."""
+    out: dict[str, Any] = {}
+    for kind, name in (("heldout", "held-out"), ("leaky", "leaky")):
+        a, b = evaluated["initial"]["summaries"][kind], evaluated["best"]["summaries"][kind]
+        if a is None or b is None:
+            out[kind] = None
+            continue
+        out[kind] = {v: a.versus(b, f"{name} {'' if v == 'none' else v + '-debiased '}", v)
+                     for v in ("none", "permutation")}
     return out
 
 
@@ -140,7 +168,8 @@ def run_zepo(judge: Judge, optimizer: Any, search_docs: Sequence[Document], eval
              initial: str, task: str, aspect: str | None, family: str, settings: search.SearchSettings,
              out_dir: str | Path, tracker: Tracker | None = None, progress: bool = False,
              leak_search_docs: bool = False, extra: Mapping[str, Any] | None = None,
-             after_epoch: Callable[[int], None] | None = None) -> dict[str, Any]:
+             after_epoch: Callable[[int], None] | None = None, bootstrap: int = 1000,
+             level: float = 0.95) -> dict[str, Any]:
     """Search on `search_docs` (each epoch one judge call), then evaluate the initial and the best
     instruction on `eval_docs` (one judge call for both, `evaluate`).
 
@@ -167,11 +196,12 @@ def run_zepo(judge: Judge, optimizer: Any, search_docs: Sequence[Document], eval
     evaluated = evaluate(judge, eval_docs, {label: c.text for label, c in chosen.items()}, aspect=aspect,
                          family=family, max_candidates=settings.max_candidates, out_dir=out,
                          shuffles=settings.shuffles, seed=settings.seed, progress=progress,
-                         search_docs=search_docs, leak=leak_search_docs)
+                         search_docs=search_docs, leak=leak_search_docs, bootstrap=bootstrap, level=level)
     final = {}
     for label, cand in chosen.items():
         search_view = {"objectives": dict(cand.objectives), "a_rate": cand.a_rate, "a_rate_prob": cand.a_rate_prob}
-        final[label] = {**evaluated[label], "index": cand.index, "epoch": cand.epoch, "search": search_view}
+        shown = {k: v for k, v in evaluated[label].items() if k != "summaries"}
+        final[label] = {**shown, "index": cand.index, "epoch": cand.epoch, "search": search_view}
     results = {
         "experiment": "zepo", "task": task, "aspect": aspect, "family": family, "judge": judge.identity,
         "optimizer": getattr(optimizer, "identity", type(optimizer).__name__), **dict(extra or {}),
@@ -181,6 +211,7 @@ def run_zepo(judge: Judge, optimizer: Any, search_docs: Sequence[Document], eval
         "eval_doc_ids": [d.id for d in eval_docs], "n_candidates": len(result.candidates),
         "optimizer_rejections": getattr(optimizer, "rejections", None),  # this process's; all in rejections.jsonl
         "improved": result.best.index != result.initial.index, **final,
+        "gains": gains(evaluated),  # best - initial, paired over the same documents
     }
     write_json_atomic(out / "results.json", results)
     _report(results, result, out, tracker)
@@ -188,7 +219,7 @@ def run_zepo(judge: Judge, optimizer: Any, search_docs: Sequence[Document], eval
 
 
 def _report(results: Mapping[str, Any], result: search.SearchResult, out: Path, tracker: Tracker | None) -> None:
-    table = before_after_table(results)
+    table = before_after_table(results)  # gains' sentences under it
     print(table, flush=True)
     write_text_atomic(out / "summary.md", table + "\n")
     if tracker is None:
@@ -223,23 +254,61 @@ def before_after_table(results: Mapping[str, Any]) -> str:
              f"them (the paper's evaluation)", "", head, "|" + "---|" * 10]
     for label in ("initial", "best"):
         r = results[label]
-        m = r["metrics"]["none"]
+        m, iv = r["metrics"]["none"], (r.get("intervals") or {}).get("none") or {}
         leaky, held = r.get("metrics_leaky") or r["metrics"], r.get("metrics_heldout") or {}
+        iv_leaky, iv_held = r.get("intervals_leaky") or {}, r.get("intervals_heldout") or {}
         rate = r["search"]["a_rate_prob"] if obj == "fairness_prob" else r["search"]["a_rate"]
         lines.append(f"| {label} (#{r['index']}) | {_f(r['search']['objectives'][obj])} | {_f(rate)} "
-                     f"| {_f(m['a_rate'])} | {_f(m['a_rate_prob'])} | {_pairs(leaky.get('none'))} "
-                     f"| {_pairs(held.get('none'))} | {_f(m['spearman'])} | {_pairs(leaky.get('permutation'))} "
-                     f"| {_pairs(held.get('permutation'))} |")
-    return "\n".join(lines)
+                     f"| {_iv(m, iv, 'a_rate')} | {_iv(m, iv, 'a_rate_prob')} "
+                     f"| {_pairs(leaky.get('none'), iv_leaky.get('none'))} "
+                     f"| {_pairs(held.get('none'), iv_held.get('none'))} | {_iv(m, iv, 'spearman')} "
+                     f"| {_pairs(leaky.get('permutation'), iv_leaky.get('permutation'))} "
+                     f"| {_pairs(held.get('permutation'), iv_held.get('permutation'))} |")
+    return "\n".join(lines + gain_lines(results))
 
 
-def _pairs(m: Mapping[str, Any] | None) -> str:
-    """A PairS Spearman with ± its shuffle standard error when it has one (not exact)."""
+def gain_lines(results: Mapping[str, Any]) -> list[str]:
+    """The paired best - initial gains as sentences (held-out first), under the table."""
+    g = results.get("gains") or {}
+    meta = ((results.get("initial") or {}).get("interval") or {}).get("heldout") or \
+        ((results.get("initial") or {}).get("interval") or {}).get("leaky") or {}
+    if not g:
+        return []
+    if not meta.get("rounds"):
+        return ["", "best - initial: no intervals (metrics.bootstrap=0)"]
+    out = ["", f"best - initial, paired on the same documents ({meta['level']:.0%} percentile bootstrap over "
+               f"documents, {meta['rounds']} rounds; PairS = Spearman of the PairS ranking, win rate = of the win "
+               f"rates, each against the human scores; in the table, [lo, hi] is each value's interval from the same "
+               f"bootstrap and ± the PairS shuffle standard error):"]
+    names = {"spearman_pairs": "Spearman (PairS)", "spearman": "Spearman (win rate)", "a_rate": "A-rate",
+             "fairness": "fairness"}
+    for kind in ("heldout", "leaky"):
+        for variant in ("none", "permutation"):
+            per = ((g.get(kind) or {}).get(variant)) or {}
+            for key, name in names.items():
+                if key in per and (variant == "none" or key == "spearman_pairs"):
+                    d = per[key]
+                    where = "held-out" if kind == "heldout" else "leaky"
+                    label = f"{where} {name}" + (" (perm. debiased)" if variant == "permutation" else "")
+                    out.append("- " + sentence(label, d["diff"], d["interval"], float(meta["level"])))
+    return out
+
+
+def _iv(m: Mapping[str, Any], iv: Mapping[str, Any], key: str) -> str:
+    """A value with its interval: "0.620 [0.550, 0.700]" (the value alone without one)."""
+    bounds = iv.get(key)
+    return _f(m.get(key)) + (f" [{_f(bounds[0])}, {_f(bounds[1])}]" if bounds else "")
+
+
+def _pairs(m: Mapping[str, Any] | None, iv: Mapping[str, Any] | None = None) -> str:
+    """A PairS Spearman with ± its shuffle standard error when it has one (not exact), then its
+    bootstrap interval over documents."""
     if not m:
         return "nan"
     se = m.get("spearman_pairs_se")
     spread = f" ± {se:.3f}" if isinstance(se, float) and se > 0 else ""
-    return _f(m.get("spearman_pairs")) + spread
+    bounds = (iv or {}).get("spearman_pairs")
+    return _f(m.get("spearman_pairs")) + spread + (f" [{_f(bounds[0])}, {_f(bounds[1])}]" if bounds else "")
 
 
 def _f(x: Any) -> str:
