@@ -368,3 +368,62 @@ def test_sharded_array_job_merges_to_the_unsharded_run(slurm_cluster, job_env, t
     merged = json.loads((out / "merged" / "results.json").read_text())
     assert results_only(merged) == results_only(ref)
     assert merged["metrics"] == ref["metrics"] and merged["n_judgments"] == 24
+
+
+# ---------------------------------------------------------------- site configs (--config-dir)
+def _site_dir(root: Path, model_folder: Path) -> Path:
+    """A user's site directory as docs/slurm.md ("Site configs") writes it: a launcher that inherits
+    the shipped slurm launcher with this cluster's values, and a model of their own folder."""
+    site = root / "site"
+    (site / "hydra" / "launcher").mkdir(parents=True)
+    (site / "model").mkdir()
+    (site / "hydra" / "launcher" / "mysite.yaml").write_text(
+        "defaults:\n  - slurm        # the shipped conf/hydra/launcher/slurm.yaml\n  - _self_\n"
+        "partition: debug\ngpus_per_node: null\nmem_gb: 2\ncpus_per_task: 1\ncomment: mysite\n")
+    (site / "model" / "mymodel.yaml").write_text(
+        f"defaults:\n  - tiny_llama   # the shipped conf/model/tiny_llama.yaml\n  - _self_\n"
+        f"name: my-model\npath: {model_folder}\n")
+    return site
+
+
+def test_site_config_dir_adds_a_launcher_and_a_model(tmp_path):
+    """Composed as `--config-dir SITE` composes (Hydra's searchpath): the site's launcher keeps the
+    shipped keys it does not set. Negative control: without the site directory the names are unknown."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import MissingConfigException
+    from omegaconf import OmegaConf
+
+    site = _site_dir(tmp_path, tmp_path / "weights")
+    overrides = ["hydra/launcher=mysite", "model=mymodel"]
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=[*overrides, f"hydra.searchpath=[file://{site}]"],
+                      return_hydra_config=True)
+        with pytest.raises(MissingConfigException, match="mymodel|mysite"):
+            compose("config", overrides=overrides, return_hydra_config=True)
+    launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+    assert launcher["_target_"].endswith("SlurmLauncher") and launcher["partition"] == "debug"
+    assert launcher["comment"] == "mysite" and launcher["gpus_per_node"] is None
+    assert launcher["setup"][0] == OMP_LINE and launcher["max_num_timeout"] == 5  # the shipped values
+    assert cfg.model.name == "my-model" and cfg.model.path == str(tmp_path / "weights")
+    assert cfg.model.labels == ["A", "B"]  # from the shipped tiny_llama
+
+
+@pytest.mark.slurm
+def test_site_config_dir_runs_a_sweep_on_slurm(slurm_cluster, job_env, tmp_path, tiny_llama):
+    site = _site_dir(tmp_path, Path(tiny_llama))
+    sweep = tmp_path / "sweep"
+    proc = _harness(["--config-dir", str(site), "-m", "hydra/launcher=mysite", *TINY, "model=mymodel,tiny_llama",
+                     "task.docs=1", "task.max_candidates=3", f"hydra.sweep.dir={sweep}", "wandb.mode=disabled"],
+                    job_env)
+    try:
+        _finish(proc, "site-config SLURM multirun", 300)
+    finally:
+        _cancel(sweep, proc)
+    assert len(list((sweep / ".submitit").glob("*_[01]/*_result.pkl"))) == 2  # both ran as SLURM array tasks
+    judges = [json.loads((sweep / job / "results.json").read_text())["judge"] for job in ("0", "1")]
+    assert judges[0].startswith("hf|my-model|") and judges[1].startswith("hf|tiny-llama|")
+    scripts = list((sweep / ".submitit").glob("*/*_submission.sh"))
+    assert scripts and all("#SBATCH --comment=mysite" in s.read_text() for s in scripts)
+    # Same weights, same prompts: the two jobs' judgments agree (only the model's name differs).
+    rows = [(sweep / job / "judgments.jsonl").read_text().splitlines() for job in ("0", "1")]
+    assert [json.loads(r)["p_a"] for r in rows[0]] == [json.loads(r)["p_a"] for r in rows[1]]
