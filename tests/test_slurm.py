@@ -26,7 +26,9 @@ from pathlib import Path
 import pytest
 from conftest import results_only
 
+from harness.errors import ConfigError
 from harness.runtime.attempts import read_attempts
+from harness.runtime.resolvers import per_gpu
 
 REPO = Path(__file__).resolve().parents[1]
 SLURM_TOOL = Path(os.environ.get("HARNESS_SLURM_LOCAL", REPO.parent / "shared" / "tools" / "slurm-local.sh"))
@@ -100,8 +102,28 @@ def test_sweep_configs_compose_with_their_grid_and_wandb_group():
         print("sweep configs not composed:", "; ".join(missing))
 
 
+
+@pytest.mark.parametrize("overrides,gpus", [
+    (["backend=vllm"], 1), (["backend=vllm", "backend.tensor_parallel_size=2"], 2),
+    (["backend=vllm", "backend.tensor_parallel_size=8"], 8), (["backend=hf"], 1),
+    (["backend=vllm", "backend.tensor_parallel_size=8", "hydra.launcher.gpus_per_node=null"], None)])
+def test_slurm_launcher_gpus_follow_tensor_parallelism(overrides, gpus):
+    """The launcher as instantiated (its sbatch parameters): GPUs per node = the engine's tensor
+    parallel size, and 8 CPUs / 64 GB of host memory per GPU (8 / 64 for a job without GPUs)."""
+    from hydra.utils import instantiate
+
+    params = instantiate(_compose(["hydra/launcher=slurm", *overrides]).hydra.launcher).params
+    assert params["gpus_per_node"] == gpus
+    assert (params["cpus_per_task"], params["mem_gb"]) == (8 * (gpus or 1), 64 * (gpus or 1))
+
+
+def test_per_gpu_resolver_refuses_what_is_not_a_count():
+    assert (per_gpu(8, 2), per_gpu("64", None), per_gpu(8, 0)) == (16, 64, 8)
+    with pytest.raises(ConfigError, match="whole numbers"):
+        per_gpu(8, "two")
+
 def test_sbatch_templates_parse():
-    for name in ("judge.sbatch", "merge.sbatch"):
+    for name in ("judge.sbatch", "merge.sbatch", "node.sbatch"):
         r = subprocess.run(["bash", "-n", str(REPO / "slurm" / name)], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
 
@@ -345,7 +367,7 @@ def test_sharded_array_job_merges_to_the_unsharded_run(slurm_cluster, job_env, t
     logs.mkdir()
     env = {**job_env, "OUT": str(out), "WANDB_MODE": "disabled"}
     small = ["--partition=debug", "--cpus-per-task=1", "--mem=2G", "--time=10"]
-    r = subprocess.run(["sbatch", "--parsable", "--array=0-3", *small, f"--output={logs}/judge-%A_%a.out",
+    r = subprocess.run(["sbatch", "--parsable", "--array=0-3", *small, "--gpus-per-node=0", f"--output={logs}/judge-%A_%a.out",
                         str(REPO / "slurm" / "judge.sbatch"), *cfg], cwd=REPO, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     array = r.stdout.strip().split(";")[0]
@@ -427,3 +449,44 @@ def test_site_config_dir_runs_a_sweep_on_slurm(slurm_cluster, job_env, tmp_path,
     # Same weights, same prompts: the two jobs' judgments agree (only the model's name differs).
     rows = [(sweep / job / "judgments.jsonl").read_text().splitlines() for job in ("0", "1")]
     assert [json.loads(r)["p_a"] for r in rows[0]] == [json.loads(r)["p_a"] for r in rows[1]]
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("script,no_gpu", [("judge.sbatch", "--gpus-per-node=0"), ("node.sbatch", "--gpus-per-task=0")])
+def test_sbatch_scripts_request_gpus(slurm_cluster, tmp_path, script, no_gpu):
+    """On this GPU-less cluster the shipped script is refused for its GPU request (so it makes one),
+    and the same submission with the GPU request set to 0 is accepted (`sbatch --test-only`)."""
+    base = ["sbatch", "--test-only", "--partition=debug", "--cpus-per-task=1", f"--output={tmp_path}/%j.out"]
+    if script == "node.sbatch":
+        base += ["--ntasks-per-node=2", "--mem-per-cpu=1G"]
+    else:
+        base += ["--mem=2G"]
+    r = subprocess.run([*base, str(REPO / "slurm" / script)], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "Invalid generic resource" in r.stderr, r.stderr
+    r = subprocess.run([*base, no_gpu, str(REPO / "slurm" / script)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "to start at" in r.stderr, r.stderr
+
+
+@pytest.mark.slurm
+def test_node_job_runs_its_shards_side_by_side_and_merges(slurm_cluster, job_env, tmp_path, monkeypatch):
+    """slurm/node.sbatch with 2 tasks (one per GPU on a GPU node; here --gpus-per-task=0): both shards
+    run as steps of one job and the job's merge equals the unsharded run."""
+    cfg = [*TINY, "task.docs=2", "task.max_candidates=3", "backend.batch_size=1"]
+    out, log = tmp_path / "node", tmp_path / "node.out"
+    env = {**job_env, "OUT": str(out), "WANDB_MODE": "disabled"}
+    try:
+        r = subprocess.run(["sbatch", "--wait", "--parsable", "--partition=debug", "--ntasks-per-node=2",
+                            "--cpus-per-task=1", "--mem-per-cpu=1G", "--gpus-per-task=0", "--time=10",
+                            f"--output={log}", str(REPO / "slurm" / "node.sbatch"), *cfg],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        pytest.fail("node.sbatch did not finish in 300 s")
+    text = log.read_text() if log.is_file() else ""
+    assert r.returncode == 0, f"{r.stderr.strip()}\n{text[-3000:]}"
+    assert "0: [node.sbatch] shard 0 of 2" in text and "1: [node.sbatch] shard 1 of 2" in text
+    for i in range(2):
+        shard_cfg = json.loads((out / f"shard-{i}" / "config.json").read_text())
+        assert (shard_cfg["task"]["shard_index"], shard_cfg["task"]["num_shards"]) == (i, 2)
+    ref = _reference_run(cfg, job_env, tmp_path / "ref", monkeypatch)
+    assert (out / "merged" / "judgments.jsonl").read_bytes() == (tmp_path / "ref" / "judgments.jsonl").read_bytes()
+    assert results_only(json.loads((out / "merged" / "results.json").read_text())) == results_only(ref)
