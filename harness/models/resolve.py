@@ -22,6 +22,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from harness.confdir import conf_dir
 from harness.errors import ConfigError, HarnessError
 from harness.models.paths import build_atomically, cache_dir
 from harness.models.tiny import ensure_tiny_model
@@ -68,8 +69,8 @@ def _convert(gguf: Path, out: Path) -> None:
     tok.save_pretrained(out)
 
 
-MODEL_CONF = Path(__file__).resolve().parents[2] / "conf" / "model"
-"""conf/model/ of this checkout: `resolve smollm2` reads its `path` from conf/model/smollm2.yaml."""
+MODEL_CONF = conf_dir() / "model"
+"""conf/model/ of this checkout or of the installed wheel (harness.confdir): `resolve smollm2` reads its `path` from conf/model/smollm2.yaml."""
 
 
 def model_spec(name_or_path: str) -> dict:

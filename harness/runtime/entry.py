@@ -26,6 +26,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from harness.confdir import conf_dir
 from harness.errors import ConfigError, HarnessError
 from harness.files import disk_full, why_not_folder, write_json_atomic
 from harness.redaction import (
@@ -99,8 +100,9 @@ def one_line(exc: BaseException, argv: Sequence[str] = ()) -> str:
     return redact_text(text)
 
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-"""conf/ of this checkout (an absolute path: Hydra resolves a relative one against the package)."""
+CONF_DIR = conf_dir()
+"""conf/ of this checkout or of the installed wheel (harness.confdir; an absolute path: Hydra resolves a
+relative one against the package)."""
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")

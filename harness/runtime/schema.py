@@ -22,6 +22,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from harness.data.tasks import TASKS, task_spec
 from harness.errors import ConfigError
 from harness.metrics.bootstrap import check_settings
+from harness.runtime import resolvers  # noqa: F401  (registers ${harness.per_gpu:...} for the launcher configs)
 from harness.prompts import FAMILIES
 from harness.runtime.checks import (
     HF_DTYPES,
