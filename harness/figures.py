@@ -26,7 +26,7 @@ def titles(fig: Any) -> str:
     sup = getattr(fig, "_suptitle", None)
     parts = ([sup.get_text()] if sup is not None and sup.get_text() else []) + \
         [ax.get_title() for ax in fig.axes if ax.get_title()]
-    return " | ".join(" ".join(t.split()) for t in parts)
+    return " | ".join("\n".join(" ".join(line.split()) for line in t.splitlines()) for t in parts)
 
 
 def save(fig: Any, path: str | Path, **savefig: Any) -> Path:
