@@ -197,7 +197,8 @@ def test_greedy_no_answer_pairs_are_cached_with_their_flag(tmp_path, tiny_llama)
         keys = [k for (k,) in db.execute("SELECT key FROM flagged")]
         db.execute("DELETE FROM flagged")
     # The old cache (no flagged rows): those keys are misses again, every other pair still a hit.
-    held = ScoreCache(cache).get_many([*keys, *(k for (k,) in sqlite3.connect(cache).execute("SELECT key FROM scores"))])
+    plain = [k for (k,) in sqlite3.connect(cache).execute("SELECT key FROM scores")]
+    held = ScoreCache(cache).get_many([*keys, *plain])
     assert not set(keys) & set(held) and len(held) == 7 - stored[0]
 
 

@@ -240,6 +240,7 @@ def _table(results: Mapping[str, Any]) -> str:
         raw, deb = a["none"]["spearman_with_spearman"][k], a["permutation"]["spearman_with_spearman"][k]
         lines.append(f"| {k} | {raw['rho']:.3f} ({raw['p']:.3g}) | {deb['rho']:.3f} ({deb['p']:.3g}) "
                      f"| {a['none']['pearson_with_spearman'][k]:.3f} |")
-    lines.append(f"{which} range over instructions: raw {a['none']['spearman_min']:.3f}..{a['none']['spearman_max']:.3f}, "
+    lo, hi = a["none"]["spearman_min"], a["none"]["spearman_max"]
+    lines.append(f"{which} range over instructions: raw {lo:.3f}..{hi:.3f}, "
                  f"debiased {a['permutation']['spearman_min']:.3f}..{a['permutation']['spearman_max']:.3f}")
     return "\n".join(lines)
