@@ -65,7 +65,7 @@ class PairScore:
     could not be read (then `flags` says why, and the pair counts as unjudged in every metric)."""
     flags: tuple[str, ...] = ()
     """What is wrong with this answer, if anything (e.g. "unreadable"); empty for a clean one.
-    A flagged score is never cached."""
+    A flagged score is not cached, except a deterministic `no_answer` (harness.judges.cache)."""
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,10 @@ computes. The official formulas were read from its differential_debiasing/core/u
   sigma_raw   = r * sigma_norm   (noise is added in [0, 1] units, then de-normalised)
 
 Inputs: Likert points on 1..5 (r = 4, B = r^2 = 16 for one edited verdict), tau = 0.5, delta = 0.01,
-d = 12,000, Hamming-1. Caveat (printed, `what_delta_is`): only GPT-4o-mini's Delta reads as a one-item ||v||;
-GPT-3.5-Turbo's and QwQ-32B's are RMS of per-neighbour mean |Delta| over 8-17 changed verdicts, so the
-mean-bound columns treat a number of another kind as E||v||^2. No per-neighbour ||v|| data are published: the mean bounds use the published RMS as the
+d = 12,000, Hamming-1. Caveat (printed, `what_delta_is`): only GPT-4o-mini's Delta reads as a one-item
+||v||; GPT-3.5-Turbo's and QwQ-32B's are RMS of per-neighbour mean |Delta| over 8-17 changed verdicts,
+so the mean-bound columns treat a number of another kind as E||v||^2. No per-neighbour ||v|| data are
+published: the mean bounds use the published RMS as the
 sample mean (Bernstein with sample variance 0, its most favourable case), delta_m = 0.01 (sigma = 0,
 the whole delta on the bound) and delta_est = 0.001.
 """
@@ -37,7 +38,8 @@ from harness.abb import (  # noqa: E402
 
 JUDGES = (("GPT-4o-mini", 2.485, 1.405), ("GPT-3.5-Turbo", 1.901, 1.332), ("QwQ-32B", 1.926, 1.690))
 NEIGHBOUR_DIFFERENCES = {
-    # `formatting_sensitivity.neighbor_differences` of the official sensitivity_profiles/<judge>_sensitivity_profile.json
+    # `formatting_sensitivity.neighbor_differences` of the official
+    # sensitivity_profiles/<judge>_sensitivity_profile.json
     # (20 sampled verdicts each). The official ABBSensitivity.get_neighbor_differences takes, per neighbour, the
     # MEAN |f(D)_i - f(D')_i| over the positions that changed (abs_diff > 0), and Delta = sqrt(mean of their squares).
     "GPT-4o-mini": [0, 4, 3, 0, 1, 3, 3, 1, 0, 4, 0, 0, 4, 0, 3, 3, 3, 1, 1, 3,
@@ -108,7 +110,8 @@ def what_delta_is() -> None:
         ks = [changed_items(v) for v in vals]
         moved = [k for k in ks if k]
         low = max(v * math.sqrt(k) for v, k in zip(vals, ks) if k)
-        kind = ("integer values 0-4, consistent with one changed verdict (or none) per neighbour: it reads as a one-item ||v||" if max(ks) <= 1 else
+        kind = ("integer values 0-4, consistent with one changed verdict (or none) per neighbour: it reads as a "
+                "one-item ||v||" if max(ks) <= 1 else
                 f"every neighbour moved >= {min(moved)} verdicts (the fewest k with k x value an integer: "
                 f"{min(moved)}-{max(moved)}): a mean |Delta| per changed verdict, not a one-item ||v||; those "
                 f"neighbours' own ||v|| >= mean|Delta| sqrt(k), up to {low:.2f} Likert points")

@@ -72,6 +72,12 @@ def test_whole_set_cap_holds_by_construction_not_confirmed():
     assert "change of units" in bj["summary"] and "exactly that of the raw scores" in bj["summary"]
     line = report({"metrics": flat_metrics(bj, {}, None)})
     assert "fresh check 0/30 > tau: holds by construction (scores in [0, 1]) (sure check)" in line
+    # With noise (sigma > 0) the mechanism is more than a change of units, and the summary does not say it is.
+    noisy, _ = abb.run_abb(f, whole(10), tau=0.125, split=abb.split_delta(0.05, noise_fraction=0.45),
+                           mode="whole_set", scale=(0.0, 1.0), rng=rng, fresh=whole(30), coords_allowed=6,
+                           alpha_fraction=0.5, sigma_mode="max")
+    assert noisy.params.sigma > 0 and "change of units" not in noisy.summary()
+    assert noisy.verification.tests == "rate" and noisy.verification.verdict != "by_construction"
     # Out-of-range fresh scores (a broken scale): not by construction, the check runs and catches them.
     bad = abb.verify(f, f[None, :] + 2.0, result.params, rng, coords_allowed=6, scale=(0.0, 1.0))
     assert bad.verdict == "violated" and not bad.assumption["held"]

@@ -146,3 +146,63 @@ def test_zepo_runs_read_initial_and_best(tmp_path):
                              "initial/none/spearman", "best/none/spearman"]
     assert table.rows[1] == ["5", 0.8, 0.5, 0.4, 0.25]
     assert "| best/none/a_rate |" in (tmp_path / "out" / "table.md").read_text()
+
+
+def _zepo_job(root: Path, num: int, leak: bool) -> None:
+    d = root / str(num)
+    d.mkdir(parents=True)
+    (d / "overrides.json").write_text(json.dumps(["experiment=zepo", f"experiment.leak_search_docs={leak}",
+                                                  "task.aspect=coherence", "task.docs=" + "4" * 60]))
+    part = {}
+    for label, v in (("initial", 0.4), ("best", 0.6)):
+        leaky, held = {"none": {"spearman": v, "a_rate": 0.5}}, {"none": {"spearman": v - 0.3, "a_rate": 0.5}}
+        part[label] = {"metrics": leaky if leak else held, "metrics_leaky": leaky, "metrics_heldout": held}
+    (d / "results.json").write_text(json.dumps({"experiment": "zepo", "leak_search_docs": leak, **part}))
+
+
+@pytest.mark.parametrize("leak", [True, False])
+def test_zepo_columns_say_leaky_or_held_out(tmp_path, leak):
+    """Issue 31: `initial/none/spearman` of a paper-table run (leak_search_docs=true) is the leaky
+    evaluation; its header now says so, and the held-out numbers get their own column. With
+    leak=false the column is the held-out set (labelled so) and no duplicate is added."""
+    _zepo_job(tmp_path, 0, leak)
+    table = collect(tmp_path, figures=False)
+    view = "leaky" if leak else "held-out"
+    assert f"initial/none/spearman ({view})" in table.columns and f"best/none/a_rate ({view})" in table.columns
+    assert ("initial/heldout/none/spearman" in table.columns) is leak
+    row = dict(zip(table.columns, table.rows[0]))
+    assert row[f"initial/none/spearman ({view})"] == pytest.approx(0.4 if leak else 0.1)
+    if leak:
+        assert row["initial/heldout/none/spearman"] == pytest.approx(0.1)
+
+
+def test_cli_without_out_writes_beside_the_sweep_and_says_so(sweep, capsys):
+    """Issue 31: the README's `python scripts/collect.py table multirun/judge/<stamp>` wrote no files."""
+    assert main(["table", str(sweep), "--metrics", "none/spearman"]) == 0
+    out = capsys.readouterr()
+    assert (sweep / "collect" / "table.md").read_text().splitlines()[0] in out.out
+    assert f"wrote {sweep / 'collect' / 'table.md'}, table.csv and figures/ (no --out given" in out.err
+    assert (sweep / "collect" / "figures" / "none_spearman.png").is_file()
+    assert find_runs(sweep)[0] == sweep / "0"  # the collect/ folder holds no run
+
+
+def test_chart_titles_are_wrapped_not_clipped(tmp_path):
+    """Issue 31: chart titles were the caption cut at 90 characters on a figure narrower than that.
+    The title (read back from the PNG's Title chunk) is now the column header and the WHOLE caption,
+    in lines that fit the figure (negative control: the old title lacked the caption's end)."""
+    from PIL import Image
+
+    from harness.runtime.collect import TITLE_POINTS
+
+    _zepo_job(tmp_path, 0, True)
+    _zepo_job(tmp_path, 1, False)
+    table = collect(tmp_path, tmp_path / "out", metrics=["initial/none/spearman"])
+    assert table.caption.endswith("task.docs=" + "4" * 60) and len(table.caption) > 90
+    assert table.columns[-1] == "initial/none/spearman (leaky or held-out by run: leak_search_docs)"
+    png = Image.open(tmp_path / "out" / "figures" / "initial_none_spearman.png")
+    title = png.text["Title"]
+    assert "".join(title.split()) == "".join(f"{table.columns[-1]}: {table.caption}".split())  # all of it
+    assert title.count("\n") >= 2  # wrapped
+    assert not table.caption[:90].endswith("4" * 60)  # what the old title showed
+    per_line = int(max(4.0, 0.6 * 2 + 2) * 72 / (0.6 * TITLE_POINTS))
+    assert all(len(line) <= per_line for line in title.split("\n"))

@@ -159,3 +159,53 @@ def test_flagged_scores_are_returned_but_never_cached(tmp_path):
     second = judge.score_pairs(reqs)
     assert [s.p_a for s in second] == [0.8, 0.8] and inner.seen == 4 and len(judge.cache) == 2
     assert judge.score_pairs(reqs) == second and inner.seen == 4  # now served from the cache
+
+
+def test_greedy_no_answer_pairs_are_cached_with_their_flag(tmp_path, tiny_llama):
+    """Issue 31: deterministic `no_answer` pairs of the official generate read-out were never cached,
+    so every rerun generated them again. A shipped judge run on tiny_llama (random weights: it
+    rarely writes A or B), twice on one cache: the second makes 0 model calls and still reports the
+    same pairs as no_answer (P(A) 0.5, flagged), never as an answer. Negative control (the old
+    cache, without the no_answer rows): the same requests are generated again."""
+    import json
+    import sqlite3
+
+    from conftest import run_in_process
+
+    from harness.judging import load_judgments
+
+    args = ["experiment=judge", "model=tiny_llama", "model.readout=generate", "model.max_new_tokens=4",
+            "task=summeval", "task.docs=1", "task.max_candidates=3", "experiment.shuffles=2", "wandb.mode=disabled",
+            "progress=false"]
+
+    def run(name):
+        r = run_in_process([*args, f"hydra.run.dir={tmp_path / name}"], tmp_path)
+        assert r.returncode == 0, r.stderr[-3000:]
+        judged = load_judgments(tmp_path / name / "judgments.jsonl")[0]
+        results = json.loads((tmp_path / name / "results.json").read_text())
+        return results["judge_calls"], [j.p_a if "no_answer" not in j.flags else "no_answer" for j in judged]
+
+    calls, first = run("a")
+    silent = first.count("no_answer")
+    assert calls == 7 and 0 < silent  # 6 ordered pairs + the content-free prompt; this model writes no A/B
+    again, second = run("b")
+    assert again == 0 and second == first  # served, flags and all
+    cache = tmp_path / "cache" / "requests.sqlite"
+    with sqlite3.connect(cache) as db:
+        stored = db.execute("SELECT COUNT(*), MIN(p_a), MAX(p_a), MIN(flags) FROM flagged").fetchone()
+        assert stored[0] >= silent and stored[1:] == (0.5, 0.5, '["no_answer"]')
+        keys = [k for (k,) in db.execute("SELECT key FROM flagged")]
+        db.execute("DELETE FROM flagged")
+    # The old cache (no flagged rows): those keys are misses again, every other pair still a hit.
+    plain = [k for (k,) in sqlite3.connect(cache).execute("SELECT key FROM scores")]
+    held = ScoreCache(cache).get_many([*keys, *plain])
+    assert not set(keys) & set(held) and len(held) == 7 - stored[0]
+
+
+def test_only_no_answer_flags_are_cached():
+    from harness.judges.cache import cacheable
+    from harness.records import PairScore
+
+    assert cacheable(PairScore({}, 0.5, ("no_answer",))) and cacheable(PairScore({"A:A": -0.1}, 0.9))
+    assert not cacheable(PairScore({}, math.nan, ("unreadable",)))
+    assert not cacheable(PairScore({}, 0.3, ("no_answer",)))  # not the official 0.5: not a no_answer score

@@ -275,3 +275,23 @@ def test_every_run_gets_a_card_in_the_run_dir_wandb_and_report(tmp_path):
 def test_card_numbers_of_an_empty_set_are_nan_not_errors():
     n = card_numbers([])
     assert n["n_judgments"] == 0 and math.isnan(n["answer_mass_median"]) and math.isnan(n["order_consistency"])
+
+
+def test_picture_titles_say_leaky_or_held_out(tmp_path):
+    """Issue 31: card.md named its documents (leaky / held-out) but the PNG titles did not. The title
+    is read back from the PNG's Title text chunk (harness.figures.save). Negative control: a set with
+    no SET_FILE (a plain judge run) gets no such tag."""
+    from PIL import Image
+
+    docs = _docs()
+    for name, documents in (("eval_best", "held-out: all 3 documents, no search document"), ("plain", None)):
+        folder = tmp_path / name
+        run_judge(PositionBiasedScriptedJudge(docs, 1.5, _c3_low), docs, task="scripted", aspect="coherence",
+                  instruction="x", family="summarization", out_dir=folder, shuffles=5, progress=False)
+        if documents:
+            (folder / "set.json").write_text(json.dumps({"documents": documents}))
+    cards = {c.name: c for c in render_cards(tmp_path, echo=lambda _: None)}
+    title = {n: {k: Image.open(p).text["Title"] for k, p in c.pictures.items()} for n, c in cards.items()}
+    assert title["eval_best"]["p_a_by_order"].startswith("eval_best [held-out: all 3 documents]: A-rate 0.750")
+    assert title["eval_best"]["answer_mass"] == "eval_best [held-out: all 3 documents]: answer-token mass"
+    assert title["plain"]["p_a_by_order"].startswith("plain: A-rate") and "[" not in title["plain"]["answer_mass"]

@@ -87,12 +87,22 @@ def _overrides(tmp, data, *extra):
             "wandb.mode=disabled", *extra]
 
 
-def test_sensitivity_from_a_zepo_history(tmp_path, shared_data, tiny_llama):
+def test_sensitivity_from_a_zepo_history(tmp_path, shared_data, tiny_llama, capsys, caplog):
+    import logging
+
     from harness.runtime.entry import run
 
     hist = tmp_path / "history.jsonl"
     hist.write_text("\n".join(json.dumps({"text": t}) for t in INSTRUCTIONS) + "\n")
-    res = run(_compose(_overrides(tmp_path, shared_data, f"experiment.from_file={hist}")), tmp_path / "run")
+    with caplog.at_level(logging.INFO, logger="harness.zepo.study"):
+        res = run(_compose(_overrides(tmp_path, shared_data, f"experiment.from_file={hist}")), tmp_path / "run")
+    # Issue 31: every Spearman printed says which it is (win rate or PairS).
+    printed = capsys.readouterr().out
+    assert "PairS Spearman range over instructions: raw " in printed and "with the PairS Spearman, raw" in printed
+    assert "\nSpearman range raw" not in printed
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("instruction ")]
+    assert len(logged) == 3 and all("win-rate Spearman" in m and "PairS Spearman" in m or "no_answer" in m
+                                    for m in logged), logged
     out = tmp_path / "run"
     rows = [json.loads(x) for x in (out / "sensitivity.jsonl").read_text().splitlines()]
     assert [r["text"] for r in rows] == INSTRUCTIONS

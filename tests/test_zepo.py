@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from harness.errors import ConfigError
 from harness.judges.cache import CachedJudge, ScoreCache
@@ -335,6 +336,10 @@ def test_e2e_report_cards_for_both_evaluations(e2e):
                  f"report card eval_{label}/heldout [held-out: {n_held} documents, search documents excluded]:")):
             assert all((folder / name).stat().st_size > 0 for name in PICTURES.values())
             assert (folder / "card.md").read_text().startswith(first)
+            # ... and so do the pictures' titles (the PNG's Title chunk, harness.figures.save)
+            tag = first.split("[")[1].split(",")[0]
+            png = Image.open(folder / PICTURES["p_a_by_order"]).text["Title"]
+            assert png.startswith(f"{folder.relative_to(out).as_posix()} [{tag}]: A-rate"), png
             numbers = card_numbers(load_judgments(folder / "judgments.jsonl")[0])
             saved = res[label][split]["none"]
             assert {k: numbers[k] for k in CARD_KEYS} == pytest.approx({k: saved[k] for k in CARD_KEYS}, nan_ok=True)

@@ -4,15 +4,18 @@ bias per instruction (named as such), so what debiasing removes is known by desi
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from test_zepo import ScriptedBiasJudge, ScriptedOptimizer, _docs
 
 from harness import metrics
 from harness.errors import ConfigError
 from harness.judges.cache import CachedJudge, ScoreCache
-from harness.records import Candidate, Document
+from harness.records import Candidate, Document, PairScore
 from harness.zepo import search as zepo
 from harness.zepo.run import before_after_table, run_zepo
+from harness.zepo.search import candidate_line
 
 INITIAL = "Which summary is more coherent? Answer 'A' or 'B'."
 
@@ -98,3 +101,33 @@ def test_results_hold_leaky_and_heldout_metrics(tmp_path):
     assert "- held-out Spearman (PairS) " in table and "distinguishable from 0 at 95%" in table
     lo, hi = res["best"]["intervals_heldout"]["none"]["a_rate"]
     assert lo <= res["best"]["metrics_heldout"]["none"]["a_rate"] <= hi
+
+
+
+class NoAnswerJudge:
+    """SCRIPTED judge whose greedy generation never holds an A/B token: every pair is `no_answer`
+    (P(A) = 0.5, flagged), as tiny random models often do with the official generate read-out."""
+
+    identity = "scripted-no-answer|v1"
+
+    def score_pairs(self, requests):
+        return [PairScore({}, 0.5, flags=("no_answer",)) for _ in requests]
+
+
+def test_all_no_answer_candidate_is_logged_as_such_not_as_nan(caplog):
+    """Issue 31: a candidate whose pairs were all no_answer logged `fairness nan a_rate nan`."""
+    s = zepo.Search(NoAnswerJudge(), ScriptedOptimizer(), INITIAL, "coherence", "summarization", _mixed_docs(1), (),
+                    zepo.SearchSettings(population=1, epochs=1))
+    with caplog.at_level(logging.INFO, logger="harness.zepo.search"):
+        best = s.run().best
+    text = caplog.text
+    # What the old line formatted: "fairness %.4f a_rate %.3f" of these gives "fairness nan a_rate nan".
+    assert "fairness %.4f a_rate %.3f" % (best.fairness, best.a_rate) == "fairness nan a_rate nan"
+    assert "epoch 0 slot 0: all 12 pairs no_answer (no fairness); held-out PairS Spearman -" in text
+    assert "fairness nan" not in text and "a_rate nan" not in text
+    # The sensitivity study's per-instruction line: labelled Spearmans, and the same plain statement.
+    judged = s.judge_on(s.search_docs, INITIAL)
+    assert candidate_line(judged, {"a_rate": float("nan")}) == "all 12 pairs no_answer (no fairness, no A-rate, " \
+        "no Spearman)"
+    line = candidate_line(judged[:0], {"a_rate": 0.25, "spearman": -0.683, "spearman_pairs": 0.0})
+    assert line == "a_rate 0.250, win-rate Spearman -0.683, PairS Spearman 0.000"

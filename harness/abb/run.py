@@ -217,5 +217,6 @@ def report(results: Mapping[str, Any]) -> str:
             f"alpha={fmt(m['alpha'])} ({m['bound_winner']}, t={fmt(m['threshold'])}; cap {fmt(m['alpha_cap'])}, "
             f"plug-in {fmt(m['alpha_plugin'])}) sigma={fmt(m['sigma'])}; Delta-hat {fmt(m['sensitivity_plugin'])} "
             f"from {m['n_estimate']} neighbours ({m['unchanged_estimate']} unchanged{noop}); fresh check "
-            f"{m['violations']}/{m['trials']} > tau: {m.get('verdict_text') or m['verdict']} ({m['check_tests']} check); retained per-model Pearson "
+            f"{m['violations']}/{m['trials']} > tau: {m.get('verdict_text') or m['verdict']} ({m['check_tests']} check); "
+            "retained per-model Pearson "
             f"{fmt(m['model_pearson'])}, Spearman {fmt(m['model_spearman'])}")

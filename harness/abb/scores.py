@@ -336,6 +336,8 @@ class FileScores:
     vector: ScoreVector
     neighbours: dict[str, list[tuple[str, dict[int, float]]]]
     """split -> [(neighbour id, {item index: score})]; unlisted items keep f(D)."""
+    lines: Mapping[tuple[str, str], str] = dataclasses.field(default_factory=dict)
+    """(split, neighbour id) -> where its first row is ("line 12"), for errors naming the record."""
 
     def rows(self, split: str) -> np.ndarray:
         """f(D') per neighbour of `split` (m x d): each neighbour's rows spliced into f(D)."""
@@ -346,9 +348,6 @@ class FileScores:
                 vec[i] = v
             out.append(vec)
         return np.array(out).reshape(len(out), self.vector.values.size)
-
-    lines: Mapping[tuple[str, str], str] = dataclasses.field(default_factory=dict)
-    """(split, neighbour id) -> where its first row is ("line 12"), for errors naming the record."""
 
     def items_changed(self) -> int:
         """The claim's edit budget k (in B = k r^2): the most items any ESTIMATION neighbour lists.

@@ -14,7 +14,8 @@ Each claim kind says what its check tests (`Verification.tests`):
 Verdicts (one-sided CP at 95%, in this order): violated (an assumption broke, a sure claim had a
 counterexample, or cp_low > delta_claimed) / not_applicable / by_construction (sure, and the check
 cannot fail: whole-set neighbours, B = d r^2, every score in [lo, hi] -- "holds by construction
-(scores in [lo, hi])", not `confirmed`) / confirmed (sure: every fresh neighbour met the assumption) / vacuous (rate claim no judge within the scale could push above delta_claimed)
+(scores in [lo, hi])", not `confirmed`) / confirmed (sure: every fresh neighbour met the assumption)
+/ vacuous (rate claim no judge within the scale could push above delta_claimed)
 / confirmed (cp_high <= delta_claimed) / inconclusive (too few trials). Every comparison uses the
 bounds' own tolerance (`bounds.exceeds`).
 """
@@ -161,7 +162,8 @@ def verify(baseline: np.ndarray, fresh: np.ndarray, params: AbbParams, rng: np.r
 
     coords_allowed: the most coordinates one neighbour may move (1 for one-item vs-baseline scores);
     None skips that part. scale: the score scale (lo, hi); with it, a sure check that cannot fail
-    (`by_construction`) says so instead of `confirmed`. The same function checks a correctly calibrated mechanism and a negative
+    (`by_construction`) says so instead of `confirmed`.
+    The same function checks a correctly calibrated mechanism and a negative
     control (e.g. `params` with alpha above its bound): the verdict depends only on `params`, the
     fresh vectors and the noise.
     """

@@ -8,6 +8,14 @@ another's, a fine-tune under its base model's name included (lm-eval issues #271
 Rows keyed by an older harness without the weights are not served (one line says so). Rows are committed per chunk (per
 streamed step for the transformers judge) in WAL mode: a run killed half-way keeps every commit
 it finished and re-runs call no model for them.
+
+Flagged answers are not cached, with one exception: `no_answer` (greedy generation, the official
+ZEPO read-out, wrote no A/B token: P(A) = 0.5 by the official rule). Greedy generation is
+deterministic for a judge identity (which holds the read-out and its token budget), so a rerun
+would write the same tokens again; those rows go to a table of their own, `flagged` (key,
+identity, p_a, flags), and are served back WITH their flag, so every metric still treats them as
+no_answer (never as an answer of 0.5 or 0.0). An older harness reads only `scores` and never sees
+them. An `unreadable` API answer (a transient failure) is still asked again.
 """
 
 from __future__ import annotations
@@ -65,6 +73,30 @@ def _agrees(p_a: float, lp: dict[str, float]) -> bool:
     return abs(renormalise(groups[0], groups[1:]) - p_a) <= P_A_TOLERANCE
 
 
+CACHEABLE_FLAGS = ("no_answer",)
+"""Flags whose answer is deterministic for the judge identity and so kept (module docstring)."""
+FLAGGED_SCHEMA = "CREATE TABLE IF NOT EXISTS flagged (key TEXT PRIMARY KEY, identity TEXT, p_a REAL, flags TEXT)"
+
+
+def cacheable(score: PairScore) -> bool:
+    """Unflagged, or flagged only `no_answer` (with the official 0.5 and no answer-token logprobs)."""
+    if not score.flags:
+        return True
+    return set(score.flags) <= set(CACHEABLE_FLAGS) and score.p_a == 0.5 and not score.token_logprobs
+
+
+def _valid_flagged(p_a: object, flags: object) -> PairScore | None:
+    """A `flagged` row as its PairScore (flags kept), or None when it is not a cacheable flagged answer."""
+    try:
+        names = tuple(json.loads(flags)) if isinstance(flags, str) else None
+    except (ValueError, TypeError):
+        return None
+    if not names or not all(isinstance(f, str) for f in names):
+        return None
+    score = PairScore(token_logprobs={}, p_a=float(p_a) if isinstance(p_a, float | int) else -1.0, flags=names)
+    return score if cacheable(score) else None
+
+
 def request_key(identity: str, prompt: str) -> str:
     h = hashlib.sha256()
     h.update(identity.encode())
@@ -84,6 +116,9 @@ class ScoreCache:
         self._db = open_sqlite(
             self.path, "CREATE TABLE IF NOT EXISTS scores (key TEXT PRIMARY KEY, identity TEXT, p_a REAL, logprobs TEXT)"
         )
+        self._flagged = False
+        """Whether the `flagged` table exists (created with the first no_answer row, so a cache
+        without any keeps its layout); looked up again while it does not (another process may add it)."""
 
     def get_many(self, keys: Sequence[str]) -> dict[str, PairScore]:
         """The cached scores of `keys`. A row that is not a valid score (P(A) missing or outside
@@ -103,6 +138,17 @@ class ScoreCache:
                         bad += 1
                     else:
                         out[key] = score
+                rest = [k for k in chunk if k not in out]
+                if rest and self._has_flagged():
+                    marks = ",".join("?" * len(rest))
+                    for key, p_a, flags in self._db.execute(
+                        f"SELECT key, p_a, flags FROM flagged WHERE key IN ({marks})", rest
+                    ):
+                        score = _valid_flagged(p_a, flags)
+                        if score is None:
+                            bad += 1
+                        else:
+                            out[key] = score
         if bad:
             self.invalid += bad
             log.warning("%s: %d cached rows are not valid scores (e.g. a NaN stored as NULL); asking again",
@@ -110,15 +156,35 @@ class ScoreCache:
         return out
 
     def put_many(self, identity: str, items: Sequence[tuple[str, PairScore]]) -> None:
+        """Store answers: unflagged ones in `scores`, cacheable flagged ones (`no_answer`) in `flagged`
+        with their flags; any other flagged answer is refused (callers filter with `cacheable`)."""
+        plain = [(k, s) for k, s in items if not s.flags]
+        flagged = [(k, s) for k, s in items if s.flags]
+        if any(not cacheable(s) for _, s in flagged):
+            raise ValueError("only unflagged or no_answer scores can be cached")
         with self._lock, sqlite_errors(self.path), self._db:
             self._db.executemany(
                 "INSERT OR REPLACE INTO scores VALUES (?, ?, ?, ?)",
-                [(k, identity, s.p_a, json.dumps(dict(s.token_logprobs))) for k, s in items],
+                [(k, identity, s.p_a, json.dumps(dict(s.token_logprobs))) for k, s in plain],
             )
+            if flagged:
+                self._db.execute(FLAGGED_SCHEMA)
+                self._flagged = True
+                self._db.executemany("INSERT OR REPLACE INTO flagged VALUES (?, ?, ?, ?)",
+                                     [(k, identity, s.p_a, json.dumps(list(s.flags))) for k, s in flagged])
+
+    def _has_flagged(self) -> bool:
+        """Does the `flagged` table exist (callers hold the lock)?"""
+        if not self._flagged:
+            self._flagged = self._db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'flagged'").fetchone() is not None
+        return self._flagged
 
     def __len__(self) -> int:
+        """Answers stored: scores plus cached no_answer rows."""
         with self._lock, sqlite_errors(self.path):
-            return self._db.execute("SELECT COUNT(*) FROM scores").fetchone()[0]
+            tables = ("scores", "flagged") if self._has_flagged() else ("scores",)
+            return sum(self._db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tables)
 
     def count_identity(self, identity: str) -> int:
         """Rows stored under `identity` (one scan: asked once per judge, only when a request misses)."""
@@ -196,8 +262,9 @@ class CachedJudge:
         for done in self.judge.stream_scores(unique, needed):
             self.calls += len(done)
             left -= len(done)
-            # A flagged (e.g. unreadable) answer is returned but never cached: a rerun asks again.
-            self.cache.put_many(self.identity, [(ukeys[j], s) for j, s in done if not s.flags])
+            # A flagged answer is returned but not cached (a rerun asks again), except a deterministic
+            # no_answer, which is kept with its flag (module docstring).
+            self.cache.put_many(self.identity, [(ukeys[j], s) for j, s in done if cacheable(s)])
             if self.on_progress is not None:
                 self.on_progress(self.calls, left)
             out = [(i, s) for j, s in done for i in at[ukeys[j]]]
@@ -230,8 +297,9 @@ class CachedJudge:
             scores = self.judge.score_pairs([r for _, r in part], progress=progress) if ticks else \
                 self.judge.score_pairs([r for _, r in part])
             self.calls += len(part)
-            # A flagged (e.g. unreadable) answer is returned but never cached: a rerun asks again.
-            self.cache.put_many(self.identity, [(k, s) for (k, _), s in zip(part, scores) if not s.flags])
+            # A flagged answer is returned but not cached (a rerun asks again), except a deterministic
+            # no_answer, which is kept with its flag (module docstring).
+            self.cache.put_many(self.identity, [(k, s) for (k, _), s in zip(part, scores) if cacheable(s)])
             if self.on_progress is not None:
                 self.on_progress(self.calls, 0)
             found.update((k, s) for (k, _), s in zip(part, scores))

@@ -146,7 +146,8 @@ def encode_prompts(tokenizer: Any, requests: Sequence[PairRequest], system_promp
 
 def no_answer(answers: AnswerTokens) -> PairScore:
     """The official score of a pair whose generation held no A/B token: 0.5 (`llama3.py:148-149`),
-    flagged so judgments.jsonl shows it (and the cache asks again rather than keep it)."""
+    flagged so judgments.jsonl shows it; greedy generation is deterministic, so the request cache
+    keeps it with its flag and a rerun serves it as no_answer (harness.judges.cache)."""
     return PairScore(token_logprobs={}, p_a=0.5, flags=("no_answer",))
 
 

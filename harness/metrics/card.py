@@ -112,9 +112,19 @@ def split_by_order(judgments: Sequence[Judgment], views: Mapping[str, DocView]) 
     return listed, swapped
 
 
-def draw(judgments: Sequence[Judgment], numbers: Mapping[str, Any], folder: Path, label: str) -> dict[str, Path]:
-    """The three pictures into `folder` (the reliability diagram only with human labels)."""
+def set_tag(documents: str | None) -> str:
+    """The short name of a judged set's documents for picture titles: "leaky: all 20 documents" of
+    SET_FILE's "leaky: all 20 documents, the 5 search documents included" ("" when unnamed)."""
+    return documents.split(",")[0].strip() if documents else ""
+
+
+def draw(judgments: Sequence[Judgment], numbers: Mapping[str, Any], folder: Path, label: str,
+         documents: str | None = None) -> dict[str, Path]:
+    """The three pictures into `folder` (the reliability diagram only with human labels); their
+    titles name the set and, when its writer said (SET_FILE), whether it is leaky or held-out."""
     n = numbers
+    tag = set_tag(documents)
+    label = f"{label} [{tag}]" if tag else label
     p, y = calibration_pairs(judgments)
     out = {"reliability": plot_reliability(p, y, folder / PICTURES["reliability"],
                                            title=f"{label}: ECE {_f(n['ece'])}, n={n['n_calibration']}"),
@@ -147,7 +157,7 @@ def render_card(path: Path, run_dir: Path, out_dir: Path | None = None, tracker:
     numbers = card_numbers(judgments, threshold)
     about = path.parent / SET_FILE
     documents = read_json(about).get("documents") if about.is_file() else None
-    card = Card(path, name, numbers, draw(judgments, numbers, folder, name), documents,
+    card = Card(path, name, numbers, draw(judgments, numbers, folder, name, documents), documents,
                 card_intervals(judgments, numbers, rounds, level, seed), level)
     write_text_atomic(folder / "card.md", card_text(card, out_dir or run_dir) + "\n")
     if tracker is not None:

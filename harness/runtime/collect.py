@@ -3,6 +3,7 @@
     python -m harness.runtime.collect table multirun/judge/2026-01-01_12-00-00 --out tables/judge \
         --metrics none/spearman permutation/spearman none/a_rate
     python -m harness.runtime.collect table multirun/judge/... --pivot task.aspect model --metrics none/spearman
+    python -m harness.runtime.collect table multirun/judge/2026-01-01_12-00-00   # -> <that dir>/collect/
     python -m harness.runtime.collect merge runs/coh/shard-* --out runs/coh/merged
 
 A run is any directory under the root holding results.json (hidden dirs such as .submitit are
@@ -25,6 +26,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,9 +41,17 @@ from harness.runtime.shard import merge_shards
 
 DEFAULT_METRICS = ("none/spearman", "none/kendall", "permutation/spearman", "none/a_rate", "none/fairness",
                    "none/ece", "initial/none/a_rate", "best/none/a_rate", "initial/none/spearman",
-                   "best/none/spearman")
+                   "best/none/spearman", "initial/heldout/none/spearman", "best/heldout/none/spearman")
 """Columns when --metrics is not given (those present in at least one run). The `initial/` and
-`best/` ones are a ZEPO run's evaluation before and after the search."""
+`best/` ones are a ZEPO run's evaluation before and after the search, on the run's configured
+evaluation set; their headers say which (leaky or held-out, `metric_label`). The
+`initial/heldout/...` ones are the held-out set whatever was configured (dropped where they
+repeat a column already labelled held-out)."""
+VIEWS = {"leaky": "metrics_leaky", "heldout": "metrics_heldout"}
+"""`part/<view>/mode/metric`: a ZEPO evaluation's leaky (search documents included, as the paper
+evaluated) or held-out (search documents excluded) metrics, whichever set the run configured."""
+DEFAULT_OUT = "collect"
+"""`table` without --out writes here, inside the collected directory (beside its jobs), and says so."""
 
 
 @dataclass(frozen=True)
@@ -127,13 +137,44 @@ def _walk(obj: Any, parts: Sequence[str]) -> Any:
 
 def metric_value(results: Mapping[str, Any], name: str) -> Any:
     """`mode/metric` from results["metrics"]; `part/mode/metric` from results[part]["metrics"] (a
-    ZEPO run's `initial` and `best` evaluations); else the same path from results itself; None if
-    absent."""
+    ZEPO run's `initial` and `best` evaluations, on its configured set); `part/leaky/mode/metric`
+    and `part/heldout/mode/metric` from that evaluation's leaky or held-out metrics; else the same
+    path from results itself; None if absent."""
     parts = name.split("/")
+    if len(parts) > 2 and parts[1] in VIEWS and isinstance(results.get(parts[0]), Mapping):
+        return _walk(results[parts[0]].get(VIEWS[parts[1]]), parts[2:])
     v = _walk(results.get("metrics"), parts)
     if v is None and len(parts) > 1:
         v = _walk(_walk(results, [parts[0], "metrics"]), parts[1:])
     return _walk(results, parts) if v is None else v
+
+
+def evaluation_view(results: Mapping[str, Any], part: str) -> str | None:
+    """Which documents a ZEPO part's `metrics` cover: "leaky" (the search documents included),
+    "held-out", or None when `part` is no such evaluation (or the run does not say)."""
+    entry = results.get(part)
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("metrics"), Mapping):
+        return None
+    if "leak_search_docs" in results:
+        return "leaky" if results["leak_search_docs"] else "held-out"
+    for view, key in (("leaky", "metrics_leaky"), ("held-out", "metrics_heldout")):
+        if entry.get(key) is not None and entry[key] == entry["metrics"]:
+            return view
+    return None
+
+
+def metric_label(runs: Sequence[Run], name: str) -> str:
+    """A column header that says what the number covers: a ZEPO evaluation's `initial/none/spearman`
+    becomes "initial/none/spearman (leaky)" or "(held-out)" (the paper's tables are the leaky ones);
+    explicit `part/leaky/...` and `part/heldout/...` paths and every other metric keep their name."""
+    parts = name.split("/")
+    if len(parts) < 2 or parts[1] in VIEWS:
+        return name
+    views = {evaluation_view(r.results, parts[0]) for r in runs if metric_value(r.results, name) is not None}
+    views.discard(None)
+    if not views:
+        return name
+    return f"{name} ({views.pop()})" if len(views) == 1 else f"{name} (leaky or held-out by run: leak_search_docs)"
 
 
 def _leaves(obj: Any, prefix: str = "") -> list[str]:
@@ -149,6 +190,9 @@ def pick_metrics(runs: Sequence[Run], metrics: Sequence[str] | None) -> list[str
                 raise ConfigError(f"metric {m!r} is in no run's results.json (e.g. {runs[0].path / 'results.json'})")
         return list(metrics)
     present = [m for m in DEFAULT_METRICS if any(metric_value(r.results, m) is not None for r in runs)]
+    # part/heldout/x repeats part/x where that column is already the held-out set
+    present = [m for m in present if not (m.split("/")[1:2] == ["heldout"] and
+                                          metric_label(runs, m.replace("/heldout", "", 1)).endswith("(held-out)"))]
     return present or _leaves(runs[0].results.get("metrics") or runs[0].results)
 
 
@@ -170,7 +214,7 @@ def build_table(runs: Sequence[Run], metrics: Sequence[str], root: Path | None =
             [str(r.path.relative_to(root)) if root else str(r.path)]
         rows.append(labels + [metric_value(r.results, m) for m in metrics])
     caption = " ".join(f"{k}={v}" for k, v in shared.items())
-    return Table(label_cols + list(metrics), rows, caption)
+    return Table(label_cols + [metric_label(runs, m) for m in metrics], rows, caption)
 
 
 def pivot_table(runs: Sequence[Run], row_key: str, col_key: str, metric: str) -> Table:
@@ -184,7 +228,8 @@ def pivot_table(runs: Sequence[Run], row_key: str, col_key: str, metric: str) ->
     col_vals = list(dict.fromkeys(r.overrides.get(col_key) for r in runs))
     cells = {(r.overrides.get(row_key), r.overrides.get(col_key)): metric_value(r.results, metric) for r in runs}
     rows = [[rv] + [cells.get((rv, cv)) for cv in col_vals] for rv in row_vals]
-    caption = f"{metric}; " + " ".join(f"{k}={v}" for k, v in shared.items() if k not in (row_key, col_key))
+    caption = f"{metric_label(runs, metric)}; " + " ".join(f"{k}={v}" for k, v in shared.items()
+                                                            if k not in (row_key, col_key))
     return Table([f"{row_key} \\ {col_key}"] + [str(c) for c in col_vals], rows, caption.strip())
 
 
@@ -216,21 +261,37 @@ def to_csv(table: Table) -> str:
     return buf.getvalue()
 
 
+TITLE_POINTS = 8
+"""Font size of a chart's title; its lines are wrapped to the figure's width (`wrap_title`)."""
+
+
+def wrap_title(text: str, width_inches: float, points: float = TITLE_POINTS) -> str:
+    """`text` in lines that fit `width_inches` at `points` (a character is at most ~0.6 em wide), so
+    a long caption is wrapped, never cut off at the figure's edge."""
+    per_line = max(20, int(width_inches * 72 / (0.6 * points)))
+    return "\n".join(textwrap.wrap(text, per_line, break_long_words=True, break_on_hyphens=False)) or text
+
+
 def plot_table(table: Table, metrics: Sequence[str], out_dir: Path, n_labels: int) -> list[Path]:
-    """One bar chart per metric column (x = row labels); PNGs in out_dir."""
+    """One bar chart per metric column (x = row labels); PNGs in out_dir. The title is the column's
+    header (what the number covers: leaky / held-out for a ZEPO evaluation) and the whole caption
+    (the settings every row shares), wrapped to the figure's width; the PNG keeps a tight bounding box."""
     plt = pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     labels = [" ".join(str(x) for x in row[:n_labels]) for row in table.rows]
     paths = []
     for j, m in enumerate(metrics, start=n_labels):
         values = [row[j] if isinstance(row[j], int | float) and row[j] is not None else math.nan for row in table.rows]
-        fig, ax = plt.subplots(figsize=(max(4.0, 0.6 * len(labels) + 2), 3.5))
+        width = max(4.0, 0.6 * len(labels) + 2)
+        fig, ax = plt.subplots(figsize=(width, 3.5))
         ax.bar(range(len(values)), values)
         ax.set_xticks(range(len(values)), labels, rotation=30, ha="right", fontsize=8)
-        ax.set_ylabel(m)
-        ax.set_title(table.caption[:90], fontsize=8)
+        header = table.columns[j]
+        ax.set_ylabel(header if len(header) <= 40 else m)
+        title = header + (f": {table.caption}" if table.caption else "")
+        ax.set_title(wrap_title(title, width), fontsize=TITLE_POINTS)
         fig.tight_layout()
-        paths.append(save(fig, out_dir / (m.replace("/", "_") + ".png"), bbox_inches=None))
+        paths.append(save(fig, out_dir / (m.replace("/", "_") + ".png")))
     return paths
 
 
@@ -261,7 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("table", help="a multirun directory -> table.md, table.csv, figures/")
     t.add_argument("root", help="multirun directory (or any directory with run dirs below it)")
-    t.add_argument("--out", help="where to write table.md/table.csv/figures (default: print markdown only)")
+    t.add_argument("--out", help=f"where to write table.md/table.csv/figures (default: ROOT/{DEFAULT_OUT}, "
+                                 "beside the collected jobs)")
     t.add_argument("--metrics", nargs="+", help=f"metric paths (default: {' '.join(DEFAULT_METRICS)})")
     t.add_argument("--pivot", nargs=2, metavar=("ROW_KEY", "COL_KEY"), help="one metric as ROW_KEY x COL_KEY")
     t.add_argument("--digits", type=int, default=3, help="decimals in the markdown table (CSV keeps all)")
@@ -272,8 +334,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.cmd == "table":
-            table = collect(args.root, args.out, args.metrics, args.pivot, args.digits, not args.no_figures)
+            out = Path(args.out) if args.out else Path(args.root) / DEFAULT_OUT
+            table = collect(args.root, out, args.metrics, args.pivot, args.digits, not args.no_figures)
             print(to_markdown(table, args.digits), end="")
+            figs = "" if args.no_figures or args.pivot else " and figures/"
+            print(f"wrote {out / 'table.md'}, table.csv{figs}" + ("" if args.out else
+                  f" (no --out given: the default, {DEFAULT_OUT}/ inside the collected directory)"),
+                  file=sys.stderr)
         else:
             results = merge_shards(args.dirs, args.out)
             print(f"merged {len(args.dirs)} shards: {results['n_docs']} documents, "

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -348,9 +348,31 @@ class Search:
         cand = ScoredCandidate(index=index, epoch=epoch, slot=slot, text=text, parent=parent, seed=seed,
                                objectives=m["objectives"], a_rate=m["a_rate"], a_rate_prob=m["a_rate_prob"],
                                ece=m["ece"], spearman_heldout=sp, heldout=held)
-        log.info("epoch %d slot %d: fairness %.4f a_rate %.3f spearman_heldout %s", epoch, slot,
-                 cand.fairness, cand.a_rate, "-" if sp is None else f"{sp:.3f}")
+        n, none = len(search), sum("no_answer" in j.flags for j in search)
+        which = "PairS" if self.settings.ranking == "pairs" else "win-rate"
+        held_text = "-" if sp is None else f"{sp:.3f}"
+        if n and none == n:
+            log.info("epoch %d slot %d: all %d pairs no_answer (no fairness); held-out %s Spearman %s", epoch, slot,
+                     n, which, held_text)
+        else:
+            log.info("epoch %d slot %d: fairness %.4f a_rate %.3f%s; held-out %s Spearman %s", epoch, slot,
+                     cand.fairness, cand.a_rate, f" ({none} of {n} pairs no_answer)" if none else "", which,
+                     held_text)
         return cand
+
+
+def candidate_line(judgments: Sequence[Any], m: Mapping[str, Any]) -> str:
+    """One labelled log line for an instruction's raw metrics: which Spearman is which (win rate or
+    PairS, both leaky here: the same documents the instruction is scored on), and "all N pairs
+    no_answer (no fairness)" instead of NaNs when the judge never answered."""
+    n = len(judgments)
+    none = sum("no_answer" in j.flags for j in judgments)
+    if n and none == n:
+        return f"all {n} pairs no_answer (no fairness, no A-rate, no Spearman)"
+    f = lambda x: "nan" if x is None or not math.isfinite(float(x)) else f"{float(x):.3f}"  # noqa: E731
+    tail = f" ({none} of {n} pairs no_answer)" if none else ""
+    return (f"a_rate {f(m.get('a_rate'))}, win-rate Spearman {f(m.get('spearman'))}, "
+            f"PairS Spearman {f(m.get('spearman_pairs'))}{tail}")
 
 
 def split_documents(docs: Sequence[Document], search_docs: int, eval_docs: int | None = None,

@@ -36,7 +36,7 @@ from harness.judging import judge_instructions, write_judgments
 from harness.records import Document, Tracker
 from harness.zepo import plots
 from harness.zepo.optimizers import ParaphraseError
-from harness.zepo.search import derive_seed
+from harness.zepo.search import candidate_line, derive_seed
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +125,7 @@ def score_instructions(judge: Judge, docs: Sequence[Document], instructions: Seq
         summary = metrics.summarize(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed)
         rows.append({"index": i, "text": text, "p_content_free": p_cf,
                      **{mode: {k: m[k] for k in KEEP} for mode, m in summary.items()}})
-        log.info("instruction %d/%d: a_rate %.3f spearman %.3f", i + 1, len(instructions),
-                 summary["none"]["a_rate"], summary["none"]["spearman"])
+        log.info("instruction %d/%d: %s", i + 1, len(instructions), candidate_line(judgments, summary["none"]))
     return rows
 
 
@@ -232,14 +231,16 @@ def run_sensitivity(judge: Judge, docs: Sequence[Document], instructions: Sequen
 
 
 def _table(results: Mapping[str, Any]) -> str:
+    which = "PairS Spearman" if results.get("ranking") == "spearman_pairs" else "win-rate Spearman"
     lines = [f"sensitivity {results['task']}/{results['aspect']}: {results['n_instructions']} instructions, "
-             f"{results['n_docs']} docs", "| objective | Spearman rho (p) with Spearman, raw | debiased "
+             f"{results['n_docs']} docs", f"| objective | Spearman rho (p) with the {which}, raw | debiased "
              "| Pearson r raw |", "|---|---|---|---|"]
     a = results["analysis"]
     for k in OBJECTIVES:
         raw, deb = a["none"]["spearman_with_spearman"][k], a["permutation"]["spearman_with_spearman"][k]
         lines.append(f"| {k} | {raw['rho']:.3f} ({raw['p']:.3g}) | {deb['rho']:.3f} ({deb['p']:.3g}) "
                      f"| {a['none']['pearson_with_spearman'][k]:.3f} |")
-    lines.append(f"Spearman range raw {a['none']['spearman_min']:.3f}..{a['none']['spearman_max']:.3f}, "
+    lo, hi = a["none"]["spearman_min"], a["none"]["spearman_max"]
+    lines.append(f"{which} range over instructions: raw {lo:.3f}..{hi:.3f}, "
                  f"debiased {a['permutation']['spearman_min']:.3f}..{a['permutation']['spearman_max']:.3f}")
     return "\n".join(lines)
