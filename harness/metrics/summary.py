@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +17,7 @@ from harness.metrics.bootstrap import DocStats, Resample, doc_stats, intervals, 
 from harness.metrics.calibration import calibration_arrays
 from harness.metrics.correlation import view_correlations
 from harness.metrics.debias import batch_p, contextual_p, permutation_p
+from harness.metrics.length import length_bias
 from harness.metrics.mass import answer_mass_stats_of
 from harness.metrics.official import bc_prior_of, prob_gap_of, view_upper_a_rate
 from harness.metrics.order import view_order_consistency
@@ -162,12 +163,14 @@ def summarize(
 def write_run(out: Path, judgments: Sequence[Judgment], p_cf: float, *, task: str, aspect: str | None,
               family: str, instruction: str, judge_identity: str, n_docs: int, shuffles: int,
               seed: int, extra: dict[str, Any] | None = None, bootstrap: int = 1000,
-              level: float = 0.95) -> dict[str, Any]:
+              level: float = 0.95, lengths: Mapping[tuple[str, str], float] | None = None) -> dict[str, Any]:
     """judgments.jsonl + results.json of one judged set (the judge experiment; shard merges).
 
     `bootstrap` rounds over the documents (metrics.bootstrap; 0: no intervals) at `level`
     (metrics.level) give "intervals" (variant -> metric -> [lo, hi], beside "metrics"), "interval"
-    (how they were made) and "differences" (each debiased variant minus raw, paired).
+    (how they were made) and "differences" (each debiased variant minus raw, paired). `lengths`
+    ((document id, candidate id) -> words), when given, adds "length_bias" (metrics.length: the
+    raw judgments' position and length coefficients with intervals from the same rounds).
 
     `extra` adds run facts that are not metrics (e.g. judge_calls: requests that missed the cache).
     `n_unreadable`: pairs whose answer could not be read (flagged, P(A) NaN, unjudged by every metric)."""
@@ -179,7 +182,8 @@ def write_run(out: Path, judgments: Sequence[Judgment], p_cf: float, *, task: st
                "p_content_free": p_cf,
                **({"content_free_unreadable": True} if p_cf is not None and math.isnan(p_cf) else {}),
                "shuffles": shuffles, "seed": seed, **(extra or {}), "metrics": summary.metrics,
-               **summary.results_fields()}
+               **summary.results_fields(),
+               **({"length_bias": length_bias(judgments, lengths, summary.resample)} if lengths is not None else {})}
     write_json_atomic(out / "results.json", results)
     return results
 
