@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -63,3 +64,22 @@ def test_bootstrap_refits_converge_and_degenerate_input_is_nan():
     same = {key: 50 for key in lengths}
     flat = length.length_bias(judgments, same, rs)
     assert math.isnan(flat["length"]) and flat["length_interval"] is None and flat["scale"] == 0
+
+
+def test_length_control_removes_a_designed_length_preference():
+    """A judge with a strong length preference and otherwise no information: after length
+    control the refit on P_lc finds no length preference left (its interval covers 0), while
+    the raw one is far from 0; NEGATIVE CONTROL: subtracting the fitted coefficient once (the
+    attenuated one) leaves a preference the interval excludes 0 for."""
+    judgments, lengths = _synthetic(1.2, docs=30)
+    fit = length.length_bias(judgments, lengths)
+    rs0 = Resample.draw({j.doc_id for j in judgments}, 300, 0.95, 0)
+    once = length.controlled_p(judgments, lengths, fit, shift=fit["length"])
+    left = length.length_bias([replace(j, p_a=float(p)) for j, p in zip(judgments, once)], lengths, rs0)
+    assert left["length_interval"][0] > 0
+    lc = length.controlled_p(judgments, lengths, fit)
+    rs = Resample.draw({j.doc_id for j in judgments}, 300, 0.95, 0)
+    after = length.length_bias([replace(j, p_a=float(p)) for j, p in zip(judgments, lc)], lengths, rs)
+    lo, hi = after["length_interval"]
+    assert lo <= 0 <= hi and abs(after["length"]) < 1e-6
+    assert fit["length"] > 1.0

@@ -14,8 +14,14 @@ an API judge does not expose). Both coefficients get a percentile bootstrap inte
 documents (harness/metrics/bootstrap.py, the same rounds as every other metric): each round
 refits, starting from the full-data fit, with each judgment weighted by its document's count.
 
-Not here: AlpacaEval's length-controlled win rate (a per-candidate strength model with the length
-term set to zero); this module measures the bias, it does not yet correct rankings for it.
+Length-controlled P(A) (`controlled_p`), in the manner of AlpacaEval's length-controlled win rate
+(its fitted model's prediction with the length term set to zero): each pair's log-odds minus the
+length preference, logit P_lc(A) = logit P(A) - c * (len_A - len_B) / scale, the rest of the
+pair's preference (content and position) kept; c (`control_shift`) is the shift after which the same
+fit finds no length preference (with noisy P(A) the fitted coefficient itself is attenuated, and
+subtracting it once leaves part of the preference: tests/test_length_bias.py). Win rates, PairS and their Spearman with humans
+computed on P_lc are the length-controlled ones (metrics.summary.write_run: "length_bias"
+"controlled"); the coefficient is held at its full-data fit there (intervals conditional on it).
 """
 
 from __future__ import annotations
@@ -86,3 +92,52 @@ def length_bias(judgments: Sequence[Judgment], lengths: Mapping[tuple[str, str],
     out.update(position_interval=percentile_interval(reps[:, 0], resample.level),
                length_interval=percentile_interval(reps[:, 1], resample.level))
     return out
+
+
+def control_shift(judgments: Sequence[Judgment], lengths: Mapping[tuple[str, str], float],
+                  fit: Mapping[str, object], tol: float = 1e-9) -> float:
+    """The log-odds shift per SD of length difference that leaves no length preference: the c with
+    length_bias(P_c).length == 0, P_c = sigmoid(logit P(A) - c * dlen / scale). It starts at the fit's
+    coefficient and adds the refit's until that is below `tol` (with noisy P(A) the fit's own
+    coefficient is attenuated, so subtracting it once leaves part of the preference). NaN when the
+    fit is undefined."""
+    slope, scale = fit.get("length"), fit.get("scale")
+    if not (isinstance(slope, float) and isinstance(scale, float) and math.isfinite(slope) and scale > 0):
+        return math.nan
+    p, diff, ok = _columns(judgments, lengths)
+    x = diff[ok] / scale
+    pc = np.clip(p[ok], EPS, 1 - EPS)
+    logit, c = np.log(pc) - np.log1p(-pc), float(slope)
+    for _ in range(100):
+        q = np.clip(1.0 / (1.0 + np.exp(-(logit - c * x))), EPS, 1 - EPS)
+        left = float(_fit(q, x, np.ones((1, len(q))), np.zeros(2), 25)[0, 1])
+        if not math.isfinite(left):
+            return math.nan
+        c += left
+        if abs(left) < tol:
+            break
+    return c
+
+
+def _columns(judgments: Sequence[Judgment], lengths: Mapping[tuple[str, str], float]):
+    p = np.array([math.nan if j.p_a is None else j.p_a for j in judgments], dtype=float)
+    diff = np.array([lengths.get((j.doc_id, j.a_id), math.nan) - lengths.get((j.doc_id, j.b_id), math.nan)
+                     for j in judgments], dtype=float)
+    return p, diff, np.isfinite(p) & np.isfinite(diff)
+
+
+def controlled_p(judgments: Sequence[Judgment], lengths: Mapping[tuple[str, str], float],
+                 fit: Mapping[str, object], shift: float | None = None) -> np.ndarray:
+    """P(A) with the length preference removed: logit P(A) - shift * dlen / scale, `shift` the
+    `control_shift` (computed when not given); unchanged where a length is missing, P(A) is NaN,
+    or the fit is undefined."""
+    p, diff, ok = _columns(judgments, lengths)
+    c = control_shift(judgments, lengths, fit) if shift is None else shift
+    scale = fit.get("scale")
+    if not (math.isfinite(c) and isinstance(scale, float) and scale > 0):
+        return p
+    pc = np.clip(p, EPS, 1 - EPS)
+    with np.errstate(invalid="ignore", over="ignore"):
+        z = np.log(pc) - np.log1p(-pc) - c * diff / scale
+        new = 1.0 / (1.0 + np.exp(-z))
+    return np.where(ok, new, p)

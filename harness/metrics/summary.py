@@ -17,7 +17,7 @@ from harness.metrics.bootstrap import DocStats, Resample, doc_stats, intervals, 
 from harness.metrics.calibration import calibration_arrays
 from harness.metrics.correlation import view_correlations
 from harness.metrics.debias import batch_p, contextual_p, permutation_p
-from harness.metrics.length import length_bias
+from harness.metrics.length import control_shift, controlled_p, length_bias
 from harness.metrics.mass import answer_mass_stats_of
 from harness.metrics.official import bc_prior_of, prob_gap_of, view_upper_a_rate
 from harness.metrics.order import view_order_consistency
@@ -183,9 +183,37 @@ def write_run(out: Path, judgments: Sequence[Judgment], p_cf: float, *, task: st
                **({"content_free_unreadable": True} if p_cf is not None and math.isnan(p_cf) else {}),
                "shuffles": shuffles, "seed": seed, **(extra or {}), "metrics": summary.metrics,
                **summary.results_fields(),
-               **({"length_bias": length_bias(judgments, lengths, summary.resample)} if lengths is not None else {})}
+               **({"length_bias": length_report(judgments, lengths, summary, shuffles, seed)}
+                  if lengths is not None else {})}
     write_json_atomic(out / "results.json", results)
     return results
+
+
+LENGTH_CONTROLLED = ("spearman", "kendall", "spearman_pairs", "kendall_pairs", "a_rate", "accuracy")
+"""The length-controlled metrics results.json reports (length_bias.controlled)."""
+
+
+def length_report(judgments: Sequence[Judgment], lengths: Mapping[tuple[str, str], float], summary: Summary,
+                  shuffles: int, seed: int) -> dict[str, Any]:
+    """results.json "length_bias": the fit with intervals (metrics.length) and "controlled": the
+    LENGTH_CONTROLLED metrics on length-controlled P(A), their intervals and their paired
+    difference from the raw judgments' (same resampled documents)."""
+    fit = length_bias(judgments, lengths, summary.resample)
+    shift = control_shift(judgments, lengths, fit)
+    frame = build_frame(judgments)
+    stats: list[DocStats] = []
+    lc = frame_metrics(frame.with_p(controlled_p(judgments, lengths, fit, shift)), shuffles=shuffles, seed=seed,
+                       stats_out=stats)
+    shown = {k: lc[k] for k in LENGTH_CONTROLLED}
+    reps = None if summary.resample is None else {
+        k: v for k, v in replicate(stats[0], summary.resample.columns(frame.doc_ids)).items() if k in shown}
+    level = summary.resample.level if summary.resample is not None else 0.95
+    raw_reps = None if summary.replicates is None else summary.replicates["none"]
+    versus = paired_all(raw_reps, reps, {k: summary.metrics["none"][k] for k in LENGTH_CONTROLLED}, shown, level,
+                        "length-controlled - raw: ")
+    return {**fit, "controlled": {"metrics": shown, "intervals": None if reps is None else intervals(shown, reps, level),
+                                  "minus_raw": versus, "shift": shift,
+                                  "coefficient": "shift held at its full-data value"}}
 
 
 def recompute(run_dir: str | Path, shuffles: int | None = None, seed: int | None = None) -> dict[str, Any]:
