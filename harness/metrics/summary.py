@@ -170,7 +170,8 @@ def write_run(out: Path, judgments: Sequence[Judgment], p_cf: float, *, task: st
     (metrics.level) give "intervals" (variant -> metric -> [lo, hi], beside "metrics"), "interval"
     (how they were made) and "differences" (each debiased variant minus raw, paired). `lengths`
     ((document id, candidate id) -> words), when given, adds "length_bias" (metrics.length: the
-    raw judgments' position and length coefficients with intervals from the same rounds).
+    raw judgments' position and length coefficients with intervals from the same rounds) and
+    "candidate_words" (the lengths, so a shard merge can refit them).
 
     `extra` adds run facts that are not metrics (e.g. judge_calls: requests that missed the cache).
     `n_unreadable`: pairs whose answer could not be read (flagged, P(A) NaN, unjudged by every metric)."""
@@ -183,10 +184,23 @@ def write_run(out: Path, judgments: Sequence[Judgment], p_cf: float, *, task: st
                **({"content_free_unreadable": True} if p_cf is not None and math.isnan(p_cf) else {}),
                "shuffles": shuffles, "seed": seed, **(extra or {}), "metrics": summary.metrics,
                **summary.results_fields(),
-               **({"length_bias": length_report(judgments, lengths, summary, shuffles, seed)}
-                  if lengths is not None else {})}
+               **({"length_bias": length_report(judgments, lengths, summary, shuffles, seed),
+                   "candidate_words": words_by_document(lengths)} if lengths is not None else {})}
     write_json_atomic(out / "results.json", results)
     return results
+
+
+def words_by_document(lengths: Mapping[tuple[str, str], float]) -> dict[str, dict[str, float]]:
+    """results.json "candidate_words" ({document: {candidate: words}}): what a shard merge refits from."""
+    out: dict[str, dict[str, float]] = {}
+    for (doc, cand), n in lengths.items():
+        out.setdefault(doc, {})[cand] = n
+    return out
+
+
+def lengths_of(words: Mapping[str, Mapping[str, float]]) -> dict[tuple[str, str], float]:
+    """`words_by_document` inverted."""
+    return {(doc, cand): n for doc, per in words.items() for cand, n in per.items()}
 
 
 LENGTH_CONTROLLED = ("spearman", "kendall", "spearman_pairs", "kendall_pairs", "a_rate", "accuracy")
