@@ -51,6 +51,14 @@ def test_judge_results_carry_every_interval_and_the_card_shows_them(two_runs):
     card = (two_runs[0] / "card.md").read_text()
     assert f"A-rate {res['metrics']['none']['a_rate']:.3f} [{lo:.3f}, {hi:.3f}]" in card
     assert "95% percentile bootstrap over the documents" in card
+    # The length bias of the raw judgments, with its interval, in results.json and the card.
+    lb = res["length_bias"]
+    assert lb["n_pairs"] == 12 and lb["unit"].startswith("words") and lb["scale"] > 0
+    assert lb["length_interval"][0] <= lb["length"] <= lb["length_interval"][1]
+    assert f"log-odds of A {lb['length']:+.3f} [" in card
+    lc = lb["controlled"]
+    assert set(lc["metrics"]) == set(lc["intervals"]) == set(lc["minus_raw"]) >= {"spearman", "spearman_pairs"}
+    assert "length-controlled - raw: spearman " in lc["minus_raw"]["spearman"]["sentence"]
 
 
 def test_compare_prints_each_metric_with_its_paired_interval(two_runs, capsys):

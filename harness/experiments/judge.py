@@ -30,6 +30,7 @@ from harness.judging import (
 )
 from harness.metrics import write_run
 from harness.metrics.bootstrap import interval_summary
+from harness.metrics.length import candidate_lengths
 from harness.records import Document, Tracker
 from harness.runtime.attempts import ATTEMPTS, summed_calls
 from harness.runtime.context import experiment
@@ -51,12 +52,14 @@ def run_judge(judge: Judge, docs: Sequence[Document], *, task: str, aspect: str 
                       time.perf_counter() - start)
     results = write_run(out, judgments, p_cf, task=task, aspect=aspect, family=family, instruction=instruction,
                         judge_identity=judge.identity, n_docs=len(docs), shuffles=shuffles, seed=seed,
-                        bootstrap=bootstrap, level=level, extra={"judge_calls": getattr(judge, "calls", None),
+                        bootstrap=bootstrap, level=level, lengths=candidate_lengths(docs), extra={"judge_calls": getattr(judge, "calls", None),
                                "judge_calls_all_attempts": _all_attempts_calls(out), "judge_work": work})
     if tracker is not None:
         flat = {f"{mode}/{k}": v for mode, m in results["metrics"].items() for k, v in m.items()}
         tracker.log(flat)
-        tracker.summary(flat | interval_summary(results.get("intervals")))
+        lb = results.get("length_bias") or {}
+        tracker.summary(flat | interval_summary(results.get("intervals"))
+                        | {f"length_bias/{k}": lb[k] for k in ("length", "position", "scale") if k in lb})
         tracker.log_table("judgments", ["doc_id", "a_id", "b_id", "p_a", "human_a", "human_b"],
                           [[j.doc_id, j.a_id, j.b_id, j.p_a, j.human_a, j.human_b] for j in judgments])
     return results

@@ -74,6 +74,8 @@ class Card:
     intervals: Mapping[str, list[float] | None] | None = None
     """CARD_KEYS with an interval -> [lo, hi] (None: no bootstrap, rounds=0)."""
     level: float = 0.95
+    length_bias: Mapping[str, Any] | None = None
+    """results.json's "length_bias" when a results.json beside the judgments has one (a judge run)."""
 
     @property
     def low_mass(self) -> bool:
@@ -157,8 +159,10 @@ def render_card(path: Path, run_dir: Path, out_dir: Path | None = None, tracker:
     numbers = card_numbers(judgments, threshold)
     about = path.parent / SET_FILE
     documents = read_json(about).get("documents") if about.is_file() else None
+    beside = path.parent / "results.json"
+    length = read_json(beside).get("length_bias") if beside.is_file() else None
     card = Card(path, name, numbers, draw(judgments, numbers, folder, name, documents), documents,
-                card_intervals(judgments, numbers, rounds, level, seed), level)
+                card_intervals(judgments, numbers, rounds, level, seed), level, length)
     write_text_atomic(folder / "card.md", card_text(card, out_dir or run_dir) + "\n")
     if tracker is not None:
         for kind, png in card.pictures.items():
@@ -214,8 +218,22 @@ def card_text(card: Card, root: Path) -> str:
         f"A and B in {_pct(n['order_consistency'])} {_pct_interval(card, 'order_consistency')}of "
         f"{n['n_order_pairs']} pairs; mean |P(A|i,j) - (1 - P(A|j,i))| {v('order_gap')}",
         f"  calibration   {cal}",
+        *([_length_line(card.length_bias)] if card.length_bias else []),
         about,
         f"  pictures      {pics}"])
+
+
+def _length_line(lb: Mapping[str, Any]) -> str:
+    """The length-bias fit: log-odds of A per standard deviation of length difference."""
+    def with_iv(key: str) -> str:
+        iv = lb.get(f"{key}_interval")
+        value = lb.get(key)
+        text = "nan" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:+.3f}"
+        return text + (f" [{iv[0]:+.3f}, {iv[1]:+.3f}]" if iv else "")
+    scale = lb.get("scale")
+    sd = f"{scale:.0f} words" if isinstance(scale, (int, float)) and math.isfinite(scale) else "nan"
+    return (f"  length        log-odds of A {with_iv('length')} per SD ({sd}) of len(A) - len(B); "
+            f"position (equal lengths) {with_iv('position')}; {lb.get('n_pairs')} pairs")
 
 
 def _interval_of(card: Card) -> Callable[..., str]:

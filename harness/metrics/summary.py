@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +17,7 @@ from harness.metrics.bootstrap import DocStats, Resample, doc_stats, intervals, 
 from harness.metrics.calibration import calibration_arrays
 from harness.metrics.correlation import view_correlations
 from harness.metrics.debias import batch_p, contextual_p, permutation_p
+from harness.metrics.length import control_shift, controlled_p, length_bias
 from harness.metrics.mass import answer_mass_stats_of
 from harness.metrics.official import bc_prior_of, prob_gap_of, view_upper_a_rate
 from harness.metrics.order import view_order_consistency
@@ -162,12 +163,15 @@ def summarize(
 def write_run(out: Path, judgments: Sequence[Judgment], p_cf: float, *, task: str, aspect: str | None,
               family: str, instruction: str, judge_identity: str, n_docs: int, shuffles: int,
               seed: int, extra: dict[str, Any] | None = None, bootstrap: int = 1000,
-              level: float = 0.95) -> dict[str, Any]:
+              level: float = 0.95, lengths: Mapping[tuple[str, str], float] | None = None) -> dict[str, Any]:
     """judgments.jsonl + results.json of one judged set (the judge experiment; shard merges).
 
     `bootstrap` rounds over the documents (metrics.bootstrap; 0: no intervals) at `level`
     (metrics.level) give "intervals" (variant -> metric -> [lo, hi], beside "metrics"), "interval"
-    (how they were made) and "differences" (each debiased variant minus raw, paired).
+    (how they were made) and "differences" (each debiased variant minus raw, paired). `lengths`
+    ((document id, candidate id) -> words), when given, adds "length_bias" (metrics.length: the
+    raw judgments' position and length coefficients with intervals from the same rounds) and
+    "candidate_words" (the lengths, so a shard merge can refit them).
 
     `extra` adds run facts that are not metrics (e.g. judge_calls: requests that missed the cache).
     `n_unreadable`: pairs whose answer could not be read (flagged, P(A) NaN, unjudged by every metric)."""
@@ -179,9 +183,51 @@ def write_run(out: Path, judgments: Sequence[Judgment], p_cf: float, *, task: st
                "p_content_free": p_cf,
                **({"content_free_unreadable": True} if p_cf is not None and math.isnan(p_cf) else {}),
                "shuffles": shuffles, "seed": seed, **(extra or {}), "metrics": summary.metrics,
-               **summary.results_fields()}
+               **summary.results_fields(),
+               **({"length_bias": length_report(judgments, lengths, summary, shuffles, seed),
+                   "candidate_words": words_by_document(lengths)} if lengths is not None else {})}
     write_json_atomic(out / "results.json", results)
     return results
+
+
+def words_by_document(lengths: Mapping[tuple[str, str], float]) -> dict[str, dict[str, float]]:
+    """results.json "candidate_words" ({document: {candidate: words}}): what a shard merge refits from."""
+    out: dict[str, dict[str, float]] = {}
+    for (doc, cand), n in lengths.items():
+        out.setdefault(doc, {})[cand] = n
+    return out
+
+
+def lengths_of(words: Mapping[str, Mapping[str, float]]) -> dict[tuple[str, str], float]:
+    """`words_by_document` inverted."""
+    return {(doc, cand): n for doc, per in words.items() for cand, n in per.items()}
+
+
+LENGTH_CONTROLLED = ("spearman", "kendall", "spearman_pairs", "kendall_pairs", "a_rate", "accuracy")
+"""The length-controlled metrics results.json reports (length_bias.controlled)."""
+
+
+def length_report(judgments: Sequence[Judgment], lengths: Mapping[tuple[str, str], float], summary: Summary,
+                  shuffles: int, seed: int) -> dict[str, Any]:
+    """results.json "length_bias": the fit with intervals (metrics.length) and "controlled": the
+    LENGTH_CONTROLLED metrics on length-controlled P(A), their intervals and their paired
+    difference from the raw judgments' (same resampled documents)."""
+    fit = length_bias(judgments, lengths, summary.resample)
+    shift = control_shift(judgments, lengths, fit)
+    frame = build_frame(judgments)
+    stats: list[DocStats] = []
+    lc = frame_metrics(frame.with_p(controlled_p(judgments, lengths, fit, shift)), shuffles=shuffles, seed=seed,
+                       stats_out=stats)
+    shown = {k: lc[k] for k in LENGTH_CONTROLLED}
+    reps = None if summary.resample is None else {
+        k: v for k, v in replicate(stats[0], summary.resample.columns(frame.doc_ids)).items() if k in shown}
+    level = summary.resample.level if summary.resample is not None else 0.95
+    raw_reps = None if summary.replicates is None else summary.replicates["none"]
+    versus = paired_all(raw_reps, reps, {k: summary.metrics["none"][k] for k in LENGTH_CONTROLLED}, shown, level,
+                        "length-controlled - raw: ")
+    return {**fit, "controlled": {"metrics": shown, "intervals": None if reps is None else intervals(shown, reps, level),
+                                  "minus_raw": versus, "shift": shift,
+                                  "coefficient": "shift held at its full-data value"}}
 
 
 def recompute(run_dir: str | Path, shuffles: int | None = None, seed: int | None = None) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from harness.errors import ConfigError, DataError, located
 from harness.files import read_json, write_json_atomic
 from harness.judging import load_judgments
 from harness.metrics import write_run
+from harness.metrics.summary import lengths_of
 from harness.records import Document
 
 # Settings that must agree for shards to be parts of one run (results.json keys).
@@ -98,6 +99,15 @@ def _interval_settings(results: dict[str, Any]) -> dict[str, Any]:
     return {"bootstrap": int(meta.get("rounds", 1000)), "level": float(meta.get("level", 0.95))}
 
 
+def _shard_lengths(shards: Sequence[ShardRun]) -> dict[str, Any]:
+    """The shards' candidate lengths (results.json "candidate_words"), when every shard has them, so
+    the merge's length-bias fit is the unsharded run's."""
+    words = [s.results.get("candidate_words") for s in shards]
+    if any(w is None for w in words):
+        return {}
+    return {"lengths": lengths_of({d: per for w in words for d, per in w.items()})}
+
+
 def _task_without_shard(config: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in (config.get("task") or {}).items() if k not in ("shard_index", "num_shards")}
 
@@ -161,7 +171,7 @@ def merge_shards(dirs: Sequence[str | Path], out_dir: str | Path, p_cf_tol: floa
                         instruction=r["instruction"], judge_identity=r["judge"],
                         n_docs=sum(int(s.results["n_docs"]) for s in shards),
                         shuffles=int(r["shuffles"]), seed=int(r["seed"]), extra=_summed_calls(shards),
-                        **_interval_settings(r))
+                        **_interval_settings(r), **_shard_lengths(shards))
     config = {**shards[0].config, "task": _task_without_shard(shards[0].config)}
     write_json_atomic(out / "merge.json", {"shards": [str(s.path) for s in shards], "num_shards": len(shards),
                                            "config": config})
