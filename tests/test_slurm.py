@@ -438,10 +438,19 @@ def test_site_config_dir_runs_a_sweep_on_slurm(slurm_cluster, job_env, tmp_path,
                      "task.docs=1", "task.max_candidates=3", f"hydra.sweep.dir={sweep}", "wandb.mode=disabled"],
                     job_env)
     try:
-        _finish(proc, "site-config SLURM multirun", 300)
+        log = _finish(proc, "site-config SLURM multirun", 300)
     finally:
         _cancel(sweep, proc)
     assert len(list((sweep / ".submitit").glob("*_[01]/*_result.pkl"))) == 2  # both ran as SLURM array tasks
+    # The login node's job-state lines (harness/runtime/launchers.py): each job's state as it changes,
+    # its log file and its last log line; the last state is COMPLETED.
+    for i in (0, 1):
+        states = re.findall(rf"\[job (\d+_{i}) #{i}\] (\S+)  log: (\S+)", log)
+        assert states and states[-1][1] == "COMPLETED", log[-3000:]
+        job = states[-1][0]
+        assert states[-1][2] == str(sweep / ".submitit" / job / f"{job}_0_log.err")
+        assert "RUNNING" in {s for _, s, _ in states}, log[-3000:]
+    assert re.search(r"\] COMPLETED  log: \S+  \| \S", log), "no last log line shown"
     judges = [json.loads((sweep / job / "results.json").read_text())["judge"] for job in ("0", "1")]
     assert judges[0].startswith("hf|my-model|") and judges[1].startswith("hf|tiny-llama|")
     scripts = list((sweep / ".submitit").glob("*/*_submission.sh"))
@@ -490,3 +499,18 @@ def test_node_job_runs_its_shards_side_by_side_and_merges(slurm_cluster, job_env
     ref = _reference_run(cfg, job_env, tmp_path / "ref", monkeypatch)
     assert (out / "merged" / "judgments.jsonl").read_bytes() == (tmp_path / "ref" / "judgments.jsonl").read_bytes()
     assert results_only(json.loads((out / "merged" / "results.json").read_text())) == results_only(ref)
+
+
+@pytest.mark.slurm
+def test_refused_sbatch_is_one_error_line_naming_the_setting(slurm_cluster, job_env, tmp_path):
+    """The shipped launcher asks for a GPU; this cluster has none: sbatch refuses, and the login node
+    prints one `error:` line (no traceback) naming the launcher setting to change."""
+    proc = _harness(["-m", "hydra/launcher=slurm", "hydra.launcher.partition=debug", *TINY, "task.docs=1",
+                     f"hydra.sweep.dir={tmp_path / 'sweep'}"], {**job_env, "HYDRA_FULL_ERROR": "0"})  # as a user has it
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 2, out[-3000:]
+    assert "Traceback" not in out
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and out.rstrip().endswith(errors[0]), out[-3000:]
+    assert errors[0].startswith("error: sbatch refused the job array (sbatch: error: Invalid generic resource")
+    assert "hydra.launcher.gpus_per_node=null" in errors[0] and str(tmp_path / "sweep" / ".submitit") in errors[0]

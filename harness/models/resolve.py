@@ -20,8 +20,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from harness.confdir import conf_dir
 from harness.errors import ConfigError, HarnessError
 from harness.models.paths import build_atomically, cache_dir
@@ -77,6 +75,9 @@ def model_spec(name_or_path: str) -> dict:
     """conf/model/<name>.yaml's keys for a conf name, else {"name", "path"} for a spec or folder."""
     conf = MODEL_CONF / f"{name_or_path}.yaml"
     if "/" not in name_or_path and ":" not in name_or_path and conf.is_file():
+        # Here, not at the top: HFJudge imports this module, and the GPU machine (scripts/gpu_check.py) has no omegaconf.
+        from omegaconf import OmegaConf
+
         spec = OmegaConf.to_container(OmegaConf.load(conf), resolve=True)
         spec.pop("defaults", None)
         return spec

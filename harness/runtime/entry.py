@@ -40,6 +40,7 @@ from harness.redaction import (
     redact_text,
 )
 from harness.runtime import schema
+from harness.runtime.launchers import watching
 
 log = logging.getLogger("harness")
 
@@ -183,7 +184,8 @@ def main() -> None:
         sys.exit(2)
     install_stop_handlers()
     try:
-        hydra_main()
+        with watching(any(a in ("-m", "--multirun") for a in sys.argv[1:])):  # a submitit sweep: job-state lines while it waits, a refused sbatch in one line
+            hydra_main()
     except Stopped as e:
         print(f"error: stopped by {signal.Signals(e.signum).name}; every committed pair is in the request cache and "
               "attempts.jsonl has this attempt's end line: rerun the same command to resume", file=sys.stderr)
