@@ -34,6 +34,7 @@ from harness.judges.base import (
 )
 from harness.judges.cpu import auto_dtype, default_threads, torch_threads
 from harness.judges.generate import GeneratedAnswer, generate_answer_logprobs
+from harness.judges.head import LOGITS_SUFFIX, FloatHead, upcasts
 from harness.judges.packed import (
     ARCHITECTURES,
     PackedLlama,
@@ -162,12 +163,14 @@ def local_identity(backend: str, name: str, revision: str | None, gguf_file: str
     """(identity, legacy identity) of a local judge: what determines its numbers. The identity
     ends in `|w=<weights fingerprint>` (harness.models.fingerprint); the legacy one is the same
     without it, as cache keys were made before the weights were part of them (CachedJudge says so
-    once when it finds such rows, and asks again)."""
+    once when it finds such rows, and asks again). A bf16/fp16 judge's identity also says
+    `logits=float32` (harness.judges.head): rows scored by the old bf16 head are not served."""
     legacy = "|".join([
         backend, name, revision or "-", gguf_file or "-", dtype,
         f"tmpl={template_fingerprint(used_template(judge.tokenizer, judge.chat_template))}",
         f"sys={template_fingerprint(judge.system_prompt)}", judge.answers.describe(),
         *readout_identity(judge.chat_format, judge.readout, judge.max_new_tokens),
+        *([LOGITS_SUFFIX] if upcasts(dtype) else []),
     ])
     return f"{legacy}|w={weights}", legacy
 
@@ -252,6 +255,7 @@ class HFJudge(ChatPrompts):
             raise ConfigError(f"engine=packed cannot run this model: architecture "
                               f"{getattr(self.config, 'model_type', None)!r} is not one of {', '.join(ARCHITECTURES)}")
         self._packed: Any = None if self._model is None else _packed_engine(self._model, engine)
+        self._float_head: FloatHead | None = None
         self.max_batch_tokens = int(max_batch_tokens)
         if self.max_batch_tokens < 1:
             raise ConfigError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
@@ -283,6 +287,14 @@ class HFJudge(ChatPrompts):
             self.weight_loads += 1
             self._packed = _packed_engine(self._model, self.engine)
         return self._model
+
+    @property
+    def float_head(self) -> FloatHead:
+        """The model's final norm and LM head in float32 (harness.judges.head); loads the weights."""
+        model = self.model
+        if self._float_head is None or self._float_head.model is not model:
+            self._float_head = self._packed.head if self._packed is not None else FloatHead(model)
+        return self._float_head
 
     @property
     def loaded(self) -> bool:
@@ -361,7 +373,8 @@ class HFJudge(ChatPrompts):
             if packed is not None or supports_prefix_reuse(self.model, ids):
                 if self.prefix_scorer is None:
                     self.prefix_scorer = PrefixScorer(self.model, self._answer_ids, self.pad_id, self.device,
-                                                      self.batch_size, max_batch_tokens=self.max_batch_tokens)
+                                                      self.batch_size, max_batch_tokens=self.max_batch_tokens,
+                                                      head=self.float_head)
                 scorer = self.prefix_scorer
                 scorer.engine = packed
                 before = scorer.tokens_processed
@@ -391,7 +404,7 @@ class HFJudge(ChatPrompts):
         self.tokens_processed += sum(len(r) for r in rows)
         return generate_answer_logprobs(self.model, rows, self.answers.all_ids, self.answers.trigger_ids,
                                         max_new_tokens=self.max_new_tokens, pad_id=self.pad_id,
-                                        batch_size=self.batch_size, progress=progress)
+                                        batch_size=self.batch_size, progress=progress, head=self.float_head)
 
     def answer_logprobs(self, rows: Sequence[Sequence[int]]) -> list[list[float]]:
         """Full-vocabulary log-probs of the answer ids at the next position, one row per prompt."""
@@ -413,7 +426,8 @@ class HFJudge(ChatPrompts):
         return self.packed if self.packed.fits(max(len(r) for r in rows)) else None
 
     def _hf_last_logits(self, rows: Sequence[Sequence[int]]):
-        """HF's forward on a left-padded batch; logits at each row's last position."""
+        """HF's forward on a left-padded batch; logits at each row's last position (float32
+        whatever the model's dtype: harness.judges.head)."""
         import torch
 
         width = max(len(r) for r in rows)
@@ -423,10 +437,13 @@ class HFJudge(ChatPrompts):
             input_ids[k, width - len(r):] = torch.tensor(r, dtype=torch.long)
             mask[k, width - len(r):] = 1
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
-        return self.model(
-            input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
-            position_ids=position_ids.to(self.device), logits_to_keep=1, use_cache=False,
-        ).logits[:, -1, :]
+        head = self.float_head
+        with head.capture() as got:
+            logits = self.model(
+                input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
+                position_ids=position_ids.to(self.device), logits_to_keep=1, use_cache=False,
+            ).logits[:, -1, :]
+        return head.read(got[-1] if got else None, logits)
 
 
 def _without_weights(path: str | Path, gguf_file: str | None, revision: str | None, trust_remote_code: bool,
