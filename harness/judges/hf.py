@@ -32,7 +32,7 @@ from harness.judges.base import (
     template_fingerprint,
     ticked,
 )
-from harness.judges.cpu import auto_dtype, default_threads, torch_threads
+from harness.judges.cpu import auto_dtype, default_threads, dtype_source, numerics, torch_threads
 from harness.judges.generate import GeneratedAnswer, generate_answer_logprobs
 from harness.judges.head import LOGITS_SUFFIX, FloatHead, upcasts
 from harness.judges.packed import (
@@ -159,18 +159,19 @@ def readout_identity(chat_format: str, readout: str, max_new_tokens: int) -> lis
 
 
 def local_identity(backend: str, name: str, revision: str | None, gguf_file: str | None, dtype: str,
-                   judge: ChatPrompts, weights: str) -> tuple[str, str]:
+                   judge: ChatPrompts, weights: str, float_logits: bool = False) -> tuple[str, str]:
     """(identity, legacy identity) of a local judge: what determines its numbers. The identity
     ends in `|w=<weights fingerprint>` (harness.models.fingerprint); the legacy one is the same
     without it, as cache keys were made before the weights were part of them (CachedJudge says so
-    once when it finds such rows, and asks again). A bf16/fp16 judge's identity also says
-    `logits=float32` (harness.judges.head): rows scored by the old bf16 head are not served."""
+    once when it finds such rows, and asks again). With `float_logits` (a bf16/fp16 transformers
+    judge) the identity also says `logits=float32` (harness.judges.head): rows scored by the old
+    bf16 head are not served."""
     legacy = "|".join([
         backend, name, revision or "-", gguf_file or "-", dtype,
         f"tmpl={template_fingerprint(used_template(judge.tokenizer, judge.chat_template))}",
         f"sys={template_fingerprint(judge.system_prompt)}", judge.answers.describe(),
         *readout_identity(judge.chat_format, judge.readout, judge.max_new_tokens),
-        *([LOGITS_SUFFIX] if upcasts(dtype) else []),
+        *([LOGITS_SUFFIX] if float_logits else []),
     ])
     return f"{legacy}|w={weights}", legacy
 
@@ -269,10 +270,14 @@ class HFJudge(ChatPrompts):
         """Times this judge loaded its weights: 0 while every request came from the cache, then 1."""
         self.prefix_scorer = None
         """The PrefixScorer once prefix reuse has run (its counters say how the work split)."""
+        dtype_name = str(self.torch_dtype).removeprefix("torch.")
         self.identity, self.legacy_identity = local_identity(
-            "hf", name or Path(str(path)).name, revision, gguf_file, str(self.torch_dtype).removeprefix("torch."),
+            "hf", name or Path(str(path)).name, revision, gguf_file, dtype_name,
             self, weights_fingerprint(path, gguf_file) if self._model is None
-            else f"mem:{module_fingerprint(self._model)}")
+            else f"mem:{module_fingerprint(self._model)}", float_logits=upcasts(dtype_name))
+        self.numerics = numerics(dtype_name, dtype_source(dtype), "transformers", self.device,
+                                 answer_logits="float32")
+        """What produced this judge's numbers (results.json "numerics", the card, the run's first lines)."""
 
     # -- weights, on first use ------------------------------------------------------------------
     @property

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.errors import HarnessError
 from harness.files import read_json, write_text_atomic
+from harness.judges.cpu import numerics_line
 from harness.judging import MIN_ANSWER_MASS, load_judgments
 from harness.metrics.calibration import calibration, calibration_pairs
 from harness.metrics.mass import answer_mass_stats, answer_masses
@@ -67,6 +69,8 @@ class Card:
     """Picture kind -> PNG written (the reliability diagram is absent without human labels)."""
     documents: str | None = None
     """Which documents the set covers (SET_FILE), when its writer said."""
+    numerics: Mapping[str, Any] | None = None
+    """The run's numerics (results.json "numerics": dtype, its source, engine, device), when recorded."""
 
     @property
     def low_mass(self) -> bool:
@@ -128,12 +132,30 @@ def render_card(path: Path, run_dir: Path, out_dir: Path | None = None, tracker:
     numbers = card_numbers(judgments, threshold)
     about = path.parent / SET_FILE
     documents = read_json(about).get("documents") if about.is_file() else None
-    card = Card(path, name, numbers, draw(judgments, numbers, folder, name), documents)
+    card = Card(path, name, numbers, draw(judgments, numbers, folder, name), documents, run_numerics(path, run_dir))
     write_text_atomic(folder / "card.md", card_text(card, out_dir or run_dir) + "\n")
     if tracker is not None:
         for kind, png in card.pictures.items():
             tracker.log_image(f"card/{name}/{kind}", png)
     return card
+
+
+def run_numerics(path: Path, run_dir: Path) -> Mapping[str, Any] | None:
+    """results.json's "numerics" nearest above a judgments.jsonl, up to the run directory (a ZEPO
+    or sensitivity run keeps one results.json at its top); None when none records it."""
+    folder = path.parent
+    while True:
+        results = folder / "results.json"
+        if results.is_file():
+            try:
+                found = read_json(results).get("numerics")
+            except (HarnessError, OSError, AttributeError):
+                found = None
+            if found:
+                return found
+        if folder == run_dir or folder == folder.parent or not folder.is_relative_to(run_dir):
+            return None
+        folder = folder.parent
 
 
 def render_cards(run_dir: str | Path, tracker: Tracker | None = None, out_dir: str | Path | None = None,
@@ -179,6 +201,7 @@ def card_text(card: Card, root: Path) -> str:
         f"A and B in {_pct(n['order_consistency'])} of {n['n_order_pairs']} pairs; "
         f"mean |P(A|i,j) - (1 - P(A|j,i))| {_f(n['order_gap'])}",
         f"  calibration   {cal}",
+        f"  numerics      {numerics_line(card.numerics)}",
         f"  pictures      {pics}"])
 
 
