@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from conftest import LOGPROB_BOUND, P_A_BOUND
 
 from harness.errors import ConfigError
 from harness.judges.hf import HFJudge
@@ -13,7 +14,8 @@ from harness.judges.prefix import PrefixScorer
 from harness.prompts import default_instruction, render
 from harness.records import Candidate, Document, PairRequest
 
-TOL = 1e-4
+TOL = P_A_BOUND["float32"]
+"""max |dP(A)| between engines of one float32 model (tests/conftest.py P_A_BOUND: by dtype)."""
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -161,3 +163,19 @@ def test_smollm2_packed_equals_hf_on_summeval(smollm2_judge, shared_data):
     expected, got = hf.score_pairs(reqs), smollm2_judge.score_pairs(reqs)
     assert max(abs(e.p_a - g.p_a) for e, g in zip(expected, got)) < TOL
     assert [e.p_a > 0.5 for e in expected] == [g.p_a > 0.5 for g in got]
+
+
+def test_bf16_engines_agree_within_the_bf16_bound(tiny_llama):
+    """bfloat16 (an explicit backend.dtype): HF's padded forward, the packed engine and prefix reuse
+    of one bf16 model add in different orders, so they agree within the bf16 bounds (conftest
+    P_A_BOUND / LOGPROB_BOUND), not the float32 ones; all read float32 logits (harness.judges.head)."""
+    reqs = _requests(1)
+    hf = HFJudge(tiny_llama, device="cpu", dtype="bfloat16", batch_size=4, engine="hf")
+    want = hf.score_pairs(reqs)
+    for kw in ({}, {"prefix_reuse": True}):
+        twin = HFJudge("twin", device="cpu", dtype="bfloat16", model=hf.model, tokenizer=hf.tokenizer, **kw)
+        got = twin.score_pairs(reqs)
+        dp = max(abs(e.p_a - g.p_a) for e, g in zip(want, got))
+        dlp = max(abs(e.token_logprobs[k] - g.token_logprobs[k]) for e, g in zip(want, got) for k in e.token_logprobs)
+        print(f"\nbf16 packed{' + prefix' if kw else ''} vs HF forward: max |dP(A)| {dp:.2e}, max |d logprob| {dlp:.2e}")
+        assert twin.packed is not None and dp < P_A_BOUND["bfloat16"] and dlp < LOGPROB_BOUND["bfloat16"]

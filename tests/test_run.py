@@ -68,6 +68,12 @@ def test_judge_run_tiny_model(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     results = _check_run_dir(out, 2, 3)
     assert results["judge"].startswith("hf|tiny-llama|")
+    # The run says its numerics (issue #28): results.json, card.md and the console's first lines.
+    assert results["numerics"] == {"dtype": "float32", "dtype_source": "auto", "engine": "transformers",
+                                   "device": "cpu", "answer_logits": "float32"}
+    line = "float32 (auto), transformers on cpu, answer logits float32"
+    assert f"numerics      {line}" in (out / "card.md").read_text()
+    assert f"numerics: {line}" in r.stdout + r.stderr
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["task"]["aspect"] == "coherence"
     assert list((out / "wandb").glob("offline-run-*")), "W&B offline run missing"
@@ -83,6 +89,17 @@ def test_judge_run_tiny_model(tmp_path):
         assert entries[name] == base64.b64encode(hashlib.md5((out / name).read_bytes()).digest()).decode()
     history = [r["history"]["item"] for r in wandb_records(out) if r.get("type") == "history"]
     assert any(h.get("none/a_rate") == results["metrics"]["none"]["a_rate"] for h in history)
+    # bf16 set in the config: its source says so, and its answer logits are still float32.
+    bf16 = tmp_path / "bf16"
+    r = run_in_process(["experiment=judge", "model=tiny_llama", "backend.dtype=bfloat16", "task.docs=1",
+                        "task.max_candidates=2", f"hydra.run.dir={bf16}", "experiment.shuffles=2", "wandb.mode=disabled"],
+                       tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads((bf16 / "results.json").read_text())
+    assert got["numerics"] == {"dtype": "bfloat16", "dtype_source": "config", "engine": "transformers",
+                               "device": "cpu", "answer_logits": "float32"}
+    assert "|bfloat16|" in got["judge"] and "|logits=float32|" in got["judge"]
+    assert "numerics      bfloat16 (config), transformers on cpu" in (bf16 / "card.md").read_text()
 
 
 def test_judge_run_records_its_work_within_5pc_of_the_trie(tmp_path):

@@ -192,7 +192,7 @@ def write_outputs(out: Path, vector: ScoreVector, bounded: np.ndarray, result: a
     abb.write_json(out / "abb.json", bj)
     metrics = retained.flat_metrics(bj, sig, ref)
     results = {"experiment": "abb", "summary": bj["summary"],
-               **{k: extra[k] for k in ("task", "judge", "instruction") if k in extra},
+               **{k: extra[k] for k in ("task", "judge", "numerics", "instruction") if k in extra},
                "scores": extra.get("scores"), "guarantee": {k: bj["guarantee"][k] for k in
                                                             ("kind", "claimed", "status", "statement")},
                "verdict": (bj["verification"] or {}).get("verdict"), "metrics": metrics,

@@ -107,7 +107,8 @@ def run_judged(ctx: RunContext, s: Settings) -> dict[str, Any]:
     if s.jitter["samples"] > 0:
         rows, how = scorer.jitter(vector.values, samples=s.jitter["samples"], mode=s.mode, seed=s.seed)
         jitter = Neighbours("jitter", rows, tuple({"index": k} for k in range(len(rows))))
-    extra = {"task": task.name, "judge": ctx.judge.identity, "instruction": instruction,
+    extra = {"task": task.name, "judge": ctx.judge.identity, "numerics": getattr(ctx.judge, "numerics", None),
+             "instruction": instruction,
              "scores": {"kind": vector.kind, "scale": list(vector.scale), "d": scorer.d, "baseline": baseline,
                         "orders": scorer.orders, "n_docs": len(scorer.by_doc), "skipped_docs": skipped,
                         "models": list(dict.fromkeys(it.model for it in items))}}
@@ -159,7 +160,7 @@ def run_file(ctx: RunContext, s: Settings) -> dict[str, Any]:
 
     jit = fs.neighbours.get("jitter", [])
     how = {"route": f"split=jitter rows of {spec['path']}", "coords": max((len(c) for _, c in jit), default=None)}
-    extra = {"task": "file", "judge": None, "instruction": None,
+    extra = {"task": "file", "judge": None, "numerics": None, "instruction": None,
              "scores": {"kind": "file", "path": str(spec["path"]), "scale": list(vector.scale), "d": d,
                         "baseline": vector.baseline, "items_changed": k}}
     return finish(ctx, vector, split("estimate"), split("verify"), split("jitter"), how, s, bounds, mode, extra,

@@ -51,8 +51,10 @@ def run_judge(judge: Judge, docs: Sequence[Document], *, task: str, aspect: str 
     work = judge_work(judge, [*requests, content_free_request(instruction, family)], before,
                       time.perf_counter() - start)
     results = write_run(out, judgments, p_cf, task=task, aspect=aspect, family=family, instruction=instruction,
-                        judge_identity=judge.identity, n_docs=len(docs), shuffles=shuffles, seed=seed,
-                        bootstrap=bootstrap, level=level, lengths=candidate_lengths(docs), extra={"judge_calls": getattr(judge, "calls", None),
+                        judge_identity=judge.identity, numerics=getattr(judge, "numerics", None),
+                        n_docs=len(docs), shuffles=shuffles, seed=seed,
+                        bootstrap=bootstrap, level=level, lengths=candidate_lengths(docs),
+                        extra={"judge_calls": getattr(judge, "calls", None),
                                "judge_calls_all_attempts": _all_attempts_calls(out), "judge_work": work})
     if tracker is not None:
         flat = {f"{mode}/{k}": v for mode, m in results["metrics"].items() for k, v in m.items()}

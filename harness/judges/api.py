@@ -43,6 +43,7 @@ from harness.judges.base import (
     resolve_answer_tokens,
     template_fingerprint,
 )
+from harness.judges.cpu import numerics
 from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore
 
@@ -155,6 +156,9 @@ class ApiJudge:
                                          f"sys={template_fingerprint(system_prompt)}"])
         """The identity cache keys had before the served model was part of it (CachedJudge)."""
         self._identity: str | None = None
+        self.numerics = numerics("unknown (server)", "server", "api", "unknown (server)")
+        """The server decides the dtype and device and does not report them (an OpenAI-compatible
+        /models lists ids only), so the run says so rather than guess."""
         self.stats: Counter[str] = Counter()
         """requests, missing (answer variants absent from a response), unreadable (no label at all)."""
         self._warned = False

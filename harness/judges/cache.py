@@ -206,6 +206,7 @@ class CachedJudge:
         self.cache = cache
         self.chunk = chunk
         self.identity = judge.identity
+        self.numerics = getattr(judge, "numerics", None)
         self.calls = 0
         """Requests sent to the wrapped judge (misses) and answered, since construction."""
         self.on_progress = on_progress

@@ -66,6 +66,22 @@ def dtype_source(requested: str | None) -> str:
     return "auto" if requested in (None, "", "auto") else "config"
 
 
+def numerics(dtype: str, source: str, engine: str, device: str, **more: str) -> dict[str, str]:
+    """A judge's numerics as a run records them (results.json "numerics", card.md, the run's first
+    lines): its dtype, where that came from (`dtype_source`: "config" or "auto"; an API judge's is
+    the server's), the engine ("transformers", "vllm", "api") and the device, plus `more`."""
+    return {"dtype": str(dtype), "dtype_source": source, "engine": engine, "device": str(device), **more}
+
+
+def numerics_line(n: dict | None) -> str:
+    """One line of `numerics`: "float32 (auto), transformers on cpu, answer logits float32"."""
+    if not n:
+        return "not recorded (scores from a file, or a judge that does not say)"
+    rest = "".join(f", {k.replace('_', ' ')} {v}" for k, v in n.items()
+                   if k not in ("dtype", "dtype_source", "engine", "device"))
+    return f"{n.get('dtype')} ({n.get('dtype_source')}), {n.get('engine')} on {n.get('device')}{rest}"
+
+
 def usable_cores() -> int:
     """Cores this process may run on (its affinity mask: a SLURM allocation, taskset, a cgroup
     cpuset), not the machine's total that os.cpu_count() reports."""

@@ -32,8 +32,9 @@ from harness.judges.base import (
     template_fingerprint,
     ticked,
 )
-from harness.judges.cpu import auto_dtype, default_threads, torch_threads
+from harness.judges.cpu import auto_dtype, default_threads, dtype_source, numerics, torch_threads
 from harness.judges.generate import GeneratedAnswer, generate_answer_logprobs
+from harness.judges.head import LOGITS_SUFFIX, FloatHead, upcasts
 from harness.judges.packed import (
     ARCHITECTURES,
     PackedLlama,
@@ -159,16 +160,19 @@ def readout_identity(chat_format: str, readout: str, max_new_tokens: int) -> lis
 
 
 def local_identity(backend: str, name: str, revision: str | None, gguf_file: str | None, dtype: str,
-                   judge: ChatPrompts, weights: str) -> tuple[str, str]:
+                   judge: ChatPrompts, weights: str, float_logits: bool = False) -> tuple[str, str]:
     """(identity, legacy identity) of a local judge: what determines its numbers. The identity
     ends in `|w=<weights fingerprint>` (harness.models.fingerprint); the legacy one is the same
     without it, as cache keys were made before the weights were part of them (CachedJudge says so
-    once when it finds such rows, and asks again)."""
+    once when it finds such rows, and asks again). With `float_logits` (a bf16/fp16 transformers
+    judge) the identity also says `logits=float32` (harness.judges.head): rows scored by the old
+    bf16 head are not served."""
     legacy = "|".join([
         backend, name, revision or "-", gguf_file or "-", dtype,
         f"tmpl={template_fingerprint(used_template(judge.tokenizer, judge.chat_template))}",
         f"sys={template_fingerprint(judge.system_prompt)}", judge.answers.describe(),
         *readout_identity(judge.chat_format, judge.readout, judge.max_new_tokens),
+        *([LOGITS_SUFFIX] if float_logits else []),
     ])
     return f"{legacy}|w={weights}", legacy
 
@@ -253,6 +257,7 @@ class HFJudge(ChatPrompts):
             raise ConfigError(f"engine=packed cannot run this model: architecture "
                               f"{getattr(self.config, 'model_type', None)!r} is not one of {', '.join(ARCHITECTURES)}")
         self._packed: Any = None if self._model is None else _packed_engine(self._model, engine)
+        self._float_head: FloatHead | None = None
         self.max_batch_tokens = int(max_batch_tokens)
         if self.max_batch_tokens < 1:
             raise ConfigError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
@@ -266,10 +271,14 @@ class HFJudge(ChatPrompts):
         """Times this judge loaded its weights: 0 while every request came from the cache, then 1."""
         self.prefix_scorer = None
         """The PrefixScorer once prefix reuse has run (its counters say how the work split)."""
+        dtype_name = str(self.torch_dtype).removeprefix("torch.")
         self.identity, self.legacy_identity = local_identity(
-            "hf", name or Path(str(path)).name, revision, gguf_file, str(self.torch_dtype).removeprefix("torch."),
+            "hf", name or Path(str(path)).name, revision, gguf_file, dtype_name,
             self, weights_fingerprint(path, gguf_file) if self._model is None
-            else f"mem:{module_fingerprint(self._model)}")
+            else f"mem:{module_fingerprint(self._model)}", float_logits=upcasts(dtype_name))
+        self.numerics = numerics(dtype_name, dtype_source(dtype), "transformers", self.device,
+                                 answer_logits="float32")
+        """What produced this judge's numbers (results.json "numerics", the card, the run's first lines)."""
 
     # -- weights, on first use ------------------------------------------------------------------
     @property
@@ -284,6 +293,14 @@ class HFJudge(ChatPrompts):
             self.weight_loads += 1
             self._packed = _packed_engine(self._model, self.engine)
         return self._model
+
+    @property
+    def float_head(self) -> FloatHead:
+        """The model's final norm and LM head in float32 (harness.judges.head); loads the weights."""
+        model = self.model
+        if self._float_head is None or self._float_head.model is not model:
+            self._float_head = self._packed.head if self._packed is not None else FloatHead(model)
+        return self._float_head
 
     @property
     def loaded(self) -> bool:
@@ -362,7 +379,8 @@ class HFJudge(ChatPrompts):
             if packed is not None or supports_prefix_reuse(self.model, ids):
                 if self.prefix_scorer is None:
                     self.prefix_scorer = PrefixScorer(self.model, self._answer_ids, self.pad_id, self.device,
-                                                      self.batch_size, max_batch_tokens=self.max_batch_tokens)
+                                                      self.batch_size, max_batch_tokens=self.max_batch_tokens,
+                                                      head=self.float_head)
                 scorer = self.prefix_scorer
                 scorer.engine = packed
                 before = scorer.tokens_processed
@@ -392,7 +410,7 @@ class HFJudge(ChatPrompts):
         self.tokens_processed += sum(len(r) for r in rows)
         return generate_answer_logprobs(self.model, rows, self.answers.all_ids, self.answers.trigger_ids,
                                         max_new_tokens=self.max_new_tokens, pad_id=self.pad_id,
-                                        batch_size=self.batch_size, progress=progress)
+                                        batch_size=self.batch_size, progress=progress, head=self.float_head)
 
     def answer_logprobs(self, rows: Sequence[Sequence[int]]) -> list[list[float]]:
         """Full-vocabulary log-probs of the answer ids at the next position, one row per prompt."""
@@ -414,7 +432,8 @@ class HFJudge(ChatPrompts):
         return self.packed if self.packed.fits(max(len(r) for r in rows)) else None
 
     def _hf_last_logits(self, rows: Sequence[Sequence[int]]):
-        """HF's forward on a left-padded batch; logits at each row's last position."""
+        """HF's forward on a left-padded batch; logits at each row's last position (float32
+        whatever the model's dtype: harness.judges.head)."""
         import torch
 
         width = max(len(r) for r in rows)
@@ -424,10 +443,13 @@ class HFJudge(ChatPrompts):
             input_ids[k, width - len(r):] = torch.tensor(r, dtype=torch.long)
             mask[k, width - len(r):] = 1
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
-        return self.model(
-            input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
-            position_ids=position_ids.to(self.device), logits_to_keep=1, use_cache=False,
-        ).logits[:, -1, :]
+        head = self.float_head
+        with head.capture() as got:
+            logits = self.model(
+                input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
+                position_ids=position_ids.to(self.device), logits_to_keep=1, use_cache=False,
+            ).logits[:, -1, :]
+        return head.read(got[-1] if got else None, logits)
 
 
 def _without_weights(path: str | Path, gguf_file: str | None, revision: str | None, trust_remote_code: bool,

@@ -5,7 +5,8 @@ and SDPA on CPU computes the whole masked rectangle. This engine concatenates th
 into ONE (tokens, hidden) matrix for every linear layer (the model's own modules: norms,
 projections, MLP), runs attention row by row with SDPA (each row's queries against its own
 cached past plus its own causal keys; rows under one parent share one copy of the past), and
-applies the final norm and LM head only at each row's last token; in the last layer only the last
+applies the final norm and LM head only at each row's last token (in float32 whatever the
+model's dtype: harness.judges.head); in the last layer only the last
 tokens get a query, attention, o_proj and MLP (the others still give their keys and values).
 Weights are not touched.
 (Fusing Q/K/V and gate/up into single matmuls was measured on the 2-core CPU: no gain, and
@@ -23,6 +24,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from harness.judges.head import FloatHead
 
 ARCHITECTURES = ("llama", "mistral")
 
@@ -79,13 +82,16 @@ class PackedLlama:
         self.heads = config.num_attention_heads
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
         self.scaling = attn.scaling
+        self.head = FloatHead(model)
+        """The final norm and LM head: float32 logits whatever the model's dtype (harness.judges.head)."""
 
     def fits(self, longest: int) -> bool:
         """Whether rows up to `longest` tokens (past included) attend exactly as the model does."""
         return self.window is None or longest <= self.window
 
     def forward(self, segments: Sequence[Segment]) -> tuple[Any, list[list[tuple[Any, Any]] | None]]:
-        """Last-token logits (rows, vocab) and, for rows with `keep`, their own per-layer KV."""
+        """Last-token logits (rows, vocab; float32 whatever the model's dtype, harness.judges.head)
+        and, for rows with `keep`, their own per-layer KV."""
         import torch
 
         device = self.model.lm_head.weight.device
@@ -133,7 +139,7 @@ class PackedLlama:
         self._attend(q[0], k[0], v, segments, lengths, masks, buffers, kept, out, last_only=True)
         h = h[last_at] + attn.o_proj(out)
         h = h + final.mlp(final.post_attention_layernorm(h))
-        return self.model.lm_head(self.inner.norm(h)), kept
+        return self.head.logits(h), kept
 
     def _attend(self, q, k, v, segments, lengths, masks, buffers, kept, out, last_only=False) -> None:
         """Attention of every row into `out` (tokens, heads x dim): the row's queries over its

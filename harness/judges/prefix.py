@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.judges.base import gather
+from harness.judges.head import FloatHead
 from harness.judges.packed import Segment, row_batches
 
 
@@ -165,8 +166,11 @@ class PrefixScorer:
 
     def __init__(self, model: Any, answer_ids: Any, pad_id: int, device: str, batch_size: int,
                  min_prefix: int = 16, max_cached_tokens: int = 32768, engine: Any = None,
-                 max_batch_tokens: int = 4096) -> None:
+                 max_batch_tokens: int = 4096, head: FloatHead | None = None) -> None:
         self.model = model
+        self.head = head if head is not None else FloatHead(model)
+        """The final norm and LM head in float32 whatever the model's dtype (harness.judges.head);
+        the packed engine uses its own (the same object when HFJudge builds both)."""
         self.engine = engine
         """A PackedLlama (unpadded segments) or None (HF's forward on left-padded batches)."""
         self.max_batch_tokens = int(max_batch_tokens)
@@ -259,13 +263,14 @@ class PrefixScorer:
             from transformers import DynamicCache
 
             cache = DynamicCache()
-        with torch.inference_mode():
+        with torch.inference_mode(), self.head.capture() as got:
             result = self.model(
                 input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
                 position_ids=pos.to(self.device), past_key_values=cache,
                 use_cache=cache is not None, logits_to_keep=1,
             )
-            logp = torch.log_softmax(result.logits[:, -1, :].float(), dim=-1)[:, self.answer_ids].cpu().tolist()
+            logits = self.head.read(got[-1] if got else None, result.logits[:, -1, :])
+            logp = torch.log_softmax(logits.float(), dim=-1)[:, self.answer_ids].cpu().tolist()
             if keep_kv:
                 layers = _cache_layers(result.past_key_values)
                 for k, n in enumerate(nodes):

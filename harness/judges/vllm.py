@@ -48,7 +48,7 @@ from harness.judges.base import (
     context_length,
     resolve_answer_tokens,
 )
-from harness.judges.cpu import auto_dtype, torch_threads
+from harness.judges.cpu import auto_dtype, dtype_source, numerics, torch_threads
 from harness.judges.hf import (
     ChatPrompts,
     format_chat,
@@ -229,6 +229,11 @@ class VLLMJudge(ChatPrompts):
         self.identity, self.legacy_identity = local_identity(
             "vllm", name or Path(path).name, revision, None, str(settings["dtype"]).removeprefix("torch."), self,
             weights_fingerprint(path))
+        self.numerics = numerics(str(settings["dtype"]).removeprefix("torch."), dtype_source(dtype), "vllm",
+                                 "cpu" if self.on_cpu else "cuda",
+                                 answer_logits=f"{str(settings['dtype']).removeprefix('torch.')} (vLLM's LM head; "
+                                 f"float32 log-softmax)")
+        """What produced this judge's numbers (results.json "numerics"; docs/benchmarks.md, Numerics)."""
 
     @property
     def llm(self) -> Any:

@@ -74,6 +74,7 @@ class PreemptibleJudge:
         self.judge = judge
         self.chunk = int(chunk)
         self.identity = judge.identity
+        self.numerics = getattr(judge, "numerics", None)
         self._takes_progress = supports_progress(judge)
 
     @property

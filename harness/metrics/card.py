@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.errors import HarnessError
 from harness.files import read_json, write_text_atomic
+from harness.judges.cpu import numerics_line
 from harness.judging import MIN_ANSWER_MASS, load_judgments
 from harness.metrics.bootstrap import Resample, doc_stats, intervals, replicate
 from harness.metrics.calibration import calibration, calibration_pairs
@@ -76,6 +78,8 @@ class Card:
     level: float = 0.95
     length_bias: Mapping[str, Any] | None = None
     """results.json's "length_bias" when a results.json beside the judgments has one (a judge run)."""
+    numerics: Mapping[str, Any] | None = None
+    """The run's numerics (results.json "numerics": dtype, its source, engine, device), when recorded."""
 
     @property
     def low_mass(self) -> bool:
@@ -162,12 +166,30 @@ def render_card(path: Path, run_dir: Path, out_dir: Path | None = None, tracker:
     beside = path.parent / "results.json"
     length = read_json(beside).get("length_bias") if beside.is_file() else None
     card = Card(path, name, numbers, draw(judgments, numbers, folder, name, documents), documents,
-                card_intervals(judgments, numbers, rounds, level, seed), level, length)
+                card_intervals(judgments, numbers, rounds, level, seed), level, length, run_numerics(path, run_dir))
     write_text_atomic(folder / "card.md", card_text(card, out_dir or run_dir) + "\n")
     if tracker is not None:
         for kind, png in card.pictures.items():
             tracker.log_image(f"card/{name}/{kind}", png)
     return card
+
+
+def run_numerics(path: Path, run_dir: Path) -> Mapping[str, Any] | None:
+    """results.json's "numerics" nearest above a judgments.jsonl, up to the run directory (a ZEPO
+    or sensitivity run keeps one results.json at its top); None when none records it."""
+    folder = path.parent
+    while True:
+        results = folder / "results.json"
+        if results.is_file():
+            try:
+                found = read_json(results).get("numerics")
+            except (HarnessError, OSError, AttributeError):
+                found = None
+            if found:
+                return found
+        if folder == run_dir or folder == folder.parent or not folder.is_relative_to(run_dir):
+            return None
+        folder = folder.parent
 
 
 def render_cards(run_dir: str | Path, tracker: Tracker | None = None, out_dir: str | Path | None = None,
@@ -219,6 +241,7 @@ def card_text(card: Card, root: Path) -> str:
         f"{n['n_order_pairs']} pairs; mean |P(A|i,j) - (1 - P(A|j,i))| {v('order_gap')}",
         f"  calibration   {cal}",
         *([_length_line(card.length_bias)] if card.length_bias else []),
+        f"  numerics      {numerics_line(card.numerics)}",
         about,
         f"  pictures      {pics}"])
 

@@ -163,7 +163,8 @@ def summarize(
 def write_run(out: Path, judgments: Sequence[Judgment], p_cf: float, *, task: str, aspect: str | None,
               family: str, instruction: str, judge_identity: str, n_docs: int, shuffles: int,
               seed: int, extra: dict[str, Any] | None = None, bootstrap: int = 1000,
-              level: float = 0.95, lengths: Mapping[tuple[str, str], float] | None = None) -> dict[str, Any]:
+              level: float = 0.95, lengths: Mapping[tuple[str, str], float] | None = None,
+              numerics: dict[str, Any] | None = None) -> dict[str, Any]:
     """judgments.jsonl + results.json of one judged set (the judge experiment; shard merges).
 
     `bootstrap` rounds over the documents (metrics.bootstrap; 0: no intervals) at `level`
@@ -174,11 +175,12 @@ def write_run(out: Path, judgments: Sequence[Judgment], p_cf: float, *, task: st
     "candidate_words" (the lengths, so a shard merge can refit them).
 
     `extra` adds run facts that are not metrics (e.g. judge_calls: requests that missed the cache).
+    `numerics`: the judge's dtype, its source, engine and device (harness.judges.cpu.numerics).
     `n_unreadable`: pairs whose answer could not be read (flagged, P(A) NaN, unjudged by every metric)."""
     write_judgments(out / "judgments.jsonl", judgments, p_cf)
     summary = analyse(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed, rounds=bootstrap, level=level)
     results = {"task": task, "aspect": aspect, "family": family, "instruction": instruction,
-               "judge": judge_identity, "n_docs": n_docs, "n_judgments": len(judgments),
+               "judge": judge_identity, "numerics": numerics, "n_docs": n_docs, "n_judgments": len(judgments),
                "n_unreadable": sum("unreadable" in j.flags for j in judgments),
                "p_content_free": p_cf,
                **({"content_free_unreadable": True} if p_cf is not None and math.isnan(p_cf) else {}),

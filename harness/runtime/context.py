@@ -47,6 +47,7 @@ from harness.errors import ConfigError, HarnessError
 from harness.files import disk_full
 from harness.judges.base import Judge
 from harness.judges.cache import CachedJudge, ScoreCache
+from harness.judges.cpu import numerics_line
 from harness.judges.wrappers import PreemptibleJudge
 from harness.metrics.card import render_cards
 from harness.prompts import resolve_instruction
@@ -176,6 +177,7 @@ class RunContext:
             # The cache first: a corrupt or read-only one is refused before any weights are loaded.
             store = ScoreCache(cache_path(cache)) if cache.enabled else None
             judge = build_judge(self.cfg.model, self.cfg.backend)
+            log.info("judge %s; numerics: %s", judge.identity, numerics_line(getattr(judge, "numerics", None)))
             if store is not None:
                 judge = CachedJudge(judge, store, chunk=int(cache.chunk), on_progress=self._progress)
             self._judge = PreemptibleJudge(judge, int(cache.chunk))

@@ -168,7 +168,7 @@ def merge_shards(dirs: Sequence[str | Path], out_dir: str | Path, p_cf_tol: floa
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results = write_run(out, judgments, p_cfs[0], task=r["task"], aspect=r.get("aspect"), family=r["family"],
-                        instruction=r["instruction"], judge_identity=r["judge"],
+                        instruction=r["instruction"], judge_identity=r["judge"], numerics=r.get("numerics"),
                         n_docs=sum(int(s.results["n_docs"]) for s in shards),
                         shuffles=int(r["shuffles"]), seed=int(r["seed"]), extra=_summed_calls(shards),
                         **_interval_settings(r), **_shard_lengths(shards))

@@ -118,6 +118,7 @@ def run_pointwise(judge: Judge, docs: Sequence[Document], *, task: str, aspect: 
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl_atomic(out / "scores.jsonl", rows)
     results = {"experiment": "pointwise", "task": task, "aspect": aspect, "judge": judge.identity,
+               "numerics": getattr(judge, "numerics", None),
                **dict(extra or {}), "instruction": instruction, "n_docs": len(docs), "n_scored": len(rows),
                "n_unread": sum(1 for r in rows if r["digit_probs"] is None),
                "metrics": {k: correlations(rows, k) for k in KINDS}}

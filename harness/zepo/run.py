@@ -204,6 +204,7 @@ def run_zepo(judge: Judge, optimizer: Any, search_docs: Sequence[Document], eval
         final[label] = {**shown, "index": cand.index, "epoch": cand.epoch, "search": search_view}
     results = {
         "experiment": "zepo", "task": task, "aspect": aspect, "family": family, "judge": judge.identity,
+        "numerics": getattr(judge, "numerics", None),
         "optimizer": getattr(optimizer, "identity", type(optimizer).__name__), **dict(extra or {}),
         "judge_calls": getattr(judge, "calls", None),  # this process's cache misses (attempts.jsonl: all)
         "objective": settings.objective, "settings": asdict(settings),

@@ -211,7 +211,7 @@ def run_sensitivity(judge: Judge, docs: Sequence[Document], instructions: Sequen
     write_jsonl_atomic(out / "sensitivity.jsonl", rows)
     key = "spearman_pairs" if ranking == "pairs" else "spearman"
     results = {"experiment": "sensitivity", "task": task, "aspect": aspect, "family": family,
-               "judge": judge.identity, **dict(extra or {}), "judge_calls": getattr(judge, "calls", None),
+               "judge": judge.identity, "numerics": getattr(judge, "numerics", None), **dict(extra or {}), "judge_calls": getattr(judge, "calls", None),
                "n_instructions": len(rows), "n_docs": len(docs), "ranking": key,
                "analysis": analyse(rows, key),
                "figures": make_figures(rows, key, out, f"{task}/{aspect}", tracker,
