@@ -160,9 +160,9 @@ def on_lattice(d: float, step: float = BF16_LATTICE, tol: float = LATTICE_TOL) -
 
 
 def lattice_step(diffs: list[float], tol: float = LATTICE_TOL) -> float | None:
-    """The coarsest 2^-k (k = 0..13) every difference sits on within `tol`; None when none does
-    (2^-13 ~ 1.2e-4 is about the tolerance itself: below it every number fits)."""
-    for k in range(14):
+    """The coarsest 2^-k (k = 0..12) every difference sits on within `tol`; None when none does
+    (a lattice finer than ~2 x `tol` holds every number: 2^-13 always fits a 1e-4 tolerance)."""
+    for k in range(13):
         if all(on_lattice(d, 2.0 ** -k, tol) for d in diffs):
             return 2.0 ** -k
     return None
