@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['task']:9} {r['judge']:28} {r['pairs']:5d} {r['distinct_p_a']:8d} {step:>10} {pstep:>9} "
               f"{r['share_on_bf16_lattice']:7.0%} {r['max_abs_dp']:8.4f} {r['mean_abs_dp']:8.4f}")
     print(f"(|dP| against fp32 on the same prompts; logit step: the coarsest 2^-k the A-B logit differences "
-          f"sit on within {TOL:g}, none: none coarser than 2^-13)")
+          f"sit on within {TOL:g}, none: none coarser than 2^-10)")
     print(f"{info['date']}, commit {info['commit']}, {info['cpu']}, nproc {info['nproc']}, {info['seconds']} s")
     if args.json:
         tmp = args.json.with_name(args.json.name + ".tmp")

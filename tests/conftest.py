@@ -17,9 +17,9 @@ P_A_BOUND = {"float32": 1e-4, "bfloat16": 0.06}
 only in summation order (measured <= 1e-5: docs/benchmarks.md), 1e-4 leaves room and still catches
 a real difference. bfloat16: two bf16 engines differ by a few bf16 ulps of the hidden state, and a
 bf16 vLLM also by its bf16 LM head (docs/benchmarks.md, "Numerics"); measured on SmolLM2 against
-float32: 0.020 with our float32 head and 0.032 with a bf16 head (4 SummEval pairs,
-tests/test_head.py), and up to 0.046 with a bf16 head on 24 NewsRoom pairs (docs/benchmarks.md,
-bench_run --dtypes); so 0.06."""
+float32: max 0.023 / 0.041 with our float32 head and 0.038 / 0.037 with a bf16 head (24 SummEval /
+24 NewsRoom pairs, scripts/bench_numerics.py), and up to 0.046 with a bf16 head on NewsRoom
+relevance (docs/benchmarks.md, bench_run --dtypes); so 0.06."""
 LOGPROB_BOUND = {"float32": 1e-3, "bfloat16": 0.1}
 """The same for one answer token's log-prob (log-probs of unlikely tokens move more than P(A));
 bfloat16: measured 0.015 between bf16 paths of the tiny random Llama (tests/test_head.py)."""

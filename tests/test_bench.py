@@ -279,3 +279,20 @@ def test_bench_vllm_thread_counts_refused():
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_judge.py"), "--vllm", "--vllm-threads", "2,2"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--vllm-threads '2,2': give distinct positive counts" in proc.stderr
+
+
+def test_bench_numerics_on_the_tiny_model(tmp_path, tiny_llama):
+    """scripts/bench_numerics.py as typed (tiny model, 6 SummEval pairs): one row per task and bf16
+    head, the float32 head's A-B logit differences off the bf16 lattice, the JSON = the table."""
+    out = tmp_path / "numerics.json"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_numerics.py"), "--model", "tiny:llama",
+                           "--pairs", "6", "--tasks", "summeval", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(out.read_text())
+    rows = {r["judge"]: r for r in got["rows"]}
+    assert set(rows) == {"bf16 old head (bf16 logits)", "bf16 fp32 head"} and got["nproc"] and got["cpu"]
+    new, old = rows["bf16 fp32 head"], rows["bf16 old head (bf16 logits)"]
+    assert new["pairs"] == old["pairs"] == 6 and new["logit_step"] is None and new["share_on_bf16_lattice"] <= 1 / 6
+    assert old["share_on_bf16_lattice"] > new["share_on_bf16_lattice"]  # the lattice check fires on bf16 logits
+    assert f"{new['max_abs_dp']:8.4f}" in proc.stdout and got["date"] in proc.stdout
