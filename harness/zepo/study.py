@@ -35,7 +35,7 @@ from harness.errors import ConfigError, DataError, located
 from harness.files import read_text, write_json_atomic, write_jsonl_atomic, write_text_atomic
 from harness.judges.base import Judge
 from harness.judging import judge_instructions, write_judgments
-from harness.metrics.bootstrap import METHOD, interval_summary, no_interval_meta, sentence
+from harness.metrics.bootstrap import interval_summary, sentence
 from harness.metrics.summary import Summary, analyse as analyse_judgments
 from harness.records import Document, Tracker
 from harness.zepo import plots
@@ -123,7 +123,8 @@ def generate_paraphrases(optimizer: Any, instruction: str, n: int, seed: int, as
 def score_instructions(judge: Judge, docs: Sequence[Document], instructions: Sequence[str], *,
                        aspect: str | None, family: str, max_candidates: int | None, shuffles: int, seed: int,
                        progress: bool = False, out_dir: Path | None = None, bootstrap: int = 0,
-                       level: float = 0.95, reference: str = "instruction 0") -> list[dict[str, Any]]:
+                       level: float = 0.95, reference: str = "instruction 0",
+                       summaries_out: list[Summary] | None = None) -> list[dict[str, Any]]:
     """One row per instruction: its metrics raw ("none") and debiased ("permutation", ...); with
     `out_dir`, its judgments in instructions/<index>/judgments.jsonl (each gets a report card).
     Every instruction is judged in ONE judge call (harness.judging.judge_instructions: the same
@@ -133,7 +134,8 @@ def score_instructions(judge: Judge, docs: Sequence[Document], instructions: Seq
     (variant -> KEEP metric -> [lo, hi]: percentile bootstrap over documents, seeded by `seed`, so
     every instruction is resampled with the same document draws) and, after the first row,
     "versus_reference": this instruction minus row 0 (`reference` names it in the sentences) on
-    the same resampled documents (bootstrap.paired), VERSUS metrics, raw and permutation-debiased."""
+    the same resampled documents (bootstrap.paired), VERSUS metrics, raw and permutation-debiased.
+    `summaries_out`, when given, receives each instruction's Summary (its bootstrap rounds)."""
     rows: list[dict[str, Any]] = []
     judged = judge_instructions(judge, [(docs, text) for text in instructions], aspect=aspect, family=family,
                                 max_candidates=max_candidates, progress=progress) if instructions else []
@@ -153,6 +155,8 @@ def score_instructions(judge: Judge, docs: Sequence[Document], instructions: Seq
         else:
             row["versus_reference"] = versus(first, summary, f"instruction {i} - {reference}: ")
         rows.append(row)
+        if summaries_out is not None:
+            summaries_out.append(summary)
         log.info("instruction %d/%d: %s", i + 1, len(instructions), candidate_line(judgments, summary.metrics["none"]))
     return rows
 
@@ -252,9 +256,11 @@ def run_sensitivity(judge: Judge, docs: Sequence[Document], instructions: Sequen
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "paraphrases.txt").write_text("\n".join(" ".join(t.split()) for t in instructions) + "\n")
+    summaries: list[Summary] = []
     rows = score_instructions(judge, docs, instructions, aspect=aspect, family=family,
                               max_candidates=max_candidates, shuffles=shuffles, seed=seed, progress=progress,
-                              out_dir=out, bootstrap=bootstrap, level=level, reference=reference)
+                              out_dir=out, bootstrap=bootstrap, level=level, reference=reference,
+                              summaries_out=summaries)
     write_jsonl_atomic(out / "sensitivity.jsonl", rows)
     key = "spearman_pairs" if ranking == "pairs" else "spearman"
     results = {"experiment": "sensitivity", "task": task, "aspect": aspect, "family": family,
@@ -262,7 +268,9 @@ def run_sensitivity(judge: Judge, docs: Sequence[Document], instructions: Sequen
                "n_instructions": len(rows), "n_docs": len(docs), "ranking": key,
                "analysis": analyse(rows, key),
                "reference": {"index": 0, "what": reference, "text": rows[0]["text"]},
-               "interval": _interval_meta(bootstrap, level, seed, len(docs)),
+               "interval": summaries[0].meta() | ({"paired": "every instruction's rounds resample the same documents "
+                                                              "(the same seed and document ids)"}
+                                                  if summaries[0].resample is not None else {}),
                "instructions": [{"index": r["index"], "metrics": {m: r[m] for m in VERSUS_MODES},
                                  "intervals": None if r["intervals"] is None else
                                  {m: r["intervals"][m] for m in VERSUS_MODES}} for r in rows],
@@ -286,14 +294,6 @@ def run_sensitivity(judge: Judge, docs: Sequence[Document], instructions: Sequen
     write_text_atomic(out / "summary.md", table + "\n")
     print(table, flush=True)
     return results
-
-
-def _interval_meta(bootstrap: int, level: float, seed: int, n_docs: int) -> dict[str, Any]:
-    if not bootstrap:
-        return no_interval_meta()
-    return {"method": METHOD, "rounds": bootstrap, "level": level, "seed": seed,
-            "unit": "document", "n_documents": n_docs,
-            "paired": "every instruction's rounds resample the same documents (the same seed and document ids)"}
 
 
 def _versus_summary(versus_rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
