@@ -14,7 +14,12 @@ documents included, as the paper (and the official code) did; held-out = the sea
 out. A pointwise run searches nothing, so its cells hold one value. Writes <out>.md and <out>.csv
 (long format) and prints the markdown. Spearman is the per-document PairS merge-sort ranking averaged
 over shuffles (the paper's) unless --ranking winrate. When several runs cover one cell, the newest
-results.json wins (a warning says so).
+results.json wins (a warning says so). Where results.json has the interval of a cell's value
+(a ZEPO run's intervals_leaky / intervals_heldout: the percentile bootstrap over documents) the
+value reads `.47 [.30, .60]`; a ZEPO row's held-out value is marked † when its paired held-out
+gain over the initial instruction (results.json "gains", the same run and documents) is
+distinguishable from 0 at the interval's level. The CSV has the bounds and the gain with its
+interval and sentence.
 """
 
 from __future__ import annotations
@@ -133,6 +138,33 @@ def spearman(res: Mapping[str, Any], method: str, key: str, split: str) -> float
     return math.nan if v is None else float(v)
 
 
+def _bounds(v: Any) -> list[float] | None:
+    ok = isinstance(v, Sequence) and len(v) == 2 and all(isinstance(x, int | float) for x in v)
+    return [float(v[0]), float(v[1])] if ok else None
+
+
+def spearman_interval(res: Mapping[str, Any], method: str, key: str, split: str) -> list[float] | None:
+    """The [lo, hi] beside `spearman(...)` (a ZEPO evaluation's intervals_<split>), None without one."""
+    if method in POINTWISE:
+        group = (res.get("intervals") or {}).get(POINTWISE[method]) or {}
+        return _bounds(group.get("spearman" if key == "spearman_pairs" else "spearman_whole"))
+    which, variant, _ = METHODS[method]
+    return _bounds((((res.get(which) or {}).get(f"intervals_{split}") or {}).get(variant) or {}).get(key))
+
+
+def heldout_gain(res: Mapping[str, Any], method: str, key: str) -> Mapping[str, Any] | None:
+    """A ZEPO row's paired held-out gain best - initial of `key` (results.json "gains"), else None."""
+    if method in POINTWISE or METHODS[method][0] != "best":
+        return None
+    got = (((res.get("gains") or {}).get("heldout") or {}).get(METHODS[method][1]) or {}).get(key)
+    return got if isinstance(got, Mapping) else None
+
+
+def distinguishable(gain: Mapping[str, Any] | None) -> bool:
+    iv = _bounds((gain or {}).get("interval"))
+    return iv is not None and (iv[0] > 0 or iv[1] < 0)
+
+
 def cell(runs: Mapping, model: str, task: str, aspect: str, method: str) -> tuple[Path, dict] | None:
     kind = "pointwise" if method in POINTWISE else METHODS[method][2]
     return runs.get((model, task, aspect, kind))
@@ -164,17 +196,28 @@ def spearman_table(table: int, runs: Mapping, cols: Sequence[tuple[str, str]], m
         for method in methods:
             paper = PAPER.get((table, model, method), [None] * len(cols))
             ours: dict[str, list[float]] = {s: [] for s in SPLITS}
+            shown: list[tuple[dict[str, list[float] | None], bool]] = []
             for (task, aspect), p in zip(cols, paper):
                 hit = cell(runs, model, task, aspect, method)
                 vals = {s: spearman(hit[1], method, key, s) if hit else math.nan for s in SPLITS}
+                ivs = {s: spearman_interval(hit[1], method, key, s) if hit else None for s in SPLITS}
+                gain = heldout_gain(hit[1], method, key) if hit else None
+                giv = _bounds((gain or {}).get("interval"))
                 for s in SPLITS:
                     ours[s].append(vals[s])
+                shown.append((ivs, distinguishable(gain)))
                 rows.append({"table": table, "model": model, "method": method, "task": task, "aspect": aspect,
                              "ours_leaky": vals["leaky"], "ours_heldout": vals["heldout"], "paper": p,
+                             **{f"ours_{s}_{end}": (ivs[s] or (None, None))[i] for s in SPLITS
+                                for i, end in enumerate(("lo", "hi"))},
+                             "gain_heldout": None if gain is None else gain.get("diff"),
+                             "gain_heldout_lo": giv[0] if giv else None, "gain_heldout_hi": giv[1] if giv else None,
+                             "gain_heldout_sentence": None if gain is None else gain.get("sentence"),
                              "run": str(hit[0].parent) if hit else ""})
             if all(math.isnan(v) for v in ours["leaky"]) and (table, model, method) not in PAPER:
                 continue
-            cells = [_pair(lk, ho, method) + f" ({_fmt(p)})" for lk, ho, p in zip(ours["leaky"], ours["heldout"], paper)]
+            cells = [_pair(lk, ho, method, iv_l=ivs["leaky"], iv_h=ivs["heldout"], mark_h="†" if dist else "")
+                     + f" ({_fmt(p)})" for lk, ho, p, (ivs, dist) in zip(ours["leaky"], ours["heldout"], paper, shown)]
             if table != 3:
                 (lk, mark_l), (ho, mark_h) = _avg(ours["leaky"]), _avg(ours["heldout"])
                 cells.append(_pair(lk, ho, method, mark_l, mark_h) + f" ({_fmt(PAPER_AVG.get((table, model, method)))})")
@@ -182,10 +225,15 @@ def spearman_table(table: int, runs: Mapping, cols: Sequence[tuple[str, str]], m
     return lines, rows
 
 
-def _pair(leaky: float, heldout: float, method: str, mark_l: str = "", mark_h: str = "") -> str:
+def _iv(iv: Sequence[float] | None, digits: int = 2) -> str:
+    return f" [{_fmt(iv[0], digits)}, {_fmt(iv[1], digits)}]" if iv else ""
+
+
+def _pair(leaky: float, heldout: float, method: str, mark_l: str = "", mark_h: str = "",
+          iv_l: Sequence[float] | None = None, iv_h: Sequence[float] | None = None) -> str:
     if method in POINTWISE:  # no search: nothing to hold out
-        return f"{_fmt(leaky)}{mark_l}"
-    return f"{_fmt(leaky)}{mark_l} / {_fmt(heldout)}{mark_h}"
+        return f"{_fmt(leaky)}{_iv(iv_l)}{mark_l}"
+    return f"{_fmt(leaky)}{_iv(iv_l)}{mark_l} / {_fmt(heldout)}{_iv(iv_h)}{mark_h}"
 
 
 def fairness_table(runs: Mapping) -> tuple[list[str], list[dict[str, Any]]]:
@@ -200,17 +248,22 @@ def fairness_table(runs: Mapping) -> tuple[list[str], list[dict[str, Any]]]:
             res = hit[1] if hit else None
             vals = {k: math.nan for k in ("initial_search", "best_search", "initial_leaky", "best_leaky",
                                           "initial_heldout", "best_heldout")}
+            ivs: dict[str, list[float] | None] = {f"{w}_{s}": None for w in ("initial", "best") for s in SPLITS}
             if res:
                 for w in ("initial", "best"):
                     vals[f"{w}_search"] = _num(res[w]["search"]["objectives"]["fairness"])
                     for split in SPLITS:
                         m = split_metrics(dict(res[w], _leak=res.get("leak_search_docs")), split)
                         vals[f"{w}_{split}"] = _num(m["none"]["fairness"]) if m else math.nan
+                        ivs[f"{w}_{split}"] = _bounds(((res[w].get(f"intervals_{split}") or {}).get("none") or {})
+                                                      .get("fairness"))
+            bounds = {f"{k}_{end}": (iv or (None, None))[i] for k, iv in ivs.items() for i, end in enumerate(("lo", "hi"))}
             p0, p1 = PAPER_T5[aspect]
-            ev = [f"{_fmt(vals[f'{w}_leaky'], 3)} / {_fmt(vals[f'{w}_heldout'], 3)}" for w in ("initial", "best")]
+            ev = [f"{_fmt(vals[f'{w}_leaky'], 3)}{_iv(ivs[f'{w}_leaky'], 3)} / "
+                  f"{_fmt(vals[f'{w}_heldout'], 3)}{_iv(ivs[f'{w}_heldout'], 3)}" for w in ("initial", "best")]
             lines.append(f"| {SHORT.get(model, model)} | {ABBR[aspect]} | {task} | {_fmt(vals['initial_search'], 3)} "
                          f"| {_fmt(vals['best_search'], 3)} | {ev[0]} | {ev[1]} | {p0} | {p1} |")
-            rows.append({"table": 5, "model": model, "task": task, "aspect": aspect, **vals,
+            rows.append({"table": 5, "model": model, "task": task, "aspect": aspect, **vals, **bounds,
                          "paper_initial": p0, "paper_best": p1, "run": str(hit[0].parent) if hit else ""})
     return lines, rows
 
@@ -243,7 +296,11 @@ def build(table: int, found: Sequence[tuple[Path, dict[str, Any]]], ranking: str
     n_zepo = sum(1 for _, r in found if r.get("experiment") == "zepo")
     note = (f"Spearman: {how}; {n_zepo} ZEPO and {len(found) - n_zepo} pointwise runs read. Leaky = evaluated on "
             "all documents, the search documents included (the paper's protocol); held-out = without them. "
-            "Scoring/G-Eval search nothing: one value, per-document Spearman.")
+            "Scoring/G-Eval search nothing: one value, per-document Spearman. [lo, hi]: the run's percentile "
+            "bootstrap interval over documents (results.json intervals_leaky / intervals_heldout), where it has one; "
+            "† after a ZEPO held-out value: its paired held-out gain over the initial instruction (same run, same "
+            "documents) is distinguishable from 0; no †: it is not, or the run has no interval. Avg: a plain mean "
+            "over the cells, without an interval.")
     return "\n".join([f"### {title}", "", *lines, "", note]), rows
 
 

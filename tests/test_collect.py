@@ -206,3 +206,36 @@ def test_chart_titles_are_wrapped_not_clipped(tmp_path):
     assert not table.caption[:90].endswith("4" * 60)  # what the old title showed
     per_line = int(max(4.0, 0.6 * 2 + 2) * 72 / (0.6 * TITLE_POINTS))
     assert all(len(line) <= per_line for line in title.split("\n"))
+
+
+def test_cells_show_the_runs_intervals(tmp_path):
+    """Issue 31: a cell whose metric has an interval in results.json prints `value [lo, hi]` (a ZEPO
+    part's held-out one too), the CSV gets `lo`/`hi` columns, the caption says what they are; a run
+    without intervals (metrics.bootstrap=0) keeps the bare value."""
+    root = tmp_path / "multirun"
+    meta = {"method": "percentile bootstrap over documents", "rounds": 1000, "level": 0.95}
+    for k, with_iv in enumerate((True, False)):
+        d = _job(root, k, ["experiment=zepo", f"model=m{k}"], 0.25)
+        res = json.loads((d / "results.json").read_text())
+        held = {"none": {"spearman": 0.5}}
+        res["initial"] = {"metrics": held, "metrics_heldout": held, "metrics_leaky": {"none": {"spearman": 0.7}}}
+        if with_iv:
+            res |= {"interval": meta, "intervals": {"none": {"spearman": [0.05, 0.4]}, "permutation": {"spearman": None}}}
+            res["initial"] |= {"intervals_heldout": {"none": {"spearman": [0.1, 0.9]}},
+                               "intervals": {"none": {"spearman": [0.1, 0.9]}}}
+        (d / "results.json").write_text(json.dumps(res))
+    runs = collect_runs(root)
+    t = build_table(runs, ["none/spearman", "permutation/spearman", "initial/heldout/none/spearman",
+                           "initial/none/spearman", "initial/leaky/none/spearman"])
+    md = to_markdown(t, digits=2)
+    assert "| m0 | 0.25 [0.05, 0.40] | 0.35 | 0.50 [0.10, 0.90] | 0.50 [0.10, 0.90] | 0.70 |" in md
+    assert "| m1 | 0.25 | 0.35 | 0.50 | 0.50 | 0.70 |" in md  # no intervals: the bare values
+    assert "[lo, hi]: 95% percentile bootstrap over documents, 1000 rounds" in md
+    lines = to_csv(t).splitlines()
+    assert lines[0].startswith("model,none/spearman,none/spearman lo,none/spearman hi,permutation/spearman,")
+    assert lines[1].startswith("m0,0.25,0.05,0.4,") and lines[2].startswith("m1,0.25,,,")
+    p = pivot_table(runs, "model", "experiment", "none/spearman")
+    assert "| m0 | 0.250 [0.050, 0.400] |" in to_markdown(p) and "| m1 | 0.250 |" in to_markdown(p)
+    # Without any interval the table is as before: no caption note, no extra CSV columns.
+    plain = build_table(collect_runs(root)[1:], ["none/spearman"])
+    assert plain.intervals is None and "lo" not in to_csv(plain)

@@ -167,3 +167,44 @@ def test_paper_tables_script_lays_out_ours_beside_the_paper(paper_runs, tmp_path
     assert r5["paper_initial"] == -0.288 and "-0.288" in md5
     assert pt.main(["--table", "1", str(tmp_path / "nothing-here")]) == 2
     json.dumps(rows2)  # plain values only
+
+
+def _zepo_result(initial: float, best: float, gain_interval, with_intervals: bool = True) -> dict:
+    """A ZEPO results.json as run_zepo writes it, reduced to what the paper tables read."""
+    def part(v):
+        m = {"none": {"spearman_pairs": v, "fairness": -0.1}}
+        iv = {"none": {"spearman_pairs": [v - 0.2, v + 0.2], "fairness": [-0.2, 0.0]}} if with_intervals else None
+        return {"metrics": m, "metrics_leaky": m, "metrics_heldout": m, "intervals_leaky": iv,
+                "intervals_heldout": iv, "search": {"objectives": {"fairness": -0.05}}}
+    gain = {"diff": best - initial, "interval": gain_interval,
+            "sentence": f"held-out spearman_pairs {best - initial:+.3f}"}
+    return {"experiment": "zepo", "model": "m", "judge": "j|m", "task": "newsroom", "aspect": "coherence",
+            "settings": {"debias": "none"}, "leak_search_docs": True, "initial": part(initial), "best": part(best),
+            "gains": {"heldout": {"none": {"spearman_pairs": gain}}, "leaky": None}}
+
+
+def test_paper_table_cells_carry_intervals_and_mark_distinguishable_gains(tmp_path):
+    """Issue 31: each ZEPO cell's value has its bootstrap interval; † marks a held-out gain whose
+    paired interval excludes 0, and not one whose interval covers 0; CSV holds the bounds and the
+    gain; a run without intervals prints the bare values (hand-built results.json: cheap)."""
+    pt = _paper_tables()
+    for name, res in (("sure", _zepo_result(0.30, 0.50, [0.05, 0.35])),
+                      ("noise", dict(_zepo_result(0.30, 0.40, [-0.10, 0.30]), model="n")),
+                      ("bare", dict(_zepo_result(0.30, 0.40, None, with_intervals=False), model="b"))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(res))
+    md, rows = pt.build(1, pt.find_results([tmp_path]))
+    assert "| m | ZEPO | .50 [.30, .70] / .50 [.30, .70]† (–) |" in md
+    assert "| n | ZEPO | .40 [.20, .60] / .40 [.20, .60] (–) |" in md  # covers 0: no mark
+    assert "| m | Pairwise | .30 [.10, .50] / .30 [.10, .50] (–) |" in md  # the initial: nothing to gain
+    assert "| b | ZEPO | .40 / .40 (–) |" in md and "† after a ZEPO held-out value" in md
+    z = [r for r in rows if r["model"] == "m" and r["method"] == "ZEPO" and r["aspect"] == "coherence"
+         and r["task"] == "newsroom"][0]
+    assert (z["ours_heldout_lo"], z["ours_heldout_hi"]) == pytest.approx((0.3, 0.7))
+    assert (z["gain_heldout"], z["gain_heldout_lo"], z["gain_heldout_hi"]) == pytest.approx((0.2, 0.05, 0.35))
+    assert len({tuple(r) for r in rows}) == 1  # one CSV header for every row
+    (tmp_path / "t5").mkdir()
+    (tmp_path / "t5" / "results.json").write_text(json.dumps(dict(_zepo_result(0.3, 0.5, None), task="summeval")))
+    md5, rows5 = pt.build(5, pt.find_results([tmp_path / "t5"]))
+    assert "-0.100 [-0.200, 0.000] / -0.100 [-0.200, 0.000]" in md5
+    assert [r["initial_heldout_lo"] for r in rows5 if r["aspect"] == "coherence"] == [pytest.approx(-0.2)]

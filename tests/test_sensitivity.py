@@ -80,9 +80,9 @@ def test_analyse_recovers_a_designed_correlation():
     assert out["none"]["spearman_max"] == pytest.approx(0.5)
 
 
-def _overrides(tmp, data, *extra):
+def _overrides(tmp, data, *extra, docs=1):
     return ["experiment=sensitivity", "model=tiny_llama", "task=usr_zepo", "task.aspect=overall", "task.offset=27",
-            "task.docs=1", "task.max_candidates=3", "experiment.shuffles=5", f"data.dir={tmp / 'data'}",
+            f"task.docs={docs}", "task.max_candidates=3", "experiment.shuffles=5", f"data.dir={tmp / 'data'}",
             f"data.mirror={data}", f"cache.path={tmp / 'cache' / 'requests.sqlite'}", "progress=false",
             "wandb.mode=disabled", *extra]
 
@@ -95,7 +95,7 @@ def test_sensitivity_from_a_zepo_history(tmp_path, shared_data, tiny_llama, caps
     hist = tmp_path / "history.jsonl"
     hist.write_text("\n".join(json.dumps({"text": t}) for t in INSTRUCTIONS) + "\n")
     with caplog.at_level(logging.INFO, logger="harness.zepo.study"):
-        res = run(_compose(_overrides(tmp_path, shared_data, f"experiment.from_file={hist}")), tmp_path / "run")
+        res = run(_compose(_overrides(tmp_path, shared_data, f"experiment.from_file={hist}", docs=2)), tmp_path / "run")
     # Issue 31: every Spearman printed says which it is (win rate or PairS).
     printed = capsys.readouterr().out
     assert "PairS Spearman range over instructions: raw " in printed and "with the PairS Spearman, raw" in printed
@@ -127,6 +127,55 @@ def test_sensitivity_from_a_zepo_history(tmp_path, shared_data, tiny_llama, caps
         assert drawn == set(PICTURES) - ({"reliability"} if numbers["n_calibration"] == 0 else set())
         for key in ("a_rate", "order_consistency", "order_gap", "answer_mass_median", "answer_mass_low_share"):
             assert numbers[key] == pytest.approx(r["none"][key], nan_ok=True)
+    _check_versus_reference(res, rows, out, printed)
+
+
+def _check_versus_reference(res, rows, out, printed):
+    """Issue 31: each instruction's metrics carry their bootstrap intervals over the documents, and
+    each paraphrase minus instruction 0 its PAIRED interval (both arms resample the same documents)
+    and its sentence, in sensitivity.jsonl, results.json, summary.md and the printed table."""
+    from harness.judging import load_judgments
+    from harness.metrics.bootstrap import percentile_interval
+    from harness.metrics.summary import analyse
+    from harness.zepo.study import VERSUS
+
+    meta = res["interval"]
+    assert meta["rounds"] == 1000 and meta["level"] == 0.95 and meta["n_documents"] == res["n_docs"] == 2
+    assert json.loads((out / "results.json").read_text())["versus_reference"] == json.loads(
+        json.dumps(res["versus_reference"]))
+    for r, shown in zip(rows, res["instructions"]):
+        for key in ("a_rate", "spearman", "spearman_pairs", "fairness"):
+            lo, hi = r["intervals"]["none"][key] or (math.nan, math.nan)
+            assert shown["intervals"]["none"][key] == r["intervals"]["none"][key]
+            if key == "a_rate":  # a mean over documents: the value lies within its percentile interval
+                assert lo <= r["none"][key] <= hi
+    assert [v["index"] for v in res["versus_reference"]] == [1, 2] and "versus_reference" not in rows[0]
+    summaries = [analyse(*load_judgments(out / "instructions" / f"{i:03d}" / "judgments.jsonl"), shuffles=5,
+                         seed=meta["seed"], rounds=1000, level=0.95) for i in range(3)]
+    for v in res["versus_reference"]:
+        assert {k: x for k, x in v.items() if k != "index"} == json.loads(
+            json.dumps(rows[v["index"]]["versus_reference"]))
+        for mode in ("none", "permutation"):
+            assert set(v[mode]) == set(VERSUS)
+            for key, d in v[mode].items():
+                assert d["diff"] == pytest.approx(rows[v["index"]][mode][key] - rows[0][mode][key], nan_ok=True)
+                assert d["sentence"].startswith(f"instruction {v['index']} - instruction 0 (the first of "
+                                                f"experiment.from_file): {'' if mode == 'none' else mode + '-debiased '}{key}")
+        # The paired interval is the rounds' own difference on the same resampled documents ...
+        ra, rb = summaries[0].replicates["none"]["spearman"], summaries[v["index"]].replicates["none"]["spearman"]
+        assert v["none"]["spearman"]["interval"] == pytest.approx(percentile_interval(rb - ra, 0.95))
+        # (both arms drew the same documents in every round) ...
+        assert np.array_equal(summaries[0].resample.counts, summaries[v["index"]].resample.counts)
+        # ... which an unpaired arm B (other draws) does not: the negative control's rounds differ.
+        other = analyse(*load_judgments(out / "instructions" / f"{v['index']:03d}" / "judgments.jsonl"), shuffles=5,
+                        seed=meta["seed"] + 1, rounds=1000, level=0.95).replicates["none"]["spearman"]
+        assert np.ptp(rb) > 0 and np.ptp(ra) > 0  # this data set's win-rate Spearman moves between documents
+        assert not np.allclose(other - ra, rb - ra)
+    assert "Each paraphrase minus instruction 0 (the first of experiment.from_file), paired on the same documents:" \
+        in printed
+    assert "- instruction 2 - instruction 0 (the first of experiment.from_file): PairS Spearman (permutation-debiased) " \
+        in printed and "at 95%" in printed and "| 0 | " in printed
+    assert (out / "summary.md").read_text().strip() in printed
 
 
 def test_sensitivity_generates_paraphrases_with_the_optimizer(tmp_path, shared_data, tiny_llama):

@@ -14,7 +14,10 @@ columns are the chosen metrics. A metric name is a path into results.json's "met
 `none/spearman`, `permutation/a_rate`), into a part's "metrics" (a ZEPO run's `best/none/a_rate`,
 `initial/permutation/spearman`) or into results.json itself (`p_content_free`).
 Rows are ordered by job number (Hydra's subdir), so a sweep run locally and on SLURM give the
-same table.
+same table. Where a run's results.json has an interval for a cell's metric (its "intervals", a
+part's "intervals", "intervals_leaky" or "intervals_heldout": the percentile bootstrap over
+documents, harness/metrics/bootstrap.py), the markdown cell is `value [lo, hi]`, the CSV has
+`<column> lo` and `<column> hi` beside the column, and the caption says what the intervals are.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ evaluation set; their headers say which (leaky or held-out, `metric_label`). The
 `initial/heldout/...` ones are the held-out set whatever was configured (dropped where they
 repeat a column already labelled held-out)."""
 VIEWS = {"leaky": "metrics_leaky", "heldout": "metrics_heldout"}
+INTERVAL_VIEWS = {"leaky": "intervals_leaky", "heldout": "intervals_heldout"}
+"""Where `part/<view>/...` metrics' intervals are (beside VIEWS' metrics)."""
 """`part/<view>/mode/metric`: a ZEPO evaluation's leaky (search documents included, as the paper
 evaluated) or held-out (search documents excluded) metrics, whichever set the run configured."""
 DEFAULT_OUT = "collect"
@@ -78,6 +83,8 @@ class Table:
     """Data rows, one cell per column."""
     caption: str = ""
     """One line under the table: the settings every row shares."""
+    intervals: list[list[Any]] | None = None
+    """Parallel to `rows`: each cell's [lo, hi] (None: no interval); None when no cell has one."""
 
 
 def _sort_key(path: Path, root: Path) -> tuple:
@@ -149,6 +156,43 @@ def metric_value(results: Mapping[str, Any], name: str) -> Any:
     return _walk(results, parts) if v is None else v
 
 
+def metric_interval(results: Mapping[str, Any], name: str) -> list[float] | None:
+    """The [lo, hi] beside `metric_value(results, name)`: from results["intervals"], a part's
+    "intervals", or its "intervals_leaky" / "intervals_heldout"; None when the run has none."""
+    parts = name.split("/")
+    if len(parts) > 2 and parts[1] in INTERVAL_VIEWS and isinstance(results.get(parts[0]), Mapping):
+        v = _walk(results[parts[0]].get(INTERVAL_VIEWS[parts[1]]), parts[2:])
+    elif _walk(results.get("metrics"), parts) is not None:
+        v = _walk(results.get("intervals"), parts)
+    elif len(parts) > 1 and _walk(_walk(results, [parts[0], "metrics"]), parts[1:]) is not None:
+        v = _walk(_walk(results, [parts[0], "intervals"]), parts[1:])
+    else:
+        v = None
+    ok = isinstance(v, Sequence) and len(v) == 2 and all(isinstance(x, int | float) for x in v)
+    return [float(v[0]), float(v[1])] if ok else None
+
+
+def interval_caption(runs: Sequence[Run]) -> str:
+    """What the cells' [lo, hi] are, from the runs' "interval" records ("" when none says)."""
+    metas = [m for r in runs for m in (r.results.get("interval"),
+                                       *(_walk(r.results, [p, "interval", v]) for p in ("initial", "best")
+                                         for v in ("heldout", "leaky")))
+             if isinstance(m, Mapping) and m.get("rounds")]
+    if not metas:
+        return "[lo, hi]: the run's bootstrap interval"
+    levels = sorted({float(m.get("level", 0.95)) for m in metas})
+    rounds = sorted({int(m["rounds"]) for m in metas})
+    return (f"[lo, hi]: {'/'.join(f'{x:.0%}' for x in levels)} {metas[0].get('method', 'bootstrap')}, "
+            f"{'/'.join(str(x) for x in rounds)} rounds")
+
+
+def _with_intervals(table: Table, intervals: list[list[Any]], runs: Sequence[Run]) -> Table:
+    if not any(iv is not None for row in intervals for iv in row):
+        return table
+    caption = "; ".join(x for x in (table.caption, interval_caption(runs)) if x)
+    return Table(table.columns, table.rows, caption, intervals)
+
+
 def evaluation_view(results: Mapping[str, Any], part: str) -> str | None:
     """Which documents a ZEPO part's `metrics` cover: "leaky" (the search documents included),
     "held-out", or None when `part` is no such evaluation (or the run does not say)."""
@@ -208,13 +252,14 @@ def build_table(runs: Sequence[Run], metrics: Sequence[str], root: Path | None =
     """Rows = runs labelled by their varying overrides (or their path when none vary)."""
     varying, shared = varying_keys(runs)
     label_cols = varying or ["run"]
-    rows = []
+    rows, ivs = [], []
     for r in runs:
         labels = [r.overrides.get(k) for k in varying] if varying else \
             [str(r.path.relative_to(root)) if root else str(r.path)]
         rows.append(labels + [metric_value(r.results, m) for m in metrics])
+        ivs.append([None] * len(labels) + [metric_interval(r.results, m) for m in metrics])
     caption = " ".join(f"{k}={v}" for k, v in shared.items())
-    return Table(label_cols + [metric_label(runs, m) for m in metrics], rows, caption)
+    return _with_intervals(Table(label_cols + [metric_label(runs, m) for m in metrics], rows, caption), ivs, runs)
 
 
 def pivot_table(runs: Sequence[Run], row_key: str, col_key: str, metric: str) -> Table:
@@ -227,10 +272,13 @@ def pivot_table(runs: Sequence[Run], row_key: str, col_key: str, metric: str) ->
     row_vals = list(dict.fromkeys(r.overrides.get(row_key) for r in runs))
     col_vals = list(dict.fromkeys(r.overrides.get(col_key) for r in runs))
     cells = {(r.overrides.get(row_key), r.overrides.get(col_key)): metric_value(r.results, metric) for r in runs}
+    bounds = {(r.overrides.get(row_key), r.overrides.get(col_key)): metric_interval(r.results, metric) for r in runs}
     rows = [[rv] + [cells.get((rv, cv)) for cv in col_vals] for rv in row_vals]
+    ivs = [[None] + [bounds.get((rv, cv)) for cv in col_vals] for rv in row_vals]
     caption = f"{metric_label(runs, metric)}; " + " ".join(f"{k}={v}" for k, v in shared.items()
                                                             if k not in (row_key, col_key))
-    return Table([f"{row_key} \\ {col_key}"] + [str(c) for c in col_vals], rows, caption.strip())
+    table = Table([f"{row_key} \\ {col_key}"] + [str(c) for c in col_vals], rows, caption.strip().rstrip(";"))
+    return _with_intervals(table, ivs, runs)
 
 
 def _fmt(v: Any, digits: int) -> str:
@@ -241,23 +289,41 @@ def _fmt(v: Any, digits: int) -> str:
     return str(v)
 
 
+def _cell(v: Any, iv: list[float] | None, digits: int) -> str:
+    """A value, with its interval "0.620 [0.550, 0.700]" when it has one."""
+    if iv is None or v is None:
+        return _fmt(v, digits)
+    return f"{_fmt(v, digits)} [{iv[0]:.{digits}f}, {iv[1]:.{digits}f}]"
+
+
+def _row_intervals(table: Table, k: int) -> list[Any]:
+    return table.intervals[k] if table.intervals is not None else [None] * len(table.columns)
+
+
 def to_markdown(table: Table, digits: int = 3) -> str:
     esc = lambda s: s.replace("|", "\\|")  # noqa: E731 - a cell containing | would split the column
     lines = ["| " + " | ".join(esc(c) for c in table.columns) + " |",
              "|" + "|".join("---" if i == 0 else "---:" for i in range(len(table.columns))) + "|"]
-    lines += ["| " + " | ".join(esc(_fmt(v, digits)) for v in row) + " |" for row in table.rows]
+    lines += ["| " + " | ".join(esc(_cell(v, iv, digits)) for v, iv in zip(row, _row_intervals(table, k))) + " |"
+              for k, row in enumerate(table.rows)]
     if table.caption:
         lines += ["", table.caption]
     return "\n".join(lines) + "\n"
 
 
 def to_csv(table: Table) -> str:
-    """Full precision (repr of each float), empty cell for a missing value."""
+    """Full precision (repr of each float), empty cell for a missing value; a column with any
+    interval is followed by "<column> lo" and "<column> hi"."""
+    cell = lambda v: "" if v is None else repr(v) if isinstance(v, float) else v  # noqa: E731
+    with_iv = [j for j in range(len(table.columns))
+               if table.intervals is not None and any(row[j] is not None for row in table.intervals)]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(table.columns)
-    for row in table.rows:
-        w.writerow(["" if v is None else repr(v) if isinstance(v, float) else v for v in row])
+    w.writerow([x for j, c in enumerate(table.columns) for x in ([c, f"{c} lo", f"{c} hi"] if j in with_iv else [c])])
+    for k, row in enumerate(table.rows):
+        ivs = _row_intervals(table, k)
+        w.writerow([x for j, v in enumerate(row) for x in
+                    ([cell(v), *(cell(b) for b in (ivs[j] or (None, None)))] if j in with_iv else [cell(v)])])
     return buf.getvalue()
 
 

@@ -6,7 +6,10 @@ decision rate, fairness, confidence, calibration and Spearman, raw and permutati
 Writes `paraphrases.txt`, `sensitivity.jsonl` (one row per instruction), `instructions/<index>/
 judgments.jsonl` (each instruction's judgments, so each gets a report card), `results.json`
 (Spearman rho with its p-value, and Pearson r, of every objective with the Spearman against humans;
-spreads) and the paper's Figures 2-4 as PNGs, with the official code's quantities
+spreads; each instruction's metrics with their percentile-bootstrap intervals over documents, and
+each paraphrase minus the reference instruction (the initial one, index 0) paired on the same
+resampled documents, with one sentence each: `versus_reference`), `summary.md` (the printed
+tables) and the paper's Figures 2-4 as PNGs, with the official code's quantities
 (harness.metrics.official):
 - Figure 2: Spearman vs decision rate, and the box plot of Spearman across paraphrases
   (scripts/paper_figures.py puts several models' boxes side by side);
@@ -28,11 +31,12 @@ from typing import Any
 
 from tqdm import tqdm
 
-from harness import metrics
 from harness.errors import ConfigError, DataError, located
-from harness.files import read_text, write_json_atomic, write_jsonl_atomic
+from harness.files import read_text, write_json_atomic, write_jsonl_atomic, write_text_atomic
 from harness.judges.base import Judge
 from harness.judging import judge_instructions, write_judgments
+from harness.metrics.bootstrap import interval_summary, sentence
+from harness.metrics.summary import Summary, analyse as analyse_judgments
 from harness.records import Document, Tracker
 from harness.zepo import plots
 from harness.zepo.optimizers import ParaphraseError
@@ -54,6 +58,15 @@ KEEP = ("a_rate", "a_rate_prob", "order_consistency", "order_gap", "answer_mass_
         "fairness", "fairness_prob", "max_prob", "entropy", "ece", "brier",
         "accuracy", "spearman", "spearman_pairs", "kendall", "kendall_pairs", "spearman_whole",
         "a_rate_upper", "bc", "prob_gap")
+
+VERSUS = ("spearman", "spearman_pairs", "kendall", "kendall_pairs", "a_rate", "a_rate_upper", "fairness",
+          "fairness_prob", "accuracy")
+"""The metrics whose paraphrase - reference difference (paired over the same resampled documents)
+each row and results.json carry, raw ("none") and permutation-debiased."""
+VERSUS_MODES = ("none", "permutation")
+SAID = {"spearman": "win-rate Spearman", "spearman_pairs": "PairS Spearman", "a_rate": "A-rate",
+        "fairness": "fairness"}
+"""The differences printed as sentences (raw; PairS Spearman also permutation-debiased)."""
 
 
 def load_paraphrases(path: str | Path) -> list[str]:
@@ -109,24 +122,58 @@ def generate_paraphrases(optimizer: Any, instruction: str, n: int, seed: int, as
 
 def score_instructions(judge: Judge, docs: Sequence[Document], instructions: Sequence[str], *,
                        aspect: str | None, family: str, max_candidates: int | None, shuffles: int, seed: int,
-                       progress: bool = False, out_dir: Path | None = None) -> list[dict[str, Any]]:
+                       progress: bool = False, out_dir: Path | None = None, bootstrap: int = 0,
+                       level: float = 0.95, reference: str = "instruction 0",
+                       summaries_out: list[Summary] | None = None) -> list[dict[str, Any]]:
     """One row per instruction: its metrics raw ("none") and debiased ("permutation", ...); with
     `out_dir`, its judgments in instructions/<index>/judgments.jsonl (each gets a report card).
     Every instruction is judged in ONE judge call (harness.judging.judge_instructions: the same
-    prompts and cache keys as one call each; each pair's content computed once for all of them)."""
-    rows = []
+    prompts and cache keys as one call each; each pair's content computed once for all of them).
+
+    With `bootstrap` rounds (metrics.bootstrap; 0: none) at `level`, each row also has "intervals"
+    (variant -> KEEP metric -> [lo, hi]: percentile bootstrap over documents, seeded by `seed`, so
+    every instruction is resampled with the same document draws) and, after the first row,
+    "versus_reference": this instruction minus row 0 (`reference` names it in the sentences) on
+    the same resampled documents (bootstrap.paired), VERSUS metrics, raw and permutation-debiased.
+    `summaries_out`, when given, receives each instruction's Summary (its bootstrap rounds)."""
+    rows: list[dict[str, Any]] = []
     judged = judge_instructions(judge, [(docs, text) for text in instructions], aspect=aspect, family=family,
                                 max_candidates=max_candidates, progress=progress) if instructions else []
+    first: Summary | None = None
     for i, (text, (judgments, p_cf)) in enumerate(zip(instructions, judged)):
         if out_dir is not None:
             folder = out_dir / "instructions" / f"{i:03d}"
             folder.mkdir(parents=True, exist_ok=True)
             write_judgments(folder / "judgments.jsonl", judgments, p_cf)
-        summary = metrics.summarize(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed)
-        rows.append({"index": i, "text": text, "p_content_free": p_cf,
-                     **{mode: {k: m[k] for k in KEEP} for mode, m in summary.items()}})
-        log.info("instruction %d/%d: %s", i + 1, len(instructions), candidate_line(judgments, summary["none"]))
+        summary = analyse_judgments(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed, rounds=bootstrap, level=level)
+        row: dict[str, Any] = {"index": i, "text": text, "p_content_free": p_cf,
+                               **{mode: {k: m[k] for k in KEEP} for mode, m in summary.metrics.items()}}
+        iv = summary.intervals()
+        row["intervals"] = None if iv is None else {mode: {k: got[k] for k in KEEP} for mode, got in iv.items()}
+        if first is None:
+            first = summary
+        else:
+            row["versus_reference"] = versus(first, summary, f"instruction {i} - {reference}: ")
+        rows.append(row)
+        if summaries_out is not None:
+            summaries_out.append(summary)
+        log.info("instruction %d/%d: %s", i + 1, len(instructions), candidate_line(judgments, summary.metrics["none"]))
     return rows
+
+
+def versus(reference: Summary, other: Summary, prefix: str) -> dict[str, dict[str, Any]]:
+    """other - reference of the VERSUS metrics, raw and permutation-debiased, paired: both arms'
+    bootstrap rounds resample the same documents (refused when their documents differ)."""
+    if (reference.resample is None) != (other.resample is None) or (
+            reference.resample is not None and reference.resample.ids != other.resample.ids):
+        raise DataError("the instructions were judged on different documents: a paired difference needs the same "
+                        "documents in both arms", where="sensitivity study")
+    out = {}
+    for mode in VERSUS_MODES:
+        label = prefix if mode == "none" else f"{prefix}{mode}-debiased "
+        every = reference.versus(other, label, mode)
+        out[mode] = {k: every[k] for k in VERSUS if k in every}
+    return out
 
 
 def objective_values(rows: Sequence[Mapping[str, Any]], mode: str = "none") -> dict[str, list[float]]:
@@ -197,7 +244,11 @@ def run_sensitivity(judge: Judge, docs: Sequence[Document], instructions: Sequen
                     aspect: str | None, family: str, out_dir: str | Path, tracker: Tracker | None = None,
                     max_candidates: int | None = None, shuffles: int = 100, seed: int = 0,
                     ranking: str = "pairs", progress: bool = False,
-                    extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                    extra: Mapping[str, Any] | None = None, bootstrap: int = 1000, level: float = 0.95,
+                    reference: str = "the initial instruction") -> dict[str, Any]:
+    """Judge every instruction on `docs`, analyse, draw the figures; write sensitivity.jsonl,
+    results.json and summary.md (also printed). `reference` says what instruction 0 is (the
+    initial instruction, or the first of a file): every other one is compared with it, paired."""
     if ranking not in ("pairs", "winrate"):
         raise ConfigError(f"ranking must be 'pairs' or 'winrate', got {ranking!r}")
     if len(instructions) < 1:
@@ -205,15 +256,25 @@ def run_sensitivity(judge: Judge, docs: Sequence[Document], instructions: Sequen
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "paraphrases.txt").write_text("\n".join(" ".join(t.split()) for t in instructions) + "\n")
+    summaries: list[Summary] = []
     rows = score_instructions(judge, docs, instructions, aspect=aspect, family=family,
                               max_candidates=max_candidates, shuffles=shuffles, seed=seed, progress=progress,
-                              out_dir=out)
+                              out_dir=out, bootstrap=bootstrap, level=level, reference=reference,
+                              summaries_out=summaries)
     write_jsonl_atomic(out / "sensitivity.jsonl", rows)
     key = "spearman_pairs" if ranking == "pairs" else "spearman"
     results = {"experiment": "sensitivity", "task": task, "aspect": aspect, "family": family,
                "judge": judge.identity, "numerics": getattr(judge, "numerics", None), **dict(extra or {}), "judge_calls": getattr(judge, "calls", None),
                "n_instructions": len(rows), "n_docs": len(docs), "ranking": key,
                "analysis": analyse(rows, key),
+               "reference": {"index": 0, "what": reference, "text": rows[0]["text"]},
+               "interval": summaries[0].meta() | ({"paired": "every instruction's rounds resample the same documents "
+                                                              "(the same seed and document ids)"}
+                                                  if summaries[0].resample is not None else {}),
+               "instructions": [{"index": r["index"], "metrics": {m: r[m] for m in VERSUS_MODES},
+                                 "intervals": None if r["intervals"] is None else
+                                 {m: r["intervals"][m] for m in VERSUS_MODES}} for r in rows],
+               "versus_reference": [{"index": r["index"], **r["versus_reference"]} for r in rows[1:]],
                "figures": make_figures(rows, key, out, f"{task}/{aspect}", tracker,
                                        box_label=(extra or {}).get("model"))}
     write_json_atomic(out / "results.json", results)
@@ -225,9 +286,27 @@ def run_sensitivity(judge: Judge, docs: Sequence[Document], instructions: Sequen
                                                  r["none"]["ece"], r["none"][key], r["permutation"][key], r["text"]]
                                                 for r in rows])
         tracker.summary({f"spearman_rho/{k}": v["rho"]
-                         for k, v in results["analysis"]["none"]["spearman_with_spearman"].items()})
-    print(_table(results), flush=True)
+                         for k, v in results["analysis"]["none"]["spearman_with_spearman"].items()}
+                        | _versus_summary(results["versus_reference"])
+                        | {k: v for r in rows for k, v in interval_summary(r["intervals"],
+                                                                          f"instruction/{r['index']:03d}/").items()})
+    table = _table(results)
+    write_text_atomic(out / "summary.md", table + "\n")
+    print(table, flush=True)
     return results
+
+
+def _versus_summary(versus_rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """W&B summary: versus_reference/<index>/<variant>/<metric> and its _lo/_hi."""
+    out: dict[str, float] = {}
+    for r in versus_rows:
+        for mode in VERSUS_MODES:
+            for k, d in r[mode].items():
+                name = f"versus_reference/{r['index']:03d}/{mode}/{k}"
+                out[name] = d["diff"]
+                if d["interval"] is not None:
+                    out[f"{name}_lo"], out[f"{name}_hi"] = d["interval"]
+    return out
 
 
 def _table(results: Mapping[str, Any]) -> str:
@@ -243,4 +322,41 @@ def _table(results: Mapping[str, Any]) -> str:
     lo, hi = a["none"]["spearman_min"], a["none"]["spearman_max"]
     lines.append(f"{which} range over instructions: raw {lo:.3f}..{hi:.3f}, "
                  f"debiased {a['permutation']['spearman_min']:.3f}..{a['permutation']['spearman_max']:.3f}")
-    return "\n".join(lines)
+    return "\n".join(lines + instruction_lines(results))
+
+
+def instruction_lines(results: Mapping[str, Any]) -> list[str]:
+    """Each instruction's raw metrics with their intervals, then each paraphrase minus the
+    reference as sentences (paired over the same resampled documents)."""
+    meta = results.get("interval") or {}
+    rounds = meta.get("rounds")
+    how = (f"[lo, hi]: {meta['level']:.0%} percentile bootstrap over the {meta['n_documents']} documents, "
+           f"{rounds} rounds" if rounds else "no intervals (metrics.bootstrap=0)")
+    ref = results.get("reference") or {}
+    lines = ["", f"Each instruction, raw, on the same {results['n_docs']} documents (leaky: the documents it is "
+                 f"scored on; {how}); 0 is the reference, {ref.get('what', 'instruction 0')}:",
+             "| # | A-rate | fairness | win-rate Spearman | PairS Spearman |", "|---|---|---|---|---|"]
+    for r in results.get("instructions") or []:
+        m, iv = r["metrics"]["none"], (r.get("intervals") or {}).get("none") or {}
+        cells = " | ".join(_iv(m, iv, k) for k in ("a_rate", "fairness", "spearman", "spearman_pairs"))
+        lines.append(f"| {r['index']} | {cells} |")
+    said = []
+    for r in results.get("versus_reference") or []:
+        for mode in VERSUS_MODES:
+            for k in (SAID if mode == "none" else ("spearman_pairs",)):
+                d = r[mode].get(k)
+                if d is not None:
+                    debiased = "" if mode == "none" else f" ({mode}-debiased)"
+                    label = f"instruction {r['index']} - {ref.get('what', 'instruction 0')}: {SAID[k]}{debiased}"
+                    said.append("- " + sentence(label, d["diff"], d["interval"], float(meta.get("level", 0.95))))
+    if said:
+        lines += ["", f"Each paraphrase minus {ref.get('what', 'instruction 0')}, paired on the same documents:",
+                  *said]
+    return lines
+
+
+def _iv(m: Mapping[str, Any], iv: Mapping[str, Any], key: str) -> str:
+    x = m.get(key)
+    value = "nan" if x is None or not math.isfinite(float(x)) else f"{float(x):.3f}"
+    bounds = iv.get(key)
+    return value + (f" [{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else "")
