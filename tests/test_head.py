@@ -120,7 +120,9 @@ def test_every_bf16_path_reads_float32_logits(bf16_judge, tiny_llama):
 
 @pytest.mark.slow
 def test_smollm2_bf16_p_a_has_no_bf16_logit_steps(smollm2_judge, coherence_pairs):
-    """SmolLM2 with `backend.dtype=bfloat16` as shipped (conf/backend/hf.yaml): on 4 SummEval pairs
+    """SmolLM2 with `backend.dtype=bfloat16` as shipped (conf/backend/hf.yaml): on 2 SummEval pairs
+    (2, not more: bf16 matmuls without AMX run ~4x slower than fp32, and 4 pairs cost 217 s on the
+    AVX2 development machine)
     the A-minus-B logit differences are not on the bf16 lattice (multiples of 2^-7 for logits of
     magnitude >= 1) and P(A) is within P_A_BOUND["bfloat16"] of float32. Negative control: the same
     bf16 model with the old read-out (bf16 logits, `upcast` off) puts every pair on the lattice."""
@@ -129,17 +131,19 @@ def test_smollm2_bf16_p_a_has_no_bf16_logit_steps(smollm2_judge, coherence_pairs
     cfg = compose(["model=smollm2", "backend=hf", "backend.dtype=bfloat16"])
     bf16 = build_judge(cfg.model, cfg.backend)
     assert LOGITS_SUFFIX in bf16.identity and bf16.numerics["dtype_source"] == "config"
-    reqs = coherence_pairs[:4]
+    reqs = coherence_pairs[:2]
     ref = smollm2_judge.score_pairs(reqs)  # float32, the CPU default
     new = bf16.score_pairs(reqs)
     old_judge = HFJudge("old-head", model=bf16.model, tokenizer=bf16.tokenizer, device="cpu", batch_size=4)
     old_judge.float_head.upcast = False  # the read-out before harness.judges.head
     old = old_judge.score_pairs(reqs)
-    lattice = {name: [on_lattice(logit_difference(s.token_logprobs)) for s in got]
+    # tol 1e-5: a log-prob difference of one fp32 softmax carries ~2e-6 of rounding, so bf16 logits
+    # sit within it of the 2^-7 lattice, and a float32 logit lands there by chance with p = 0.26%
+    lattice = {name: [on_lattice(logit_difference(s.token_logprobs), tol=1e-5) for s in got]
                for name, got in (("fp32 head", new), ("old bf16 head", old))}
     dp = {name: max(abs(s.p_a - r.p_a) for s, r in zip(got, ref)) for name, got in (("fp32 head", new), ("old bf16 head", old))}
     print(f"\nSmolLM2 bf16, {len(reqs)} SummEval pairs: on the 2^-7 lattice {lattice}; max |dP(A)| vs fp32 {dp}")
-    assert sum(lattice["fp32 head"]) <= 1  # a float32 difference lands within 1e-4 of one by chance (~3%)
+    assert not any(lattice["fp32 head"])
     assert all(lattice["old bf16 head"])  # negative control: the check fires on bf16 logits
     assert dp["fp32 head"] < P_A_BOUND["bfloat16"]
     assert len({round(s.p_a, 9) for s in new}) == len(new)
