@@ -129,22 +129,16 @@ class ScoreCache:
         with self._lock, sqlite_errors(self.path):
             for i in range(0, len(keys), 500):
                 chunk = list(keys[i : i + 500])
-                marks = ",".join("?" * len(chunk))
-                for key, p_a, lp in self._db.execute(
-                    f"SELECT key, p_a, logprobs FROM scores WHERE key IN ({marks})", chunk
-                ):
-                    score = _valid_score(p_a, lp)
-                    if score is None:
-                        bad += 1
-                    else:
-                        out[key] = score
-                rest = [k for k in chunk if k not in out]
-                if rest and self._has_flagged():
+                # scores first; a key they lack may be a flagged row (no_answer), in its own table
+                for table, column, valid in (("scores", "logprobs", _valid_score), ("flagged", "flags", _valid_flagged)):
+                    rest = [k for k in chunk if k not in out]
+                    if not rest or (table == "flagged" and not self._has_flagged()):
+                        continue
                     marks = ",".join("?" * len(rest))
-                    for key, p_a, flags in self._db.execute(
-                        f"SELECT key, p_a, flags FROM flagged WHERE key IN ({marks})", rest
+                    for key, p_a, value in self._db.execute(
+                        f"SELECT key, p_a, {column} FROM {table} WHERE key IN ({marks})", rest
                     ):
-                        score = _valid_flagged(p_a, flags)
+                        score = valid(p_a, value)
                         if score is None:
                             bad += 1
                         else:
