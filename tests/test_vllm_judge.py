@@ -143,9 +143,32 @@ def test_cli_run_with_vllm_writes_what_the_hf_run_writes(tmp_path, smollm2_path,
     assert max(abs(a.p_a - b.p_a) for a, b in zip(jv, jh)) < BOUND and abs(cfv - cfh) < BOUND
     assert all((a.p_a > 0.5) == (b.p_a > 0.5) for a, b in zip(jv, jh))
     assert rv["n_unreadable"] == rh["n_unreadable"] == 0
-    skip = ("judge", "metrics", "p_content_free")  # and the run facts (calls, timings): results_only
+    assert (rv["numerics"]["engine"], rh["numerics"]["engine"]) == ("vllm", "transformers")
+    assert (rv["numerics"]["dtype"], rv["numerics"]["dtype_source"]) == (rh["numerics"]["dtype"], rh["numerics"]["dtype_source"])
+    floats = ("intervals", "differences", "length_bias")  # numbers from P(A): equal within 1e-3, as the metrics
+    skip = ("judge", "metrics", "p_content_free", "numerics", *floats)  # and the run facts: results_only
     assert {k: v for k, v in results_only(rv).items() if k not in skip} == {
         k: v for k, v in results_only(rh).items() if k not in skip}
+
+    def leaves(x, path=()):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                yield from leaves(v, (*path, k))
+        elif isinstance(x, list):
+            for i, v in enumerate(x):
+                yield from leaves(v, (*path, i))
+        else:
+            yield path, x
+
+    for key in floats:
+        got, want = dict(leaves(rv.get(key))), dict(leaves(rh.get(key)))
+        assert got.keys() == want.keys(), key
+        for path, value in want.items():
+            other = got[path]
+            if isinstance(value, float) and isinstance(other, float):
+                assert (math.isnan(value) and math.isnan(other)) or other == pytest.approx(value, abs=1e-3), (key, path)
+            else:
+                assert other == value, (key, path)
     for mode, metrics in rh["metrics"].items():
         for key, value in metrics.items():
             other = rv["metrics"][mode][key]
