@@ -69,6 +69,7 @@ def test_sigterm_and_sighup_end_the_attempt_and_exit_143(signum, tmp_path):
     from harness.runtime.attempts import read_attempts, record_attempt
 
     before = {s: signal.getsignal(s) for s in entry.STOP_SIGNALS}
+    signal.signal(signum, signal.SIG_DFL)  # as a terminal's process has it (not nohup's SIG_IGN)
     entry.install_stop_handlers()
     try:
         with pytest.raises(entry.Stopped) as e:
@@ -81,17 +82,39 @@ def test_sigterm_and_sighup_end_the_attempt_and_exit_143(signum, tmp_path):
     finally:
         for s, h in before.items():
             signal.signal(s, h)
-    # Negative control: Python's default SIGTERM handling kills with no end line (run as a child).
+    # Negative control: Python's default SIGTERM handling kills with no end line (run as a child;
+    # its default set explicitly: under `nohup` the suite's children inherit SIGHUP ignored).
     import subprocess
 
     (tmp_path / "child").mkdir()
     code = ("import os, signal, sys; from harness.runtime.attempts import record_attempt\n"
+            f"signal.signal({int(signum)}, signal.SIG_DFL)\n"
             f"with record_attempt(sys.argv[1]):\n    os.kill(os.getpid(), {int(signum)})\n")
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "child")], capture_output=True,
                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert r.returncode == -signum
     lines = [json.loads(x) for x in (tmp_path / "child" / "attempts.jsonl").read_text().splitlines()]
     assert [x["event"] for x in lines] == ["start"]
+
+
+def test_an_ignored_sighup_stays_ignored_under_nohup():
+    """`nohup python -m harness.run ...`: the run inherits SIGHUP ignored and keeps it so (it would
+    otherwise stop when the terminal hangs up); SIGTERM, not ignored, still ends the attempt."""
+    from harness.runtime import entry
+
+    before = {s: signal.getsignal(s) for s in entry.STOP_SIGNALS}
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        entry.install_stop_handlers()
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_IGN, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)  # control: a default SIGHUP is trapped
+        entry.install_stop_handlers()
+        assert signal.getsignal(signal.SIGHUP) not in (signal.SIG_IGN, signal.SIG_DFL)
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
 
 
 @pytest.mark.parametrize("raised,code,needle", [(KeyboardInterrupt, 130, "interrupted (Ctrl-C)"),

@@ -246,12 +246,14 @@ class Stopped(SystemExit):
 
 def install_stop_handlers() -> None:
     """SIGTERM/SIGHUP raise Stopped in the main thread (Python's default for them kills the process
-    with no `finally`: no end line in attempts.jsonl)."""
+    with no `finally`: no end line in attempts.jsonl). A signal the process inherited as ignored
+    stays ignored: `nohup python -m harness.run ...` keeps running when its terminal hangs up."""
     def stop(signum: int, frame: Any) -> None:
         raise Stopped(signum)
 
     for s in STOP_SIGNALS:
-        signal.signal(s, stop)
+        if signal.getsignal(s) is not signal.SIG_IGN:
+            signal.signal(s, stop)
 
 
 def empty_run_dir(argv: Sequence[str]) -> str | None:
