@@ -141,22 +141,57 @@ def served_smollm2(smollm2_path, tmp_path_factory):
 
 _CLOSE_EARLY: dict = {}
 """Session fixtures holding an engine -> how to stop it; stopped after their last collected user."""
-_LAST_USER: dict[str, str] = {}
+_LAST_USER: dict[str, pytest.Item] = {}
+
+ENGINE_MODULES = ("test_readme.py", "test_vllm_server.py", "test_vllm_judge.py", "test_vllm_experiments.py")
+"""Modules whose tests share the session's engines (`vllm_judge`, `served_smollm2`): under
+pytest-xdist one work unit, so one worker starts each engine once and stops it after its last user."""
+SPLIT_MODULES = ("test_bench.py", "test_slurm.py")
+"""Modules of independent slow tests (scripts, SLURM jobs; no costly module fixture): one unit per
+test under pytest-xdist, so the two workers share them."""
 
 
-def pytest_collection_modifyitems(items):
+def work_unit(item: pytest.Item) -> str:
+    """The xdist_group a test runs in under `-n 2 --dist loadgroup` (pyproject's addopts): its
+    module (module fixtures are set up once), the engine unit, or the test itself."""
+    module = item.path.name
+    if module in ENGINE_MODULES:
+        return "engines"
+    return f"{module}::{item.originalname}" if module in SPLIT_MODULES else module
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker hook, which reads the xdist_group marks
+def pytest_collection_modifyitems(config, items):
     for item in items:
         for name in ("vllm_judge", "served_smollm2"):
             if name in getattr(item, "fixturenames", ()):
-                _LAST_USER[name] = item.nodeid
+                _LAST_USER[name] = item
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        schedule_for_xdist(items)
+
+
+def schedule_for_xdist(items: list[pytest.Item]) -> None:
+    """Mark each test with its work unit and order the units longest first (with
+    `--no-loadscope-reorder` xdist hands them out in this order, two per worker, then one as each
+    ends): the engine unit, then the rest by their count of slow tests (a slow test costs 10-200 s,
+    another under a few), ties in collection order; the tests of a unit keep their order."""
+    units: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        units.setdefault(work_unit(item), []).append(item)
+    weight = {u: (u == "engines", sum(1 for i in its if i.get_closest_marker("slow")), len(its))
+              for u, its in units.items()}
+    order = sorted(units, key=lambda u: (weight[u][0], weight[u][1]), reverse=True)  # stable: ties keep order
+    items[:] = [item for u in order for item in units[u]]
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(work_unit(item)))
 
 
 def pytest_runtest_teardown(item, nextitem):
     """An engine's memory back as soon as no later test needs it (the fixture's own teardown at the
     session's end then finds it stopped). Only tests that name the fixture (directly or through
     another fixture) count: one asking for it by request.getfixturevalue must come before."""
-    for name, nodeid in _LAST_USER.items():
-        if item.nodeid == nodeid and name in _CLOSE_EARLY:
+    for name, last in _LAST_USER.items():
+        if item is last and name in _CLOSE_EARLY:
             _CLOSE_EARLY.pop(name)()
 
 

@@ -17,6 +17,7 @@ def _last_json(stdout: str) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_bench_judge_json_line(tmp_path, shared_data, tiny_llama):
     out = tmp_path / "bench.json"
     proc = subprocess.run(
@@ -172,6 +173,8 @@ def test_bench_run_json_line(tmp_path, shared_data, tiny_llama):
         assert f"| {task} | 12 |" in proc.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.vllm
 def test_gpu_check_dry_run(tmp_path, shared_data, tiny_llama):
     """The GPU script is rarely run on a GPU: its CPU dry run keeps it working."""
     out = tmp_path / "gpu.json"

@@ -258,6 +258,7 @@ def _shell_threads(setup: str, **env: str) -> str:
     return r.stdout.strip()
 
 
+@pytest.mark.slow
 @pytest.mark.slurm
 def test_judge_sweep_on_slurm_equals_the_local_sweep(slurm_cluster, job_env, tmp_path):
     slurm, local = _sweeps([*TINY, "task.docs=1", "task.max_candidates=3", "task.aspect=coherence,fluency"],
@@ -282,6 +283,7 @@ def test_judge_sweep_on_slurm_equals_the_local_sweep(slurm_cluster, job_env, tmp
     assert _shell_threads(setup) == "1"
 
 
+@pytest.mark.slow
 @pytest.mark.slurm
 def test_zepo_sweep_on_slurm_equals_the_local_sweep(slurm_cluster, job_env, tmp_path):
     # The default optimizer (local: the judge's own weights) paraphrases; the tiny random model's
@@ -297,6 +299,7 @@ def test_zepo_sweep_on_slurm_equals_the_local_sweep(slurm_cluster, job_env, tmp_
             assert (slurm / job / name).read_bytes() == (local / job / name).read_bytes(), name
 
 
+@pytest.mark.slow
 @pytest.mark.slurm
 def test_abb_sweep_on_slurm_equals_the_local_sweep(slurm_cluster, job_env, tmp_path, shared_data):
     from harness.data.fetch import ensure_data
@@ -326,6 +329,7 @@ def _cache_rows(path: Path) -> int:
         return 0
 
 
+@pytest.mark.slow
 @pytest.mark.slurm
 def test_preempted_job_requeues_and_resumes_from_its_cache(slurm_cluster, job_env, tmp_path, monkeypatch):
     # 3 docs x 20 ordered pairs + the content-free prompt = 61 requests, committed 2 at a time.
@@ -359,6 +363,7 @@ def test_preempted_job_requeues_and_resumes_from_its_cache(slurm_cluster, job_en
     assert results_only(json.loads((sweep / "0" / "results.json").read_text())) == results_only(ref)
 
 
+@pytest.mark.slow
 @pytest.mark.slurm
 def test_sharded_array_job_merges_to_the_unsharded_run(slurm_cluster, job_env, tmp_path, monkeypatch):
     # batch_size=1: a prompt's score cannot depend on its batch neighbours, which differ by shard.
@@ -430,6 +435,7 @@ def test_site_config_dir_adds_a_launcher_and_a_model(tmp_path):
     assert cfg.model.labels == ["A", "B"]  # from the shipped tiny_llama
 
 
+@pytest.mark.slow
 @pytest.mark.slurm
 def test_site_config_dir_runs_a_sweep_on_slurm(slurm_cluster, job_env, tmp_path, tiny_llama):
     site = _site_dir(tmp_path, Path(tiny_llama))
@@ -476,6 +482,7 @@ def test_sbatch_scripts_request_gpus(slurm_cluster, tmp_path, script, no_gpu):
     assert r.returncode == 0 and "to start at" in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.slurm
 def test_node_job_runs_its_shards_side_by_side_and_merges(slurm_cluster, job_env, tmp_path, monkeypatch):
     """slurm/node.sbatch with 2 tasks (one per GPU on a GPU node; here --gpus-per-task=0): both shards

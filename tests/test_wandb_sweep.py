@@ -60,6 +60,7 @@ def test_wandb_sweep_yaml_reproduces_the_hydra_grid(tmp_path):
         build_sweep({"lr": "interval(0,1)"})
 
 
+@pytest.mark.slow
 def test_agent_runs_the_written_command_offline_with_named_runs_and_artifacts(tmp_path, tiny_llama, shared_data):
     from wandb.sdk.lib import config_util
 

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from test_zepo import e2e_overrides, scripted_completion
 
 from harness.judges.cache import ScoreCache
@@ -63,6 +65,7 @@ def _wait(what: str, done, proc: subprocess.Popen, tmp: Path) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.slow
 def test_sigkilled_zepo_resumes_with_the_unbroken_history_and_no_repeated_call(tmp_path, shared_data, tiny_llama):
     from openai_server import OpenAIServer
 
