@@ -205,7 +205,7 @@ def test_bench_judge_vllm_columns(tmp_path, shared_data):
     out = tmp_path / "bench.json"
     proc = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "bench_judge.py"), "--model", "tiny:llama3", "--docs", "1",
-         "--candidates", "3", "--batch-size", "4", "--threads", "1", "--skip-official", "--vllm",
+         "--candidates", "3", "--batch-size", "4", "--threads", "1", "--skip-official", "--peak-size", "512", "--vllm",
          "--vllm-threads", "1,2", "--data-dir", str(shared_data), "--out", str(out)],
         capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
