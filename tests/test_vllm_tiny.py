@@ -99,3 +99,34 @@ def test_a_cached_vllm_judge_starts_no_engine(engines, coherence_pairs, tmp_path
     again.score_pairs(coherence_pairs[:4])
     assert first.calls == 4 and vj.loaded and again.calls == 0 and not fresh.loaded
     assert fresh.identity.split("|", 1) == ["vllm", hf.identity.split("|", 1)[1]]
+
+
+def test_a_run_building_another_judge_stops_the_first_engine(coherence_pairs):
+    """build_judge replacing a vLLM judge (another model in the same process: a multirun's next
+    job, sensitivity, abb_zepo) stops its engine before the next one starts, so a GPU never holds
+    two; a replacement with the same engine settings takes the running engine over (no restart).
+    Counted with harness.judges.vllm.live_engines (other engines of this session may be running)."""
+    pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
+    from conftest import compose
+
+    from harness.judges import vllm as vllm_backend
+    from harness.runtime.context import build_judge
+
+    def built(*overrides: str):
+        cfg = compose(["backend=vllm", *overrides])
+        return build_judge(cfg.model, cfg.backend)
+
+    first = built("model=tiny_llama3")
+    first.score_pairs(coherence_pairs[:2])
+    llama = first.engine_key
+    assert vllm_backend.live_engines().get(llama) == 1
+    same = built("model=tiny_llama3", "model.labels=[A,B,C]", "model.tie_label=C")  # same engine settings
+    assert same.engine_key == llama and same.llm is not None and not first.loaded
+    assert vllm_backend.live_engines().get(llama) == 1  # handed over, not restarted or doubled
+    second = built("model=tiny_mistral7b")
+    assert llama not in vllm_backend.live_engines()  # stopped when the run built another judge
+    second.score_pairs(coherence_pairs[:2])
+    assert vllm_backend.live_engines().get(second.engine_key) == 1
+    assert sum(k in (llama, second.engine_key) for k in vllm_backend.live_engines()) == 1
+    second.close()
+    assert second.engine_key not in vllm_backend.live_engines()

@@ -56,6 +56,7 @@ from harness.judges.hf import (
     no_answer,
     readout_options,
 )
+from harness.judges.wrappers import held_in_children
 from harness.models.fingerprint import weights_fingerprint
 from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore
@@ -72,6 +73,23 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 _ENGINES: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 """Engine settings -> the live vllm.LLM: a second judge with the same settings (a multirun's next
 job, the ZEPO optimizer) shares the engine instead of loading the weights again."""
+_USERS: dict[str, int] = {}
+"""Engine settings -> how many judges hold that engine: it stops when the last one releases it."""
+
+
+def live_engines() -> dict[str, int]:
+    """The running engines (their settings) and how many judges hold each."""
+    return {key: _USERS.get(key, 0) for key in list(_ENGINES.keys())}
+
+
+def _stop_engine(key: str, llm: Any) -> None:
+    """Shut `llm` down now (its engine core process, its KV cache) and forget it."""
+    _USERS.pop(key, None)
+    if _ENGINES.get(key) is llm:
+        del _ENGINES[key]
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if core is not None:
+        core.shutdown()
 
 
 def require_vllm() -> None:
@@ -154,7 +172,8 @@ def _start_engine(vllm: Any, key: str, kwargs: dict[str, Any], threads: int | No
     if threads is not None:
         torch.set_num_threads(threads)  # before LLM(): its worker keeps the count it finds
     try:
-        llm = vllm.LLM(**kwargs)
+        with held_in_children():  # its engine core and workers never act on SLURM's USR1/USR2
+            llm = vllm.LLM(**kwargs)
     except (RuntimeError, ValueError, OSError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ConfigError(f"vLLM could not start an engine for {kwargs['model']}: {first}") from None
@@ -243,7 +262,13 @@ class VLLMJudge(ChatPrompts):
             vllm, key, kwargs, in_process = self._start
             llm = _ENGINES.get(key)
             self._llm = llm if llm is not None else _start_engine(vllm, key, kwargs, self.threads, in_process)
+            _USERS[key] = _USERS.get(key, 0) + 1
         return self._llm
+
+    @property
+    def engine_key(self) -> str:
+        """The engine settings: judges with equal keys share one engine."""
+        return self._start[1]
 
     @property
     def loaded(self) -> bool:
@@ -312,9 +337,29 @@ class VLLMJudge(ChatPrompts):
 
     def close(self) -> None:
         """Stop the engine now (every judge sharing it too) instead of at interpreter exit."""
-        core = getattr(getattr(self._llm, "llm_engine", None), "engine_core", None)
-        if core is not None:
-            core.shutdown()
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            _stop_engine(self.engine_key, llm)
+
+    def release(self) -> None:
+        """Let go of the engine; it stops when no other judge holds it (build_judge calls this
+        when a run builds another judge, so a GPU never holds two engines)."""
+        llm, self._llm = self._llm, None
+        if llm is None:
+            return
+        key = self.engine_key
+        _USERS[key] = _USERS.get(key, 1) - 1
+        if _USERS[key] <= 0:
+            _stop_engine(key, llm)
+
+    def hand_over(self, successor: Any) -> None:
+        """`successor` replaces this judge: it takes the engine over when its settings are the same
+        (no restart), else the engine is released."""
+        if (isinstance(successor, VLLMJudge) and successor.engine_key == self.engine_key
+                and self._llm is not None and successor._llm is None):
+            successor._llm, self._llm = self._llm, None
+            return
+        self.release()
 
 
 def format_chat_messages(tokenizer: Any, messages: list[dict[str, str]]) -> str:

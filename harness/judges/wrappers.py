@@ -48,6 +48,28 @@ def deferred_signals(signums: Sequence[int] = PREEMPT_SIGNALS) -> Iterator[list[
             signal.raise_signal(s)
 
 
+@contextlib.contextmanager
+def held_in_children(signums: Sequence[int] = PREEMPT_SIGNALS) -> Iterator[None]:
+    """Processes started inside the block never act on `signums`; this process acts on them after it.
+
+    vLLM starts its engine core (and, on GPUs, its workers) as child processes. Forked, they inherit
+    submitit's handler; spawned, the default action (terminate). SLURM signals every process of the
+    job, so a child would requeue the job itself, racing this process's requeue at its next commit,
+    or die. Blocked (`pthread_sigmask`) in this thread while the children start, the signals stay
+    blocked in every child: a signal mask survives fork and exec, and vLLM never unblocks them.
+    Here they are held (`deferred_signals`) and delivered when the block ends. Only the main thread
+    can do this: elsewhere a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    with deferred_signals(signums):
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, signums)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)  # what arrived is recorded, then delivered
+
+
 def _held(steps: Iterator[Any], progress: Any = None) -> Iterator[Any]:
     """`steps`, each one computed (and committed) with the preemption signals held."""
     while True:

@@ -88,11 +88,17 @@ def container(node: Any) -> Any:
 def build_judge(model: Any, backend: Any) -> Judge:
     """The judge conf/backend builds (`_target_`) for conf/model's weights; one per process.
 
-    A second, different (model, backend) replaces the first: never two models in memory."""
+    A second, different (model, backend) replaces the first: never two models in memory. The first
+    hands its engine over (a vLLM judge with the same engine settings keeps it running) or stops it."""
     key = json.dumps([container(model), container(backend)], sort_keys=True, default=str)
     if key not in _LOADED:
+        judge = build(backend, judge_model=container(model))  # lazy: no weights loaded yet
+        for old in _LOADED.values():
+            hand_over = getattr(old, "hand_over", None)
+            if callable(hand_over):
+                hand_over(judge)
         _LOADED.clear()
-        _LOADED[key] = build(backend, judge_model=container(model))
+        _LOADED[key] = judge
     return _LOADED[key]
 
 
