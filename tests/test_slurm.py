@@ -378,8 +378,11 @@ def test_preempted_vllm_job_requeues_once_and_resumes_equal(slurm_cluster, job_e
     from harness.judging import load_judgments
     from harness.runtime.entry import run
 
-    # 6 docs x 30 ordered pairs + the content-free prompt = 181 requests, committed 2 at a time.
-    cfg = [*TINY, "backend=vllm", "backend.in_process=false", "task.docs=6", "task.max_candidates=6", "cache.chunk=2"]
+    from harness.models.tiny import ensure_tiny_model
+
+    ensure_tiny_model("llama3")  # head size 32 (vLLM's CPU attention); built here, as on a login node
+    # 6 docs x 30 ordered pairs + the content-free prompt (fewer distinct: equal candidate texts), 2 a chunk.
+    cfg = [*TINY, "model=tiny_llama3", "backend=vllm", "backend.in_process=false", "task.docs=6", "task.max_candidates=6", "cache.chunk=2"]
     cache, sweep = tmp_path / "pre.sqlite", tmp_path / "pre"
     proc = _harness(["-m", *SLURM, "hydra.launcher.mem_gb=4", *cfg, f"cache.path={cache}",
                      f"hydra.sweep.dir={sweep}", "wandb.mode=disabled"], job_env)
@@ -400,12 +403,13 @@ def test_preempted_vllm_job_requeues_once_and_resumes_equal(slurm_cluster, job_e
     attempts = read_attempts(sweep / "0")
     assert [a["status"] for a in attempts] == ["interrupted", "completed"], attempts
     assert [a["restart_count"] for a in attempts] == [0, 1]  # ONE requeue: the engine core did not requeue too
-    assert rows_at_signal <= attempts[0]["calls"] < 181
-    assert sum(a["calls"] for a in attempts) == 181 == _cache_rows(cache)  # nothing scored twice
+    assert rows_at_signal <= attempts[0]["calls"] < _cache_rows(cache)
+    assert sum(a["calls"] for a in attempts) == _cache_rows(cache)  # nothing scored twice
     for key in ("HARNESS_DATA_DIR", "HARNESS_DATA_MIRROR", "HARNESS_MODEL_CACHE"):
         monkeypatch.setenv(key, job_env[key])
     ref_dir = tmp_path / "ref"
     ref = run(_compose([*cfg, f"cache.path={tmp_path / 'ref.sqlite'}", "wandb.mode=disabled"], False), ref_dir)
+    assert ref["judge_calls"] == _cache_rows(cache)  # the unbroken run's distinct requests, all scored
     (got, got_cf), (want, want_cf) = load_judgments(sweep / "0" / "judgments.jsonl"), load_judgments(ref_dir / "judgments.jsonl")
     assert [(j.doc_id, j.a_id, j.b_id) for j in got] == [(j.doc_id, j.a_id, j.b_id) for j in want]
     worst = max(abs(g.p_a - w.p_a) for g, w in zip(got, want))
