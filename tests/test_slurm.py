@@ -329,27 +329,35 @@ def _cache_rows(path: Path) -> int:
         return 0
 
 
+def _preempt_mid_run(args: list[str], env: dict[str, str], cache: Path, sweep: Path, what: str,
+                     start_s: int, finish_s: int = 240) -> int:
+    """Launch a multirun, send its SLURM job USR2 once its first chunk is committed (mid-run), let
+    it finish; the cache rows at the signal."""
+    proc = _harness(args, env)
+    try:
+        deadline = time.time() + start_s
+        while _cache_rows(cache) < 2:  # the first chunk is committed: the job is mid-run
+            if proc.poll() is not None or time.time() > deadline:
+                pytest.fail(f"job never started scoring:\n{_finish(proc, what)}")
+            time.sleep(0.05)
+        job = next(d.name for d in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", d.name))
+        r = subprocess.run(["scancel", "--signal=USR2", job], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        rows_at_signal = _cache_rows(cache)
+        _finish(proc, f"preempted {what}", finish_s)
+    finally:
+        _cancel(sweep, proc)
+    return rows_at_signal
+
+
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_preempted_job_requeues_and_resumes_from_its_cache(slurm_cluster, job_env, tmp_path, monkeypatch):
     # 3 docs x 20 ordered pairs + the content-free prompt = 61 requests, committed 2 at a time.
     cfg = [*TINY, "task.docs=3", "task.max_candidates=5", "backend.batch_size=1", "cache.chunk=2"]
     cache, sweep = tmp_path / "pre.sqlite", tmp_path / "pre"
-    proc = _harness(["-m", *SLURM, *cfg, f"cache.path={cache}", f"hydra.sweep.dir={sweep}", "wandb.mode=disabled"],
-                    job_env)
-    try:
-        deadline = time.time() + 180
-        while _cache_rows(cache) < 2:  # the first chunk is committed: the job is mid-run
-            if proc.poll() is not None or time.time() > deadline:
-                pytest.fail(f"job never started scoring:\n{_finish(proc, 'preemption run')}")
-            time.sleep(0.05)
-        job = next(d.name for d in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", d.name))
-        r = subprocess.run(["scancel", "--signal=USR2", job], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        rows_at_signal = _cache_rows(cache)
-        _finish(proc, "preempted multirun")
-    finally:
-        _cancel(sweep, proc)
+    rows_at_signal = _preempt_mid_run(["-m", *SLURM, *cfg, f"cache.path={cache}", f"hydra.sweep.dir={sweep}",
+                                       "wandb.mode=disabled"], job_env, cache, sweep, "multirun", 180)
 
     attempts = read_attempts(sweep / "0")
     assert [a["status"] for a in attempts] == ["interrupted", "completed"], attempts
@@ -376,29 +384,16 @@ def test_preempted_vllm_job_requeues_once_and_resumes_equal(slurm_cluster, job_e
     from conftest import P_A_BOUND
 
     from harness.judging import load_judgments
-    from harness.runtime.entry import run
-
     from harness.models.tiny import ensure_tiny_model
+    from harness.runtime.entry import run
 
     ensure_tiny_model("llama3")  # head size 32 (vLLM's CPU attention); built here, as on a login node
     # 6 docs x 30 ordered pairs + the content-free prompt (fewer distinct: equal candidate texts), 2 a chunk.
-    cfg = [*TINY, "model=tiny_llama3", "backend=vllm", "backend.in_process=false", "task.docs=6", "task.max_candidates=6", "cache.chunk=2"]
+    cfg = [*(o if not o.startswith("model=") else "model=tiny_llama3" for o in TINY), "backend=vllm", "backend.in_process=false", "task.docs=6", "task.max_candidates=6", "cache.chunk=2"]
     cache, sweep = tmp_path / "pre.sqlite", tmp_path / "pre"
-    proc = _harness(["-m", *SLURM, "hydra.launcher.mem_gb=4", *cfg, f"cache.path={cache}",
-                     f"hydra.sweep.dir={sweep}", "wandb.mode=disabled"], job_env)
-    try:
-        deadline = time.time() + 300
-        while _cache_rows(cache) < 2:  # the first chunk is committed: the engine runs, the job is mid-run
-            if proc.poll() is not None or time.time() > deadline:
-                pytest.fail(f"job never started scoring:\n{_finish(proc, 'vLLM preemption run')}")
-            time.sleep(0.05)
-        job = next(d.name for d in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", d.name))
-        r = subprocess.run(["scancel", "--signal=USR2", job], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        rows_at_signal = _cache_rows(cache)
-        _finish(proc, "preempted vLLM multirun", timeout=420)
-    finally:
-        _cancel(sweep, proc)
+    rows_at_signal = _preempt_mid_run(["-m", *SLURM, "hydra.launcher.mem_gb=4", *cfg, f"cache.path={cache}",
+                                       f"hydra.sweep.dir={sweep}", "wandb.mode=disabled"], job_env, cache, sweep,
+                                      "vLLM multirun", 300, 420)
 
     attempts = read_attempts(sweep / "0")
     assert [a["status"] for a in attempts] == ["interrupted", "completed"], attempts
