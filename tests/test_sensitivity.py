@@ -128,6 +128,15 @@ def test_sensitivity_from_a_zepo_history(tmp_path, shared_data, tiny_llama, caps
         for key in ("a_rate", "order_consistency", "order_gap", "answer_mass_median", "answer_mass_low_share"):
             assert numbers[key] == pytest.approx(r["none"][key], nan_ok=True)
     _check_versus_reference(res, rows, out, printed)
+    # Figure 3 with its interval (tests/test_figure3.py): the points are the analysis's rho, every
+    # entry has its sentence (printed), and the candidates kept the dataset's order.
+    f3 = res["figure3"]
+    assert f3["rounds"] == 1000 and f3["n_instructions"] == 3 and f3["n_docs"] == 2
+    for mode in ("none", "permutation"):
+        for name, e in f3["spearman_pairs"][mode].items():
+            assert e["rho"] == pytest.approx(res["analysis"][mode]["spearman_with_spearman"][name]["rho"], nan_ok=True)
+            assert f"- {e['sentence']}" in printed
+    assert res["candidate_order"]["shuffled"] is False and "Candidate order: the dataset's order" in printed
 
 
 def _check_versus_reference(res, rows, out, printed):

@@ -38,4 +38,5 @@ def main(cfg: Any, out_dir: Path) -> dict[str, Any]:
                                max_candidates=cfg.task.get("max_candidates"), shuffles=int(exp.shuffles),
                                seed=int(cfg.seed), ranking=str(exp.ranking), progress=bool(cfg.progress),
                                extra={"model": cfg.model.get("name")}, bootstrap=int(cfg.metrics.bootstrap),
-                               level=float(cfg.metrics.level), reference=reference)
+                               level=float(cfg.metrics.level), reference=reference,
+                               shuffle=bool(exp.get("shuffle_candidates", False)))

@@ -95,6 +95,7 @@ class SensitivityExp:
     include_initial: bool = True
     ranking: str = "pairs"
     shuffles: int = 100
+    shuffle_candidates: bool = False
 
     def check(self) -> None:
         self.instruction.check()

@@ -8,9 +8,11 @@ judgments.jsonl` (each instruction's judgments, so each gets a report card), `re
 (Spearman rho with its p-value, and Pearson r, of every objective with the Spearman against humans;
 spreads; each instruction's metrics with their percentile-bootstrap intervals over documents, and
 each paraphrase minus the reference instruction (the initial one, index 0) paired on the same
-resampled documents, with one sentence each: `versus_reference`), `summary.md` (the printed
-tables) and the paper's Figures 2-4 as PNGs, with the official code's quantities
-(harness.metrics.official):
+resampled documents, with one sentence each: `versus_reference`; Figure 3's rho across
+instructions with its percentile interval, each bootstrap round's rho computed from every
+instruction's values on the same resampled documents: `figure3`; the candidate order and how often
+humans prefer the earlier-listed candidate: `candidate_order`), `summary.md` (the printed tables)
+and the paper's Figures 2-4 as PNGs, with the official code's quantities (harness.metrics.official):
 - Figure 2: Spearman vs decision rate, and the box plot of Spearman across paraphrases
   (scripts/paper_figures.py puts several models' boxes side by side);
 - Figure 3: fairness, confidence (the official Norm Gap, mean |P(A) - P(B)|) and the LABEL-FREE
@@ -18,10 +20,18 @@ tables) and the paper's Figures 2-4 as PNGs, with the official code's quantities
   Spearman rho and p; -ECE against human labels is a fourth, labelled panel;
 - Figure 4: Spearman vs decision rate before and after permutation debiasing, the debiased rate
   being the official upper-triangle rate (over all pairs a debiased matrix's rate is always 0.5).
+
+The upper-triangle rate counts pairs i < j in the order the candidates are judged, so debiased
+fairness depends on that order: where humans prefer the earlier-listed candidate, it measures
+agreement with them. `experiment.shuffle_candidates=true` (`shuffle_candidates`) permutes each
+document's candidates, seeded by (seed, document id), to rule that out (docs/zepo.md, "Figure 3,
+measured"); the prompts are the same, so a shuffled rerun is served from the request cache.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import logging
 import math
@@ -29,13 +39,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tqdm import tqdm
 
 from harness.errors import ConfigError, DataError, located
 from harness.files import read_text, write_json_atomic, write_jsonl_atomic, write_text_atomic
 from harness.judges.base import Judge
 from harness.judging import judge_instructions, write_judgments
-from harness.metrics.bootstrap import interval_summary, sentence
+from harness.metrics.bootstrap import interval_summary, percentile_interval, sentence
 from harness.metrics.summary import Summary, analyse as analyse_judgments
 from harness.records import Document, Tracker
 from harness.zepo import plots
@@ -218,6 +229,157 @@ def analyse(rows: Sequence[Mapping[str, Any]], ranking_key: str) -> dict[str, An
     return out
 
 
+# -- Figure 3 with its interval, and the candidate-order control ----------------------------------
+HUMAN = {"spearman_pairs": "PairS Spearman", "spearman": "win-rate Spearman"}
+"""The Spearmans with humans that Figure 3's rho is computed against (results.json figure3 keys)."""
+MODE_WORD = {"none": "raw", "permutation": "permutation-debiased"}
+UNDEFINED = ("too_few", "constant_objective", "constant_spearman")
+"""Why a bootstrap round's across-instruction rho is undefined (results.json figure3 ... undefined)."""
+
+
+def objective_rounds(summary: Summary, name: str, mode: str) -> np.ndarray:
+    """An objective's bootstrap rounds, (rounds,), oriented as `objective_values` (higher is better;
+    debiased fairness from the upper-triangle rate)."""
+    reps = summary.replicates[mode]  # type: ignore[index]
+    if mode == "permutation" and name == "fairness":
+        return -np.abs(np.asarray(reps["a_rate_upper"], dtype=float) - 0.5)
+    return (-1.0 if name in NEGATED else 1.0) * np.asarray(reps[OBJECTIVES[name]], dtype=float)
+
+
+def round_spearman(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Spearman rho across the columns (instructions) of x and y, row by row (bootstrap rounds):
+    (rounds,) rho and (rounds,) reason codes: -1 defined, else the index in UNDEFINED (fewer than 3
+    instructions with both values finite; a constant objective; a constant Spearman), where rho is
+    NaN. Ties get mid-ranks and an instruction NaN in a round is left out of that round, as the
+    point value (plots.spearman, scipy's spearmanr)."""
+    from scipy.stats import rankdata
+
+    x, y = np.atleast_2d(np.asarray(x, dtype=float)), np.atleast_2d(np.asarray(y, dtype=float))
+    rounds = x.shape[0]
+    rho, why = np.full(rounds, np.nan), np.full(rounds, -1, dtype=np.int64)
+    ok = np.isfinite(x) & np.isfinite(y)
+    full = ok.all(axis=1)
+
+    def fill(rows: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> None:
+        if xs.shape[1] < 3:
+            why[rows] = 0
+            return
+        cx, cy = np.ptp(xs, axis=1) == 0, np.ptp(ys, axis=1) == 0
+        rx, ry = rankdata(xs, axis=1), rankdata(ys, axis=1)
+        dx, dy = rx - rx.mean(axis=1, keepdims=True), ry - ry.mean(axis=1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            r = (dx * dy).sum(axis=1) / np.sqrt((dx * dx).sum(axis=1) * (dy * dy).sum(axis=1))
+        rho[rows] = np.where(cx | cy, np.nan, np.clip(r, -1, 1))
+        why[rows] = np.where(cx, 1, np.where(cy, 2, -1))
+
+    if full.any():
+        fill(np.flatnonzero(full), x[full], y[full])
+    for r in np.flatnonzero(~full):  # a round with some instruction undefined: its finite ones only
+        fill(np.array([r]), x[r:r + 1, ok[r]], y[r:r + 1, ok[r]])
+    return rho, why
+
+
+def figure3_intervals(rows: Sequence[Mapping[str, Any]], summaries: Sequence[Summary], level: float,
+                      n_docs: int) -> dict[str, Any]:
+    """Figure 3 with its interval: for each Spearman with humans (HUMAN), raw and permutation-debiased,
+    each FIGURE3 objective's Spearman rho across the instructions (the point, as `analyse`) and,
+    per bootstrap round, the same rho from that round's values (every instruction's objective and
+    Spearman recomputed on the SAME resampled documents) -> the percentile interval.
+
+    A round whose rho is undefined (UNDEFINED) is counted by reason. The interval is over the
+    defined rounds, and is withheld (None) when more than 1 - level of the rounds are undefined:
+    a percentile interval of the defined remainder would not be the bootstrap distribution."""
+    reps = summaries[0].replicates if summaries else None
+    if reps is not None:
+        first = summaries[0].resample
+        for s in summaries[1:]:
+            if s.resample is None or s.resample.ids != first.ids or not np.array_equal(s.resample.counts, first.counts):
+                raise DataError("the instructions' bootstrap rounds resample different documents: Figure 3's "
+                                "interval needs the same draws for every instruction", where="sensitivity study")
+    rounds = 0 if reps is None else summaries[0].resample.rounds  # type: ignore[union-attr]
+    out: dict[str, Any] = {"method": "percentile bootstrap over documents: each round's rho across instructions, "
+                                     "every instruction's values from the same resampled documents",
+                           "level": float(level), "rounds": rounds, "n_instructions": len(rows), "n_docs": n_docs}
+    for human, said in HUMAN.items():
+        out[human] = {}
+        for mode in ("none", "permutation"):
+            objectives = objective_values(rows, mode)
+            sp = [_num(r[mode][human]) for r in rows]
+            got = {}
+            for name, panel in FIGURE3.items():
+                point = plots.spearman(objectives[name], sp)
+                label = (f"{MODE_WORD[mode]} {panel} vs {said} across {point['n']} instructions "
+                         f"on {n_docs} documents: rho")
+                entry: dict[str, Any] = {**point, "interval": None, "rounds": rounds, "defined_rounds": 0,
+                                         "undefined": {k: 0 for k in UNDEFINED}}
+                if reps is not None:
+                    x = np.stack([objective_rounds(s, name, mode) for s in summaries], axis=1)
+                    y = np.stack([np.asarray(s.replicates[mode][human], dtype=float)  # type: ignore[index]
+                                  for s in summaries], axis=1)
+                    r, why = round_spearman(x, y)
+                    entry["defined_rounds"] = int((why < 0).sum())
+                    entry["undefined"] = {k: int((why == i).sum()) for i, k in enumerate(UNDEFINED)}
+                entry["sentence"] = _figure3_sentence(label, entry, level)
+                if reps is not None and math.isfinite(point["rho"]) and rounds - entry["defined_rounds"] <= (
+                        1 - level) * rounds:
+                    entry["interval"] = percentile_interval(r, level)
+                    entry["sentence"] = _figure3_sentence(label, entry, level)
+                entry["lo"], entry["hi"] = entry["interval"] or (None, None)
+                got[name] = entry
+            out[human][mode] = got
+    return out
+
+
+def _figure3_sentence(label: str, entry: Mapping[str, Any], level: float) -> str:
+    undefined = {k: v for k, v in entry["undefined"].items() if v}
+    n_undef = sum(undefined.values())
+    why = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in undefined.items())
+    if not math.isfinite(entry["rho"]):
+        return f"{label} undefined (fewer than 3 instructions, or one side constant across them)"
+    if not entry["rounds"]:
+        return sentence(label, entry["rho"], None, level)
+    if entry["interval"] is None:
+        return (f"{label} {entry['rho']:+.3f}: no interval: undefined in {n_undef} of {entry['rounds']} "
+                f"bootstrap rounds ({why}), more than {1 - level:.0%}")
+    said = sentence(label, entry["rho"], entry["interval"], level)
+    return said + (f" ({n_undef} of {entry['rounds']} rounds undefined and left out: {why})" if n_undef else "")
+
+
+def shuffle_candidates(docs: Sequence[Document], seed: int, max_candidates: int | None = None) -> list[Document]:
+    """Each document's candidates (its first `max_candidates`, the ones judged) in a random order,
+    seeded by (seed, document id) alone, so a document gets the same order in any slice and any
+    run with that seed. Candidates keep their ids, texts and human scores; pairs are then formed
+    from the new order (`experiment.shuffle_candidates`: the candidate-order control of Figure 3)."""
+    out = []
+    for doc in docs:
+        cands = doc.candidates[:max_candidates] if max_candidates else doc.candidates
+        digest = hashlib.sha256(f"{int(seed)}\0{doc.id}".encode()).digest()
+        order = np.random.default_rng(int.from_bytes(digest[:8], "little")).permutation(len(cands))
+        out.append(dataclasses.replace(doc, candidates=tuple(cands[int(k)] for k in order)))
+    return out
+
+
+def earlier_preferred(docs: Sequence[Document], aspect: str | None,
+                      max_candidates: int | None = None) -> dict[str, Any]:
+    """How often humans score the earlier-listed candidate higher, over the pairs i < j of each
+    document's judged candidates in the order they are judged (the order the debiased decision
+    rate, a_rate_upper, counts in): if humans always preferred the earlier one, debiased fairness
+    would measure agreement with the labels."""
+    counts = {"pairs": 0, "earlier_higher": 0, "later_higher": 0, "tied": 0, "unscored": 0}
+    for doc in docs:
+        cands = doc.candidates[:max_candidates] if max_candidates else doc.candidates
+        for i in range(len(cands)):
+            for j in range(i + 1, len(cands)):
+                counts["pairs"] += 1
+                hi, hj = (cands[i].scores.get(aspect), cands[j].scores.get(aspect)) if aspect else (None, None)
+                if hi is None or hj is None or not (math.isfinite(hi) and math.isfinite(hj)):
+                    counts["unscored"] += 1
+                else:
+                    counts["earlier_higher" if hi > hj else "later_higher" if hi < hj else "tied"] += 1
+    untied = counts["earlier_higher"] + counts["later_higher"]
+    return {**counts, "share_earlier": counts["earlier_higher"] / untied if untied else None}
+
+
 def make_figures(rows: Sequence[Mapping[str, Any]], ranking_key: str, out: Path, label: str,
                  tracker: Tracker | None = None, box_label: str | None = None) -> dict[str, str]:
     rates = decision_rates(rows, "none")
@@ -245,14 +407,21 @@ def run_sensitivity(judge: Judge, docs: Sequence[Document], instructions: Sequen
                     max_candidates: int | None = None, shuffles: int = 100, seed: int = 0,
                     ranking: str = "pairs", progress: bool = False,
                     extra: Mapping[str, Any] | None = None, bootstrap: int = 1000, level: float = 0.95,
-                    reference: str = "the initial instruction") -> dict[str, Any]:
+                    reference: str = "the initial instruction", shuffle: bool = False) -> dict[str, Any]:
     """Judge every instruction on `docs`, analyse, draw the figures; write sensitivity.jsonl,
     results.json and summary.md (also printed). `reference` says what instruction 0 is (the
-    initial instruction, or the first of a file): every other one is compared with it, paired."""
+    initial instruction, or the first of a file): every other one is compared with it, paired.
+    `shuffle` (experiment.shuffle_candidates): each document's judged candidates are first put in
+    a random order seeded by (seed, document id) (`shuffle_candidates`); off, the file order."""
     if ranking not in ("pairs", "winrate"):
         raise ConfigError(f"ranking must be 'pairs' or 'winrate', got {ranking!r}")
     if len(instructions) < 1:
         raise ConfigError("the sensitivity study needs at least one instruction")
+    if shuffle:
+        docs = shuffle_candidates(docs, seed, max_candidates)
+    order = {"shuffled": bool(shuffle), "how": ("each document's judged candidates permuted, seeded by (seed, "
+                                                "document id)" if shuffle else "the dataset's order"),
+             "humans_prefer_earlier": earlier_preferred(docs, aspect, max_candidates)}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "paraphrases.txt").write_text("\n".join(" ".join(t.split()) for t in instructions) + "\n")
@@ -275,6 +444,8 @@ def run_sensitivity(judge: Judge, docs: Sequence[Document], instructions: Sequen
                                  "intervals": None if r["intervals"] is None else
                                  {m: r["intervals"][m] for m in VERSUS_MODES}} for r in rows],
                "versus_reference": [{"index": r["index"], **r["versus_reference"]} for r in rows[1:]],
+               "figure3": figure3_intervals(rows, summaries, level, len(docs)),
+               "candidate_order": order,
                "figures": make_figures(rows, key, out, f"{task}/{aspect}", tracker,
                                        box_label=(extra or {}).get("model"))}
     write_json_atomic(out / "results.json", results)
@@ -288,12 +459,25 @@ def run_sensitivity(judge: Judge, docs: Sequence[Document], instructions: Sequen
         tracker.summary({f"spearman_rho/{k}": v["rho"]
                          for k, v in results["analysis"]["none"]["spearman_with_spearman"].items()}
                         | _versus_summary(results["versus_reference"])
+                        | _figure3_summary(results["figure3"], key)
                         | {k: v for r in rows for k, v in interval_summary(r["intervals"],
                                                                           f"instruction/{r['index']:03d}/").items()})
     table = _table(results)
     write_text_atomic(out / "summary.md", table + "\n")
     print(table, flush=True)
     return results
+
+
+def _figure3_summary(f3: Mapping[str, Any], key: str) -> dict[str, float]:
+    """W&B summary: figure3/<variant>/<objective> (rho across instructions with the study's
+    Spearman) and its _lo/_hi."""
+    out: dict[str, float] = {}
+    for mode, per in ((m, f3[key][m]) for m in ("none", "permutation")):
+        for name, e in per.items():
+            out[f"figure3/{mode}/{name}"] = e["rho"]
+            if e["interval"] is not None:
+                out[f"figure3/{mode}/{name}_lo"], out[f"figure3/{mode}/{name}_hi"] = e["interval"]
+    return out
 
 
 def _versus_summary(versus_rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
@@ -322,7 +506,34 @@ def _table(results: Mapping[str, Any]) -> str:
     lo, hi = a["none"]["spearman_min"], a["none"]["spearman_max"]
     lines.append(f"{which} range over instructions: raw {lo:.3f}..{hi:.3f}, "
                  f"debiased {a['permutation']['spearman_min']:.3f}..{a['permutation']['spearman_max']:.3f}")
-    return "\n".join(lines + instruction_lines(results))
+    return "\n".join(lines + figure3_lines(results) + instruction_lines(results))
+
+
+def figure3_lines(results: Mapping[str, Any]) -> list[str]:
+    """Figure 3's rho with its interval, one sentence per objective (raw and debiased, against the
+    study's Spearman; fairness also against the other one), and the candidate order's human share."""
+    f3 = results.get("figure3")
+    if not f3:
+        return []
+    key = results.get("ranking", "spearman_pairs")
+    rounds = f3["rounds"]
+    how = (f"{f3['level']:.0%} percentile bootstrap over the {f3['n_docs']} documents, {rounds} rounds, each "
+           "round's rho from every instruction's values on the same resampled documents" if rounds else
+           "no intervals (metrics.bootstrap=0)")
+    lines = ["", f"Figure 3: Spearman rho across instructions of each objective with their Spearman against humans "
+                 f"(leaky: scored on the documents judged; {how}):"]
+    for mode in ("none", "permutation"):
+        lines += [f"- {e['sentence']}" for e in f3[key][mode].values()]
+    other = next(k for k in HUMAN if k != key)
+    lines += [f"- {f3[other][mode]['fairness']['sentence']}" for mode in ("none", "permutation")]
+    order = results.get("candidate_order")
+    if order:
+        h = order["humans_prefer_earlier"]
+        share = "n/a" if h["share_earlier"] is None else f"{h['share_earlier']:.1%}"
+        lines.append(f"Candidate order: {order['how']}; humans score the earlier-listed candidate higher in {share} "
+                     f"of the {h['earlier_higher'] + h['later_higher']} untied pairs i < j ({h['tied']} tied, "
+                     f"{h['unscored']} unscored)")
+    return lines
 
 
 def instruction_lines(results: Mapping[str, Any]) -> list[str]:
