@@ -16,7 +16,10 @@ generated A/B token (harness.judges.generate).
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import logging
+import sys
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -44,7 +47,7 @@ from harness.judges.packed import (
 )
 from harness.judges.prefix import PrefixScorer, supports_prefix_reuse
 from harness.judges.prompt_ids import SENTINEL, encode_chat
-from harness.judges.weights import load_config, load_tokenizer, load_weights
+from harness.judges.weights import config_value, load_config, load_tokenizer, load_weights
 from harness.models.fingerprint import module_fingerprint, weights_fingerprint
 from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore
@@ -58,6 +61,10 @@ _DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf1
 
 
 def pick_device(device: str) -> str:
+    """"auto": cuda where torch sees a GPU, else cpu. Decided without importing torch (seconds) when
+    the installed torch is a CPU-only build (`cpu_only_torch`): a fully cached run needs none."""
+    if device == "cpu" or (device == "auto" and cpu_only_torch()):
+        return "cpu"
     import torch
 
     if device == "auto":
@@ -67,14 +74,46 @@ def pick_device(device: str) -> str:
     return device
 
 
-def pick_dtype(dtype: str, device: str):
-    import torch
+def cpu_only_torch() -> bool:
+    """Whether the installed torch was built without CUDA and ROCm, read from its torch/version.py
+    without importing it (`cpu_only_build`): then `torch.cuda.is_available()` is False whatever the
+    machine. False when it cannot tell, or when torch is imported already (asking it is free)."""
+    if "torch" in sys.modules:
+        return False
+    spec = importlib.util.find_spec("torch")
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    return bool(folders) and cpu_only_build(Path(folders[0]) / "version.py")
 
+
+def cpu_only_build(version_file: Path) -> bool:
+    """Whether a torch/version.py says `cuda = None` and `hip = None` (a CPU-only build)."""
+    try:
+        tree = ast.parse(version_file.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    values = {}
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else \
+            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        if isinstance(target, ast.Name) and isinstance(node.value, ast.Constant):
+            values[target.id] = node.value.value
+    return all(k in values and values[k] is None for k in ("cuda", "hip"))
+
+
+def dtype_name(dtype: str, device: str) -> str:
+    """The torch dtype's name ("float32", ...) that `dtype` (auto, float32, bf16, ...) means on `device`."""
     if dtype == "auto":  # float32 on every CPU, bf16 on GPU (harness.judges.cpu.auto_dtype)
-        return getattr(torch, auto_dtype(device))
+        return auto_dtype(device)
     if dtype not in _DTYPES:
         raise ConfigError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
-    return getattr(torch, _DTYPES[dtype])
+    return _DTYPES[dtype]
+
+
+def pick_dtype(dtype: str, device: str):
+    """The torch dtype `dtype` means on `device` (imports torch)."""
+    import torch
+
+    return getattr(torch, dtype_name(dtype, device))
 
 
 CHAT_FORMATS = ("default", "zepo")
@@ -220,8 +259,6 @@ class HFJudge(ChatPrompts):
                  engine: str = "auto", max_batch_tokens: int = 4096, chat_format: str = "default",
                  readout: str = "next_token", max_new_tokens: int = 32, tie_label: str | None = None,
                  chat_template: bool = True, threads: int | None = None) -> None:
-        import torch
-
         if engine not in ENGINES:  # before any weights are loaded
             raise ConfigError(f"unknown engine {engine!r}; use {', '.join(ENGINES)}")
         self.set_chat(chat_template=chat_template, chat_format=chat_format, readout=readout,
@@ -232,7 +269,8 @@ class HFJudge(ChatPrompts):
         the shipped config's null means the cores this process may use, see `build`)."""
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"threads must be >= 1, got {threads}")
-        self.torch_dtype = pick_dtype(dtype, self.device)
+        self.dtype_name = dtype_name(dtype, self.device)
+        """The weights' dtype ("float32", "bfloat16", ...); `torch_dtype` is the torch object."""
         self._source = (str(path), gguf_file, revision, bool(trust_remote_code))
         """Where the weights load from, on the first request the cache lacks (see `model`)."""
         self._model, self.tokenizer, self.config = _without_weights(path, gguf_file, revision, trust_remote_code,
@@ -243,7 +281,7 @@ class HFJudge(ChatPrompts):
         self.system_prompt = system_prompt
         self.max_length = context_length(max_length, self.config, str(path))
         self.answers: AnswerTokens = resolve_answer_tokens(self.tokenizer, labels, tie_label)
-        self._answer_ids = torch.tensor(self.answers.all_ids, device=self.device)
+        self._answer_id_tensor: Any = None
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
         if self.pad_id is None:
@@ -253,9 +291,10 @@ class HFJudge(ChatPrompts):
         self.prefix_reuse = bool(prefix_reuse)
         # Likewise the engine: packed and HF forwards differ only in float summation order.
         self.engine = engine
-        if engine == "packed" and getattr(self.config, "model_type", None) not in ARCHITECTURES:
-            raise ConfigError(f"engine=packed cannot run this model: architecture "
-                              f"{getattr(self.config, 'model_type', None)!r} is not one of {', '.join(ARCHITECTURES)}")
+        arch = config_value(self.config, "model_type")
+        if engine == "packed" and arch not in ARCHITECTURES:
+            raise ConfigError(f"engine=packed cannot run this model: architecture {arch!r} is not one of "
+                              f"{', '.join(ARCHITECTURES)}")
         self._packed: Any = None if self._model is None else _packed_engine(self._model, engine)
         self._float_head: FloatHead | None = None
         self.max_batch_tokens = int(max_batch_tokens)
@@ -271,16 +310,33 @@ class HFJudge(ChatPrompts):
         """Times this judge loaded its weights: 0 while every request came from the cache, then 1."""
         self.prefix_scorer = None
         """The PrefixScorer once prefix reuse has run (its counters say how the work split)."""
-        dtype_name = str(self.torch_dtype).removeprefix("torch.")
         self.identity, self.legacy_identity = local_identity(
-            "hf", name or Path(str(path)).name, revision, gguf_file, dtype_name,
+            "hf", name or Path(str(path)).name, revision, gguf_file, self.dtype_name,
             self, weights_fingerprint(path, gguf_file) if self._model is None
-            else f"mem:{module_fingerprint(self._model)}", float_logits=upcasts(dtype_name))
-        self.numerics = numerics(dtype_name, dtype_source(dtype), "transformers", self.device,
+            else f"mem:{module_fingerprint(self._model)}", float_logits=upcasts(self.dtype_name))
+        self.numerics = numerics(self.dtype_name, dtype_source(dtype), "transformers", self.device,
                                  answer_logits="float32")
         """What produced this judge's numbers (results.json "numerics", the card, the run's first lines)."""
 
-    # -- weights, on first use ------------------------------------------------------------------
+    # -- torch and the weights, on first use ----------------------------------------------------
+    # Building the judge imports no torch where the device is known without it (pick_device): a run
+    # whose requests are all cached reads the tokenizer and config, never torch or the weights.
+    @property
+    def torch_dtype(self) -> Any:
+        """The weights' torch dtype (imports torch)."""
+        import torch
+
+        return getattr(torch, self.dtype_name)
+
+    @property
+    def _answer_ids(self) -> Any:
+        """The answer-token ids as a tensor on the judge's device (made on first use: imports torch)."""
+        if self._answer_id_tensor is None:
+            import torch
+
+            self._answer_id_tensor = torch.tensor(self.answers.all_ids, device=self.device)
+        return self._answer_id_tensor
+
     @property
     def model(self) -> Any:
         """The loaded model: the weights are read here, on the first request the cache lacks, so a
@@ -354,6 +410,8 @@ class HFJudge(ChatPrompts):
         ids = self.encode(requests)
         want = set(range(len(ids))) if needed is None else set(needed)
         self.seconds += time.perf_counter() - start
+        if not ids or not want:
+            return  # every request cached: no torch, no weights
         steps = self._logprob_steps(ids, want)
         try:
             while True:

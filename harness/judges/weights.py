@@ -4,12 +4,23 @@ run whose requests are all cached loads none; WEIGHT_LOADS counts them)."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib
+import json
+import logging
+import os
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ConfigError
-from harness.models.paths import broken_weight_file
+from harness.errors import ConfigError, DataError, HarnessError
+from harness.files import read_json, write_json_atomic
+from harness.judges.base import model_positions
+from harness.models.fingerprint import TEXT_SUFFIXES, file_digest, model_files
+from harness.models.paths import broken_weight_file, cache_dir
+
+log = logging.getLogger(__name__)
 
 
 def load_model_and_tokenizer(path: str | Path, gguf_file: str | None, dtype, device: str,
@@ -43,24 +54,149 @@ def _load_error(e: Exception) -> bool:
 
 def load_tokenizer(path: str | Path, gguf_file: str | None = None, revision: str | None = None,
                    trust_remote_code: bool = False) -> Any:
-    """The model's tokenizer alone (what a cached run needs: prompts are encoded, weights are not)."""
+    """The model's tokenizer alone (what a cached run needs: prompts are encoded, weights are not).
+
+    AutoTokenizer picks the class; importing it imports torch and most of transformers (about 6 CPU
+    seconds, more than everything else a fully cached run does). So the class it picked for a local
+    model folder is remembered (`tokenizer_classes.json` in the model cache, keyed by the folder's
+    path as given, its file names, its config/tokenizer files' digests and the transformers version:
+    everything AutoTokenizer's choice reads) and later loads call that class's from_pretrained with
+    the same arguments, checked against what was recorded (vocabulary size, special tokens, chat
+    template); anything else goes through AutoTokenizer again."""
+    kwargs = _load_kwargs(gguf_file, revision, trust_remote_code)
+    key = _tokenizer_key(path, gguf_file, trust_remote_code)
+    known = _tokenizer_classes().get(key) if key else None
+    if known is not None:
+        tok = _remembered_tokenizer(path, known, kwargs)
+        if tok is not None:
+            return tok
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(path), **_load_kwargs(gguf_file, revision, trust_remote_code))
+        tok = AutoTokenizer.from_pretrained(str(path), **kwargs)
     except (OSError, ValueError) as e:
         raise _cannot_load(path, gguf_file, e) from None
+    if key and type(tok).__module__.startswith("transformers."):
+        _remember_tokenizer(key, {"class": f"{type(tok).__module__}:{type(tok).__qualname__}",
+                                  "check": tokenizer_summary(tok), "folder": os.path.realpath(path)})
+    return tok
+
+
+def tokenizer_summary(tok: Any) -> str:
+    """What a remembered tokenizer class must reproduce: vocabulary size, special tokens and their
+    ids, the chat template (a digest)."""
+    facts = [len(tok), tok.all_special_tokens, tok.all_special_ids, getattr(tok, "chat_template", None)]
+    return hashlib.sha256(json.dumps(facts, default=str).encode()).hexdigest()[:16]
+
+
+def _tokenizer_key(path: str | Path, gguf_file: str | None, trust_remote_code: bool) -> str | None:
+    """The memo key of a local folder's tokenizer (None: not remembered: a hub id, a GGUF file,
+    remote code, an unreadable folder)."""
+    folder = Path(os.path.expanduser(str(path)))
+    if gguf_file or trust_remote_code or not folder.is_dir():
+        return None
+    import transformers  # the version: another release may pick another class
+
+    try:
+        names = sorted(f.name for f in folder.iterdir())
+        digests = {f.name: file_digest(f) for f in model_files(folder) if f.name.endswith(TEXT_SUFFIXES)}
+    except (OSError, HarnessError):
+        return None
+    facts = [str(path), transformers.__version__, names, digests]
+    return hashlib.sha256(json.dumps(facts).encode()).hexdigest()
+
+
+def _remembered_tokenizer(path: str | Path, known: Any, kwargs: dict[str, Any]) -> Any:
+    """The tokenizer loaded with the remembered class, or None (then AutoTokenizer decides)."""
+    try:
+        module, _, name = str(known["class"]).partition(":")
+        if not module.startswith("transformers."):
+            return None
+        cls = getattr(importlib.import_module(module), name)
+        tok = cls.from_pretrained(str(path), _from_auto=True, **kwargs)  # as AutoTokenizer calls it
+    except Exception as e:  # noqa: BLE001 - any failure: AutoTokenizer loads it (and reports a real error)
+        log.debug("remembered tokenizer class of %s not used (%s)", path, e)
+        return None
+    return tok if tokenizer_summary(tok) == known.get("check") else None
+
+
+_tokenizers: dict[str, Any] | None = None
+
+
+def _tokenizer_classes() -> dict[str, Any]:
+    """The remembered classes (read once per process; an unreadable file is started afresh)."""
+    global _tokenizers
+    if _tokenizers is None:
+        path = cache_dir() / TOKENIZER_CLASSES
+        try:
+            raw = read_json(path) if path.is_file() else {}
+        except DataError:
+            raw = {}
+        _tokenizers = raw if isinstance(raw, dict) else {}
+    return _tokenizers
+
+
+def _remember_tokenizer(key: str, value: dict[str, str]) -> None:
+    """Keep one folder's class (atomic; another process's entries kept; a read-only cache only
+    costs AutoTokenizer next time)."""
+    known = _tokenizer_classes()
+    known[key] = value
+    path = cache_dir() / TOKENIZER_CLASSES
+    try:
+        merged = dict(known)
+        if path.is_file():
+            try:
+                raw = read_json(path)
+                merged = {**raw, **known} if isinstance(raw, dict) else merged
+            except DataError:
+                pass
+        # Folders that are gone (a test's copy, a deleted fine-tune) are dropped.
+        merged = {k: v for k, v in merged.items() if isinstance(v, dict) and os.path.isdir(str(v.get("folder")))}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, merged)
+    except OSError as e:
+        log.debug("tokenizer class not kept (%s)", e)
+
+
+TOKENIZER_CLASSES = "tokenizer_classes.json"
 
 
 def load_config(path: str | Path, gguf_file: str | None = None, revision: str | None = None,
                 trust_remote_code: bool = False) -> Any:
-    """The model's config alone (its context length and architecture, without the weights)."""
+    """The model's config alone (its context length and architecture, without the weights).
+
+    A local folder whose config.json names its `model_type` and declares its positions is read as
+    that JSON (a dict: what the judge reads of it before the weights, `model_positions` and the
+    architecture, is in it as written); AutoConfig, which imports torch, only for the rest (GGUF
+    files, hub ids, a config that leaves the positions to its class's defaults). The loaded
+    model's own config replaces it with the weights."""
+    plain = _config_file(path, gguf_file, trust_remote_code)
+    if plain is not None:
+        return plain
     from transformers import AutoConfig
 
     try:
         return AutoConfig.from_pretrained(str(path), **_load_kwargs(gguf_file, revision, trust_remote_code))
     except (OSError, ValueError) as e:
         raise _cannot_load(path, gguf_file, e) from None
+
+
+def _config_file(path: str | Path, gguf_file: str | None, trust_remote_code: bool) -> dict[str, Any] | None:
+    f = Path(os.path.expanduser(str(path))) / "config.json"
+    if gguf_file or trust_remote_code or not f.is_file():
+        return None
+    try:
+        raw = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("model_type"), str):
+        return None
+    return raw if model_positions(raw) is not None else None
+
+
+def config_value(config: Any, key: str) -> Any:
+    """`key` of a config: a transformers config object or a config.json dict (load_config)."""
+    return config.get(key) if isinstance(config, Mapping) else getattr(config, key, None)
 
 
 WEIGHT_LOADS: Counter[str] = Counter()
