@@ -70,6 +70,21 @@ def test_round_spearman_is_scipy_per_round_with_ties_nans_and_degenerate_rounds(
             assert why[r] == -1 and rho[r] == pytest.approx(spearmanr(x[r, ok], y[r, ok])[0], abs=1e-12)
 
 
+def test_float_noise_is_no_ranking():
+    """Instructions whose Spearman is 0 in exact arithmetic but +-1e-17 in floats (a mean of
+    per-document correlations) are tied, in the point (plots.spearman) and in every round; ranked
+    as they come (the negative control, scipy on the raw floats) the noise decides the rho."""
+    from harness.zepo import plots
+
+    fair = np.array([-0.5, -0.5, -0.5, -0.5, -0.2, -0.1])
+    sp = np.array([1e-17, -2e-17, 3e-17, -1e-17, 0.1, 0.2])
+    tied = spearmanr(fair, np.round(sp, 12))[0]
+    assert plots.spearman(fair, sp)["rho"] == pytest.approx(tied)
+    assert round_spearman(fair[None], sp[None])[0][0] == pytest.approx(tied)
+    assert spearmanr(fair, sp)[0] != pytest.approx(tied)
+    assert UNDEFINED[round_spearman(fair[None], sp[None] * 0 + 1e-17 * np.arange(6))[1][0]] == "constant_spearman"
+
+
 def test_figure3_interval_excludes_0_for_a_real_relation_and_covers_0_for_noise():
     """A strong relation between instructions' fairness and their Spearman gives an interval above 0;
     per-document noise with no instruction effect (the negative control) gives intervals that cover

@@ -37,12 +37,18 @@ def pearson(x: Sequence[float | None], y: Sequence[float | None]) -> float:
     return float(np.corrcoef(xa, ya)[0, 1])
 
 
+RANK_DECIMALS = 12
+"""Values are rounded to this many decimals before they are ranked: a mean of per-document
+correlations that is 0 in exact arithmetic comes out as +-1e-17, and ranking that float noise
+would order instructions that are tied (SmolLM2's always-'A' instructions all have PairS 0)."""
+
+
 def spearman(x: Sequence[float | None], y: Sequence[float | None]) -> dict[str, float]:
     """Spearman rho and its two-sided p-value (scipy) over pairs where both are finite; NaN with
-    < 3 points or a constant side."""
+    < 3 points or a constant side. Ranks are of the values rounded to RANK_DECIMALS."""
     from scipy.stats import spearmanr
 
-    xa, ya = _clean(x, y)
+    xa, ya = (np.round(v, RANK_DECIMALS) for v in _clean(x, y))
     if xa.size < 3 or np.ptp(xa) == 0 or np.ptp(ya) == 0:
         return {"rho": math.nan, "p": math.nan, "n": int(xa.size)}
     rho, p = spearmanr(xa, ya)
