@@ -314,10 +314,7 @@ def figure3_intervals(rows: Sequence[Mapping[str, Any]], summaries: Sequence[Sum
                 entry: dict[str, Any] = {**point, "interval": None, "rounds": rounds, "defined_rounds": 0,
                                          "undefined": {k: 0 for k in UNDEFINED}}
                 if reps is not None:
-                    x = np.stack([objective_rounds(s, name, mode) for s in summaries], axis=1)
-                    y = np.stack([np.asarray(s.replicates[mode][human], dtype=float)  # type: ignore[index]
-                                  for s in summaries], axis=1)
-                    r, why = round_spearman(x, y)
+                    r, why = figure3_rounds(summaries, name, mode, human)
                     entry["defined_rounds"] = int((why < 0).sum())
                     entry["undefined"] = {k: int((why == i).sum()) for i, k in enumerate(UNDEFINED)}
                 entry["sentence"] = _figure3_sentence(label, entry, level)
@@ -329,6 +326,14 @@ def figure3_intervals(rows: Sequence[Mapping[str, Any]], summaries: Sequence[Sum
                 got[name] = entry
             out[human][mode] = got
     return out
+
+
+def figure3_rounds(summaries: Sequence[Summary], name: str, mode: str, human: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each bootstrap round's rho across instructions of objective `name` (variant `mode`) with the
+    Spearman `human`, and why it is undefined where it is (round_spearman)."""
+    x = np.stack([objective_rounds(s, name, mode) for s in summaries], axis=1)
+    y = np.stack([np.asarray(s.replicates[mode][human], dtype=float) for s in summaries], axis=1)  # type: ignore[index]
+    return round_spearman(x, y)
 
 
 def _figure3_sentence(label: str, entry: Mapping[str, Any], level: float) -> str:
