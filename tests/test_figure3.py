@@ -213,18 +213,20 @@ def test_the_experiment_default_keeps_the_dataset_order(tmp_path, monkeypatch):
     assert e.value.args[0] == [["c0", "c1", "c2"]] * 2 and not called
 
 
-def _judged(docs: list[Document], skill: float, rng: np.random.Generator) -> list[Judgment]:
+def _judged(docs: list[Document], skill: float, instruction: int) -> list[Judgment]:
     """A judge agreeing with humans on each unordered pair with probability `skill`, in both orders
-    (no position bias): P(A) 0.8 for the candidate it prefers."""
+    (no position bias): P(A) 0.75 for the candidate it prefers. Whether it agrees on a pair depends
+    on (instruction, document, the two candidates) only, not on their order in the list."""
     out = []
     for d in docs:
         cs = d.candidates
         for i in range(len(cs)):
             for j in range(i + 1, len(cs)):
                 hi, hj = cs[i].scores["coherence"], cs[j].scores["coherence"]
-                right = rng.random() < skill
+                pair = sorted((int(cs[i].id[1:]), int(cs[j].id[1:])))
+                right = np.random.default_rng([instruction, int(d.id[1:]), *pair]).random() < skill
                 first = (hi > hj) == right  # the judge prefers cs[i]
-                p = 0.8 if first else 0.2
+                p = 0.75 if first else 0.25  # exact in binary: 1 - p is the other one, bit for bit
                 out += [Judgment(d.id, cs[i].id, cs[j].id, p, {}, hi, hj),
                         Judgment(d.id, cs[j].id, cs[i].id, 1 - p, {}, hj, hi)]
     return out
@@ -241,10 +243,9 @@ def test_the_artefact_the_shuffle_removes():
     checks = ((False, lambda e: e["rho"] < -0.95 and e["hi"] < 0), (True, lambda e: e["lo"] < 0 < e["hi"]))
     for shuffled, check in checks:
         use = shuffle_candidates(docs, 0) if shuffled else docs
-        rng = np.random.default_rng(4)
         rows, summ = [], []
         for k, s in enumerate(skills):
-            sm = analyse(_judged(use, s, rng), shuffles=2, seed=0, rounds=200)
+            sm = analyse(_judged(use, s, k), shuffles=2, seed=0, rounds=200)
             rows.append({"index": k, **sm.metrics})
             summ.append(sm)
         if not shuffled:
@@ -252,3 +253,37 @@ def test_the_artefact_the_shuffle_removes():
             assert [r["permutation"]["a_rate_upper"] for r in rows] == pytest.approx(acc)
         e = figure3_intervals(rows, summ, 0.95, len(docs))["spearman_pairs"]["permutation"]["fairness"]
         assert check(e), (shuffled, e)
+
+
+def test_figure3_orders_script_pairs_the_two_orders(tmp_path):
+    """scripts/figure3_orders.py on two runs differing only in the candidate order (4 candidates:
+    PairS sorts every initial order, so raw metrics are order-invariant): a raw rho (-ECE's) is the
+    same in both (difference exactly 0), the debiased fairness one moves from the artefact's -1 to about 0, and its
+    paired difference excludes 0."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from harness.judging import write_judgments
+
+    spec = importlib.util.spec_from_file_location(
+        "figure3_orders", Path(__file__).resolve().parents[1] / "scripts" / "figure3_orders.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    compare = script.compare
+
+    docs = _docs(30, 4)
+    for name, use in (("a", docs), ("b", shuffle_candidates(docs, 0))):
+        for k, s in enumerate(np.linspace(0.55, 0.95, 6)):
+            (tmp_path / name / "instructions" / f"{k:03d}").mkdir(parents=True)
+            write_judgments(tmp_path / name / "instructions" / f"{k:03d}" / "judgments.jsonl", _judged(use, s, k), 0.5)
+        (tmp_path / name / "config.json").write_text(json.dumps(
+            {"seed": 0, "experiment": {"shuffles": 100, "shuffle_candidates": name == "b"},
+             "metrics": {"bootstrap": 200, "level": 0.95}}))
+    got = compare(tmp_path / "a", tmp_path / "b")
+    raw = got["spearman_pairs"]["none"]["calibration_ece"]  # raw fairness: constant (no position bias)
+    assert math.isfinite(raw["original"]["rho"]) and raw["original"]["rho"] == raw["shuffled"]["rho"]
+    assert raw["diff"] == 0 and raw["interval"] == [0, 0]
+    deb = got["spearman_pairs"]["permutation"]["fairness"]
+    assert deb["original"]["rho"] < -0.9 and deb["interval"][0] > 0, deb
+    assert deb["sentence"].startswith("permutation-debiased fairness vs PairS Spearman, rho shuffled - dataset order")

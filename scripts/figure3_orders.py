@@ -1,0 +1,93 @@
+"""python scripts/figure3_orders.py <sensitivity run> <the same, shuffle_candidates=true> [--out f.json]
+
+Figure 3's rho across instructions in two sensitivity runs that differ only in the candidate order
+(experiment.shuffle_candidates), and their PAIRED difference: both runs judged the same documents
+and resample them with the same draws (the same seed and document ids), so each bootstrap round
+gives a rho in each order and the round's shuffled - original difference; the percentile interval
+of those differences says whether the order changed the relation. Reads each run's
+instructions/<index>/judgments.jsonl and config.json (seed, experiment.shuffles, metrics); calls no
+model. Prints one sentence per (Spearman, variant, objective) and writes the numbers as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.judging import load_judgments
+from harness.metrics.bootstrap import percentile_interval, sentence
+from harness.metrics.summary import Summary, analyse
+from harness.zepo.study import FIGURE3, HUMAN, MODE_WORD, figure3_intervals, figure3_rounds
+
+
+def load_run(run: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[Summary]]:
+    cfg = json.loads((run / "config.json").read_text())
+    folders = sorted(p for p in (run / "instructions").iterdir() if p.is_dir())
+    rows, summaries = [], []
+    for k, folder in enumerate(folders):
+        judgments, p_cf = load_judgments(folder / "judgments.jsonl")
+        s = analyse(judgments, p_cf=p_cf, shuffles=int(cfg["experiment"]["shuffles"]), seed=int(cfg["seed"]),
+                    rounds=int(cfg["metrics"]["bootstrap"]), level=float(cfg["metrics"]["level"]))
+        rows.append({"index": k, **{m: s.metrics[m] for m in ("none", "permutation")}})
+        summaries.append(s)
+    return cfg, rows, summaries
+
+
+def compare(original: Path, shuffled: Path) -> dict[str, Any]:
+    (cfg_a, rows_a, sum_a), (cfg_b, rows_b, sum_b) = load_run(original), load_run(shuffled)
+    if len(rows_a) != len(rows_b) or sum_a[0].resample.ids != sum_b[0].resample.ids or not np.array_equal(
+            sum_a[0].resample.counts, sum_b[0].resample.counts):
+        raise SystemExit("the two runs differ in their instructions or documents (or bootstrap draws): "
+                         "a paired comparison needs the same of both")
+    level = float(cfg_a["metrics"]["level"])
+    n_docs = len(sum_a[0].resample.ids)
+    f_a, f_b = figure3_intervals(rows_a, sum_a, level, n_docs), figure3_intervals(rows_b, sum_b, level, n_docs)
+    out: dict[str, Any] = {"original": str(original), "shuffled": str(shuffled), "level": level, "n_docs": n_docs,
+                           "n_instructions": len(rows_a), "rounds": sum_a[0].resample.rounds,
+                           "shuffle_candidates": [cfg_a["experiment"].get("shuffle_candidates"),
+                                                  cfg_b["experiment"].get("shuffle_candidates")]}
+    for human, said in HUMAN.items():
+        out[human] = {}
+        for mode in ("none", "permutation"):
+            out[human][mode] = {}
+            for name, panel in FIGURE3.items():
+                ea, eb = f_a[human][mode][name], f_b[human][mode][name]
+                ra, _ = figure3_rounds(sum_a, name, mode, human)
+                rb, _ = figure3_rounds(sum_b, name, mode, human)
+                diff = eb["rho"] - ea["rho"] if math.isfinite(ea["rho"]) and math.isfinite(eb["rho"]) else math.nan
+                both = np.isfinite(ra) & np.isfinite(rb)
+                iv = percentile_interval((rb - ra)[both], level) if math.isfinite(diff) else None
+                label = (f"{MODE_WORD[mode]} {panel} vs {said}, rho shuffled - dataset order "
+                         f"({len(rows_a)} instructions, {n_docs} documents)")
+                out[human][mode][name] = {
+                    "original": {k: ea[k] for k in ("rho", "p", "interval", "defined_rounds", "undefined", "sentence")},
+                    "shuffled": {k: eb[k] for k in ("rho", "p", "interval", "defined_rounds", "undefined", "sentence")},
+                    "diff": diff, "interval": iv, "rounds_both_defined": int(both.sum()),
+                    "sentence": sentence(label, diff, iv, level)}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("original", type=Path)
+    ap.add_argument("shuffled", type=Path)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    got = compare(args.original, args.shuffled)
+    for human in HUMAN:
+        for mode in ("none", "permutation"):
+            for e in got[human][mode].values():
+                print(f"- {e['original']['sentence']}\n  shuffled: {e['shuffled']['sentence']}\n  {e['sentence']}")
+    if args.out is not None:
+        args.out.write_text(json.dumps(got, indent=1, allow_nan=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
