@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-import harness.runtime.schema  # noqa: F401  (registers the structured configs every compose needs)
-
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("HARNESS_DATA_MIRROR", REPO.parent / "shared" / "data"))
 
@@ -27,6 +25,24 @@ bfloat16: measured 0.015 between bf16 paths of the tiny random Llama (tests/test
 # W&B never reaches the network from tests.
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+
+
+def _threads_per_worker() -> None:
+    """Under pytest-xdist, each worker's share of the cores: OMP_NUM_THREADS = cores // workers
+    (at least 1) unless the user set it. Two workers with two OpenMP threads each on two cores
+    spin-wait on each other (torch's default is one thread per core, per process); runs started by
+    a worker (run_harness, scripts) inherit the variable and resolve `backend.threads: null` from it,
+    as a SLURM job does (harness.judges.cpu.default_threads). Set here, before anything imports
+    torch, which reads it once. Outcomes do not depend on it: the cross-engine bounds hold at any
+    thread count, and the tests that check thread handling set or clear the variable themselves."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // workers))
+
+
+_threads_per_worker()
+
+import harness.runtime.schema  # noqa: E402,F401  (registers the structured configs every compose needs)
 
 
 @pytest.fixture(scope="session")
@@ -146,9 +162,10 @@ _CLOSE_EARLY: dict = {}
 """Session fixtures holding an engine -> how to stop it; stopped after their last collected user."""
 _LAST_USER: dict[str, pytest.Item] = {}
 
-ENGINE_MODULES = ("test_readme.py", "test_vllm_server.py", "test_vllm_judge.py", "test_vllm_experiments.py")
+ENGINE_MODULES = ("test_vllm_server.py", "test_vllm_judge.py", "test_vllm_experiments.py")
 """Modules whose tests share the session's engines (`vllm_judge`, `served_smollm2`): under
-pytest-xdist one work unit, so one worker starts each engine once and stops it after its last user."""
+pytest-xdist one work unit, so one worker starts each engine once and stops it after its last user
+(test_readme puts its users of the served engine there too: its `xdist_unit`)."""
 SPLIT_MODULES = ("test_bench.py", "test_slurm.py")
 """Modules of independent slow tests (scripts, SLURM jobs; no costly module fixture): one unit per
 test under pytest-xdist, so the two workers share them."""
@@ -156,8 +173,13 @@ test under pytest-xdist, so the two workers share them."""
 
 def work_unit(item: pytest.Item) -> str:
     """The xdist_group a test runs in under `-n 2 --dist loadgroup` (pyproject's addopts): its
-    module (module fixtures are set up once), the engine unit, or the test itself."""
+    module (module fixtures are set up once), the engine unit, or the test itself. A module can
+    place its own tests with an `xdist_unit(item)` function (test_readme: the served engine's users
+    in the engine unit, each other command with the commands whose outputs it reads)."""
     module = item.path.name
+    own = getattr(getattr(item, "module", None), "xdist_unit", None)
+    if callable(own):
+        return own(item)
     if module in ENGINE_MODULES:
         return "engines"
     return f"{module}::{item.originalname}" if module in SPLIT_MODULES else module

@@ -298,6 +298,34 @@ def _p_a(run_dir: Path) -> dict[tuple[str, str, str], float]:
 COMMANDS = all_commands()
 
 
+def _chain_root(command: str) -> str:
+    """The command at the start of a command's chain of placeholders: report.py's
+    `outputs/zepo_demo/<stamp>` -> the zepo_demo run; the A-BB sweep collection -> its multirun ->
+    the ZEPO search it reads."""
+    for prefix, producer in PRODUCERS.items():
+        if re.search(re.escape(prefix) + r"<[^>]+>", command):
+            return _chain_root(producer)
+    return command
+
+
+def xdist_unit(item: pytest.Item) -> str:
+    """This module's work units under pytest-xdist (conftest.work_unit): the server's users (the
+    serve line, the API judge and the API optimizer) in the engine unit beside the other users of
+    the session's served engine; every command that runs with the commands whose outputs it reads
+    (its chain, one workspace: a producer runs once); the rest (composed and skipped, listed) in
+    one unit. Each command is its own process, so the units share nothing else."""
+    cmd = getattr(item, "callspec", None) and item.callspec.params.get("cmd")
+    if cmd is None:
+        return "test_readme.py"
+    kind, _ = plan(cmd)
+    if kind in ("serve", "api"):
+        return "engines"
+    if kind != "run":
+        return "test_readme.py"
+    root = _chain_root(" ".join(cmd.argv))
+    return f"test_readme.py::{next((c.where for c in COMMANDS if ' '.join(c.argv) == root), cmd.where)}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("cmd", COMMANDS, ids=[f"{c.where}" for c in COMMANDS])
 def test_documented_command(cmd, workspace, request):
