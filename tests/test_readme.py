@@ -413,3 +413,23 @@ def test_a_broken_command_fails_the_check_and_the_runner(tmp_path):
     (tmp_path / "scripts").symlink_to(REPO / "scripts")
     with pytest.raises(AssertionError, match="README.md:7: .* exited 2"):  # no such run folder
         run_command(script, tmp_path, timeout=300)
+
+
+def test_each_command_shares_a_work_unit_with_what_it_reads():
+    """Under pytest-xdist a command that reads another's outputs (a placeholder) runs in the same
+    unit, so the producer runs once, in the same workspace; the served engine's users are in the
+    engine unit with the other modules that use it (conftest.ENGINE_MODULES)."""
+    from types import SimpleNamespace
+
+    def unit(cmd):
+        return xdist_unit(SimpleNamespace(callspec=SimpleNamespace(params={"cmd": cmd})))
+
+    by_text = {" ".join(c.argv): c for c in COMMANDS}
+    for cmd in COMMANDS:
+        for prefix, producer in PRODUCERS.items():
+            if re.search(re.escape(prefix) + r"<[^>]+>", cmd.text) and plan(cmd)[0] == "run":
+                assert unit(cmd) == unit(by_text[producer]) != "engines", cmd.where
+    assert {c.where for c in COMMANDS if unit(c) == "engines"} == {c.where for c in COMMANDS
+                                                                  if plan(c)[0] in ("serve", "api")}
+    runs = [c for c in COMMANDS if plan(c)[0] == "run"]
+    assert len({unit(c) for c in runs}) > len(runs) // 2  # independent commands are split, not one unit
