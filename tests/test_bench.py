@@ -151,6 +151,23 @@ def test_bench_judge_dtypes_refused():
         assert proc.returncode == 2 and f"--dtypes {bad!r}: give distinct dtypes from" in proc.stderr
 
 
+def test_bench_profile_json(tmp_path, shared_data, tiny_llama):
+    """scripts/bench_profile.py at tiny sizes: the prefix engine's self-CPU time by op category,
+    the categories adding up to the profiled total, the matmuls and attention among them."""
+    out = tmp_path / "profile.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench_profile.py"), "--model", "tiny:llama", "--docs", "1",
+         "--candidates", "2", "--threads", "1", "--data-dir", str(shared_data), "--json", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(out.read_text())
+    assert got["prompts"] == 5 * 2 and got["seconds"] > 0 and got["threads"] == 1
+    cats = got["categories"]
+    assert abs(sum(cats.values()) - got["self_cpu_s"]) < 1e-6 * max(1.0, got["self_cpu_s"])
+    assert cats["matmul (aten::mm/addmm/bmm/matmul)"] > 0 and cats["attention (SDPA kernels)"] > 0
+    assert "by category:" in proc.stdout and "aten::mm" in proc.stdout
+
+
 def test_bench_run_json_line(tmp_path, shared_data, tiny_llama):
     """scripts/bench_run.py at tiny sizes: the run vs engine-only rows, the epoch in one call vs
     per instruction (fewer tokens, decisions equal), bf16 vs fp32 decisions."""
