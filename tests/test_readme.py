@@ -250,7 +250,8 @@ def run_command(cmd: Command, ws: Path, extra: list[str] = (), timeout: int = 90
             sizes.append("model.max_new_tokens=8")
         argv = [*argv, *sizes, *extra]
     elif argv[:2] == ["python", "scripts/bench_judge.py"]:
-        argv = [*argv, "--docs", "1", "--candidates", "2"]  # 2 ordered pairs: every row and comparison still runs
+        # 2 ordered pairs and 512-side peak matmuls (as tests/test_bench.py): every row and comparison still runs
+        argv = [*argv, "--docs", "1", "--candidates", "2", "--peak-size", "512"]
     else:
         argv = [*argv, *extra]
     argv[0] = sys.executable if argv[0] == "python" else argv[0]
