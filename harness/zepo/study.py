@@ -317,11 +317,10 @@ def figure3_intervals(rows: Sequence[Mapping[str, Any]], summaries: Sequence[Sum
                     r, why = figure3_rounds(summaries, name, mode, human)
                     entry["defined_rounds"] = int((why < 0).sum())
                     entry["undefined"] = {k: int((why == i).sum()) for i, k in enumerate(UNDEFINED)}
-                entry["sentence"] = _figure3_sentence(label, entry, level)
                 if reps is not None and math.isfinite(point["rho"]) and rounds - entry["defined_rounds"] <= (
                         1 - level) * rounds:
                     entry["interval"] = percentile_interval(r, level)
-                    entry["sentence"] = _figure3_sentence(label, entry, level)
+                entry["sentence"] = _figure3_sentence(label, entry, level)
                 entry["lo"], entry["hi"] = entry["interval"] or (None, None)
                 got[name] = entry
             out[human][mode] = got
