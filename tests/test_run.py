@@ -61,6 +61,10 @@ def wandb_records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
 
 
+TINY_KERNELS = "torch (head size 16 not run by vLLM's CPU attention)"
+"""The packed engine's kernels on tiny_llama (head size 16), on every machine (harness.judges.cpu_kernels)."""
+
+
 def test_judge_run_tiny_model(tmp_path):
     out = tmp_path / "run"
     r = run_in_process(["experiment=judge", "model=tiny_llama", "task.docs=2", "task.max_candidates=3",
@@ -70,7 +74,7 @@ def test_judge_run_tiny_model(tmp_path):
     assert results["judge"].startswith("hf|tiny-llama|")
     # The run says its numerics (issue #28): results.json, card.md and the console's first lines.
     assert results["numerics"] == {"dtype": "float32", "dtype_source": "auto", "engine": "transformers",
-                                   "device": "cpu", "answer_logits": "float32"}
+                                   "device": "cpu", "answer_logits": "float32", "kernels": TINY_KERNELS}
     line = "float32 (auto), transformers on cpu, answer logits float32"
     assert f"numerics      {line}" in (out / "card.md").read_text()
     assert f"numerics: {line}" in r.stdout + r.stderr
@@ -97,7 +101,7 @@ def test_judge_run_tiny_model(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads((bf16 / "results.json").read_text())
     assert got["numerics"] == {"dtype": "bfloat16", "dtype_source": "config", "engine": "transformers",
-                               "device": "cpu", "answer_logits": "float32"}
+                               "device": "cpu", "answer_logits": "float32", "kernels": TINY_KERNELS}
     assert "|bfloat16|" in got["judge"] and "|logits=float32|" in got["judge"]
     assert "numerics      bfloat16 (config), transformers on cpu" in (bf16 / "card.md").read_text()
 

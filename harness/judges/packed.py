@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.judges import cpu_kernels
 from harness.judges.head import FloatHead
 
 ARCHITECTURES = ("llama", "mistral")
@@ -39,9 +40,10 @@ class Segment:
     start: int = 0
     """Tokens before this row (its first position id)."""
     past: tuple = ()
-    """The cached KV before it: a tuple of per-layer [(keys, values)] lists, each (kv heads, len,
-    head dim), concatenated in order; rows under the same parent share one tuple object, so it is
-    assembled once per layer for all of them."""
+    """The cached KV before it: the ancestors' KV in order, rows under the same parent sharing one
+    tuple object. Torch path: per-layer [(keys, values)] lists, each (kv heads, len, head dim),
+    concatenated once per layer for all rows of a parent. Kernel path (`PackedLlama.paged`): the
+    last entry, the parent's `cpu_kernels.PagedKV`, covers the whole past."""
     keep: bool = False
     """Return this row's own KV (for rows whose continuations come later)."""
 
@@ -64,10 +66,12 @@ def unsupported(model: Any) -> str | None:
 class PackedLlama:
     """The packed forward over a loaded HF Llama/Mistral model (weights shared with it)."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, kernels: str = "auto") -> None:
         reason = unsupported(model)
         if reason:
             raise ValueError(f"packed engine: {reason}")
+        if kernels not in cpu_kernels.KERNELS:
+            raise ValueError(f"kernels: {kernels!r} is not one of {', '.join(cpu_kernels.KERNELS)}")
         self.model = model
         self.inner = model.model
         config = model.config
@@ -84,14 +88,45 @@ class PackedLlama:
         self.scaling = attn.scaling
         self.head = FloatHead(model)
         """The final norm and LM head: float32 logits whatever the model's dtype (harness.judges.head)."""
+        device = model.lm_head.weight.device
+        dtype = str(model.lm_head.weight.dtype).removeprefix("torch.")
+        why = "kernels: torch" if kernels == "torch" else cpu_kernels.unavailable(device.type, dtype, self.head_dim)
+        if why is not None and kernels == "vllm":
+            raise ValueError(f"kernels: vllm cannot run here: {why}")
+        self.paged = why is None
+        """Attention and norms through vLLM's CPU kernels (harness.judges.cpu_kernels): one attention
+        call per layer for all rows over a paged KV pool; else torch's SDPA row by row."""
+        self.rotary = None
+        """RoPE through vLLM's kernel (kernel path, rotate-half RoPE), else the model's own function."""
+        if self.paged:
+            try:
+                self.rotary = cpu_kernels.Rotary(self.inner.rotary_emb, self.head_dim, model.lm_head.weight.dtype)
+            except ValueError:
+                pass
+        self.kernels_note = (cpu_kernels.NOTE if self.rotary is not None else cpu_kernels.NOTE.replace(", RoPE", "")
+                             ) if self.paged else f"torch ({why})"
+        """The `kernels` entry of the judge's numerics."""
 
     def fits(self, longest: int) -> bool:
         """Whether rows up to `longest` tokens (past included) attend exactly as the model does."""
         return self.window is None or longest <= self.window
 
-    def forward(self, segments: Sequence[Segment]) -> tuple[Any, list[list[tuple[Any, Any]] | None]]:
+    def new_pool(self, blocks: int) -> cpu_kernels.KVPool:
+        """A paged KV pool of `blocks` blocks for the kernel path (it grows if a forward needs more)."""
+        return cpu_kernels.KVPool(len(self.inner.layers), blocks, self.kv_heads, self.head_dim,
+                                  self.model.lm_head.weight.dtype)
+
+    def pool_blocks(self, segments: Sequence[Segment]) -> int:
+        """Blocks a pool needs to run these rows (none kept) on the kernel path."""
+        return sum(cpu_kernels.blocks_of(s.start, len(s.tokens)) for s in segments)
+
+    def forward(self, segments: Sequence[Segment], pool: cpu_kernels.KVPool | None = None
+                ) -> tuple[Any, list[Any]]:
         """Last-token logits (rows, vocab; float32 whatever the model's dtype, harness.judges.head)
-        and, for rows with `keep`, their own per-layer KV."""
+        and, for rows with `keep`, their KV for their children: their own per-layer KV (torch
+        path), or a `cpu_kernels.PagedKV` in `pool` (kernel path; a pool of its own when None)."""
+        if self.paged:
+            return self._forward_paged(segments, pool if pool is not None else self.new_pool(self.pool_blocks(segments)))
         import torch
 
         device = self.model.lm_head.weight.device
@@ -140,6 +175,63 @@ class PackedLlama:
         h = h[last_at] + attn.o_proj(out)
         h = h + final.mlp(final.post_attention_layernorm(h))
         return self.head.logits(h), kept
+
+    def _forward_paged(self, segments: Sequence[Segment], pool: cpu_kernels.KVPool) -> tuple[Any, list[Any]]:
+        """`forward` through vLLM's CPU kernels: the same maths in another float order. Each norm
+        after a residual add is one fused kernel (the add in place), and each layer's attention one
+        call for all rows: every row's keys and values go into its blocks of the pool, then each
+        query attends to its row's keys up to its own position (its past through the row's block
+        table). The last layer as in `forward`: only the rows' last tokens get a query and an MLP."""
+        import torch
+
+        device = self.model.lm_head.weight.device
+        lengths = [len(s.tokens) for s in segments]
+        ends = torch.tensor(lengths).cumsum(0)
+        ids = torch.tensor([t for s in segments for t in s.tokens], dtype=torch.long, device=device)
+        pos = torch.cat([torch.arange(s.start, s.start + n) for s, n in zip(segments, lengths)]).to(device)
+        d, nh, nkv = self.head_dim, self.heads, self.kv_heads
+        attend = cpu_kernels.Attention(pool, [(s.past[-1] if s.past else None, s.start, n)
+                                              for s, n in zip(segments, lengths)], nh, nkv, d, self.scaling)
+        h = self.inner.embed_tokens(ids)
+        last_at = (ends - 1).to(device)
+        rope = self._rope(h, pos, last_at)
+        layers = self.inner.layers
+        x = cpu_kernels.rms_norm(layers[0].input_layernorm, h)
+        for li, layer in enumerate(layers[:-1]):
+            attn = layer.self_attn
+            q = rope(attn.q_proj(x).view(-1, nh, d))
+            k = rope(attn.k_proj(x).view(-1, nkv, d))
+            v = attn.v_proj(x).view(-1, nkv, d)
+            o = attn.o_proj(attend(li, q, k, v))
+            x = cpu_kernels.add_rms_norm(layer.post_attention_layernorm, o, h)  # h += o; x = norm(h)
+            x = cpu_kernels.add_rms_norm(layers[li + 1].input_layernorm, layer.mlp(x), h)
+        final = layers[-1]
+        attn = final.self_attn
+        k = rope(attn.k_proj(x).view(-1, nkv, d))
+        v = attn.v_proj(x).view(-1, nkv, d)
+        q = rope(attn.q_proj(x[last_at]).view(-1, nh, d), last=True)
+        o = attn.o_proj(attend(len(layers) - 1, q, k, v, last_only=True))
+        h = h[last_at]
+        x = cpu_kernels.add_rms_norm(final.post_attention_layernorm, o, h)
+        h = h + final.mlp(x)
+        kept = [attend.kept(r) if s.keep else None for r, s in enumerate(segments)]
+        attend.release([s.keep for s in segments])
+        return self.head.logits(h), kept
+
+    def _rope(self, h: Any, pos: Any, last_at: Any) -> Any:
+        """rope(x (tokens, heads, dim), last=False) -> x rotated at the tokens' positions (with
+        `last`, x holds the rows' last tokens): vLLM's kernel in place, or the model's function."""
+        if self.rotary is not None:
+            last_pos = pos[last_at]
+            return lambda x, last=False: self.rotary(last_pos if last else pos, x)
+        cos, sin = self.inner.rotary_emb(h, pos[None])
+        cos_last, sin_last = cos[:, last_at], sin[:, last_at]
+
+        def rope(x: Any, last: bool = False) -> Any:
+            c, s_ = (cos_last, sin_last) if last else (cos, sin)
+            return self.rope(x[None], x[None], c, s_, unsqueeze_dim=2)[0][0]
+
+        return rope
 
     def _attend(self, q, k, v, segments, lengths, masks, buffers, kept, out, last_only=False) -> None:
         """Attention of every row into `out` (tokens, heads x dim): the row's queries over its

@@ -200,15 +200,17 @@ class PrefixScorer:
         whichever others are needed; batches that neither finish a needed prompt nor feed one are
         skipped."""
         want = set(range(len(rows))) if needed is None else set(needed)
+        pool = None  # the kernel path's paged KV pool: one per call, reused by its chunks
         for chunk in chunk_rows(rows, self.max_cached_tokens):
             if want.isdisjoint(chunk):
                 continue
             batches = self._schedule(build_tree(rows, chunk, self.min_prefix))
             _require(batches, want)
+            pool = self._pool(batches, pool)
             for batch in batches:
                 if not any(n.required for n in batch):
                     continue
-                logp = self._run_packed(batch) if self.engine is not None else self._run(batch)
+                logp = self._run_packed(batch, pool) if self.engine is not None else self._run(batch)
                 done = [(i, logp[k]) for k, n in enumerate(batch) for i in n.ends if i in want]
                 if done:
                     yield done
@@ -240,6 +242,21 @@ class PrefixScorer:
                                 row_batches([len(n.tokens) for n in level], self.batch_size, self.max_batch_tokens)]
                 level = [c for n in level for c in n.children]
         return batches
+
+    def _pool(self, batches: list[list[PrefixNode]], pool: Any) -> Any:
+        """The chunk's paged KV pool when the packed engine runs vLLM's CPU kernels (else None):
+        the call's pool emptied (the previous chunk's KV dies here), grown to the chunk's peak if
+        smaller: every inner node's blocks (kept until the chunk ends) plus the largest batch's
+        leaves (given back after their forward)."""
+        if self.engine is None or not getattr(self.engine, "paged", False):
+            return None
+        inner = sum(self.engine.pool_blocks([Segment(n.tokens, n.start)]) for b in batches for n in b if n.keeps_kv())
+        leaves = max((self.engine.pool_blocks([Segment(n.tokens, n.start) for n in b if not n.keeps_kv()])
+                      for b in batches), default=0)
+        if pool is None or pool.capacity < inner + leaves:
+            return self.engine.new_pool(inner + leaves)
+        pool.reset()
+        return pool
 
     def _run(self, nodes: list[PrefixNode]) -> list[list[float]]:
         import torch
@@ -281,7 +298,7 @@ class PrefixScorer:
         self._record(nodes, n_rows * width)
         return logp
 
-    def _run_packed(self, nodes: list[PrefixNode]) -> list[list[float]]:
+    def _run_packed(self, nodes: list[PrefixNode], pool: Any = None) -> list[list[float]]:
         import torch
 
         paths: dict[int, tuple] = {}
@@ -292,7 +309,7 @@ class PrefixScorer:
                 paths[parent] = tuple(a.kv for a in n.path())
             segments.append(Segment(n.tokens, n.start, paths[parent], keep=n.keeps_kv()))
         with torch.inference_mode():
-            logits, kept = self.engine.forward(segments)
+            logits, kept = self.engine.forward(segments, pool)
             logp = torch.log_softmax(logits.float(), dim=-1)[:, self.answer_ids].cpu().tolist()
         for k, n in enumerate(nodes):
             if n.keeps_kv():

