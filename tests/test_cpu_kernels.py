@@ -138,3 +138,29 @@ def test_without_vllm_the_torch_path_runs(tmp_path, monkeypatch):
     assert cpu_kernels.expected("cpu", "float32", 64) == "vLLM is not installed"
     assert cpu_kernels.expected("cuda", "bfloat16", 64).startswith("vLLM's CPU kernels run on a CPU")
     assert cpu_kernels.expected("cpu", "float16", 64).startswith("dtype float16: they run")
+
+
+@needs_kernels
+def test_bench_kernels_ab_runs_and_compares(tmp_path, shared_data):
+    """scripts/bench_kernels.py as typed, at tiny sizes: both sides timed per workload, their
+    speed-up the quotient of the medians, every decision compared, |dP(A)| within the fp32 bound."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    out = tmp_path / "ab.json"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_kernels.py"), "--model", "tiny:llama3",
+                           "--docs", "1", "--candidates", "2", "--rounds", "2", "--threads", "1",
+                           "--data-dir", str(shared_data), "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(out.read_text())
+    assert got == json.loads(proc.stdout.strip().splitlines()[-1]) and got["threads"] == 1
+    assert set(got["rows"]) == {"prefix_1instr_float32_bs8", "prefix_5instr_float32_bs8"}
+    for row in got["rows"].values():
+        assert all(len(v) == 2 for v in row["rounds_s"].values())
+        assert row["speedup"] == pytest.approx(row["median_s"]["torch"] / row["median_s"]["vllm"])
+        assert row["agree"][1] == row["prompts"] and row["max_abs_dp"] < P_A_BOUND["float32"]
+    assert got["rows"]["prefix_5instr_float32_bs8"]["prompts"] == 5 * 2
