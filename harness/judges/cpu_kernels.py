@@ -135,9 +135,9 @@ class KVPool:
     def __init__(self, layers: int, blocks: int, kv_heads: int, head_dim: int, dtype: Any) -> None:
         import torch
 
-        # Zeros, not empty: the kernel reads whole blocks and masks the positions past a row's
-        # length, and a masked NaN would still poison its output (0 x NaN); reused blocks hold
-        # finite numbers from earlier rows.
+        # Zeros, not empty: a kernel that reads a
+        # whole block and masks the positions past a row's length would turn a NaN left in fresh
+        # memory into a NaN output (0 x NaN); reused blocks hold finite numbers from earlier rows.
         self.data = torch.zeros((layers, max(1, blocks), kv_heads, 2 * BLOCK_SIZE, head_dim), dtype=dtype)
         self.free = list(range(max(1, blocks) - 1, -1, -1))
 
@@ -193,8 +193,9 @@ class Attention:
         self.isa = isa(dtype)
         tables, slots, src, dst, self.own = [], [], [], [], []
         for parent, start, n in rows:
-            if parent is not None and parent.length != start:
-                raise ValueError(f"a row starting at {start} continues a past of {parent.length} tokens")
+            if (parent.length if parent is not None else 0) != start:
+                raise ValueError(f"a row starting at {start} continues a past of "
+                                 f"{parent.length if parent is not None else 0} tokens")
             first = start // BLOCK_SIZE
             mine = pool.take(blocks_of(start, n))
             if start % BLOCK_SIZE:  # the first block holds the parent's last tokens: this row's own copy

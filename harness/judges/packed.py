@@ -103,6 +103,8 @@ class PackedLlama:
                 self.rotary = cpu_kernels.Rotary(self.inner.rotary_emb, self.head_dim, model.lm_head.weight.dtype)
             except ValueError:
                 pass
+        self._pool: cpu_kernels.KVPool | None = None
+        """The kernel path's pool for calls that bring none (plain rows), kept for the next such call."""
         self.kernels_note = (cpu_kernels.NOTE if self.rotary is not None else cpu_kernels.NOTE.replace(", RoPE", "")
                              ) if self.paged else f"torch ({why})"
         """The `kernels` entry of the judge's numerics."""
@@ -126,7 +128,13 @@ class PackedLlama:
         and, for rows with `keep`, their KV for their children: their own per-layer KV (torch
         path), or a `cpu_kernels.PagedKV` in `pool` (kernel path; a pool of its own when None)."""
         if self.paged:
-            return self._forward_paged(segments, pool if pool is not None else self.new_pool(self.pool_blocks(segments)))
+            if pool is None:  # plain rows: one pool reused by every such call, emptied first
+                blocks = self.pool_blocks(segments)
+                if self._pool is None or self._pool.capacity < blocks:
+                    self._pool = self.new_pool(blocks)
+                self._pool.reset()
+                pool = self._pool
+            return self._forward_paged(segments, pool)
         import torch
 
         device = self.model.lm_head.weight.device
