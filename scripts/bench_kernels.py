@@ -60,8 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     out = {"model": args.model, "threads": torch.get_num_threads(), "rounds": args.rounds,
            "cpu": platform.processor() or platform.machine(),
            "cpu_flags": sorted(f for f in flags if f.startswith(("avx2", "avx512f", "avx512_bf16", "amx"))),
-           "rows": {}}
-    print(f"threads {out['threads']}, {args.rounds} interleaved rounds, CPU flags {' '.join(out['cpu_flags'])}")
+           "library": Path(cpu_kernels._library()[0]).name,
+           "isa": {d: cpu_kernels.isa(getattr(torch, d)) for d in args.dtypes}, "rows": {}}
+    print(f"threads {out['threads']}, {args.rounds} interleaved rounds, CPU flags {' '.join(out['cpu_flags'])}, "
+          f"vLLM library {out['library']}, attention ISA {out['isa']}")
     print(f"{'workload':<24}{'torch s':>9}{'vllm s':>9}{'speed-up':>10}  decisions  max|dP(A)|  rounds (torch / vllm)")
     for dtype in args.dtypes:
         base = HFJudge(path, gguf_file=gguf, device="cpu", dtype=dtype)

@@ -159,6 +159,7 @@ def test_bench_kernels_ab_runs_and_compares(tmp_path, shared_data):
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(out.read_text())
     assert got == json.loads(proc.stdout.strip().splitlines()[-1]) and got["threads"] == 1
+    assert got["library"].startswith("_C") and got["isa"] == {"float32": "vec"}
     assert set(got["rows"]) == {"prefix_1instr_float32_bs8", "prefix_5instr_float32_bs8"}
     for row in got["rows"].values():
         assert all(len(v) == 2 for v in row["rounds_s"].values())
