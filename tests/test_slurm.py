@@ -403,7 +403,10 @@ def test_preempted_vllm_job_requeues_once_and_resumes_equal(slurm_cluster, job_e
     for key in ("HARNESS_DATA_DIR", "HARNESS_DATA_MIRROR", "HARNESS_MODEL_CACHE"):
         monkeypatch.setenv(key, job_env[key])
     ref_dir = tmp_path / "ref"
-    ref = run(_compose([*cfg, f"cache.path={tmp_path / 'ref.sqlite'}", "wandb.mode=disabled"], False), ref_dir)
+    # The unbroken run in this process with the engine in it too (the same model, dtype and settings
+    # but where the engine runs: the same numbers, without the two engine processes' ~30 s start).
+    ref = run(_compose([*cfg, "backend.in_process=true", f"cache.path={tmp_path / 'ref.sqlite'}", "wandb.mode=disabled"],
+                       False), ref_dir)
     assert ref["judge_calls"] == _cache_rows(cache)  # the unbroken run's distinct requests, all scored
     (got, got_cf), (want, want_cf) = load_judgments(sweep / "0" / "judgments.jsonl"), load_judgments(ref_dir / "judgments.jsonl")
     assert [(j.doc_id, j.a_id, j.b_id) for j in got] == [(j.doc_id, j.a_id, j.b_id) for j in want]
