@@ -8,6 +8,9 @@ directory, filled with a filler file until N KB are left. The tiny judge run wri
 the levels stop it before the first model call (8 KB left: attempts.jsonl's progress line), after
 results.json (32) and at the report card's last picture (96). Negative control: the same run on the
 same kind of mount with room to spare completes (exit 0), so the failures come from the space.
+The full-disk runs and the reruns are `python -m harness.run` processes (the door: exit code and
+stderr of a process that hit ENOSPC, then a user's rerun); the uninterrupted run is the same command
+through the same entry in the test's process (conftest.run_in_process): it needs no process of its own.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import results_only, run_harness
+from conftest import results_only, run_harness, run_in_process
 from test_cli_errors import _assert_one_line_error
 
 pytestmark = pytest.mark.slow
@@ -62,7 +65,7 @@ def uninterrupted(tmp_path_factory):
     mount = tmp / "disk"
     _mount(mount, "1m")
     try:
-        r = run_harness([*RUN, f"hydra.run.dir={mount / 'run'}"], tmp, timeout=300)
+        r = run_in_process([*RUN, f"hydra.run.dir={mount / 'run'}"], tmp, timeout=300)
         outcome = _outcome(mount / "run") if r.returncode == 0 else None
         calls = json.loads((mount / "run" / "results.json").read_text())["judge_calls"] if outcome else None
     finally:
