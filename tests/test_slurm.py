@@ -239,6 +239,45 @@ def _sweeps(grid: list[str], job_env: dict[str, str], tmp_path: Path, timeout: i
     return dirs["slurm"], dirs["local"]
 
 
+def _sbatch_wait(args: list[str], env: dict[str, str], timeout: int = 300) -> subprocess.CompletedProcess:
+    """`sbatch --parsable <args>`, then wait for the job to end; returns what `sbatch --wait` would
+    (returncode: the job's exit code, 1 when it ended otherwise; stderr: its state). `sbatch --wait`
+    itself polls after 2, 10 and then every 32 s (slurm's sbatch.c, MinJobAge 300 s): a 9 s job cost
+    the test 10 s, a 12 s one 42 s. This polls `scontrol show job` every 0.25 s. A timeout cancels the
+    job and raises subprocess.TimeoutExpired, as subprocess.run(timeout=...) did."""
+    r = subprocess.run(["sbatch", "--parsable", *args], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=60)
+    if r.returncode != 0:
+        return r
+    job = r.stdout.strip().split(";")[0]
+    deadline = time.time() + timeout
+    while True:
+        state, code = _job_state(job)
+        if state in _ENDED:
+            rc = int(code.split(":")[0]) if state == "COMPLETED" else (int(code.split(":")[0]) or 1)
+            return subprocess.CompletedProcess(r.args, rc, r.stdout, f"job {job} {state} (exit code {code})")
+        if time.time() > deadline:
+            subprocess.run(["scancel", job], capture_output=True, timeout=60)
+            raise subprocess.TimeoutExpired(r.args, timeout)
+        time.sleep(0.25)
+
+
+_ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+
+
+def _job_state(job: str) -> tuple[str, str]:
+    """(JobState, ExitCode) from slurmctld; from accounting once slurmctld has forgotten the job."""
+    r = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=60)
+    fields = dict(f.split("=", 1) for f in r.stdout.split() if "=" in f) if r.returncode == 0 else {}
+    if "JobState" in fields:
+        return fields["JobState"], fields.get("ExitCode", "0:0")
+    r = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job, "-o", "State,ExitCode"], capture_output=True,
+                       text=True, timeout=60)
+    line = r.stdout.strip().splitlines()[:1]
+    state, _, code = line[0].partition("|") if line else ("UNKNOWN", "", "0:0")
+    return state.split()[0] if state else "UNKNOWN", code or "0:0"
+
+
 def _tool(module: str, args: list[str], env: dict[str, str]) -> None:
     r = subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=env, capture_output=True, text=True,
                        timeout=300)
@@ -435,10 +474,8 @@ def test_sharded_array_job_merges_to_the_unsharded_run(slurm_cluster, job_env, t
     assert r.returncode == 0, r.stderr
     array = r.stdout.strip().split(";")[0]
     try:
-        m = subprocess.run(["sbatch", "--parsable", "--wait", f"--dependency=afterok:{array}",
-                            "--kill-on-invalid-dep=yes", *small, f"--output={logs}/merge-%j.out",
-                            str(REPO / "slurm" / "merge.sbatch"), str(out)],
-                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        m = _sbatch_wait([f"--dependency=afterok:{array}", "--kill-on-invalid-dep=yes", *small,
+                          f"--output={logs}/merge-%j.out", str(REPO / "slurm" / "merge.sbatch"), str(out)], env)
     except subprocess.TimeoutExpired:
         subprocess.run(["scancel", array])
         pytest.fail("sharded run + merge did not finish in 300 s")
@@ -549,10 +586,9 @@ def test_node_job_runs_its_shards_side_by_side_and_merges(slurm_cluster, job_env
     out, log = tmp_path / "node", tmp_path / "node.out"
     env = {**job_env, "OUT": str(out), "WANDB_MODE": "disabled"}
     try:
-        r = subprocess.run(["sbatch", "--wait", "--parsable", "--partition=debug", "--ntasks-per-node=2",
-                            "--cpus-per-task=1", "--mem-per-cpu=1G", "--gpus-per-task=0", "--time=10",
-                            f"--output={log}", str(REPO / "slurm" / "node.sbatch"), *cfg],
-                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        r = _sbatch_wait(["--partition=debug", "--ntasks-per-node=2", "--cpus-per-task=1", "--mem-per-cpu=1G",
+                          "--gpus-per-task=0", "--time=10", f"--output={log}", str(REPO / "slurm" / "node.sbatch"),
+                          *cfg], env)
     except subprocess.TimeoutExpired:
         pytest.fail("node.sbatch did not finish in 300 s")
     text = log.read_text() if log.is_file() else ""
