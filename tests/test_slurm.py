@@ -2,7 +2,8 @@
 always through the shipped conf/hydra/launcher/slurm.yaml with site overrides only (partition,
 no GPUs, memory, CPUs):
 (a) judge, ZEPO and A-BB multiruns through hydra/launcher=slurm give the same collected table as
-    the basic launcher, and the sbatch script submitit wrote sets OMP_NUM_THREADS as intended;
+    the basic launcher (the same command line in the test's process: conftest.run_in_process), and
+    the sbatch script submitit wrote sets OMP_NUM_THREADS as intended;
 (b) a job signalled for preemption requeues into the same directory and resumes from the request
     cache, losing and repeating nothing; (c) judge.sbatch over 4 array tasks + merge.sbatch equals
     the unsharded run exactly.
@@ -13,6 +14,7 @@ The cluster tests are marked `slurm`; without sbatch they start ../shared/tools/
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -24,7 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import results_only
+from conftest import results_only, run_in_process
 
 from harness.errors import ConfigError
 from harness.runtime.attempts import read_attempts
@@ -223,16 +225,19 @@ def _cancel(sweep: Path, *procs: subprocess.Popen) -> None:
 
 def _sweeps(grid: list[str], job_env: dict[str, str], tmp_path: Path, timeout: int = 600) -> tuple[Path, Path]:
     """The same multirun through hydra/launcher=slurm and through the basic launcher, side by side,
-    each with its own request cache (by environment, so both runs' overrides are the same)."""
+    each with its own request cache (by environment, so both runs' overrides are the same). The SLURM
+    multirun is a login-node process, as a user starts it; the basic launcher's is the same command
+    line through the CLI's entry in this process (conftest.run_in_process) while the jobs run."""
     dirs = {name: tmp_path / name for name in ("slurm", "local")}
     env = {name: {**job_env, "HARNESS_CACHE": str(tmp_path / f"cache-{name}")} for name in dirs}
     slurm = _harness(["-m", *SLURM, *grid, f"hydra.sweep.dir={dirs['slurm']}"], env["slurm"])
-    local = _harness(["-m", *grid, f"hydra.sweep.dir={dirs['local']}"], env["local"])
     try:
-        _finish(local, "local multirun", timeout)
+        local = run_in_process(["-m", *grid, f"hydra.sweep.dir={dirs['local']}"], tmp_path / "local-process",
+                               env=env["local"], timeout=timeout)
+        assert local.returncode == 0, f"local multirun failed:\n{(local.stdout + local.stderr)[-3000:]}"
         log = _finish(slurm, "SLURM multirun", timeout)
     finally:
-        _cancel(dirs["slurm"], slurm, local)
+        _cancel(dirs["slurm"], slurm)
     assert "Submitit 'slurm' sweep output dir" in log
     # Both jobs really ran as SLURM array tasks (submitit keeps each task's log and result).
     assert len(list((dirs["slurm"] / ".submitit").glob("*_[01]/*_result.pkl"))) == 2
@@ -279,13 +284,28 @@ def _job_state(job: str) -> tuple[str, str]:
 
 
 def _tool(module: str, args: list[str], env: dict[str, str]) -> None:
-    r = subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
+    """`python -m <module> <args>` as its main(argv) in this process (the collect steps only read the
+    sweeps' folders; the tools' own command lines are run as processes by test_readme and test_collect)."""
+    import importlib
+
+    with _environ(env):
+        assert importlib.import_module(module).main(args) == 0
+
+
+@contextlib.contextmanager
+def _environ(env: dict[str, str]):
+    before = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
 
 
 def _collected(sweep: Path, env: dict[str, str]) -> str:
-    """`python -m harness.runtime.collect table <sweep> --out ...` as a user collects a multirun."""
+    """`python -m harness.runtime.collect table <sweep> --out ...` (its main, in this process)."""
     _tool("harness.runtime.collect", ["table", str(sweep), "--out", str(sweep / "collect")], env)
     return (sweep / "collect" / "table.md").read_text()
 
