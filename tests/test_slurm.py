@@ -555,9 +555,14 @@ def test_site_config_dir_adds_a_launcher_and_a_model(tmp_path):
 def test_site_config_dir_runs_a_sweep_on_slurm(slurm_cluster, job_env, tmp_path, tiny_llama):
     site = _site_dir(tmp_path, Path(tiny_llama))
     sweep = tmp_path / "sweep"
+    # Each job stays RUNNING 6 s before its run (an srun task prolog that sleeps): the login node looks
+    # every 2 s and sacct lags, so a tiny run alone (~5 s) could end between two looks, RUNNING unseen.
+    prolog = tmp_path / "prolog.sh"
+    prolog.write_text("#!/bin/sh\nsleep 6\n")
+    prolog.chmod(0o755)
     proc = _harness(["--config-dir", str(site), "-m", "hydra/launcher=mysite", *TINY, "model=mymodel,tiny_llama",
-                     "task.docs=1", "task.max_candidates=3", f"hydra.sweep.dir={sweep}", "wandb.mode=disabled"],
-                    job_env)
+                     "task.docs=1", "task.max_candidates=3", f"hydra.sweep.dir={sweep}", "wandb.mode=disabled",
+                     f"+hydra.launcher.srun_args=['--task-prolog={prolog}']"], job_env)
     try:
         log = _finish(proc, "site-config SLURM multirun", 300)
     finally:
