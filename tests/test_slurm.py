@@ -2,7 +2,8 @@
 always through the shipped conf/hydra/launcher/slurm.yaml with site overrides only (partition,
 no GPUs, memory, CPUs):
 (a) judge, ZEPO and A-BB multiruns through hydra/launcher=slurm give the same collected table as
-    the basic launcher, and the sbatch script submitit wrote sets OMP_NUM_THREADS as intended;
+    the basic launcher (the same command line in the test's process: conftest.run_in_process), and
+    the sbatch script submitit wrote sets OMP_NUM_THREADS as intended;
 (b) a job signalled for preemption requeues into the same directory and resumes from the request
     cache, losing and repeating nothing; (c) judge.sbatch over 4 array tasks + merge.sbatch equals
     the unsharded run exactly.
@@ -13,6 +14,7 @@ The cluster tests are marked `slurm`; without sbatch they start ../shared/tools/
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -24,7 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import results_only
+from conftest import results_only, run_in_process
 
 from harness.errors import ConfigError
 from harness.runtime.attempts import read_attempts
@@ -223,30 +225,87 @@ def _cancel(sweep: Path, *procs: subprocess.Popen) -> None:
 
 def _sweeps(grid: list[str], job_env: dict[str, str], tmp_path: Path, timeout: int = 600) -> tuple[Path, Path]:
     """The same multirun through hydra/launcher=slurm and through the basic launcher, side by side,
-    each with its own request cache (by environment, so both runs' overrides are the same)."""
+    each with its own request cache (by environment, so both runs' overrides are the same). The SLURM
+    multirun is a login-node process, as a user starts it; the basic launcher's is the same command
+    line through the CLI's entry in this process (conftest.run_in_process) while the jobs run."""
     dirs = {name: tmp_path / name for name in ("slurm", "local")}
     env = {name: {**job_env, "HARNESS_CACHE": str(tmp_path / f"cache-{name}")} for name in dirs}
     slurm = _harness(["-m", *SLURM, *grid, f"hydra.sweep.dir={dirs['slurm']}"], env["slurm"])
-    local = _harness(["-m", *grid, f"hydra.sweep.dir={dirs['local']}"], env["local"])
     try:
-        _finish(local, "local multirun", timeout)
+        local = run_in_process(["-m", *grid, f"hydra.sweep.dir={dirs['local']}"], tmp_path / "local-process",
+                               env=env["local"], timeout=timeout)
+        assert local.returncode == 0, f"local multirun failed:\n{(local.stdout + local.stderr)[-3000:]}"
         log = _finish(slurm, "SLURM multirun", timeout)
     finally:
-        _cancel(dirs["slurm"], slurm, local)
+        _cancel(dirs["slurm"], slurm)
     assert "Submitit 'slurm' sweep output dir" in log
     # Both jobs really ran as SLURM array tasks (submitit keeps each task's log and result).
     assert len(list((dirs["slurm"] / ".submitit").glob("*_[01]/*_result.pkl"))) == 2
     return dirs["slurm"], dirs["local"]
 
 
+def _sbatch_wait(args: list[str], env: dict[str, str], timeout: int = 300) -> subprocess.CompletedProcess:
+    """`sbatch --parsable <args>`, then wait for the job to end; returns what `sbatch --wait` would
+    (returncode: the job's exit code, 1 when it ended otherwise; stderr: its state). `sbatch --wait`
+    itself polls after 2, 10 and then every 32 s (slurm's sbatch.c, MinJobAge 300 s): a 9 s job cost
+    the test 10 s, a 12 s one 42 s. This polls `scontrol show job` every 0.25 s. A timeout cancels the
+    job and raises subprocess.TimeoutExpired, as subprocess.run(timeout=...) did."""
+    r = subprocess.run(["sbatch", "--parsable", *args], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=60)
+    if r.returncode != 0:
+        return r
+    job = r.stdout.strip().split(";")[0]
+    deadline = time.time() + timeout
+    while True:
+        state, code = _job_state(job)
+        if state in _ENDED:
+            rc = int(code.split(":")[0]) if state == "COMPLETED" else (int(code.split(":")[0]) or 1)
+            return subprocess.CompletedProcess(r.args, rc, r.stdout, f"job {job} {state} (exit code {code})")
+        if time.time() > deadline:
+            subprocess.run(["scancel", job], capture_output=True, timeout=60)
+            raise subprocess.TimeoutExpired(r.args, timeout)
+        time.sleep(0.25)
+
+
+_ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+
+
+def _job_state(job: str) -> tuple[str, str]:
+    """(JobState, ExitCode) from slurmctld; from accounting once slurmctld has forgotten the job."""
+    r = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=60)
+    fields = dict(f.split("=", 1) for f in r.stdout.split() if "=" in f) if r.returncode == 0 else {}
+    if "JobState" in fields:
+        return fields["JobState"], fields.get("ExitCode", "0:0")
+    r = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job, "-o", "State,ExitCode"], capture_output=True,
+                       text=True, timeout=60)
+    line = r.stdout.strip().splitlines()[:1]
+    state, _, code = line[0].partition("|") if line else ("UNKNOWN", "", "0:0")
+    return state.split()[0] if state else "UNKNOWN", code or "0:0"
+
+
 def _tool(module: str, args: list[str], env: dict[str, str]) -> None:
-    r = subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
+    """`python -m <module> <args>` as its main(argv) in this process (the collect steps only read the
+    sweeps' folders; the tools' own command lines are run as processes by test_readme and test_collect)."""
+    import importlib
+
+    with _environ(env):
+        assert importlib.import_module(module).main(args) == 0
+
+
+@contextlib.contextmanager
+def _environ(env: dict[str, str]):
+    before = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
 
 
 def _collected(sweep: Path, env: dict[str, str]) -> str:
-    """`python -m harness.runtime.collect table <sweep> --out ...` as a user collects a multirun."""
+    """`python -m harness.runtime.collect table <sweep> --out ...` (its main, in this process)."""
     _tool("harness.runtime.collect", ["table", str(sweep), "--out", str(sweep / "collect")], env)
     return (sweep / "collect" / "table.md").read_text()
 
@@ -403,7 +462,10 @@ def test_preempted_vllm_job_requeues_once_and_resumes_equal(slurm_cluster, job_e
     for key in ("HARNESS_DATA_DIR", "HARNESS_DATA_MIRROR", "HARNESS_MODEL_CACHE"):
         monkeypatch.setenv(key, job_env[key])
     ref_dir = tmp_path / "ref"
-    ref = run(_compose([*cfg, f"cache.path={tmp_path / 'ref.sqlite'}", "wandb.mode=disabled"], False), ref_dir)
+    # The unbroken run in this process with the engine in it too (the same model, dtype and settings
+    # but where the engine runs: the same numbers, without the two engine processes' ~30 s start).
+    ref = run(_compose([*cfg, "backend.in_process=true", f"cache.path={tmp_path / 'ref.sqlite'}", "wandb.mode=disabled"],
+                       False), ref_dir)
     assert ref["judge_calls"] == _cache_rows(cache)  # the unbroken run's distinct requests, all scored
     (got, got_cf), (want, want_cf) = load_judgments(sweep / "0" / "judgments.jsonl"), load_judgments(ref_dir / "judgments.jsonl")
     assert [(j.doc_id, j.a_id, j.b_id) for j in got] == [(j.doc_id, j.a_id, j.b_id) for j in want]
@@ -432,10 +494,8 @@ def test_sharded_array_job_merges_to_the_unsharded_run(slurm_cluster, job_env, t
     assert r.returncode == 0, r.stderr
     array = r.stdout.strip().split(";")[0]
     try:
-        m = subprocess.run(["sbatch", "--parsable", "--wait", f"--dependency=afterok:{array}",
-                            "--kill-on-invalid-dep=yes", *small, f"--output={logs}/merge-%j.out",
-                            str(REPO / "slurm" / "merge.sbatch"), str(out)],
-                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        m = _sbatch_wait([f"--dependency=afterok:{array}", "--kill-on-invalid-dep=yes", *small,
+                          f"--output={logs}/merge-%j.out", str(REPO / "slurm" / "merge.sbatch"), str(out)], env)
     except subprocess.TimeoutExpired:
         subprocess.run(["scancel", array])
         pytest.fail("sharded run + merge did not finish in 300 s")
@@ -495,9 +555,14 @@ def test_site_config_dir_adds_a_launcher_and_a_model(tmp_path):
 def test_site_config_dir_runs_a_sweep_on_slurm(slurm_cluster, job_env, tmp_path, tiny_llama):
     site = _site_dir(tmp_path, Path(tiny_llama))
     sweep = tmp_path / "sweep"
+    # Each job stays RUNNING 6 s before its run (an srun task prolog that sleeps): the login node looks
+    # every 2 s and sacct lags, so a tiny run alone (~5 s) could end between two looks, RUNNING unseen.
+    prolog = tmp_path / "prolog.sh"
+    prolog.write_text("#!/bin/sh\nsleep 6\n")
+    prolog.chmod(0o755)
     proc = _harness(["--config-dir", str(site), "-m", "hydra/launcher=mysite", *TINY, "model=mymodel,tiny_llama",
-                     "task.docs=1", "task.max_candidates=3", f"hydra.sweep.dir={sweep}", "wandb.mode=disabled"],
-                    job_env)
+                     "task.docs=1", "task.max_candidates=3", f"hydra.sweep.dir={sweep}", "wandb.mode=disabled",
+                     f"+hydra.launcher.srun_args=['--task-prolog={prolog}']"], job_env)
     try:
         log = _finish(proc, "site-config SLURM multirun", 300)
     finally:
@@ -546,10 +611,9 @@ def test_node_job_runs_its_shards_side_by_side_and_merges(slurm_cluster, job_env
     out, log = tmp_path / "node", tmp_path / "node.out"
     env = {**job_env, "OUT": str(out), "WANDB_MODE": "disabled"}
     try:
-        r = subprocess.run(["sbatch", "--wait", "--parsable", "--partition=debug", "--ntasks-per-node=2",
-                            "--cpus-per-task=1", "--mem-per-cpu=1G", "--gpus-per-task=0", "--time=10",
-                            f"--output={log}", str(REPO / "slurm" / "node.sbatch"), *cfg],
-                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        r = _sbatch_wait(["--partition=debug", "--ntasks-per-node=2", "--cpus-per-task=1", "--mem-per-cpu=1G",
+                          "--gpus-per-task=0", "--time=10", f"--output={log}", str(REPO / "slurm" / "node.sbatch"),
+                          *cfg], env)
     except subprocess.TimeoutExpired:
         pytest.fail("node.sbatch did not finish in 300 s")
     text = log.read_text() if log.is_file() else ""

@@ -34,12 +34,14 @@ def test_zepo_with_vllm_judge_and_vllm_paraphrases(vllm_judge, shared_data, tmp_
     from harness.runtime.context import RunContext
     from harness.zepo.optimizers import VLLMOptimizer
 
-    overrides = ["experiment=zepo", "task=summeval", "task.aspect=coherence", "task.offset=83", "task.docs=2",
+    overrides = ["experiment=zepo", "task=summeval", "task.aspect=coherence", "task.offset=85", "task.docs=2",
                  "task.max_candidates=3", "experiment.instruction.source=zepo", "experiment.population=2",
                  "experiment.epochs=1", "experiment.search_docs=1", "experiment.objective=fairness_prob",
                  "experiment.shuffles=5", "optimizer=local",
                  # at 0.9 SmolLM2's vLLM samples were mostly invalid (1 of 3 slots filled in 4 attempts each)
-                 "optimizer.temperature=0.5", "optimizer.top_p=0.9"]
+                 "optimizer.temperature=0.5", "optimizer.top_p=0.9",
+                 # replies of up to 64 tokens (default 160): every sample here decodes on one CPU thread
+                 "optimizer.max_new_tokens=64"]
     cfg, _ = _run(overrides, tmp_path, monkeypatch)
     out = tmp_path / "run"
     rows = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()]
