@@ -72,8 +72,10 @@ SHORT_DOCS = {"summeval": ["task.offset=85"], "newsroom": ["task.offset=28"], "a
 costs a fraction of the first documents' prompts. A command that sets task.offset itself keeps it."""
 OPTIMIZER_SIZES = {"local": ["optimizer.max_new_tokens=96"], "api": ["optimizer.max_tokens=96"]}
 """Site overrides by the composed optimizer's name: a paraphrase reply of at most 96 tokens (the
-defaults are 160 local, 512 API; SmolLM2's replies that run long are rejected as too long anyway).
-Composed for every run; used by those that paraphrase (ZEPO, sensitivity)."""
+defaults are 160 local, 512 API). The cap cuts a long reply; a cut reply that keeps the aspect word
+and both labels is still accepted (validate() has no truncation check), so it changes which
+paraphrases are used, not what is asserted (exit 0, results.json, n_instructions). Composed for every
+run; used by those that paraphrase (ZEPO, sensitivity)."""
 
 
 @dataclass(frozen=True)
