@@ -97,21 +97,30 @@ def _isolated(args: list[str], env: dict, repo: Path) -> Iterator[tuple[_Capture
 
 
 @contextlib.contextmanager
+def environment(env: dict) -> Iterator[None]:
+    """os.environ is exactly `env` inside, what it was before after."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update({k: str(v) for k, v in env.items()})
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
 def _process_state(args: list[str], env: dict, repo: Path) -> Iterator[None]:
-    saved_env, saved_argv, saved_cwd = dict(os.environ), list(sys.argv), os.getcwd()
+    saved_argv, saved_cwd = list(sys.argv), os.getcwd()
     saved_hook = sys.excepthook
     saved_signals = {s: signal.getsignal(s) for s in TRAPPED_SIGNALS}
     threads = _torch_threads()
-    os.environ.clear()
-    os.environ.update({k: str(v) for k, v in env.items()})
     sys.argv = [str(repo / "harness" / "run.py"), *args]
     os.chdir(repo)
     try:
-        with warnings.catch_warnings():
+        with environment(env), warnings.catch_warnings():
             yield
     finally:
-        os.environ.clear()
-        os.environ.update(saved_env)
         sys.argv = saved_argv
         os.chdir(saved_cwd)
         sys.excepthook = saved_hook

@@ -14,7 +14,6 @@ The cluster tests are marked `slurm`; without sbatch they start ../shared/tools/
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from conftest import results_only, run_in_process
+from inprocess import environment
 
 from harness.errors import ConfigError
 from harness.runtime.attempts import read_attempts
@@ -288,20 +288,8 @@ def _tool(module: str, args: list[str], env: dict[str, str]) -> None:
     sweeps' folders; the tools' own command lines are run as processes by test_readme and test_collect)."""
     import importlib
 
-    with _environ(env):
+    with environment(env):
         assert importlib.import_module(module).main(args) == 0
-
-
-@contextlib.contextmanager
-def _environ(env: dict[str, str]):
-    before = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(before)
 
 
 def _collected(sweep: Path, env: dict[str, str]) -> str:

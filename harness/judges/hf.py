@@ -57,6 +57,8 @@ log = logging.getLogger(__name__)
 
 ENGINES = ("auto", "packed", "hf")
 """auto: the packed engine where the architecture allows, else HF's forward."""
+GENERATE_KERNELS, FORWARD_KERNELS = "torch (HF's generate)", "torch (HF's forward)"
+"""The `kernels` entry of numerics where the packed engine does not run (harness.judges.cpu_kernels)."""
 _DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
            "float16": "float16", "fp16": "float16"}
 
@@ -321,8 +323,8 @@ class HFJudge(ChatPrompts):
             else f"mem:{module_fingerprint(self._model)}", float_logits=upcasts(self.dtype_name))
         self.numerics = numerics(self.dtype_name, dtype_source(dtype), "transformers", self.device,
                                  answer_logits="float32", kernels=self._kernels_note())
-        if self._packed is not None and self.readout != "generate":  # a model handed in: what its engine runs
-            self.numerics["kernels"] = self._packed.kernels_note
+        if self._model is not None:  # a model handed in: what its engine runs
+            self.numerics["kernels"] = self._engine_kernels()
         """What produced this judge's numbers (results.json "numerics", the card, the run's first lines)."""
 
     def _kernels_note(self) -> str:
@@ -331,9 +333,9 @@ class HFJudge(ChatPrompts):
         arch = config_value(self.config, "model_type")
         why = None
         if self.readout == "generate":
-            why, note = "the generate read-out runs HF's generate", "torch (HF's generate)"
+            why, note = "the generate read-out runs HF's generate", GENERATE_KERNELS
         elif self.engine == "hf" or arch not in ARCHITECTURES:
-            why, note = "HF's forward runs this judge (engine hf, or not a Llama/Mistral)", "torch (HF's forward)"
+            why, note = "HF's forward runs this judge (engine hf, or not a Llama/Mistral)", FORWARD_KERNELS
         if why is not None:
             if self.kernels == "vllm":
                 raise ConfigError(f"backend.kernels=vllm cannot run this judge: {why}; use kernels=auto or torch")
@@ -347,6 +349,12 @@ class HFJudge(ChatPrompts):
         if why is not None and self.kernels == "vllm":
             raise ConfigError(f"backend.kernels=vllm cannot run this judge: {why}; use kernels=auto or torch")
         return cpu_kernels.NOTE if why is None else f"torch ({why})"
+
+    def _engine_kernels(self) -> str:
+        """Which kernels the loaded model's engine runs (the `kernels` entry once the weights are in)."""
+        if self.readout == "generate":
+            return GENERATE_KERNELS
+        return FORWARD_KERNELS if self._packed is None else self._packed.kernels_note
 
     # -- torch and the weights, on first use ----------------------------------------------------
     # Building the judge imports no torch where the device is known without it (pick_device): a run
@@ -378,10 +386,7 @@ class HFJudge(ChatPrompts):
             self.config = self._model.config
             self.weight_loads += 1
             self._packed = _packed_engine(self._model, self.engine, self.kernels)
-            if self._packed is None or self.readout == "generate":
-                self.numerics["kernels"] = "torch (HF's generate)" if self.readout == "generate" else "torch (HF's forward)"
-            else:  # what the loaded engine runs (the expectation, confirmed or not)
-                self.numerics["kernels"] = self._packed.kernels_note
+            self.numerics["kernels"] = self._engine_kernels()  # the expectation, confirmed or not
         return self._model
 
     @property

@@ -144,13 +144,8 @@ class PackedLlama:
                     self._pool.reset()
                     pool = self._pool
             return self._forward_paged(segments, pool)
-        import torch
-
         device = self.model.lm_head.weight.device
-        lengths = [len(s.tokens) for s in segments]
-        ends = torch.tensor(lengths).cumsum(0)
-        ids = torch.tensor([t for s in segments for t in s.tokens], dtype=torch.long, device=device)
-        pos = torch.cat([torch.arange(s.start, s.start + n) for s, n in zip(segments, lengths)]).to(device)
+        lengths, ids, pos, last_at = self._inputs(segments)
         h, d, nh, nkv = self.inner.embed_tokens(ids), self.head_dim, self.heads, self.kv_heads
         masks = [_mask(s.start, n, h.dtype, device) for s, n in zip(segments, lengths)]
         # Rows under one parent share its past: one buffer per parent holds the past once, and
@@ -177,7 +172,6 @@ class PackedLlama:
         # The last layer: only the rows' last tokens feed the logits, so only they get a query,
         # an attention output, o_proj and the MLP; every token still needs its keys and values
         # (kept rows pass them on). The same maths, with ~1/layers of the linear FLOPs skipped.
-        last_at = (ends - 1).to(device)
         attn = final.self_attn
         x = final.input_layernorm(h)
         k = attn.k_proj(x).view(1, -1, nkv, d)
@@ -193,24 +187,28 @@ class PackedLlama:
         h = h + final.mlp(final.post_attention_layernorm(h))
         return self.head.logits(h), kept
 
+    def _inputs(self, segments: Sequence[Segment]) -> tuple[list[int], Any, Any, Any]:
+        """(row lengths, the rows' token ids back to back, their positions, each row's last index)."""
+        import torch
+
+        device = self.model.lm_head.weight.device
+        lengths = [len(s.tokens) for s in segments]
+        ids = torch.tensor([t for s in segments for t in s.tokens], dtype=torch.long, device=device)
+        pos = torch.cat([torch.arange(s.start, s.start + n) for s, n in zip(segments, lengths)]).to(device)
+        last_at = (torch.tensor(lengths).cumsum(0) - 1).to(device)
+        return lengths, ids, pos, last_at
+
     def _forward_paged(self, segments: Sequence[Segment], pool: cpu_kernels.KVPool) -> tuple[Any, list[Any]]:
         """`forward` through vLLM's CPU kernels: the same maths in another float order. Each norm
         after a residual add is one fused kernel (the add in place), and each layer's attention one
         call for all rows: every row's keys and values go into its blocks of the pool, then each
         query attends to its row's keys up to its own position (its past through the row's block
         table). The last layer as in `forward`: only the rows' last tokens get a query and an MLP."""
-        import torch
-
-        device = self.model.lm_head.weight.device
-        lengths = [len(s.tokens) for s in segments]
-        ends = torch.tensor(lengths).cumsum(0)
-        ids = torch.tensor([t for s in segments for t in s.tokens], dtype=torch.long, device=device)
-        pos = torch.cat([torch.arange(s.start, s.start + n) for s, n in zip(segments, lengths)]).to(device)
+        lengths, ids, pos, last_at = self._inputs(segments)
         d, nh, nkv = self.head_dim, self.heads, self.kv_heads
         attend = cpu_kernels.Attention(pool, [(s.past[-1] if s.past else None, s.start, n)
                                               for s, n in zip(segments, lengths)], nh, nkv, d, self.scaling)
         h = self.inner.embed_tokens(ids)
-        last_at = (ends - 1).to(device)
         rope = self._rope(h, pos, last_at)
         layers = self.inner.layers
         x = cpu_kernels.rms_norm(layers[0].input_layernorm, h)
