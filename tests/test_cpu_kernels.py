@@ -236,21 +236,24 @@ def test_the_models_own_rope_when_the_kernels_cannot_take_it(reference, coherenc
     assert _worst(_p_a(judge, coherence_pairs), want) < P_A_BOUND["float32"]
 
 
-def test_auto_leaves_the_kernels_off_on_an_avx2_cpu(tmp_path, monkeypatch):
-    """vLLM's AVX2 build was slower than the torch path in a stand-in measurement: `auto` does not
-    choose it (a CPU without the AVX-512 subsets), `vllm` still can; an AVX-512 CPU gets `_C`."""
+def test_the_cpu_flags_pick_the_build_and_never_whether_the_kernels_run(tmp_path, monkeypatch):
+    """The CPU's flags choose which of vLLM's builds loads (`_C` with AVX-512 and its BF16
+    instructions, `_C_AVX512`, else `_C_AVX2`), as vLLM does; whether `auto` runs the kernels is the
+    same on an AVX2, an AVX-512 and an AMX CPU (no default depends on the CPU). Negative control: the
+    flags read are the forced ones (the build name follows them)."""
     cpuinfo = tmp_path / "cpuinfo"
     monkeypatch.setattr(cpu_kernels, "CPUINFO", cpuinfo)
-    cpuinfo.write_text("processor: 0\nflags\t\t: fpu sse2 avx avx2 fma\n")
-    assert cpu_kernels._library_name() == "_C_AVX2"
-    why = cpu_kernels.expected("cpu", "float32", 64, forced=False)
-    if cpu_kernels._library()[0] is not None:  # vLLM installed
-        assert why.startswith("AVX2 CPU: vLLM's AVX2 kernels not measured faster")
-        assert cpu_kernels.expected("cpu", "float32", 64, forced=True) is None
-    cpuinfo.write_text("flags: avx2 avx512f avx512bw avx512vl avx512dq avx512_bf16 amx_bf16\n")
-    assert cpu_kernels._library_name() == "_C"
-    cpuinfo.write_text("flags: avx2 avx512f\n")  # avx512f alone is not the AVX-512 vLLM builds for
-    assert cpu_kernels._library_name() == "_C_AVX2"
+    seen = {}
+    for name, flags, build in [("avx2", "fpu sse2 avx avx2 fma", "_C_AVX2"),
+                               ("avx512f only", "avx2 avx512f", "_C_AVX2"),  # not the AVX-512 vLLM builds for
+                               ("avx512", "avx2 avx512f avx512bw avx512vl avx512dq", "_C_AVX512"),
+                               ("amx", "avx2 avx512f avx512bw avx512vl avx512dq avx512_bf16 amx_bf16", "_C")]:
+        cpuinfo.write_text(f"processor: 0\nflags\t\t: {flags}\n")
+        assert cpu_kernels._library_name() == build, name
+        seen[name] = cpu_kernels.expected("cpu", "float32", 64)
+    assert len(set(seen.values())) == 1, seen
+    if cpu_kernels._library()[0] is not None:  # vLLM installed: every CPU runs them
+        assert set(seen.values()) == {None}
 
 
 def test_kernels_vllm_is_refused_where_the_packed_engine_does_not_run(tiny_llama):

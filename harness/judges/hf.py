@@ -345,7 +345,7 @@ class HFJudge(ChatPrompts):
         heads = config_value(self.config, "num_attention_heads")
         head_dim = config_value(self.config, "head_dim") or (config_value(self.config, "hidden_size") // heads
                                                              if heads else 0)
-        why = cpu_kernels.expected(self.device, self.dtype_name, int(head_dim or 0), forced=self.kernels == "vllm")
+        why = cpu_kernels.expected(self.device, self.dtype_name, int(head_dim or 0))
         if why is not None and self.kernels == "vllm":
             raise ConfigError(f"backend.kernels=vllm cannot run this judge: {why}; use kernels=auto or torch")
         return cpu_kernels.NOTE if why is None else f"torch ({why})"

@@ -91,7 +91,7 @@ class PackedLlama:
         device = model.lm_head.weight.device
         dtype = str(model.lm_head.weight.dtype).removeprefix("torch.")
         why = "kernels: torch" if kernels == "torch" else cpu_kernels.unavailable(
-            device.type, dtype, self.head_dim, forced=kernels == "vllm")
+            device.type, dtype, self.head_dim)
         if why is not None and kernels == "vllm":
             raise ValueError(f"kernels: vllm cannot run here: {why}")
         self.paged = why is None
