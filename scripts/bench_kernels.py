@@ -1,4 +1,4 @@
-"""python scripts/bench_kernels.py [--rounds 5] [--dtypes float32,bfloat16] [--threads 2] [--batch-sizes 8]
+"""python scripts/bench_kernels.py [--rounds 5] [--dtypes float32,bfloat16] [--threads 2] [--batch-sizes 32]
 
 The packed engine's kernels A/B (issue #33): the prefix engine (`backend=hf`'s default path) on
 bench_judge's two workloads (SummEval documents x candidates, every ordered pair, under 1 and 5
@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--dtypes", type=_list(str), default=["float32"])
-    p.add_argument("--batch-sizes", type=_list(int), default=[8], help="rows per forward (backend.batch_size)")
+    p.add_argument("--batch-sizes", type=_list(int), default=None,
+                   help="rows per forward (backend.batch_size; default: the shipped one)")
     p.add_argument("--data-dir", type=Path, default=DATA)
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
@@ -43,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from harness.judges import cpu_kernels
+    from harness.judges.hf import BATCH_SIZE
+
+    args.batch_sizes = args.batch_sizes or [BATCH_SIZE]
     from harness.judges.hf import HFJudge
     from harness.models.resolve import resolve_model_path
 

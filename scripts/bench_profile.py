@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--kernels", choices=("auto", "vllm", "torch"), default="auto", help="backend.kernels")
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--batch-size", type=int, default=None, help="rows per forward (default: the shipped backend.batch_size)")
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--data-dir", type=Path, default=DATA)
     p.add_argument("--json", type=Path)
@@ -61,9 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from harness.judges.hf import HFJudge
+    from harness.judges.hf import BATCH_SIZE, HFJudge
     from harness.models.resolve import resolve_model_path
 
+    args.batch_size = args.batch_size or BATCH_SIZE
     if args.threads:
         torch.set_num_threads(args.threads)
     docs, _ = load_documents(args.data_dir, args.docs, args.candidates)

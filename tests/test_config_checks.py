@@ -77,6 +77,7 @@ BAD = [
     (["optimizer=api", "optimizer.max_retries=-1"], "optimizer.max_retries=-1"),
     (["optimizer=api", "optimizer.timeout_s=0"], "optimizer.timeout_s=0"),
     (["backend.batch_size=-1"], "backend.batch_size=-1"),
+    (["backend.generate_batch_size=0"], "backend.generate_batch_size=0"),
     (["backend=vllm", "backend.gpu_memory_utilization=1.5"], "backend.gpu_memory_utilization=1.5"),
     (["backend=api", "backend.top_logprobs=50"], "backend.top_logprobs=50"),
     (["backend=api", "backend.backoff_base_s=-1"], "backend.backoff_base_s=-1"),

@@ -160,12 +160,14 @@ def test_bench_kernels_ab_runs_and_compares(tmp_path, shared_data):
     got = json.loads(out.read_text())
     assert got == json.loads(proc.stdout.strip().splitlines()[-1]) and got["threads"] == 1
     assert got["library"].startswith("_C") and got["isa"] == {"float32": "vec"}
-    assert set(got["rows"]) == {"prefix_1instr_float32_bs8", "prefix_5instr_float32_bs8"}
+    from harness.judges.hf import BATCH_SIZE  # the script's default: the shipped backend.batch_size
+
+    assert set(got["rows"]) == {f"prefix_1instr_float32_bs{BATCH_SIZE}", f"prefix_5instr_float32_bs{BATCH_SIZE}"}
     for row in got["rows"].values():
         assert all(len(v) == 2 for v in row["rounds_s"].values())
         assert row["speedup"] == pytest.approx(row["median_s"]["torch"] / row["median_s"]["vllm"])
         assert row["agree"][1] == row["prompts"] and row["max_abs_dp"] < P_A_BOUND["float32"]
-    assert got["rows"]["prefix_5instr_float32_bs8"]["prompts"] == 5 * 2
+    assert got["rows"][f"prefix_5instr_float32_bs{BATCH_SIZE}"]["prompts"] == 5 * 2
 
 
 @needs_kernels

@@ -51,7 +51,7 @@ def test_generate_readout_ticks_per_prompt(tiny_llama, tmp_path, capsys):
     CachedJudge, cache.chunk=16: all 4 requests in one call): the bar counts 0, 1, 2, 3, 4 and
     shows the decoding step; the old judge (negative control) drew 0 and then 4."""
     cfg = compose(["experiment=judge", "model=tiny_llama", f"model.path={tiny_llama}", "backend.device=cpu",
-                   "model.readout=generate", "model.max_new_tokens=3", "backend.batch_size=1",
+                   "model.readout=generate", "model.max_new_tokens=3", "backend.generate_batch_size=1",
                    f"cache.path={tmp_path / 'requests.sqlite'}"])
     judge = RunContext(cfg, tmp_path / "run").judge
     reqs = [PairRequest("d", f"a{i}", "b", f"Summary {i}: " + "word " * (3 + i)) for i in range(4)]
@@ -140,3 +140,31 @@ def test_heartbeat_redraws_a_bar_nothing_updates(capsys):
                 time.sleep(0.4)
         draws = len(re.findall(r"0/1 \[", capsys.readouterr().err))
         assert draws >= least and (most is None or draws <= most), (beat, draws)
+
+
+def test_generate_calls_hold_generate_batch_size_prompts_and_forwards_batch_size(tiny_llama, tmp_path):
+    """The shipped backend=hf: `generate_batch_size` (8) sets the prompts of each `generate` call of the
+    official read-out, `batch_size` (32) the rows of the next-token read-out's forwards. Counted on
+    the model's own `generate` for 10 prompts: calls of 8 and 2 (one call of 10 when the read-out
+    took batch_size: the negative control, run by hand)."""
+    from harness.judges.hf import BATCH_SIZE, GENERATE_BATCH_SIZE
+
+    cfg = compose(["experiment=judge", "model=tiny_llama", f"model.path={tiny_llama}", "backend.device=cpu",
+                   "model.readout=generate", "model.max_new_tokens=2", f"cache.path={tmp_path / 'r.sqlite'}"])
+    assert (cfg.backend.batch_size, cfg.backend.generate_batch_size) == (BATCH_SIZE, GENERATE_BATCH_SIZE) == (32, 8)
+    judge = model_judge(RunContext(cfg, tmp_path / "run").judge)
+    reqs = [PairRequest("d", f"a{i}", "b", f"Summary {i}: " + "word " * (3 + i)) for i in range(10)]
+    model = judge.model
+    sizes: list[int] = []
+    generate = model.generate
+
+    def counted(*args, **kwargs):
+        sizes.append(len(kwargs["input_ids"]))
+        return generate(*args, **kwargs)
+
+    model.generate = counted
+    try:
+        judge.score_pairs(reqs)
+    finally:
+        del model.generate
+    assert sizes == [8, 2]

@@ -114,7 +114,7 @@ def test_sigkilled_zepo_resumes_with_the_unbroken_history_and_no_repeated_call(t
     # Every step the killed attempt committed is counted, except in attempts.py's one window: this
     # test kills right after it sees a commit, so the kill can land between that commit and its
     # progress line (CI hit it: 40 recorded, 42 cached); that step then reads as in flight.
-    # A step commits at most one forward's prompts: backend.batch_size (8 here).
+    # A step commits at most one forward's prompts: backend.batch_size (32 here).
     trailing = before_kill - killed["calls"]
     batch = json.loads((run / "config.json").read_text())["backend"]["batch_size"]
     assert 0 <= trailing <= min(killed["in_flight"], batch)

@@ -56,6 +56,13 @@ from harness.records import PairRequest, PairScore
 log = logging.getLogger(__name__)
 
 ENGINES = ("auto", "packed", "hf")
+BATCH_SIZE = 32
+"""Rows per forward of the next-token read-out (backend.batch_size): 32 against 8 measured 1.03-1.06x
+in float32 and 1.11-1.32x in bfloat16 on a 2-core CPU (docs/benchmarks.md), the matmuls nearer
+their peak and fewer LM-head passes."""
+GENERATE_BATCH_SIZE = 8
+"""Prompts per `generate` call of readout=generate (backend.generate_batch_size): every row of a call
+runs as long as its slowest, so 32 measured 1.3-1.45x slower than 8 on the same CPU."""
 """auto: the packed engine where the architecture allows, else HF's forward."""
 GENERATE_KERNELS, FORWARD_KERNELS = "torch (HF's generate)", "torch (HF's forward)"
 """The `kernels` entry of numerics where the packed engine does not run (harness.judges.cpu_kernels)."""
@@ -256,12 +263,13 @@ class HFJudge(ChatPrompts):
 
     def __init__(self, path: str | Path, *, name: str | None = None, gguf_file: str | None = None,
                  revision: str | None = None, dtype: str = "auto", device: str = "auto",
-                 batch_size: int = 8, max_length: int | None = None, labels: Sequence[str] = ("A", "B"),
+                 batch_size: int = BATCH_SIZE, max_length: int | None = None, labels: Sequence[str] = ("A", "B"),
                  system_prompt: str | None = None, trust_remote_code: bool = False,
                  model: Any = None, tokenizer: Any = None, prefix_reuse: bool = False,
                  engine: str = "auto", max_batch_tokens: int = 4096, chat_format: str = "default",
                  readout: str = "next_token", max_new_tokens: int = 32, tie_label: str | None = None,
-                 chat_template: bool = True, threads: int | None = None, kernels: str = "auto") -> None:
+                 chat_template: bool = True, threads: int | None = None, kernels: str = "auto",
+                 generate_batch_size: int = GENERATE_BATCH_SIZE) -> None:
         if engine not in ENGINES:  # before any weights are loaded
             raise ConfigError(f"unknown engine {engine!r}; use {', '.join(ENGINES)}")
         if kernels not in cpu_kernels.KERNELS:
@@ -283,6 +291,10 @@ class HFJudge(ChatPrompts):
         self.batch_size = int(batch_size)
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+        self.generate_batch_size = int(generate_batch_size)
+        """Prompts per `generate` call (readout=generate); `batch_size` is the forward's."""
+        if self.generate_batch_size < 1:
+            raise ConfigError(f"generate_batch_size must be >= 1, got {generate_batch_size}")
         self.system_prompt = system_prompt
         self.max_length = context_length(max_length, self.config, str(path))
         self.answers: AnswerTokens = resolve_answer_tokens(self.tokenizer, labels, tie_label)
@@ -507,7 +519,8 @@ class HFJudge(ChatPrompts):
         self.tokens_processed += sum(len(r) for r in rows)
         return generate_answer_logprobs(self.model, rows, self.answers.all_ids, self.answers.trigger_ids,
                                         max_new_tokens=self.max_new_tokens, pad_id=self.pad_id,
-                                        batch_size=self.batch_size, progress=progress, head=self.float_head)
+                                        batch_size=self.generate_batch_size, progress=progress,
+                                        head=self.float_head)
 
     def answer_logprobs(self, rows: Sequence[Sequence[int]]) -> list[list[float]]:
         """Full-vocabulary log-probs of the answer ids at the next position, one row per prompt."""
@@ -580,7 +593,7 @@ def _packed_engine(model: Any, engine: str, kernels: str = "auto"):
 def build(judge_model: Mapping[str, Any], name: str = "hf", **options: Any) -> HFJudge:
     """The judge `conf/backend/hf.yaml` describes (`_target_`), for the weights in `conf/model/*.yaml`.
 
-    `options` are HFJudge's engine settings (device, dtype, batch_size, engine, max_batch_tokens,
+    `options` are HFJudge's engine settings (device, dtype, batch_size, generate_batch_size, engine, max_batch_tokens,
     prefix_reuse, threads: null = OMP_NUM_THREADS or the cores this process may use, kernels); a
     backend dtype of null/auto defers to the model's."""
     del name  # the backend's name: part of the config, not of the judge

@@ -92,7 +92,8 @@ class HFBackendConf:
     name: str = "hf"
     device: str = "auto"
     dtype: str = "auto"
-    batch_size: int = 8
+    batch_size: int = 32
+    generate_batch_size: int = 8
     engine: str = "auto"
     max_batch_tokens: int = 4096
     prefix_reuse: bool = True
@@ -101,6 +102,7 @@ class HFBackendConf:
 
     def check(self) -> None:
         at_least("backend.batch_size", self.batch_size, 1)
+        at_least("backend.generate_batch_size", self.generate_batch_size, 1)
         at_least("backend.threads", self.threads, 1, optional=True)
         at_least("backend.max_batch_tokens", self.max_batch_tokens, 1)
         one_of("backend.engine", self.engine, ("auto", "packed", "hf"))
