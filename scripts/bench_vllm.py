@@ -39,7 +39,8 @@ def run_vllm(args, judge, path: str, w1: list, w5: list, peaks: list[float], pla
     job = {"path": path, "w1": w1, "w5": w5, "ids1": judge.encode(w1), "ids5": judge.encode(w5),
            "dims": model_dims(judge.model), "max_len": args.vllm_max_len, "torch_threads": args.threads,
            "device": judge.device, "dtype": dtype_name(judge),
-           "peak_n": getattr(args, "peak_size", None)}
+           "peak_n": getattr(args, "peak_size", None),
+           "enforce_eager": False if getattr(args, "vllm_compile", False) else None}  # None: the backend's default
     out: dict = {"methods": {}, "decisions": {}, "p_a": {}, "settings": {}, "refused": {}}
     spawn = multiprocessing.get_context("spawn")
     for tag, apc, threads in plan or engines(args.vllm_threads):
@@ -87,7 +88,7 @@ def engine_run(job: dict, tag: str, apc: bool, threads: int | None, last_peak: f
         torch.set_num_threads(job["torch_threads"])  # the matmul peak runs on the parent's count
     w1, w5 = job["w1"], job["w5"]
     vj = VLLMJudge(job["path"], dtype=job["dtype"], enable_prefix_caching=apc, max_model_len=job["max_len"],
-                   cpu_threads=threads)
+                   cpu_threads=threads, enforce_eager=job.get("enforce_eager"))
     assert vj.encode(w1) == job["ids1"], "vLLM must score the very token ids the other methods score"
     vj.score_pairs(w1[:2])  # warm-up
     timer = SimpleNamespace(device=job["device"], torch_dtype=getattr(torch, job["dtype"]))
@@ -102,7 +103,8 @@ def engine_run(job: dict, tag: str, apc: bool, threads: int | None, last_peak: f
         name = f"{tag}_{suffix}"
         out["methods"][name] = stats(len(reqs), sec, work, trie_size(ids), job["dims"], peak)
         out["methods"][name]["prefix_hit_rate"] = (vj.cached_tokens - before[1]) / (vj.prompt_tokens - before[0])
-        out["methods"][name].update(dtype=job["dtype"], threads=vj.engine_settings.get("threads"))
+        out["methods"][name].update(dtype=job["dtype"], threads=vj.engine_settings.get("threads"),
+                                    enforce_eager=vj.engine_settings.get("enforce_eager"))
         out["decisions"][name] = decisions(scores)
         out["p_a"][name] = [s.p_a for s in scores]
     vj.close()

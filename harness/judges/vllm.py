@@ -20,9 +20,10 @@ On the CPU backend (measured; every default below is overridable in conf/backend
 - the engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): loads in ~6 s instead of
   ~35 s, half the memory, bit-identical logprobs; its torch threads are set only around our
   generate calls (vLLM replaces `torch.set_num_threads` with a no-op in that mode: we put it back);
-- `enforce_eager` (the inductor compile costs ~2 minutes and gave no speed-up), `dtype: auto` =
-  float32 unless the CPU multiplies bf16 in hardware (AMX/AVX512-BF16, harness.judges.cpu; bf16 is
-  4x slower on AVX2 and moves P(A) by up to 0.02), `block_size=32` (the CPU default 128 leaves almost
+- `enforce_eager` (the inductor compile costs ~1-2 minutes per engine start; it gave no speed-up on
+  the AVX2 EPYC, 1.15-1.3x on the AMX Xeon: `enforce_eager: false` for long runs there), `dtype: auto` =
+  float32 on every CPU, whatever its flags (harness.judges.cpu.auto_dtype: same numbers on any
+  machine; bf16 only when set, it moves P(A) by up to 0.05), `block_size=32` (the CPU default 128 leaves almost
   nothing to share on ~150-token prompts; 16 is refused), and an explicit KV-cache size
   (`gpu_memory_utilization` is a fraction of NUMA node 0's RAM there and the default fails);
 - a failed load says only "Engine core initialization failed", so what we can check (weights
