@@ -22,6 +22,8 @@ from pathlib import Path
 
 from bench_common import DATA, SMOLLM2, agree, decisions, instructions, load_documents, workload
 
+from harness.judges.hf import BATCH_SIZE
+
 
 def _list(kind):
     return lambda text: [kind(x) for x in text.split(",") if x]
@@ -35,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--dtypes", type=_list(str), default=["float32"])
-    p.add_argument("--batch-sizes", type=_list(int), default=None,
+    p.add_argument("--batch-sizes", type=_list(int), default=[BATCH_SIZE],
                    help="rows per forward (backend.batch_size; default: the shipped one)")
     p.add_argument("--data-dir", type=Path, default=DATA)
     p.add_argument("--json", type=Path)
@@ -44,9 +46,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from harness.judges import cpu_kernels
-    from harness.judges.hf import BATCH_SIZE
-
-    args.batch_sizes = args.batch_sizes or [BATCH_SIZE]
     from harness.judges.hf import HFJudge
     from harness.models.resolve import resolve_model_path
 

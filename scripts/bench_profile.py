@@ -18,6 +18,8 @@ from pathlib import Path
 
 from bench_common import DATA, SMOLLM2, instructions, load_documents, workload
 
+from harness.judges.hf import BATCH_SIZE
+
 CATEGORIES = {
     "matmul (aten::mm/addmm/bmm/matmul)": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"),
     "attention (SDPA kernels)": ("aten::_scaled_dot_product_flash_attention_for_cpu",
@@ -52,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--kernels", choices=("auto", "vllm", "torch"), default="auto", help="backend.kernels")
-    p.add_argument("--batch-size", type=int, default=None, help="rows per forward (default: the shipped backend.batch_size)")
+    p.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="rows per forward (default: the shipped backend.batch_size)")
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--data-dir", type=Path, default=DATA)
     p.add_argument("--json", type=Path)
@@ -61,10 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from harness.judges.hf import BATCH_SIZE, HFJudge
+    from harness.judges.hf import HFJudge
     from harness.models.resolve import resolve_model_path
 
-    args.batch_size = args.batch_size or BATCH_SIZE
     if args.threads:
         torch.set_num_threads(args.threads)
     docs, _ = load_documents(args.data_dir, args.docs, args.candidates)

@@ -13,6 +13,7 @@ counts every causal pair (an upper bound with APC).
 from __future__ import annotations
 
 import multiprocessing
+import statistics
 import sys
 from types import SimpleNamespace
 
@@ -40,7 +41,8 @@ def run_vllm(args, judge, path: str, w1: list, w5: list, peaks: list[float], pla
            "dims": model_dims(judge.model), "max_len": args.vllm_max_len, "torch_threads": args.threads,
            "device": judge.device, "dtype": dtype_name(judge),
            "peak_n": getattr(args, "peak_size", None),
-           "enforce_eager": False if getattr(args, "vllm_compile", False) else None}  # None: the backend's default
+           "enforce_eager": False if getattr(args, "vllm_compile", False) else None,  # None: the backend's default
+           "rounds": getattr(args, "vllm_rounds", 1)}
     out: dict = {"methods": {}, "decisions": {}, "p_a": {}, "settings": {}, "refused": {}}
     spawn = multiprocessing.get_context("spawn")
     for tag, apc, threads in plan or engines(args.vllm_threads):
@@ -95,14 +97,19 @@ def engine_run(job: dict, tag: str, apc: bool, threads: int | None, last_peak: f
     peaks = [last_peak]
     out: dict = {"methods": {}, "decisions": {}, "p_a": {}, "settings": {tag: vj.engine_settings}}
     for suffix, reqs, ids in (("1instr", w1, job["ids1"]), ("5instr", w5, job["ids5"])):
-        vj.llm.reset_prefix_cache()
-        before = (vj.prompt_tokens, vj.cached_tokens)
-        scores, sec, peak = measure(f"{tag}_{suffix}", lambda: vj.score_pairs(reqs), timer, peaks, job["peak_n"])
+        rounds = []
+        for _ in range(int(job.get("rounds") or 1)):  # several: the median (scripts/bench_peer.py)
+            vj.llm.reset_prefix_cache()
+            before = (vj.prompt_tokens, vj.cached_tokens)
+            scores, sec, peak = measure(f"{tag}_{suffix}", lambda: vj.score_pairs(reqs), timer, peaks, job["peak_n"])
+            rounds.append(sec)
+        sec = statistics.median(rounds)
         computed = (vj.prompt_tokens - before[0]) - (vj.cached_tokens - before[1])
         work = {"tokens": computed, "heads": len(reqs), "pairs": causal_pairs(ids)}
         name = f"{tag}_{suffix}"
         out["methods"][name] = stats(len(reqs), sec, work, trie_size(ids), job["dims"], peak)
         out["methods"][name]["prefix_hit_rate"] = (vj.cached_tokens - before[1]) / (vj.prompt_tokens - before[0])
+        out["methods"][name]["rounds_s"] = rounds
         out["methods"][name].update(dtype=job["dtype"], threads=vj.engine_settings.get("threads"),
                                     enforce_eager=vj.engine_settings.get("enforce_eager"))
         out["decisions"][name] = decisions(scores)

@@ -81,10 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(1)
     start = time.time()
     path, _ = resolve_model_path(SMOLLM2)
-    base = HFJudge(path, name="SmolLM2-135M-Instruct", device="cpu", batch_size=4)
+    base = HFJudge(path, name="SmolLM2-135M-Instruct", device="cpu", batch_size=4, generate_batch_size=4)
 
     def judge(**kw: Any) -> HFJudge:
-        return HFJudge(path, name="SmolLM2-135M-Instruct", device="cpu", batch_size=4, model=base.model,
+        return HFJudge(path, name="SmolLM2-135M-Instruct", device="cpu", batch_size=4, generate_batch_size=4, model=base.model,
                        tokenizer=base.tokenizer, **kw)
 
     abc = dict(labels=("A", "B", "C"), tie_label="C")

@@ -245,7 +245,8 @@ def test_bench_judge_vllm_columns(tmp_path, shared_data):
     assert set(line["ours_over_vllm"]) == {"prefix_1instr/vllm_1instr", "prefix_5instr/vllm_5instr",
                                            "prefix_1instr/vllm_apc_1instr", "prefix_5instr/vllm_apc_5instr",
                                            "prefix_1instr/vllm_apc_t2_1instr", "prefix_5instr/vllm_apc_t2_5instr"}
-    assert "prompts/s prefix_5instr/vllm_apc_t2_5instr:" in proc.stdout and "vLLM 2)" in proc.stdout
+    assert "prompts/s prefix_5instr/vllm_apc_t2_5instr:" in proc.stdout and "vLLM 2, vLLM eager)" in proc.stdout
+    assert {st["enforce_eager"] for st in line["vllm_settings"].values()} == {True}  # backend=vllm's CPU default
 
 
 @pytest.mark.slow
@@ -272,7 +273,7 @@ def test_bench_judge_vllm_dtypes(tmp_path, shared_data):
             key = f"prefix_{w}_{sfx}/vllm_apc_{w}_{sfx}"
             ratio = line["ours_over_vllm"][key]
             assert ratio == pytest.approx(methods[f"prefix_{w}_{sfx}"]["prompts_per_s"] / v["prompts_per_s"], rel=1e-12)
-            assert f"prompts/s {key}: {ratio:.2f}x (threads: ours 1, vLLM 1)" in proc.stdout
+            assert f"prompts/s {key}: {ratio:.2f}x (threads: ours 1, vLLM 1, vLLM eager)" in proc.stdout
         assert line["agree"][f"prefix_5instr_{sfx}~vllm_apc_5instr_{sfx}"][1] == 30
     s = line["dtype_vs_reference"]["vllm_apc_5instr_bf16~vllm_apc_5instr_fp32"]
     assert s["agree"][1] == 30 and 0 < s["max_abs_dp"] < 0.05
@@ -316,3 +317,33 @@ def test_bench_numerics_on_the_tiny_model(tmp_path, tiny_llama):
     assert new["pairs"] == old["pairs"] == 6 and new["logit_step"] is None and new["share_on_bf16_lattice"] <= 1 / 6
     assert old["share_on_bf16_lattice"] > new["share_on_bf16_lattice"]  # the lattice check fires on bf16 logits
     assert f"{new['max_abs_dp']:8.4f}" in proc.stdout and got["date"] in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_bench_peer_medians_and_ratios(tmp_path, shared_data):
+    """scripts/bench_peer.py as typed, at tiny sizes, the eager engine only (a compiled one spends
+    ~1 min compiling): ours and vLLM with prefix caching timed --rounds times each, every median the
+    median of its rounds, ours/vLLM their quotient, every decision of vLLM's compared with ours."""
+    import statistics
+
+    pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
+    out = tmp_path / "peer.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench_peer.py"), "--model", "tiny:llama3", "--docs", "1",
+         "--candidates", "2", "--rounds", "2", "--threads", "1", "--vllm-modes", "eager",
+         "--data-dir", str(shared_data), "--json", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = _last_json(proc.stdout)
+    assert json.loads(out.read_text()) == line and line["threads"] == 1 and line["rounds"] == 2
+    assert set(line["rows"]) == {"prefix_1instr_float32", "prefix_5instr_float32"}
+    for key, row in line["rows"].items():
+        assert len(row["ours_rounds_s"]) == 2 and row["ours_s"] == statistics.median(row["ours_rounds_s"])
+        [(mode, peer)] = row["vllm"].items()
+        assert mode == "eager" and peer["enforce_eager"] is True and len(peer["rounds_s"]) == 2
+        assert peer["median_s"] == statistics.median(peer["rounds_s"])
+        assert peer["ours_over_vllm"] == pytest.approx(peer["median_s"] / row["ours_s"])
+        assert peer["agree"] == [row["prompts"]] * 2 and peer["max_abs_dp"] < 1e-4
+        assert f"{peer['ours_over_vllm']:.2f}x" in proc.stdout and key in proc.stdout
+    assert line["rows"]["prefix_5instr_float32"]["prompts"] == 5 * 2

@@ -146,6 +146,36 @@ def test_row_batches():
     assert row_batches([5, 5, 5, 5], 10, 10) == [[0, 1], [2, 3]]
     assert row_batches([30, 4, 4], 10, 10) == [[0], [1, 2]]  # a longer row runs alone
     assert row_batches([], 4, 8) == []
+    # HF's padded forward counts rows x the longest row: 3 x 100 > 200 although 100 + 40 + 40 fits
+    assert row_batches([100, 40, 40], 32, 200) == [[0, 1, 2]]
+    assert row_batches([100, 40, 40], 32, 200, padded=True) == [[0, 1], [2]]
+    assert row_batches([40, 100, 40], 32, 200, padded=True) == [[0, 1], [2]]  # the longest so far counts
+
+
+def test_padded_forwards_keep_rows_times_longest_within_max_batch_tokens(hf_judge):
+    """HF's padded forward (plain rows and the prefix tree's levels) at the shipped batch size 32
+    holds at most max_batch_tokens padded positions: counted on the model's forward calls (batch
+    rows x sequence length), with the same P(A) as the uncapped forward."""
+    reqs = _requests()
+    widths = []
+
+    def seen(_module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        widths.append(tuple(ids.shape))
+
+    cap = 3 * max(len(r) for r in hf_judge.encode(reqs))
+    for prefix in (False, True):
+        widths.clear()
+        capped = _twin(hf_judge, engine="hf", batch_size=32, max_batch_tokens=cap, prefix_reuse=prefix)
+        handle = capped.model.register_forward_pre_hook(seen, with_kwargs=True)
+        try:
+            got = capped.score_pairs(reqs)
+        finally:
+            handle.remove()
+        assert widths and all(rows * width <= cap for rows, width in widths)
+        assert max(rows for rows, _ in widths) > 1  # batches of several rows, not one per forward
+        free = _twin(hf_judge, engine="hf", batch_size=32, max_batch_tokens=10**6, prefix_reuse=prefix)
+        assert max(abs(a.p_a - b.p_a) for a, b in zip(got, free.score_pairs(reqs))) < TOL
 
 
 @pytest.mark.slow

@@ -153,6 +153,7 @@ def test_generate_calls_hold_generate_batch_size_prompts_and_forwards_batch_size
                    "model.readout=generate", "model.max_new_tokens=2", f"cache.path={tmp_path / 'r.sqlite'}"])
     assert (cfg.backend.batch_size, cfg.backend.generate_batch_size) == (BATCH_SIZE, GENERATE_BATCH_SIZE) == (32, 8)
     judge = model_judge(RunContext(cfg, tmp_path / "run").judge)
+    assert (judge.batch_size, judge.generate_batch_size) == (32, 8)  # what the built judge holds
     reqs = [PairRequest("d", f"a{i}", "b", f"Summary {i}: " + "word " * (3 + i)) for i in range(10)]
     model = judge.model
     sizes: list[int] = []

@@ -103,7 +103,7 @@ def test_vllm_official_zepo_readout_equals_transformers(vllm_judge, smollm2_judg
     judge = build_judge(cfg.model, cfg.backend)
     assert judge.llm is vllm_judge.llm and "readout=generate8" in judge.identity  # the session's engine
     hf = HFJudge("SmolLM2-135M-Instruct", model=smollm2_judge.model, tokenizer=smollm2_judge.tokenizer,
-                 device="cpu", batch_size=3, chat_format="zepo", readout="generate", max_new_tokens=8,
+                 device="cpu", generate_batch_size=3, chat_format="zepo", readout="generate", max_new_tokens=8,
                  labels=("A", "B", "C"), tie_label="C")
     doc = load_task("newsroom", shared_data, limit=29, fmt="zepo")[28]  # a short article
     instruction = resolve_instruction({"source": "zepo", "raw": True}, "coherence", "summarization", shared_data)

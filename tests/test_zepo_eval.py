@@ -89,7 +89,7 @@ def improved(tmp_path_factory, shared_data, tiny_llama):
     with OpenAIServer(script=scripted_completion) as srv:
         # batch_size 2: the judge groups documents until a group ends 4 batches' worth of prompts
         # (harness.judges.prefix GROUP_PROMPTS), so each of these 12-prompt documents is its own
-        # group, as SummEval's 480-prompt documents are at the shipped 8.
+        # group, as SummEval's 480-prompt documents are at the shipped 32 (4 x 32 = 128 < 480).
         return tmp, *_run(tmp, srv.url, shared_data, "backend.batch_size=2")
 
 

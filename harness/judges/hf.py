@@ -56,6 +56,7 @@ from harness.records import PairRequest, PairScore
 log = logging.getLogger(__name__)
 
 ENGINES = ("auto", "packed", "hf")
+"""auto: the packed engine where the architecture allows, else HF's forward."""
 BATCH_SIZE = 32
 """Rows per forward of the next-token read-out (backend.batch_size): 32 against 8 measured 1.03-1.06x
 in float32 and 1.11-1.32x in bfloat16 on a 2-core CPU (docs/benchmarks.md), the matmuls nearer
@@ -63,7 +64,6 @@ their peak and fewer LM-head passes."""
 GENERATE_BATCH_SIZE = 8
 """Prompts per `generate` call of readout=generate (backend.generate_batch_size): every row of a call
 runs as long as its slowest, so 32 measured 1.3-1.45x slower than 8 on the same CPU."""
-"""auto: the packed engine where the architecture allows, else HF's forward."""
 GENERATE_KERNELS, FORWARD_KERNELS = "torch (HF's generate)", "torch (HF's forward)"
 """The `kernels` entry of numerics where the packed engine does not run (harness.judges.cpu_kernels)."""
 _DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
@@ -504,8 +504,8 @@ class HFJudge(ChatPrompts):
                         "attention is neither full nor sliding")
         # One forward per batch of whole prompts, planned over all of them like the tree above.
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
-        for batch in row_batches([len(ids[i]) for i in order], self.batch_size,
-                                 self.max_batch_tokens if self._packed_for(ids) else None):
+        for batch in row_batches([len(ids[i]) for i in order], self.batch_size, self.max_batch_tokens,
+                                 padded=self._packed_for(ids) is None):
             rows = [order[k] for k in batch]
             if want.isdisjoint(rows):
                 continue

@@ -283,18 +283,21 @@ class PackedLlama:
             at += n
 
 
-def row_batches(lengths: Sequence[int], max_rows: int, max_tokens: int | None) -> list[list[int]]:
-    """Consecutive index groups of at most `max_rows` rows and, when given, `max_tokens` tokens
-    (a longer row runs alone)."""
+def row_batches(lengths: Sequence[int], max_rows: int, max_tokens: int | None,
+                padded: bool = False) -> list[list[int]]:
+    """Consecutive index groups of at most `max_rows` rows and, when given, `max_tokens` tokens: the
+    rows' own tokens back to back (the packed engine), or with `padded` the positions of a padded
+    batch, rows x its longest row (HF's forward); a longer row runs alone."""
     batches: list[list[int]] = []
-    size = 0
+    size = longest = 0
     for i, n in enumerate(lengths):
-        if batches and len(batches[-1]) < max_rows and (max_tokens is None or size + n <= max_tokens):
+        grown = (len(batches[-1]) + 1) * max(longest, n) if padded and batches else size + n
+        if batches and len(batches[-1]) < max_rows and (max_tokens is None or grown <= max_tokens):
             batches[-1].append(i)
-            size += n
+            size, longest = size + n, max(longest, n)
         else:
             batches.append([i])
-            size = n
+            size = longest = n
     return batches
 
 

@@ -233,9 +233,11 @@ class PrefixScorer:
             level = group
             while level:
                 if self.engine is None:
-                    # Padded: similar lengths together keep padding (wasted compute) small.
+                    # Padded: similar lengths together keep padding (wasted compute) small; rows x
+                    # the longest own tokens within max_batch_tokens, as on the plain padded path.
                     level.sort(key=lambda n: (len(n.tokens), n.start), reverse=True)
-                    batches += [level[b : b + self.batch_size] for b in range(0, len(level), self.batch_size)]
+                    batches += [[level[k] for k in b] for b in row_batches(
+                        [len(n.tokens) for n in level], self.batch_size, self.max_batch_tokens, padded=True)]
                 else:
                     # Unpadded: tree order, so a batch holds neighbours (one candidate A's pairs).
                     batches += [[level[k] for k in b] for b in

