@@ -11,6 +11,7 @@ scripts/ for import cycles): bench_judge imports bench_dtypes and bench_vllm, wh
 from __future__ import annotations
 
 import functools
+import json
 import os
 import pickle
 import sys
@@ -226,3 +227,13 @@ def compare(res: dict, n_instr: int) -> dict:
             out["max_abs_dp"][key] = max(abs(x - y) for x, y in zip(p_a[a], p_a[b][sub]))
     out["all_decisions_equal"] = all(v[0] == v[1] for v in out["agree"].values())
     return out
+
+
+def emit(result: dict, out: Path | None) -> None:
+    """Print the one-line JSON summary and, when asked, write it atomically to `out`."""
+    line = json.dumps(result, sort_keys=True)
+    if out:
+        tmp = out.with_suffix(out.suffix + ".tmp")
+        tmp.write_text(line + "\n")
+        os.replace(tmp, out)
+    print(line)

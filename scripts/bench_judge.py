@@ -30,7 +30,6 @@ attention FLOPs actually needed, as model FLOP utilisation is usually defined (P
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from bench_common import (
     causal_pairs,
     decisions,
     dtype_name,
+    emit,
     instructions,
     load_documents,
     matmul_peak,
@@ -368,15 +368,6 @@ def vllm_part(args, judge: HFJudge, w1: list[PairRequest], w5: list[PairRequest]
     return {"methods": extra["methods"], "decisions": extra["decisions"], "p_a": extra["p_a"],
             "vllm_settings": extra["settings"], "vllm_refused": extra["refused"]}
 
-
-def emit(result: dict, out: Path | None) -> None:
-    """Print the one-line JSON summary and, when asked, write it atomically to `out`."""
-    line = json.dumps(result, sort_keys=True)
-    if out:
-        tmp = out.with_suffix(out.suffix + ".tmp")
-        tmp.write_text(line + "\n")
-        os.replace(tmp, out)
-    print(line)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,14 +13,13 @@ over the baseline, and their decisions and max |dP(A)| against each other. One J
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from bench_common import DATA, SMOLLM2, agree, decisions, instructions, load_documents, workload
+from bench_common import DATA, SMOLLM2, agree, decisions, emit, instructions, load_documents, workload
 
 from harness.judges.hf import BATCH_SIZE
 
@@ -93,10 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                 rounds = " ".join(f"{t:.2f}" for t in times["torch"]) + " / " + " ".join(f"{t:.2f}" for t in times["vllm"])
                 print(f"{key:<24}{med['torch']:>9.2f}{med['vllm']:>9.2f}{med['torch'] / med['vllm']:>9.2f}x"
                       f"  {same[0]:>4}/{same[1]:<4}  {worst:>10.2e}  {rounds}")
-    line = json.dumps(out, sort_keys=True)
-    if args.json:
-        args.json.write_text(line + "\n")
-    print(line)
+    emit(out, args.json)
     return 0
 
 

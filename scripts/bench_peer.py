@@ -17,7 +17,6 @@ from single timed runs; this script is the peer comparison alone, with rounds.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
@@ -25,7 +24,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from bench_common import DATA, SMOLLM2, agree, decisions, instructions, load_documents, workload
+from bench_common import DATA, SMOLLM2, agree, decisions, emit, instructions, load_documents, workload
 from bench_vllm import run_vllm
 
 MODES = {"eager": None, "compiled": False}
@@ -106,10 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key:<22}{med:>8.2f}" + "".join(
                 f"{v['median_s']:>18.2f}{v['ours_over_vllm']:>15.2f}x" for v in row["vllm"].values())
                 + f"  {'all equal' if same_all else 'DIFFER':>9}  {worst:>10.2e}")
-    line = json.dumps(out, sort_keys=True)
-    if args.json:
-        args.json.write_text(line + "\n")
-    print(line)
+    emit(out, args.json)
     return 0
 
 
