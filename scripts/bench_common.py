@@ -237,3 +237,8 @@ def emit(result: dict, out: Path | None) -> None:
         tmp.write_text(line + "\n")
         os.replace(tmp, out)
     print(line)
+
+
+def comma_list(kind):
+    """An argparse type: "a,b,c" -> [kind(a), kind(b), kind(c)] (empty items dropped)."""
+    return lambda text: [kind(x) for x in text.split(",") if x]

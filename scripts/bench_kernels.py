@@ -19,13 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from bench_common import DATA, SMOLLM2, agree, decisions, emit, instructions, load_documents, workload
+from bench_common import DATA, SMOLLM2, agree, comma_list, decisions, emit, instructions, load_documents, workload
 
 from harness.judges.hf import BATCH_SIZE
-
-
-def _list(kind):
-    return lambda text: [kind(x) for x in text.split(",") if x]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--candidates", type=int, default=4)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--dtypes", type=_list(str), default=["float32"])
-    p.add_argument("--batch-sizes", type=_list(int), default=[BATCH_SIZE],
+    p.add_argument("--dtypes", type=comma_list(str), default=["float32"])
+    p.add_argument("--batch-sizes", type=comma_list(int), default=[BATCH_SIZE],
                    help="rows per forward (backend.batch_size; default: the shipped one)")
     p.add_argument("--data-dir", type=Path, default=DATA)
     p.add_argument("--json", type=Path)
@@ -89,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                 key = f"prefix_{name}_{dtype}_bs{bs}"
                 out["rows"][key] = {"prompts": len(reqs), "median_s": med, "rounds_s": times,
                                     "speedup": med["torch"] / med["vllm"], "agree": same, "max_abs_dp": worst}
-                rounds = " ".join(f"{t:.2f}" for t in times["torch"]) + " / " + " ".join(f"{t:.2f}" for t in times["vllm"])
+                rounds = " / ".join(" ".join(f"{t:.2f}" for t in times[k]) for k in ("torch", "vllm"))
                 print(f"{key:<24}{med['torch']:>9.2f}{med['vllm']:>9.2f}{med['torch'] / med['vllm']:>9.2f}x"
                       f"  {same[0]:>4}/{same[1]:<4}  {worst:>10.2e}  {rounds}")
     emit(out, args.json)

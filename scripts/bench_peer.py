@@ -24,15 +24,11 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from bench_common import DATA, SMOLLM2, agree, decisions, emit, instructions, load_documents, workload
+from bench_common import DATA, SMOLLM2, agree, comma_list, decisions, emit, instructions, load_documents, workload
 from bench_vllm import run_vllm
 
 MODES = {"eager": None, "compiled": False}
 """--vllm-modes: the engine's enforce_eager (None: backend=vllm's default, eager on CPU)."""
-
-
-def _list(text: str) -> list[str]:
-    return [x for x in text.split(",") if x]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--candidates", type=int, default=4)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=2, help="torch threads of ours and of each vLLM engine")
-    p.add_argument("--dtypes", type=_list, default=["float32"])
-    p.add_argument("--vllm-modes", type=_list, default=list(MODES), help="eager, compiled or both")
+    p.add_argument("--dtypes", type=comma_list(str), default=["float32"])
+    p.add_argument("--vllm-modes", type=comma_list(str), default=list(MODES), help="eager, compiled or both")
     p.add_argument("--vllm-max-len", type=int, default=2048, help="vLLM max_model_len (sizes its KV cache)")
     p.add_argument("--data-dir", type=Path, default=DATA)
     p.add_argument("--json", type=Path)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from bench_common import DATA, SMOLLM2, instructions, load_documents, workload
 
+from harness.judges.cpu_kernels import KERNELS
 from harness.judges.hf import BATCH_SIZE
 
 CATEGORIES = {
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workload", choices=("1instr", "5instr"), default="5instr")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--dtype", default="float32")
-    p.add_argument("--kernels", choices=("auto", "vllm", "torch"), default="auto", help="backend.kernels")
+    p.add_argument("--kernels", choices=KERNELS, default="auto", help="backend.kernels")
     p.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="rows per forward (default: the shipped backend.batch_size)")
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--data-dir", type=Path, default=DATA)

@@ -98,7 +98,7 @@ def engine_run(job: dict, tag: str, apc: bool, threads: int | None, last_peak: f
     out: dict = {"methods": {}, "decisions": {}, "p_a": {}, "settings": {tag: vj.engine_settings}}
     for suffix, reqs, ids in (("1instr", w1, job["ids1"]), ("5instr", w5, job["ids5"])):
         rounds = []
-        for _ in range(int(job.get("rounds") or 1)):  # several: the median (scripts/bench_peer.py)
+        for _ in range(job["rounds"]):  # several: the median (scripts/bench_peer.py)
             vj.llm.reset_prefix_cache()
             before = (vj.prompt_tokens, vj.cached_tokens)
             scores, sec, peak = measure(f"{tag}_{suffix}", lambda: vj.score_pairs(reqs), timer, peaks, job["peak_n"])

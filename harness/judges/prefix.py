@@ -232,16 +232,14 @@ class PrefixScorer:
         for group in _groups(shared, self.GROUP_PROMPTS * self.batch_size):
             level = group
             while level:
-                if self.engine is None:
-                    # Padded: similar lengths together keep padding (wasted compute) small; rows x
-                    # the longest own tokens within max_batch_tokens, as on the plain padded path.
+                padded = self.engine is None
+                if padded:
+                    # Similar lengths together keep padding (wasted compute) small; a batch counts
+                    # rows x its longest row against max_batch_tokens, as on the plain padded path.
                     level.sort(key=lambda n: (len(n.tokens), n.start), reverse=True)
-                    batches += [[level[k] for k in b] for b in row_batches(
-                        [len(n.tokens) for n in level], self.batch_size, self.max_batch_tokens, padded=True)]
-                else:
-                    # Unpadded: tree order, so a batch holds neighbours (one candidate A's pairs).
-                    batches += [[level[k] for k in b] for b in
-                                row_batches([len(n.tokens) for n in level], self.batch_size, self.max_batch_tokens)]
+                # Unpadded, tree order: a batch holds neighbours (one candidate A's pairs).
+                batches += [[level[k] for k in b] for b in row_batches(
+                    [len(n.tokens) for n in level], self.batch_size, self.max_batch_tokens, padded=padded)]
                 level = [c for n in level for c in n.children]
         return batches
 
