@@ -80,6 +80,46 @@ def model_dims(model) -> tuple[int, int, int]:
     return body, head.weight.numel(), 4 * c.num_hidden_layers * c.num_attention_heads * head_dim
 
 
+def floor_flops(model, work: dict) -> float:
+    """The fewest FLOPs any exact engine spends on `work` (tokens computed, rows whose next-token
+    logits are read ("heads"), causal (query, key) pairs): every linear layer for every token,
+    except that the last layer's query, output and MLP projections and the LM head run for the
+    rows' last tokens only (nothing reads the other tokens' last-layer outputs), plus attention
+    in every layer but the last (counted at zero there). Each term is work the logits cannot do
+    without, so this over the best matmul rate is a floor on any engine's time for these tokens."""
+    import torch
+
+    body, head, attn = model_dims(model)
+    last = model.model.layers[-1]
+    kv = {id(last.self_attn.k_proj), id(last.self_attn.v_proj)}
+    spared = sum(m.weight.numel() for m in last.modules() if isinstance(m, torch.nn.Linear) and id(m) not in kv)
+    layers = model.config.num_hidden_layers
+    linear = 2 * body * work["tokens"] - 2 * spared * (work["tokens"] - work["heads"]) + 2 * head * work["heads"]
+    return linear + attn * (layers - 1) / layers * work["pairs"]
+
+
+def linear_peak(model, dtype, rows: int = 2048) -> float:
+    """Best FLOP/s of `F.linear` at each weight shape of the model's first layer on `rows` rows,
+    in `dtype` (some run above the square-matmul peak: with `matmul_peak` the higher of the two
+    bounds the roofline from above, so a floor drawn from it is a floor)."""
+    import torch
+    import torch.nn.functional as F
+
+    shapes = {tuple(m.weight.shape) for m in model.model.layers[0].modules() if isinstance(m, torch.nn.Linear)}
+    best = 0.0
+    for out_f, in_f in sorted(shapes):
+        x = torch.randn(rows, in_f, dtype=dtype)
+        w = torch.randn(out_f, in_f, dtype=dtype)
+        F.linear(x, w)  # warm-up
+        fastest = float("inf")
+        for _ in range(3):
+            t = time.perf_counter()
+            F.linear(x, w)
+            fastest = min(fastest, time.perf_counter() - t)
+        best = max(best, 2 * rows * in_f * out_f / fastest)
+    return best
+
+
 def causal_pairs(rows) -> int:
     return sum(len(r) * (len(r) + 1) // 2 for r in rows)
 

@@ -12,6 +12,12 @@ ours/vLLM. Ours runs in this process, each vLLM engine in its own spawned proces
 decision of every vLLM row is compared with ours, and the largest |dP(A)|. One JSON line last
 (`--json` also writes it). bench_judge's `--vllm` prints the same ratios among its other columns
 from single timed runs; this script is the peer comparison alone, with rounds.
+
+The roofline beside it: `floor s` is the fewest FLOPs any exact engine spends on the tokens ours
+computes (bench_common.floor_flops: the linear layers, the last layer's for the rows' last tokens
+only, attention but the last layer's) over the best matmul rate measured here (square matmuls or
+the model's own linear shapes, whichever is faster), and `ceiling` is vLLM's median over that
+floor: the most ours/vLLM that any engine computing these tokens could reach on this CPU.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from bench_common import DATA, SMOLLM2, agree, comma_list, decisions, emit, instructions, load_documents, workload
+from bench_common import (DATA, SMOLLM2, agree, comma_list, decisions, emit, floor_flops, instructions, linear_peak,
+                          load_documents, matmul_peak, workload)
 from bench_vllm import run_vllm
 
 MODES = {"eager": None, "compiled": False}
@@ -63,19 +70,24 @@ def main(argv: list[str] | None = None) -> int:
            "cpu": platform.processor() or platform.machine(), "rows": {}}
     print(f"ours: prefix engine, batch {BATCH_SIZE}; vLLM: prefix caching; {args.threads} threads each; "
           f"median of {args.rounds} rounds")
-    print(f"{'row':<22}{'ours s':>8}" + "".join(f"{'vLLM ' + m + ' s':>18}{'ours/' + m:>16}" for m in args.vllm_modes)
-          + "  decisions  max|dP(A)|")
+    print(f"{'row':<22}{'ours s':>8}{'floor s':>9}{'%roof':>7}" + "".join(
+        f"{'vLLM ' + m + ' s':>18}{'ours/' + m:>16}{'ceiling':>9}" for m in args.vllm_modes) + "  decisions  max|dP(A)|")
     for dtype in args.dtypes:
         ours = HFJudge(path, gguf_file=gguf, device="cpu", dtype=dtype, prefix_reuse=True)
         times: dict[str, list[float]] = {}
         scores: dict[str, list] = {}
+        work: dict[str, dict] = {}
         for name, reqs in loads.items():
             ours.score_pairs(reqs[:2])  # warm-up
             times[name] = []
             for _ in range(args.rounds):
+                counts = (ours.tokens_processed, ours.prompts, ours.prefix_scorer.attention_pairs)
                 start = time.perf_counter()
                 scores[name] = ours.score_pairs(reqs)
                 times[name].append(time.perf_counter() - start)
+                work[name] = {"tokens": ours.tokens_processed - counts[0], "heads": ours.prompts - counts[1],
+                              "pairs": ours.prefix_scorer.attention_pairs - counts[2]}
+        peak = max(matmul_peak("cpu", ours.torch_dtype), linear_peak(ours.model, ours.torch_dtype))
         peers = {}
         for mode in args.vllm_modes:
             job = SimpleNamespace(vllm_max_len=args.vllm_max_len, threads=args.threads, peak_size=None,
@@ -84,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
                                    plan=[("vllm_apc", True, args.threads)])
         for name, reqs in loads.items():
             med = statistics.median(times[name])
-            row = {"prompts": len(reqs), "ours_s": med, "ours_rounds_s": times[name], "vllm": {}}
+            floor = floor_flops(ours.model, work[name]) / peak
+            row = {"prompts": len(reqs), "ours_s": med, "ours_rounds_s": times[name], "work": work[name],
+                   "peak_flop_per_s": peak, "floor_s": floor, "ours_of_roofline": floor / med, "vllm": {}}
             mine = decisions(scores[name])
             worst, same_all = 0.0, True
             for mode, peer in peers.items():
@@ -94,13 +108,17 @@ def main(argv: list[str] | None = None) -> int:
                 theirs = statistics.median(m["rounds_s"])  # m["seconds"] is the same, rounded to ms
                 row["vllm"][mode] = {"median_s": theirs, "rounds_s": m["rounds_s"],
                                      "enforce_eager": m["enforce_eager"], "ours_over_vllm": theirs / med,
+                                     "ceiling": theirs / floor,
                                      "agree": same, "max_abs_dp": dp}
                 worst, same_all = max(worst, dp), same_all and same[0] == same[1]
             key = f"prefix_{name}_{dtype}"
             out["rows"][key] = row
-            print(f"{key:<22}{med:>8.2f}" + "".join(
-                f"{v['median_s']:>18.2f}{v['ours_over_vllm']:>15.2f}x" for v in row["vllm"].values())
+            print(f"{key:<22}{med:>8.2f}{floor:>9.2f}{100 * floor / med:>6.0f}%" + "".join(
+                f"{v['median_s']:>18.2f}{v['ours_over_vllm']:>15.2f}x{v['ceiling']:>8.2f}x" for v in row["vllm"].values())
                 + f"  {'all equal' if same_all else 'DIFFER':>9}  {worst:>10.2e}")
+    print("floor: the fewest FLOPs any exact engine spends on ours' tokens (bench_common.floor_flops) at the best "
+          "matmul rate measured here (square or the model's linear shapes); %roof: floor over ours; ceiling: "
+          "vLLM over the floor, the most ours/vLLM any engine computing these tokens could reach")
     emit(out, args.json)
     return 0
 

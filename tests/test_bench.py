@@ -346,4 +346,34 @@ def test_bench_peer_medians_and_ratios(tmp_path, shared_data):
         assert peer["ours_over_vllm"] == pytest.approx(peer["median_s"] / row["ours_s"])
         assert peer["agree"] == [row["prompts"]] * 2 and peer["max_abs_dp"] < 1e-4
         assert f"{peer['ours_over_vllm']:.2f}x" in proc.stdout and key in proc.stdout
+        # The roofline: a floor below what ours took (a floor above it would be no floor), and the
+        # ceiling vLLM's median over it.
+        assert 0 < row["floor_s"] < row["ours_s"] and row["ours_of_roofline"] == row["floor_s"] / row["ours_s"]
+        assert peer["ceiling"] == pytest.approx(peer["median_s"] / row["floor_s"])
+        assert f"{peer['ceiling']:.2f}x" in proc.stdout
     assert line["rows"]["prefix_5instr_float32"]["prompts"] == 5 * 2
+
+
+def test_floor_flops_bounds_the_engines_matmul_work(shared_data, tiny_llama):
+    """bench_common.floor_flops, bench_peer's roofline floor, against the matmul FLOPs torch counts
+    while the prefix engine (torch kernels) scores a workload: at most those (a floor), within 1%
+    of them (the engine skips what the floor skips: the last layer's query, output and MLP and the
+    head for all but the rows' last tokens). The negative control: counting every token through
+    every layer and the head, as a naive roofline would, overshoots what the engine did."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from bench_common import floor_flops, instructions, load_documents, workload
+
+    from harness.judges.hf import HFJudge
+
+    docs, _ = load_documents(shared_data, 1, 2)
+    judge = HFJudge(str(tiny_llama), device="cpu", prefix_reuse=True, kernels="torch")
+    with FlopCounterMode(display=False) as counter:
+        judge.score_pairs(workload(docs, instructions(shared_data)[:2]))
+    counted = sum(counter.get_flop_counts()["Global"].values())  # aten.mm only: SDPA is not counted on CPU
+    work = {"tokens": judge.tokens_processed, "heads": judge.prompts, "pairs": 0}
+    floor = floor_flops(judge.model, work)
+    assert work["heads"] == 4 and 0 < floor <= counted < 1.01 * floor
+    assert floor_flops(judge.model, {**work, "heads": work["tokens"]}) > counted
+    assert floor_flops(judge.model, {**work, "pairs": 1000}) > floor  # attention counted on top
