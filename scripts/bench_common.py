@@ -81,12 +81,14 @@ def model_dims(model) -> tuple[int, int, int]:
 
 
 def floor_flops(model, work: dict) -> float:
-    """The fewest FLOPs any exact engine spends on `work` (tokens computed, rows whose next-token
-    logits are read ("heads"), causal (query, key) pairs): every linear layer for every token,
-    except that the last layer's query, output and MLP projections and the LM head run for the
-    rows' last tokens only (nothing reads the other tokens' last-layer outputs), plus attention
-    in every layer but the last (counted at zero there). Each term is work the logits cannot do
-    without, so this over the best matmul rate is a floor on any engine's time for these tokens."""
+    """The FLOPs an exact engine cannot skip on `work` (tokens computed, rows whose next-token
+    logits are read ("heads"), causal (query, key) pairs; `trie_work` gives the prompts' least):
+    every linear layer for every token, except that the last layer's query, output and MLP
+    projections and the LM head run for the rows' last tokens only (nothing reads the other
+    tokens' last-layer outputs), plus attention in every layer but the last (counted at zero
+    there). The LM head is counted for a float32 model only: elsewhere it runs in float32
+    (harness.judges.head), which the model dtype's peak would overrate; leaving a term out keeps
+    the count a floor. Norms, RoPE and softmax are not counted either."""
     import torch
 
     body, head, attn = model_dims(model)
@@ -94,29 +96,53 @@ def floor_flops(model, work: dict) -> float:
     kv = {id(last.self_attn.k_proj), id(last.self_attn.v_proj)}
     spared = sum(m.weight.numel() for m in last.modules() if isinstance(m, torch.nn.Linear) and id(m) not in kv)
     layers = model.config.num_hidden_layers
-    linear = 2 * body * work["tokens"] - 2 * spared * (work["tokens"] - work["heads"]) + 2 * head * work["heads"]
+    heads = work["heads"] if model.get_output_embeddings().weight.dtype == torch.float32 else 0
+    linear = 2 * body * work["tokens"] - 2 * spared * (work["tokens"] - work["heads"]) + 2 * head * heads
     return linear + attn * (layers - 1) / layers * work["pairs"]
 
 
-def linear_peak(model, dtype, rows: int = 2048) -> float:
-    """Best FLOP/s of `F.linear` at each weight shape of the model's first layer on `rows` rows,
-    in `dtype` (some run above the square-matmul peak: with `matmul_peak` the higher of the two
-    bounds the roofline from above, so a floor drawn from it is a floor)."""
+def trie_work(rows) -> dict:
+    """The least work of exact next-token scoring of these token rows, for `floor_flops`: each
+    distinct prefix computed once (tokens, `harness.judges.prefix.trie_size`), each distinct
+    prompt's last token read (heads), and each of those tokens attending to itself and every
+    token before it (pairs)."""
+    from harness.judges.prefix import common_prefix_len
+
+    tokens = heads = pairs = 0
+    prev: list[int] | None = None
+    for row in sorted(list(r) for r in rows):
+        if row == prev:
+            continue
+        start = common_prefix_len(prev, row) if prev is not None else 0
+        tokens += len(row) - start
+        pairs += (len(row) * (len(row) + 1) - start * (start + 1)) // 2
+        heads += 1
+        prev = row
+    return {"tokens": tokens, "heads": heads, "pairs": pairs}
+
+
+def linear_peak(model, dtype, rows: tuple[int, ...] = (1024, 2048, 4096), reps: int = 5) -> float:
+    """Best FLOP/s of `F.linear` at each weight shape of the model's first layer on each of `rows`
+    rows (the engine's forwards hold up to max_batch_tokens, 4096), in `dtype`, best of `reps`
+    after a warm-up. Some shapes run above the square-matmul peak; bench_peer takes the higher of
+    the two as the rate a floor is drawn at: torch's GEMM rate measured in the run, not a
+    hardware bound."""
     import torch
     import torch.nn.functional as F
 
     shapes = {tuple(m.weight.shape) for m in model.model.layers[0].modules() if isinstance(m, torch.nn.Linear)}
     best = 0.0
-    for out_f, in_f in sorted(shapes):
-        x = torch.randn(rows, in_f, dtype=dtype)
-        w = torch.randn(out_f, in_f, dtype=dtype)
-        F.linear(x, w)  # warm-up
-        fastest = float("inf")
-        for _ in range(3):
-            t = time.perf_counter()
-            F.linear(x, w)
-            fastest = min(fastest, time.perf_counter() - t)
-        best = max(best, 2 * rows * in_f * out_f / fastest)
+    for n in rows:
+        for out_f, in_f in sorted(shapes):
+            x = torch.randn(n, in_f, dtype=dtype)
+            w = torch.randn(out_f, in_f, dtype=dtype)
+            F.linear(x, w)  # warm-up
+            fastest = float("inf")
+            for _ in range(reps):
+                t = time.perf_counter()
+                F.linear(x, w)
+                fastest = min(fastest, time.perf_counter() - t)
+            best = max(best, 2 * n * in_f * out_f / fastest)
     return best
 
 

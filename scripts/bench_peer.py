@@ -13,11 +13,13 @@ decision of every vLLM row is compared with ours, and the largest |dP(A)|. One J
 (`--json` also writes it). bench_judge's `--vllm` prints the same ratios among its other columns
 from single timed runs; this script is the peer comparison alone, with rounds.
 
-The roofline beside it: `floor s` is the fewest FLOPs any exact engine spends on the tokens ours
-computes (bench_common.floor_flops: the linear layers, the last layer's for the rows' last tokens
-only, attention but the last layer's) over the best matmul rate measured here (square matmuls or
-the model's own linear shapes, whichever is faster), and `ceiling` is vLLM's median over that
-floor: the most ours/vLLM that any engine computing these tokens could reach on this CPU.
+The roofline beside it, an estimate: `floor s` is the FLOPs no exact engine can skip on these
+prompts (bench_common.trie_work: each distinct prefix once; floor_flops: the linear layers, the last
+layer's for the rows' last tokens only, attention but the last layer's) at torch's best GEMM rate
+measured in this run (square matmuls, or the model's own linear shapes on 1024-4096 rows, whichever
+is faster; printed). `%roof` is the floor over a time, and `ceiling` vLLM's median over the floor:
+about the most ours/vLLM an engine could print against this run's vLLM at that rate. Not a
+hardware bound: a faster GEMM than torch's, or a vLLM round slower than its median, moves it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from bench_common import (DATA, SMOLLM2, agree, comma_list, decisions, emit, floor_flops, instructions, linear_peak,
-                          load_documents, matmul_peak, workload)
+                          load_documents, matmul_peak, trie_work, workload)
 from bench_vllm import run_vllm
 
 MODES = {"eager": None, "compiled": False}
@@ -87,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
                 times[name].append(time.perf_counter() - start)
                 work[name] = {"tokens": ours.tokens_processed - counts[0], "heads": ours.prompts - counts[1],
                               "pairs": ours.prefix_scorer.attention_pairs - counts[2]}
-        peak = max(matmul_peak("cpu", ours.torch_dtype), linear_peak(ours.model, ours.torch_dtype))
+        rates = {"square": matmul_peak("cpu", ours.torch_dtype), "linear": linear_peak(ours.model, ours.torch_dtype)}
+        which, peak = max(rates.items(), key=lambda kv: kv[1])
+        print(f"{dtype}: GEMM rate for the floor {peak / 1e9:.0f} GFLOP/s ({which}; square "
+              f"{rates['square'] / 1e9:.0f}, model's linear shapes {rates['linear'] / 1e9:.0f})")
         peers = {}
         for mode in args.vllm_modes:
             job = SimpleNamespace(vllm_max_len=args.vllm_max_len, threads=args.threads, peak_size=None,
@@ -96,9 +101,11 @@ def main(argv: list[str] | None = None) -> int:
                                    plan=[("vllm_apc", True, args.threads)])
         for name, reqs in loads.items():
             med = statistics.median(times[name])
-            floor = floor_flops(ours.model, work[name]) / peak
+            least = trie_work(ours.encode(reqs))
+            floor = floor_flops(ours.model, least) / peak
             row = {"prompts": len(reqs), "ours_s": med, "ours_rounds_s": times[name], "work": work[name],
-                   "peak_flop_per_s": peak, "floor_s": floor, "ours_of_roofline": floor / med, "vllm": {}}
+                   "trie_work": least, "peak_flop_per_s": peak, "peak_from": which, "rates_flop_per_s": rates,
+                   "floor_s": floor, "ours_of_roofline": floor / med, "vllm": {}}
             mine = decisions(scores[name])
             worst, same_all = 0.0, True
             for mode, peer in peers.items():
@@ -116,9 +123,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key:<22}{med:>8.2f}{floor:>9.2f}{100 * floor / med:>6.0f}%" + "".join(
                 f"{v['median_s']:>18.2f}{v['ours_over_vllm']:>15.2f}x{v['ceiling']:>8.2f}x" for v in row["vllm"].values())
                 + f"  {'all equal' if same_all else 'DIFFER':>9}  {worst:>10.2e}")
-    print("floor: the fewest FLOPs any exact engine spends on ours' tokens (bench_common.floor_flops) at the best "
-          "matmul rate measured here (square or the model's linear shapes); %roof: floor over ours; ceiling: "
-          "vLLM over the floor, the most ours/vLLM any engine computing these tokens could reach")
+    print("floor: the FLOPs no exact engine can skip on these prompts (bench_common.trie_work, floor_flops) at "
+          "torch's best GEMM rate measured above; %roof: floor over ours; ceiling: vLLM's median over the floor, "
+          "about the most ours/vLLM an engine could print at that rate (an estimate, not a hardware bound)")
     emit(out, args.json)
     return 0
 

@@ -354,26 +354,50 @@ def test_bench_peer_medians_and_ratios(tmp_path, shared_data):
     assert line["rows"]["prefix_5instr_float32"]["prompts"] == 5 * 2
 
 
-def test_floor_flops_bounds_the_engines_matmul_work(shared_data, tiny_llama):
-    """bench_common.floor_flops, bench_peer's roofline floor, against the matmul FLOPs torch counts
-    while the prefix engine (torch kernels) scores a workload: at most those (a floor), within 1%
-    of them (the engine skips what the floor skips: the last layer's query, output and MLP and the
-    head for all but the rows' last tokens). The negative control: counting every token through
-    every layer and the head, as a naive roofline would, overshoots what the engine did."""
+def test_floor_flops_is_torchs_count_of_the_engines_matmuls(shared_data, tiny_llama, monkeypatch):
+    """bench_common's roofline floor (bench_peer) against torch's own count of matmul FLOPs
+    (FlopCounterMode; mm and bmm):
+    - the prefix engine (torch kernels, float32) scoring a workload finishes more rows than there
+      are prompts (interior trie rows get a last token too): given those rows as heads, floor_flops
+      is EXACTLY the counted mm FLOPs; given the prompts, below it (a floor). Negative controls: the
+      naive every-token count overshoots; leaving out the head or the last layer's sparing misses.
+    - attention: HF's eager attention over one row of n tokens multiplies model_dims' per-pair
+      FLOPs times n^2 (the full square; floor_flops counts the causal half, a floor).
+    - trie_work on rows made by hand: distinct prefixes, distinct prompts, causal pairs."""
+    import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     sys.path.insert(0, str(REPO / "scripts"))
-    from bench_common import floor_flops, instructions, load_documents, workload
+    from bench_common import floor_flops, instructions, load_documents, model_dims, trie_work, workload
 
     from harness.judges.hf import HFJudge
+    from harness.judges.packed import PackedLlama
 
+    def counted(mode, op):
+        return sum(v for k, v in mode.get_flop_counts()["Global"].items() if str(k) == op)
+
+    rows = []
+    forward = PackedLlama.forward
+    monkeypatch.setattr(PackedLlama, "forward", lambda self, segments, pool=None: (
+        rows.append(len(segments)), forward(self, segments, pool))[1])
     docs, _ = load_documents(shared_data, 1, 2)
     judge = HFJudge(str(tiny_llama), device="cpu", prefix_reuse=True, kernels="torch")
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False) as mode:
         judge.score_pairs(workload(docs, instructions(shared_data)[:2]))
-    counted = sum(counter.get_flop_counts()["Global"].values())  # aten.mm only: SDPA is not counted on CPU
-    work = {"tokens": judge.tokens_processed, "heads": judge.prompts, "pairs": 0}
-    floor = floor_flops(judge.model, work)
-    assert work["heads"] == 4 and 0 < floor <= counted < 1.01 * floor
-    assert floor_flops(judge.model, {**work, "heads": work["tokens"]}) > counted
-    assert floor_flops(judge.model, {**work, "pairs": 1000}) > floor  # attention counted on top
+    mm = counted(mode, "aten.mm")
+    work = {"tokens": judge.tokens_processed, "heads": sum(rows), "pairs": 0}
+    assert judge.prompts == 4 < work["heads"] and floor_flops(judge.model, work) == mm
+    assert floor_flops(judge.model, {**work, "heads": judge.prompts}) < mm
+    assert floor_flops(judge.model, {**work, "heads": work["tokens"]}) > mm  # no sparing: overshoots
+    body, head, per_pair = model_dims(judge.model)
+    assert floor_flops(judge.model, work) - 2 * head * work["heads"] != mm  # the head is in the count
+
+    n = 20
+    judge.model.set_attn_implementation("eager")
+    with FlopCounterMode(display=False) as mode, torch.inference_mode():
+        judge.model(torch.arange(1, n + 1)[None])
+    assert counted(mode, "aten.bmm") == per_pair * n * n
+    assert counted(mode, "aten.mm") == 2 * (body + head) * n
+
+    assert trie_work([[1, 2, 3], [1, 2, 4, 5], [1, 2, 3], [7]]) == {
+        "tokens": 3 + 2 + 1, "heads": 3, "pairs": (1 + 2 + 3) + (3 + 4) + 1}
