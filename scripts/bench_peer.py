@@ -8,18 +8,18 @@ two workloads (SummEval documents x candidates, every ordered pair, under 1 and 
 
 Each side is warmed up, then timed `--rounds` times per workload; the medians give the ratios
 ours/vLLM. Ours runs in this process, each vLLM engine in its own spawned process
-(scripts/bench_vllm.py) started from this small parent; no other work runs meanwhile. Every
+(scripts/bench_vllm.py) started from this small parent; run it with nothing else running. Every
 decision of every vLLM row is compared with ours, and the largest |dP(A)|. One JSON line last
 (`--json` also writes it). bench_judge's `--vllm` prints the same ratios among its other columns
 from single timed runs; this script is the peer comparison alone, with rounds.
 
 The roofline beside it, an estimate: `floor s` is the FLOPs no exact engine can skip on these
 prompts (bench_common.trie_work: each distinct prefix once; floor_flops: the linear layers, the last
-layer's for the rows' last tokens only, attention but the last layer's) at torch's best GEMM rate
-measured in this run (square matmuls, or the model's own linear shapes on 1024-4096 rows, whichever
-is faster; printed). `%roof` is the floor over a time, and `ceiling` vLLM's median over the floor:
+layer's query/output/MLP and the head for the prompts' last tokens only, attention but the last
+layer's) at torch's best GEMM rate measured in this run (square matmuls, or the model's own linear
+shapes on 1024-4096 rows, whichever is faster; printed). `%roof` is the floor over a time, and `ceiling` vLLM's median over the floor:
 about the most ours/vLLM an engine could print against this run's vLLM at that rate. Not a
-hardware bound: a faster GEMM than torch's, or a vLLM round slower than its median, moves it.
+hardware bound: a faster GEMM than torch's, or another run's vLLM median, moves it.
 """
 
 from __future__ import annotations

@@ -382,6 +382,7 @@ def test_floor_flops_is_torchs_count_of_the_engines_matmuls(shared_data, tiny_ll
         rows.append(len(segments)), forward(self, segments, pool))[1])
     docs, _ = load_documents(shared_data, 1, 2)
     judge = HFJudge(str(tiny_llama), device="cpu", prefix_reuse=True, kernels="torch")
+    rows.clear()
     with FlopCounterMode(display=False) as mode:
         judge.score_pairs(workload(docs, instructions(shared_data)[:2]))
     mm = counted(mode, "aten.mm")
@@ -391,6 +392,8 @@ def test_floor_flops_is_torchs_count_of_the_engines_matmuls(shared_data, tiny_ll
     assert floor_flops(judge.model, {**work, "heads": work["tokens"]}) > mm  # no sparing: overshoots
     body, head, per_pair = model_dims(judge.model)
     assert floor_flops(judge.model, work) - 2 * head * work["heads"] != mm  # the head is in the count
+    layers = judge.model.config.num_hidden_layers  # attention: every layer's pairs but the last's
+    assert floor_flops(judge.model, {"tokens": 0, "heads": 0, "pairs": 1000}) == per_pair * (layers - 1) / layers * 1000
 
     n = 20
     judge.model.set_attn_implementation("eager")
@@ -398,6 +401,9 @@ def test_floor_flops_is_torchs_count_of_the_engines_matmuls(shared_data, tiny_ll
         judge.model(torch.arange(1, n + 1)[None])
     assert counted(mode, "aten.bmm") == per_pair * n * n
     assert counted(mode, "aten.mm") == 2 * (body + head) * n
+
+    fp32 = floor_flops(judge.model, work)  # a bf16 model's head runs in float32: left out of its floor
+    assert floor_flops(judge.model.to(torch.bfloat16), work) == fp32 - 2 * head * work["heads"]
 
     assert trie_work([[1, 2, 3], [1, 2, 4, 5], [1, 2, 3], [7]]) == {
         "tokens": 3 + 2 + 1, "heads": 3, "pairs": (1 + 2 + 3) + (3 + 4) + 1}
