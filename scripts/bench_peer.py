@@ -17,9 +17,10 @@ The roofline beside it, an estimate: `floor s` is the FLOPs no exact engine can 
 prompts (bench_common.trie_work: each distinct prefix once; floor_flops: the linear layers, the last
 layer's query/output/MLP and the head for the prompts' last tokens only, attention but the last
 layer's) at torch's best GEMM rate measured in this run (square matmuls, or the model's own linear
-shapes on 1024-4096 rows, whichever is faster; printed). `%roof` is the floor over a time, and `ceiling` vLLM's median over the floor:
-about the most ours/vLLM an engine could print against this run's vLLM at that rate. Not a
-hardware bound: a faster GEMM than torch's, or another run's vLLM median, moves it.
+shapes on 1024-4096 rows, whichever is faster; printed). `%roof` is the floor over a time, and
+`ceiling` vLLM's median over the floor: about the most ours/vLLM an engine could print against this
+run's vLLM at that rate. Not a hardware bound: a faster GEMM than torch's, or another run's vLLM
+median, moves it.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ours: prefix engine, batch {BATCH_SIZE}; vLLM: prefix caching; {args.threads} threads each; "
           f"median of {args.rounds} rounds")
     print(f"{'row':<22}{'ours s':>8}{'floor s':>9}{'%roof':>7}" + "".join(
-        f"{'vLLM ' + m + ' s':>18}{'ours/' + m:>16}{'ceiling':>9}" for m in args.vllm_modes) + "  decisions  max|dP(A)|")
+        f"{'vLLM ' + m + ' s':>18}{'ours/' + m:>16}{'ceiling':>9}" for m in args.vllm_modes)
+        + "  decisions  max|dP(A)|")
     for dtype in args.dtypes:
         ours = HFJudge(path, gguf_file=gguf, device="cpu", dtype=dtype, prefix_reuse=True)
         times: dict[str, list[float]] = {}
@@ -121,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
             key = f"prefix_{name}_{dtype}"
             out["rows"][key] = row
             print(f"{key:<22}{med:>8.2f}{floor:>9.2f}{100 * floor / med:>6.0f}%" + "".join(
-                f"{v['median_s']:>18.2f}{v['ours_over_vllm']:>15.2f}x{v['ceiling']:>8.2f}x" for v in row["vllm"].values())
+                f"{v['median_s']:>18.2f}{v['ours_over_vllm']:>15.2f}x{v['ceiling']:>8.2f}x"
+                for v in row["vllm"].values())
                 + f"  {'all equal' if same_all else 'DIFFER':>9}  {worst:>10.2e}")
     print("floor: the FLOPs no exact engine can skip on these prompts (bench_common.trie_work, floor_flops) at "
           "torch's best GEMM rate measured above; %roof: floor over ours; ceiling: vLLM's median over the floor, "
