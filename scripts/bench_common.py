@@ -82,11 +82,11 @@ def model_dims(model) -> tuple[int, int, int]:
 
 def floor_flops(model, work: dict) -> float:
     """The FLOPs an exact engine cannot skip on `work` (tokens computed, rows whose next-token
-    logits are read ("heads"), causal (query, key) pairs; `trie_work` gives the prompts' least):
-    every linear layer for every token, except that the last layer's query, output and MLP
-    projections and the LM head run for the rows' last tokens only (nothing reads the other
-    tokens' last-layer outputs), plus attention in every layer but the last (counted at zero
-    there). The LM head is counted for a float32 model only: elsewhere it runs in float32
+    logits are read ("heads"), causal (query, key) pairs; harness.judges.prefix.trie_work gives
+    the prompts' least): every linear layer for every token, except that the last layer's query,
+    output and MLP projections and the LM head run for the rows' last tokens only (nothing reads
+    the other tokens' last-layer outputs), plus attention in every layer but the last (counted at
+    zero there). The LM head is counted for a float32 model only: elsewhere it runs in float32
     (harness.judges.head), which the model dtype's peak would overrate; leaving a term out keeps
     the count a floor. Norms, RoPE and softmax are not counted either."""
     import torch
@@ -99,26 +99,6 @@ def floor_flops(model, work: dict) -> float:
     heads = work["heads"] if model.get_output_embeddings().weight.dtype == torch.float32 else 0
     linear = 2 * body * work["tokens"] - 2 * spared * (work["tokens"] - work["heads"]) + 2 * head * heads
     return linear + attn * (layers - 1) / layers * work["pairs"]
-
-
-def trie_work(rows) -> dict:
-    """The least work of exact next-token scoring of these token rows, for `floor_flops`: each
-    distinct prefix computed once (tokens, `harness.judges.prefix.trie_size`), each distinct
-    prompt's last token read (heads), and each of those tokens attending to itself and every
-    token before it (pairs)."""
-    from harness.judges.prefix import common_prefix_len
-
-    tokens = heads = pairs = 0
-    prev: list[int] | None = None
-    for row in sorted(list(r) for r in rows):
-        if row == prev:
-            continue
-        start = common_prefix_len(prev, row) if prev is not None else 0
-        tokens += len(row) - start
-        pairs += (len(row) * (len(row) + 1) - start * (start + 1)) // 2
-        heads += 1
-        prev = row
-    return {"tokens": tokens, "heads": heads, "pairs": pairs}
 
 
 def linear_peak(model, dtype, rows: tuple[int, ...] = (1024, 2048, 4096), reps: int = 5) -> float:

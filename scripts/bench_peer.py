@@ -14,7 +14,7 @@ decision of every vLLM row is compared with ours, and the largest |dP(A)|. One J
 from single timed runs; this script is the peer comparison alone, with rounds.
 
 The roofline beside it, an estimate: `floor s` is the FLOPs no exact engine can skip on these
-prompts (bench_common.trie_work: each distinct prefix once; floor_flops: the linear layers, the last
+prompts (harness.judges.prefix.trie_work: each distinct prefix once; floor_flops: the linear layers, the last
 layer's query/output/MLP and the head for the prompts' last tokens only, attention but the last
 layer's) at torch's best GEMM rate measured in this run (square matmuls, or the model's own linear
 shapes on 1024-4096 rows, whichever is faster; printed). `%roof` is the floor over a time, and
@@ -34,8 +34,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from bench_common import (DATA, SMOLLM2, agree, comma_list, decisions, emit, floor_flops, instructions, linear_peak,
-                          load_documents, matmul_peak, trie_work, workload)
+                          load_documents, matmul_peak, workload)
 from bench_vllm import run_vllm
+
+from harness.judges.prefix import trie_work
 
 MODES = {"eager": None, "compiled": False}
 """--vllm-modes: the engine's enforce_eager (None: backend=vllm's default, eager on CPU)."""
@@ -126,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{v['median_s']:>18.2f}{v['ours_over_vllm']:>15.2f}x{v['ceiling']:>8.2f}x"
                 for v in row["vllm"].values())
                 + f"  {'all equal' if same_all else 'DIFFER':>9}  {worst:>10.2e}")
-    print("floor: the FLOPs no exact engine can skip on these prompts (bench_common.trie_work, floor_flops) at "
+    print("floor: the FLOPs no exact engine can skip on these prompts (trie_work, floor_flops) at "
           "torch's best GEMM rate measured above; %roof: floor over ours; ceiling: vLLM's median over the floor, "
           "about the most ours/vLLM an engine could print at that rate (an estimate, not a hardware bound)")
     emit(out, args.json)

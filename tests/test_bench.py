@@ -368,10 +368,11 @@ def test_floor_flops_is_torchs_count_of_the_engines_matmuls(shared_data, tiny_ll
     from torch.utils.flop_counter import FlopCounterMode
 
     sys.path.insert(0, str(REPO / "scripts"))
-    from bench_common import floor_flops, instructions, load_documents, model_dims, trie_work, workload
+    from bench_common import floor_flops, instructions, load_documents, model_dims, workload
 
     from harness.judges.hf import HFJudge
     from harness.judges.packed import PackedLlama
+    from harness.judges.prefix import trie_work
 
     def counted(mode, op):
         return sum(v for k, v in mode.get_flop_counts()["Global"].items() if str(k) == op)

@@ -56,11 +56,24 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
 
 def trie_size(rows: Sequence[Sequence[int]]) -> int:
     """Number of distinct token prefixes: the fewest tokens any prefix-sharing scheme must run."""
-    total, prev = 0, None
+    return trie_work(rows)["tokens"]
+
+
+def trie_work(rows: Sequence[Sequence[int]]) -> dict[str, int]:
+    """The least work of exact next-token scoring of these token rows: each distinct prefix
+    computed once (tokens), each distinct row's last token read (heads), and each of those tokens
+    attending to itself and every token before it (pairs)."""
+    tokens = heads = pairs = 0
+    prev: list[int] | None = None
     for row in sorted(list(r) for r in rows):
-        total += len(row) - (common_prefix_len(prev, row) if prev is not None else 0)
+        if row == prev:
+            continue
+        start = common_prefix_len(prev, row) if prev is not None else 0
+        tokens += len(row) - start
+        pairs += (len(row) * (len(row) + 1) - start * (start + 1)) // 2
+        heads += 1
         prev = row
-    return total
+    return {"tokens": tokens, "heads": heads, "pairs": pairs}
 
 
 @dataclass(eq=False)
