@@ -189,7 +189,7 @@ def official_readout(judge: HFJudge, requests: list[PairRequest], batch: int = 4
     import torch
 
     from harness.errors import JudgeInputError
-    from harness.judges.base import resolve_answer_tokens
+    from harness.judges.answers import resolve_answer_tokens
 
     try:
         answers = resolve_answer_tokens(judge.tokenizer, ("A", "B", "C"))

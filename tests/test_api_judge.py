@@ -17,7 +17,7 @@ from openai_server import OpenAIServer
 from harness.api_client import ApiClient, ApiError, HttpSettings
 from harness.errors import ConfigError
 from harness.judges.api import ApiJudge
-from harness.judges.base import renormalise
+from harness.judges.answers import renormalise
 from harness.judges.cache import CachedJudge, ScoreCache
 from harness.judges.hf import HFJudge
 from harness.prompts import default_instruction, render

@@ -29,9 +29,8 @@ from harness.data.jsonl import load_jsonl
 from harness.errors import DataError
 from harness.files import write_json_atomic
 from harness.judges.api import ApiJudge
-from harness.judges.base import longest_token_chars, refuse_overlong_texts
 from harness.judges.cache import CachedJudge, ScoreCache
-from harness.records import PairRequest
+from harness.judges.chat import longest_token_chars, refuse_overlong_texts
 from harness.runtime.entry import CONF_DIR, check
 
 BASE = ["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=3", "wandb.mode=disabled",
@@ -109,12 +108,11 @@ def test_the_character_bound_never_refuses_a_prompt_that_fits(tiny_judge):
     (tokenized here, at a small context), and a text of that many tokens' worth is not refused."""
     tok, context = tiny_judge.tokenizer, 64
     longest = longest_token_chars(tok)
-    request = PairRequest("d", "a", "b", "")
     over = "word " * (context * longest // 5 + 1)
     assert len(tok(over)["input_ids"]) > context
-    with pytest.raises(Exception, match="longer than the model's context of 64"):
-        refuse_overlong_texts(tok, [over], [request], context)
-    refuse_overlong_texts(tok, ["word " * (context // 2)], [request], context)  # fits: not refused
+    with pytest.raises(Exception, match="^prompt 0 is .* longer than the model's context of 64"):
+        refuse_overlong_texts(tok, [over], context, lambda k: f"prompt {k}")
+    refuse_overlong_texts(tok, ["word " * (context // 2)], context, lambda k: f"prompt {k}")  # fits: not refused
 
 
 # -- a corrupt ZEPO state.json on resume -------------------------------------------------------

@@ -92,7 +92,7 @@ def test_the_config_is_read_as_its_json_where_it_says_enough(tiny_llama, tmp_pat
     as JSON it would have no positions)."""
     from transformers import AutoConfig
 
-    from harness.judges.base import model_positions
+    from harness.judges.chat import model_positions
     from harness.judges.weights import config_value, load_config
 
     plain, auto = load_config(tiny_llama), AutoConfig.from_pretrained(str(tiny_llama))
@@ -113,7 +113,7 @@ def test_a_cpu_only_torch_build_is_read_from_its_version_file(tmp_path):
     not CPU-only (negative controls)."""
     import torch
 
-    from harness.judges.hf import cpu_only_build
+    from harness.judges.device import cpu_only_build
 
     real = Path(torch.__file__).with_name("version.py")
     assert cpu_only_build(real) == (torch.version.cuda is None and torch.version.hip is None)

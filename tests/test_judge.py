@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from harness.errors import JudgeInputError
-from harness.judges.base import renormalise, resolve_answer_tokens
+from harness.judges.answers import renormalise, resolve_answer_tokens
 from harness.judges.cache import CachedJudge, ScoreCache
 from harness.judges.hf import HFJudge
 from harness.records import PairRequest

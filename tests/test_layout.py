@@ -155,6 +155,31 @@ def test_the_checks_catch_a_violation(tmp_path, monkeypatch):
     assert layer_of("harness.experiments.judge")[1] > layer_of("harness.metrics.summary")[1]
 
 
+BACKENDS = ("harness.judges.hf", "harness.judges.vllm", "harness.judges.api")
+"""The judge backends: each builds on the shared layers (base, answers, chat), never on another."""
+
+
+def backend_imports(path: Path, backend: str) -> list[str]:
+    """The other backends that `backend`'s module (at `path`) imports, at the top or in a function."""
+    return sorted({d for d, _, _ in imports(path) for b in BACKENDS if b != backend and (d == b or d.startswith(b + "."))})
+
+
+def test_no_backend_imports_another():
+    """vllm.py shares the chat formatting, encoding, context checks and identity with hf.py through
+    harness.judges.chat, not by importing hf.py (which holds the transformers judge)."""
+    bad = {b: backend_imports(ROOT / "judges" / f"{b.rsplit('.', 1)[1]}.py", b) for b in BACKENDS}
+    assert not any(bad.values()), bad
+
+
+def test_the_backend_check_catches_vllm_importing_hf(tmp_path):
+    """Negative control: the old vllm.py's imports from hf.py (ChatPrompts, format_chat, ...) are reported."""
+    bad = tmp_path / "vllm.py"
+    bad.write_text("from harness.judges.chat import context_length\n"
+                   "from harness.judges.hf import (\n    ChatPrompts,\n    format_chat,\n)\n")
+    assert backend_imports(bad, "harness.judges.vllm") == ["harness.judges.hf"]
+    assert backend_imports(bad, "harness.judges.hf") == []  # its own module is not another backend
+
+
 def script_edges(folder: Path) -> dict[str, set[str]]:
     """Which of `folder`'s scripts each script imports, at the top or inside a function (a script
     imports another by its file name: `from bench_common import stats`)."""

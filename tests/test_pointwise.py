@@ -13,7 +13,7 @@ import pytest
 from scipy.stats import spearmanr
 from test_paper_configs import _compose
 
-from harness.judges.base import resolve_answer_tokens
+from harness.judges.answers import resolve_answer_tokens
 from harness.prompts import (
     POINTWISE_ADJECTIVES,
     POINTWISE_INSTRUCTIONS,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from harness.data import load_task
-from harness.judges.base import resolve_answer_tokens
+from harness.judges.answers import resolve_answer_tokens
 from harness.prompts import render, resolve_instruction
 from harness.records import Candidate, Document, PairRequest
 

@@ -36,13 +36,8 @@ from harness.api_client import (
     Unusable,
 )
 from harness.errors import ConfigError
-from harness.judges.base import (
-    AnswerTokens,
-    logsumexp,
-    renormalise,
-    resolve_answer_tokens,
-    template_fingerprint,
-)
+from harness.judges.answers import AnswerTokens, logsumexp, renormalise, resolve_answer_tokens
+from harness.judges.base import template_fingerprint
 from harness.judges.cpu import numerics
 from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore

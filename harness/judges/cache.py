@@ -28,15 +28,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from harness.files import open_sqlite, sqlite_errors
-from harness.judges.base import (
-    Judge,
-    check_requests,
-    gather,
-    logsumexp,
-    renormalise,
-    streams,
-    supports_progress,
-)
+from harness.judges.answers import logsumexp, renormalise
+from harness.judges.base import Judge, check_requests, gather, streams, supports_progress
 from harness.records import PairRequest, PairScore
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,8 @@
 """Transformers backend: one forward pass per prompt (or, with `prefix_reuse`, per prompt-tree
 segment: shared prefixes run once), logits at the last position only.
 
-Prompts are wrapped in the tokenizer's chat template and tokenized once. Llama-family models
+Prompts are wrapped in the tokenizer's chat template and tokenized once (harness.judges.chat, shared
+with the vLLM judge). Llama-family models
 (Llama, Mistral, SmolLM2) run through the packed engine (`harness.judges.packed`: the rows of a
 batch concatenated, no padding); other models run through HF's forward on length-sorted,
 left-padded batches with explicit position ids (so a padded row computes exactly what it would
@@ -16,29 +17,21 @@ generated A/B token (harness.judges.generate).
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import logging
-import sys
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ConfigError, JudgeInputError
+from harness.errors import ConfigError
 from harness.judges import cpu_kernels
-from harness.judges.base import (
-    AnswerTokens,
-    context_length,
-    gather,
-    refuse_overlong_texts,
-    resolve_answer_tokens,
-    template_fingerprint,
-    ticked,
-)
-from harness.judges.cpu import auto_dtype, default_threads, dtype_source, numerics, torch_threads
+from harness.judges.answers import AnswerTokens, resolve_answer_tokens
+from harness.judges.base import gather, ticked
+from harness.judges.chat import ChatPrompts, context_length, local_identity, no_answer, readout_options
+from harness.judges.cpu import default_threads, dtype_source, numerics, torch_threads
+from harness.judges.device import dtype_name, pick_device
 from harness.judges.generate import GeneratedAnswer, generate_answer_logprobs
-from harness.judges.head import LOGITS_SUFFIX, FloatHead, upcasts
+from harness.judges.head import FloatHead, upcasts
 from harness.judges.packed import (
     ARCHITECTURES,
     PackedLlama,
@@ -47,7 +40,6 @@ from harness.judges.packed import (
     unsupported,
 )
 from harness.judges.prefix import PrefixScorer, supports_prefix_reuse
-from harness.judges.prompt_ids import SENTINEL, encode_chat
 from harness.judges.weights import config_value, load_config, load_tokenizer, load_weights
 from harness.models.fingerprint import module_fingerprint, weights_fingerprint
 from harness.models.resolve import resolve_model_path
@@ -66,193 +58,6 @@ GENERATE_BATCH_SIZE = 8
 runs as long as its slowest, so 32 measured 1.3-1.45x slower than 8 on the same CPU."""
 GENERATE_KERNELS, FORWARD_KERNELS = "torch (HF's generate)", "torch (HF's forward)"
 """The `kernels` entry of numerics where the packed engine does not run (harness.judges.cpu_kernels)."""
-_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-           "float16": "float16", "fp16": "float16"}
-
-
-def pick_device(device: str) -> str:
-    """"auto": cuda where torch sees a GPU, else cpu. Decided without importing torch (seconds) when
-    the installed torch is a CPU-only build (`cpu_only_torch`): a fully cached run needs none."""
-    if device == "cpu" or (device == "auto" and cpu_only_torch()):
-        return "cpu"
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device {device!r} asked for but CUDA is not available")
-    return device
-
-
-def cpu_only_torch() -> bool:
-    """Whether the installed torch was built without CUDA and ROCm, read from its torch/version.py
-    without importing it (`cpu_only_build`): then `torch.cuda.is_available()` is False whatever the
-    machine. False when it cannot tell, or when torch is imported already (asking it is free)."""
-    if "torch" in sys.modules:
-        return False
-    spec = importlib.util.find_spec("torch")
-    folders = list(spec.submodule_search_locations or []) if spec is not None else []
-    return bool(folders) and cpu_only_build(Path(folders[0]) / "version.py")
-
-
-def cpu_only_build(version_file: Path) -> bool:
-    """Whether a torch/version.py says `cuda = None` and `hip = None` (a CPU-only build)."""
-    try:
-        tree = ast.parse(version_file.read_text())
-    except (OSError, SyntaxError, ValueError):
-        return False
-    values = {}
-    for node in tree.body:
-        target = node.target if isinstance(node, ast.AnnAssign) else \
-            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
-        if isinstance(target, ast.Name) and isinstance(node.value, ast.Constant):
-            values[target.id] = node.value.value
-    return all(k in values and values[k] is None for k in ("cuda", "hip"))
-
-
-def dtype_name(dtype: str, device: str) -> str:
-    """The torch dtype's name ("float32", ...) that `dtype` (auto, float32, bf16, ...) means on `device`."""
-    if dtype == "auto":  # float32 on every CPU, bf16 on GPU (harness.judges.cpu.auto_dtype)
-        return auto_dtype(device)
-    if dtype not in _DTYPES:
-        raise ConfigError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
-    return _DTYPES[dtype]
-
-
-def pick_dtype(dtype: str, device: str):
-    """The torch dtype `dtype` means on `device` (imports torch)."""
-    import torch
-
-    return getattr(torch, dtype_name(dtype, device))
-
-
-CHAT_FORMATS = ("default", "zepo")
-"""default: the chat template WITH its generation prompt, tokenized without special tokens (one
-BOS; the answer is read where the assistant's first token goes). zepo: as the official ZEPO code
-(`models/llama3.py:160-169`): the template WITHOUT the generation prompt, then the tokenizer adds
-its own BOS on top of the template's (two BOS; Llama-3 gets no assistant header)."""
-
-READOUTS = ("next_token", "generate")
-"""next_token: one forward pass, the answer read at the next position. generate: the official
-ZEPO read-out (harness.judges.generate): greedy generation, the answer read at the first
-generated A/B token."""
-
-
-def check_chat_format(chat_format: str) -> str:
-    if chat_format not in CHAT_FORMATS:
-        raise ConfigError(f"unknown chat_format {chat_format!r}; use {', '.join(CHAT_FORMATS)}")
-    return chat_format
-
-
-def format_chat(tokenizer: Any, prompt: str, system_prompt: str | None = None, chat_format: str = "default", *,
-                chat_template: bool = True) -> str:
-    """The exact text a judge model reads: its chat template, with the generation prompt unless
-    `chat_format="zepo"`; or the prompt as plain text when the tokenizer has no template or
-    `chat_template` is off (model.chat_template=false; the run's report card shows what that costs).
-
-    Shared by every local backend (transformers, vLLM) so they score identical token ids.
-    """
-    if not chat_template or not getattr(tokenizer, "chat_template", None):
-        return prompt
-    messages = [{"role": "user", "content": prompt}]
-    if system_prompt:
-        messages.insert(0, {"role": "system", "content": system_prompt})
-    return tokenizer.apply_chat_template(messages, tokenize=False,
-                                         add_generation_prompt=check_chat_format(chat_format) == "default")
-
-
-def used_template(tokenizer: Any, chat_template: bool = True) -> str | None:
-    """The chat template prompts are wrapped in (None when off or absent): part of the identity."""
-    return getattr(tokenizer, "chat_template", None) if chat_template else None
-
-
-def encode_prompts(tokenizer: Any, requests: Sequence[PairRequest], system_prompt: str | None,
-                   max_length: int, chat_format: str = "default", *,
-                   chat_template: bool = True) -> list[list[int]]:
-    """Chat-formatted token ids per request; refuses empty prompts and prompts over `max_length`.
-
-    The default format adds no special tokens (the template holds the BOS); "zepo" lets the
-    tokenizer add its BOS too, as `tokenizer(text)` does in the official code. Control-token
-    strings inside the prompt or system prompt stay plain text (harness.judges.prompt_ids)."""
-    texts = [format_chat(tokenizer, r.prompt, system_prompt, chat_format, chat_template=chat_template)
-             for r in requests]
-    refuse_overlong_texts(tokenizer, texts, requests, max_length)  # before a 20 MB text is tokenized
-    ids = encode_chat(  # message texts as plain text: data never forges the template (prompt_ids)
-        tokenizer, texts, [(r.prompt, system_prompt) for r in requests],
-        lambda: format_chat(tokenizer, SENTINEL, system_prompt and SENTINEL, chat_format, chat_template=chat_template),
-        chat_format == "zepo", lambda k: f"prompt for document {requests[k].doc_id!r} pair "
-        f"({requests[k].a_id}, {requests[k].b_id})")
-    for r, row in zip(requests, ids):
-        if len(row) >= max_length:
-            raise JudgeInputError(
-                f"prompt for document {r.doc_id!r} pair ({r.a_id}, {r.b_id}) is {len(row)} tokens, "
-                f"longer than the model's context of {max_length}; raise model.max_length (up to what the "
-                f"model supports) or judge shorter texts"
-            )
-        if not row:
-            raise JudgeInputError(f"empty prompt for document {r.doc_id!r} pair ({r.a_id}, {r.b_id})")
-    return [list(row) for row in ids]
-
-
-def no_answer(answers: AnswerTokens) -> PairScore:
-    """The official score of a pair whose generation held no A/B token: 0.5 (`llama3.py:148-149`),
-    flagged so judgments.jsonl shows it; greedy generation is deterministic, so the request cache
-    keeps it with its flag and a rerun serves it as no_answer (harness.judges.cache)."""
-    return PairScore(token_logprobs={}, p_a=0.5, flags=("no_answer",))
-
-
-def readout_identity(chat_format: str, readout: str, max_new_tokens: int) -> list[str]:
-    """Identity parts for a non-default format/read-out (none for the defaults, so existing
-    cache keys stay valid)."""
-    parts = [] if chat_format == "default" else [f"chat={chat_format}"]
-    return parts + ([] if readout == "next_token" else [f"readout={readout}{int(max_new_tokens)}"])
-
-
-def local_identity(backend: str, name: str, revision: str | None, gguf_file: str | None, dtype: str,
-                   judge: ChatPrompts, weights: str, float_logits: bool = False) -> tuple[str, str]:
-    """(identity, legacy identity) of a local judge: what determines its numbers. The identity
-    ends in `|w=<weights fingerprint>` (harness.models.fingerprint); the legacy one is the same
-    without it, as cache keys were made before the weights were part of them (CachedJudge says so
-    once when it finds such rows, and asks again). With `float_logits` (a bf16/fp16 transformers
-    judge) the identity also says `logits=float32` (harness.judges.head): rows scored by the old
-    bf16 head are not served."""
-    legacy = "|".join([
-        backend, name, revision or "-", gguf_file or "-", dtype,
-        f"tmpl={template_fingerprint(used_template(judge.tokenizer, judge.chat_template))}",
-        f"sys={template_fingerprint(judge.system_prompt)}", judge.answers.describe(),
-        *readout_identity(judge.chat_format, judge.readout, judge.max_new_tokens),
-        *([LOGITS_SUFFIX] if float_logits else []),
-    ])
-    return f"{legacy}|w={weights}", legacy
-
-
-class ChatPrompts:
-    """Prompts -> token ids for a judge holding a tokenizer and the chat settings (`system_prompt`,
-    `max_length`, `chat_format`, `chat_template`): shared by the transformers and vLLM judges, so
-    both score identical ids."""
-
-    tokenizer: Any
-    system_prompt: str | None
-    max_length: int
-    chat_format: str
-    chat_template: bool
-
-    def set_chat(self, *, chat_template: bool, chat_format: str, readout: str, max_new_tokens: int) -> None:
-        """Check and keep the chat and read-out settings (before any weights are loaded)."""
-        self.chat_format = check_chat_format(chat_format)
-        if readout not in READOUTS:
-            raise ConfigError(f"unknown readout {readout!r}; use {', '.join(READOUTS)}")
-        self.readout, self.max_new_tokens = readout, int(max_new_tokens)
-        self.chat_template = bool(chat_template)
-        """False: prompts go in as plain text, without the tokenizer's chat template."""
-
-    def encode(self, requests: Sequence[PairRequest]) -> list[list[int]]:
-        return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length, self.chat_format,
-                              chat_template=self.chat_template)
-
-    def check_requests(self, requests: Sequence[PairRequest]) -> None:
-        """JudgeInputError for a prompt this model cannot read (see judges.base.check_requests)."""
-        self.encode(requests)
 
 
 class HFJudge(ChatPrompts):
@@ -274,8 +79,8 @@ class HFJudge(ChatPrompts):
             raise ConfigError(f"unknown engine {engine!r}; use {', '.join(ENGINES)}")
         if kernels not in cpu_kernels.KERNELS:
             raise ConfigError(f"unknown kernels {kernels!r}; use {', '.join(cpu_kernels.KERNELS)}")
-        self.set_chat(chat_template=chat_template, chat_format=chat_format, readout=readout,
-                      max_new_tokens=max_new_tokens)
+        self.set_chat(chat_template=chat_template, chat_format=chat_format)
+        self.set_readout(readout=readout, max_new_tokens=max_new_tokens)
         self.device = pick_device(device)
         self.threads = None if threads is None else int(threads)
         """torch's intra-op threads while this judge computes on CPU (None: torch's count as it is;
@@ -416,12 +221,6 @@ class HFJudge(ChatPrompts):
         """The PackedLlama running this model, or None (HF's forward on padded batches); loads the weights."""
         _ = self.model
         return self._packed
-
-    # -- prompt -> token ids ------------------------------------------------------------------
-    def format_prompt(self, prompt: str) -> str:
-        """The exact text the model reads (chat template; see CHAT_FORMATS)."""
-        return format_chat(self.tokenizer, prompt, self.system_prompt, self.chat_format,
-                           chat_template=self.chat_template)
 
     # -- scoring --------------------------------------------------------------------------------
     @property
@@ -607,10 +406,3 @@ def build(judge_model: Mapping[str, Any], name: str = "hf", **options: Any) -> H
                    chat_template=bool(judge_model.get("chat_template", True)),
                    **readout_options(judge_model), **options)
 
-
-def readout_options(judge_model: Mapping[str, Any]) -> dict[str, Any]:
-    """conf/model's chat format and read-out settings (absent keys: this project's defaults)."""
-    return {"chat_format": judge_model.get("chat_format") or "default",
-            "readout": judge_model.get("readout") or "next_token",
-            "max_new_tokens": int(judge_model.get("max_new_tokens") or 32),
-            "tie_label": judge_model.get("tie_label")}

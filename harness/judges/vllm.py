@@ -44,19 +44,16 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, JudgeInputError
-from harness.judges.base import (
-    AnswerTokens,
-    context_length,
-    resolve_answer_tokens,
-)
-from harness.judges.cpu import auto_dtype, dtype_source, numerics, torch_threads
-from harness.judges.hf import (
+from harness.judges.answers import AnswerTokens, resolve_answer_tokens
+from harness.judges.chat import (
     ChatPrompts,
-    format_chat,
+    context_length,
+    format_chat_messages,
     local_identity,
     no_answer,
     readout_options,
 )
+from harness.judges.cpu import auto_dtype, dtype_source, numerics, torch_threads
 from harness.judges.wrappers import held_in_children
 from harness.models.fingerprint import weights_fingerprint
 from harness.models.resolve import resolve_model_path
@@ -200,8 +197,8 @@ class VLLMJudge(ChatPrompts):
                  chat_template: bool = True, chat_format: str = "default", readout: str = "next_token",
                  max_new_tokens: int = 32, tie_label: str | None = None,
                  **engine_kwargs: Any) -> None:
-        self.set_chat(chat_template=chat_template, chat_format=chat_format, readout=readout,
-                      max_new_tokens=max_new_tokens)
+        self.set_chat(chat_template=chat_template, chat_format=chat_format)
+        self.set_readout(readout=readout, max_new_tokens=max_new_tokens)
         require_vllm()
         path = str(path)
         check_weights(path)
@@ -361,15 +358,6 @@ class VLLMJudge(ChatPrompts):
             successor._llm, self._llm = self._llm, None
             return
         self.release()
-
-
-def format_chat_messages(tokenizer: Any, messages: list[dict[str, str]]) -> str:
-    """Chat-template text for a whole conversation (the optimizer's meta-prompt), else the contents."""
-    if len(messages) == 1 and messages[0].get("role") == "user":
-        return format_chat(tokenizer, messages[0]["content"])
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return "\n\n".join(m["content"] for m in messages) + "\n"
 
 
 def answer_step(output: Any, triggers: set[int]) -> int | None:

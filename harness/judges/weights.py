@@ -16,7 +16,7 @@ from typing import Any
 
 from harness.errors import ConfigError, DataError, HarnessError
 from harness.files import read_json, write_json_atomic
-from harness.judges.base import model_positions
+from harness.judges.chat import model_positions
 from harness.models.fingerprint import TEXT_SUFFIXES, file_digest, model_files
 from harness.models.paths import broken_weight_file, cache_dir
 

@@ -35,7 +35,7 @@ from harness.api_client import (
 )
 from harness.errors import ConfigError, HarnessError
 from harness.judges.base import innermost
-from harness.judges.hf import pick_device, pick_dtype
+from harness.judges.device import pick_device, pick_dtype
 from harness.judges.weights import load_model_and_tokenizer
 from harness.models.resolve import resolve_model_path
 from harness.progress import heartbeat

@@ -1,0 +1,263 @@
+"""The local-chat base of the transformers and vLLM judges: how a prompt becomes the token ids a
+local model reads (its chat template, the control-token-safe encoding of harness.judges.prompt_ids),
+the context checks before anything is scored, and the identity that keys the request cache.
+
+Shared the way lm-eval's `TemplateLM` shares tokenization: each backend keeps only its own engine,
+so both score identical ids and neither imports the other. `encode_messages` and `ChatPrompts`
+serve a chat user that is not a pairwise judge too (a whole conversation, no answer tokens).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from harness.errors import ConfigError, JudgeInputError
+from harness.judges.answers import AnswerTokens
+from harness.judges.base import template_fingerprint
+from harness.judges.head import LOGITS_SUFFIX
+from harness.judges.prompt_ids import SENTINEL, encode_chat
+from harness.records import PairRequest, PairScore
+
+CHAT_FORMATS = ("default", "zepo")
+"""default: the chat template WITH its generation prompt, tokenized without special tokens (one
+BOS; the answer is read where the assistant's first token goes). zepo: as the official ZEPO code
+(`models/llama3.py:160-169`): the template WITHOUT the generation prompt, then the tokenizer adds
+its own BOS on top of the template's (two BOS; Llama-3 gets no assistant header)."""
+
+READOUTS = ("next_token", "generate")
+"""next_token: one forward pass, the answer read at the next position. generate: the official
+ZEPO read-out (harness.judges.generate): greedy generation, the answer read at the first
+generated A/B token."""
+
+
+def check_chat_format(chat_format: str) -> str:
+    if chat_format not in CHAT_FORMATS:
+        raise ConfigError(f"unknown chat_format {chat_format!r}; use {', '.join(CHAT_FORMATS)}")
+    return chat_format
+
+
+# -- prompt -> text -----------------------------------------------------------------------------
+def format_chat(tokenizer: Any, prompt: str, system_prompt: str | None = None, chat_format: str = "default", *,
+                chat_template: bool = True) -> str:
+    """The exact text a judge model reads: its chat template, with the generation prompt unless
+    `chat_format="zepo"`; or the prompt as plain text when the tokenizer has no template or
+    `chat_template` is off (model.chat_template=false; the run's report card shows what that costs).
+
+    Shared by every local backend (transformers, vLLM) so they score identical token ids.
+    """
+    if not chat_template or not getattr(tokenizer, "chat_template", None):
+        return prompt
+    messages = [{"role": "user", "content": prompt}]
+    if system_prompt:
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    return tokenizer.apply_chat_template(messages, tokenize=False,
+                                         add_generation_prompt=check_chat_format(chat_format) == "default")
+
+
+def format_chat_messages(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> str:
+    """Chat-template text for a whole conversation (the optimizer's meta-prompt), else the contents."""
+    if len(messages) == 1 and messages[0].get("role") == "user":
+        return format_chat(tokenizer, messages[0]["content"])
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    return "\n\n".join(m["content"] for m in messages) + "\n"
+
+
+def used_template(tokenizer: Any, chat_template: bool = True) -> str | None:
+    """The chat template prompts are wrapped in (None when off or absent): part of the identity."""
+    return getattr(tokenizer, "chat_template", None) if chat_template else None
+
+
+# -- context checks -----------------------------------------------------------------------------
+_LONGEST: dict[int, int] = {}
+"""longest_token_chars per tokenizer (read once: the whole vocabulary is walked)."""
+
+
+def longest_token_chars(tokenizer: Any) -> int:
+    """Characters in the tokenizer's longest vocabulary entry (byte-level and SentencePiece entries
+    are at least as long as the text they decode to): no token covers more of a prompt."""
+    key = hash((id(tokenizer), len(tokenizer)))  # the size too: an id may be reused by another tokenizer
+    if key not in _LONGEST:
+        _LONGEST[key] = max((len(t) for t in tokenizer.get_vocab()), default=1) or 1
+    return _LONGEST[key]
+
+
+def refuse_overlong_texts(tokenizer: Any, texts: Sequence[str], max_length: int, where: Callable[[int], str]) -> None:
+    """Refuse, before tokenizing, a text with more characters than `max_length` tokens of the
+    longest vocabulary entry could cover: it cannot fit, and tokenizing a 20 MB text takes minutes
+    and gigabytes. `where(k)` names text k in the error ("prompt for document 'd1' pair (a, b)")."""
+    most = max_length * longest_token_chars(tokenizer)
+    for k, text in enumerate(texts):
+        if len(text) > most:
+            raise JudgeInputError(
+                f"{where(k)} is {len(text):,} characters, at least "
+                f"{len(text) // (most // max_length):,} tokens, longer than the model's context of {max_length}; "
+                "judge shorter texts (or raise model.max_length up to what the model supports)")
+
+
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length")
+"""Where a transformers config holds the number of positions the weights were trained for."""
+
+
+def model_positions(config: Any) -> int | None:
+    """The positions a model's config declares (its text config for a multimodal one), or None."""
+    if not isinstance(config, Mapping):
+        text = getattr(config, "get_text_config", lambda: config)()
+        config = {k: getattr(text, k, None) for k in POSITION_KEYS}
+    else:
+        config = config.get("text_config") or config
+    for key in POSITION_KEYS:
+        v = config.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def context_length(max_length: int | None, config: Any, where: str) -> int:
+    """model.max_length checked against the weights' positions (one ConfigError before any
+    prompt is scored): a longer context would score prompts at positions the weights never saw
+    (RoPE extrapolation), with plausible-looking numbers. Unset: the weights' positions (2048
+    when the config declares none)."""
+    positions = model_positions(config)
+    if max_length is None:
+        return positions or 2048
+    if positions is not None and int(max_length) > positions:
+        raise ConfigError(
+            f"model.max_length={max_length} is more than the {positions} positions the weights in {where} "
+            f"declare (max_position_embeddings in its config): prompts past them would be scored at positions "
+            f"the model never saw; set model.max_length={positions} or less")
+    return int(max_length)
+
+
+# -- text -> token ids --------------------------------------------------------------------------
+def encode_texts(tokenizer: Any, texts: Sequence[str], messages: Sequence[Sequence[str | None]],
+                 frame: Callable[[], str], add_special_tokens: bool, max_length: int,
+                 where: Callable[[int], str]) -> list[list[int]]:
+    """Token ids of chat-formatted `texts`, each text's `messages` kept plain text (prompt_ids;
+    `frame()` renders the template around SENTINEL); refuses a text that cannot fit `max_length`
+    (by its characters before tokenizing, by its ids after) and an empty one, `where(k)` naming it."""
+    refuse_overlong_texts(tokenizer, texts, max_length, where)  # before a 20 MB text is tokenized
+    ids = encode_chat(tokenizer, texts, messages, frame, add_special_tokens, where)
+    for k, row in enumerate(ids):
+        if len(row) >= max_length:
+            raise JudgeInputError(
+                f"{where(k)} is {len(row)} tokens, longer than the model's context of {max_length}; raise "
+                f"model.max_length (up to what the model supports) or judge shorter texts")
+        if not row:
+            raise JudgeInputError(f"empty {where(k)}")
+    return ids
+
+
+def encode_prompts(tokenizer: Any, requests: Sequence[PairRequest], system_prompt: str | None,
+                   max_length: int, chat_format: str = "default", *,
+                   chat_template: bool = True) -> list[list[int]]:
+    """Chat-formatted token ids per request; refuses empty prompts and prompts over `max_length`.
+
+    The default format adds no special tokens (the template holds the BOS); "zepo" lets the
+    tokenizer add its BOS too, as `tokenizer(text)` does in the official code. Control-token
+    strings inside the prompt or system prompt stay plain text (harness.judges.prompt_ids)."""
+    texts = [format_chat(tokenizer, r.prompt, system_prompt, chat_format, chat_template=chat_template)
+             for r in requests]
+    return encode_texts(
+        tokenizer, texts, [(r.prompt, system_prompt) for r in requests],
+        lambda: format_chat(tokenizer, SENTINEL, system_prompt and SENTINEL, chat_format, chat_template=chat_template),
+        chat_format == "zepo", max_length,
+        lambda k: f"prompt for document {requests[k].doc_id!r} pair ({requests[k].a_id}, {requests[k].b_id})")
+
+
+def encode_messages(tokenizer: Any, messages: Sequence[Mapping[str, str]], max_length: int,
+                    where: str = "chat prompt") -> list[int]:
+    """Token ids of a whole conversation as `format_chat_messages` renders it (no special tokens
+    added), through the judges' path: message texts stay plain text, and a conversation that cannot
+    fit `max_length` is refused. For a chat user that is not a pairwise judge (an optimizer)."""
+    text = format_chat_messages(tokenizer, messages)
+    return encode_texts(
+        tokenizer, [text], [[m["content"] for m in messages]],
+        lambda: format_chat_messages(tokenizer, [{**m, "content": SENTINEL} for m in messages]),
+        False, max_length, lambda _: where)[0]
+
+
+# -- identity and read-out settings -------------------------------------------------------------
+def no_answer(answers: AnswerTokens) -> PairScore:
+    """The official score of a pair whose generation held no A/B token: 0.5 (`llama3.py:148-149`),
+    flagged so judgments.jsonl shows it; greedy generation is deterministic, so the request cache
+    keeps it with its flag and a rerun serves it as no_answer (harness.judges.cache)."""
+    return PairScore(token_logprobs={}, p_a=0.5, flags=("no_answer",))
+
+
+def readout_identity(chat_format: str, readout: str, max_new_tokens: int) -> list[str]:
+    """Identity parts for a non-default format/read-out (none for the defaults, so existing
+    cache keys stay valid)."""
+    parts = [] if chat_format == "default" else [f"chat={chat_format}"]
+    return parts + ([] if readout == "next_token" else [f"readout={readout}{int(max_new_tokens)}"])
+
+
+def chat_identity(chat: ChatPrompts) -> list[str]:
+    """Identity parts of how a chat model wraps its prompts: its template and system prompt."""
+    return [f"tmpl={template_fingerprint(used_template(chat.tokenizer, chat.chat_template))}",
+            f"sys={template_fingerprint(chat.system_prompt)}"]
+
+
+def local_identity(backend: str, name: str, revision: str | None, gguf_file: str | None, dtype: str,
+                   judge: ChatPrompts, weights: str, float_logits: bool = False) -> tuple[str, str]:
+    """(identity, legacy identity) of a local judge: what determines its numbers. The identity
+    ends in `|w=<weights fingerprint>` (harness.models.fingerprint); the legacy one is the same
+    without it, as cache keys were made before the weights were part of them (CachedJudge says so
+    once when it finds such rows, and asks again). With `float_logits` (a bf16/fp16 transformers
+    judge) the identity also says `logits=float32` (harness.judges.head): rows scored by the old
+    bf16 head are not served."""
+    legacy = "|".join([
+        backend, name, revision or "-", gguf_file or "-", dtype, *chat_identity(judge), judge.answers.describe(),
+        *readout_identity(judge.chat_format, judge.readout, judge.max_new_tokens),
+        *([LOGITS_SUFFIX] if float_logits else []),
+    ])
+    return f"{legacy}|w={weights}", legacy
+
+
+def readout_options(judge_model: Mapping[str, Any]) -> dict[str, Any]:
+    """conf/model's chat format and read-out settings (absent keys: this project's defaults)."""
+    return {"chat_format": judge_model.get("chat_format") or "default",
+            "readout": judge_model.get("readout") or "next_token",
+            "max_new_tokens": int(judge_model.get("max_new_tokens") or 32),
+            "tie_label": judge_model.get("tie_label")}
+
+
+class ChatPrompts:
+    """Prompts -> token ids for a model holding a tokenizer and the chat settings (`system_prompt`,
+    `max_length`, `chat_format`, `chat_template`): the base of the transformers and vLLM judges, so
+    both score identical ids. A judge also sets its read-out (`set_readout`) and `answers`."""
+
+    tokenizer: Any
+    system_prompt: str | None
+    max_length: int
+    chat_format: str
+    chat_template: bool
+    readout: str
+    max_new_tokens: int
+    answers: AnswerTokens
+
+    def set_chat(self, *, chat_template: bool, chat_format: str) -> None:
+        """Check and keep the chat settings (before any weights are loaded)."""
+        self.chat_format = check_chat_format(chat_format)
+        self.chat_template = bool(chat_template)
+        """False: prompts go in as plain text, without the tokenizer's chat template."""
+
+    def set_readout(self, *, readout: str, max_new_tokens: int) -> None:
+        """Check and keep a judge's read-out settings (before any weights are loaded)."""
+        if readout not in READOUTS:
+            raise ConfigError(f"unknown readout {readout!r}; use {', '.join(READOUTS)}")
+        self.readout, self.max_new_tokens = readout, int(max_new_tokens)
+
+    def format_prompt(self, prompt: str) -> str:
+        """The exact text the model reads (chat template; see CHAT_FORMATS)."""
+        return format_chat(self.tokenizer, prompt, self.system_prompt, self.chat_format,
+                           chat_template=self.chat_template)
+
+    def encode(self, requests: Sequence[PairRequest]) -> list[list[int]]:
+        return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length, self.chat_format,
+                              chat_template=self.chat_template)
+
+    def check_requests(self, requests: Sequence[PairRequest]) -> None:
+        """JudgeInputError for a prompt this model cannot read (see judges.base.check_requests)."""
+        self.encode(requests)
