@@ -23,7 +23,7 @@ import numpy as np
 from harness.judging import load_judgments
 from harness.metrics.bootstrap import percentile_interval, sentence
 from harness.metrics.summary import Summary, analyse
-from harness.zepo.study import FIGURE3, HUMAN, MODE_WORD, figure3_intervals, figure3_rounds
+from harness.zepo.figure3 import FIGURE3, HUMAN, MODE_WORD, figure3_intervals, figure3_rounds
 
 
 def load_run(run: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[Summary]]:

@@ -16,7 +16,7 @@ from harness.judging import build_requests
 from harness.metrics.bootstrap import Resample, percentile_interval
 from harness.metrics.summary import Summary, analyse
 from harness.records import Candidate, Document, Judgment
-from harness.zepo.study import (
+from harness.zepo.figure3 import (
     FIGURE3,
     HUMAN,
     UNDEFINED,

@@ -180,6 +180,29 @@ def test_the_backend_check_catches_vllm_importing_hf(tmp_path):
     assert backend_imports(bad, "harness.judges.hf") == []  # its own module is not another backend
 
 
+MAX_LINES = 450
+"""The most lines a module in harness/ may have (STYLE.md: one job per file)."""
+
+
+def long_modules(root: Path, most: int = MAX_LINES) -> dict[str, int]:
+    """Modules under `root` with more than `most` lines, with their line counts."""
+    counts = {str(p.relative_to(root.parent)): len(p.read_text().splitlines()) for p in sorted(root.rglob("*.py"))}
+    return {name: n for name, n in counts.items() if n > most}
+
+
+def test_no_module_is_over_450_lines():
+    assert not long_modules(ROOT), f"split these modules: {long_modules(ROOT)}"
+
+
+def test_the_length_check_catches_a_long_module(tmp_path):
+    """Negative control: a 451-line module is reported, a 450-line one is not."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "long.py").write_text("x = 1\n" * 451)
+    (pkg / "fits.py").write_text("x = 1\n" * 450)
+    assert long_modules(pkg) == {"pkg/long.py": 451}
+
+
 def script_edges(folder: Path) -> dict[str, set[str]]:
     """Which of `folder`'s scripts each script imports, at the top or inside a function (a script
     imports another by its file name: `from bench_common import stats`)."""

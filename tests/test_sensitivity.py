@@ -12,7 +12,8 @@ from test_zepo import _compose, scripted_completion
 
 from harness.errors import DataError
 from harness.zepo import plots
-from harness.zepo.study import OBJECTIVES, analyse, load_paraphrases
+from harness.zepo.figure3 import OBJECTIVES, analyse
+from harness.zepo.paraphrases import load_paraphrases
 
 INSTRUCTIONS = [
     "Which response candidate has better overall quality? If candidate A is better, answer 'A'; "

@@ -128,18 +128,18 @@ def test_figure3_panel_titles_do_not_overlap(studies):
     import numpy as np
 
     from harness.figures import pyplot
-    from harness.zepo import plots, study
+    from harness.zepo import figure3, plots
 
     _, out = studies
     run_dir, _ = next(iter(out.values()))
     rows = _rows(run_dir)
-    obj = study.objective_values(rows)
+    obj = figure3.objective_values(rows)
     rng = np.random.default_rng(0)
-    full = {name: rng.uniform(-1, 0, 20) for name in study.FIGURE3}
-    for values, sp, control in (({k: obj[k] for k in study.FIGURE3}, [r["none"]["spearman_pairs"] for r in rows], False),
+    full = {name: rng.uniform(-1, 0, 20) for name in figure3.FIGURE3}
+    for values, sp, control in (({k: obj[k] for k in figure3.FIGURE3}, [r["none"]["spearman_pairs"] for r in rows], False),
                                 (full, rng.uniform(0.2, 0.45, 20), True)):
-        fig = plots.objectives_figure({v: values[k] for k, v in study.FIGURE3.items()}, sp, "newsroom/coherence",
-                                      needs_labels=(study.FIGURE3["calibration_ece"],))
+        fig = plots.objectives_figure({v: values[k] for k, v in figure3.FIGURE3.items()}, sp, "newsroom/coherence",
+                                      needs_labels=(figure3.FIGURE3["calibration_ece"],))
         try:
             assert len([ax for ax in fig.axes if ax.title.get_text()]) == 4
             assert _overlapping_titles(fig) == []
@@ -159,7 +159,7 @@ def test_figure4_colours_and_curves_match_the_paper(studies):
     from matplotlib.colors import to_rgba
 
     from harness.figures import pyplot
-    from harness.zepo import plots, study
+    from harness.zepo import figure3, plots
 
     _, out = studies
     run_dir, _ = next(iter(out.values()))
@@ -168,8 +168,8 @@ def test_figure4_colours_and_curves_match_the_paper(studies):
     rng = np.random.default_rng(1)
     synthetic = (rng.uniform(0.2, 0.9, 20), rng.uniform(0.2, 0.4, 20), rng.uniform(0.35, 0.7, 20),
                  rng.uniform(0.35, 0.5, 20))
-    study_rows = (study.decision_rates(rows, "none"), [r["none"]["spearman_pairs"] for r in rows],
-                  study.decision_rates(rows, "permutation"), [r["permutation"]["spearman_pairs"] for r in rows])
+    study_rows = (figure3.decision_rates(rows, "none"), [r["none"]["spearman_pairs"] for r in rows],
+                  figure3.decision_rates(rows, "permutation"), [r["permutation"]["spearman_pairs"] for r in rows])
     for data, curves_expected in ((study_rows, None), (synthetic, {red, blue})):
         fig = plots.debias_figure(*data)
         try:

@@ -60,7 +60,7 @@ from harness.errors import ConfigError, DataError, located
 from harness.files import read_text, write_json_atomic, write_jsonl_atomic
 from harness.runtime.context import RunContext, experiment
 from harness.zepo.optimizers import show_progress
-from harness.zepo.study import load_paraphrases
+from harness.zepo.paraphrases import load_paraphrases
 
 
 def resolve_instructions(ctx: RunContext, aspect: str) -> tuple[str, list[str]]:

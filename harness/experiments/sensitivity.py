@@ -3,7 +3,7 @@
     python -m harness.run experiment=sensitivity experiment.paraphrases=20
     python -m harness.run experiment=sensitivity experiment.from_file=outputs/zepo/<run>/history.jsonl
 
-The study itself (scores, analysis, Figures 2-4): harness/zepo/study.py.
+The study itself (scores, analysis, Figures 2-4): harness/zepo/study.py (Figure 3: figure3.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Any
 
 from harness.runtime.context import experiment
 from harness.zepo.optimizers import log_rejections, show_progress
-from harness.zepo.study import generate_paraphrases, load_paraphrases, run_sensitivity
+from harness.zepo.paraphrases import generate_paraphrases, load_paraphrases
+from harness.zepo.study import run_sensitivity
 
 
 def main(cfg: Any, out_dir: Path) -> dict[str, Any]:

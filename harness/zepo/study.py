@@ -26,109 +26,50 @@ fairness depends on that order: where humans prefer the earlier-listed candidate
 agreement with them. `experiment.shuffle_candidates=true` (`shuffle_candidates`) permutes each
 document's candidates, seeded by (seed, document id), to rule that out (docs/zepo.md, "Figure 3,
 measured"); the prompts are the same, so a shuffled rerun is served from the request cache.
+
+Here: judging, analysis, figures and the files. Figure 3 with its interval and the candidate-order
+control: harness.zepo.figure3; the printed tables: harness.zepo.tables; the instructions
+(a file, or the optimizer): harness.zepo.paraphrases.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from tqdm import tqdm
-
-from harness.errors import ConfigError, DataError, located
-from harness.files import read_text, write_json_atomic, write_jsonl_atomic, write_text_atomic
+from harness.errors import ConfigError, DataError
+from harness.files import write_json_atomic, write_jsonl_atomic, write_text_atomic
 from harness.judges.base import Judge
 from harness.judging import judge_instructions, write_judgments
-from harness.metrics.bootstrap import interval_summary, percentile_interval, sentence
+from harness.metrics.bootstrap import interval_summary
 from harness.metrics.summary import Summary, analyse as analyse_judgments
 from harness.records import Document, Tracker
 from harness.zepo import plots
-from harness.zepo.optimizers import ParaphraseError
-from harness.zepo.search import candidate_line, derive_seed
+from harness.zepo.figure3 import (
+    FIGURE3,
+    MODES,
+    analyse,
+    decision_rates,
+    earlier_preferred,
+    figure3_intervals,
+    objective_values,
+    shuffle_candidates,
+)
+from harness.zepo.search import candidate_line
+from harness.zepo.tables import figure3_summary, summary_table, versus_summary
 
 log = logging.getLogger(__name__)
-
-OBJECTIVES = {"fairness": "fairness", "fairness_prob": "fairness_prob", "confidence": "prob_gap",
-              "calibration": "bc", "calibration_ece": "ece"}
-"""Objective name -> metric_set key. confidence = the official Norm Gap; calibration = -BC (label-free,
-the official objective); calibration_ece = -ECE against human labels (needs them). Negated keys are
-in NEGATED, so higher is better everywhere."""
-NEGATED = ("calibration", "calibration_ece")
-FIGURE3 = {"fairness": "fairness", "confidence": "confidence (Norm Gap)",
-           "calibration": "calibration (-BC, label-free)", "calibration_ece": "-ECE vs human labels"}
-"""Figure 3's panels: objective -> panel name."""
 
 KEEP = ("a_rate", "a_rate_prob", "order_consistency", "order_gap", "answer_mass_median", "answer_mass_low_share",
         "fairness", "fairness_prob", "max_prob", "entropy", "ece", "brier",
         "accuracy", "spearman", "spearman_pairs", "kendall", "kendall_pairs", "spearman_whole",
         "a_rate_upper", "bc", "prob_gap")
-
 VERSUS = ("spearman", "spearman_pairs", "kendall", "kendall_pairs", "a_rate", "a_rate_upper", "fairness",
           "fairness_prob", "accuracy")
 """The metrics whose paraphrase - reference difference (paired over the same resampled documents)
 each row and results.json carry, raw ("none") and permutation-debiased."""
-VERSUS_MODES = ("none", "permutation")
-SAID = {"spearman": "win-rate Spearman", "spearman_pairs": "PairS Spearman", "a_rate": "A-rate",
-        "fairness": "fairness"}
-"""The differences printed as sentences (raw; PairS Spearman also permutation-debiased)."""
-
-
-def load_paraphrases(path: str | Path) -> list[str]:
-    """Instructions from a text file (one per non-blank line) or a ZEPO history.jsonl ('text')."""
-    p = Path(path)
-    text = read_text(p)
-    texts: list[str] = []
-    if p.suffix == ".jsonl":
-        for i, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"not valid JSON ({e.msg})", where=located(p, f"line {i}")) from None
-            if not isinstance(row, dict) or not isinstance(row.get("text"), str) or not row["text"].strip():
-                raise DataError("needs a non-empty string", where=located(p, f"line {i}", "text"))
-            texts.append(row["text"].strip())
-    else:
-        texts = [t.strip() for t in text.splitlines() if t.strip()]
-    out = list(dict.fromkeys(texts))  # a ZEPO history can repeat a text; score each once
-    if not out:
-        raise DataError("holds no instructions", where=str(p))
-    return out
-
-
-def generate_paraphrases(optimizer: Any, instruction: str, n: int, seed: int, aspect: str,
-                         progress: bool = False) -> list[str]:
-    """Up to n distinct paraphrases, one optimizer call each (seed derived from (seed, i)), with a
-    progress bar over the n when `progress`.
-    A slot the optimizer cannot fill is skipped with a warning; when none came back, one
-    ParaphraseError line (exit 2) before anything is judged: a study of the initial instruction
-    alone is a table of NaN correlations and one-point figures, not a result."""
-    seen = {" ".join(instruction.lower().split())}
-    out: list[str] = []
-    for i in tqdm(range(n), desc="paraphrases", unit="paraphrase", disable=not progress, dynamic_ncols=True):
-        try:
-            got = optimizer.paraphrase(instruction, 1, derive_seed(seed, 0, i, 0), aspect, avoid=[instruction, *out])
-        except ParaphraseError as e:
-            log.warning("paraphrase %d skipped: %s", i, e)
-            continue
-        if got and " ".join(got[0].lower().split()) not in seen:
-            seen.add(" ".join(got[0].lower().split()))
-            out.append(got[0])
-    if n > 0 and not out:
-        raise ParaphraseError(
-            f"no valid paraphrase came back: the optimizer's replies for all {n} requested paraphrases were "
-            "rejected or repeated the instruction (reasons in rejections.jsonl in the run directory); on CPU "
-            "use experiment=sensitivity_demo's settings, or experiment.from_file=<one instruction per line>, or "
-            "optimizer=api")
-    return out
 
 
 def score_instructions(judge: Judge, docs: Sequence[Document], instructions: Sequence[str], *,
@@ -180,209 +121,11 @@ def versus(reference: Summary, other: Summary, prefix: str) -> dict[str, dict[st
         raise DataError("the instructions were judged on different documents: a paired difference needs the same "
                         "documents in both arms", where="sensitivity study")
     out = {}
-    for mode in VERSUS_MODES:
+    for mode in MODES:
         label = prefix if mode == "none" else f"{prefix}{mode}-debiased "
         every = reference.versus(other, label, mode)
         out[mode] = {k: every[k] for k in VERSUS if k in every}
     return out
-
-
-def objective_values(rows: Sequence[Mapping[str, Any]], mode: str = "none") -> dict[str, list[float]]:
-    """Each objective across instructions, oriented so that higher is better (calibration = -BC)."""
-    out = {}
-    for name, key in OBJECTIVES.items():
-        sign = -1.0 if name in NEGATED else 1.0
-        out[name] = [sign * _num(r[mode].get(key)) for r in rows]
-    if mode == "permutation":  # the official --do_permutate fairness: from the upper-triangle rate
-        out["fairness"] = [-abs(x - 0.5) for x in decision_rates(rows, mode)]
-    return out
-
-
-def decision_rates(rows: Sequence[Mapping[str, Any]], mode: str) -> list[float]:
-    """The decision rate the paper plots: raw = the A-rate over all pairs; debiased = the official
-    upper-triangle rate of the permutation-debiased matrix."""
-    key = "a_rate_upper" if mode == "permutation" else "a_rate"
-    return [_num(r[mode].get(key)) for r in rows]
-
-
-def _num(x: Any) -> float:
-    return math.nan if x is None else float(x)
-
-
-def analyse(rows: Sequence[Mapping[str, Any]], ranking_key: str) -> dict[str, Any]:
-    """Spearman rho (with its p-value) and Pearson r of each objective with the Spearman against
-    humans, the Spearman spread, and the quadratic fit on the decision rate; raw and debiased."""
-    out: dict[str, Any] = {}
-    for mode in ("none", "permutation"):
-        sp = [_num(r[mode][ranking_key]) for r in rows]
-        finite = [x for x in sp if math.isfinite(x)]
-        coef = plots.quadratic_fit(decision_rates(rows, mode), sp)
-        objectives = objective_values(rows, mode)
-        out[mode] = {
-            "spearman_with_spearman": {k: plots.spearman(v, sp) for k, v in objectives.items()},
-            "rate_vs_spearman": plots.spearman(decision_rates(rows, mode), sp),
-            "pearson_with_spearman": {k: plots.pearson(v, sp) for k, v in objectives.items()},
-            "spearman_min": min(finite) if finite else math.nan,
-            "spearman_max": max(finite) if finite else math.nan,
-            "quadratic_fit_vs_a_rate": None if coef is None else [float(c) for c in coef],
-        }
-    return out
-
-
-# -- Figure 3 with its interval, and the candidate-order control ----------------------------------
-HUMAN = {"spearman_pairs": "PairS Spearman", "spearman": "win-rate Spearman"}
-"""The Spearmans with humans that Figure 3's rho is computed against (results.json figure3 keys)."""
-MODE_WORD = {"none": "raw", "permutation": "permutation-debiased"}
-UNDEFINED = ("too_few", "constant_objective", "constant_spearman")
-"""Why a bootstrap round's across-instruction rho is undefined (results.json figure3 ... undefined)."""
-
-
-def objective_rounds(summary: Summary, name: str, mode: str) -> np.ndarray:
-    """An objective's bootstrap rounds, (rounds,), oriented as `objective_values` (higher is better;
-    debiased fairness from the upper-triangle rate)."""
-    reps = summary.replicates[mode]  # type: ignore[index]
-    if mode == "permutation" and name == "fairness":
-        return -np.abs(np.asarray(reps["a_rate_upper"], dtype=float) - 0.5)
-    return (-1.0 if name in NEGATED else 1.0) * np.asarray(reps[OBJECTIVES[name]], dtype=float)
-
-
-def round_spearman(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Spearman rho across the columns (instructions) of x and y, row by row (bootstrap rounds):
-    (rounds,) rho and (rounds,) reason codes: -1 defined, else the index in UNDEFINED (fewer than 3
-    instructions with both values finite; a constant objective; a constant Spearman), where rho is
-    NaN. Ties get mid-ranks and an instruction NaN in a round is left out of that round, as the
-    point value (plots.spearman, scipy's spearmanr), both on values rounded to
-    plots.RANK_DECIMALS (float noise is no ranking)."""
-    from scipy.stats import rankdata
-
-    x, y = (np.round(np.atleast_2d(np.asarray(v, dtype=float)), plots.RANK_DECIMALS) for v in (x, y))
-    rounds = x.shape[0]
-    rho, why = np.full(rounds, np.nan), np.full(rounds, -1, dtype=np.int64)
-    ok = np.isfinite(x) & np.isfinite(y)
-    full = ok.all(axis=1)
-
-    def fill(rows: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> None:
-        if xs.shape[1] < 3:
-            why[rows] = 0
-            return
-        cx, cy = np.ptp(xs, axis=1) == 0, np.ptp(ys, axis=1) == 0
-        rx, ry = rankdata(xs, axis=1), rankdata(ys, axis=1)
-        dx, dy = rx - rx.mean(axis=1, keepdims=True), ry - ry.mean(axis=1, keepdims=True)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            r = (dx * dy).sum(axis=1) / np.sqrt((dx * dx).sum(axis=1) * (dy * dy).sum(axis=1))
-        rho[rows] = np.where(cx | cy, np.nan, np.clip(r, -1, 1))
-        why[rows] = np.where(cx, 1, np.where(cy, 2, -1))
-
-    if full.any():
-        fill(np.flatnonzero(full), x[full], y[full])
-    for r in np.flatnonzero(~full):  # a round with some instruction undefined: its finite ones only
-        fill(np.array([r]), x[r:r + 1, ok[r]], y[r:r + 1, ok[r]])
-    return rho, why
-
-
-def figure3_intervals(rows: Sequence[Mapping[str, Any]], summaries: Sequence[Summary], level: float,
-                      n_docs: int) -> dict[str, Any]:
-    """Figure 3 with its interval: for each Spearman with humans (HUMAN), raw and permutation-debiased,
-    each FIGURE3 objective's Spearman rho across the instructions (the point, as `analyse`) and,
-    per bootstrap round, the same rho from that round's values (every instruction's objective and
-    Spearman recomputed on the SAME resampled documents) -> the percentile interval.
-
-    A round whose rho is undefined (UNDEFINED) is counted by reason. The interval is over the
-    defined rounds, and is withheld (None) when more than 1 - level of the rounds are undefined:
-    a percentile interval of the defined remainder would not be the bootstrap distribution."""
-    reps = summaries[0].replicates if summaries else None
-    if reps is not None:
-        first = summaries[0].resample
-        for s in summaries[1:]:
-            if s.resample is None or s.resample.ids != first.ids or not np.array_equal(s.resample.counts, first.counts):
-                raise DataError("the instructions' bootstrap rounds resample different documents: Figure 3's "
-                                "interval needs the same draws for every instruction", where="sensitivity study")
-    rounds = 0 if reps is None else summaries[0].resample.rounds  # type: ignore[union-attr]
-    out: dict[str, Any] = {"method": "percentile bootstrap over documents: each round's rho across instructions, "
-                                     "every instruction's values from the same resampled documents",
-                           "level": float(level), "rounds": rounds, "n_instructions": len(rows), "n_docs": n_docs}
-    for human, said in HUMAN.items():
-        out[human] = {}
-        for mode in ("none", "permutation"):
-            objectives = objective_values(rows, mode)
-            sp = [_num(r[mode][human]) for r in rows]
-            got = {}
-            for name, panel in FIGURE3.items():
-                point = plots.spearman(objectives[name], sp)
-                label = (f"{MODE_WORD[mode]} {panel} vs {said} across {point['n']} instructions "
-                         f"on {n_docs} documents: rho")
-                entry: dict[str, Any] = {**point, "interval": None, "rounds": rounds, "defined_rounds": 0,
-                                         "undefined": {k: 0 for k in UNDEFINED}}
-                if reps is not None:
-                    r, why = figure3_rounds(summaries, name, mode, human)
-                    entry["defined_rounds"] = int((why < 0).sum())
-                    entry["undefined"] = {k: int((why == i).sum()) for i, k in enumerate(UNDEFINED)}
-                if reps is not None and math.isfinite(point["rho"]) and rounds - entry["defined_rounds"] <= (
-                        1 - level) * rounds:
-                    entry["interval"] = percentile_interval(r, level)
-                entry["sentence"] = _figure3_sentence(label, entry, level)
-                entry["lo"], entry["hi"] = entry["interval"] or (None, None)
-                got[name] = entry
-            out[human][mode] = got
-    return out
-
-
-def figure3_rounds(summaries: Sequence[Summary], name: str, mode: str, human: str) -> tuple[np.ndarray, np.ndarray]:
-    """Each bootstrap round's rho across instructions of objective `name` (variant `mode`) with the
-    Spearman `human`, and why it is undefined where it is (round_spearman)."""
-    x = np.stack([objective_rounds(s, name, mode) for s in summaries], axis=1)
-    y = np.stack([np.asarray(s.replicates[mode][human], dtype=float) for s in summaries], axis=1)  # type: ignore[index]
-    return round_spearman(x, y)
-
-
-def _figure3_sentence(label: str, entry: Mapping[str, Any], level: float) -> str:
-    undefined = {k: v for k, v in entry["undefined"].items() if v}
-    n_undef = sum(undefined.values())
-    why = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in undefined.items())
-    if not math.isfinite(entry["rho"]):
-        return f"{label} undefined (fewer than 3 instructions, or one side constant across them)"
-    if not entry["rounds"]:
-        return sentence(label, entry["rho"], None, level)
-    if entry["interval"] is None:
-        return (f"{label} {entry['rho']:+.3f}: no interval: undefined in {n_undef} of {entry['rounds']} "
-                f"bootstrap rounds ({why}), more than {1 - level:.0%}")
-    said = sentence(label, entry["rho"], entry["interval"], level)
-    return said + (f" ({n_undef} of {entry['rounds']} rounds undefined and left out: {why})" if n_undef else "")
-
-
-def shuffle_candidates(docs: Sequence[Document], seed: int, max_candidates: int | None = None) -> list[Document]:
-    """Each document's candidates (its first `max_candidates`, the ones judged) in a random order,
-    seeded by (seed, document id) alone, so a document gets the same order in any slice and any
-    run with that seed. Candidates keep their ids, texts and human scores; pairs are then formed
-    from the new order (`experiment.shuffle_candidates`: the candidate-order control of Figure 3)."""
-    out = []
-    for doc in docs:
-        cands = doc.candidates[:max_candidates] if max_candidates else doc.candidates
-        digest = hashlib.sha256(f"{int(seed)}\0{doc.id}".encode()).digest()
-        order = np.random.default_rng(int.from_bytes(digest[:8], "little")).permutation(len(cands))
-        out.append(dataclasses.replace(doc, candidates=tuple(cands[int(k)] for k in order)))
-    return out
-
-
-def earlier_preferred(docs: Sequence[Document], aspect: str | None,
-                      max_candidates: int | None = None) -> dict[str, Any]:
-    """How often humans score the earlier-listed candidate higher, over the pairs i < j of each
-    document's judged candidates in the order they are judged (the order the debiased decision
-    rate, a_rate_upper, counts in): if humans always preferred the earlier one, debiased fairness
-    would measure agreement with the labels."""
-    counts = {"pairs": 0, "earlier_higher": 0, "later_higher": 0, "tied": 0, "unscored": 0}
-    for doc in docs:
-        cands = doc.candidates[:max_candidates] if max_candidates else doc.candidates
-        for i in range(len(cands)):
-            for j in range(i + 1, len(cands)):
-                counts["pairs"] += 1
-                hi, hj = (cands[i].scores.get(aspect), cands[j].scores.get(aspect)) if aspect else (None, None)
-                if hi is None or hj is None or not (math.isfinite(hi) and math.isfinite(hj)):
-                    counts["unscored"] += 1
-                else:
-                    counts["earlier_higher" if hi > hj else "later_higher" if hi < hj else "tied"] += 1
-    untied = counts["earlier_higher"] + counts["later_higher"]
-    return {**counts, "share_earlier": counts["earlier_higher"] / untied if untied else None}
 
 
 def make_figures(rows: Sequence[Mapping[str, Any]], ranking_key: str, out: Path, label: str,
@@ -445,9 +188,9 @@ def run_sensitivity(judge: Judge, docs: Sequence[Document], instructions: Sequen
                "interval": summaries[0].meta() | ({"paired": "every instruction's rounds resample the same documents "
                                                               "(the same seed and document ids)"}
                                                   if summaries[0].resample is not None else {}),
-               "instructions": [{"index": r["index"], "metrics": {m: r[m] for m in VERSUS_MODES},
+               "instructions": [{"index": r["index"], "metrics": {m: r[m] for m in MODES},
                                  "intervals": None if r["intervals"] is None else
-                                 {m: r["intervals"][m] for m in VERSUS_MODES}} for r in rows],
+                                 {m: r["intervals"][m] for m in MODES}} for r in rows],
                "versus_reference": [{"index": r["index"], **r["versus_reference"]} for r in rows[1:]],
                "figure3": figure3_intervals(rows, summaries, level, len(docs)),
                "candidate_order": order,
@@ -463,116 +206,11 @@ def run_sensitivity(judge: Judge, docs: Sequence[Document], instructions: Sequen
                                                 for r in rows])
         tracker.summary({f"spearman_rho/{k}": v["rho"]
                          for k, v in results["analysis"]["none"]["spearman_with_spearman"].items()}
-                        | _versus_summary(results["versus_reference"])
-                        | _figure3_summary(results["figure3"], key)
+                        | versus_summary(results["versus_reference"])
+                        | figure3_summary(results["figure3"], key)
                         | {k: v for r in rows for k, v in interval_summary(r["intervals"],
                                                                           f"instruction/{r['index']:03d}/").items()})
-    table = _table(results)
+    table = summary_table(results)
     write_text_atomic(out / "summary.md", table + "\n")
     print(table, flush=True)
     return results
-
-
-def _figure3_summary(f3: Mapping[str, Any], key: str) -> dict[str, float]:
-    """W&B summary: figure3/<variant>/<objective> (rho across instructions with the study's
-    Spearman) and its _lo/_hi."""
-    out: dict[str, float] = {}
-    for mode, per in ((m, f3[key][m]) for m in ("none", "permutation")):
-        for name, e in per.items():
-            out[f"figure3/{mode}/{name}"] = e["rho"]
-            if e["interval"] is not None:
-                out[f"figure3/{mode}/{name}_lo"], out[f"figure3/{mode}/{name}_hi"] = e["interval"]
-    return out
-
-
-def _versus_summary(versus_rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """W&B summary: versus_reference/<index>/<variant>/<metric> and its _lo/_hi."""
-    out: dict[str, float] = {}
-    for r in versus_rows:
-        for mode in VERSUS_MODES:
-            for k, d in r[mode].items():
-                name = f"versus_reference/{r['index']:03d}/{mode}/{k}"
-                out[name] = d["diff"]
-                if d["interval"] is not None:
-                    out[f"{name}_lo"], out[f"{name}_hi"] = d["interval"]
-    return out
-
-
-def _table(results: Mapping[str, Any]) -> str:
-    which = "PairS Spearman" if results.get("ranking") == "spearman_pairs" else "win-rate Spearman"
-    lines = [f"sensitivity {results['task']}/{results['aspect']}: {results['n_instructions']} instructions, "
-             f"{results['n_docs']} docs", f"| objective | Spearman rho (p) with the {which}, raw | debiased "
-             "| Pearson r raw |", "|---|---|---|---|"]
-    a = results["analysis"]
-    for k in OBJECTIVES:
-        raw, deb = a["none"]["spearman_with_spearman"][k], a["permutation"]["spearman_with_spearman"][k]
-        lines.append(f"| {k} | {raw['rho']:.3f} ({raw['p']:.3g}) | {deb['rho']:.3f} ({deb['p']:.3g}) "
-                     f"| {a['none']['pearson_with_spearman'][k]:.3f} |")
-    lo, hi = a["none"]["spearman_min"], a["none"]["spearman_max"]
-    lines.append(f"{which} range over instructions: raw {lo:.3f}..{hi:.3f}, "
-                 f"debiased {a['permutation']['spearman_min']:.3f}..{a['permutation']['spearman_max']:.3f}")
-    return "\n".join(lines + figure3_lines(results) + instruction_lines(results))
-
-
-def figure3_lines(results: Mapping[str, Any]) -> list[str]:
-    """Figure 3's rho with its interval, one sentence per objective (raw and debiased, against the
-    study's Spearman; fairness also against the other one), and the candidate order's human share."""
-    f3 = results.get("figure3")
-    if not f3:
-        return []
-    key = results.get("ranking", "spearman_pairs")
-    rounds = f3["rounds"]
-    how = (f"{f3['level']:.0%} percentile bootstrap over the {f3['n_docs']} documents, {rounds} rounds, each "
-           "round's rho from every instruction's values on the same resampled documents" if rounds else
-           "no intervals (metrics.bootstrap=0)")
-    lines = ["", f"Figure 3: Spearman rho across instructions of each objective with their Spearman against humans "
-                 f"(leaky: scored on the documents judged; {how}):"]
-    for mode in ("none", "permutation"):
-        lines += [f"- {e['sentence']}" for e in f3[key][mode].values()]
-    other = next(k for k in HUMAN if k != key)
-    lines += [f"- {f3[other][mode]['fairness']['sentence']}" for mode in ("none", "permutation")]
-    order = results.get("candidate_order")
-    if order:
-        h = order["humans_prefer_earlier"]
-        share = "n/a" if h["share_earlier"] is None else f"{h['share_earlier']:.1%}"
-        lines.append(f"Candidate order: {order['how']}; humans score the earlier-listed candidate higher in {share} "
-                     f"of the {h['earlier_higher'] + h['later_higher']} untied pairs i < j ({h['tied']} tied, "
-                     f"{h['unscored']} unscored)")
-    return lines
-
-
-def instruction_lines(results: Mapping[str, Any]) -> list[str]:
-    """Each instruction's raw metrics with their intervals, then each paraphrase minus the
-    reference as sentences (paired over the same resampled documents)."""
-    meta = results.get("interval") or {}
-    rounds = meta.get("rounds")
-    how = (f"[lo, hi]: {meta['level']:.0%} percentile bootstrap over the {meta['n_documents']} documents, "
-           f"{rounds} rounds" if rounds else "no intervals (metrics.bootstrap=0)")
-    ref = results.get("reference") or {}
-    lines = ["", f"Each instruction, raw, on the same {results['n_docs']} documents (leaky: the documents it is "
-                 f"scored on; {how}); 0 is the reference, {ref.get('what', 'instruction 0')}:",
-             "| # | A-rate | fairness | win-rate Spearman | PairS Spearman |", "|---|---|---|---|---|"]
-    for r in results.get("instructions") or []:
-        m, iv = r["metrics"]["none"], (r.get("intervals") or {}).get("none") or {}
-        cells = " | ".join(_iv(m, iv, k) for k in ("a_rate", "fairness", "spearman", "spearman_pairs"))
-        lines.append(f"| {r['index']} | {cells} |")
-    said = []
-    for r in results.get("versus_reference") or []:
-        for mode in VERSUS_MODES:
-            for k in (SAID if mode == "none" else ("spearman_pairs",)):
-                d = r[mode].get(k)
-                if d is not None:
-                    debiased = "" if mode == "none" else f" ({mode}-debiased)"
-                    label = f"instruction {r['index']} - {ref.get('what', 'instruction 0')}: {SAID[k]}{debiased}"
-                    said.append("- " + sentence(label, d["diff"], d["interval"], float(meta.get("level", 0.95))))
-    if said:
-        lines += ["", f"Each paraphrase minus {ref.get('what', 'instruction 0')}, paired on the same documents:",
-                  *said]
-    return lines
-
-
-def _iv(m: Mapping[str, Any], iv: Mapping[str, Any], key: str) -> str:
-    x = m.get(key)
-    value = "nan" if x is None or not math.isfinite(float(x)) else f"{float(x):.3f}"
-    bounds = iv.get(key)
-    return value + (f" [{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else "")
