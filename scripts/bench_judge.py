@@ -60,7 +60,8 @@ from bench_vllm import engines, run_vllm
 
 from harness.judges.cpu import this_cpu_fast_bf16
 from harness.judges.cpu_kernels import KERNELS
-from harness.judges.hf import BATCH_SIZE, HFJudge
+from harness.judges.hf import HFJudge
+from harness.judges.settings import HFSettings
 from harness.judges.prefix import trie_size
 from harness.records import PairRequest
 
@@ -81,7 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu")
     p.add_argument("--docs", type=int, default=2, help="SummEval documents")
     p.add_argument("--candidates", type=int, default=4, help="candidates per document (all ordered pairs)")
-    p.add_argument("--batch-size", type=int, default=BATCH_SIZE,
+    p.add_argument("--batch-size", type=int, default=HFSettings.batch_size,
                    help="rows per forward for (b) and (c) (default: the shipped backend.batch_size)")
     p.add_argument("--max-batch-tokens", type=int, default=4096, help="tokens per forward (packed engine)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bench_common import DATA, SMOLLM2, agree, comma_list, decisions, emit, instructions, load_documents, workload
 
-from harness.judges.hf import BATCH_SIZE
+from harness.judges.settings import HFSettings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--dtypes", type=comma_list(str), default=["float32"])
-    p.add_argument("--batch-sizes", type=comma_list(int), default=[BATCH_SIZE],
+    p.add_argument("--batch-sizes", type=comma_list(int), default=[HFSettings.batch_size],
                    help="rows per forward (backend.batch_size; default: the shipped one)")
     p.add_argument("--data-dir", type=Path, default=DATA)
     p.add_argument("--json", type=Path)

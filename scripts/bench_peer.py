@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from harness.judges.hf import BATCH_SIZE, HFJudge
+    from harness.judges.hf import HFJudge
+    from harness.judges.settings import HFSettings
     from harness.models.resolve import resolve_model_path
 
     torch.set_num_threads(args.threads)
@@ -71,9 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     instrs = instructions(args.data_dir)
     loads = {"1instr": workload(docs, instrs[:1]), "5instr": workload(docs, instrs)}
     path, gguf = resolve_model_path(args.model)
-    out = {"model": args.model, "threads": args.threads, "rounds": args.rounds, "batch_size": BATCH_SIZE,
+    out = {"model": args.model, "threads": args.threads, "rounds": args.rounds, "batch_size": HFSettings.batch_size,
            "cpu": platform.processor() or platform.machine(), "rows": {}}
-    print(f"ours: prefix engine, batch {BATCH_SIZE}; vLLM: prefix caching; {args.threads} threads each; "
+    print(f"ours: prefix engine, batch {HFSettings.batch_size}; vLLM: prefix caching; {args.threads} threads each; "
           f"median of {args.rounds} rounds")
     print(f"{'row':<22}{'ours s':>8}{'floor s':>9}{'%roof':>7}" + "".join(
         f"{'vLLM ' + m + ' s':>18}{'ours/' + m:>16}{'ceiling':>9}" for m in args.vllm_modes)

@@ -19,7 +19,7 @@ from pathlib import Path
 from bench_common import DATA, SMOLLM2, instructions, load_documents, workload
 
 from harness.judges.cpu_kernels import KERNELS
-from harness.judges.hf import BATCH_SIZE
+from harness.judges.settings import HFSettings
 
 CATEGORIES = {
     "matmul (aten::mm/addmm/bmm/matmul)": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"),
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--kernels", choices=KERNELS, default="auto", help="backend.kernels")
-    p.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="rows per forward (default: the shipped backend.batch_size)")
+    p.add_argument("--batch-size", type=int, default=HFSettings.batch_size, help="rows per forward (default: the shipped backend.batch_size)")
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--data-dir", type=Path, default=DATA)
     p.add_argument("--json", type=Path)

@@ -120,7 +120,7 @@ def test_a_pool_too_small_grows_and_computes_the_same(reference, coherence_pairs
 
 
 def test_kernels_setting_is_checked_before_weights_load(tiny_llama):
-    with pytest.raises(ConfigError, match="unknown kernels 'fast'; use auto, vllm, torch"):
+    with pytest.raises(ConfigError, match="backend.kernels='fast' is invalid: must be one of auto, vllm, torch"):
         HFJudge(tiny_llama, device="cpu", kernels="fast")
     # head size 16: the kernels cannot run it; `vllm` says so in one line, `auto` falls back to torch
     with pytest.raises(ConfigError, match="backend.kernels=vllm cannot run this judge: head size 16 not run by"):
@@ -160,14 +160,15 @@ def test_bench_kernels_ab_runs_and_compares(tmp_path, shared_data):
     got = json.loads(out.read_text())
     assert got == json.loads(proc.stdout.strip().splitlines()[-1]) and got["threads"] == 1
     assert got["library"].startswith("_C") and got["isa"] == {"float32": "vec"}
-    from harness.judges.hf import BATCH_SIZE  # the script's default: the shipped backend.batch_size
+    from harness.judges.settings import HFSettings  # the script's default: the shipped backend.batch_size
 
-    assert set(got["rows"]) == {f"prefix_1instr_float32_bs{BATCH_SIZE}", f"prefix_5instr_float32_bs{BATCH_SIZE}"}
+    bs = HFSettings.batch_size
+    assert set(got["rows"]) == {f"prefix_1instr_float32_bs{bs}", f"prefix_5instr_float32_bs{bs}"}
     for row in got["rows"].values():
         assert all(len(v) == 2 for v in row["rounds_s"].values())
         assert row["speedup"] == pytest.approx(row["median_s"]["torch"] / row["median_s"]["vllm"])
         assert row["agree"][1] == row["prompts"] and row["max_abs_dp"] < P_A_BOUND["float32"]
-    assert got["rows"][f"prefix_5instr_float32_bs{BATCH_SIZE}"]["prompts"] == 5 * 2
+    assert got["rows"][f"prefix_5instr_float32_bs{bs}"]["prompts"] == 5 * 2
 
 
 @needs_kernels

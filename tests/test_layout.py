@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "harness"
 
 LAYERS = {
-    "harness": 0, "harness.errors": 0, "harness.records": 0, "harness.files": 0, "harness.redaction": 0,
+    "harness": 0, "harness.errors": 0, "harness.checks": 0, "harness.records": 0, "harness.files": 0, "harness.redaction": 0,
     "harness.progress": 0,
     "harness.figures": 0,
     "harness.data": 1, "harness.models": 1, "harness.prompts": 1, "harness.api_client": 1,

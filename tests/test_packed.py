@@ -135,9 +135,9 @@ def test_unsupported_architecture_and_bad_engine(tmp_path, tiny_llama):
     assert len(scores) == 6 and all(0.0 < s.p_a < 1.0 for s in scores)
     with pytest.raises(ConfigError, match="engine=packed cannot run this model: architecture 'gpt2'"):
         HFJudge("g", model=model, tokenizer=tok, device="cpu", engine="packed")
-    with pytest.raises(ConfigError, match="unknown engine 'fast'"):
+    with pytest.raises(ConfigError, match="backend.engine='fast' is invalid: must be one of auto, packed, hf"):
         HFJudge("g", model=model, tokenizer=tok, device="cpu", engine="fast")
-    with pytest.raises(ConfigError, match="max_batch_tokens must be >= 1"):
+    with pytest.raises(ConfigError, match="backend.max_batch_tokens=0 is invalid: must be a finite number >= 1"):
         HFJudge("g", model=model, tokenizer=tok, device="cpu", max_batch_tokens=0)
 
 

@@ -147,11 +147,12 @@ def test_generate_calls_hold_generate_batch_size_prompts_and_forwards_batch_size
     official read-out, `batch_size` (32) the rows of the next-token read-out's forwards. Counted on
     the model's own `generate` for 10 prompts: calls of 8 and 2 (one call of 10 when the read-out
     took batch_size: the negative control, run by hand)."""
-    from harness.judges.hf import BATCH_SIZE, GENERATE_BATCH_SIZE
+    from harness.judges.settings import HFSettings
 
     cfg = compose(["experiment=judge", "model=tiny_llama", f"model.path={tiny_llama}", "backend.device=cpu",
                    "model.readout=generate", "model.max_new_tokens=2", f"cache.path={tmp_path / 'r.sqlite'}"])
-    assert (cfg.backend.batch_size, cfg.backend.generate_batch_size) == (BATCH_SIZE, GENERATE_BATCH_SIZE) == (32, 8)
+    shipped = (HFSettings.batch_size, HFSettings.generate_batch_size)
+    assert (cfg.backend.batch_size, cfg.backend.generate_batch_size) == shipped == (32, 8)
     judge = model_judge(RunContext(cfg, tmp_path / "run").judge)
     assert (judge.batch_size, judge.generate_batch_size) == (32, 8)  # what the built judge holds
     reqs = [PairRequest("d", f"a{i}", "b", f"Summary {i}: " + "word " * (3 + i)) for i in range(10)]

@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from harness.errors import ConfigError
 from harness.runtime.context import RunContext, experiment
 from harness.zepo import search
@@ -19,12 +21,9 @@ from harness.zepo.run import run_zepo
 
 
 def settings_from(cfg: Any) -> search.SearchSettings:
-    exp = cfg.experiment
-    return search.SearchSettings(
-        population=int(exp.population), epochs=int(exp.epochs), objective=str(exp.objective), seed=int(cfg.seed),
-        max_candidates=cfg.task.get("max_candidates"), heldout_spearman=bool(exp.heldout_spearman),
-        ranking=str(exp.ranking), shuffles=int(exp.shuffles), dedup_attempts=int(exp.dedup_attempts),
-        debias=str(exp.get("search_debias") or "none"))
+    """The search settings of a validated run config (harness.runtime.experiment_schema.ZepoExp)."""
+    exp = OmegaConf.to_object(cfg.experiment)
+    return exp.search_settings(seed=cfg.seed, max_candidates=cfg.task.max_candidates)
 
 
 def prepare(ctx: RunContext) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from harness.errors import ConfigError
 from harness.judges.answers import AnswerTokens, logsumexp, renormalise, resolve_answer_tokens
 from harness.judges.base import template_fingerprint
 from harness.judges.cpu import numerics
+from harness.judges.settings import ModelSettings, from_config
 from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore
 
@@ -349,17 +350,15 @@ def build(judge_model: Mapping[str, Any], name: str = "api", **options: Any) -> 
     model name is backend.model, else the model's name; in exact mode without explicit token ids, the
     served model's tokenizer (model.path) gives the answer ids."""
     del name
-    if not judge_model.get("chat_template", True) and options.get("endpoint", "chat") == "chat":
+    settings = from_config(ModelSettings, judge_model)
+    if not settings.chat_template and options.get("endpoint", "chat") == "chat":
         raise ConfigError("model.chat_template=false needs backend.endpoint=completions: the chat endpoint "
                           "always applies the server's chat template")
-    if (judge_model.get("chat_format") or "default") != "default" or (judge_model.get("readout") or
-                                                                   "next_token") != "next_token" \
-            or judge_model.get("tie_label"):
+    if settings.chat_format != "default" or settings.readout != "next_token" or settings.tie_label:
         raise ConfigError("model.chat_format=zepo, model.readout=generate and model.tie_label need the model's "
                           "tokens and logits: use backend=hf or backend=vllm (the server applies its own chat "
                           "template and returns top log-probs only)")
     served = options.pop("model", None) or judge_model.get("name")
     if options.get("logprob_mode", "auto") != "top" and not options.get("tokenizer"):
         options["tokenizer"] = str(judge_model["path"])  # gives the ids, or checks configured token_ids
-    return ApiJudge(model=served, labels=tuple(judge_model.get("labels") or ("A", "B")),
-                    system_prompt=judge_model.get("system_prompt"), **options)
+    return ApiJudge(model=served, labels=tuple(settings.labels), system_prompt=settings.system_prompt, **options)

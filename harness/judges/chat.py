@@ -17,19 +17,8 @@ from harness.judges.answers import AnswerTokens
 from harness.judges.base import template_fingerprint
 from harness.judges.head import LOGITS_SUFFIX
 from harness.judges.prompt_ids import SENTINEL, encode_chat
+from harness.judges.settings import CHAT_FORMATS, ModelSettings
 from harness.records import PairRequest, PairScore
-
-CHAT_FORMATS = ("default", "zepo")
-"""default: the chat template WITH its generation prompt, tokenized without special tokens (one
-BOS; the answer is read where the assistant's first token goes). zepo: as the official ZEPO code
-(`models/llama3.py:160-169`): the template WITHOUT the generation prompt, then the tokenizer adds
-its own BOS on top of the template's (two BOS; Llama-3 gets no assistant header)."""
-
-READOUTS = ("next_token", "generate")
-"""next_token: one forward pass, the answer read at the next position. generate: the official
-ZEPO read-out (harness.judges.generate): greedy generation, the answer read at the first
-generated A/B token."""
-
 
 def check_chat_format(chat_format: str) -> str:
     if chat_format not in CHAT_FORMATS:
@@ -215,18 +204,10 @@ def local_identity(backend: str, name: str, revision: str | None, gguf_file: str
     return f"{legacy}|w={weights}", legacy
 
 
-def readout_options(judge_model: Mapping[str, Any]) -> dict[str, Any]:
-    """conf/model's chat format and read-out settings (absent keys: this project's defaults)."""
-    return {"chat_format": judge_model.get("chat_format") or "default",
-            "readout": judge_model.get("readout") or "next_token",
-            "max_new_tokens": int(judge_model.get("max_new_tokens") or 32),
-            "tie_label": judge_model.get("tie_label")}
-
-
 class ChatPrompts:
     """Prompts -> token ids for a model holding a tokenizer and the chat settings (`system_prompt`,
     `max_length`, `chat_format`, `chat_template`): the base of the transformers and vLLM judges, so
-    both score identical ids. A judge also sets its read-out (`set_readout`) and `answers`."""
+    both score identical ids. A judge also holds its `answers`."""
 
     tokenizer: Any
     system_prompt: str | None
@@ -237,17 +218,13 @@ class ChatPrompts:
     max_new_tokens: int
     answers: AnswerTokens
 
-    def set_chat(self, *, chat_template: bool, chat_format: str) -> None:
-        """Check and keep the chat settings (before any weights are loaded)."""
-        self.chat_format = check_chat_format(chat_format)
-        self.chat_template = bool(chat_template)
+    def set_chat(self, settings: ModelSettings) -> None:
+        """Keep the chat and read-out settings (checked by `settings.check()`, before any weights load)."""
+        self.system_prompt = settings.system_prompt
+        self.chat_format = settings.chat_format
+        self.chat_template = bool(settings.chat_template)
         """False: prompts go in as plain text, without the tokenizer's chat template."""
-
-    def set_readout(self, *, readout: str, max_new_tokens: int) -> None:
-        """Check and keep a judge's read-out settings (before any weights are loaded)."""
-        if readout not in READOUTS:
-            raise ConfigError(f"unknown readout {readout!r}; use {', '.join(READOUTS)}")
-        self.readout, self.max_new_tokens = readout, int(max_new_tokens)
+        self.readout, self.max_new_tokens = settings.readout, int(settings.max_new_tokens)
 
     def format_prompt(self, prompt: str) -> str:
         """The exact text the model reads (chat template; see CHAT_FORMATS)."""

@@ -13,6 +13,8 @@ from harness.judges.cpu import auto_dtype
 
 _DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
            "float16": "float16", "fp16": "float16"}
+DTYPES = ("auto", *_DTYPES)
+"""The dtype names a transformers judge or optimizer takes (auto: float32 on CPU, bfloat16 on GPU)."""
 
 
 def pick_device(device: str) -> str:

@@ -17,6 +17,7 @@ generated A/B token (harness.judges.generate).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -27,7 +28,7 @@ from harness.errors import ConfigError
 from harness.judges import cpu_kernels
 from harness.judges.answers import AnswerTokens, resolve_answer_tokens
 from harness.judges.base import gather, ticked
-from harness.judges.chat import ChatPrompts, context_length, local_identity, no_answer, readout_options
+from harness.judges.chat import ChatPrompts, context_length, local_identity, no_answer
 from harness.judges.cpu import default_threads, dtype_source, numerics, torch_threads
 from harness.judges.device import dtype_name, pick_device
 from harness.judges.generate import GeneratedAnswer, generate_answer_logprobs
@@ -40,6 +41,7 @@ from harness.judges.packed import (
     unsupported,
 )
 from harness.judges.prefix import PrefixScorer, supports_prefix_reuse
+from harness.judges.settings import HFSettings, ModelSettings, from_config, with_options
 from harness.judges.weights import config_value, load_config, load_tokenizer, load_weights
 from harness.models.fingerprint import module_fingerprint, weights_fingerprint
 from harness.models.resolve import resolve_model_path
@@ -47,15 +49,6 @@ from harness.records import PairRequest, PairScore
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("auto", "packed", "hf")
-"""auto: the packed engine where the architecture allows, else HF's forward."""
-BATCH_SIZE = 32
-"""Rows per forward of the next-token read-out (backend.batch_size): 32 against 8 measured 1.03-1.06x
-in float32 and 1.11-1.32x in bfloat16 on a 2-core CPU (docs/benchmarks.md), the matmuls nearer
-their peak and fewer LM-head passes."""
-GENERATE_BATCH_SIZE = 8
-"""Prompts per `generate` call of readout=generate (backend.generate_batch_size): every row of a call
-runs as long as its slowest, so 32 measured 1.3-1.45x slower than 8 on the same CPU."""
 GENERATE_KERNELS, FORWARD_KERNELS = "torch (HF's generate)", "torch (HF's forward)"
 """The `kernels` entry of numerics where the packed engine does not run (harness.judges.cpu_kernels)."""
 
@@ -63,67 +56,44 @@ GENERATE_KERNELS, FORWARD_KERNELS = "torch (HF's generate)", "torch (HF's forwar
 class HFJudge(ChatPrompts):
     """A transformers causal LM as a pairwise judge (CPU or CUDA, HF dirs and GGUF files).
 
-    `prefix_reuse` defaults to False here (one forward per prompt: the reference path the tests
-    compare against); the shipped `backend=hf` config turns it on (conf/backend/hf.yaml)."""
+    Built from `judge_model` (ModelSettings: conf/model) and `backend` (HFSettings: conf/backend/hf),
+    each keyword in `options` replacing the field of that name (`dtype` is the backend's). Built in
+    code, `prefix_reuse` is off (one forward per prompt: the reference path the tests compare
+    against); the shipped `backend=hf` config turns it on (harness.runtime.schema.HFBackendConf)."""
 
-    def __init__(self, path: str | Path, *, name: str | None = None, gguf_file: str | None = None,
-                 revision: str | None = None, dtype: str = "auto", device: str = "auto",
-                 batch_size: int = BATCH_SIZE, max_length: int | None = None, labels: Sequence[str] = ("A", "B"),
-                 system_prompt: str | None = None, trust_remote_code: bool = False,
-                 model: Any = None, tokenizer: Any = None, prefix_reuse: bool = False,
-                 engine: str = "auto", max_batch_tokens: int = 4096, chat_format: str = "default",
-                 readout: str = "next_token", max_new_tokens: int = 32, tie_label: str | None = None,
-                 chat_template: bool = True, threads: int | None = None, kernels: str = "auto",
-                 generate_batch_size: int = GENERATE_BATCH_SIZE) -> None:
-        if engine not in ENGINES:  # before any weights are loaded
-            raise ConfigError(f"unknown engine {engine!r}; use {', '.join(ENGINES)}")
-        if kernels not in cpu_kernels.KERNELS:
-            raise ConfigError(f"unknown kernels {kernels!r}; use {', '.join(cpu_kernels.KERNELS)}")
-        self.set_chat(chat_template=chat_template, chat_format=chat_format)
-        self.set_readout(readout=readout, max_new_tokens=max_new_tokens)
-        self.device = pick_device(device)
-        self.threads = None if threads is None else int(threads)
+    def __init__(self, path: str | Path, *, name: str | None = None, model: Any = None, tokenizer: Any = None,
+                 judge_model: ModelSettings | None = None, backend: HFSettings | None = None,
+                 **options: Any) -> None:
+        (backend, judge_model), unknown = with_options(options, backend or HFSettings(),
+                                                       judge_model or ModelSettings())
+        if unknown:
+            raise TypeError(f"HFJudge got unexpected keyword arguments {sorted(unknown)}")
+        judge_model.check()  # built in code too (scripts, tests): the schema's checks, before any weights load
+        backend.check()
+        self.set_chat(judge_model)
+        self.device = pick_device(backend.device)
+        self.threads = None if backend.threads is None else int(backend.threads)
         """torch's intra-op threads while this judge computes on CPU (None: torch's count as it is;
         the shipped config's null means the cores this process may use, see `build`)."""
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"threads must be >= 1, got {threads}")
+        dtype = judge_model.dtype if backend.dtype in (None, "auto") and judge_model.dtype else backend.dtype
         self.dtype_name = dtype_name(dtype, self.device)
         """The weights' dtype ("float32", "bfloat16", ...); `torch_dtype` is the torch object."""
-        self._source = (str(path), gguf_file, revision, bool(trust_remote_code))
+        gguf_file, revision = judge_model.gguf_file, judge_model.revision
+        self._source = (str(path), gguf_file, revision, bool(judge_model.trust_remote_code))
         """Where the weights load from, on the first request the cache lacks (see `model`)."""
-        self._model, self.tokenizer, self.config = _without_weights(path, gguf_file, revision, trust_remote_code,
-                                                                    model, tokenizer)
-        self.batch_size = int(batch_size)
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
-        self.generate_batch_size = int(generate_batch_size)
+        self._model, self.tokenizer, self.config = _without_weights(*self._source, model, tokenizer)
+        self.batch_size = int(backend.batch_size)
+        self.generate_batch_size = int(backend.generate_batch_size)
         """Prompts per `generate` call (readout=generate); `batch_size` is the forward's."""
-        if self.generate_batch_size < 1:
-            raise ConfigError(f"generate_batch_size must be >= 1, got {generate_batch_size}")
-        self.system_prompt = system_prompt
-        self.max_length = context_length(max_length, self.config, str(path))
-        self.answers: AnswerTokens = resolve_answer_tokens(self.tokenizer, labels, tie_label)
+        self.max_batch_tokens = int(backend.max_batch_tokens)
+        self.max_length = context_length(judge_model.max_length, self.config, str(path))
+        self.answers: AnswerTokens = resolve_answer_tokens(self.tokenizer, judge_model.labels, judge_model.tie_label)
         self._answer_id_tensor: Any = None
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
         if self.pad_id is None:
             self.pad_id = 0
-        # Prefix reuse changes only the order of float operations (results equal within fp
-        # tolerance), so it is deliberately not part of `identity` (the cache key).
-        self.prefix_reuse = bool(prefix_reuse)
-        # Likewise the engine: packed and HF forwards differ only in float summation order, and so
-        # do the packed engine's kernels (harness.judges.cpu_kernels); both are in `numerics`.
-        self.engine = engine
-        self.kernels = kernels
-        arch = config_value(self.config, "model_type")
-        if engine == "packed" and arch not in ARCHITECTURES:
-            raise ConfigError(f"engine=packed cannot run this model: architecture {arch!r} is not one of "
-                              f"{', '.join(ARCHITECTURES)}")
-        self._packed: Any = None if self._model is None else _packed_engine(self._model, engine, kernels)
-        self._float_head: FloatHead | None = None
-        self.max_batch_tokens = int(max_batch_tokens)
-        if self.max_batch_tokens < 1:
-            raise ConfigError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
+        self._set_engine(backend)
         self.prompts = 0
         """Prompts scored so far (both paths)."""
         self.seconds = 0.0
@@ -143,6 +113,21 @@ class HFJudge(ChatPrompts):
         if self._model is not None:  # a model handed in: what its engine runs
             self.numerics["kernels"] = self._engine_kernels()
         """What produced this judge's numbers (results.json "numerics", the card, the run's first lines)."""
+
+    def _set_engine(self, backend: HFSettings) -> None:
+        """Prefix reuse, the engine and its kernels; the packed engine now if a model was handed in."""
+        # Prefix reuse changes only the order of float operations (results equal within fp
+        # tolerance), so it is deliberately not part of `identity` (the cache key).
+        self.prefix_reuse = bool(backend.prefix_reuse)
+        # Likewise the engine: packed and HF forwards differ only in float summation order, and so
+        # do the packed engine's kernels (harness.judges.cpu_kernels); both are in `numerics`.
+        self.engine, self.kernels = backend.engine, backend.kernels
+        arch = config_value(self.config, "model_type")
+        if self.engine == "packed" and arch not in ARCHITECTURES:
+            raise ConfigError(f"engine=packed cannot run this model: architecture {arch!r} is not one of "
+                              f"{', '.join(ARCHITECTURES)}")
+        self._packed: Any = None if self._model is None else _packed_engine(self._model, self.engine, self.kernels)
+        self._float_head: FloatHead | None = None
 
     def _kernels_note(self) -> str:
         """Which kernels the packed engine runs (the `kernels` entry of `numerics`), known without
@@ -387,22 +372,13 @@ def _packed_engine(model: Any, engine: str, kernels: str = "auto"):
 
 
 def build(judge_model: Mapping[str, Any], name: str = "hf", **options: Any) -> HFJudge:
-    """The judge `conf/backend/hf.yaml` describes (`_target_`), for the weights in `conf/model/*.yaml`.
-
-    `options` are HFJudge's engine settings (device, dtype, batch_size, generate_batch_size, engine, max_batch_tokens,
-    prefix_reuse, threads: null = OMP_NUM_THREADS or the cores this process may use, kernels); a
-    backend dtype of null/auto defers to the model's."""
+    """The judge `conf/backend/hf.yaml` describes (`_target_`), for the weights in `conf/model/*.yaml`:
+    `options` are the validated backend's HFSettings; threads null = OMP_NUM_THREADS or the cores
+    this process may use."""
     del name  # the backend's name: part of the config, not of the judge
-    if options.get("threads") is None:
-        options["threads"] = default_threads()  # OMP_NUM_THREADS, else a SLURM allocation or taskset
+    backend = from_config(HFSettings, options)
+    if backend.threads is None:
+        backend.threads = default_threads()  # OMP_NUM_THREADS, else a SLURM allocation or taskset
     path, gguf = resolve_model_path(str(judge_model["path"]), judge_model.get("gguf_file"))
-    dtype = options.pop("dtype", None)
-    if dtype in (None, "auto") and judge_model.get("dtype"):
-        dtype = judge_model["dtype"]
-    return HFJudge(path, name=judge_model.get("name"), gguf_file=gguf, revision=judge_model.get("revision"),
-                   dtype=dtype or "auto", max_length=judge_model.get("max_length"),
-                   labels=tuple(judge_model.get("labels") or ("A", "B")), system_prompt=judge_model.get("system_prompt"),
-                   trust_remote_code=bool(judge_model.get("trust_remote_code", False)),
-                   chat_template=bool(judge_model.get("chat_template", True)),
-                   **readout_options(judge_model), **options)
-
+    settings = dataclasses.replace(from_config(ModelSettings, judge_model), gguf_file=gguf)
+    return HFJudge(path, name=judge_model.get("name"), judge_model=settings, backend=backend)

@@ -36,6 +36,7 @@ On the CPU backend (measured; every default below is overridable in conf/backend
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import weakref
@@ -45,15 +46,9 @@ from typing import Any
 
 from harness.errors import ConfigError, JudgeInputError
 from harness.judges.answers import AnswerTokens, resolve_answer_tokens
-from harness.judges.chat import (
-    ChatPrompts,
-    context_length,
-    format_chat_messages,
-    local_identity,
-    no_answer,
-    readout_options,
-)
+from harness.judges.chat import ChatPrompts, context_length, format_chat_messages, local_identity, no_answer
 from harness.judges.cpu import auto_dtype, dtype_source, numerics, torch_threads
+from harness.judges.settings import ModelSettings, VLLMSettings, from_config, with_options
 from harness.judges.wrappers import held_in_children
 from harness.models.fingerprint import weights_fingerprint
 from harness.models.resolve import resolve_model_path
@@ -187,30 +182,32 @@ def _start_engine(vllm: Any, key: str, kwargs: dict[str, Any], threads: int | No
 class VLLMJudge(ChatPrompts):
     """A vLLM engine as a pairwise judge (exact answer-token logprobs, automatic prefix caching)."""
 
-    def __init__(self, path: str | Path, *, name: str | None = None, revision: str | None = None,
-                 dtype: str = "auto", tensor_parallel_size: int = 1, max_model_len: int | None = None,
-                 gpu_memory_utilization: float = 0.9, seed: int = 0, labels: Sequence[str] = ("A", "B"),
-                 system_prompt: str | None = None, trust_remote_code: bool = False,
-                 enable_prefix_caching: bool = True, block_size: int | None = None,
-                 kv_cache_memory_bytes: int | None = None, enforce_eager: bool | None = None,
-                 in_process: bool | None = None, cpu_threads: int | None = None,
-                 chat_template: bool = True, chat_format: str = "default", readout: str = "next_token",
-                 max_new_tokens: int = 32, tie_label: str | None = None,
-                 **engine_kwargs: Any) -> None:
-        self.set_chat(chat_template=chat_template, chat_format=chat_format)
-        self.set_readout(readout=readout, max_new_tokens=max_new_tokens)
+    def __init__(self, path: str | Path, *, name: str | None = None, judge_model: ModelSettings | None = None,
+                 backend: VLLMSettings | None = None, max_model_len: int | None = None, **options: Any) -> None:
+        """`judge_model` (conf/model) and `backend` (conf/backend/vllm), each keyword in `options`
+        replacing the field of that name; `max_model_len` is model.max_length; other keywords go to
+        `vllm.LLM`."""
+        (backend, judge_model), engine_kwargs = with_options(
+            options, backend or VLLMSettings(), judge_model or ModelSettings())
+        if max_model_len is not None:
+            judge_model = dataclasses.replace(judge_model, max_length=max_model_len)
+        judge_model.check()  # built in code too (scripts, tests): the schema's checks, before the engine starts
+        backend.check()
+        self.set_chat(judge_model)
+        max_model_len, revision, trust_remote_code = judge_model.max_length, judge_model.revision, \
+            judge_model.trust_remote_code
         require_vllm()
         path = str(path)
         check_weights(path)
         from transformers import AutoConfig, AutoTokenizer
 
-        self.system_prompt = system_prompt
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
             config = AutoConfig.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
         except (OSError, ValueError) as e:
             raise ConfigError(f"cannot load the tokenizer/config from {path}: {str(e).strip().splitlines()[0]}") from None
-        self.answers: AnswerTokens = resolve_answer_tokens(self.tokenizer, labels, tie_label)
+        self.answers: AnswerTokens = resolve_answer_tokens(self.tokenizer, judge_model.labels,
+                                                           judge_model.tie_label)
         check_answer_ids(self.answers)
         if max_model_len is not None:  # vLLM's own refusal is a traceback after seconds of setup
             context_length(max_model_len, config, path)
@@ -218,18 +215,19 @@ class VLLMJudge(ChatPrompts):
         from vllm.platforms import current_platform
 
         self.on_cpu = bool(current_platform.is_cpu())
+        dtype = backend.dtype
         settings = engine_settings(path, on_cpu=self.on_cpu, dtype=dtype, max_model_len=max_model_len,
-                                   block_size=block_size, kv_cache_memory_bytes=kv_cache_memory_bytes,
-                                   enforce_eager=enforce_eager, model_config=config.to_dict())
+                                   block_size=backend.block_size, kv_cache_memory_bytes=backend.kv_cache_memory_bytes,
+                                   enforce_eager=backend.enforce_eager, model_config=config.to_dict())
         kwargs = dict(model=path, tokenizer=path, tokenizer_mode="hf", revision=revision,
-                      tensor_parallel_size=int(tensor_parallel_size), max_model_len=max_model_len,
-                      gpu_memory_utilization=float(gpu_memory_utilization), seed=int(seed),
-                      trust_remote_code=trust_remote_code, enable_prefix_caching=bool(enable_prefix_caching),
+                      tensor_parallel_size=int(backend.tensor_parallel_size), max_model_len=max_model_len,
+                      gpu_memory_utilization=float(backend.gpu_memory_utilization), seed=int(backend.seed),
+                      trust_remote_code=trust_remote_code, enable_prefix_caching=bool(backend.enable_prefix_caching),
                       **settings, **engine_kwargs)
-        in_process = self.on_cpu if in_process is None else bool(in_process)
+        in_process = self.on_cpu if backend.in_process is None else bool(backend.in_process)
         # The in-process engine computes on this process's torch threads: one per core but one,
         # as vLLM's own CPU thread binding does (it keeps a core for the engine loop).
-        self.threads = (cpu_threads or max(1, (os.cpu_count() or 2) - 1)) if in_process else None
+        self.threads = (backend.cpu_threads or max(1, (os.cpu_count() or 2) - 1)) if in_process else None
         self._start = (vllm, repr(sorted(kwargs.items())) + f"|in_process={in_process}|threads={self.threads}",
                        kwargs, in_process)
         """How the engine starts, on the first request the cache lacks (see `llm`)."""
@@ -238,7 +236,7 @@ class VLLMJudge(ChatPrompts):
                                 if k in kwargs} | {"in_process": in_process, "threads": self.threads}
         self._max_model_len = max_model_len
         self._config_len = _config_max_len(config)
-        self.params = vllm.SamplingParams(max_tokens=1 if readout == "next_token" else self.max_new_tokens,
+        self.params = vllm.SamplingParams(max_tokens=1 if self.readout == "next_token" else self.max_new_tokens,
                                           temperature=0.0, logprob_token_ids=list(self.answers.all_ids))
         self._sampling = vllm.SamplingParams
         self.prompt_tokens = self.cached_tokens = 0
@@ -385,17 +383,13 @@ def _engine_max_len(llm: Any) -> int:
 
 
 def build(judge_model: Mapping[str, Any], name: str = "vllm", **options: Any) -> VLLMJudge:
-    """The judge `conf/backend/vllm.yaml` describes, for the weights in `conf/model/*.yaml`.
-    `options` go to VLLMJudge (and from there to `vllm.LLM`)."""
+    """The judge `conf/backend/vllm.yaml` describes, for the weights in `conf/model/*.yaml`:
+    `options` are the validated backend's VLLMSettings."""
     del name
     require_vllm()  # before a GGUF conversion or a tiny-model build
     path, gguf = resolve_model_path(str(judge_model["path"]), judge_model.get("gguf_file"))
     if gguf:
         raise ConfigError("backend=vllm reads Hugging Face folders; a model.gguf_file is converted only for "
                           "backend=hf (use a pkg: spec, which is converted once, or backend=hf)")
-    return VLLMJudge(path, name=judge_model.get("name"), revision=judge_model.get("revision"),
-                     labels=tuple(judge_model.get("labels") or ("A", "B")), system_prompt=judge_model.get("system_prompt"),
-                     max_model_len=judge_model.get("max_length"),
-                     trust_remote_code=bool(judge_model.get("trust_remote_code", False)),
-                     chat_template=bool(judge_model.get("chat_template", True)),
-                     **readout_options(judge_model), **options)
+    return VLLMJudge(path, name=judge_model.get("name"), judge_model=from_config(ModelSettings, judge_model),
+                     backend=from_config(VLLMSettings, options))

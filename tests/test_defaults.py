@@ -1,0 +1,172 @@
+"""Each default is written once: in the schema dataclass (harness/runtime/schema.py,
+experiment_schema.py, harness/judges/settings.py), never again in a YAML under conf/.
+
+A YAML line is redundant when the value it sets is what the config would hold without it: for a
+group file (conf/model/x.yaml extends `base_model`) the schema's default; for conf/config.yaml the
+root schema's; for a `@package _global_` file (an experiment, a sweep) the config composed from
+what it extends (its `/experiment/<parent>@_here_` or `base_<name>@experiment`, its `override /`
+choices) without it. Hydra's own keys (`defaults`, `hydra`) are not ours to check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from harness.runtime.schema import SCHEMAS, Config
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+HYDRA_KEYS = ("defaults", "hydra")
+GROUPS = ("model", "backend", "task", "optimizer")
+"""The groups a `_global_` file may set keys of whichever option is picked."""
+ABSENT = object()
+YAMLS = sorted(p.relative_to(CONF).as_posix() for p in CONF.rglob("*.yaml") if p.parts[-3:-1] != ("hydra", "launcher"))
+
+
+def _plain(node: Any) -> Any:
+    return OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else node
+
+
+def _schema(group: str, name: str) -> dict:
+    """Group `group`'s `base_<name>` schema's defaults as plain values (interpolations kept as text)."""
+    return _plain(OmegaConf.structured(SCHEMAS[group][name]))
+
+
+def _compose(overrides: list[str]) -> tuple[dict, dict]:
+    """The composed config (plain, unresolved) and the option Hydra chose for each group."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    choices = dict(cfg.hydra.runtime.choices)
+    return {k: v for k, v in _plain(cfg).items() if k != "hydra"}, choices
+
+
+def _at(tree: Any, key: list[str]) -> Any:
+    for part in key:
+        if not isinstance(tree, dict) or part not in tree:
+            return ABSENT
+        tree = tree[part]
+    return tree
+
+
+def group_value(group: str, option: str, key: list[str]) -> Any:
+    """What conf/<group>/<option>.yaml gives `key`: its own line, else its schema's default."""
+    raw = _plain(OmegaConf.load(CONF / group / f"{option}.yaml"))
+    base = next(d for d in raw["defaults"] if isinstance(d, str) and d.startswith("base_"))
+    mine = _at(raw, key)
+    return mine if mine is not ABSENT else _at(_schema(group, base.removeprefix("base_")), key)
+
+
+def reference(path: Path) -> tuple[dict, dict]:
+    """What the config holds without `path`'s own lines, in `path`'s coordinates, and the group
+    options it was composed with (none for a group file or conf/config.yaml: their schema)."""
+    raw = OmegaConf.load(path)
+    defaults = [d if isinstance(d, str) else next(iter(d.items())) for d in raw.get("defaults", [])]
+    if path.name == "config.yaml" and path.parent.name == "conf":
+        return _plain(OmegaConf.structured(Config)), {}
+    bases = [d for d in defaults if isinstance(d, str) and d.startswith("base_")]
+    if "@" not in "".join(bases) and bases:  # a group file: its schema
+        return _schema(path.parent.name, bases[0].removeprefix("base_")), {}
+    overrides, own = [], None
+    for d in defaults:
+        if isinstance(d, str) and d.startswith("/experiment/"):
+            overrides.append(f"experiment={d.removeprefix('/experiment/').split('@')[0]}")
+        elif isinstance(d, str) and d.startswith("base_"):
+            own = d.removeprefix("base_").split("@")[0]
+            overrides.append("~experiment")
+        elif isinstance(d, tuple):
+            overrides.append(f"{d[0].removeprefix('override /')}={d[1]}")
+    got, choices = _compose(overrides)
+    if own is not None:
+        got["experiment"] = _schema("experiment", own)
+    return got, choices
+
+
+def repeats(path: Path) -> list[str]:
+    """The keys `path` sets to the value they would have without it. A `_global_` file's key in a
+    group (task.docs) counts only when every option of the group gives that value, unless a file it
+    extends sets it (then that file's value holds whichever option a user picks)."""
+    ref, choices = reference(path)
+    found = []
+
+    def redundant(mine: Any, key: list[str]) -> bool:
+        theirs = _at(ref, key)
+        if theirs is ABSENT or mine != theirs:
+            return False
+        group = key[0] if len(key) > 1 and key[0] in GROUPS and key[0] in choices else None
+        if group is None or theirs != group_value(group, choices[group], key[1:]):
+            return True
+        options = sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+        return all(group_value(group, o, key[1:]) == mine for o in options)
+
+    def walk(mine: Any, key: list[str]) -> None:
+        if isinstance(mine, dict) and isinstance(_at(ref, key), dict):
+            for k, v in mine.items():
+                walk(v, [*key, str(k)])
+        elif redundant(mine, key):
+            found.append(".".join(key))
+
+    walk({k: v for k, v in _plain(OmegaConf.load(path)).items() if k not in HYDRA_KEYS}, [])
+    return found
+
+
+@pytest.mark.parametrize("name", YAMLS)
+def test_no_yaml_repeats_a_default(name):
+    assert not repeats(CONF / name), f"conf/{name} sets what the config holds without it: {repeats(CONF / name)}"
+
+
+def test_the_repeat_check_catches_a_default_written_again(tmp_path):
+    """Negative control: the shipped batch size written again in a backend file, a schema default
+    in an experiment file and a value its parent already sets are each found; changed values are
+    not, nor a task key that some task sets otherwise (task.docs: 2 in summeval)."""
+    (tmp_path / "backend").mkdir()
+    hf = tmp_path / "backend" / "hf.yaml"
+    hf.write_text("defaults:\n  - base_hf\n  - _self_\n\nbatch_size: 32\ngenerate_batch_size: 4\n")
+    assert repeats(hf) == ["batch_size"]
+    exp = tmp_path / "zepo_like.yaml"
+    exp.write_text("# @package _global_\ndefaults:\n  - base_zepo@experiment\n  - _self_\n\n"
+                   "task:\n  docs: 4\n  offset: 0\nexperiment:\n  population: 5\n  epochs: 2\n")
+    assert repeats(exp) == ["task.offset", "experiment.population"]
+    child = tmp_path / "demo_like.yaml"
+    child.write_text("# @package _global_\ndefaults:\n  - /experiment/zepo_demo@_here_\n  - override /task: summeval\n"
+                     "  - _self_\n\ntask:\n  max_candidates: 3\nexperiment:\n  population: 4\n")
+    assert repeats(child) == ["task.max_candidates"]
+
+
+def redeclared(*schemas: type) -> list[str]:
+    """Fields a schema declares again with the default a base class already gives them."""
+    found = []
+    for schema in schemas:
+        own = schema.__dict__.get("__annotations__", {})
+        for base in schema.__mro__[1:]:
+            if not dataclasses.is_dataclass(base):
+                continue
+            inherited = {f.name: f for f in dataclasses.fields(base)}
+            for name in own:
+                if name in inherited and getattr(schema, name, ABSENT) == getattr(base, name, ABSENT) is not ABSENT:
+                    found.append(f"{schema.__name__}.{name}")
+    return sorted(set(found))
+
+
+def test_no_schema_writes_an_inherited_default_again():
+    assert not redeclared(*(s for group in SCHEMAS.values() for s in group.values()))
+
+
+def test_the_redeclared_check_catches_one():
+    """Negative control: a subclass writing its base's default again is found, a changed one is not."""
+
+    @dataclasses.dataclass
+    class Base:
+        batch_size: int = 32
+        engine: str = "auto"
+
+    @dataclasses.dataclass
+    class Again(Base):
+        batch_size: int = 32
+        engine: str = "hf"
+
+    assert redeclared(Again) == ["Again.batch_size"]
