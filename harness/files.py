@@ -87,7 +87,7 @@ _STRICT = json.JSONEncoder(allow_nan=False)
 
 def _json_line(row: Any) -> str:
     """One strict JSON line; `jsonable` (slow) only for a row json cannot write as it is (NaN,
-    infinities, numpy integers): the same text either way, ~5x faster for plain rows."""
+    infinities, numpy integers): the same text either way, and plain rows skip its walk."""
     try:
         return _STRICT.encode(row) + "\n"
     except (TypeError, ValueError):
@@ -192,7 +192,7 @@ def open_sqlite(path: str | Path, schema: str) -> sqlite3.Connection:
 
     WAL keeps every committed transaction through a crash or SIGKILL, and lets a second process
     (a resumed or sharded job) read while another writes. Before any row is trusted the file is
-    checked: `PRAGMA quick_check` (about 0.6 s per 150 MB) and a rolled-back write. A corrupt,
+    checked: `PRAGMA quick_check` (docs/benchmarks.md times it) and a rolled-back write. A corrupt,
     read-only or unopenable cache is one CacheError naming the file and what to do — for a corrupt
     one, the command that moves it aside; nothing is deleted or replaced behind the user's back.
     """

@@ -37,9 +37,8 @@ flagged LOW_MASS, and a run whose median is below it gets one warning (harness.m
 
 Why 0.2: below it, at least four answers in five sampled from the judge would not be a label, so
 P(A) renormalises a minority of the judge's behaviour rather than its answer. The failures it is
-meant to catch are far below it: a Gemma-3-270M base model held ~1e-9 (issue #15); SmolLM2-135M-
-Instruct without its chat template, where the prompt's 'Answer: ' is continued by a newline,
-held a median 0.09-0.12 on SummEval; with its template (the label is its top token) 0.31-0.38
+meant to catch are far below it: a base model, and SmolLM2-135M-Instruct without its chat template
+(the prompt's 'Answer: ' is continued by a newline); with its template the label is its top token
 (docs/report_card.md has the measurements). Where a backend reads only the top-K logprobs, missing
 variants count as 0, so the mass is a lower bound."""
 

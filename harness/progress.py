@@ -1,5 +1,5 @@
 """Progress bars that never sit silent: the decoding step between ticks, and a heartbeat that
-redraws a bar while one long forward runs (issue #33: no silent phase longer than 10 s).
+redraws a bar while one long forward runs: no phase stays silent longer than 10 s.
 
 A tqdm bar redraws only when it is updated, so a bar whose next tick is a minute away (an 8B
 judge's prefill of a batch, a local optimizer's long reply) shows a frozen elapsed time and

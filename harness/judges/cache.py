@@ -4,7 +4,7 @@ The key is sha256(judge identity, exact user prompt). The identity holds what de
 judge's numbers: the weights' content fingerprint (harness.models.fingerprint), revision, dtype,
 backend, chat-template and system-prompt fingerprints, answer-token ids and read-out (an API
 judge: base URL and the model the server reports), so one model's answers are never served as
-another's, a fine-tune under its base model's name included (lm-eval issues #2715, #4063; #28).
+another's, a fine-tune under its base model's name included (lm-eval issues #2715, #4063).
 Rows keyed by an older harness without the weights are not served (one line says so). Rows are committed per chunk (per
 streamed step for the transformers judge) in WAL mode: a run killed half-way keeps every commit
 it finished and re-runs call no model for them.
@@ -204,7 +204,7 @@ class CachedJudge:
     def _missed(self, n: int) -> None:
         """Before the first `n` misses go to the model: one line when the cache holds rows of this
         judge keyed the old way, without its weights (`legacy_identity`). They are not served: they
-        may be another model's answers under the same name (issue #28), so they are asked again."""
+        may be another model's answers under the same name, so they are asked again."""
         if self._legacy_checked or not n:
             return
         self._legacy_checked = True

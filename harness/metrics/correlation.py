@@ -67,7 +67,7 @@ def pairs_sort(m: np.ndarray | list[list[bool]], order: Sequence[int]) -> list[i
 def rank_correlations(scores: np.ndarray, human: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Spearman and Kendall tau-b of each row of `scores` (R x n) against `human` (n, or R x n: one
     human vector per row), the numbers scipy.stats.spearmanr/kendalltau give, vectorised over rows
-    because PairS needs shuffles x documents of them (scipy one by one took a minute per summary).
+    because PairS needs shuffles x documents of them (scipy one by one would dominate a summary).
     Undefined values (constant row or constant humans, n < 2) are 0, as in ZEPO."""
     from scipy.stats import rankdata
 

@@ -1,8 +1,7 @@
 """Judgments grouped by document: the preference matrix M[i, j] = P(A) and human scores, and the
 `Frame`: one judgment list as columns, built once, so every metric and every debiased variant is
 array arithmetic instead of a Python loop over the judgments (SummEval at full size is 100
-documents x 16 candidates x 15 = 24,000 ordered pairs; `summarize` took ~13-17 s there before,
-issue #22; docs/benchmarks.md).
+documents x 16 candidates x 15 = 24,000 ordered pairs; docs/benchmarks.md times it).
 
 Conventions follow the ZEPO/PairS code (shared/reference/zepo.md): a `p_a` that is NaN counts as
 unjudged everywhere; the diagonal is NaN (a self-pair is not a comparison). In a Frame every

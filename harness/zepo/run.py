@@ -228,7 +228,7 @@ def _report(results: Mapping[str, Any], result: search.SearchResult, out: Path, 
     rows = [_candidate_row(c, result.objective, result.best.index) for c in result.candidates]
     tracker.log_table("candidates", CANDIDATE_COLUMNS, rows)
     # Every evaluation number says which documents it covers: initial/leaky/spearman (the search
-    # documents included, as the paper evaluated) and initial/heldout/spearman (issue 31).
+    # documents included, as the paper evaluated) and initial/heldout/spearman.
     tracker.summary({f"{label}/{view}/{k}": v for label in ("initial", "best")
                      for view in ("leaky", "heldout")
                      for k, v in ((results[label].get(f"metrics_{view}") or {}).get("none") or {}).items()}
