@@ -1,6 +1,8 @@
-"""The metrics as they were before issue #22 vectorised them (harness/metrics @ edf2c66, verbatim
-but for imports): the reference the vectorised package is compared with to 1e-12
-(tests/test_metrics_vectorised.py) and timed against (scripts/bench_metrics.py). Not shipped.
+"""The metric functions that vectorisation replaced, as they were before it (harness/metrics @
+edf2c66, verbatim but for imports), with the loops that call them: the reference the vectorised
+package is compared with to 1e-12 (tests/test_metrics_vectorised.py) and timed against
+(scripts/bench_metrics.py). Every function vectorisation left as it was is imported from harness,
+so nothing here is compared with itself. Not shipped.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import math
 import os
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,31 +20,18 @@ import numpy as np
 
 from harness.errors import ConfigError
 from harness.files import jsonable, write_json_atomic
-from harness.judging import MIN_ANSWER_MASS, answer_mass, judgment_to_row
+from harness.judging import MIN_ANSWER_MASS, judgment_to_row
+from harness.metrics.calibration import calibration_pairs
+from harness.metrics.correlation import _ratio, _whole_corr, pairs_sort, preference_table, win_rates
+from harness.metrics.debias import _clipped_logit
+from harness.metrics.mass import answer_masses
+from harness.metrics.official import _doc_upper_rate, bc_prior, prob_gap
+from harness.metrics.rates import _xlogx, view_a_rate
+from harness.metrics.views import EPS, DocView, finite, mean_or_nan
 from harness.records import Judgment
 
+
 # ---- harness/metrics/views.py @ main ----
-EPS = 1e-6
-"""Probabilities are clipped to [EPS, 1 - EPS] wherever a log would otherwise be infinite."""
-
-
-@dataclass(frozen=True)
-class DocView:
-    """One document's judgments as a matrix, with the human score of each candidate."""
-
-    ids: list[str]
-    """Candidate ids in order of first appearance among the judgments."""
-    matrix: np.ndarray
-    """M[i, j] = P(A) with A = ids[i], B = ids[j]; mean over repeats; NaN on the diagonal and
-    where unjudged."""
-    human: np.ndarray
-    """Human score per candidate (first finite value seen); NaN where the data has none."""
-
-
-def finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)
-
-
 def document_views(judgments: Sequence[Judgment]) -> dict[str, DocView]:
     """Group judgments by document into preference matrices and human score vectors."""
     ids: dict[str, list[str]] = {}
@@ -73,54 +62,7 @@ def document_views(judgments: Sequence[Judgment]) -> dict[str, DocView]:
     return views
 
 
-
-
-
-
-
-
-def mean_or_nan(xs: Sequence[float]) -> float:
-    return float(np.mean(xs)) if len(xs) else math.nan
-
-
 # ---- harness/metrics/rates.py @ main ----
-def _doc_a_rate(m: np.ndarray, mode: str) -> float:
-    vals = m[np.isfinite(m)]  # the diagonal is NaN, so this is the judged off-diagonal
-    if mode == "prob":
-        return float(vals.mean()) if vals.size else math.nan
-    n_a, n_b = int((vals > 0.5).sum()), int((vals < 0.5).sum())
-    # A document with no decisive entry has no decision rate; it is left out of the average.
-    return n_a / (n_a + n_b) if n_a + n_b else math.nan
-
-
-def a_rate(judgments: Sequence[Judgment], mode: str = "argmax") -> float:
-    """Mean over documents of the per-document A-rate; NaN when no document has one.
-
-    argmax: #(M > 0.5) / (#(M > 0.5) + #(M < 0.5)) over judged off-diagonal entries (ZEPO).
-    prob: mean P(A) over judged off-diagonal entries.
-    """
-    return view_a_rate(document_views(judgments), mode)
-
-
-def view_a_rate(views: Mapping[str, DocView], mode: str) -> float:
-    if mode not in ("argmax", "prob"):
-        raise ConfigError(f"a_rate mode must be 'argmax' or 'prob', got {mode!r}")
-    rates = [_doc_a_rate(v.matrix, mode) for v in views.values()]
-    return mean_or_nan([r for r in rates if not math.isnan(r)])
-
-
-
-def fairness(judgments: Sequence[Judgment], mode: str = "argmax") -> float:
-    """-|A-rate - 0.5|: 0 is perfectly fair; NaN when the A-rate is undefined."""
-    return -abs(a_rate(judgments, mode) - 0.5)
-
-
-def _xlogx(x: np.ndarray) -> np.ndarray:
-    """x log x with 0 log 0 = 0 (a certain answer has zero entropy)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(x > 0, x * np.log(x), 0.0)
-
-
 def confidence(judgments: Sequence[Judgment]) -> dict[str, float]:
     """Mean max(p, 1 - p) and mean binary entropy (nats) over judged pairs; NaN when none."""
     p = np.array([j.p_a for j in judgments if finite(j.p_a)], dtype=float)
@@ -131,24 +73,6 @@ def confidence(judgments: Sequence[Judgment]) -> dict[str, float]:
 
 
 # ---- harness/metrics/calibration.py @ main ----
-def calibration_pairs(judgments: Sequence[Judgment]) -> tuple[np.ndarray, np.ndarray]:
-    """(P(A), label) for judgments with a human preference: gold_a when present, otherwise
-    human_a > human_b (1) or < (0); ties, missing humans and NaN P(A) are left out."""
-    ps, ys = [], []
-    for j in judgments:
-        if not finite(j.p_a):
-            continue
-        if j.gold_a is not None:
-            label = 1.0 if j.gold_a else 0.0
-        elif finite(j.human_a) and finite(j.human_b) and j.human_a != j.human_b:
-            label = 1.0 if j.human_a > j.human_b else 0.0  # type: ignore[operator]
-        else:
-            continue
-        ps.append(j.p_a)
-        ys.append(label)
-    return np.array(ps, dtype=float), np.array(ys, dtype=float)
-
-
 def calibration(judgments: Sequence[Judgment], bins: int = 10) -> dict[str, float | int]:
     """ECE (equal-width bins on P(A), bin k = [k/B, (k+1)/B), last bin closed, weighted by
     count), Brier, NLL (p clipped to [EPS, 1-EPS]), accuracy (P(A) = 0.5 scores half) and n."""
@@ -173,50 +97,6 @@ def calibration(judgments: Sequence[Judgment], bins: int = 10) -> dict[str, floa
 
 
 # ---- harness/metrics/correlation.py @ main ----
-def win_rates(m: np.ndarray) -> np.ndarray:
-    """Row mean of M over judged off-diagonal entries; NaN for a row with none."""
-    off = np.where(np.eye(len(m), dtype=bool), np.nan, m)
-    judged = np.isfinite(off)
-    total = np.where(judged, off, 0.0).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(judged.any(axis=1), total / judged.sum(axis=1), np.nan)
-
-
-def preference_table(m: np.ndarray) -> list[list[bool]]:
-    """T[a][b] = the judge prefers candidate a over b when a is shown as A (M[a, b] > 0.5).
-    Where only the reverse order was judged it is read from B's side (1 - M[b, a] > 0.5);
-    an unjudged pair is a tie (False)."""
-    with np.errstate(invalid="ignore"):
-        p = np.where(np.isfinite(m), m, 1.0 - m.T)
-        return np.nan_to_num(p, nan=0.5).__gt__(0.5).tolist()
-
-
-def pairs_sort(m: np.ndarray | list[list[bool]], order: Sequence[int]) -> list[int]:
-    """PairS merge sort of candidate indices, judged worst first (best last).
-
-    Merging compares left vs right with left shown as A; when the judge prefers left
-    (P(A) > 0.5) the right item is emitted first, exactly as the PairS/ZEPO code, whose sorted
-    list is ascending. So a list position is a rank where higher means preferred by the judge.
-    `m` is the matrix or its `preference_table` (precomputed when sorting many shuffles).
-    """
-    table = preference_table(m) if isinstance(m, np.ndarray) else m
-    items = list(order)
-    if len(items) <= 1:
-        return items
-    mid = len(items) // 2
-    left, right = pairs_sort(table, items[:mid]), pairs_sort(table, items[mid:])
-    out: list[int] = []
-    i = k = 0
-    while i < len(left) and k < len(right):
-        if table[left[i]][right[k]]:
-            out.append(right[k])
-            k += 1
-        else:
-            out.append(left[i])
-            i += 1
-    return out + left[i:] + right[k:]
-
-
 def rank_correlations(scores: np.ndarray, human: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Spearman and Kendall tau-b of each row of `scores` (S x n) against `human` (n), the
     numbers scipy.stats.spearmanr/kendalltau give, vectorised over rows because PairS needs
@@ -238,10 +118,6 @@ def rank_correlations(scores: np.ndarray, human: np.ndarray) -> tuple[np.ndarray
     return np.clip(rho, -1, 1), np.clip(tau, -1, 1)
 
 
-def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
-
-
 def _doc_scores(doc_id: str, view: DocView, ranking: str, shuffles: int, seed: int) -> np.ndarray:
     """The judge's score of each candidate: one row (win rate) or one row per shuffle (PairS
     list position, higher = preferred). Each document draws its shuffles from its own seeded
@@ -254,18 +130,6 @@ def _doc_scores(doc_id: str, view: DocView, ranking: str, shuffles: int, seed: i
     for s in range(shuffles):
         rows[s, pairs_sort(table, rng.permutation(n).tolist())] = np.arange(n)
     return rows
-
-
-def _whole_corr(views: Sequence[DocView]) -> tuple[float, float]:
-    """Spearman and Kendall over (win rate, human) pooled across documents; NaN if undefined."""
-    from scipy.stats import kendalltau, spearmanr
-
-    x = np.concatenate([win_rates(v.matrix) for v in views]) if views else np.array([])
-    h = np.concatenate([v.human for v in views]) if views else np.array([])
-    ok = np.isfinite(x) & np.isfinite(h)
-    if ok.sum() < 2 or np.ptp(x[ok]) == 0 or np.ptp(h[ok]) == 0:
-        return math.nan, math.nan
-    return float(spearmanr(x[ok], h[ok])[0]), float(kendalltau(x[ok], h[ok])[0])
 
 
 def correlations(
@@ -332,11 +196,6 @@ def _shift_logits(judgments: Sequence[Judgment], shifts: Mapping[str | None, flo
     return [replace(j, p_a=float(q)) if finite(j.p_a) else j for j, q in zip(judgments, new)]
 
 
-def _clipped_logit(p: np.ndarray) -> np.ndarray:
-    pc = np.clip(p, EPS, 1 - EPS)
-    return np.log(pc) - np.log1p(-pc)
-
-
 def batch_calibrate(judgments: Sequence[Judgment], by_doc: bool = False) -> list[Judgment]:
     """Batch calibration (Zhou et al., ICLR 2024): subtract the batch-mean log-probability of
     each class, then renormalise. With two classes this is logit(p) - mean(logit(p)); the
@@ -361,13 +220,6 @@ def contextual_calibrate(judgments: Sequence[Judgment], p_cf: float) -> list[Jud
 
 
 # ---- harness/metrics/mass.py @ main ----
-def answer_masses(judgments: Sequence[Judgment]) -> np.ndarray:
-    """The answer mass of every read judgment, in order: 0 where the judge wrote no answer token
-    (`no_answer`, flagged low_answer_mass too); an `unreadable` one (an API answer that stayed
-    spoiled) has no reading and is left out, as it is left out of the low_answer_mass flags."""
-    return np.array([answer_mass(j.token_logprobs) for j in judgments if "unreadable" not in j.flags], dtype=float)
-
-
 def answer_mass_stats(judgments: Sequence[Judgment], threshold: float = MIN_ANSWER_MASS) -> dict[str, float]:
     """Median answer mass and the share of read judgments below `threshold` (NaN when none)."""
     m = answer_masses(judgments)
@@ -407,13 +259,6 @@ def order_consistency(judgments: Sequence[Judgment]) -> dict[str, float | int]:
 
 
 # ---- harness/metrics/official.py @ main ----
-def _doc_upper_rate(m: np.ndarray) -> float:
-    upper = m[np.triu_indices(len(m), k=1)]
-    vals = upper[np.isfinite(upper) & (upper != 0)]  # the official `!= 0` (it removes the zeroed lower half)
-    n_a, n_b = int((vals > 0.5).sum()), int((vals < 0.5).sum())
-    return n_a / (n_a + n_b) if n_a + n_b else math.nan
-
-
 def upper_a_rate(judgments: Sequence[Judgment]) -> float:
     """Mean over documents of #(M[i, j] > 0.5) / #(M[i, j] != 0.5) over pairs i < j (candidate
     order = first appearance, i.e. the data's order); pass permutation-debiased judgments for the
@@ -421,47 +266,6 @@ def upper_a_rate(judgments: Sequence[Judgment]) -> float:
     code would turn the mean into NaN)."""
     rates = [_doc_upper_rate(v.matrix) for v in document_views(judgments).values()]
     return mean_or_nan([r for r in rates if not math.isnan(r)])
-
-
-def _label_sums(logprobs: Mapping[str, float]) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {}
-    for key, value in logprobs.items():
-        out.setdefault(key.split(":", 1)[0], []).append(float(value))
-    return out
-
-
-def bc_prior(judgments: Sequence[Judgment], labels: tuple[str, str] = ("A", "B")) -> float:
-    """|mean(logit_A) - mean(logit_B)| / 2 over every judged pair (lower = better calibrated).
-
-    A pair whose answer could not be read (no answer-token log-probs) contributes logits 0, as in
-    the official code; a NaN P(A) is left out. NaN when a pair's A and B have different numbers of
-    variants (log Z would not cancel) or when nothing is judged."""
-    diffs = []
-    for j in judgments:
-        if not finite(j.p_a):
-            continue
-        sums = _label_sums(j.token_logprobs)
-        a, b = sums.get(labels[0], []), sums.get(labels[1], [])
-        if len(a) != len(b):
-            return math.nan
-        diffs.append(sum(a) - sum(b) if a else 0.0)
-    return abs(float(np.mean(diffs))) / 2 if diffs else math.nan
-
-
-def prob_gap(judgments: Sequence[Judgment], labels: tuple[str, str] = ("A", "B")) -> float:
-    """Mean |P(A) - P(B)|, probabilities normalised over every label read (unread pairs: 0)."""
-    gaps = []
-    for j in judgments:
-        if not finite(j.p_a):
-            continue
-        sums = _label_sums(j.token_logprobs)
-        if not sums:
-            gaps.append(0.0)
-            continue
-        mass = {k: sum(math.exp(x) for x in v) for k, v in sums.items()}
-        total = sum(mass.values())
-        gaps.append(abs(mass.get(labels[0], 0.0) - mass.get(labels[1], 0.0)) / total if total > 0 else 0.0)
-    return mean_or_nan(gaps)
 
 
 # ---- harness/metrics/summary.py @ main ----
