@@ -6,6 +6,9 @@ group file (conf/model/x.yaml extends `base_model`) the schema's default; for co
 root schema's; for a `@package _global_` file (an experiment, a sweep) the config composed from
 what it extends (its `/experiment/<parent>@_here_` or `base_<name>@experiment`, its `override /`
 choices) without it. Hydra's own keys (`defaults`, `hydra`) are not ours to check.
+
+The paper reproductions (conf/experiment/paper/) are exempt: they pin every setting the official
+code ran with, so a later change of a default cannot move a reproduced table silently.
 """
 
 from __future__ import annotations
@@ -25,7 +28,10 @@ HYDRA_KEYS = ("defaults", "hydra")
 GROUPS = ("model", "backend", "task", "optimizer")
 """The groups a `_global_` file may set keys of whichever option is picked."""
 ABSENT = object()
-YAMLS = sorted(p.relative_to(CONF).as_posix() for p in CONF.rglob("*.yaml") if p.parts[-3:-1] != ("hydra", "launcher"))
+PINNED = ("experiment", "paper")
+"""Folders whose files pin the official settings on purpose (see the docstring)."""
+YAMLS = sorted(p.relative_to(CONF).as_posix() for p in CONF.rglob("*.yaml")
+               if p.parts[-3:-1] not in (("hydra", "launcher"), PINNED))
 
 
 def _plain(node: Any) -> Any:
