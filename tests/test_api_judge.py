@@ -334,9 +334,10 @@ def test_a_label_outside_the_top_k_is_unreadable_not_probability_1_through_the_c
 
     # The random tiny model's own logits here: A -5, ' A' 2, B 6.5, ' B' 1 (+-0.6); lifted to 19, 19, 17, 15.
     biased = _biased_judge(tiny_judge, tiny_llama, {"A:A": 24.0, "A: A": 17.0, "B:B": 10.5, "B: B": 14.0})
-    base = ["experiment=judge", "model=tiny_llama", "backend=api", "backend.model=tiny-test", "backend.api_key_env=null",
-            "backend.logprob_mode=top", "backend.max_retries=0", "task=jsonl", f"task.path={_jsonl(tmp_path)}",
-            "task.aspect=quality", "wandb.mode=disabled", "progress=false", "metrics.bootstrap=0"]
+    base = ["experiment=judge", "model=tiny_llama", "backend=api", "backend.model=tiny-test",
+            "backend.api_key_env=null", "backend.logprob_mode=top", "backend.max_retries=0", "task=jsonl",
+            f"task.path={_jsonl(tmp_path)}", "task.aspect=quality", "wandb.mode=disabled", "progress=false",
+            "metrics.bootstrap=0"]
     with OpenAIServer(judge=biased) as srv:
         k2 = run_in_process([*base, f"backend.base_url={srv.url}", "backend.top_logprobs=2",
                              f"hydra.run.dir={tmp_path / 'k2'}"], tmp_path)

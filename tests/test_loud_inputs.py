@@ -10,6 +10,8 @@ import signal
 import sys
 
 import pytest
+from conftest import run_harness
+from test_cli_errors import _assert_one_line_error
 
 from harness.errors import ConfigError, DataError
 
@@ -49,18 +51,32 @@ def test_a_lone_surrogate_is_one_line_naming_file_line_and_field(tmp_path):
     assert [v for _, v in iter_jsonl(good)] == [{"text": "\U0001f600"}]
 
 
-@pytest.mark.parametrize("value", ["", "''", " "])
-def test_an_empty_run_dir_is_refused_before_hydra(value, monkeypatch, capsys, tmp_path):
-    from harness.runtime import entry
+@pytest.mark.parametrize("args", [
+    ["hydra.run.dir="], ["hydra.run.dir=''"], ["hydra.run.dir= "],
+    ["hydra.run.dir=${oc.env:NOPE_RUN_DIR,}"], ['hydra.run.dir=${oc.select:nonexistent.key,""}'],
+    ["-m", "hydra.sweep.dir=${oc.env:NOPE_SWEEP_DIR,}", "seed=0,1"],
+], ids=["empty", "quotes", "blank", "unset variable", "missing key", "sweep dir, unset variable"])
+def test_an_empty_run_dir_is_refused_before_hydra(args, tmp_path):
+    """The run or sweep folder as RESOLVED, whatever spelling gives ''. It used to be the argv's text
+    only: an interpolation resolving to '' wrote run.log, config.json and results.json (with -m,
+    multirun.yaml and 0/) into the current folder, replacing its results.json. Now one line before
+    Hydra creates anything (harness.runtime.rundirs, a Hydra callback; control below)."""
+    (tmp_path / "cwd").mkdir()
+    key = "hydra.sweep.dir" if "-m" in args else "hydra.run.dir"
+    r = run_harness([*args, "experiment=judge", "model=tiny_llama", "wandb.mode=disabled"], tmp_path,
+                    cwd=tmp_path / "cwd", timeout=120)
+    _assert_one_line_error(r, f"{key} resolves to an empty value", "current folder")
+    assert list((tmp_path / "cwd").iterdir()) == []
 
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["harness.run", "experiment=judge", f"hydra.run.dir={value}"])
-    monkeypatch.setattr(entry, "hydra_main", lambda: pytest.fail("Hydra ran"))
-    with pytest.raises(SystemExit) as e:
-        entry.main()
-    assert e.value.code == 2 and capsys.readouterr().err.startswith("error: hydra.run.dir=... is empty")
-    assert list(tmp_path.iterdir()) == []
-    assert entry.empty_run_dir(["hydra.run.dir=out/x"]) is None  # control
+
+def test_negative_control_the_default_run_dir_is_made_where_the_command_is_typed(tmp_path):
+    """What the check above keeps out of the current folder does land there when no check stops it:
+    the default outputs/... (the run then stops at a missing data file, after Hydra made the folder)."""
+    (tmp_path / "cwd").mkdir()
+    r = run_harness(["experiment=judge", "model=tiny_llama", "wandb.mode=disabled", "task=jsonl",
+                     f"task.path={tmp_path / 'none.jsonl'}"], tmp_path, cwd=tmp_path / "cwd", timeout=120)
+    _assert_one_line_error(r, "none.jsonl", "not found")
+    assert [p.name for p in (tmp_path / "cwd").iterdir()] == ["outputs"]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])

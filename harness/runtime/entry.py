@@ -55,9 +55,10 @@ def resolve_entry(entry: str) -> Any:
 
 def check(cfg: DictConfig) -> None:
     """Everything that can be checked before any work: secrets, then every schema's ranges."""
-    check_config(OmegaConf.to_container(cfg, resolve=False))
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    check_config(raw)
     try:
-        check_config(OmegaConf.to_container(cfg, resolve=True))
+        check_config(OmegaConf.to_container(cfg, resolve=True), env_fields(raw))
     except OmegaConfBaseException as e:
         raise ConfigError(one_line(e)) from None
     schema.refuse_unknown_keys(cfg)
@@ -176,12 +177,6 @@ def main() -> None:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    empty = empty_run_dir(sys.argv[1:])
-    if empty:
-        print(f"error: {empty}=... is empty: the run's files would go to the current folder "
-              "and overwrite its results.json; name a folder (or leave it out for outputs/<experiment>/<time>)",
-              file=sys.stderr)
-        sys.exit(2)
     install_stop_handlers()
     try:
         with watching(any(a in ("-m", "--multirun") for a in sys.argv[1:])):  # a submitit sweep: job-state lines while it waits, a refused sbatch in one line
@@ -254,15 +249,6 @@ def install_stop_handlers() -> None:
     for s in STOP_SIGNALS:
         if signal.getsignal(s) is not signal.SIG_IGN:
             signal.signal(s, stop)
-
-
-def empty_run_dir(argv: Sequence[str]) -> str | None:
-    """The key of a `hydra.run.dir=` / `hydra.sweep.dir=` override with an empty value, if any."""
-    for a in argv:
-        key, sep, value = a.partition("=")
-        if sep and key.lstrip("+~") in ("hydra.run.dir", "hydra.sweep.dir") and not value.strip(" '\""):
-            return key.lstrip("+~")
-    return None
 
 
 _ENV_INTERPOLATION = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,[^}]*)?\}")
