@@ -179,6 +179,16 @@ def read_json(path: str | Path) -> Any:
         raise DataError(str(e), where=str(path)) from None
 
 
+def read_json_object(path: str | Path, fix: str) -> dict:
+    """read_json of a file that must hold a JSON object (a run's results.json, config.json); an
+    array or a number there is one DataError naming the file and saying `fix`."""
+    obj = read_json(path)
+    if not isinstance(obj, dict):
+        got = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(obj), "a number")
+        raise DataError(f"holds {got}, not a JSON object; {fix}", where=str(path))
+    return obj
+
+
 def why_not_folder(folder: str | Path, e: OSError) -> str:
     """Why `folder` could not be created: the OS reason, or the file standing where a folder must be."""
     for parent in (Path(folder), *Path(folder).parents):

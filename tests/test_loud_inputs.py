@@ -10,7 +10,7 @@ import signal
 import sys
 
 import pytest
-from conftest import run_harness
+from conftest import run_harness, run_in_process
 from test_cli_errors import _assert_one_line_error
 
 from harness.errors import ConfigError, DataError
@@ -49,6 +49,25 @@ def test_a_lone_surrogate_is_one_line_naming_file_line_and_field(tmp_path):
     good = tmp_path / "g.jsonl"
     good.write_text('{"text": "\\ud83d\\ude00"}\n')
     assert [v for _, v in iter_jsonl(good)] == [{"text": "\U0001f600"}]
+
+
+def test_a_lone_surrogate_in_zepos_instruction_file_is_one_line_naming_file_and_key(tmp_path):
+    """experiment.instruction.path to an init_prompts.json whose value holds "\\ud800": a TypeError
+    traceback from the tokenizer (the JSONL fix did not cover this file). Now one line naming the
+    file and the key, before any weights load. Control: the same file with a whole pair (an emoji)
+    is read as its character."""
+    from harness.prompts import load_zepo_instructions
+
+    bad = tmp_path / "init_prompts.json"
+    bad.write_text('{"coherence": "Judge the coherence \\ud800 of the summaries.", "fluency": "Judge fluency."}')
+    r = run_in_process(["experiment=zepo", "model=tiny_llama", "task.docs=3", "task.max_candidates=2",
+                        "experiment.search_docs=1", "experiment.instruction.source=zepo",
+                        f"experiment.instruction.path={bad}", "wandb.mode=disabled", "progress=false",
+                        f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    _assert_one_line_error(r, str(bad), "lone surrogate \\ud800 in field 'coherence'")
+    assert "loading the judge's weights" not in r.stdout + r.stderr
+    bad.write_text(bad.read_text().replace("\\ud800", "\\ud83d\\ude00"))
+    assert "\U0001f600" in load_zepo_instructions(bad)["coherence"]
 
 
 @pytest.mark.parametrize("args", [
