@@ -3,8 +3,10 @@ reads (text, JSON), and the SQLite opener behind the request and completion cach
 one-line errors (a corrupt cache is never trusted: the error prints the command that moves it aside).
 
 Atomic writes go through a temporary file and `os.replace`, so a crash or SIGKILL leaves the old
-file or the new one, never half of one. Reads turn every problem into one DataError line naming
-the file (and the line, for JSON errors).
+file or the new one, never half of one; the file is fsynced before the rename and its folder after
+(as SQLite and git do), so a node crash or power loss does too. Not fsynced: the per-chunk work
+the request cache already makes resumable (its WAL commits, attempts.jsonl's lines) and figures.
+Reads turn every problem into one DataError line naming the file (and the line, for JSON errors).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import shlex
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from harness.errors import CacheError, DataError
 
@@ -55,29 +57,49 @@ def _tmp(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _atomic(path: str | Path) -> Iterator[Path]:
-    """A temporary file next to `path` that replaces it when the block ends; removed when the block
-    fails (a full disk, a folder where the file should be), so no `.NAME.tmp-PID` is left behind."""
+def _atomic(path: str | Path) -> Iterator[TextIO]:
+    """An open temporary file next to `path` that replaces it when the block ends; removed when the
+    block fails (a full disk, a folder where the file should be), so no `.NAME.tmp-PID` is left
+    behind. The data reaches the disk before the rename and the rename after it (fsync of the file,
+    then of its folder), so a crash of the machine leaves the old file or the new one, never an
+    empty one."""
     path = Path(path)
     tmp = _tmp(path)
     try:
-        yield tmp
+        with tmp.open("w", encoding="utf-8") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
+        fsync_folder(path.parent)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
 
 
+def fsync_folder(folder: str | Path) -> None:
+    """Make a rename (or a new file) in `folder` durable; a filesystem that cannot fsync a folder
+    (EINVAL on some network filesystems) orders its renames itself."""
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+    finally:
+        os.close(fd)
+
+
 def write_json_atomic(path: str | Path, obj: Any) -> None:
     """Write JSON through a temporary file and os.replace: a crash leaves old or new, never half."""
-    with _atomic(path) as tmp:
-        tmp.write_text(json.dumps(jsonable(obj), indent=2, sort_keys=False, allow_nan=False) + "\n")
+    with _atomic(path) as f:
+        f.write(json.dumps(jsonable(obj), indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
 def write_jsonl_atomic(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> None:
     """One JSON object per line, written atomically like write_json_atomic."""
-    with _atomic(path) as tmp, tmp.open("w") as f:
+    with _atomic(path) as f:
         f.write("".join(_json_line(r) for r in rows))
 
 
@@ -95,8 +117,8 @@ def _json_line(row: Any) -> str:
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
-    with _atomic(path) as tmp:
-        tmp.write_text(text)
+    with _atomic(path) as f:
+        f.write(text)
 
 
 MAX_INT_DIGITS = 300
