@@ -173,6 +173,44 @@ def test_sigint_and_sigterm_are_one_line_without_a_traceback(raised, code, needl
     assert e.value.code == code and needle in err and "Traceback" not in err and len(err.splitlines()) == 1
 
 
+def judge_then_sigterm(cfg, out_dir):
+    """experiment=judge, then SIGTERM once it has returned: every file written, the process not yet
+    ended (what a `scancel` racing a job's end delivers)."""
+    from harness.experiments.judge import main
+
+    result = main(cfg, out_dir)
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(10**6):  # the handler runs between bytecodes
+        pass
+    return result
+
+
+def sigterm_then_judge(cfg, out_dir):
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(10**6):
+        pass
+    raise AssertionError("the SIGTERM did not stop the run")
+
+
+@pytest.mark.parametrize("entry, code, said", [
+    ("judge_then_sigterm", 0, "note: SIGTERM arrived after the run had finished"),
+    ("sigterm_then_judge", 143, "error: stopped by SIGTERM"),
+], ids=["after the run finished", "control: before"])
+def test_a_sigterm_after_the_run_finished_is_no_stop(entry, code, said, tmp_path):
+    """A SIGTERM after ZEPO (any experiment) had written everything still said "stopped ... rerun to
+    resume", exit 143. Now: attempts.jsonl records this process's attempt as completed, so one note
+    and exit 0. The signal is sent from inside the run (experiment.entry wraps the shipped one) so
+    it lands at that point every time. Control: a SIGTERM before the run: stopped, exit 143."""
+    run = tmp_path / "run"
+    r = run_in_process(["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2",
+                        "wandb.mode=disabled", "progress=false", "metrics.bootstrap=0",
+                        f"experiment.entry=test_loud_inputs:{entry}", f"hydra.run.dir={run}"], tmp_path)
+    assert r.returncode == code and "Traceback" not in r.stderr, r.stderr[-2000:]
+    lines = [x for x in r.stderr.splitlines() if x.startswith(("note:", "error:"))]
+    assert len(lines) == 1 and lines[0].startswith(said)
+    assert (run / "results.json").is_file() == (code == 0)
+
+
 @pytest.mark.parametrize("damage", ["truncated", "bad header"])
 def test_a_broken_weight_file_is_named(damage, tiny_llama, tmp_path):
     import shutil

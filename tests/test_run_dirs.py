@@ -83,3 +83,21 @@ def test_negative_control_the_old_check_passed_it_and_a_plain_variable_is_no_sec
     monkeypatch.delenv("AZURE_OPENAI_API_KEY")
     monkeypatch.setenv("MY_RUN_NAME", SECRET)
     check_env_secrets([("hydra.run.dir", f"/runs/{SECRET}")])
+
+
+def test_another_experiment_is_refused_in_an_existing_run_dir(tmp_path):
+    """experiment=judge into a ZEPO (or A-BB) run directory replaced its results.json while state.json
+    (abb.json) stayed and contradicted it. Now one line naming the folder and the run it holds.
+    Control: the same experiment is accepted there (it resumes): here it stops at the same missing
+    data file, past the check."""
+    run = tmp_path / "run"
+    missing = ["task=jsonl", f"task.path={tmp_path / 'none.jsonl'}", "task.aspect=quality"]
+    first = run_harness(["experiment=zepo", *BASE[1:], *missing, f"hydra.run.dir={run}"], tmp_path, timeout=120)
+    _assert_one_line_error(first, "none.jsonl", "not found")
+    assert (run / "config.json").is_file()  # what a ZEPO run leaves first
+    other = run_harness([*BASE, "task.docs=1", "task.max_candidates=2", f"hydra.run.dir={run}"], tmp_path,
+                        timeout=300)
+    _assert_one_line_error(other, f"the run directory {run} holds a zepo run", "hydra.run.dir=")
+    assert not (run / "results.json").exists()
+    again = run_harness(["experiment=zepo", *BASE[1:], *missing, f"hydra.run.dir={run}"], tmp_path, timeout=120)
+    _assert_one_line_error(again, "none.jsonl", "not found")

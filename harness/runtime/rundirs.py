@@ -11,6 +11,8 @@ produced them (`hydra.run.dir=`, `${oc.env:UNSET,}`, `${oc.select:no.such.key,""
 - no value of the config (folder names included) may hold a secret environment variable's value
   (`redaction.secret_env_names`: the config's *_env variables and every set variable with a secret
   name), whatever it looks like: refused by the variable's name, never its value.
+And, once the folder exists (`check_same_experiment`, from harness.runtime.entry.run), a folder
+holding another experiment's run is not reused.
 Each is one `error:` line and exit 2, nothing created. A Hydra callback's exceptions are turned
 into warnings by Hydra, so the refusal is a SystemExit, as the run's own errors are.
 """
@@ -21,6 +23,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -31,6 +34,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from harness.errors import ConfigError
+from harness.files import read_json_object
 from harness.redaction import check_env_secrets, env_fields
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
@@ -70,6 +74,20 @@ def check_sweep(config: DictConfig) -> None:
         check_not_empty("hydra.sweep.dir", OmegaConf.select(config, "hydra.sweep.dir"))
         check_secrets(config)
     check_job_dirs(config)
+
+
+def check_same_experiment(cfg: DictConfig, out_dir: Path) -> None:
+    """A run directory holding another experiment's run (its config.json) is not reused: the new
+    results.json would replace that run's while its own files (ZEPO's state.json, A-BB's abb.json)
+    stay and contradict it. The same experiment resumes there as before."""
+    if not (out_dir / "config.json").is_file():
+        return
+    before = read_json_object(out_dir / "config.json", "not a run's config: use another hydra.run.dir=...")
+    old = before.get("experiment") if isinstance(before.get("experiment"), dict) else {}
+    if old.get("entry") != cfg.experiment.entry:
+        raise ConfigError(f"the run directory {out_dir} holds a {old.get('name') or 'different'} run (its "
+                          f"config.json); experiment={cfg.experiment.name} would replace its results.json and leave "
+                          "its other files contradicting it: set hydra.run.dir=... to a new folder")
 
 
 def check_not_empty(key: str, value: Any) -> None:
