@@ -226,7 +226,9 @@ def open_sqlite(path: str | Path, schema: str) -> sqlite3.Connection:
     (a resumed or sharded job) read while another writes. Before any row is trusted the file is
     checked: `PRAGMA quick_check` (about 0.6 s per 150 MB) and a rolled-back write. A corrupt,
     read-only or unopenable cache is one CacheError naming the file and what to do — for a corrupt
-    one, the command that moves it aside; nothing is deleted or replaced behind the user's back.
+    one, the command that moves it aside; nothing is deleted or replaced behind the user's back. So
+    is a table whose columns are not `schema`'s (another harness version's layout), at once rather
+    than at the first write.
     """
     path = Path(path)
     try:
@@ -246,6 +248,11 @@ def open_sqlite(path: str | Path, schema: str) -> sqlite3.Connection:
             raise sqlite3.DatabaseError(f"integrity check failed: {problems[0].splitlines()[-1]}")
         db.execute(schema)
         db.commit()
+        layout = _other_layout(db, schema)
+        if layout:  # another version's table: its rows could not be written (or read) by this one
+            db.close()
+            raise CacheError(f"the cache {layout}: another version of the harness wrote it; set cache.path=... to "
+                             "another file (this one stays for the version that wrote it)", where=str(path))
         # A read-only file opens and reads fine; find out now, not at the first commit hours later.
         db.execute("SAVEPOINT harness_write_probe")
         db.execute("CREATE TABLE harness_write_probe (x)")
@@ -256,6 +263,17 @@ def open_sqlite(path: str | Path, schema: str) -> sqlite3.Connection:
             db.close()
         raise sqlite_error(path, e) from None
     return db
+
+
+_CREATE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*)\)", re.DOTALL)
+
+
+def _other_layout(db: sqlite3.Connection, schema: str) -> str | None:
+    """How the table `schema` creates differs in the file (its columns), or None when it does not."""
+    table, columns = _CREATE.match(schema).groups()  # type: ignore[union-attr]
+    want = [c.split()[0] for c in columns.split(",")]
+    got = [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+    return None if got == want else f"table {table} has columns ({', '.join(got)}), not ({', '.join(want)})"
 
 
 def move_aside_command(path: str | Path) -> str:

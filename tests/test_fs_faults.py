@@ -242,3 +242,24 @@ def test_atomic_writes_fsync_the_file_before_the_rename_and_the_folder_after(tmp
     renamed = {dst for kind, _, dst in events if kind == "replace"}
     assert pictures and all(str(p) in renamed for p in pictures)  # control: renamed into place, never fsynced,
     assert not any(_durable(events, p) for p in pictures)          # so not durable
+
+
+def test_a_cache_of_another_layout_is_refused_when_opened(tmp_path):
+    """A cache whose `scores` table has an extra column (a newer harness's layout) was found only at
+    the first write, after the model had loaded and judged a chunk. Now one line naming the file
+    and both layouts when the cache opens, before any weights load. Control: the same file without
+    the extra column is used (the run judges its pairs)."""
+    cache = tmp_path / "newer.sqlite"
+    with contextlib.closing(sqlite3.connect(cache)) as db:
+        db.execute("CREATE TABLE scores (key TEXT PRIMARY KEY, identity TEXT, p_a REAL, logprobs TEXT, seconds REAL)")
+        db.commit()
+    args = [*TINY, f"cache.path={cache}", f"hydra.run.dir={tmp_path / 'run'}"]
+    r = run_harness(args, tmp_path, timeout=300)
+    _assert_one_line_error(r, str(cache), "table scores has columns (key, identity, p_a, logprobs, seconds)",
+                           "cache.path=")
+    assert "loading the judge's weights" not in r.stdout + r.stderr
+    with contextlib.closing(sqlite3.connect(cache)) as db:
+        db.execute("ALTER TABLE scores DROP COLUMN seconds")
+        db.commit()
+    ok = run_harness(args, tmp_path, timeout=300)
+    assert ok.returncode == 0 and json.loads((tmp_path / "run" / "results.json").read_text())["judge_calls"] == 3
