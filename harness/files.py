@@ -3,8 +3,10 @@ reads (text, JSON), and the SQLite opener behind the request and completion cach
 one-line errors (a corrupt cache is never trusted: the error prints the command that moves it aside).
 
 Atomic writes go through a temporary file and `os.replace`, so a crash or SIGKILL leaves the old
-file or the new one, never half of one. Reads turn every problem into one DataError line naming
-the file (and the line, for JSON errors).
+file or the new one, never half of one; the file is fsynced before the rename and its folder after
+(as SQLite and git do), so a node crash or power loss does too. Not fsynced: the per-chunk work
+the request cache already makes resumable (its WAL commits, attempts.jsonl's lines) and figures.
+Reads turn every problem into one DataError line naming the file (and the line, for JSON errors).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import shlex
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from harness.errors import CacheError, DataError
 
@@ -55,29 +57,49 @@ def _tmp(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _atomic(path: str | Path) -> Iterator[Path]:
-    """A temporary file next to `path` that replaces it when the block ends; removed when the block
-    fails (a full disk, a folder where the file should be), so no `.NAME.tmp-PID` is left behind."""
+def _atomic(path: str | Path) -> Iterator[TextIO]:
+    """An open temporary file next to `path` that replaces it when the block ends; removed when the
+    block fails (a full disk, a folder where the file should be), so no `.NAME.tmp-PID` is left
+    behind. The data reaches the disk before the rename and the rename after it (fsync of the file,
+    then of its folder), so a crash of the machine leaves the old file or the new one, never an
+    empty one."""
     path = Path(path)
     tmp = _tmp(path)
     try:
-        yield tmp
+        with tmp.open("w", encoding="utf-8") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
+        fsync_folder(path.parent)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
 
 
+def fsync_folder(folder: str | Path) -> None:
+    """Make a rename (or a new file) in `folder` durable; a filesystem that cannot fsync a folder
+    (EINVAL on some network filesystems) orders its renames itself."""
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+    finally:
+        os.close(fd)
+
+
 def write_json_atomic(path: str | Path, obj: Any) -> None:
     """Write JSON through a temporary file and os.replace: a crash leaves old or new, never half."""
-    with _atomic(path) as tmp:
-        tmp.write_text(json.dumps(jsonable(obj), indent=2, sort_keys=False, allow_nan=False) + "\n")
+    with _atomic(path) as f:
+        f.write(json.dumps(jsonable(obj), indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
 def write_jsonl_atomic(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> None:
     """One JSON object per line, written atomically like write_json_atomic."""
-    with _atomic(path) as tmp, tmp.open("w") as f:
+    with _atomic(path) as f:
         f.write("".join(_json_line(r) for r in rows))
 
 
@@ -95,8 +117,8 @@ def _json_line(row: Any) -> str:
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
-    with _atomic(path) as tmp:
-        tmp.write_text(text)
+    with _atomic(path) as f:
+        f.write(text)
 
 
 MAX_INT_DIGITS = 300
@@ -179,6 +201,16 @@ def read_json(path: str | Path) -> Any:
         raise DataError(str(e), where=str(path)) from None
 
 
+def read_json_object(path: str | Path, fix: str) -> dict:
+    """read_json of a file that must hold a JSON object (a run's results.json, config.json); an
+    array or a number there is one DataError naming the file and saying `fix`."""
+    obj = read_json(path)
+    if not isinstance(obj, dict):
+        got = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(obj), "a number")
+        raise DataError(f"holds {got}, not a JSON object; {fix}", where=str(path))
+    return obj
+
+
 def why_not_folder(folder: str | Path, e: OSError) -> str:
     """Why `folder` could not be created: the OS reason, or the file standing where a folder must be."""
     for parent in (Path(folder), *Path(folder).parents):
@@ -194,7 +226,9 @@ def open_sqlite(path: str | Path, schema: str) -> sqlite3.Connection:
     (a resumed or sharded job) read while another writes. Before any row is trusted the file is
     checked: `PRAGMA quick_check` (docs/benchmarks.md times it) and a rolled-back write. A corrupt,
     read-only or unopenable cache is one CacheError naming the file and what to do — for a corrupt
-    one, the command that moves it aside; nothing is deleted or replaced behind the user's back.
+    one, the command that moves it aside; nothing is deleted or replaced behind the user's back. So
+    is a table whose columns are not `schema`'s (another harness version's layout), at once rather
+    than at the first write.
     """
     path = Path(path)
     try:
@@ -214,6 +248,11 @@ def open_sqlite(path: str | Path, schema: str) -> sqlite3.Connection:
             raise sqlite3.DatabaseError(f"integrity check failed: {problems[0].splitlines()[-1]}")
         db.execute(schema)
         db.commit()
+        layout = _other_layout(db, schema)
+        if layout:  # another version's table: its rows could not be written (or read) by this one
+            db.close()
+            raise CacheError(f"the cache {layout}: another version of the harness wrote it; set cache.path=... to "
+                             "another file (this one stays for the version that wrote it)", where=str(path))
         # A read-only file opens and reads fine; find out now, not at the first commit hours later.
         db.execute("SAVEPOINT harness_write_probe")
         db.execute("CREATE TABLE harness_write_probe (x)")
@@ -224,6 +263,17 @@ def open_sqlite(path: str | Path, schema: str) -> sqlite3.Connection:
             db.close()
         raise sqlite_error(path, e) from None
     return db
+
+
+_CREATE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*)\)", re.DOTALL)
+
+
+def _other_layout(db: sqlite3.Connection, schema: str) -> str | None:
+    """How the table `schema` creates differs in the file (its columns), or None when it does not."""
+    table, columns = _CREATE.match(schema).groups()  # type: ignore[union-attr]
+    want = [c.split()[0] for c in columns.split(",")]
+    got = [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+    return None if got == want else f"table {table} has columns ({', '.join(got)}), not ({', '.join(want)})"
 
 
 def move_aside_command(path: str | Path) -> str:

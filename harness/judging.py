@@ -276,9 +276,11 @@ def write_judgments(path: Path, judgments: Sequence[Judgment], p_cf: float) -> N
 
 
 def load_judgments(path: str | Path) -> tuple[list[Judgment], float | None]:
-    """Read judgments.jsonl back: (pair judgments, content-free P(A) or None)."""
+    """Read judgments.jsonl back: (pair judgments, content-free P(A) or None). A run judges each
+    ordered pair once, so a pair given twice is refused (which row would every metric use?)."""
     judgments, p_cf = [], None
     path = Path(path)
+    first: dict[tuple[str, str, str], int] = {}
     for i, line in enumerate(read_text(path).splitlines(), 1):
         try:
             row = json.loads(line)
@@ -286,6 +288,13 @@ def load_judgments(path: str | Path) -> tuple[list[Judgment], float | None]:
             raise DataError(f"not valid JSON ({e.msg})", where=located(path, i)) from None
         if isinstance(row, dict) and row.get("kind") == "content_free":
             p_cf = math.nan if row.get("p_a") is None else float(row["p_a"])  # null: unreadable
-        else:
-            judgments.append(judgment_from_row(row, str(path), record=i))
+            continue
+        j = judgment_from_row(row, str(path), record=i)
+        pair = (j.doc_id, j.a_id, j.b_id)
+        if pair in first:
+            raise DataError(f"repeats the ordered pair document {j.doc_id!r}, A {j.a_id!r}, B {j.b_id!r} of line "
+                            f"{first[pair]}: a run judges each pair once; remove one of the two rows (or rerun the "
+                            "run to rewrite the file)", where=f"{path}, line {i}")
+        first[pair] = i
+        judgments.append(j)
     return judgments, p_cf

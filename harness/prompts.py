@@ -6,14 +6,13 @@ own chat template (so prefix reuse and vLLM see exactly the same tokens).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, DataError, located
-from harness.files import read_text
+from harness.files import read_json
 from harness.records import Candidate, Document
 
 log = logging.getLogger(__name__)
@@ -149,10 +148,7 @@ def load_zepo_instructions(path: str | Path, raw: bool = False) -> dict[str, str
     tokens per sentence boundary).
     """
     p = Path(path)
-    try:
-        table = json.loads(read_text(p))
-    except json.JSONDecodeError as e:
-        raise DataError(f"not valid JSON ({e.msg} at line {e.lineno})", where=str(p)) from None
+    table = read_json(p)  # bad JSON, a lone surrogate (naming its key): one line naming the file
     if not isinstance(table, dict):
         raise DataError("expected an object {aspect: instruction}", where=str(p))
     out = {}

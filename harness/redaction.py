@@ -8,6 +8,8 @@ Secrets come from the environment only. A config names the VARIABLE that holds a
   (`https://user:KEY@host`, `?api-key=KEY`), a near miss of a secret name (`api_kee`), or an `*_env` field whose value is not a variable name (a key
   typed where its variable's name belongs);
 - `check_overrides` refuses the same on the command line, hydra.* overrides included;
+- `check_env_secrets` refuses a config value holding a secret variable's value, whatever it looks
+  like (`hydra.run.dir=.../${oc.env:AZURE_OPENAI_API_KEY}`), by the variable's name;
 - `redact` blanks such values in anything written anyway (W&B config, error records),
   `redact_overrides` in overrides.json and W&B's copy of the command line, and `redact_text`
   removes key-shaped strings and the values of secret environment variables from text;
@@ -122,6 +124,23 @@ def secret_env_names(names: Iterable[str | None] = ()) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+MIN_SECRET_CHARS = 8
+"""Shorter values of secret variables are not looked for in config values (they would match by chance)."""
+
+
+def check_env_secrets(items: Iterable[tuple[str, str]], env_names: Iterable[str | None] = ()) -> None:
+    """Refuse any (key, text) whose text holds the value of a secret variable (secret_env_names), by
+    the variable's name: a key that does not look like one (32 hex digits) must not name a folder
+    or reach a file either."""
+    names = [n for n in secret_env_names(env_names) if len(os.environ.get(n, "")) >= MIN_SECRET_CHARS]
+    for key, text in items:
+        found = next((n for n in names if os.environ[n] in text), None)
+        if found:
+            raise ConfigError(f"config key {key} holds the value of ${found}, a secret: it would name a folder or "
+                              f"reach a file; take ${{oc.env:{found}}} out of it (a key is only read from the "
+                              "variable an *_env field names)")
+
+
 def env_fields(container: Any) -> list[str]:
     """The values of every *_env field of a config: the variables the run reads keys from."""
     return [str(v) for _, key, v in _walk(container, "") if key.lower().endswith("_env") and v]
@@ -176,8 +195,11 @@ def _walk(node: Any, path: str) -> Iterable[tuple[str, str, Any]]:
                 yield f"{path}{i}", str(i), v
 
 
-def check_config(container: Any) -> None:
-    """Refuse (ConfigError, one line, naming the key but never the value) any secret in a config."""
+def check_config(container: Any, env_names: Iterable[str | None] | None = None) -> None:
+    """Refuse (ConfigError, one line, naming the key but never the value) any secret in a config;
+    with `env_names` (the config's *_env variables), also the value of any secret variable."""
+    if env_names is not None:
+        check_env_secrets(((full, str(v)) for full, _, v in _walk(container, "") if isinstance(v, str)), env_names)
     for full, key, value in _walk(container, ""):
         if value in (None, "") or isinstance(value, bool | int | float):
             continue

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import DataError, HarnessError
-from harness.files import read_json
+from harness.files import read_json_object
 from harness.judging import load_judgments
 from harness.metrics.bootstrap import NO_INTERVAL, check_settings
 from harness.metrics.summary import analyse
@@ -36,7 +36,7 @@ def read_run(path: Path) -> tuple[dict[str, Any], list[Judgment], float | None]:
         if not (path / name).is_file():
             raise DataError(f"{name} not found: give the directory of a finished judge run", where=str(path))
     judgments, p_cf = load_judgments(path / "judgments.jsonl")
-    return read_json(path / "results.json"), judgments, p_cf
+    return read_json_object(path / "results.json", "give the directory of a finished judge run"), judgments, p_cf
 
 
 def _few(items: set[Any]) -> str:

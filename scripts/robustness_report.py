@@ -112,6 +112,40 @@ KINDS = [
       "test_sigterm_and_sighup_end_the_attempt_and_exit_143", "test_sigint_and_sigterm_are_one_line_without_a_traceback",
       "test_a_broken_weight_file_is_named", "test_timeout_bounds_a_whole_attempt_and_redirects_are_refused",
       "test_a_key_interpolated_into_the_run_dir_is_refused_before_any_folder")),
+    # Round 5 (issue #47): silently wrong numbers or lost results, and loud but wrong answers.
+    ("round 5: silent wrong numbers or lost results (top-K, sweep subdirs, another experiment, repeated pair, "
+     "fingerprint)", "tests/test_api_judge.py",
+     ("test_a_label_outside_the_top_k_is_unreadable_not_probability_1_through_the_cli",
+      "test_top_mode_reports_missing_variants")),
+    ("round 5: silent wrong numbers or lost results (top-K, sweep subdirs, another experiment, repeated pair, "
+     "fingerprint)", "tests/test_run_dirs.py",
+     ("test_a_sweep_subdir_that_is_not_one_per_job_is_refused",
+      "test_another_experiment_is_refused_in_an_existing_run_dir")),
+    ("round 5: silent wrong numbers or lost results (top-K, sweep subdirs, another experiment, repeated pair, "
+     "fingerprint)", "tests/test_compare.py",
+     ("test_a_judgments_file_that_repeats_a_pair_is_refused_naming_file_line_and_pair",)),
+    ("round 5: silent wrong numbers or lost results (top-K, sweep subdirs, another experiment, repeated pair, "
+     "fingerprint)", "tests/test_identity.py",
+     ("test_an_edit_between_the_samples_of_a_small_model_is_a_new_judge",)),
+    ("round 5: one line, not a leak or a traceback (secret by name, serve, surrogate, [] results, cache layout)",
+     "tests/test_run_dirs.py", ("test_a_secret_that_does_not_look_like_a_key_is_refused_by_its_variables_name",)),
+    ("round 5: one line, not a leak or a traceback (secret by name, serve, surrogate, [] results, cache layout)",
+     "tests/test_vllm_server.py", ("test_serve_refuses_a_port_out_of_range_and_a_key_on_the_command_line",)),
+    ("round 5: one line, not a leak or a traceback (secret by name, serve, surrogate, [] results, cache layout)",
+     "tests/test_loud_inputs.py", ("test_a_lone_surrogate_in_zepos_instruction_file_is_one_line_naming_file_and_key",)),
+    ("round 5: one line, not a leak or a traceback (secret by name, serve, surrogate, [] results, cache layout)",
+     "tests/test_collect.py", ("test_a_results_json_that_is_not_an_object_is_one_line",)),
+    ("round 5: one line, not a leak or a traceback (secret by name, serve, surrogate, [] results, cache layout)",
+     "tests/test_fs_faults.py", ("test_a_cache_of_another_layout_is_refused_when_opened",)),
+    ("round 5: durable atomic writes; a SIGTERM after the run finished", "tests/test_fs_faults.py",
+     ("test_atomic_writes_fsync_the_file_before_the_rename_and_the_folder_after",)),
+    ("round 5: durable atomic writes; a SIGTERM after the run finished", "tests/test_loud_inputs.py",
+     ("test_a_sigterm_after_the_run_finished_is_no_stop",)),
+    ("control: round 5's folder and secret checks pass what they must", "tests/test_loud_inputs.py",
+     ("test_negative_control_the_default_run_dir_is_made_where_the_command_is_typed",)),
+    ("control: round 5's folder and secret checks pass what they must", "tests/test_run_dirs.py",
+     ("test_negative_control_a_subdir_that_differs_per_job_is_accepted",
+      "test_negative_control_the_old_check_passed_it_and_a_plain_variable_is_no_secret")),
 ]
 
 

@@ -232,13 +232,14 @@ def _run_env(tmp: Path, env: dict | None) -> dict:
     return full_env
 
 
-def run_harness(args: list[str], tmp: Path, *, env: dict | None = None, timeout: int = 600):
+def run_harness(args: list[str], tmp: Path, *, env: dict | None = None, timeout: int = 600, cwd: Path = REPO):
     """Run `python -m harness.run` in a subprocess with an isolated cache and data dir: for tests of
-    a door a user walks through as a process (README commands, signals, SLURM, disk faults)."""
+    a door a user walks through as a process (README commands, signals, SLURM, disk faults). `cwd`:
+    the folder it is typed in (the repository unless a test watches what lands in its own)."""
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "harness.run", *args], cwd=REPO, env=_run_env(tmp, env),
+    return subprocess.run([sys.executable, "-m", "harness.run", *args], cwd=cwd, env=_run_env(tmp, env),
                           capture_output=True, text=True, timeout=timeout)
 
 

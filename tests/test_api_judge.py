@@ -12,7 +12,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import run_in_process
 from openai_server import OpenAIServer
+from test_cli_errors import _assert_one_line_error
 
 from harness.api_client import ApiClient, ApiError, HttpSettings
 from harness.errors import ConfigError
@@ -105,8 +107,9 @@ def test_exact_mode_from_configured_token_ids_and_system_prompt(tiny_judge, tiny
     assert want[0].p_a != pytest.approx(tiny_judge.score_pairs(REQUESTS[:1])[0].p_a, abs=1e-6)  # system prompt matters
 
 
-def _biased_judge(tiny_judge, tiny_llama, bias: float) -> HFJudge:
-    """The tiny model with a logit bias on the answer ids: its A/B tokens rank inside the top 20."""
+def _biased_judge(tiny_judge, tiny_llama, bias: float | dict[str, float]) -> HFJudge:
+    """The tiny model with a logit bias on the answer ids (one for all, or per variant key such as
+    'A: A'): its A/B tokens rank inside the top 20."""
     import torch
 
     model = copy.deepcopy(tiny_judge.model)
@@ -115,7 +118,8 @@ def _biased_judge(tiny_judge, tiny_llama, bias: float) -> HFJudge:
     with torch.no_grad():
         head.weight.copy_(old.weight)
         head.bias.zero_()
-        head.bias[tiny_judge.answers.all_ids] = bias
+        for key, tid in zip(tiny_judge.answers.keys, tiny_judge.answers.all_ids):
+            head.bias[tid] = bias[key] if isinstance(bias, dict) else bias
     model.lm_head = head
     return HFJudge(tiny_llama, model=model, tokenizer=tiny_judge.tokenizer, device="cpu", batch_size=4)
 
@@ -143,14 +147,16 @@ def test_top_mode_matches_local_judge_when_answers_are_in_the_top_k(tiny_judge, 
     assert all("logprob_token_ids" not in r.body and r.body["top_logprobs"] == 20 for r in srv.requests)
 
 
-def test_top_mode_reports_missing_variants(tiny_judge):
-    """The random tiny model ranks most answer tokens far below the top 20: they must be reported."""
+def test_top_mode_reports_missing_variants(tiny_judge, tiny_llama):
+    """A's answer tokens lifted into the top 20 of some prompts: some answers list both labels (a
+    variant or two missing, reported), some list A alone (unreadable: P(A) would be exactly 1), some
+    no label (asked again, then unreadable)."""
     odd = [PairRequest("odd", "a", "b", p) for p in ("x y z " * 50, "the the the the", "0123456789 " * 10)]
     requests = REQUESTS[::3] + odd
-    with OpenAIServer(judge=tiny_judge) as srv:
+    with OpenAIServer(judge=_biased_judge(tiny_judge, tiny_llama, {"A:A": 5.0, "A: A": 5.0, "B:B": 0.0, "B: B": 0.0})) as srv:
         judge = ApiJudge("tiny-test", srv.url, logprob_mode="top", top_logprobs=20, api_key_env=None, **FAST)
         got = judge.score_pairs(requests)
-        expected_missing, expected_unreadable = 0, 0
+        expected_missing, expected_unreadable, expected_unlisted = 0, 0, 0
         for r, s in zip(requests, got):
             lp = srv.next_token_logprobs(srv.tokens_for("/v1/chat/completions",
                                                         {"messages": [{"role": "user", "content": r.prompt}]}))
@@ -158,17 +164,20 @@ def test_top_mode_reports_missing_variants(tiny_judge):
             present = {k: float(lp[i]) for k, i in zip(tiny_judge.answers.keys, tiny_judge.answers.all_ids) if i in top}
             expected_missing += (4 - len(present)) if present else 0  # a label-less answer is asked again,
             assert set(s.token_logprobs) == set(present)                  # then unreadable (nothing read)
-            if not present:
+            labels_listed = {k.split(":")[0] for k in present}
+            if labels_listed != {"A", "B"}:  # a label with no listed spelling: P(A) would be exactly 0 or 1
                 expected_unreadable += 1
-                assert math.isnan(s.p_a) and s.flags == ("unreadable",)  # never a silent 0.5
+                expected_unlisted += bool(present)
+                assert math.isnan(s.p_a) and s.flags == ("unreadable",)  # never a silent 0.5, 0 or 1
             else:
                 a = [v for k, v in present.items() if k.startswith("A:")]
                 b = [v for k, v in present.items() if k.startswith("B:")]
                 lse = lambda xs: math.log(sum(math.exp(x) for x in xs)) if xs else -math.inf  # noqa: E731
                 assert s.p_a == pytest.approx(renormalise(lse(a), [lse(b)]), abs=1e-6)
-    # This prompt set exercises both paths: some labels read, some requests unreadable.
-    assert 0 < expected_unreadable < len(requests)
+    # This prompt set exercises every path: both labels read, one label listed, none.
+    assert 0 < expected_unlisted < expected_unreadable < len(requests)
     assert judge.stats["missing"] == expected_missing and judge.stats["unreadable"] == expected_unreadable
+    assert judge.stats["unlisted"] == expected_unlisted
 
 
 def test_legacy_completions_endpoint_sends_the_raw_prompt(tiny_judge):
@@ -313,6 +322,44 @@ def test_content_faults_are_asked_again_and_answered_once(tiny_judge, local_scor
     assert sorted(r.outcome for r in srv.requests if r.outcome != "ok") == sorted(CONTENT)
     assert len(srv.ok_requests()) == len(requests) and set(srv.successes.values()) == {1}
     assert judge.client.stats["content_retries"] == len(CONTENT) and srv.faults_left == 0
+
+
+def test_a_label_outside_the_top_k_is_unreadable_not_probability_1_through_the_cli(tiny_judge, tiny_llama,
+                                                                                    tmp_path):
+    """A server whose top 2 are always A's two spellings (B third): with backend.top_logprobs=2 every
+    P(A) read as exactly 1.0, unflagged. The rule is not about K: a reply listing no spelling of a
+    label holds no probability for it. Now every pair is unreadable, so the run is one line, exit 2.
+    Control: top_logprobs=5 lists both labels and reads a P(A) below 1 for every pair."""
+    import json
+
+    # The random tiny model's own logits here: A -5, ' A' 2, B 6.5, ' B' 1 (+-0.6); lifted to 19, 19, 17, 15.
+    biased = _biased_judge(tiny_judge, tiny_llama, {"A:A": 24.0, "A: A": 17.0, "B:B": 10.5, "B: B": 14.0})
+    base = ["experiment=judge", "model=tiny_llama", "backend=api", "backend.model=tiny-test",
+            "backend.api_key_env=null", "backend.logprob_mode=top", "backend.max_retries=0", "task=jsonl",
+            f"task.path={_jsonl(tmp_path)}", "task.aspect=quality", "wandb.mode=disabled", "progress=false",
+            "metrics.bootstrap=0"]
+    with OpenAIServer(judge=biased) as srv:
+        k2 = run_in_process([*base, f"backend.base_url={srv.url}", "backend.top_logprobs=2",
+                             f"hydra.run.dir={tmp_path / 'k2'}"], tmp_path)
+        asked = [(r.path, r.body) for r in srv.ok_requests()]
+        k5 = run_in_process([*base, f"backend.base_url={srv.url}", "backend.top_logprobs=5",
+                             f"hydra.run.dir={tmp_path / 'k5'}"], tmp_path)
+        # Precondition, on the server's own distribution for every prompt the K=2 run sent: its top 2
+        # are A's spellings and B's best is 3rd (inside the control's top 5).
+        a_ids = {i for _, i in tiny_judge.answers.variants["A"]}
+        b_ids = {i for _, i in tiny_judge.answers.variants["B"]}
+        for path, body in asked:
+            top = srv.next_token_logprobs(srv.tokens_for(path, body)).topk(5).indices.tolist()
+            assert set(top[:2]) == a_ids and top[2] in b_ids
+    assert len(asked) == 13  # 12 ordered pairs and the content-free probe, each asked once (not retried)
+    _assert_one_line_error(k2, "gave no usable answer for any of the 12 pairs")
+    assert "list no spelling of label 'B'" in k2.stdout + k2.stderr  # the warning says why
+    assert not (tmp_path / "k2" / "results.json").exists()
+    assert k5.returncode == 0, k5.stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "k5" / "judgments.jsonl").read_text().splitlines()]
+    pairs = [r for r in rows if r.get("kind") != "content_free"]
+    assert len(pairs) == 12 and all(0.5 < r["p_a"] < 0.99 and "unreadable" not in r["flags"] for r in pairs)
+    assert json.loads((tmp_path / "k5" / "results.json").read_text())["n_unreadable"] == 0
 
 
 def test_top_mode_content_faults_are_asked_again(tiny_judge, tiny_llama):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -239,3 +240,15 @@ def test_cells_show_the_runs_intervals(tmp_path):
     # Without any interval the table is as before: no caption note, no extra CSV columns.
     plain = build_table(collect_runs(root)[1:], ["none/spearman"])
     assert plain.intervals is None and "lo" not in to_csv(plain)
+
+
+def test_a_results_json_that_is_not_an_object_is_one_line(sweep, tmp_path, capsys):
+    """`collect.py table` on a run dir whose results.json is `[]`: an AttributeError traceback. Now
+    one line naming the file, exit 2 (the shipped command's main). Control: the sweep as written."""
+    root = tmp_path / "sweep"
+    shutil.copytree(sweep, root)
+    (root / "1" / "results.json").write_text("[]")
+    assert main(["table", str(root), "--no-figures", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{root / '1' / 'results.json'}: holds an array, not a JSON object" in err
+    assert main(["table", str(sweep), "--no-figures", "--out", str(tmp_path / "o")]) == 0

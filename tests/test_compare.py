@@ -99,3 +99,27 @@ def test_compare_refuses_other_documents_and_warns_on_numerics(two_runs, tmp_pat
     assert "numerics differ (dtype 'bfloat16' vs 'float32')" in capsys.readouterr().out
     assert compare.main([str(a), str(tmp_path / "missing")]) == 2
     assert "results.json not found" in capsys.readouterr().err
+
+
+def test_a_judgments_file_that_repeats_a_pair_is_refused_naming_file_line_and_pair(two_runs, tmp_path, capsys):
+    """A later row repeating an ordered pair (p_a 0.99) was read as that pair's judgment: rc 0, "12
+    ordered pairs in each" and every metric shifted. Now one line naming the file, the line and the
+    pair, from harness.judging.load_judgments, so every reader refuses it (compare, the shard
+    merge, the report cards). Control: the file as the run wrote it is compared."""
+    from harness.errors import DataError
+    from harness.judging import load_judgments
+
+    b = tmp_path / "b"
+    shutil.copytree(two_runs[1], b)
+    rows = (b / "judgments.jsonl").read_text().splitlines()
+    again = {**json.loads(rows[2]), "p_a": 0.99}
+    (b / "judgments.jsonl").write_text("\n".join([*rows[:-1], json.dumps(again), rows[-1]]) + "\n")
+    where = f"{b / 'judgments.jsonl'}, line {len(rows)}"
+    pair = f"document {again['doc_id']!r}, A {again['a_id']!r}, B {again['b_id']!r} of line 3"
+    assert compare.main([str(two_runs[0]), str(b)]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1 and where in out.err and pair in out.err
+    with pytest.raises(DataError, match="repeats the ordered pair"):
+        load_judgments(b / "judgments.jsonl")
+    assert compare.main([str(two_runs[0]), str(two_runs[1]), "--bootstrap", "20"]) == 0  # control
+    assert "12 ordered pairs in each" in capsys.readouterr().out

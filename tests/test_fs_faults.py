@@ -196,3 +196,70 @@ def test_read_only_cache_through_the_cli(tmp_path):
     with read_only(cache):
         r = run_harness([*TINY, f"cache.path={cache}", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, timeout=300)
     _assert_one_line_error(r, str(cache), "read-only", "cache.path=")
+
+
+def _durable(events: list[tuple[str, str, str]], path: Path) -> bool:
+    """Whether `path` was written durably: its temporary file fsynced, then renamed onto it, then its
+    folder fsynced (events: ("fsync", path, "") and ("replace", src, dst), in call order)."""
+    at = next((i for i, (kind, _, dst) in enumerate(events) if kind == "replace" and dst == str(path)), None)
+    if at is None:
+        return False
+    tmp = events[at][1]
+    return (("fsync", tmp, "") in events[:at]
+            and ("fsync", str(path.parent), "") in events[at + 1:])
+
+
+def test_atomic_writes_fsync_the_file_before_the_rename_and_the_folder_after(tmp_path, monkeypatch):
+    """A run's files survive a node crash or power loss, not just a kill: every atomic write fsyncs
+    its temporary file before os.replace and the folder after (nothing in harness/ called fsync). The
+    real os.fsync and os.replace are called and their paths recorded during a real CLI run.
+    Negative control: the report card's pictures, written through a temporary file and os.replace
+    without fsync, are not found durable by the same check."""
+    from conftest import run_in_process
+
+    events: list[tuple[str, str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"), ""))
+        real_fsync(fd)
+
+    def replace(src: object, dst: object, **kw: object) -> None:
+        events.append(("replace", os.path.abspath(str(src)), os.path.abspath(str(dst))))
+        real_replace(src, dst, **kw)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    run = tmp_path / "run"
+    r = run_in_process(["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2",
+                        "wandb.mode=disabled", "progress=false", "metrics.bootstrap=0", f"hydra.run.dir={run}"],
+                       tmp_path)
+    monkeypatch.undo()
+    assert r.returncode == 0, r.stderr[-2000:]
+    for name in ("config.json", "overrides.json", "judgments.jsonl", "results.json", "card.md"):
+        assert _durable(events, run / name), name
+    pictures = sorted(run.glob("card_*.png"))
+    renamed = {dst for kind, _, dst in events if kind == "replace"}
+    assert pictures and all(str(p) in renamed for p in pictures)  # control: renamed into place, never fsynced,
+    assert not any(_durable(events, p) for p in pictures)          # so not durable
+
+
+def test_a_cache_of_another_layout_is_refused_when_opened(tmp_path):
+    """A cache whose `scores` table has an extra column (a newer harness's layout) was found only at
+    the first write, after the model had loaded and judged a chunk. Now one line naming the file
+    and both layouts when the cache opens, before any weights load. Control: the same file without
+    the extra column is used (the run judges its pairs)."""
+    cache = tmp_path / "newer.sqlite"
+    with contextlib.closing(sqlite3.connect(cache)) as db:
+        db.execute("CREATE TABLE scores (key TEXT PRIMARY KEY, identity TEXT, p_a REAL, logprobs TEXT, seconds REAL)")
+        db.commit()
+    args = [*TINY, f"cache.path={cache}", f"hydra.run.dir={tmp_path / 'run'}"]
+    r = run_harness(args, tmp_path, timeout=300)
+    _assert_one_line_error(r, str(cache), "table scores has columns (key, identity, p_a, logprobs, seconds)",
+                           "cache.path=")
+    assert "loading the judge's weights" not in r.stdout + r.stderr
+    with contextlib.closing(sqlite3.connect(cache)) as db:
+        db.execute("ALTER TABLE scores DROP COLUMN seconds")
+        db.commit()
+    ok = run_harness(args, tmp_path, timeout=300)
+    assert ok.returncode == 0 and json.loads((tmp_path / "run" / "results.json").read_text())["judge_calls"] == 3

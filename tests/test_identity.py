@@ -192,3 +192,44 @@ def test_api_identity_names_the_served_weights(tiny_judge, caplog):
             other = ApiJudge("not-served", srv.url, logprob_mode="top", api_key_env=None).identity
     assert other.endswith("|served=unreported")
     assert len([r for r in caplog.records if "does not list model 'not-served'" in r.getMessage()]) == 1
+
+
+def test_an_edit_between_the_samples_of_a_small_model_is_a_new_judge(tiny_llama, tmp_path):
+    """+inf written into an embedding row of a prompt token, in bytes no 4 KiB sample covers: the
+    sampled fingerprint was the base model's, so on a cache the base had filled the broken model
+    was served the base's P(A) (rc 0, 0 calls). Weight files up to fingerprint.WHOLE are now hashed
+    whole: the edited copy is its own judge, asked, and refused as broken (one line, exit 2).
+    Control: an untouched copy is the same judge, served from the cache (0 calls)."""
+    import math
+    import struct
+
+    from conftest import run_in_process
+    from test_cli_errors import _assert_one_line_error
+    from transformers import AutoTokenizer
+
+    from harness.models.fingerprint import SAMPLE
+    from harness.prompts import default_instruction
+
+    edited = shutil.copytree(tiny_llama, tmp_path / "edited" / "tiny-llama-v2")
+    f = edited / "model.safetensors"
+    data = bytearray(f.read_bytes())
+    n = struct.unpack("<Q", data[:8])[0]
+    entry = json.loads(data[8:8 + n])["model.embed_tokens.weight"]
+    begin, end = (8 + n + o for o in entry["data_offsets"])
+    row, mid = (end - begin) // entry["shape"][0], (begin + end) // 2
+    sampled = [(begin, begin + SAMPLE), (mid - SAMPLE // 2, mid + SAMPLE // 2), (end - SAMPLE, end)]
+    ids = AutoTokenizer.from_pretrained(edited)(default_instruction("coherence", "summarization"))["input_ids"]
+    t = next(i for i in ids if all(begin + (i + 1) * row <= lo or hi <= begin + i * row for lo, hi in sampled))
+    data[begin + t * row: begin + (t + 1) * row] = struct.pack("<f", math.inf) * (row // 4)
+    f.write_bytes(bytes(data))
+
+    args = ["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2", "wandb.mode=disabled",
+            "progress=false", "metrics.bootstrap=0", f"cache.path={tmp_path / 'requests.sqlite'}"]
+    base = run_in_process([*args, f"hydra.run.dir={tmp_path / 'base'}"], tmp_path)
+    assert base.returncode == 0, base.stderr[-2000:]
+    broken = run_in_process([*args, f"model.path={edited}", f"hydra.run.dir={tmp_path / 'broken'}"], tmp_path)
+    _assert_one_line_error(broken, "gave no usable answer")
+    assert not (tmp_path / "broken" / "results.json").exists()
+    copy = shutil.copytree(tiny_llama, tmp_path / "copy" / "tiny-llama-v2")
+    same = run_in_process([*args, f"model.path={copy}", f"hydra.run.dir={tmp_path / 'same'}"], tmp_path)
+    assert same.returncode == 0 and json.loads((tmp_path / "same" / "results.json").read_text())["judge_calls"] == 0

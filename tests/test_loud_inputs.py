@@ -10,6 +10,8 @@ import signal
 import sys
 
 import pytest
+from conftest import run_harness, run_in_process
+from test_cli_errors import _assert_one_line_error
 
 from harness.errors import ConfigError, DataError
 
@@ -49,18 +51,51 @@ def test_a_lone_surrogate_is_one_line_naming_file_line_and_field(tmp_path):
     assert [v for _, v in iter_jsonl(good)] == [{"text": "\U0001f600"}]
 
 
-@pytest.mark.parametrize("value", ["", "''", " "])
-def test_an_empty_run_dir_is_refused_before_hydra(value, monkeypatch, capsys, tmp_path):
-    from harness.runtime import entry
+def test_a_lone_surrogate_in_zepos_instruction_file_is_one_line_naming_file_and_key(tmp_path):
+    """experiment.instruction.path to an init_prompts.json whose value holds "\\ud800": a TypeError
+    traceback from the tokenizer (the JSONL fix did not cover this file). Now one line naming the
+    file and the key, before any weights load. Control: the same file with a whole pair (an emoji)
+    is read as its character."""
+    from harness.prompts import load_zepo_instructions
 
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["harness.run", "experiment=judge", f"hydra.run.dir={value}"])
-    monkeypatch.setattr(entry, "hydra_main", lambda: pytest.fail("Hydra ran"))
-    with pytest.raises(SystemExit) as e:
-        entry.main()
-    assert e.value.code == 2 and capsys.readouterr().err.startswith("error: hydra.run.dir=... is empty")
-    assert list(tmp_path.iterdir()) == []
-    assert entry.empty_run_dir(["hydra.run.dir=out/x"]) is None  # control
+    bad = tmp_path / "init_prompts.json"
+    bad.write_text('{"coherence": "Judge the coherence \\ud800 of the summaries.", "fluency": "Judge fluency."}')
+    r = run_in_process(["experiment=zepo", "model=tiny_llama", "task.docs=3", "task.max_candidates=2",
+                        "experiment.search_docs=1", "experiment.instruction.source=zepo",
+                        f"experiment.instruction.path={bad}", "wandb.mode=disabled", "progress=false",
+                        f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    _assert_one_line_error(r, str(bad), "lone surrogate \\ud800 in field 'coherence'")
+    assert "loading the judge's weights" not in r.stdout + r.stderr
+    bad.write_text(bad.read_text().replace("\\ud800", "\\ud83d\\ude00"))
+    assert "\U0001f600" in load_zepo_instructions(bad)["coherence"]
+
+
+@pytest.mark.parametrize("args", [
+    ["hydra.run.dir="], ["hydra.run.dir=''"], ["hydra.run.dir= "],
+    ["hydra.run.dir=${oc.env:NOPE_RUN_DIR,}"], ['hydra.run.dir=${oc.select:nonexistent.key,""}'],
+    ["-m", "hydra.sweep.dir=${oc.env:NOPE_SWEEP_DIR,}", "seed=0,1"],
+], ids=["empty", "quotes", "blank", "unset variable", "missing key", "sweep dir, unset variable"])
+def test_an_empty_run_dir_is_refused_before_hydra(args, tmp_path):
+    """The run or sweep folder as RESOLVED, whatever spelling gives ''. It used to be the argv's text
+    only: an interpolation resolving to '' wrote run.log, config.json and results.json (with -m,
+    multirun.yaml and 0/) into the current folder, replacing its results.json. Now one line before
+    Hydra creates anything (harness.runtime.rundirs, a Hydra callback; control below)."""
+    (tmp_path / "cwd").mkdir()
+    key = "hydra.sweep.dir" if "-m" in args else "hydra.run.dir"
+    r = run_harness([*args, "experiment=judge", "model=tiny_llama", "wandb.mode=disabled"], tmp_path,
+                    cwd=tmp_path / "cwd", timeout=120)
+    _assert_one_line_error(r, f"{key} resolves to an empty value", "current folder")
+    assert list((tmp_path / "cwd").iterdir()) == []
+
+
+def test_negative_control_the_default_run_dir_is_made_where_the_command_is_typed(tmp_path):
+    """What the check above keeps out of the current folder does land there when no check stops it:
+    the default outputs/... (the run then stops at a missing data file, after Hydra made the folder)."""
+    (tmp_path / "cwd").mkdir()
+    r = run_harness(["experiment=judge", "model=tiny_llama", "wandb.mode=disabled", "task=jsonl",
+                     f"task.path={tmp_path / 'none.jsonl'}"], tmp_path, cwd=tmp_path / "cwd", timeout=120)
+    _assert_one_line_error(r, "none.jsonl", "not found")
+    assert [p.name for p in (tmp_path / "cwd").iterdir()] == ["outputs"]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
@@ -136,6 +171,44 @@ def test_sigint_and_sigterm_are_one_line_without_a_traceback(raised, code, needl
             signal.signal(s, h)
     err = capsys.readouterr().err
     assert e.value.code == code and needle in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def judge_then_sigterm(cfg, out_dir):
+    """experiment=judge, then SIGTERM once it has returned: every file written, the process not yet
+    ended (what a `scancel` racing a job's end delivers)."""
+    from harness.experiments.judge import main
+
+    result = main(cfg, out_dir)
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(10**6):  # the handler runs between bytecodes
+        pass
+    return result
+
+
+def sigterm_then_judge(cfg, out_dir):
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(10**6):
+        pass
+    raise AssertionError("the SIGTERM did not stop the run")
+
+
+@pytest.mark.parametrize("entry, code, said", [
+    ("judge_then_sigterm", 0, "note: SIGTERM arrived after the run had finished"),
+    ("sigterm_then_judge", 143, "error: stopped by SIGTERM"),
+], ids=["after the run finished", "control: before"])
+def test_a_sigterm_after_the_run_finished_is_no_stop(entry, code, said, tmp_path):
+    """A SIGTERM after ZEPO (any experiment) had written everything still said "stopped ... rerun to
+    resume", exit 143. Now: attempts.jsonl records this process's attempt as completed, so one note
+    and exit 0. The signal is sent from inside the run (experiment.entry wraps the shipped one) so
+    it lands at that point every time. Control: a SIGTERM before the run: stopped, exit 143."""
+    run = tmp_path / "run"
+    r = run_in_process(["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2",
+                        "wandb.mode=disabled", "progress=false", "metrics.bootstrap=0",
+                        f"experiment.entry=test_loud_inputs:{entry}", f"hydra.run.dir={run}"], tmp_path)
+    assert r.returncode == code and "Traceback" not in r.stderr, r.stderr[-2000:]
+    lines = [x for x in r.stderr.splitlines() if x.startswith(("note:", "error:"))]
+    assert len(lines) == 1 and lines[0].startswith(said)
+    assert (run / "results.json").is_file() == (code == 0)
 
 
 @pytest.mark.parametrize("damage", ["truncated", "bad header"])

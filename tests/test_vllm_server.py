@@ -136,8 +136,9 @@ def test_a_server_that_never_comes_up_is_one_line_through_the_cli(tmp_path):
     assert all(a.get("status") != "completed" for a in attempts)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HARNESS_MODEL_CACHE": os.environ.get("HARNESS_MODEL_CACHE", str(Path.home() / ".cache" / "harness"))}
+def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HARNESS_MODEL_CACHE": os.environ.get("HARNESS_MODEL_CACHE", str(Path.home() / ".cache" / "harness")),
+           **(env or {})}
     return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -164,3 +165,29 @@ def test_serve_settings_on_cpu_and_on_gpu(smollm2_path):
     assert argv[argv.index("--model") + 1] == "meta-llama/Meta-Llama-3-8B-Instruct"
     assert argv[argv.index("--dtype") + 1] == "bfloat16"
     assert "--kv-cache-memory-bytes" not in argv and "--enforce-eager" not in argv
+    # The memory fraction backend=vllm gives a GPU engine (vLLM's own default is another: 0.92 in 0.32).
+    from conftest import compose
+
+    want = compose(["backend=vllm"]).backend.gpu_memory_utilization
+    assert float(argv[argv.index("--gpu-memory-utilization") + 1]) == want
+    assert "--gpu-memory-utilization" not in cpu.stdout.split()
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--port", "99999"], "--port 99999 is not a TCP port"),
+    (["--port", "-1"], "--port -1 is not a TCP port"),
+    (["--print", "--port", "99999"], "--port 99999 is not a TCP port"),
+    (["--print", "--", "--port", "70000"], "-- --port 70000 is not a TCP port"),
+    (["--print", "--", "--api-key", "sk-servekey0123456789"], "export VLLM_API_KEY"),
+], ids=["port", "negative port", "port, --print", "port after --, --print", "api key after --, --print"])
+def test_serve_refuses_a_port_out_of_range_and_a_key_on_the_command_line(args, said):
+    """`--port 99999` failed once vLLM had loaded, with its OverflowError traceback; `--print` printed
+    commands that cannot run (ports 99999 and -1) or that hold the key (`-- --api-key sk-...`). Now
+    one line before vLLM starts, the key nowhere. Control: port 65535, and the key in VLLM_API_KEY
+    (vLLM reads it): printed, no key in it."""
+    r = _cli("harness.judges.serve", "smollm2", "--device", "cpu", *args)
+    _assert_one_line_error(r, said)
+    assert r.stdout == "" and "sk-servekey" not in r.stderr
+    ok = _cli("harness.judges.serve", "smollm2", "--device", "cpu", "--print", "--port", "65535",
+              env={"VLLM_API_KEY": "sk-servekey0123456789"})
+    assert ok.returncode == 0 and "--port 65535" in ok.stdout and "sk-servekey" not in ok.stdout + ok.stderr

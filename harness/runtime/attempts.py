@@ -136,6 +136,13 @@ def read_attempts(out_dir: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+def completed_here(out_dir: str | Path, since: float) -> bool:
+    """Whether the last attempt this process started in `out_dir` at or after `since` (time.time())
+    ended `completed`: every file of the run written."""
+    mine = [r for r in read_attempts(out_dir) if r.get("pid") == os.getpid() and (r.get("started") or 0) >= since]
+    return bool(mine) and mine[-1].get("status") == "completed"
+
+
 def summed_calls(out_dir: str | Path) -> dict[str, int]:
     """{calls: committed by every attempt, in_flight: sent and not committed by a killed attempt, attempts}."""
     rows = read_attempts(out_dir)

@@ -39,7 +39,7 @@ from omegaconf import OmegaConf
 
 from harness.errors import ConfigError, DataError, HarnessError
 from harness.figures import pyplot, save
-from harness.files import read_json, write_text_atomic
+from harness.files import read_json, read_json_object, write_text_atomic
 from harness.runtime.shard import merge_shards
 
 DEFAULT_METRICS = ("none/spearman", "none/kendall", "permutation/spearman", "none/a_rate", "none/fairness",
@@ -124,7 +124,9 @@ def read_run(path: str | Path) -> Run:
     elif (path / ".hydra" / "overrides.yaml").is_file():  # Hydra's own record, when output_subdir is set
         overrides = parse_overrides(list(OmegaConf.load(path / ".hydra" / "overrides.yaml")))
     config = read_json(path / "config.json") if (path / "config.json").is_file() else {}
-    return Run(path, overrides, read_json(path / "results.json"), config)
+    results = read_json_object(path / "results.json", "not a finished run's results: rerun that run, or move its "
+                               "folder out of the collected directory")
+    return Run(path, overrides, results, config)
 
 
 def collect_runs(root: str | Path) -> list[Run]:

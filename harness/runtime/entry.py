@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,7 +41,9 @@ from harness.redaction import (
     redact_text,
 )
 from harness.runtime import schema
+from harness.runtime.attempts import completed_here
 from harness.runtime.launchers import watching
+from harness.runtime.rundirs import check_same_experiment
 
 log = logging.getLogger("harness")
 
@@ -55,9 +58,10 @@ def resolve_entry(entry: str) -> Any:
 
 def check(cfg: DictConfig) -> None:
     """Everything that can be checked before any work: secrets, then every schema's ranges."""
-    check_config(OmegaConf.to_container(cfg, resolve=False))
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    check_config(raw)
     try:
-        check_config(OmegaConf.to_container(cfg, resolve=True))
+        check_config(OmegaConf.to_container(cfg, resolve=True), env_fields(raw))
     except OmegaConfBaseException as e:
         raise ConfigError(one_line(e)) from None
     schema.refuse_unknown_keys(cfg)
@@ -68,6 +72,7 @@ def run(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] | None = None) 
     """Check, record (config.json, overrides.json) and run the experiment."""
     check(cfg)
     entry = resolve_entry(cfg.experiment.entry)
+    check_same_experiment(cfg, out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(out_dir / "config.json", redact(OmegaConf.to_container(cfg, resolve=True)))
@@ -112,6 +117,7 @@ def hydra_main(cfg: DictConfig) -> Any:
     env_names = env_fields(OmegaConf.to_container(cfg, resolve=False))
     install_redaction(env_names)  # Hydra has set up its handlers (stderr, run.log) by now
     out_dir = Path(hc.runtime.output_dir)
+    RUN_DIRS.append((out_dir, round(time.time(), 3) - 0.001))
     log_failures = guard_log_files()
     try:
         check_overrides([*hc.overrides.hydra, *hc.overrides.task])
@@ -176,17 +182,17 @@ def main() -> None:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    empty = empty_run_dir(sys.argv[1:])
-    if empty:
-        print(f"error: {empty}=... is empty: the run's files would go to the current folder "
-              "and overwrite its results.json; name a folder (or leave it out for outputs/<experiment>/<time>)",
-              file=sys.stderr)
-        sys.exit(2)
     install_stop_handlers()
+    RUN_DIRS.clear()
+    multirun = any(a in ("-m", "--multirun") for a in sys.argv[1:])
     try:
-        with watching(any(a in ("-m", "--multirun") for a in sys.argv[1:])):  # a submitit sweep: job-state lines while it waits, a refused sbatch in one line
+        with watching(multirun):  # a submitit sweep: job-state lines while it waits, a refused sbatch in one line
             hydra_main()
     except Stopped as e:
+        if not multirun and RUN_DIRS and completed_here(*RUN_DIRS[-1]):
+            print(f"note: {signal.Signals(e.signum).name} arrived after the run had finished: every file in "
+                  f"{RUN_DIRS[-1][0]} is written (attempts.jsonl: completed); nothing to resume", file=sys.stderr)
+            sys.exit(0)
         print(f"error: stopped by {signal.Signals(e.signum).name}; every committed pair is in the request cache and "
               "attempts.jsonl has this attempt's end line: rerun the same command to resume", file=sys.stderr)
         sys.exit(STOP_EXIT)
@@ -228,6 +234,9 @@ def filesystem_error(raised: BaseException) -> str | None:
     return f"{path}: {e.strerror or e}; check that it exists and can be written, or point the run elsewhere"
 
 
+RUN_DIRS: list[tuple[Path, float]] = []
+"""The run directory each job of this process was given, and when (a signal after the last one
+finished is no stop)."""
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 """What `scancel`, `kill` and a closed terminal send: the run stops as a preempted one does."""
 STOP_EXIT = 143
@@ -254,15 +263,6 @@ def install_stop_handlers() -> None:
     for s in STOP_SIGNALS:
         if signal.getsignal(s) is not signal.SIG_IGN:
             signal.signal(s, stop)
-
-
-def empty_run_dir(argv: Sequence[str]) -> str | None:
-    """The key of a `hydra.run.dir=` / `hydra.sweep.dir=` override with an empty value, if any."""
-    for a in argv:
-        key, sep, value = a.partition("=")
-        if sep and key.lstrip("+~") in ("hydra.run.dir", "hydra.sweep.dir") and not value.strip(" '\""):
-            return key.lstrip("+~")
-    return None
 
 
 _ENV_INTERPOLATION = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,[^}]*)?\}")

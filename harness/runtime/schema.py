@@ -119,7 +119,7 @@ class ApiBackendConf(_ServerConf):
     model: Optional[str] = None
     """The server-side model name (null: model.name)."""
     logprob_mode: str = "exact"
-    """One of LOGPROB_MODES: exact (logprob_token_ids, vLLM) | top (top_logprobs, missing reported) | auto."""
+    """One of LOGPROB_MODES: exact (logprob_token_ids, vLLM) | top (top_logprobs; a label not listed: pair unreadable) | auto."""
     top_logprobs: int = 20
     """top mode: tokens listed per answer, at least the number of labels (<= 20)."""
     tokenizer: Optional[str] = None

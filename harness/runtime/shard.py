@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, DataError, located
-from harness.files import read_json, write_json_atomic
+from harness.files import read_json_object, write_json_atomic
 from harness.judging import load_judgments
 from harness.metrics import write_run
 from harness.metrics.summary import lengths_of
@@ -89,7 +89,8 @@ def read_shard(path: str | Path) -> ShardRun:
     for name in ("config.json", "results.json", "judgments.jsonl"):
         if not (path / name).is_file():
             raise DataError(f"{name} not found: not a finished judge run", where=str(path))
-    config, results = read_json(path / "config.json"), read_json(path / "results.json")
+    config, results = (read_json_object(path / name, "not a finished judge run: rerun that shard")
+                       for name in ("config.json", "results.json"))
     return ShardRun(path, shard_spec(config.get("task") or {}), config, results)
 
 
