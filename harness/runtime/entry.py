@@ -4,7 +4,9 @@ It builds nothing itself. It checks the composed config (secrets refused; types,
 through the schemas), records it (config.json, overrides.json: secrets redacted), resolves the
 experiment's `entry` ("module:function") and hands it the config and the run directory. Anything
 the user got wrong — a Hydra composition error, an unknown key, a bad value, a HarnessError from
-the run — is one `error: ...` line on stderr and exit code 2, with secret values redacted.
+the run — is one `error: ...` line on stderr and exit code 2, with secret values redacted. In a
+multirun a job's error line names the job and the other jobs still run; the sweep then ends with
+one line naming every failed job, and exit 2 (harness.runtime.sweep).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -41,6 +44,7 @@ from harness.redaction import (
 )
 from harness.runtime import schema
 from harness.runtime.launchers import watching
+from harness.runtime.sweep import JobFailed, SweepStopped, fail_job, failure_summary
 
 log = logging.getLogger("harness")
 
@@ -117,6 +121,8 @@ def hydra_main(cfg: DictConfig) -> Any:
         check_overrides([*hc.overrides.hydra, *hc.overrides.task])
         result = run(cfg, out_dir, list(hc.overrides.task))
     except HarnessError as e:
+        if hc.mode == RunMode.MULTIRUN:  # one line naming the job; the sweep's other jobs still run
+            fail_job(hc.job.num, list(hc.overrides.task), redact_text(str(e), env_names), Path(hc.sweep.dir))
         print(f"error: {redact_text(str(e), env_names)}", file=sys.stderr)
         sys.exit(2)
     except Exception as e:
@@ -186,6 +192,12 @@ def main() -> None:
     try:
         with watching(any(a in ("-m", "--multirun") for a in sys.argv[1:])):  # a submitit sweep: job-state lines while it waits, a refused sbatch in one line
             hydra_main()
+    except JobFailed:
+        print(f"error: {failure_summary()}", file=sys.stderr)
+        sys.exit(2)
+    except SweepStopped as e:
+        print(f"error: {redact_text(str(e))}", file=sys.stderr)
+        sys.exit(2)
     except Stopped as e:
         print(f"error: stopped by {signal.Signals(e.signum).name}; every committed pair is in the request cache and "
               "attempts.jsonl has this attempt's end line: rerun the same command to resume", file=sys.stderr)

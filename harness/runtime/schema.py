@@ -288,6 +288,7 @@ class CacheConf:
     enabled: bool = True
     path: str = MISSING
     chunk: int = 16
+    per_job: Optional[bool] = None
 
     def check(self) -> None:
         at_least("cache.chunk", self.chunk, 1)
