@@ -166,6 +166,25 @@ def test_launcher_asks_each_job_for_its_own_gpus():
     assert [(r["gpus_per_node"], jobs) for r, jobs in shards] == [(1, [0, 1, 2, 3, 4, 5])]
 
 
+def test_docs_hub_commands_are_the_installed_hf_cli():
+    """docs/slurm.md's login-node commands for weights: the `hf` CLI of the huggingface_hub the
+    extras install (2.x has no `huggingface-cli`): each subcommand exists and takes the options the
+    doc gives it (`hf <sub> --help`; downloading needs the network and a token)."""
+    hf = shutil.which("hf")
+    if hf is None:
+        pytest.skip("the hf CLI (huggingface_hub) is not installed")
+    doc = (REPO / "docs" / "slurm.md").read_text()
+    lines = [line.split("#")[0].split() for line in doc.splitlines() if re.match(r"^(hf|huggingface-cli) ", line)]
+    assert lines and all(words[0] == "hf" for words in lines), lines
+    assert "huggingface-cli" not in doc.replace("no `huggingface-cli`", "")
+    for words in lines:
+        sub = [w for w in words[1:3] if not w.startswith("-") and "/" not in w]
+        r = subprocess.run([hf, *sub, "--help"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, (words, r.stderr[-500:])
+        for flag in (w for w in words if w.startswith("--")):
+            assert flag in r.stdout, (words, flag)
+
+
 def test_sbatch_templates_parse():
     for name in ("node.sbatch",):
         r = subprocess.run(["bash", "-n", str(REPO / "slurm" / name)], capture_output=True, text=True)
