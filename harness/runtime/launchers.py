@@ -246,6 +246,7 @@ def watching(multirun: bool = True) -> Iterator[None]:
 
     class WatchedExecutor(original):  # type: ignore[misc, valid-type]
         def map_array(self, fn: Any, *iterable: Any) -> list:
+            # The plugin's per-job arguments: overrides, "hydra.sweep.dir", job number, job id, singletons.
             overrides, nums = list(iterable[0]), list(iterable[2])
             requests = job_requests(fn, overrides)
             jobs: list[Any] = [None] * len(overrides)

@@ -56,10 +56,9 @@ _SWEEP: dict[str, Any] = {}
 def sweep_jobs(cfg: Any) -> list[list[str]]:
     """Each job's overrides (`key=value` strings, the job's hydra.overrides.task) for a multirun
     config: hydra.sweeper.params first, then the command line, crossed as BasicSweeper crosses them."""
-    params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
-    params = OmegaConf.to_container(params, resolve=False) if isinstance(params, DictConfig) else dict(params)
-    task = OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False) if isinstance(cfg, DictConfig) \
-        else list(cfg["hydra"]["overrides"]["task"])
+    params = OmegaConf.select(cfg, "hydra.sweeper.params")
+    params = OmegaConf.to_container(params, resolve=False) if isinstance(params, DictConfig) else {}
+    task = OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False)
     args = [f"{k}={v}" for k, v in params.items()] + [str(a) for a in task]
     overrides = OverridesParser.create().parse_overrides(args)
     return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
