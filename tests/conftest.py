@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -211,6 +212,28 @@ def schedule_for_xdist(items: list[pytest.Item]) -> None:
     items[:] = [item for u in order for item in units[u]]
     for item in items:
         item.add_marker(pytest.mark.xdist_group(work_unit(item)))
+
+
+SLURM_TOOL = Path(os.environ.get("HARNESS_SLURM_LOCAL", REPO.parent / "shared" / "tools" / "slurm-local.sh"))
+SLURM_STARTED = Path(tempfile.gettempdir()) / "harness-slurm-tests.started"
+"""Present while a localhost SLURM cluster that test_slurm's `slurm_cluster` started runs."""
+
+
+def stop_started_slurm() -> None:
+    """Stop the localhost SLURM cluster if a test session started it (and HARNESS_KEEP_SLURM is unset)."""
+    import subprocess
+
+    if SLURM_STARTED.exists() and not os.environ.get("HARNESS_KEEP_SLURM"):
+        subprocess.run(["bash", str(SLURM_TOOL), "stop"], capture_output=True, timeout=300)
+        SLURM_STARTED.unlink(missing_ok=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The SLURM cluster a session started is stopped by the process that ran the whole session:
+    under pytest-xdist the controller, once every worker is done (a worker cannot know whether
+    another still submits: stopping it there took the node away from the other's test)."""
+    if not hasattr(session.config, "workerinput"):
+        stop_started_slurm()
 
 
 def pytest_runtest_teardown(item, nextitem):

@@ -28,9 +28,10 @@ LAYERS = {
 }
 SIBLINGS = {("harness.zepo", "harness.abb"), ("harness.abb", "harness.zepo")}
 HEAVY = {"vllm", "openai", "matplotlib", "wandb", "torch", "transformers", "tokenizers", "safetensors", "scipy",
-         "submitit", "gguf", "mistral_common", "tiktoken", "llama_models", "omegaconf"}
+         "submitit", "hydra_plugins", "gguf", "mistral_common", "tiktoken", "llama_models", "omegaconf"}
 """Libraries a function may import locally: each costs seconds to import or is an optional extra
-(omegaconf: absent on the GPU machine, where scripts/gpu_check.py imports HFJudge -> models/resolve.py)."""
+(omegaconf: absent on the GPU machine, where scripts/gpu_check.py imports HFJudge -> models/resolve.py;
+submitit and hydra_plugins: the `slurm` extra)."""
 
 
 def module_name(path: Path) -> str:

@@ -99,6 +99,13 @@ def test_merged_shards_equal_the_unsharded_run(bs1_judge, shared_data, tmp_path)
         merge_shards(dirs + [tmp_path / "full"], tmp_path / "m4")
     with pytest.raises(DataError, match="not found: not a finished judge run"):
         merge_shards([tmp_path / "nothing"], tmp_path / "m5")
+    # A document in two shards: shard 1 judged with shard 0's first document as well.
+    spec = ShardSpec(1, 3)
+    _judge_run(bs1_judge, [docs[0], *select_shard(docs, spec)], tmp_path / "overlap-1",
+               {**task, "num_shards": 3, "shard_index": 1})
+    with pytest.raises(DataError, match=f"document {docs[0].id!r} is in shard 0 and shard 1"):
+        merge_shards([tmp_path / "shard-0", tmp_path / "overlap-1", tmp_path / "shard-2"], tmp_path / "m6")
+    assert not (tmp_path / "m6" / "results.json").exists()  # nothing written that looks complete
 
 
 def test_deferred_signal_reaches_its_handler_only_after_the_block():

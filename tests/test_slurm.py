@@ -3,17 +3,22 @@ always through the shipped conf/hydra/launcher/slurm.yaml with site overrides on
 no GPUs, memory, CPUs):
 (a) judge, ZEPO and A-BB multiruns through hydra/launcher=slurm give the same collected table as
     the basic launcher (the same command line in the test's process: conftest.run_in_process), and
-    the sbatch script submitit wrote sets OMP_NUM_THREADS as intended;
+    the sbatch script submitit wrote sets OMP_NUM_THREADS and SRUN_CPUS_PER_TASK as intended;
 (b) a job signalled for preemption requeues into the same directory and resumes from the request
-    cache, losing and repeating nothing; (c) judge.sbatch over 4 array tasks + merge.sbatch equals
-    the unsharded run exactly.
+    cache, losing and repeating nothing; (c) a 3-shard sweep: a failed shard is one line and named
+    at the end (no merged run), the rerun judges only that shard, and the merge equals the unsharded
+    run; a cache file per job; (d) jobs that need other resources go out as arrays of their own;
+(e) site configs (--config-dir), and slurm/node.sbatch's shards side by side in one job.
 
 The cluster tests are marked `slurm`; without sbatch they start ../shared/tools/slurm-local.sh
-(as root) and skip with the reason when that cannot run. CI starts it before pytest.
+(as root) and skip with the reason when that cannot run. CI starts it before pytest. They share
+the cluster, never each other's jobs: each submits and waits for its own (`slurm_cluster` keeps
+one session from starting or stopping the cluster under another's feet).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -21,11 +26,12 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from conftest import results_only, run_in_process
+from conftest import SLURM_STARTED, SLURM_TOOL, results_only, run_in_process, stop_started_slurm
 from inprocess import environment
 
 from harness.errors import ConfigError
@@ -33,13 +39,13 @@ from harness.runtime.attempts import read_attempts
 from harness.runtime.resolvers import per_gpu
 
 REPO = Path(__file__).resolve().parents[1]
-SLURM_TOOL = Path(os.environ.get("HARNESS_SLURM_LOCAL", REPO.parent / "shared" / "tools" / "slurm-local.sh"))
 CONF = REPO / "conf"
 TINY = ["experiment=judge", "model=tiny_llama", "task=summeval", "progress=false", "experiment.shuffles=10"]
 # conf/hydra/launcher/slurm.yaml as shipped, with this cluster's site settings (1 node, 2 CPUs, no GPUs).
 SLURM = ["hydra/launcher=slurm", "hydra.launcher.partition=debug", "hydra.launcher.gpus_per_node=null",
          "hydra.launcher.mem_gb=2", "hydra.launcher.cpus_per_task=1"]
 OMP_LINE = "export OMP_NUM_THREADS=$((SLURM_CPUS_PER_TASK > 0 ? SLURM_CPUS_PER_TASK : 1))"
+SRUN_LINE = 'if [ -n "$SLURM_CPUS_PER_TASK" ]; then export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK; fi'
 
 
 # ---------------------------------------------------------------- configs (no cluster needed)
@@ -107,11 +113,12 @@ def test_sweep_configs_compose_with_their_grid_and_wandb_group():
 
 @pytest.mark.parametrize("overrides,gpus", [
     (["backend=vllm"], 1), (["backend=vllm", "backend.tensor_parallel_size=2"], 2),
-    (["backend=vllm", "backend.tensor_parallel_size=8"], 8), (["backend=hf"], 1),
+    (["backend=vllm", "backend.tensor_parallel_size=8"], 8), (["backend=hf"], 1), (["backend=api"], None),
     (["backend=vllm", "backend.tensor_parallel_size=8", "hydra.launcher.gpus_per_node=null"], None)])
 def test_slurm_launcher_gpus_follow_tensor_parallelism(overrides, gpus):
     """The launcher as instantiated (its sbatch parameters): GPUs per node = the engine's tensor
-    parallel size, and 8 CPUs / 64 GB of host memory per GPU (8 / 64 for a job without GPUs)."""
+    parallel size (none for the API backend, whose model runs behind a server), and 8 CPUs / 64 GB of
+    host memory per GPU (8 / 64 for a job without GPUs)."""
     from hydra.utils import instantiate
 
     params = instantiate(_compose(["hydra/launcher=slurm", *overrides]).hydra.launcher).params
@@ -124,8 +131,62 @@ def test_per_gpu_resolver_refuses_what_is_not_a_count():
     with pytest.raises(ConfigError, match="whole numbers"):
         per_gpu(8, "two")
 
+def _job_requests(overrides: list[str]) -> list[tuple[dict, list[int]]]:
+    """What the login node submits for `-m <overrides>` under the shipped slurm launcher: the real
+    launcher Hydra instantiates for the sweep, and each job's request resolved in its own config."""
+    from hydra import initialize_config_dir
+    from hydra._internal.callbacks import Callbacks
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.plugins import Plugins
+    from hydra.types import HydraContext, RunMode
+
+    from harness.runtime.launchers import job_requests
+    from harness.runtime.sweep import sweep_jobs
+
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        hydra = GlobalHydra.instance().hydra
+        cfg = hydra.compose_config("config", ["hydra/launcher=slurm", *overrides], run_mode=RunMode.MULTIRUN)
+        launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=HydraContext(config_loader=hydra.config_loader, callbacks=Callbacks(cfg)),
+            task_function=lambda c: None, config=cfg)
+        return job_requests(launcher, sweep_jobs(cfg))
+
+
+def test_launcher_asks_each_job_for_its_own_gpus():
+    """The launcher config is resolved once per sweep by the plugin; the login node resolves it per
+    job, so a sweep over tensor parallelism or over backends asks each job for what it needs, one job
+    array per request. Control: a sweep whose jobs need the same goes out as one array."""
+    tp = _job_requests(["experiment=judge", "backend=vllm", "backend.tensor_parallel_size=1,2"])
+    assert [(r["gpus_per_node"], r["cpus_per_task"], r["mem_gb"], jobs) for r, jobs in tp] == \
+        [(1, 8, 64, [0]), (2, 16, 128, [1])]
+    backends = _job_requests(["experiment=judge", "backend=api,vllm"])
+    assert [(r["gpus_per_node"], jobs) for r, jobs in backends] == [(None, [0]), (1, [1])]
+    shards = _job_requests(["experiment=judge", "backend=vllm", "task.num_shards=3", "task.shard_index=range(3)",
+                            "task.aspect=coherence,fluency"])
+    assert [(r["gpus_per_node"], jobs) for r, jobs in shards] == [(1, [0, 1, 2, 3, 4, 5])]
+
+
+def test_docs_hub_commands_are_the_installed_hf_cli():
+    """docs/slurm.md's login-node commands for weights: the `hf` CLI of the huggingface_hub the
+    extras install (2.x has no `huggingface-cli`): each subcommand exists and takes the options the
+    doc gives it (`hf <sub> --help`; downloading needs the network and a token)."""
+    hf = shutil.which("hf")
+    if hf is None:
+        pytest.skip("the hf CLI (huggingface_hub) is not installed")
+    doc = (REPO / "docs" / "slurm.md").read_text()
+    lines = [line.split("#")[0].split() for line in doc.splitlines() if re.match(r"^(hf|huggingface-cli) ", line)]
+    assert lines and all(words[0] == "hf" for words in lines), lines
+    assert "huggingface-cli" not in doc.replace("no `huggingface-cli`", "")
+    for words in lines:
+        sub = [w for w in words[1:3] if not w.startswith("-") and "/" not in w]
+        r = subprocess.run([hf, *sub, "--help"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, (words, r.stderr[-500:])
+        for flag in (w for w in words if w.startswith("--")):
+            assert flag in r.stdout, (words, flag)
+
+
 def test_sbatch_templates_parse():
-    for name in ("judge.sbatch", "merge.sbatch", "node.sbatch"):
+    for name in ("node.sbatch",):
         r = subprocess.run(["bash", "-n", str(REPO / "slurm" / name)], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
 
@@ -145,30 +206,48 @@ def _cluster_problem() -> str | None:
     return f"sinfo: {(r.stderr or r.stdout).strip()[:200] or 'no usable node'}"
 
 
+CLUSTER_LOCK = Path(tempfile.gettempdir()) / "harness-slurm-tests.lock"
+"""flock'ed by a test session while it checks and starts the cluster. Under pytest-xdist both workers
+ran slurm-local.sh start at once (the second slurmctld killed the first), and the worker that had
+started the cluster stopped it when its own session ended while the other still submitted. A
+cluster a session started is now stopped once, after every worker (conftest.pytest_sessionfinish)."""
+START_ENV_DROPPED = ("OMP_NUM_THREADS", "OMP_THREAD_LIMIT")
+"""Left out of slurm-local.sh start's environment: its node advertises `nproc` CPUs, and GNU nproc
+obeys OMP_NUM_THREADS, which conftest sets to each xdist worker's share (1 of 2 cores). A cluster
+started from a worker had a 1-CPU node, on which node.sbatch's 2 tasks are "Requested node
+configuration is not available" (alone, without xdist, the node had both cores and it passed)."""
+
+
+def _slurm_conf_from_tool() -> None:
+    m = re.search(r"SLURM_CONF=(\S+)", subprocess.run(["bash", str(SLURM_TOOL), "env"], capture_output=True,
+                                                     text=True).stdout)
+    if m and Path(m.group(1)).is_file():
+        os.environ["SLURM_CONF"] = m.group(1)
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster():
     if SLURM_TOOL.is_file() and "SLURM_CONF" not in os.environ and not Path("/etc/slurm/slurm.conf").exists():
-        env_line = subprocess.run(["bash", str(SLURM_TOOL), "env"], capture_output=True, text=True).stdout
-        m = re.search(r"SLURM_CONF=(\S+)", env_line)
-        if m and Path(m.group(1)).is_file():
-            os.environ["SLURM_CONF"] = m.group(1)
-    problem, started = _cluster_problem(), False
-    if problem is not None:
-        if not SLURM_TOOL.is_file():
-            pytest.skip(f"no SLURM cluster ({problem}) and no {SLURM_TOOL} to start one")
-        r = subprocess.run(["bash", str(SLURM_TOOL), "start"], capture_output=True, text=True, timeout=900)
-        if r.returncode != 0:
-            pytest.skip(f"no SLURM cluster ({problem}); slurm-local.sh start failed: {r.stderr.strip()[-300:]}")
-        m = re.search(r"SLURM_CONF=(\S+)", subprocess.run(["bash", str(SLURM_TOOL), "env"], capture_output=True,
-                                                         text=True).stdout)
-        if m:
-            os.environ["SLURM_CONF"] = m.group(1)
-        started, problem = True, _cluster_problem()
+        _slurm_conf_from_tool()
+    with open(CLUSTER_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one session at a time checks and starts the cluster
+        problem = _cluster_problem()
         if problem is not None:
-            pytest.skip(f"slurm-local.sh started but the cluster is not usable: {problem}")
+            if not SLURM_TOOL.is_file():
+                pytest.skip(f"no SLURM cluster ({problem}) and no {SLURM_TOOL} to start one")
+            env = {k: v for k, v in os.environ.items() if k not in START_ENV_DROPPED}
+            r = subprocess.run(["bash", str(SLURM_TOOL), "start"], capture_output=True, text=True, timeout=900,
+                               env=env)
+            if r.returncode != 0:
+                pytest.skip(f"no SLURM cluster ({problem}); slurm-local.sh start failed: {r.stderr.strip()[-300:]}")
+            SLURM_STARTED.write_text("started by a test session\n")
+            _slurm_conf_from_tool()
+            problem = _cluster_problem()
+            if problem is not None:
+                pytest.skip(f"slurm-local.sh started but the cluster is not usable: {problem}")
     yield
-    if started and not os.environ.get("HARNESS_KEEP_SLURM"):
-        subprocess.run(["bash", str(SLURM_TOOL), "stop"], capture_output=True, timeout=300)
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # one process ran the session: it is the last user
+        stop_started_slurm()
 
 
 @pytest.fixture
@@ -299,7 +378,9 @@ def _collected(sweep: Path, env: dict[str, str]) -> str:
 
 
 def _shell_threads(setup: str, **env: str) -> str:
-    r = subprocess.run(["bash", "-c", f"{setup}\necho $OMP_NUM_THREADS"], env={"PATH": os.environ["PATH"], **env},
+    """OMP_NUM_THREADS and SRUN_CPUS_PER_TASK after the setup lines, in bash with `env`."""
+    r = subprocess.run(["bash", "-c", f"{setup}\necho $OMP_NUM_THREADS ${{SRUN_CPUS_PER_TASK:-unset}}"],
+                       env={"PATH": os.environ["PATH"], **env},
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()
@@ -325,9 +406,10 @@ def test_judge_sweep_on_slurm_equals_the_local_sweep(slurm_cluster, job_env, tmp
     text = script.read_text()
     assert "#SBATCH --cpus-per-task=1" in text and "#SBATCH --partition=debug" in text
     setup = text.split("# setup\n", 1)[1].split("\n# command", 1)[0]
-    assert setup.splitlines()[0] == OMP_LINE
-    assert [_shell_threads(setup, SLURM_CPUS_PER_TASK=n) for n in ("1", "6")] == ["1", "6"]
-    assert _shell_threads(setup) == "1"
+    assert setup.splitlines()[:2] == [OMP_LINE, SRUN_LINE]
+    assert [_shell_threads(setup, SLURM_CPUS_PER_TASK=n) for n in ("1", "6")] == ["1 1", "6 6"]
+    assert _shell_threads(setup) == "1 unset"  # srun then takes its own default
+    assert text.index(SRUN_LINE) < text.index("\nsrun ")  # exported before the srun line that starts the job
 
 
 @pytest.mark.slow
@@ -376,10 +458,23 @@ def _cache_rows(path: Path) -> int:
         return 0
 
 
+def _job_cache(args: list[str], cache: Path, job: int = 0) -> Path:
+    """The request cache file job `job` of `python -m harness.run <args>` writes under the slurm
+    launcher (cache.per_job): its overrides as Hydra's basic sweeper expands the command line."""
+    from omegaconf import OmegaConf
+
+    from harness.runtime.sweep import job_cache_path, sweep_jobs
+
+    task = [a for a in args if a != "-m" and not a.startswith(("hydra.", "hydra/"))]
+    return job_cache_path(cache, "judge", sweep_jobs(OmegaConf.create({"hydra": {"overrides": {"task": task}}}))[job])
+
+
 def _preempt_mid_run(args: list[str], env: dict[str, str], cache: Path, sweep: Path, what: str,
                      start_s: int, finish_s: int = 240) -> int:
-    """Launch a multirun, send its SLURM job USR2 once its first chunk is committed (mid-run), let
-    it finish; the cache rows at the signal."""
+    """Launch a multirun, send its SLURM job USR2 once its first chunk is committed to the job's own
+    cache file beside `cache` (mid-run), let it finish; that file's rows at the signal. (The sweep's
+    end folds it into `cache`.)"""
+    cache = _job_cache(args, cache)
     proc = _harness(args, env)
     try:
         deadline = time.time() + start_s
@@ -411,7 +506,7 @@ def test_preempted_job_requeues_and_resumes_from_its_cache(slurm_cluster, job_en
     assert [a["restart_count"] for a in attempts] == [0, 1]  # SLURM requeued it; same run directory
     assert rows_at_signal <= attempts[0]["calls"] < 61  # stopped mid-run, at a chunk boundary
     # Repeating nothing: every model call over both attempts was a distinct request.
-    assert sum(a["calls"] for a in attempts) == 61 == _cache_rows(cache)
+    assert sum(a["calls"] for a in attempts) == 61 == _cache_rows(cache)  # folded from the job's own file
     # Losing nothing: the resumed run wrote what an uninterrupted run writes.
     ref = _reference_run(cfg, job_env, tmp_path / "ref", monkeypatch)
     assert (sweep / "0" / "judgments.jsonl").read_bytes() == (tmp_path / "ref" / "judgments.jsonl").read_bytes()
@@ -468,36 +563,77 @@ def test_preempted_vllm_job_requeues_once_and_resumes_equal(slurm_cluster, job_e
                 assert resumed["metrics"][mode][name] == pytest.approx(value, abs=1e-3, nan_ok=True), (mode, name)
 
 
+def _cache_files(cache: Path) -> list[Path]:
+    return sorted((cache / "sweeps").glob("*/*/requests.sqlite"))
+
+
 @pytest.mark.slow
 @pytest.mark.slurm
-def test_sharded_array_job_merges_to_the_unsharded_run(slurm_cluster, job_env, tmp_path, monkeypatch):
-    # batch_size=1: a prompt's score cannot depend on its batch neighbours, which differ by shard.
-    cfg = [*TINY, "task.docs=4", "task.max_candidates=3", "backend.batch_size=1"]
-    out, logs = tmp_path / "sharded", tmp_path / "logs"
-    logs.mkdir()
-    env = {**job_env, "OUT": str(out), "WANDB_MODE": "disabled"}
-    small = ["--partition=debug", "--cpus-per-task=1", "--mem=2G", "--time=10"]
-    r = subprocess.run(["sbatch", "--parsable", "--array=0-3", *small, "--gpus-per-node=0", f"--output={logs}/judge-%A_%a.out",
-                        str(REPO / "slurm" / "judge.sbatch"), *cfg], cwd=REPO, env=env, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    array = r.stdout.strip().split(";")[0]
+def test_shard_sweep_names_a_failed_shard_reruns_only_it_and_merges_to_the_unsharded_run(
+        slurm_cluster, job_env, tmp_path, monkeypatch):
+    """The one command: a 3-shard sweep on the shipped launcher. Shard 1's own cache file is blocked
+    (a folder where the file goes): its job FAILED, one line naming the job, its log and its error;
+    the sweep ends with one line naming it, exit 2, no traceback, no merged run. With the folder
+    gone, the same command judges only shard 1 (the others' cache files serve them whole) and the
+    sweep merges itself into <sweep dir>/merged/, equal to the unsharded run."""
+    cfg = [*TINY, "task.docs=3", "task.max_candidates=3", "backend.batch_size=1", "wandb.mode=disabled"]
+    sweep, cache = tmp_path / "sweep", Path(job_env["HARNESS_CACHE"])
+    args = ["-m", *SLURM, *cfg, "task.num_shards=3", "task.shard_index=range(3)", f"hydra.sweep.dir={sweep}"]
+    blocker = _job_cache(args, cache / "requests.sqlite", 1)
+    blocker.mkdir(parents=True)
+    proc = _harness(args, {**job_env, "HYDRA_FULL_ERROR": "0"})  # as a user has it
     try:
-        m = _sbatch_wait([f"--dependency=afterok:{array}", "--kill-on-invalid-dep=yes", *small,
-                          f"--output={logs}/merge-%j.out", str(REPO / "slurm" / "merge.sbatch"), str(out)], env)
-    except subprocess.TimeoutExpired:
-        subprocess.run(["scancel", array])
-        pytest.fail("sharded run + merge did not finish in 300 s")
-    logs_text = "\n".join(p.read_text()[-1500:] for p in sorted(logs.iterdir()))
-    assert m.returncode == 0, f"merge job failed ({m.stderr.strip()}):\n{logs_text}"
-    for i in range(4):
-        shard_cfg = json.loads((out / f"shard-{i}" / "config.json").read_text())
-        assert (shard_cfg["task"]["shard_index"], shard_cfg["task"]["num_shards"]) == (i, 4)
-        assert json.loads((out / f"shard-{i}" / "results.json").read_text())["n_docs"] == 1
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        _cancel(sweep, proc)
+    assert proc.returncode == 2 and "Traceback" not in out, out[-3000:]
+    failed = [line for line in out.splitlines() if re.search(r"\[job \d+_1 #1\] FAILED", line)]
+    assert failed and failed[-1].endswith(f"| error: job 1 (task.shard_index=1): {blocker}: is a folder, not a "
+                                          "SQLite file; set cache.path=... to a file path"), out[-3000:]
+    log = re.search(r"log: (\S+)", failed[-1]).group(1)
+    summary = out.rstrip().splitlines()[-1]
+    assert summary.startswith("error: 1 of 3 jobs failed: job 1 (task.shard_index=1) FAILED (job ")
+    assert f"{blocker}: is a folder" in summary and f"; log: {log}." in summary and Path(log).is_file()
+    assert not (sweep / "merged").exists()
+
+    blocker.rmdir()
+    proc = _harness(args, job_env)
+    try:
+        _finish(proc, "rerun of the shard sweep")
+    finally:
+        _cancel(sweep, proc)
+    calls = {i: [a["calls"] for a in read_attempts(sweep / str(i))] for i in range(3)}
+    assert calls == {0: [7, 0], 1: [0, 7], 2: [7, 0]}, calls  # 6 pairs + the content-free prompt a shard
+    files = _cache_files(cache)
+    assert len(files) == 3 and [f.parent.name.split("-")[1] for f in files] == ["0", "1", "2"]
+    assert _cache_rows(cache / "requests.sqlite") == 19  # folded at the sweep's end (one content-free row)
     ref = _reference_run(cfg, job_env, tmp_path / "ref", monkeypatch)
-    assert (out / "merged" / "judgments.jsonl").read_bytes() == (tmp_path / "ref" / "judgments.jsonl").read_bytes()
-    merged = json.loads((out / "merged" / "results.json").read_text())
-    assert results_only(merged) == results_only(ref)
-    assert merged["metrics"] == ref["metrics"] and merged["n_judgments"] == 24
+    merged = sweep / "merged"
+    assert (merged / "judgments.jsonl").read_bytes() == (tmp_path / "ref" / "judgments.jsonl").read_bytes()
+    results = json.loads((merged / "results.json").read_text())
+    assert results_only(results) == results_only(ref) and results["metrics"] == ref["metrics"]
+    assert results["n_docs"] == 3 and results["n_judgments"] == 18
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_jobs_that_need_other_resources_go_out_as_arrays_of_their_own(slurm_cluster, job_env, tmp_path):
+    """A site whose CPUs follow the judge's threads (`hydra.launcher.cpus_per_task=${backend.threads}`,
+    as the shipped GPUs follow tensor parallelism): `backend.threads=1,2` submits two arrays, one
+    per request, and both jobs run."""
+    sweep = tmp_path / "sweep"
+    site = [o for o in SLURM if not o.startswith("hydra.launcher.cpus_per_task")]
+    proc = _harness(["-m", *site, "hydra.launcher.cpus_per_task=${backend.threads}", *TINY, "task.docs=1",
+                     "task.max_candidates=2", "backend.threads=1,2", "wandb.mode=disabled",
+                     f"hydra.sweep.dir={sweep}"], job_env)
+    try:
+        _finish(proc, "sweep over backend.threads")
+    finally:
+        _cancel(sweep, proc)
+    scripts = sorted((sweep / ".submitit").glob("*/*_submission.sh"))
+    asked = sorted(re.search(r"#SBATCH --cpus-per-task=(\d+)", p.read_text()).group(1) for p in scripts)
+    assert asked == ["1", "2"], [p.name for p in scripts]  # two arrays (one script each), one request each
+    assert all((sweep / job / "results.json").is_file() for job in ("0", "1"))
 
 
 # ---------------------------------------------------------------- site configs (--config-dir)
@@ -575,19 +711,18 @@ def test_site_config_dir_runs_a_sweep_on_slurm(slurm_cluster, job_env, tmp_path,
 
 
 @pytest.mark.slurm
-@pytest.mark.parametrize("script,no_gpu", [("judge.sbatch", "--gpus-per-node=0"), ("node.sbatch", "--gpus-per-task=0")])
-def test_sbatch_scripts_request_gpus(slurm_cluster, tmp_path, script, no_gpu):
+def test_node_sbatch_requests_gpus(slurm_cluster, tmp_path):
     """On this GPU-less cluster the shipped script is refused for its GPU request (so it makes one),
-    and the same submission with the GPU request set to 0 is accepted (`sbatch --test-only`)."""
-    base = ["sbatch", "--test-only", "--partition=debug", "--cpus-per-task=1", f"--output={tmp_path}/%j.out"]
-    if script == "node.sbatch":
-        base += ["--ntasks-per-node=2", "--mem-per-cpu=1G"]
-    else:
-        base += ["--mem=2G"]
-    r = subprocess.run([*base, str(REPO / "slurm" / script)], capture_output=True, text=True, timeout=60)
+    and the same submission with the GPU request set to 0 is accepted (`sbatch --test-only`, which
+    needs the node up: `slurm_cluster` keeps other sessions from stopping it meanwhile)."""
+    base = ["sbatch", "--test-only", "--partition=debug", "--cpus-per-task=1", f"--output={tmp_path}/%j.out",
+            "--ntasks-per-node=2", "--mem-per-cpu=1G"]
+    r = subprocess.run([*base, str(REPO / "slurm" / "node.sbatch")], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "Invalid generic resource" in r.stderr, r.stderr
-    r = subprocess.run([*base, no_gpu, str(REPO / "slurm" / script)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and "to start at" in r.stderr, r.stderr
+    r = subprocess.run([*base, "--gpus-per-task=0", str(REPO / "slurm" / "node.sbatch")], capture_output=True,
+                       text=True, timeout=60)
+    cpus = subprocess.run(["sinfo", "-h", "-o", "%c"], capture_output=True, text=True, timeout=60).stdout.split()
+    assert r.returncode == 0 and "to start at" in r.stderr, f"{r.stderr.strip()} (node CPUs: {cpus}; 2 tasks need 2)"
 
 
 @pytest.mark.slow
@@ -607,6 +742,7 @@ def test_node_job_runs_its_shards_side_by_side_and_merges(slurm_cluster, job_env
     text = log.read_text() if log.is_file() else ""
     assert r.returncode == 0, f"{r.stderr.strip()}\n{text[-3000:]}"
     assert "0: [node.sbatch] shard 0 of 2" in text and "1: [node.sbatch] shard 1 of 2" in text
+    assert "(SRUN_CPUS_PER_TASK=1)" in text  # exported before srun starts the shards (--cpus-per-task=1)
     for i in range(2):
         shard_cfg = json.loads((out / f"shard-{i}" / "config.json").read_text())
         assert (shard_cfg["task"]["shard_index"], shard_cfg["task"]["num_shards"]) == (i, 2)
@@ -616,15 +752,24 @@ def test_node_job_runs_its_shards_side_by_side_and_merges(slurm_cluster, job_env
 
 
 @pytest.mark.slurm
-def test_refused_sbatch_is_one_error_line_naming_the_setting(slurm_cluster, job_env, tmp_path):
-    """The shipped launcher asks for a GPU; this cluster has none: sbatch refuses, and the login node
-    prints one `error:` line (no traceback) naming the launcher setting to change."""
-    proc = _harness(["-m", "hydra/launcher=slurm", "hydra.launcher.partition=debug", *TINY, "task.docs=1",
+@pytest.mark.parametrize("site,said,advice", [
+    (["hydra.launcher.partition=debug"], "Invalid generic resource",
+     "partition debug has no GPUs for gpus_per_node=1: set hydra.launcher.partition=<a GPU partition>"),
+    (["hydra.launcher.gpus_per_node=null"], "invalid partition",  # the shipped `gpu`, not a partition here
+     "hydra.launcher.partition=gpu is not a partition here: set hydra.launcher.partition=<one of `sinfo -s`>")],
+    ids=["no-gpus", "no-such-partition"])
+def test_refused_sbatch_is_one_error_line_naming_the_setting(slurm_cluster, job_env, tmp_path, site, said, advice):
+    """sbatch refuses the array (the shipped GPU request on this GPU-less partition; a partition
+    that does not exist): the login node prints one `error:` line (no traceback) with sbatch's words
+    and the launcher setting to change, naming the value in use and never advising what is already
+    set (gpus_per_node=null for a wrong partition name)."""
+    proc = _harness(["-m", "hydra/launcher=slurm", *site, *TINY, "task.docs=1",
                      f"hydra.sweep.dir={tmp_path / 'sweep'}"], {**job_env, "HYDRA_FULL_ERROR": "0"})  # as a user has it
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 2, out[-3000:]
     assert "Traceback" not in out
     errors = [line for line in out.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and out.rstrip().endswith(errors[0]), out[-3000:]
-    assert errors[0].startswith("error: sbatch refused the job array (sbatch: error: Invalid generic resource")
-    assert "hydra.launcher.gpus_per_node=null" in errors[0] and str(tmp_path / "sweep" / ".submitit") in errors[0]
+    assert errors[0].startswith("error: sbatch refused the job array (sbatch: error: ") and said in errors[0]
+    assert advice in errors[0] and str(tmp_path / "sweep" / ".submitit") in errors[0]
+    assert ("gpus_per_node=null" in errors[0]) == ("gpus_per_node=1" in errors[0])

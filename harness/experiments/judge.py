@@ -29,11 +29,11 @@ from harness.judging import (
     work_counters,
 )
 from harness.metrics import write_run
-from harness.metrics.bootstrap import interval_summary
 from harness.metrics.length import candidate_lengths
 from harness.records import Document, Tracker
 from harness.runtime.attempts import ATTEMPTS, summed_calls
 from harness.runtime.context import experiment
+from harness.runtime.tracking import log_judge_results
 
 
 def run_judge(judge: Judge, docs: Sequence[Document], *, task: str, aspect: str | None, instruction: str,
@@ -57,13 +57,7 @@ def run_judge(judge: Judge, docs: Sequence[Document], *, task: str, aspect: str 
                         extra={"judge_calls": getattr(judge, "calls", None),
                                "judge_calls_all_attempts": _all_attempts_calls(out), "judge_work": work})
     if tracker is not None:
-        flat = {f"{mode}/{k}": v for mode, m in results["metrics"].items() for k, v in m.items()}
-        tracker.log(flat)
-        lb = results.get("length_bias") or {}
-        tracker.summary(flat | interval_summary(results.get("intervals"))
-                        | {f"length_bias/{k}": lb[k] for k in ("length", "position", "scale") if k in lb})
-        tracker.log_table("judgments", ["doc_id", "a_id", "b_id", "p_a", "human_a", "human_b"],
-                          [[j.doc_id, j.a_id, j.b_id, j.p_a, j.human_a, j.human_b] for j in judgments])
+        log_judge_results(tracker, results, judgments)
     return results
 
 

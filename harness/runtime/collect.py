@@ -31,7 +31,7 @@ import os
 import sys
 import textwrap
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from harness.errors import ConfigError, DataError, HarnessError
 from harness.figures import pyplot, save
 from harness.files import read_json, read_json_object, write_text_atomic
 from harness.runtime.shard import merge_shards
+from harness.runtime.sweep import sweep_gaps
 
 DEFAULT_METRICS = ("none/spearman", "none/kendall", "permutation/spearman", "none/a_rate", "none/fairness",
                    "none/ece", "initial/none/a_rate", "best/none/a_rate", "initial/none/spearman",
@@ -85,6 +86,8 @@ class Table:
     """One line under the table: the settings every row shares."""
     intervals: list[list[Any]] | None = None
     """Parallel to `rows`: each cell's [lo, hi] (None: no interval); None when no cell has one."""
+    missing: list[str] = field(default_factory=list)
+    """The sweep's jobs (multirun.yaml) without a row, one line each: the table is partial."""
 
 
 def _sort_key(path: Path, root: Path) -> tuple:
@@ -130,7 +133,11 @@ def read_run(path: str | Path) -> Run:
 
 
 def collect_runs(root: str | Path) -> list[Run]:
+    """The runs below `root`. A shard sweep's merged runs (`merged/`, harness.runtime.sweep_end)
+    stand for its shards: the shards (task.num_shards > 1) are left out when they are there."""
     runs = [read_run(p) for p in find_runs(root)]
+    if any("merged" in r.path.relative_to(root).parts for r in runs):
+        runs = [r for r in runs if int((r.config.get("task") or {}).get("num_shards") or 1) <= 1]
     if not runs:
         raise DataError("no results.json below this directory: nothing finished yet?", where=str(root))
     return runs
@@ -375,6 +382,10 @@ def collect(root: str | Path, out_dir: str | Path | None = None, metrics: Sequen
         table = pivot_table(runs, pivot[0], pivot[1], chosen[0])
     else:
         table = build_table(runs, chosen, root)
+    gaps = sweep_gaps(root)
+    if gaps:  # never a partial table that reads as the whole sweep
+        note = f"PARTIAL: {len(gaps)} job(s) of the sweep have no row: " + "; ".join(gaps)
+        table = replace(table, caption="; ".join(x for x in (note, table.caption) if x), missing=gaps)
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -409,6 +420,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"wrote {out / 'table.md'}, table.csv{figs}" + ("" if args.out else
                   f" (no --out given: the default, {DEFAULT_OUT}/ inside the collected directory)"),
                   file=sys.stderr)
+            if table.missing:
+                print(f"error: partial table: {len(table.missing)} job(s) listed in {Path(args.root) / 'multirun.yaml'} "
+                      f"have no row: {'; '.join(table.missing)}", file=sys.stderr)
+                return 1
         else:
             results = merge_shards(args.dirs, args.out)
             print(f"merged {len(args.dirs)} shards: {results['n_docs']} documents, "

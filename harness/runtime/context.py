@@ -53,7 +53,8 @@ from harness.metrics.card import render_cards
 from harness.prompts import resolve_instruction
 from harness.records import Document
 from harness.runtime.attempts import Attempt, record_attempt
-from harness.runtime.shard import select_shard, shard_spec
+from harness.runtime.shard import check_shardable, select_shard, shard_spec
+from harness.runtime.sweep import cache_file
 from harness.runtime.tracking import Tracker, run_name
 
 log = logging.getLogger(__name__)
@@ -161,6 +162,7 @@ class RunContext:
 
     @cached_property
     def docs(self) -> list[Document]:
+        check_shardable(self.cfg)
         return load_documents(self.cfg.task, self.cfg.data)
 
     @property
@@ -181,7 +183,7 @@ class RunContext:
         if self._judge is None:
             cache = self.cfg.cache
             # The cache first: a corrupt or read-only one is refused before any weights are loaded.
-            store = ScoreCache(cache_path(cache)) if cache.enabled else None
+            store = ScoreCache(self.cache_file) if cache.enabled else None
             judge = build_judge(self.cfg.model, self.cfg.backend)
             log.info("judge %s; numerics: %s", judge.identity, numerics_line(getattr(judge, "numerics", None)))
             if store is not None:
@@ -189,6 +191,12 @@ class RunContext:
             self._judge = PreemptibleJudge(judge, int(cache.chunk))
             self._record_judge()
         return self._judge
+
+    @cached_property
+    def cache_file(self) -> Path:
+        """cache.path, or under hydra/launcher=slurm this job's own file beside it (cache.per_job,
+        harness.runtime.sweep); the optimizer's completions.sqlite sits next to it."""
+        return cache_file(self.cfg, cache_path(self.cfg.cache))
 
     def _record_judge(self) -> None:
         """The judge's identity (what determines its numbers: weights fingerprint, dtype, template,
@@ -209,7 +217,7 @@ class RunContext:
     def optimizer(self) -> Any:
         """conf/optimizer's paraphraser; completions cached beside the request cache."""
         cache = self.cfg.cache
-        path = cache_path(cache).with_name("completions.sqlite") if cache.enabled else None
+        path = self.cache_file.with_name("completions.sqlite") if cache.enabled else None
         return build(self.cfg.optimizer, judge_model=container(self.cfg.model), judge=self.judge,
                            cache=path)
 

@@ -4,7 +4,9 @@ It builds nothing itself. It checks the composed config (secrets refused; types,
 through the schemas), records it (config.json, overrides.json: secrets redacted), resolves the
 experiment's `entry` ("module:function") and hands it the config and the run directory. Anything
 the user got wrong — a Hydra composition error, an unknown key, a bad value, a HarnessError from
-the run — is one `error: ...` line on stderr and exit code 2, with secret values redacted.
+the run — is one `error: ...` line on stderr and exit code 2, with secret values redacted. In a
+multirun a job's error line names the job and the other jobs still run; the sweep then ends with
+one line naming every failed job, and exit 2 (harness.runtime.sweep).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -44,6 +47,7 @@ from harness.runtime import schema
 from harness.runtime.attempts import completed_here
 from harness.runtime.launchers import watching
 from harness.runtime.rundirs import check_same_experiment
+from harness.runtime.sweep import JobFailed, SweepStopped, fail_job, failure_summary
 
 log = logging.getLogger("harness")
 
@@ -123,6 +127,8 @@ def hydra_main(cfg: DictConfig) -> Any:
         check_overrides([*hc.overrides.hydra, *hc.overrides.task])
         result = run(cfg, out_dir, list(hc.overrides.task))
     except HarnessError as e:
+        if hc.mode == RunMode.MULTIRUN:  # one line naming the job; the sweep's other jobs still run
+            fail_job(hc.job.num, list(hc.overrides.task), redact_text(str(e), env_names), Path(hc.sweep.dir))
         print(f"error: {redact_text(str(e), env_names)}", file=sys.stderr)
         sys.exit(2)
     except Exception as e:
@@ -188,6 +194,12 @@ def main() -> None:
     try:
         with watching(multirun):  # a submitit sweep: job-state lines while it waits, a refused sbatch in one line
             hydra_main()
+    except JobFailed:
+        print(f"error: {failure_summary()}", file=sys.stderr)
+        sys.exit(2)
+    except SweepStopped as e:
+        print(f"error: {redact_text(str(e))}", file=sys.stderr)
+        sys.exit(2)
     except Stopped as e:
         if not multirun and RUN_DIRS and completed_here(*RUN_DIRS[-1]):
             print(f"note: {signal.Signals(e.signum).name} arrived after the run had finished: every file in "

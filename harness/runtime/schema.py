@@ -276,6 +276,10 @@ class CacheConf:
     """The cache's SQLite file."""
     chunk: int = 16
     """Requests per judge call between cache commits (a streaming judge commits after every forward)."""
+    per_job: Optional[bool] = None
+    """A cache file per multirun job (sweeps/<sweep>/<job>/ beside path), folded into path when the
+    sweep ends; None = per job under hydra/launcher=slurm (one SQLite file written from many nodes is
+    unsafe on NFS: docs/slurm.md)."""
 
     def check(self) -> None:
         at_least("cache.chunk", self.chunk, 1)

@@ -1,13 +1,16 @@
-"""Document shards across SLURM array tasks, and merging them back into one run.
+"""Document shards: one judging run split into jobs, and merged back into one run.
 
 Shard i of n takes the i-th contiguous block of the task's document slice (`task.num_shards`,
 `task.shard_index`; sizes differ by at most one). `merge_shards` concatenates the shards'
 judgments in shard order, which is the unsharded run's document order, and recomputes every
-metric: judgments.jsonl and results.json come out as the unsharded run writes them. (Within one
-job, `harness.judges.wrappers.PreemptibleJudge` makes preemption lose nothing, and
-`harness.runtime.attempts` records every attempt.)
+metric: judgments.jsonl and results.json come out as the unsharded run writes them. A sweep over
+the shards merges itself when it ends (harness.runtime.sweep_end); by hand:
 
-    python -m harness.runtime.collect merge runs/coh/shard-* --out runs/coh/merged
+    python -m harness.run -m experiment=judge task.num_shards=4 'task.shard_index=range(4)' hydra/launcher=slurm
+    python -m harness.runtime.collect merge multirun/judge/<stamp>/{0,1,2,3} --out merged
+
+(Within one job, `harness.judges.wrappers.PreemptibleJudge` makes preemption lose nothing, and
+`harness.runtime.attempts` records every attempt.)
 """
 
 from __future__ import annotations
@@ -26,6 +29,12 @@ from harness.records import Document
 
 # Settings that must agree for shards to be parts of one run (results.json keys).
 _SAME_RESULTS = ("task", "aspect", "family", "instruction", "judge", "shuffles", "seed")
+
+SHARDED_EXPERIMENTS = ("judge",)
+"""Experiments whose document shards merge back into the unsharded run (`merge_shards`). ZEPO's
+search is sequential (each epoch's paraphrases follow the last one's scores) and A-BB certifies the
+score vector of the whole evaluation set (its neighbours are drawn over every item): a shard of
+either is not a part of the run. docs/slurm.md says how they use a cluster instead."""
 
 
 # ---------------------------------------------------------------- document shards
@@ -51,6 +60,16 @@ def shard_spec(task: Mapping[str, Any]) -> ShardSpec:
         raise ConfigError(f"task.shard_index must be in [0, task.num_shards) with num_shards >= 1, "
                           f"got shard_index={index}, num_shards={count}")
     return ShardSpec(index, count)
+
+
+def check_shardable(cfg: Any) -> None:
+    """Refuse task.num_shards > 1 for an experiment whose shards cannot be merged (SHARDED_EXPERIMENTS):
+    its shard would be a smaller run that looks like the whole one."""
+    spec = shard_spec(cfg.task)
+    name = cfg.experiment.get("name") if cfg.get("experiment") is not None else None
+    if spec.count > 1 and name not in SHARDED_EXPERIMENTS:
+        raise ConfigError(f"task.num_shards={spec.count}: only experiment=judge is split into document shards and "
+                          f"merged back; run experiment={name} whole (task.num_shards=1) - docs/slurm.md says why")
 
 
 def shard_bounds(n: int, spec: ShardSpec) -> tuple[int, int]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.files import jsonable, write_jsonl_atomic
+from harness.metrics.bootstrap import interval_summary
 from harness.redaction import redact, redact_overrides
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,18 @@ class Tracker:
         if self._run is not None:
             self._run.finish()
             self._run = None
+
+
+def log_judge_results(tracker: Any, results: Mapping[str, Any], judgments: Sequence[Any]) -> None:
+    """A judge run's numbers in its tracker: every metric, the summary (intervals, length bias) and
+    the judgments table (the judge experiment's, and a merge of its shards': harness.runtime.sweep_end)."""
+    flat = {f"{mode}/{k}": v for mode, m in results["metrics"].items() for k, v in m.items()}
+    tracker.log(flat)
+    lb = results.get("length_bias") or {}
+    tracker.summary(flat | interval_summary(results.get("intervals"))
+                    | {f"length_bias/{k}": lb[k] for k in ("length", "position", "scale") if k in lb})
+    tracker.log_table("judgments", ["doc_id", "a_id", "b_id", "p_a", "human_a", "human_b"],
+                      [[j.doc_id, j.a_id, j.b_id, j.p_a, j.human_a, j.human_b] for j in judgments])
 
 
 def run_name(experiment: str, task: str | None = None, aspect: str | None = None, model: str | None = None) -> str:
