@@ -39,12 +39,17 @@ def test_a_sweep_subdir_that_is_not_one_per_job_is_refused(subdir, said, tmp_pat
 
 def test_negative_control_a_subdir_that_differs_per_job_is_accepted(tmp_path):
     """A subdir of the jobs' own values (composed per job, as the launcher does) passes the check:
-    Hydra makes the sweep and job 0's folder, and the run stops at job 0's missing data file."""
+    Hydra makes the sweep and each job's folder, and each job stops at its missing data file (one
+    line per job, then the sweep's summary line: harness.runtime.sweep)."""
     sweep = tmp_path / "sweep"
     r = run_harness(["-m", *BASE, f"hydra.sweep.dir={sweep}", "seed=0,1", "hydra.sweep.subdir=s${seed}", "task=jsonl",
                      f"task.path={tmp_path / 'none.jsonl'}"], tmp_path, timeout=120)
-    _assert_one_line_error(r, "none.jsonl", "not found")
-    assert (sweep / "multirun.yaml").is_file() and (sweep / "s0").is_dir()
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert [e.split(":")[1].strip() for e in errors[:2]] == ["job 0 (seed=0)", "job 1 (seed=1)"], errors
+    assert len(errors) == 3 and all("none.jsonl: file not found" in e for e in errors), errors
+    assert "hydra.sweep.subdir" not in r.stderr
+    assert (sweep / "multirun.yaml").is_file() and (sweep / "s0").is_dir() and (sweep / "s1").is_dir()
 
 
 @pytest.mark.parametrize("where", ["run dir", "sweep subdir", "W&B run name", "log file name"])
