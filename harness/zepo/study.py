@@ -6,11 +6,11 @@ decision rate, fairness, confidence, calibration and Spearman, raw and permutati
 Writes `paraphrases.txt`, `sensitivity.jsonl` (one row per instruction), `instructions/<index>/
 judgments.jsonl` (each instruction's judgments, so each gets a report card), `results.json`
 (Spearman rho with its p-value, and Pearson r, of every objective with the Spearman against humans;
-spreads; each instruction's metrics with their percentile-bootstrap intervals over documents, and
-each paraphrase minus the reference instruction (the initial one, index 0) paired on the same
-resampled documents, with one sentence each: `versus_reference`; Figure 3's rho across
-instructions with its percentile interval, each bootstrap round's rho computed from every
-instruction's values on the same resampled documents: `figure3`; the candidate order and how often
+spreads; each instruction's metrics with their intervals over documents (harness/metrics/interval.py),
+and each paraphrase minus the reference instruction (the initial one, index 0) paired on the same
+documents, with one sentence each: `versus_reference`; Figure 3's rho across instructions with its
+interval, each leave-one-document-out row's rho computed from every instruction's values on the same
+documents: `figure3`; the candidate order and how often
 humans prefer the earlier-listed candidate: `candidate_order`), `summary.md` (the printed tables)
 and the paper's Figures 2-4 as PNGs, with the official code's quantities (harness.metrics.official):
 - Figure 2: Spearman vs decision rate, and the box plot of Spearman across paraphrases
@@ -46,7 +46,8 @@ from harness.errors import ConfigError, DataError, located
 from harness.files import read_text, write_json_atomic, write_jsonl_atomic, write_text_atomic
 from harness.judges.base import Judge
 from harness.judging import judge_instructions, write_judgments
-from harness.metrics.bootstrap import interval_summary, percentile_interval, sentence
+from harness.metrics.bootstrap import interval_summary
+from harness.metrics.interval import BOOT_METHOD, Interval, bootstrap_interval, sentence
 from harness.metrics.summary import Summary, analyse as analyse_judgments
 from harness.records import Document, Tracker
 from harness.zepo import plots
@@ -72,7 +73,7 @@ KEEP = ("a_rate", "a_rate_prob", "order_consistency", "order_gap", "answer_mass_
 
 VERSUS = ("spearman", "spearman_pairs", "kendall", "kendall_pairs", "a_rate", "a_rate_upper", "fairness",
           "fairness_prob", "accuracy")
-"""The metrics whose paraphrase - reference difference (paired over the same resampled documents)
+"""The metrics whose paraphrase - reference difference (paired over the same documents)
 each row and results.json carry, raw ("none") and permutation-debiased."""
 VERSUS_MODES = ("none", "permutation")
 SAID = {"spearman": "win-rate Spearman", "spearman_pairs": "PairS Spearman", "a_rate": "A-rate",
@@ -141,12 +142,12 @@ def score_instructions(judge: Judge, docs: Sequence[Document], instructions: Seq
     Every instruction is judged in ONE judge call (harness.judging.judge_instructions: the same
     prompts and cache keys as one call each; each pair's content computed once for all of them).
 
-    With `bootstrap` rounds (metrics.bootstrap; 0: none) at `level`, each row also has "intervals"
-    (variant -> KEEP metric -> [lo, hi]: percentile bootstrap over documents, seeded by `seed`, so
-    every instruction is resampled with the same document draws) and, after the first row,
-    "versus_reference": this instruction minus row 0 (`reference` names it in the sentences) on
-    the same resampled documents (bootstrap.paired), VERSUS metrics, raw and permutation-debiased.
-    `summaries_out`, when given, receives each instruction's Summary (its bootstrap rounds)."""
+    With intervals on (metrics.bootstrap > 0) at `level`, each row also has "intervals" (variant ->
+    KEEP metric -> [lo, hi]: harness/metrics/interval.py, every instruction with the same documents
+    left out in turn) and "interval_basis" (each interval's documents and method) and, after the
+    first row, "versus_reference": this instruction minus row 0 (`reference` names it in the
+    sentences) on the same documents (bootstrap.paired), VERSUS metrics, raw and permutation-debiased.
+    `summaries_out`, when given, receives each instruction's Summary (its leave-one-out rows)."""
     rows: list[dict[str, Any]] = []
     judged = judge_instructions(judge, [(docs, text) for text in instructions], aspect=aspect, family=family,
                                 max_candidates=max_candidates, progress=progress) if instructions else []
@@ -159,8 +160,9 @@ def score_instructions(judge: Judge, docs: Sequence[Document], instructions: Seq
         summary = analyse_judgments(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed, rounds=bootstrap, level=level)
         row: dict[str, Any] = {"index": i, "text": text, "p_content_free": p_cf,
                                **{mode: {k: m[k] for k in KEEP} for mode, m in summary.metrics.items()}}
-        iv = summary.intervals()
+        iv, on = summary.intervals(), summary.basis()
         row["intervals"] = None if iv is None else {mode: {k: got[k] for k in KEEP} for mode, got in iv.items()}
+        row["interval_basis"] = None if on is None else {mode: {k: got[k] for k in KEEP} for mode, got in on.items()}
         if first is None:
             first = summary
         else:
@@ -174,9 +176,9 @@ def score_instructions(judge: Judge, docs: Sequence[Document], instructions: Seq
 
 def versus(reference: Summary, other: Summary, prefix: str) -> dict[str, dict[str, Any]]:
     """other - reference of the VERSUS metrics, raw and permutation-debiased, paired: both arms'
-    bootstrap rounds resample the same documents (refused when their documents differ)."""
-    if (reference.resample is None) != (other.resample is None) or (
-            reference.resample is not None and reference.resample.ids != other.resample.ids):
+    rows leave out the same documents (refused when their documents differ)."""
+    if (reference.loo is None) != (other.loo is None) or (
+            reference.loo is not None and reference.loo.ids != other.loo.ids):
         raise DataError("the instructions were judged on different documents: a paired difference needs the same "
                         "documents in both arms", where="sensitivity study")
     out = {}
@@ -240,7 +242,7 @@ UNDEFINED = ("too_few", "constant_objective", "constant_spearman")
 def objective_rounds(summary: Summary, name: str, mode: str) -> np.ndarray:
     """An objective's bootstrap rounds, (rounds,), oriented as `objective_values` (higher is better;
     debiased fairness from the upper-triangle rate)."""
-    reps = summary.replicates[mode]  # type: ignore[index]
+    reps = summary.boot[mode]  # type: ignore[index]
     if mode == "permutation" and name == "fairness":
         return -np.abs(np.asarray(reps["a_rate_upper"], dtype=float) - 0.5)
     return (-1.0 if name in NEGATED else 1.0) * np.asarray(reps[OBJECTIVES[name]], dtype=float)
@@ -283,23 +285,25 @@ def round_spearman(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray
 def figure3_intervals(rows: Sequence[Mapping[str, Any]], summaries: Sequence[Summary], level: float,
                       n_docs: int) -> dict[str, Any]:
     """Figure 3 with its interval: for each Spearman with humans (HUMAN), raw and permutation-debiased,
-    each FIGURE3 objective's Spearman rho across the instructions (the point, as `analyse`) and,
-    per bootstrap round, the same rho from that round's values (every instruction's objective and
-    Spearman recomputed on the SAME resampled documents) -> the percentile interval.
+    each FIGURE3 objective's Spearman rho across the instructions (the point, as `analyse`) and, per
+    bootstrap round, the same rho from that round's values (every instruction's objective and
+    Spearman recomputed on the SAME resampled documents) -> the t interval on the rounds' RMSE
+    (harness/metrics/interval.py, BOOT_METHOD: a rank across a dozen instructions jumps as a document
+    leaves, which the jackknife cannot follow; on Fisher's z scale as any correlation).
 
-    A round whose rho is undefined (UNDEFINED) is counted by reason. The interval is over the
-    defined rounds, and is withheld (None) when more than 1 - level of the rounds are undefined:
-    a percentile interval of the defined remainder would not be the bootstrap distribution."""
-    reps = summaries[0].replicates if summaries else None
-    if reps is not None:
-        first = summaries[0].resample
+    A round whose rho is undefined (UNDEFINED) is counted by reason; the interval is withheld when
+    more than 1 - level of the rounds are undefined."""
+    boot = summaries[0].boot if summaries else None
+    if boot is not None:
+        first = summaries[0].loo
         for s in summaries[1:]:
-            if s.resample is None or s.resample.ids != first.ids or not np.array_equal(s.resample.counts, first.counts):
+            if s.loo is None or s.loo.ids != first.ids or (s.loo.boot_rounds, s.loo.seed) != (
+                    first.boot_rounds, first.seed):
                 raise DataError("the instructions' bootstrap rounds resample different documents: Figure 3's "
                                 "interval needs the same draws for every instruction", where="sensitivity study")
-    rounds = 0 if reps is None else summaries[0].resample.rounds  # type: ignore[union-attr]
-    out: dict[str, Any] = {"method": "percentile bootstrap over documents: each round's rho across instructions, "
-                                     "every instruction's values from the same resampled documents",
+    rounds = 0 if boot is None else summaries[0].loo.boot_rounds  # type: ignore[union-attr]
+    out: dict[str, Any] = {"method": f"{BOOT_METHOD}: each round's rho across instructions, every instruction's "
+                                     "values from the same resampled documents",
                            "level": float(level), "rounds": rounds, "n_instructions": len(rows), "n_docs": n_docs}
     for human, said in HUMAN.items():
         out[human] = {}
@@ -313,14 +317,15 @@ def figure3_intervals(rows: Sequence[Mapping[str, Any]], summaries: Sequence[Sum
                          f"on {n_docs} documents: rho")
                 entry: dict[str, Any] = {**point, "interval": None, "rounds": rounds, "defined_rounds": 0,
                                          "undefined": {k: 0 for k in UNDEFINED}}
-                if reps is not None:
+                iv = None
+                if boot is not None:
                     r, why = figure3_rounds(summaries, name, mode, human)
                     entry["defined_rounds"] = int((why < 0).sum())
                     entry["undefined"] = {k: int((why == i).sum()) for i, k in enumerate(UNDEFINED)}
-                if reps is not None and math.isfinite(point["rho"]) and rounds - entry["defined_rounds"] <= (
-                        1 - level) * rounds:
-                    entry["interval"] = percentile_interval(r, level)
-                entry["sentence"] = _figure3_sentence(label, entry, level)
+                    if math.isfinite(point["rho"]):
+                        iv = bootstrap_interval(point["rho"], r, n_docs, level, "spearman")
+                        entry.update(iv.basis(), interval=iv.as_list())
+                entry["sentence"] = _figure3_sentence(label, entry, iv, level)
                 entry["lo"], entry["hi"] = entry["interval"] or (None, None)
                 got[name] = entry
             out[human][mode] = got
@@ -331,23 +336,17 @@ def figure3_rounds(summaries: Sequence[Summary], name: str, mode: str, human: st
     """Each bootstrap round's rho across instructions of objective `name` (variant `mode`) with the
     Spearman `human`, and why it is undefined where it is (round_spearman)."""
     x = np.stack([objective_rounds(s, name, mode) for s in summaries], axis=1)
-    y = np.stack([np.asarray(s.replicates[mode][human], dtype=float) for s in summaries], axis=1)  # type: ignore[index]
+    y = np.stack([np.asarray(s.boot[mode][human], dtype=float) for s in summaries], axis=1)  # type: ignore[index]
     return round_spearman(x, y)
 
 
-def _figure3_sentence(label: str, entry: Mapping[str, Any], level: float) -> str:
+def _figure3_sentence(label: str, entry: Mapping[str, Any], iv: Interval | None, level: float) -> str:
     undefined = {k: v for k, v in entry["undefined"].items() if v}
-    n_undef = sum(undefined.values())
     why = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in undefined.items())
     if not math.isfinite(entry["rho"]):
         return f"{label} undefined (fewer than 3 instructions, or one side constant across them)"
-    if not entry["rounds"]:
-        return sentence(label, entry["rho"], None, level)
-    if entry["interval"] is None:
-        return (f"{label} {entry['rho']:+.3f}: no interval: undefined in {n_undef} of {entry['rounds']} "
-                f"bootstrap rounds ({why}), more than {1 - level:.0%}")
-    said = sentence(label, entry["rho"], entry["interval"], level)
-    return said + (f" ({n_undef} of {entry['rounds']} rounds undefined and left out: {why})" if n_undef else "")
+    said = sentence(label, entry["rho"], iv, level)
+    return said + (f" ({sum(undefined.values())} of {entry['rounds']} rounds undefined: {why})" if undefined else "")
 
 
 def shuffle_candidates(docs: Sequence[Document], seed: int, max_candidates: int | None = None) -> list[Document]:
@@ -442,12 +441,14 @@ def run_sensitivity(judge: Judge, docs: Sequence[Document], instructions: Sequen
                "n_instructions": len(rows), "n_docs": len(docs), "ranking": key,
                "analysis": analyse(rows, key),
                "reference": {"index": 0, "what": reference, "text": rows[0]["text"]},
-               "interval": summaries[0].meta() | ({"paired": "every instruction's rounds resample the same documents "
-                                                              "(the same seed and document ids)"}
-                                                  if summaries[0].resample is not None else {}),
+               "interval": summaries[0].meta() | ({"paired": "every instruction with the same document left out "
+                                                              "in each row (the same document ids)"}
+                                                  if summaries[0].loo is not None else {}),
                "instructions": [{"index": r["index"], "metrics": {m: r[m] for m in VERSUS_MODES},
                                  "intervals": None if r["intervals"] is None else
-                                 {m: r["intervals"][m] for m in VERSUS_MODES}} for r in rows],
+                                 {m: r["intervals"][m] for m in VERSUS_MODES},
+                                 "interval_basis": None if r["interval_basis"] is None else
+                                 {m: r["interval_basis"][m] for m in VERSUS_MODES}} for r in rows],
                "versus_reference": [{"index": r["index"], **r["versus_reference"]} for r in rows[1:]],
                "figure3": figure3_intervals(rows, summaries, level, len(docs)),
                "candidate_order": order,
@@ -521,10 +522,8 @@ def figure3_lines(results: Mapping[str, Any]) -> list[str]:
     if not f3:
         return []
     key = results.get("ranking", "spearman_pairs")
-    rounds = f3["rounds"]
-    how = (f"{f3['level']:.0%} percentile bootstrap over the {f3['n_docs']} documents, {rounds} rounds, each "
-           "round's rho from every instruction's values on the same resampled documents" if rounds else
-           "no intervals (metrics.bootstrap=0)")
+    how = (f"{f3['level']:.0%} interval: {f3['method']}; each sentence says over how many documents"
+           if f3["rounds"] else "no intervals (metrics.bootstrap=0)")
     lines = ["", f"Figure 3: Spearman rho across instructions of each objective with their Spearman against humans "
                  f"(leaky: scored on the documents judged; {how}):"]
     for mode in ("none", "permutation"):
@@ -543,11 +542,10 @@ def figure3_lines(results: Mapping[str, Any]) -> list[str]:
 
 def instruction_lines(results: Mapping[str, Any]) -> list[str]:
     """Each instruction's raw metrics with their intervals, then each paraphrase minus the
-    reference as sentences (paired over the same resampled documents)."""
+    reference as sentences (paired over the same documents)."""
     meta = results.get("interval") or {}
-    rounds = meta.get("rounds")
-    how = (f"[lo, hi]: {meta['level']:.0%} percentile bootstrap over the {meta['n_documents']} documents, "
-           f"{rounds} rounds" if rounds else "no intervals (metrics.bootstrap=0)")
+    how = (f"[lo, hi]: {meta['level']:.0%}, {meta['method']}, over the {meta['n_documents']} documents "
+           f"(none below {meta['min_documents']})" if meta.get("method") else "no intervals (metrics.bootstrap=0)")
     ref = results.get("reference") or {}
     lines = ["", f"Each instruction, raw, on the same {results['n_docs']} documents (leaky: the documents it is "
                  f"scored on; {how}); 0 is the reference, {ref.get('what', 'instruction 0')}:",
@@ -564,7 +562,7 @@ def instruction_lines(results: Mapping[str, Any]) -> list[str]:
                 if d is not None:
                     debiased = "" if mode == "none" else f" ({mode}-debiased)"
                     label = f"instruction {r['index']} - {ref.get('what', 'instruction 0')}: {SAID[k]}{debiased}"
-                    said.append("- " + sentence(label, d["diff"], d["interval"], float(meta.get("level", 0.95))))
+                    said.append("- " + sentence(label, d["diff"], Interval.from_record(d), float(meta.get("level", 0.95))))
     if said:
         lines += ["", f"Each paraphrase minus {ref.get('what', 'instruction 0')}, paired on the same documents:",
                   *said]
