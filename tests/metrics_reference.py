@@ -246,8 +246,8 @@ def _doc_scores(doc_id: str, view: DocView, ranking: str, shuffles: int, seed: i
     """The judge's score of each candidate: one row (win rate) or one row per shuffle (PairS
     list position, higher = preferred). Each document draws its shuffles from its own seeded
     stream, so its result does not depend on which other documents are present."""
-    if ranking == "winrate":
-        return win_rates(view.matrix)[None, :]
+    if ranking == "winrate":  # ranked as rounded to 12 decimals: float noise is no ranking
+        return np.round(win_rates(view.matrix), 12)[None, :]
     n = len(view.ids)
     rng = np.random.default_rng([seed, zlib.crc32(doc_id.encode())])
     table, rows = preference_table(view.matrix), np.empty((shuffles, n))
@@ -260,7 +260,7 @@ def _whole_corr(views: Sequence[DocView]) -> tuple[float, float]:
     """Spearman and Kendall over (win rate, human) pooled across documents; NaN if undefined."""
     from scipy.stats import kendalltau, spearmanr
 
-    x = np.concatenate([win_rates(v.matrix) for v in views]) if views else np.array([])
+    x = np.concatenate([np.round(win_rates(v.matrix), 12) for v in views]) if views else np.array([])
     h = np.concatenate([v.human for v in views]) if views else np.array([])
     ok = np.isfinite(x) & np.isfinite(h)
     if ok.sum() < 2 or np.ptp(x[ok]) == 0 or np.ptp(h[ok]) == 0:

@@ -35,6 +35,7 @@ import numpy as np
 
 from harness.errors import ConfigError
 from harness.judging import MIN_ANSWER_MASS
+from harness.metrics.correlation import rankable
 from harness.metrics.interval import (
     FISHER,
     METHOD,
@@ -245,7 +246,8 @@ def _whole_inputs(frame: Frame, flat: np.ndarray, kept: set[str]) -> tuple[np.nd
         m = flat[frame.start[k]:frame.start[k] + n * n].reshape(n, n)
         judged = np.isfinite(m)
         with np.errstate(invalid="ignore"):
-            x = np.where(judged.any(axis=1), np.where(judged, m, 0.0).sum(axis=1) / judged.sum(axis=1), np.nan)
+            x = rankable(np.where(judged.any(axis=1), np.where(judged, m, 0.0).sum(axis=1) / judged.sum(axis=1),
+                                  np.nan))
         h = frame.human[k]
         good = np.isfinite(x) & np.isfinite(h)
         xs.append(x[good])
