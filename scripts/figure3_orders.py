@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from harness.judging import load_judgments
-from harness.metrics.interval import bootstrap_interval, sentence
+from harness.metrics.interval import ACROSS, bootstrap_interval, sentence
 from harness.metrics.summary import Summary, analyse
 from harness.zepo.study import FIGURE3, HUMAN, MODE_WORD, figure3_intervals, figure3_rounds
 
@@ -64,7 +64,7 @@ def compare(original: Path, shuffled: Path) -> dict[str, Any]:
                 rb, _ = figure3_rounds(sum_b, name, mode, human)
                 diff = eb["rho"] - ea["rho"] if math.isfinite(ea["rho"]) and math.isfinite(eb["rho"]) else math.nan
                 both = np.isfinite(ra) & np.isfinite(rb)
-                iv = (bootstrap_interval(diff, rb - ra, n_docs, level, "spearman", difference=True)
+                iv = (bootstrap_interval(diff, rb - ra, n_docs, level, ACROSS, difference=True)
                       if math.isfinite(diff) else None)
                 label = (f"{MODE_WORD[mode]} {panel} vs {said}, rho shuffled - dataset order "
                          f"({len(rows_a)} instructions, {n_docs} documents)")

@@ -95,7 +95,7 @@ def test_results_hold_leaky_and_heldout_metrics(tmp_path):
     assert " ± " in rows[0]
     # Intervals over documents beside each leaky value (3 documents); the 2 held-out ones are too few
     # to tell, in each cell, in the gain's sentence and in one plain line under the table.
-    assert rows[0].count(" [") >= 2 and rows[0].count("(2 docs: too few documents to tell)") >= 4
+    assert rows[0].count(" [") >= 2 and rows[0].count("(2 docs: too few to tell)") >= 4
     gain = res["gains"]["heldout"]["none"]["spearman_pairs"]
     assert gain["diff"] == pytest.approx(res["best"]["metrics_heldout"]["none"]["spearman_pairs"]
                                          - res["initial"]["metrics_heldout"]["none"]["spearman_pairs"])

@@ -35,7 +35,7 @@ import numpy as np
 
 from harness.metrics.bootstrap import percentile_interval, resample_counts
 from harness.metrics.correlation import rank_correlations
-from harness.metrics.interval import Interval, bootstrap_bounds, jackknife_bounds, rule, verdict
+from harness.metrics.interval import ACROSS, Interval, bootstrap_bounds, jackknife_bounds, rule, verdict
 
 SIZES = (2, 3, 4, 6, 8, 12, 20, 30, 50)
 STATISTICS = {"a_rate": "mean over documents (A-rate)", "spearman": "per-document Spearman (mean)",
@@ -312,7 +312,7 @@ def figure3_cells(n: int, sets: int, rounds: int, seed: int = 0, instructions: i
     point = _rank_rho(df.mean(1), ds.mean(1))
     w = np.stack([resample_counts(n, rounds, seed + k) for k in range(sets)])  # (sets, rounds, n)
     reps = _rank_rho(np.einsum("srn,snk->srk", w, df), np.einsum("srn,snk->srk", w, ds))
-    fisher, value_range, need = rule("spearman")
+    fisher, value_range, need = rule(ACROSS)
     if n < need:
         nan = np.full(sets, np.nan)
         told = _cell(nan, nan, truth, n)

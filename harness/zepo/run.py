@@ -32,7 +32,7 @@ from harness.files import write_json_atomic, write_jsonl_atomic, write_text_atom
 from harness.judges.base import Judge
 from harness.judging import judge_instructions, write_judgments
 from harness.metrics.bootstrap import interval_summary
-from harness.metrics.interval import MIN_DOCUMENTS, Interval, sentence
+from harness.metrics.interval import MIN_DOCUMENTS, TOO_FEW, Interval, sentence
 from harness.metrics.card import SET_FILE
 from harness.metrics.summary import analyse
 from harness.records import Document, Judgment, Tracker
@@ -326,7 +326,8 @@ def _bounds(iv: Sequence[float] | None, on: Mapping[str, Any] | None) -> str:
     if iv:
         return f" [{_f(iv[0])}, {_f(iv[1])}]"
     if on and on.get("note"):
-        return f" ({on['n_documents']} docs: {on['note']})"
+        why = "too few to tell" if on["note"] == TOO_FEW else on["note"]
+        return f" ({on['n_documents']} docs: {why})"
     return ""
 
 

@@ -47,7 +47,7 @@ from harness.files import read_text, write_json_atomic, write_jsonl_atomic, writ
 from harness.judges.base import Judge
 from harness.judging import judge_instructions, write_judgments
 from harness.metrics.bootstrap import interval_summary
-from harness.metrics.interval import BOOT_METHOD, Interval, bootstrap_interval, sentence
+from harness.metrics.interval import ACROSS, BOOT_METHOD, Interval, bootstrap_interval, sentence
 from harness.metrics.summary import Summary, analyse as analyse_judgments
 from harness.records import Document, Tracker
 from harness.zepo import plots
@@ -289,7 +289,8 @@ def figure3_intervals(rows: Sequence[Mapping[str, Any]], summaries: Sequence[Sum
     bootstrap round, the same rho from that round's values (every instruction's objective and
     Spearman recomputed on the SAME resampled documents) -> the t interval on the rounds' RMSE
     (harness/metrics/interval.py, BOOT_METHOD: a rank across a dozen instructions jumps as a document
-    leaves, which the jackknife cannot follow; on Fisher's z scale as any correlation).
+    leaves, which the jackknife cannot follow; on Fisher's z scale as any correlation; none below
+    12 documents, MIN_DOCUMENTS_OF).
 
     A round whose rho is undefined (UNDEFINED) is counted by reason; the interval is withheld when
     more than 1 - level of the rounds are undefined."""
@@ -323,7 +324,7 @@ def figure3_intervals(rows: Sequence[Mapping[str, Any]], summaries: Sequence[Sum
                     entry["defined_rounds"] = int((why < 0).sum())
                     entry["undefined"] = {k: int((why == i).sum()) for i, k in enumerate(UNDEFINED)}
                     if math.isfinite(point["rho"]):
-                        iv = bootstrap_interval(point["rho"], r, n_docs, level, "spearman")
+                        iv = bootstrap_interval(point["rho"], r, n_docs, level, ACROSS)
                         entry.update(iv.basis(), interval=iv.as_list())
                 entry["sentence"] = _figure3_sentence(label, entry, iv, level)
                 entry["lo"], entry["hi"] = entry["interval"] or (None, None)
