@@ -20,8 +20,8 @@ human-scored pair has no say in a correlation); the interval of a metric is made
 documents' rows by harness/metrics/interval.py (t x the jackknife's root-mean-square error).
 
 The same functions take any rows of weights: `resample_counts` draws percentile-bootstrap rounds
-(the method the harness used before, kept as the coverage comparison's negative control:
-harness/metrics/coverage.py, `percentile_interval`).
+(for BOOTSTRAPPED metrics; `percentile_interval`, the harness's former method, is the coverage
+comparison's negative control: harness/metrics/coverage.py).
 """
 
 from __future__ import annotations
@@ -55,14 +55,10 @@ CONDITIONAL = ("batch calibration's logit shift and the content-free P(A) are he
 
 
 def check_settings(rounds: int, level: float) -> None:
-    """metrics.bootstrap (0: no intervals; any other count: intervals, which no longer depend on it)
-    and metrics.level."""
+    """metrics.bootstrap (0: no intervals; else intervals, and this many bootstrap rounds for the
+    statistics that take their RMSE from them) and metrics.level."""
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
         raise ConfigError(f"metrics.bootstrap must be an integer >= 0 (0 turns intervals off), got {rounds!r}")
-    check_level(level)
-
-
-def check_level(level: float) -> None:
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
         raise ConfigError(f"metrics.level must lie strictly between 0 and 1 (e.g. 0.95), got {level!r}")
 

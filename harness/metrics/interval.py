@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -82,9 +83,11 @@ class Interval:
         "note"); None when it records none (no intervals at all)."""
         if "n_documents" not in record:
             return None
-        bounds = record.get("interval")
-        return cls(None if bounds is None else (float(bounds[0]), float(bounds[1])),  # type: ignore[index]
-                   int(record["n_documents"]), record.get("note"), str(record.get("method") or METHOD))  # type: ignore[arg-type]
+        bounds: Any = record.get("interval")
+        n: Any = record["n_documents"]
+        note: Any = record.get("note")
+        return cls(None if bounds is None else (float(bounds[0]), float(bounds[1])), int(n), note,
+                   str(record.get("method") or METHOD))
 
     def as_list(self) -> list[float] | None:
         return None if self.bounds is None else [self.bounds[0], self.bounds[1]]
@@ -185,7 +188,8 @@ def bootstrap_interval(point: float, rounds: Sequence[float] | np.ndarray, n: in
     return Interval((float(lo[0]), float(hi[0])), n, None, BOOT_METHOD)
 
 
-def _scale_and_range(metric: str | None, difference: bool, fisher: bool | None = None) -> tuple[bool, tuple[float, float]]:
+def _scale_and_range(metric: str | None, difference: bool,
+                     fisher: bool | None = None) -> tuple[bool, tuple[float, float]]:
     """Fisher's z for a correlation (not for a difference of two); the metric's range, or for a
     difference hi - lo either way."""
     low, high = RANGES.get(metric or "", (-math.inf, math.inf))

@@ -275,7 +275,8 @@ def before_after_table(results: Mapping[str, Any]) -> str:
         lines.append(f"| {label} (#{r['index']}) | {_f(r['search']['objectives'][obj])} | {_f(rate)} "
                      f"| {cell('', 'none', 'a_rate')} | {cell('', 'none', 'a_rate_prob')} "
                      f"| {cell('_leaky', 'none', 'spearman_pairs', leaky.get('none'))} "
-                     f"| {cell('_heldout', 'none', 'spearman_pairs', held.get('none'))} | {cell('', 'none', 'spearman')} "
+                     f"| {cell('_heldout', 'none', 'spearman_pairs', held.get('none'))} "
+                     f"| {cell('', 'none', 'spearman')} "
                      f"| {cell('_leaky', 'permutation', 'spearman_pairs', leaky.get('permutation'))} "
                      f"| {cell('_heldout', 'permutation', 'spearman_pairs', held.get('permutation'))} |")
     return "\n".join(lines + gain_lines(results))

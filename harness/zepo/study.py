@@ -563,7 +563,8 @@ def instruction_lines(results: Mapping[str, Any]) -> list[str]:
                 if d is not None:
                     debiased = "" if mode == "none" else f" ({mode}-debiased)"
                     label = f"instruction {r['index']} - {ref.get('what', 'instruction 0')}: {SAID[k]}{debiased}"
-                    said.append("- " + sentence(label, d["diff"], Interval.from_record(d), float(meta.get("level", 0.95))))
+                    iv = Interval.from_record(d)
+                    said.append("- " + sentence(label, d["diff"], iv, float(meta.get("level", 0.95))))
     if said:
         lines += ["", f"Each paraphrase minus {ref.get('what', 'instruction 0')}, paired on the same documents:",
                   *said]
