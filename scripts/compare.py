@@ -2,9 +2,9 @@
 
 Two judged runs over the SAME documents and pairs (each a run directory with results.json and
 judgments.jsonl: experiment=judge, a shard merge): every metric of A and of B, B - A, and B - A's
-paired percentile-bootstrap interval over documents (the same resampled documents in both runs,
-harness/metrics/bootstrap.py) with one plain sentence, e.g.
-"spearman +0.120 [-0.050, +0.310]: not distinguishable from 0 at 95%".
+paired interval over documents (the same document left out in both runs: harness/metrics/interval.py)
+with one plain sentence, e.g. "spearman +0.120 [-0.050, +0.310] (12 documents, t-jackknife): not
+distinguishable from 0 at 95%"; below 3 documents "(2 documents: too few documents to tell)".
 
 Refuses, in one line naming both runs and what differs, runs over different documents or pairs
 (exit 2). Warns when the runs' numerics (results.json "numerics": dtype, dtype_source, engine,
@@ -25,6 +25,7 @@ from harness.errors import DataError, HarnessError
 from harness.files import read_json_object
 from harness.judging import load_judgments
 from harness.metrics.bootstrap import NO_INTERVAL, check_settings
+from harness.metrics.interval import METHOD
 from harness.metrics.summary import analyse
 from harness.records import Judgment
 
@@ -91,8 +92,7 @@ def compare(dir_a: Path, dir_b: Path, variant: str, rounds: int, level: float, s
     rows = sa.versus(sb, "", variant)
     lines = [f"A = {dir_a}", f"B = {dir_b}",
              f"{len({j.doc_id for j in ja})} documents, {len(ja)} ordered pairs in each; variant {variant}; "
-             + (f"B - A: {level:.0%} paired percentile bootstrap over documents, {rounds} rounds, seed {seed}"
-                if rounds else "no intervals (--bootstrap 0)")]
+             + (f"B - A: {level:.0%} paired interval, {METHOD}" if rounds else "no intervals (--bootstrap 0)")]
     warning = numerics_warning(ra, rb)
     if warning:
         lines.append(warning)
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variant", default="none", help="none (raw), permutation, batch or contextual")
     ap.add_argument("--bootstrap", type=int, default=1000, help="bootstrap rounds over documents (0: none)")
     ap.add_argument("--level", type=float, default=0.95)
-    ap.add_argument("--seed", type=int, default=None, help="the bootstrap's seed (default: RUN_A's seed)")
+    ap.add_argument("--seed", type=int, default=None, help="the PairS shuffles' seed (default: RUN_A's seed)")
     args = ap.parse_args(argv)
     try:
         check_settings(args.bootstrap, args.level)

@@ -3,8 +3,9 @@
 Figure 3's rho across instructions in two sensitivity runs that differ only in the candidate order
 (experiment.shuffle_candidates), and their PAIRED difference: both runs judged the same documents
 and resample them with the same draws (the same seed and document ids), so each bootstrap round
-gives a rho in each order and the round's shuffled - original difference; the percentile interval
-of those differences says whether the order changed the relation. Reads each run's
+gives a rho in each order and the round's shuffled - original difference; the t interval on those
+differences' RMSE (harness/metrics/interval.py, as Figure 3's own) says whether the order changed
+the relation. Reads each run's
 instructions/<index>/judgments.jsonl and config.json (seed, experiment.shuffles, metrics); calls no
 model. Prints one sentence per (Spearman, variant, objective) and writes the numbers as JSON.
 """
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from harness.judging import load_judgments
-from harness.metrics.bootstrap import percentile_interval, sentence
+from harness.metrics.interval import ACROSS, bootstrap_interval, sentence
 from harness.metrics.summary import Summary, analyse
 from harness.zepo.figure3 import FIGURE3, HUMAN, MODE_WORD, figure3_intervals, figure3_rounds
 
@@ -41,15 +42,16 @@ def load_run(run: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[Summ
 
 def compare(original: Path, shuffled: Path) -> dict[str, Any]:
     (cfg_a, rows_a, sum_a), (cfg_b, rows_b, sum_b) = load_run(original), load_run(shuffled)
-    if len(rows_a) != len(rows_b) or sum_a[0].resample.ids != sum_b[0].resample.ids or not np.array_equal(
-            sum_a[0].resample.counts, sum_b[0].resample.counts):
+    la, lb = sum_a[0].loo, sum_b[0].loo
+    if len(rows_a) != len(rows_b) or la is None or lb is None or (la.ids, la.boot_rounds, la.seed) != (
+            lb.ids, lb.boot_rounds, lb.seed):
         raise SystemExit("the two runs differ in their instructions or documents (or bootstrap draws): "
                          "a paired comparison needs the same of both")
     level = float(cfg_a["metrics"]["level"])
-    n_docs = len(sum_a[0].resample.ids)
+    n_docs = len(sum_a[0].loo.ids)
     f_a, f_b = figure3_intervals(rows_a, sum_a, level, n_docs), figure3_intervals(rows_b, sum_b, level, n_docs)
     out: dict[str, Any] = {"original": str(original), "shuffled": str(shuffled), "level": level, "n_docs": n_docs,
-                           "n_instructions": len(rows_a), "rounds": sum_a[0].resample.rounds,
+                           "n_instructions": len(rows_a), "rounds": la.boot_rounds,
                            "shuffle_candidates": [cfg_a["experiment"].get("shuffle_candidates"),
                                                   cfg_b["experiment"].get("shuffle_candidates")]}
     for human, said in HUMAN.items():
@@ -62,13 +64,17 @@ def compare(original: Path, shuffled: Path) -> dict[str, Any]:
                 rb, _ = figure3_rounds(sum_b, name, mode, human)
                 diff = eb["rho"] - ea["rho"] if math.isfinite(ea["rho"]) and math.isfinite(eb["rho"]) else math.nan
                 both = np.isfinite(ra) & np.isfinite(rb)
-                iv = percentile_interval((rb - ra)[both], level) if math.isfinite(diff) else None
+                iv = (bootstrap_interval(diff, rb - ra, n_docs, level, ACROSS, difference=True)
+                      if math.isfinite(diff) else None)
                 label = (f"{MODE_WORD[mode]} {panel} vs {said}, rho shuffled - dataset order "
                          f"({len(rows_a)} instructions, {n_docs} documents)")
                 out[human][mode][name] = {
-                    "original": {k: ea[k] for k in ("rho", "p", "interval", "defined_rounds", "undefined", "sentence")},
-                    "shuffled": {k: eb[k] for k in ("rho", "p", "interval", "defined_rounds", "undefined", "sentence")},
-                    "diff": diff, "interval": iv, "rounds_both_defined": int(both.sum()),
+                    "original": {k: ea.get(k) for k in ("rho", "p", "interval", "defined_rounds", "undefined",
+                                                         "n_documents", "method", "sentence")},
+                    "shuffled": {k: eb.get(k) for k in ("rho", "p", "interval", "defined_rounds", "undefined",
+                                                         "n_documents", "method", "sentence")},
+                    "diff": diff, "interval": None if iv is None else iv.as_list(),
+                    **({} if iv is None else iv.basis()), "rounds_both_defined": int(both.sum()),
                     "sentence": sentence(label, diff, iv, level)}
     return out
 

@@ -15,7 +15,7 @@ out. A pointwise run searches nothing, so its cells hold one value. Writes <out>
 (long format) and prints the markdown. Spearman is the per-document PairS merge-sort ranking averaged
 over shuffles (the paper's) unless --ranking winrate. When several runs cover one cell, the newest
 results.json wins (a warning says so). Where results.json has the interval of a cell's value
-(a ZEPO run's intervals_leaky / intervals_heldout: the percentile bootstrap over documents) the
+(a ZEPO run's intervals_leaky / intervals_heldout: harness/metrics/interval.py) the
 value reads `.47 [.30, .60]`; a ZEPO row's held-out value is marked † when its paired held-out
 gain over the initial instruction (results.json "gains", the same run and documents) is
 distinguishable from 0 at the interval's level. The CSV has the bounds and the gain with its
@@ -33,6 +33,9 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from harness.metrics.interval import Interval
+from harness.metrics.interval import distinguishable as excludes_zero
 
 MISTRAL, LLAMA = "Mistral-7B-Instruct-v0.1", "Meta-Llama-3-8B-Instruct"
 SHORT = {MISTRAL: "Mistral-7B", LLAMA: "Llama-3-8B"}
@@ -161,8 +164,9 @@ def heldout_gain(res: Mapping[str, Any], method: str, key: str) -> Mapping[str, 
 
 
 def distinguishable(gain: Mapping[str, Any] | None) -> bool:
+    """The gain's interval excludes 0, by the harness's one rule (harness.metrics.interval.verdict)."""
     iv = _bounds((gain or {}).get("interval"))
-    return iv is not None and (iv[0] > 0 or iv[1] < 0)
+    return iv is not None and excludes_zero(Interval((iv[0], iv[1]), int((gain or {}).get("n_documents") or 0)))
 
 
 def cell(runs: Mapping, model: str, task: str, aspect: str, method: str) -> tuple[Path, dict] | None:
@@ -296,8 +300,9 @@ def build(table: int, found: Sequence[tuple[Path, dict[str, Any]]], ranking: str
     n_zepo = sum(1 for _, r in found if r.get("experiment") == "zepo")
     note = (f"Spearman: {how}; {n_zepo} ZEPO and {len(found) - n_zepo} pointwise runs read. Leaky = evaluated on "
             "all documents, the search documents included (the paper's protocol); held-out = without them. "
-            "Scoring/G-Eval search nothing: one value, per-document Spearman. [lo, hi]: the run's percentile "
-            "bootstrap interval over documents (results.json intervals_leaky / intervals_heldout), where it has one; "
+            "Scoring/G-Eval search nothing: one value, per-document Spearman. [lo, hi]: the run's interval over "
+            "documents (results.json intervals_leaky / intervals_heldout, their method and documents in "
+            "interval_basis_leaky / _heldout), where it has one; "
             "† after a ZEPO held-out value: its paired held-out gain over the initial instruction (same run, same "
             "documents) is distinguishable from 0; no †: it is not, or the run has no interval. Avg: a plain mean "
             "over the cells, without an interval.")

@@ -122,8 +122,8 @@ def _doc_scores(doc_id: str, view: DocView, ranking: str, shuffles: int, seed: i
     """The judge's score of each candidate: one row (win rate) or one row per shuffle (PairS
     list position, higher = preferred). Each document draws its shuffles from its own seeded
     stream, so its result does not depend on which other documents are present."""
-    if ranking == "winrate":
-        return win_rates(view.matrix)[None, :]
+    if ranking == "winrate":  # ranked as rounded to 12 decimals: float noise is no ranking
+        return np.round(win_rates(view.matrix), 12)[None, :]
     n = len(view.ids)
     rng = np.random.default_rng([seed, zlib.crc32(doc_id.encode())])
     table, rows = preference_table(view.matrix), np.empty((shuffles, n))

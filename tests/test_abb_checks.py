@@ -253,3 +253,36 @@ def test_full_flip_score_file_through_hydra_is_confirmed(tmp_path):
     assert v["trials"] == 30 and v["max_distance"] > 0.9 and v["violations"] == 0  # 0.9000000000000004: rounding
     assert results["verdict"] == "confirmed" and results["guarantee"]["statement"].startswith("surely")
     assert results["guarantee"]["claimed"] and results["summary"].startswith("proven without data by the certain cap")
+
+
+def test_a_file_claim_with_three_of_thirty_items_is_labelled_hamming_3(tmp_path):
+    """A score file whose estimation neighbours each edit 3 of its 30 items is a Hamming-3 claim
+    (B = 3 r^2 = 243 on a 1-10 scale): abb.json's mode says `hamming_3`, not `whole_set` (what it
+    said before: every k > 1 was called the whole set). One item is `one_item`, all 30 `whole_set`."""
+    from conftest import REPO
+    from hydra import compose, initialize_config_dir
+
+    from harness.runtime.entry import run
+
+    rng = np.random.default_rng(1)
+    items = [(f"q{q}", m) for q in range(10) for m in ("m1", "m2", "m3")]
+    base = {it: (1.0 if k % 2 else 10.0) for k, it in enumerate(items)}
+    rows = [{"item": q, "model": m, "score": s} for (q, m), s in base.items()]
+    for j in range(40):
+        for k in rng.choice(len(items), size=3, replace=False):
+            q, m = items[k]
+            rows.append({"item": q, "model": m, "score": base[(q, m)] + (-0.5 if base[(q, m)] > 5 else 0.5),
+                         "neighbour": f"e{j}", "split": "estimate"})
+    path = tmp_path / "likert.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ov = ["experiment=abb", "experiment.scores=file", f"experiment.file.path={path}", "experiment.file.scale=[1,10]",
+          "experiment.bootstrap=10", "wandb.mode=disabled"]
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=ov)
+    run(cfg, tmp_path / "out")
+    bj = json.loads((tmp_path / "out" / "abb.json").read_text())
+    assert bj["mode"] == "hamming_3" and bj["d"] == 30 and bj["scores"]["items_changed"] == 3
+    assert bj["bounds"]["B"] == pytest.approx(3 * 81)
+    assert [abb.neighbour_mode(k, 30) for k in (1, 3, 30)] == ["one_item", "hamming_3", "whole_set"]
+    with pytest.raises(Exception, match="bad mode 'hamming_3' or items_changed 4"):
+        abb.distance_bounds("hamming_3", 30, (1.0, 10.0), items_changed=4)

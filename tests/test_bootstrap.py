@@ -1,8 +1,11 @@
-"""The bootstrap over documents (harness/metrics/bootstrap.py, issue #31): its rounds give
-metric_set's numbers on the full data, its pooled rank correlations and medians are what scipy and
-numpy give on the resampled data, a mean over documents equals scipy.stats.bootstrap's percentile
-interval, its 95% intervals cover a known truth in 93-97% of 1,000 simulated clustered data sets (94.7% at seed 0),
-and (the negative control) a pair-level bootstrap on the same data under-covers."""
+"""Rows of weights over documents (harness/metrics/bootstrap.py): a row of ones gives metric_set's
+numbers, pooled rank correlations and medians per row are what scipy and numpy give on the
+reweighted data, a mean over documents' percentile-bootstrap rounds equal scipy.stats.bootstrap's;
+the document is the unit: 1,000 simulated clustered data sets of 200 documents, where the harness's
+interval covers a known truth in 93-97% and (the negative control) a pair-level bootstrap
+under-covers; the paired difference and its sentence carry their documents and method, and a
+difference of exactly 0 is never distinguishable. Coverage at 2 to 50 documents:
+tests/test_interval_coverage.py."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from test_metrics_vectorised import _random_judgments
 
 from harness.errors import ConfigError
 from harness.metrics import bootstrap as B
+from harness.metrics.interval import METHOD, TOO_FEW, jackknife_bounds
 from harness.metrics.debias import batch_p, permutation_p
 from harness.metrics.summary import analyse, frame_metrics
 from harness.metrics.views import build_frame
@@ -79,16 +83,14 @@ def _clustered(sets: int, docs: int, pairs: int, spread: float, seed: int) -> tu
 
 
 def _coverage(y: np.ndarray, truth: float, rounds: int) -> tuple[float, float]:
-    """(document bootstrap coverage, pair-level bootstrap coverage) of 95% intervals. The document
-    bootstrap is the module's (resample_counts over documents); the pair-level one treats every
-    decision as independent: for binary decisions its resampled mean is exactly Binomial(N, mean)/N,
-    drawn directly (one array for every set instead of N counts per round)."""
+    """(document coverage, pair-level bootstrap coverage) of 95% intervals. The document interval is
+    the harness's (interval.jackknife_bounds on the leave-one-document-out means); the pair-level
+    bootstrap treats every decision as independent: for binary decisions its resampled mean is
+    exactly Binomial(N, mean)/N, drawn directly (one array for every set instead of N counts per round)."""
     means = y.mean(axis=2)  # (sets, documents): equal pairs per document, so the pooled rate is their mean
-    doc_hits = 0
-    for s, units in enumerate(means):
-        w = B.resample_counts(units.size, rounds, s)
-        lo, hi = B.percentile_interval(w @ units / units.size, 0.95)  # type: ignore[misc]
-        doc_hits += lo <= truth <= hi
+    n = means.shape[1]
+    lo, hi = jackknife_bounds(means.mean(axis=1), (means.sum(axis=1, keepdims=True) - means) / (n - 1), 0.95)
+    doc_hits = int(((lo <= truth) & (truth <= hi)).sum())
     n = y.shape[1] * y.shape[2]
     pooled = y.reshape(len(y), -1).mean(axis=1)
     reps = np.random.default_rng(1).binomial(n, pooled[:, None], (len(y), rounds)) / n
@@ -98,7 +100,7 @@ def _coverage(y: np.ndarray, truth: float, rounds: int) -> tuple[float, float]:
 
 def test_document_intervals_cover_the_truth_and_pair_intervals_do_not():
     """1,000 simulated data sets of 200 documents x 6 correlated decisions (a document random
-    effect): the document bootstrap's 95% intervals cover the known A-rate in 93-97% of them;
+    effect): the harness's 95% intervals over documents cover the known A-rate in 93-97% of them;
     the NEGATIVE CONTROL, a pair-level bootstrap (1,200 decisions as independent) on the same data,
     under-covers (< 90%), the failure the document unit exists to prevent. 400 rounds per set."""
     y, truth = _clustered(1000, 200, 6, 1.0, 0)
@@ -108,11 +110,22 @@ def test_document_intervals_cover_the_truth_and_pair_intervals_do_not():
 
 
 def test_paired_difference_and_its_sentence():
-    a = np.random.default_rng(0).normal(size=500)
-    same = B.paired("held-out Spearman", 0.5, 0.5, a, a, 0.95)
-    assert same["interval"] == [0.0, 0.0] and "not distinguishable from 0 at 95%" in same["sentence"]
-    up = B.paired("held-out Spearman", 0.2, 0.5, a, a + 0.3, 0.95)
-    assert up["sentence"] == "held-out Spearman +0.300 [+0.300, +0.300]: distinguishable from 0 at 95%"
+    """Every sentence carries its documents and method; a difference of exactly 0 (every left-out
+    value equal in both arms) is never distinguishable, a constant nonzero one is, and shown with
+    the digits that make it nonzero; 2 documents are too few to tell, however large the difference."""
+    a = np.random.default_rng(0).normal(size=12)
+    same = B.paired("order_gap", 0.5, 0.5, a, a, 0.95, metric="order_gap")
+    assert same["interval"] == [0.0, 0.0] and same["n_documents"] == 12 and same["method"] == METHOD
+    assert same["sentence"] == ("order_gap +0.000 [+0.000, +0.000] (12 documents, t-jackknife; no spread across "
+                                "documents): not distinguishable from 0 at 95%")
+    up = B.paired("held-out Spearman", 0.2, 0.5, a, a + 0.3, 0.95, metric="spearman")
+    assert up["sentence"].startswith("held-out Spearman +0.300 [+0.300, +0.300] (12 documents, t-jackknife")
+    assert up["sentence"].endswith(": distinguishable from 0 at 95%")
+    tiny = B.paired("order_gap", 0.1, 0.1 - 1e-7, a, a - 1e-7, 0.95, metric="order_gap")
+    assert tiny["sentence"].startswith("order_gap -1e-07 [-1e-07, -1e-07]") and "distinguishable" in tiny["sentence"]
+    two = B.paired("held-out Spearman (PairS)", 0.0, 0.933, np.zeros(2), np.array([0.866, 1.0]), 0.95)
+    assert two["interval"] is None and two["note"] == TOO_FEW and "distinguishable" not in two["sentence"]
+    assert two["sentence"] == "held-out Spearman (PairS) +0.933 (2 documents: too few documents to tell)"
     off = B.paired("x", 0.2, 0.5, None, None, 0.95)
     assert off["interval"] is None and "no interval (metrics.bootstrap=0)" in off["sentence"]
 
@@ -124,7 +137,10 @@ def test_analyse_intervals_hold_the_value_and_zero_rounds_turn_them_off():
     assert iv is not None and set(iv) == set(on.metrics) == {"none", "permutation", "batch", "contextual"}
     lo, hi = iv["none"]["a_rate"]
     assert lo <= on.metrics["none"]["a_rate"] <= hi and hi > lo
-    assert on.meta()["unit"] == "document" and on.meta()["n_documents"] == 4
+    assert on.meta()["unit"] == "document" and on.meta()["n_documents"] == 4 and on.meta()["method"] == METHOD
+    basis = on.basis()["none"]
+    assert basis["a_rate"] == {"n_documents": 4, "method": METHOD, "note": None}
+    assert iv["none"]["ece"] is None and basis["ece"]["note"] == TOO_FEW  # ECE needs 8 documents
     assert "permutation - none" in on.differences()
     off = analyse(js, p_cf=0.4, shuffles=5, rounds=0)
     assert off.intervals() is None and off.meta()["note"] == "no intervals (metrics.bootstrap=0)"

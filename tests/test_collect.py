@@ -13,9 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness.errors import ConfigError, DataError
+from harness.metrics.interval import METHOD
 from harness.runtime.collect import (
     build_table,
     collect,
@@ -214,7 +216,7 @@ def test_cells_show_the_runs_intervals(tmp_path):
     part's held-out one too), the CSV gets `lo`/`hi` columns, the caption says what they are; a run
     without intervals (metrics.bootstrap=0) keeps the bare value."""
     root = tmp_path / "multirun"
-    meta = {"method": "percentile bootstrap over documents", "rounds": 1000, "level": 0.95}
+    meta = {"method": METHOD, "n_documents": 12, "level": 0.95}
     for k, with_iv in enumerate((True, False)):
         d = _job(root, k, ["experiment=zepo", f"model=m{k}"], 0.25)
         res = json.loads((d / "results.json").read_text())
@@ -231,7 +233,7 @@ def test_cells_show_the_runs_intervals(tmp_path):
     md = to_markdown(t, digits=2)
     assert "| m0 | 0.25 [0.05, 0.40] | 0.35 | 0.50 [0.10, 0.90] | 0.50 [0.10, 0.90] | 0.70 |" in md
     assert "| m1 | 0.25 | 0.35 | 0.50 | 0.50 | 0.70 |" in md  # no intervals: the bare values
-    assert "[lo, hi]: 95% percentile bootstrap over documents, 1000 rounds" in md
+    assert f"[lo, hi]: 95% {METHOD}; 12 documents per run" in md
     lines = to_csv(t).splitlines()
     assert lines[0].startswith("model,none/spearman,none/spearman lo,none/spearman hi,permutation/spearman,")
     assert lines[1].startswith("m0,0.25,0.05,0.4,") and lines[2].startswith("m1,0.25,,,")
@@ -252,3 +254,27 @@ def test_a_results_json_that_is_not_an_object_is_one_line(sweep, tmp_path, capsy
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{root / '1' / 'results.json'}: holds an array, not a JSON object" in err
     assert main(["table", str(sweep), "--no-figures", "--out", str(tmp_path / "o")]) == 0
+
+
+def test_figures_draw_the_intervals_their_captions_promise(tmp_path):
+    """A column whose cells have intervals is drawn with them as error bars (each bar's [lo, hi] the
+    cell's); the same values without intervals draw no error bar (the negative control: what the
+    figures drew before, under a caption that promised intervals)."""
+    from PIL import Image
+
+    from harness.runtime.collect import Table, error_bars, plot_table
+
+    rows = [["a", 0.2], ["b", 0.5], ["c", math.nan]]
+    with_iv = Table(["run", "none/spearman"], rows, f"[lo, hi]: 95% {METHOD}",
+                    [[None, [0.1, 0.4]], [None, [0.45, 0.9]], [None, None]])
+    bars = error_bars(with_iv, 1, [0.2, 0.5, math.nan])
+    assert bars == [[pytest.approx(0.1), pytest.approx(0.05), 0.0], [pytest.approx(0.2), pytest.approx(0.4), 0.0]]
+    assert error_bars(Table(["run", "none/spearman"], rows, ""), 1, [0.2, 0.5, math.nan]) is None
+
+    def dark(table: Table, name: str) -> int:
+        png = plot_table(table, ["none/spearman"], tmp_path / name, 1)[0]
+        img = np.asarray(Image.open(png).convert("L"))
+        return int((img < 60).sum())
+
+    drawn, bare = dark(with_iv, "with"), dark(Table(["run", "none/spearman"], rows, with_iv.caption), "bare")
+    assert drawn > bare + 100, (drawn, bare)

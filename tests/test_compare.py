@@ -1,8 +1,10 @@
 """scripts/compare.py RUN_A RUN_B (issue #31): two real experiment=judge runs (the tiny random
-llama, 2 documents x 3 candidates, two instructions) compared metric by metric with a paired
-bootstrap over documents; runs over other documents or other pairs are refused in one line; a
-difference in the runs' numerics is warned about. Also: experiment=judge's results.json carries an
-interval for every estimated metric, and its card shows them, equal to results.json's."""
+llama, 3 documents x 3 candidates, two instructions) compared metric by metric with a paired
+interval over documents, each sentence with its documents and method; the same runs cut to 2
+documents make no "distinguishable" claim anywhere (compare.py, results.json, the card); runs over
+other documents or other pairs are refused in one line; a difference in the runs' numerics is
+warned about. Also: experiment=judge's results.json carries an interval for every estimated
+metric with its documents and method beside it, and its card shows them, equal to results.json's."""
 
 from __future__ import annotations
 
@@ -14,12 +16,14 @@ from pathlib import Path
 import pytest
 from conftest import run_in_process
 
+from harness.metrics.interval import METHOD
+
 REPO = Path(__file__).resolve().parents[1]
 SPEC = importlib.util.spec_from_file_location("compare_script", REPO / "scripts" / "compare.py")
 compare = importlib.util.module_from_spec(SPEC)  # type: ignore[arg-type]
 SPEC.loader.exec_module(compare)  # type: ignore[union-attr]
 
-ARGS = ["experiment=judge", "model=tiny_llama", "task.docs=2", "task.max_candidates=3", "experiment.shuffles=4",
+ARGS = ["experiment=judge", "model=tiny_llama", "task.docs=3", "task.max_candidates=3", "experiment.shuffles=4",
         "wandb.mode=disabled", "metrics.bootstrap=200"]
 
 
@@ -36,25 +40,39 @@ def two_runs(tmp_path_factory):
     return runs
 
 
+def _two_documents(run: Path, out: Path) -> Path:
+    """`run` cut to its first 2 documents (judgments.jsonl filtered; results.json kept for its settings)."""
+    shutil.copytree(run, out)
+    rows = (out / "judgments.jsonl").read_text().splitlines()
+    docs = sorted({json.loads(r)["doc_id"] for r in rows if "doc_id" in json.loads(r)})[:2]
+    (out / "judgments.jsonl").write_text(
+        "\n".join(r for r in rows if json.loads(r).get("doc_id", docs[0]) in docs) + "\n")
+    return out
+
+
 def test_judge_results_carry_every_interval_and_the_card_shows_them(two_runs):
     res = json.loads((two_runs[0] / "results.json").read_text())
-    assert res["interval"]["unit"] == "document" and res["interval"]["rounds"] == 200
-    assert res["interval"]["n_documents"] == 2 and res["interval"]["level"] == 0.95
+    assert res["interval"]["unit"] == "document" and res["interval"]["method"] == METHOD
+    assert res["interval"]["n_documents"] == 3 and res["interval"]["level"] == 0.95
     for variant, values in res["metrics"].items():
-        iv = res["intervals"][variant]
-        assert set(iv) == {k for k in values if k not in compare.NO_INTERVAL}
+        iv, basis = res["intervals"][variant], res["interval_basis"][variant]
+        assert set(iv) == set(basis) == {k for k in values if k not in compare.NO_INTERVAL}
         for key, bounds in iv.items():
             if bounds is not None:
-                assert bounds[0] <= bounds[1]
+                assert bounds[0] <= bounds[1] and basis[key]["n_documents"] == 3 and basis[key]["note"] in (
+                    None, "no spread across documents")
+    assert res["interval_basis"]["none"]["ece"]["note"] == "too few documents to tell"  # ECE needs 8
     assert "permutation - none" in res["differences"]
     lo, hi = res["intervals"]["none"]["a_rate"]
     card = (two_runs[0] / "card.md").read_text()
     assert f"A-rate {res['metrics']['none']['a_rate']:.3f} [{lo:.3f}, {hi:.3f}]" in card
-    assert "95% percentile bootstrap over the documents" in card
+    assert f"[lo, hi]: 95%, {METHOD}, 3 documents" in card
+    assert "(3 documents: too few documents to tell)" in card.split("calibration")[1].splitlines()[0]  # ECE: 8
     # The length bias of the raw judgments, with its interval, in results.json and the card.
     lb = res["length_bias"]
-    assert lb["n_pairs"] == 12 and lb["unit"].startswith("words") and lb["scale"] > 0
+    assert lb["n_pairs"] == 18 and lb["unit"].startswith("words") and lb["scale"] > 0
     assert lb["length_interval"][0] <= lb["length"] <= lb["length_interval"][1]
+    assert lb["length_basis"] == {"n_documents": 3, "method": METHOD, "note": None}
     assert f"log-odds of A {lb['length']:+.3f} [" in card
     lc = lb["controlled"]
     assert set(lc["metrics"]) == set(lc["intervals"]) == set(lc["minus_raw"]) >= {"spearman", "spearman_pairs"}
@@ -68,11 +86,42 @@ def test_compare_prints_each_metric_with_its_paired_interval(two_runs, capsys):
     rb = json.loads((two_runs[1] / "results.json").read_text())["metrics"]["none"]
     line = next(x for x in out.splitlines() if x.startswith("a_rate "))
     assert f"{ra['a_rate']:.4f}" in line and f"{rb['a_rate']:.4f}" in line
-    assert f"a_rate {rb['a_rate'] - ra['a_rate']:+.3f} [" in line and "distinguishable from 0 at 95%" in line
-    assert "2 documents, 12 ordered pairs in each" in out
-    # A run against itself: every difference is exactly 0, its interval [0, 0].
+    assert f"a_rate {rb['a_rate'] - ra['a_rate']:+.3f} [" in line and "(3 documents, t-jackknife" in line
+    assert "distinguishable from 0 at 95%" in line
+    assert "3 documents, 18 ordered pairs in each" in out and METHOD in out
+    # A run against itself: every difference is exactly 0, never distinguishable.
     assert compare.main([str(two_runs[0]), str(two_runs[0]), "--bootstrap", "50"]) == 0
-    assert "a_rate +0.000 [+0.000, +0.000]: not distinguishable" in capsys.readouterr().out
+    same = capsys.readouterr().out
+    assert ("a_rate +0.000 [+0.000, +0.000] (3 documents, t-jackknife; no spread across documents): not "
+            "distinguishable") in same
+    assert ": distinguishable" not in same
+
+
+def test_two_documents_make_no_distinguishable_claim(two_runs, tmp_path, capsys):
+    """The issue's case: two 2-document runs. compare.py, the results.json written for them and their
+    cards say "too few documents to tell" and never "distinguishable" (NEGATIVE CONTROL: the same
+    runs on 3 documents do make intervals)."""
+    from harness.judging import load_judgments
+    from harness.metrics import write_run
+    from harness.metrics.card import render_cards
+
+    a, b = (_two_documents(r, tmp_path / r.name) for r in two_runs)
+    assert compare.main([str(a), str(b), "--bootstrap", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "distinguishable" not in out and "(2 documents: too few documents to tell)" in out
+    judgments, p_cf = load_judgments(a / "judgments.jsonl")
+    (tmp_path / "written").mkdir()
+    res = write_run(tmp_path / "written", judgments, p_cf, task="t", aspect=None, family="summarization",
+                    instruction="x", judge_identity="j", n_docs=2, shuffles=4, seed=0, bootstrap=200)
+    text = json.dumps(res)
+    assert "distinguishable from 0" not in text.replace("not distinguishable from 0", "")
+    assert all(v is None for v in res["intervals"]["none"].values())
+    assert {b["note"] for b in res["interval_basis"]["none"].values()} == {"too few documents to tell"}
+    cards = render_cards(a, echo=lambda _: None, rounds=200)
+    assert "none: 2 documents: too few documents to tell" in (a / "card.md").read_text()
+    assert cards[0].bounds is not None and all(v.bounds is None for v in cards[0].bounds.values() if v)
+    three = json.loads((two_runs[0] / "results.json").read_text())
+    assert three["intervals"]["none"]["a_rate"] is not None  # the control: 3 documents get intervals
 
 
 def test_compare_refuses_other_documents_and_warns_on_numerics(two_runs, tmp_path, capsys):

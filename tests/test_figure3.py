@@ -1,7 +1,8 @@
 """Figure 3 with its interval (issue 31): the across-instruction Spearman of an objective with the
 instructions' Spearman against humans, per bootstrap round on the SAME resampled documents for
-every instruction; and the candidate-order control (experiment.shuffle_candidates). Synthetic data
-with a known answer; no model."""
+every instruction, its interval the t interval on those rounds' RMSE (harness/metrics/interval.py:
+a rank across instructions jumps as a document leaves, which the jackknife cannot follow); and the
+candidate-order control (experiment.shuffle_candidates). Synthetic data with a known answer; no model."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from scipy.stats import spearmanr
 
 from harness.errors import DataError
 from harness.judging import build_requests
-from harness.metrics.bootstrap import Resample, percentile_interval
+from harness.metrics.bootstrap import LeaveOneOut
 from harness.metrics.summary import Summary, analyse
 from harness.records import Candidate, Document, Judgment
 from harness.zepo.figure3 import (
@@ -33,13 +34,13 @@ ROUNDS = 1000
 def _summaries(fair: np.ndarray, sp: np.ndarray, seeds: list[int] | None = None) -> tuple[list, list[Summary]]:
     """Rows and Summaries of N instructions (rows of `fair`/`sp`: (instructions, documents) per-document
     fairness and Spearman, means over documents as the real ones). Each metric's rounds are the
-    weighted means under the Resample's counts; with `seeds`, instruction k draws its own documents."""
+    weighted means under the bootstrap's counts; with `seeds`, instruction k draws its own documents."""
     n, d = fair.shape
     ids = [f"doc{j:02d}" for j in range(d)]
     rows, out = [], []
     for k in range(n):
-        res = Resample.draw(ids, ROUNDS, 0.95, 7 if seeds is None else seeds[k])
-        w = res.columns(ids)
+        res = LeaveOneOut.over(ids, 0.95, ROUNDS, 7 if seeds is None else seeds[k])
+        w = res.boot_columns(ids)
         m = {"fairness": fair[k].mean(), "a_rate_upper": 0.5 - fair[k].mean(), "spearman_pairs": sp[k].mean(),
              "spearman": sp[k].mean(), "prob_gap": 0.3, "bc": 0.1, "ece": 0.2, "fairness_prob": 0.0, "a_rate": 0.5,
              "a_rate_prob": 0.5, "max_prob": 0.6}
@@ -48,7 +49,8 @@ def _summaries(fair: np.ndarray, sp: np.ndarray, seeds: list[int] | None = None)
                 "ece": np.full(ROUNDS, 0.2)}
         reps["a_rate_upper"] = 0.5 - reps["fairness"]
         rows.append({"index": k, "none": m, "permutation": m})
-        out.append(Summary({"none": m, "permutation": m}, {"none": reps, "permutation": reps}, res))
+        out.append(Summary({"none": m, "permutation": m}, {"none": {}, "permutation": {}}, res, None,
+                           {"none": reps, "permutation": reps}))
     return rows, out
 
 
@@ -99,6 +101,7 @@ def test_figure3_interval_excludes_0_for_a_real_relation_and_covers_0_for_noise(
     e = got["spearman_pairs"]["none"]["fairness"]
     assert e["rho"] > 0.8 and e["lo"] > 0 and e["interval"] == [e["lo"], e["hi"]] and e["defined_rounds"] == ROUNDS
     assert "distinguishable from 0 at 95%" in e["sentence"] and "not" not in e["sentence"]
+    assert "(20 documents, t-bootstrap)" in e["sentence"] and e["n_documents"] == 20
     assert e["sentence"].startswith("raw fairness vs PairS Spearman across 12 instructions on 20 documents: rho +")
     # The point is the study's own (analyse): Spearman rho of objective_values with the Spearman.
     assert e["rho"] == pytest.approx(spearmanr(objective_values(rows)["fairness"], sp.mean(1))[0])
@@ -107,13 +110,12 @@ def test_figure3_interval_excludes_0_for_a_real_relation_and_covers_0_for_noise(
     c = got["spearman_pairs"]["none"]["confidence"]
     assert math.isnan(c["rho"]) and c["interval"] is None and "undefined" in c["sentence"]
     covered = 0
-    for seed in range(40):  # the rounds as figure3_intervals forms them (checked above), fairness alone
+    for seed in range(40):
         rng = np.random.default_rng(100 + seed)
         rows, summ = _summaries(-0.25 + rng.normal(0, 0.1, (n, d)), 0.2 + rng.normal(0, 0.1, (n, d)))
-        x, y = (np.stack([s.replicates["none"][k] for s in summ], 1) for k in ("fairness", "spearman_pairs"))
-        lo, hi = percentile_interval(round_spearman(x, y)[0], 0.95)
-        covered += lo <= 0 <= hi
-    assert covered >= 34, covered  # 40 x 95% = 38 expected; a percentile bootstrap of rho runs a little narrow
+        e = figure3_intervals(rows, summ, 0.95, d)["spearman_pairs"]["none"]["fairness"]
+        covered += e["lo"] <= 0 <= e["hi"]
+    assert covered >= 36, covered  # 40 x 95% = 38 expected
 
 
 def test_figure3_uses_the_same_document_draws_for_every_instruction():
@@ -133,8 +135,8 @@ def test_figure3_uses_the_same_document_draws_for_every_instruction():
     rows, apart = _summaries(fair, sp, seeds=list(range(n)))
     with pytest.raises(DataError, match="resample different documents"):
         figure3_intervals(rows, apart, 0.95, d)
-    x = np.stack([s.replicates["none"]["fairness"] for s in apart], 1)
-    y = np.stack([s.replicates["none"]["spearman_pairs"] for s in apart], 1)
+    x = np.stack([s.boot["none"]["fairness"] for s in apart], 1)
+    y = np.stack([s.boot["none"]["spearman_pairs"] for s in apart], 1)
     rho, _ = round_spearman(x, y)
     lo, hi = np.quantile(rho, [0.025, 0.975])
     assert lo < 0 < hi
@@ -150,12 +152,12 @@ def test_figure3_counts_undefined_rounds_and_withholds_an_interval_built_on_too_
     sp = np.tile(np.linspace(0, 0.5, n)[:, None], (1, d)) + np.random.default_rng(3).normal(0, 0.01, (n, d))
     rows, summ = _summaries(fair, sp)
     e = figure3_intervals(rows, summ, 0.95, d)["spearman_pairs"]["none"]["fairness"]
-    missed = int((summ[0].resample.columns(["doc00"])[:, 0] == 0).sum())  # (11/12)^12: about 35% of rounds
+    missed = int((summ[0].loo.boot_columns(["doc00"])[:, 0] == 0).sum())  # (11/12)^12: about 35% of rounds
     assert 250 < missed < 450
     assert e["undefined"] == {"too_few": 0, "constant_objective": missed, "constant_spearman": 0}
     assert e["defined_rounds"] == ROUNDS - missed and e["interval"] is None and e["lo"] is None
-    assert f"no interval: undefined in {missed} of {ROUNDS} bootstrap rounds (constant objective {missed})" \
-        in e["sentence"]
+    assert f"(12 documents: undefined in {missed} of {ROUNDS} bootstrap rounds)" in e["sentence"]
+    assert f"({missed} of {ROUNDS} rounds undefined: constant objective {missed})" in e["sentence"]
     assert e["rho"] == pytest.approx(1.0)  # the point itself is defined
 
 

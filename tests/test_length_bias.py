@@ -1,8 +1,8 @@
 """Length bias (harness/metrics/length.py, issue #31): on synthetic judges whose P(A) has a known
 mean sigmoid(position + length * dlen / scale) (Beta noise around it, with a per-document
 perturbation so pairs of a document are correlated), the fit recovers the length coefficient
-within its bootstrap interval over documents, and for a judge without a length preference the
-interval covers 0; the bootstrap's few Newton steps per round reach the full fit."""
+within its interval over documents (harness/metrics/interval.py), and for a judge without a length
+preference the interval covers 0; the few Newton steps per left-out document reach the full fit."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from harness.metrics import length
-from harness.metrics.bootstrap import Resample
+from harness.metrics.bootstrap import LeaveOneOut
 from harness.records import Judgment
 
 
@@ -38,7 +38,7 @@ def _synthetic(slope: float, position: float = 0.4, docs: int = 40, n: int = 6, 
 @pytest.mark.parametrize("slope", [0.8, 0.0])
 def test_a_known_length_preference_is_recovered_and_none_covers_zero(slope):
     judgments, lengths = _synthetic(slope)
-    rs = Resample.draw({j.doc_id for j in judgments}, 400, 0.95, 0)
+    rs = LeaveOneOut.over({j.doc_id for j in judgments}, 0.95)
     fit = length.length_bias(judgments, lengths, rs)
     lo, hi = fit["length_interval"]
     assert lo <= slope <= hi and hi - lo < 0.5
@@ -49,12 +49,13 @@ def test_a_known_length_preference_is_recovered_and_none_covers_zero(slope):
     assert fit["n_pairs"] == 40 * 30 and fit["unit"].startswith("words")
 
 
-def test_bootstrap_refits_converge_and_degenerate_input_is_nan():
+def test_leave_one_out_refits_converge_and_degenerate_input_is_nan():
     judgments, lengths = _synthetic(0.8, docs=10)
-    rs = Resample.draw({j.doc_id for j in judgments}, 30, 0.95, 1)
+    rs = LeaveOneOut.over({j.doc_id for j in judgments}, 0.95)
     few = length.length_bias(judgments, lengths, rs)
     many = length.length_bias(judgments, lengths, rs, chunk=7)
-    assert few == many  # chunking does not change a round
+    assert few == many  # chunking does not change a row
+    assert few["length_basis"]["n_documents"] == 10 and "jackknife" in few["length_basis"]["method"]
     p = np.clip([j.p_a for j in judgments], 1e-6, 1 - 1e-6)
     x = np.array([lengths[(j.doc_id, j.a_id)] - lengths[(j.doc_id, j.b_id)] for j in judgments], float)
     x /= x.std()
@@ -73,12 +74,12 @@ def test_length_control_removes_a_designed_length_preference():
     attenuated one) leaves a preference the interval excludes 0 for."""
     judgments, lengths = _synthetic(1.2, docs=30)
     fit = length.length_bias(judgments, lengths)
-    rs0 = Resample.draw({j.doc_id for j in judgments}, 300, 0.95, 0)
+    rs0 = LeaveOneOut.over({j.doc_id for j in judgments}, 0.95)
     once = length.controlled_p(judgments, lengths, fit, shift=fit["length"])
     left = length.length_bias([replace(j, p_a=float(p)) for j, p in zip(judgments, once)], lengths, rs0)
     assert left["length_interval"][0] > 0
     lc = length.controlled_p(judgments, lengths, fit)
-    rs = Resample.draw({j.doc_id for j in judgments}, 300, 0.95, 0)
+    rs = LeaveOneOut.over({j.doc_id for j in judgments}, 0.95)
     after = length.length_bias([replace(j, p_a=float(p)) for j, p in zip(judgments, lc)], lengths, rs)
     lo, hi = after["length_interval"]
     assert lo <= 0 <= hi and abs(after["length"]) < 1e-6

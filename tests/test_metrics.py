@@ -365,3 +365,33 @@ def test_answer_mass_counts_no_answer_as_zero_and_leaves_unreadable_out():
     assert _mass_flags(PairScore(token_logprobs={}, p_a=0.5, flags=("no_answer",))) == (LOW_MASS,)
     assert _mass_flags(PairScore(token_logprobs={}, p_a=math.nan, flags=("unreadable",))) == ()
     assert _mass_flags(PairScore(token_logprobs=good, p_a=0.625)) == ()
+
+
+def test_tied_win_rates_stay_tied_under_float_noise():
+    """Two candidates whose win rates tie in exact arithmetic ((0.7 + 0.3 + 0.5) / 3 and
+    (0.6 + 0.4 + 0.5) / 3), judged twice with one P(A) moved by float-sized noise (3e-15) in
+    opposite directions: the per-document and pooled win-rate Spearman are equal in both copies,
+    because win rates are ranked rounded to RANK_DECIMALS. NEGATIVE CONTROL: ranked unrounded (scipy
+    on the raw win rates), the noise orders the tie and the two copies' Spearman differ."""
+    from scipy.stats import spearmanr
+
+    from harness.metrics.correlation import RANK_DECIMALS
+
+    m = np.array([[np.nan, 0.7, 0.3, 0.5], [0.6, np.nan, 0.4, 0.5], [0.2, 0.3, np.nan, 0.4],
+                  [0.8, 0.9, 0.7, np.nan]])
+    human = [3.0, 2.0, 1.0, 4.0]
+    ids = ["c0", "c1", "c2", "c3"]
+
+    def judged(noise: float) -> list[Judgment]:
+        p = m.copy()
+        p[0, 1] += noise
+        return [Judgment("d", ids[i], ids[k], float(p[i, k]), {}, human[i], human[k])
+                for i in range(4) for k in range(4) if i != k]
+
+    up, down = judged(3e-15), judged(-3e-15)
+    a, b = correlations(up, "winrate", 2), correlations(down, "winrate", 2)
+    assert a["spearman"] == b["spearman"] and a["spearman_whole"] == b["spearman_whole"]
+    raw = [win_rates(preference_matrices(js)["d"][1]) for js in (up, down)]
+    assert raw[0][0] > raw[0][1] and raw[1][0] < raw[1][1]  # the noise survived into the win rates
+    assert round(raw[0][0], RANK_DECIMALS) == round(raw[0][1], RANK_DECIMALS)
+    assert spearmanr(raw[0], human)[0] != spearmanr(raw[1], human)[0]  # ranked raw, the noise decides

@@ -404,9 +404,11 @@ def test_smollm2_search_moves_decision_rate_toward_half(shared_data, smollm2_pat
     assert res["n_candidates"] >= 2  # the local optimizer produced usable paraphrases
     assert abs(rate[1] - 0.5) < abs(rate[0] - 0.5)  # strictly fairer on the search document
     assert all(0 <= x <= 1 for x in held) and all(-1 <= x <= 1 for x in sp)
-    # Every number with its interval over documents, and the paired held-out gain as a sentence.
+    # Every number with its interval entry over documents, and the paired held-out gain as a sentence:
+    # on 1 held-out document, too few to tell.
     assert set(best["intervals_heldout"]["none"]) >= {"a_rate_prob", "spearman_pairs", "fairness"}
-    assert "distinguishable from 0 at 95%" in res["gains"]["heldout"]["none"]["spearman_pairs"]["sentence"]
+    said = res["gains"]["heldout"]["none"]["spearman_pairs"]["sentence"]
+    assert "(1 document: too few documents to tell)" in said and "distinguishable" not in said
 
 
 def test_fairness_prob_on_permutation_debiased_judgments_is_refused():

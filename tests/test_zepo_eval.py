@@ -23,6 +23,7 @@ from harness.judges.cache import CachedJudge, ScoreCache
 from harness.judging import judge_documents, load_judgments, model_judge
 from harness.metrics import summarize
 from harness.metrics.bootstrap import NO_INTERVAL
+from harness.metrics.interval import METHOD
 
 
 class CallSpy:
@@ -136,9 +137,10 @@ def test_initial_and_best_are_evaluated_in_one_call_as_the_separate_calls_did(im
 
 
 def test_shipped_zepo_results_carry_intervals_and_the_paired_heldout_gain(improved):
-    """The shipped config's metrics.bootstrap rounds: every estimated metric of both sets has an
-    interval, the paired best - initial held-out gain is in results.json and in summary.md as one
-    sentence, and a real improvement (two instructions) gives a non-degenerate paired interval."""
+    """The shipped config's metrics.bootstrap: every estimated metric of both sets has an interval
+    entry and, beside it, its documents and method; the paired best - initial held-out gain is in
+    results.json and in summary.md as one sentence: on this 1 held-out document "too few documents
+    to tell", never "distinguishable" (nor on the leaky ones: 2 documents)."""
     tmp, res, *_ = improved
     saved = json.loads((tmp / "run" / "results.json").read_text())
     for label in ("initial", "best"):
@@ -146,14 +148,20 @@ def test_shipped_zepo_results_carry_intervals_and_the_paired_heldout_gain(improv
         assert meta["rounds"] == 1000 and meta["unit"] == "document" and meta["level"] == 0.95
         for kind in ("leaky", "heldout"):
             metrics, intervals = saved[label][f"metrics_{kind}"], saved[label][f"intervals_{kind}"]
-            assert set(intervals) == set(metrics)
+            assert set(intervals) == set(metrics) == set(saved[label][f"interval_basis_{kind}"])
             assert set(intervals["none"]) == {k for k in metrics["none"] if k not in NO_INTERVAL}
+        assert saved[label]["interval_basis_heldout"]["none"]["a_rate"]["note"] == "too few documents to tell"
     gain = saved["gains"]["heldout"]["none"]["spearman_pairs"]
     want = (saved["best"]["metrics_heldout"]["none"]["spearman_pairs"]
             - saved["initial"]["metrics_heldout"]["none"]["spearman_pairs"])
-    assert gain["diff"] == pytest.approx(want) and gain["interval"][0] <= gain["interval"][1]
+    assert gain["diff"] == pytest.approx(want) and gain["interval"] is None
+    assert gain["note"] == "too few documents to tell"
+    leaky = saved["gains"]["leaky"]["none"]["a_rate"]
+    assert leaky["n_documents"] == 2 and leaky["interval"] is None and leaky["method"] == METHOD
     table = (tmp / "run" / "summary.md").read_text()
-    assert "- held-out Spearman (PairS) " in table and "from 0 at 95%" in table
+    assert "- held-out Spearman (PairS) " in table and "(1 document: too few documents to tell)" in table
+    assert "The held-out part (1 document) is too small to tell" in table
+    assert ": distinguishable" not in table
     assert saved["gains"]["leaky"]["none"]["a_rate"]["sentence"].startswith("leaky a_rate ")
 
 

@@ -31,6 +31,7 @@ from harness.abb.bounds import (
     hoeffding_ucb,
     mean_ucb,
     min_trials_to_confirm,
+    neighbour_mode,
     noise_tail,
     quantile_min_samples,
     quantile_rank,
@@ -65,7 +66,7 @@ __all__ = [
     "BOUNDS", "CHOICES", "MEAN_METHODS", "REL_TOL", "SIGMA_MODES", "TESTS", "VERDICTS", "AbbParams", "AbbResult",
     "Bound", "Choice", "DeltaSplit", "Refusal", "Verification", "bernstein_can_win", "bernstein_ucb",
     "bounded_scores", "calibrate", "choose_alpha", "clopper_pearson", "contract", "distance_bounds",
-    "dkw_quantile_ucb", "exceeds", "hoeffding_ucb", "mean_ucb", "min_trials_to_confirm", "noise_tail", "preflight",
+    "dkw_quantile_ucb", "exceeds", "hoeffding_ucb", "mean_ucb", "min_trials_to_confirm", "neighbour_mode", "noise_tail", "preflight",
     "quantile_min_samples", "quantile_rank", "quantile_ucb", "radius_budget", "run_abb", "sigma_room",
     "split_delta", "squared_distances", "verdict", "verify", "write_json",
 ]

@@ -66,17 +66,26 @@ def squared_distances(baseline: np.ndarray, neighbours: np.ndarray) -> tuple[np.
     return np.sum(v * v, axis=1), np.sum(v, axis=1) ** 2 / f.shape[0]
 
 
+def neighbour_mode(k: int, d: int) -> str:
+    """The name of a claim whose neighbours each change at most k of d items: one_item (k = 1),
+    whole_set (k = d), else hamming_<k> (Hamming-k, as a score file's estimation rows can size it)."""
+    return "one_item" if k == 1 else "whole_set" if k == d else f"hamming_{k}"
+
+
 def distance_bounds(mode: str, d: int, scale: tuple[float, float], items_changed: int | None = None) -> tuple[float, float]:
     """(B, B_par): sure bounds on ||v||^2 and ||Pv||^2 for scores in [lo, hi], r = hi - lo.
 
-    A neighbour changes k items (k = 1 for one_item, k = d for whole_set), each by at most r:
-    ||v||^2 <= k r^2 and ||Pv||^2 = (sum v)^2 / d <= (k r)^2 / d.
+    A neighbour changes k items (k = 1 for one_item, k = d for whole_set, k for hamming_<k>), each
+    by at most r: ||v||^2 <= k r^2 and ||Pv||^2 = (sum v)^2 / d <= (k r)^2 / d.
     """
     lo, hi = float(scale[0]), float(scale[1])
     if not hi > lo:
         raise _err(f"score scale must have hi > lo, got {scale}", "scale")
-    k = items_changed if items_changed is not None else (1 if mode == "one_item" else d)
-    if mode not in ("one_item", "whole_set") or not 1 <= k <= d:
+    named = {"one_item": 1, "whole_set": d}.get(mode)
+    if named is None and mode.startswith("hamming_") and mode[len("hamming_"):].isdigit():
+        named = int(mode[len("hamming_"):])
+    k = items_changed if items_changed is not None else named
+    if named is None or k is None or not 1 <= k <= d or (mode.startswith("hamming_") and k != named):
         raise _err(f"bad mode {mode!r} or items_changed {k} for d={d}", "mode")
     r2 = (hi - lo) ** 2
     return k * r2, k * k * r2 / d

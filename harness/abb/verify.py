@@ -241,7 +241,7 @@ class AbbResult:
 
     params: AbbParams
     mode: str
-    """"one_item" (Hamming-1) or "whole_set" (or Hamming-k from a file)."""
+    """"one_item" (Hamming-1), "whole_set", or "hamming_<k>" (a score file's Hamming-k claim, 1 < k < d)."""
     n_neighbours: int
     scale: tuple[float, float] | None
     verification: Verification | None = None

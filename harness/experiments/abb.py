@@ -146,7 +146,7 @@ def run_file(ctx: RunContext, s: Settings) -> dict[str, Any]:
                         f"budget of {k} item(s) per neighbour set by the split=estimate rows; fresh rows are checked "
                         "against the claim and never re-size it: drop them, or estimate with neighbours of the "
                         f"same size", where=located(spec["path"], at or None, "neighbour"))
-    mode = "one_item" if k == 1 else "whole_set"
+    mode = abb.neighbour_mode(k, d)
     bounds = abb.distance_bounds(mode, d, vector.scale, items_changed=k)
     s = dataclasses.replace(s, estimate=len(fs.neighbours.get("estimate", [])))
     if not s.estimate:

@@ -7,7 +7,9 @@ every metric applies unchanged to debiased judgments. `summarize` reads a list i
 (24,000 ordered pairs) take about a second (docs/benchmarks.md). Modules: `views` (per-document
 matrices, the Frame),
 `rates`, `calibration`, `correlation`, `debias`, `summary` (everything for results.json); `mass`
-(answer-token mass), `order` (order consistency), `card` + `plots` (a run's report card).
+(answer-token mass), `order` (order consistency), `card` + `plots` (a run's report card);
+`bootstrap` (each metric with each document left out), `interval` (every interval and the one
+"distinguishable" rule), `coverage` (how often those intervals cover, simulated).
 """
 
 from harness.metrics.calibration import calibration, calibration_pairs

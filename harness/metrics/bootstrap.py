@@ -1,27 +1,27 @@
-"""Uncertainty of every metric: a percentile bootstrap over DOCUMENTS, and paired differences.
+"""Uncertainty of every metric: each metric recomputed with each document left out, and paired differences.
 
 A document is the independent unit: its pairs, both orders of each, and its candidates' human
 scores move together (pairs of one document share its source text, its candidates and often the
-judge's mood for it; resampling pairs would treat them as independent and give intervals too
-narrow: tests/test_bootstrap.py shows a pair-level bootstrap under-covering on clustered data).
+judge's mood for it; treating pairs as independent gives intervals too narrow:
+tests/test_bootstrap.py shows a pair-level bootstrap under-covering on clustered data).
 
-Each of `rounds` rounds draws n documents with replacement from the n judged ones: one call
-`numpy.random.default_rng(seed).integers(0, n, (rounds, n))` over the documents in sorted id order
-(`Resample`), so the draw does not depend on the judgments' order, two runs over the same
-documents get the same draws (a paired bootstrap: `paired`), and a mean over documents equals
-scipy.stats.bootstrap(method="percentile") with the same seed. Round r is a row of counts W[r, d].
-
-Every metric is recomputed per round from per-document sufficient statistics (`DocStats`):
-a pooled mean (confidence, calibration, order consistency, ...) is (W @ sums) / (W @ counts), a
-mean over documents (A-rate, per-document Spearman/Kendall) is (W @ values) / (W @ defined), ECE
-sums |W @ sum(y) - W @ sum(p)| over its bins; the pooled ("whole") rank correlations are recomputed
-per round: Spearman from weighted mid-ranks ((rounds, candidates) arrays), Kendall's tau-b as a
+`LeaveOneOut` is the jackknife's design over the documents in sorted id order: row i weighs every
+document 1 except the i-th (0), so two runs over the same documents get the same rows (a paired
+jackknife: `paired`). Every metric is recomputed per row from per-document sufficient statistics
+(`DocStats`, `replicate`): a pooled mean (confidence, calibration, order consistency, ...) is
+(W @ sums) / (W @ counts), a mean over documents (A-rate, per-document Spearman/Kendall) is
+(W @ values) / (W @ defined), ECE sums |W @ sum(y) - W @ sum(p)| over its bins; the pooled ("whole")
+rank correlations are recomputed per row: Spearman from weighted mid-ranks, Kendall's tau-b as a
 quadratic form W K W^T of per-document-pair concordance sums (exactly what scipy gives on the
-resampled data, ties included). Variants with a fitted constant (batch calibration's shift, the
-content-free P(A)) keep it at its full-data value: their intervals are conditional on it.
+data with the document left out, ties included). Variants with a fitted constant (batch
+calibration's shift, the content-free P(A)) keep it at its full-data value: their intervals are
+conditional on it. `support` says which documents each metric rests on (a document without a
+human-scored pair has no say in a correlation); the interval of a metric is made from its own
+documents' rows by harness/metrics/interval.py (t x the jackknife's root-mean-square error).
 
-The interval is the (1 - level)/2 and (1 + level)/2 quantiles (numpy's linear interpolation, as
-scipy's percentile method) of the rounds where the metric is defined.
+The same functions take any rows of weights: `resample_counts` draws percentile-bootstrap rounds
+(for BOOTSTRAPPED metrics; `percentile_interval`, the harness's former method, is the coverage
+comparison's negative control: harness/metrics/coverage.py).
 """
 
 from __future__ import annotations
@@ -35,9 +35,19 @@ import numpy as np
 
 from harness.errors import ConfigError
 from harness.judging import MIN_ANSWER_MASS
+from harness.metrics.correlation import rankable
+from harness.metrics.interval import (
+    FISHER,
+    METHOD,
+    MIN_DOCUMENTS,
+    MIN_DOCUMENTS_OF,
+    Interval,
+    bootstrap_interval,
+    jackknife_interval,
+    sentence,
+)
 from harness.metrics.views import EPS, Frame
 
-METHOD = "percentile bootstrap over documents"
 NO_INTERVAL = ("n_judgments", "n_docs", "n_calibration", "n_order_pairs", "spearman_pairs_se")
 """metric_set keys without an interval: counts, and the shuffle standard error (itself a spread)."""
 CONDITIONAL = ("batch calibration's logit shift and the content-free P(A) are held at their full-data values "
@@ -45,6 +55,8 @@ CONDITIONAL = ("batch calibration's logit shift and the content-free P(A) are he
 
 
 def check_settings(rounds: int, level: float) -> None:
+    """metrics.bootstrap (0: no intervals; else intervals, and this many bootstrap rounds for the
+    statistics that take their RMSE from them) and metrics.level."""
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
         raise ConfigError(f"metrics.bootstrap must be an integer >= 0 (0 turns intervals off), got {rounds!r}")
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
@@ -52,43 +64,64 @@ def check_settings(rounds: int, level: float) -> None:
 
 
 def resample_counts(n: int, rounds: int, seed: int) -> np.ndarray:
-    """(rounds, n) counts: how often each of n units is drawn in each round (n draws per round)."""
+    """(rounds, n) counts: how often each of n units is drawn in each percentile-bootstrap round."""
     idx = np.random.default_rng(seed).integers(0, n, (rounds, n)) if n else np.zeros((rounds, 0), np.int64)
     flat = (idx + np.arange(rounds)[:, None] * n).ravel()
     return np.bincount(flat, minlength=rounds * n).reshape(rounds, n).astype(float)
 
 
 @dataclass(frozen=True)
-class Resample:
-    """The rounds' document counts over a set of document ids (sorted), and the interval level."""
+class LeaveOneOut:
+    """The jackknife's rows over a set of document ids (sorted): row i leaves ids[i] out; with
+    `rounds` > 0 also that many percentile-bootstrap rounds over them (`resample_counts`, seeded:
+    BOOTSTRAPPED metrics and rank statistics across instructions take their RMSE from those)."""
 
     ids: list[str]
-    counts: np.ndarray
-    """(rounds, len(ids))."""
     level: float
-    seed: int
+    boot_rounds: int = 0
+    seed: int = 0
 
     @classmethod
-    def draw(cls, doc_ids: Sequence[str], rounds: int, level: float, seed: int) -> Resample:
+    def over(cls, doc_ids: Sequence[str], level: float, rounds: int = 0, seed: int = 0) -> LeaveOneOut:
         check_settings(rounds, level)
-        ids = sorted(set(doc_ids))
-        return cls(ids, resample_counts(len(ids), rounds, seed), float(level), int(seed))
+        return cls(sorted(set(doc_ids)), float(level), int(rounds), int(seed))
+
+    def boot_columns(self, doc_ids: Sequence[str]) -> np.ndarray:
+        """The bootstrap rounds' counts of `doc_ids`, in that order: (rounds, len(doc_ids))."""
+        return resample_counts(len(self.ids), self.boot_rounds, self.seed)[:, self.positions(doc_ids)]
 
     @property
     def rounds(self) -> int:
-        return int(self.counts.shape[0])
+        return len(self.ids)
 
-    def columns(self, doc_ids: Sequence[str]) -> np.ndarray:
-        """The counts of `doc_ids` (each must be one of `ids`), in that order: (rounds, len(doc_ids))."""
+    @property
+    def counts(self) -> np.ndarray:
+        """(rows, len(ids)): 1 everywhere except the diagonal."""
+        return 1.0 - np.eye(len(self.ids))
+
+    def positions(self, doc_ids: Sequence[str]) -> np.ndarray:
+        """The index in `ids` of each of `doc_ids` (each must be one of them)."""
         pos = {d: k for k, d in enumerate(self.ids)}
         missing = [d for d in doc_ids if d not in pos]
         if missing:
-            raise ValueError(f"documents {missing[:3]} are not among the resampled ones")
-        return self.counts[:, [pos[d] for d in doc_ids]]
+            raise ValueError(f"documents {missing[:3]} are not among the jackknife's")
+        return np.array([pos[d] for d in doc_ids], dtype=np.int64)
+
+    def columns(self, doc_ids: Sequence[str]) -> np.ndarray:
+        """The rows' weights of `doc_ids`, in that order: (rows, len(doc_ids))."""
+        return self.counts[:, self.positions(doc_ids)]
+
+    def row_mask(self, doc_ids: Sequence[str], mask: np.ndarray) -> np.ndarray:
+        """A per-document mask in `doc_ids` order -> the same mask over the rows (sorted ids)."""
+        out = np.zeros(len(self.ids), dtype=bool)
+        out[self.positions(doc_ids)] = np.asarray(mask, dtype=bool)
+        return out
 
     def meta(self) -> dict[str, object]:
-        return {"method": METHOD, "rounds": self.rounds, "level": self.level, "seed": self.seed,
-                "unit": "document", "n_documents": len(self.ids), "held_fixed": CONDITIONAL}
+        return {"method": METHOD, "level": self.level, "unit": "document", "n_documents": len(self.ids),
+                "rounds": self.boot_rounds, "seed": self.seed, "bootstrapped": list(BOOTSTRAPPED),
+                "min_documents": MIN_DOCUMENTS, "min_documents_of": dict(MIN_DOCUMENTS_OF),
+                "fisher_z": sorted(FISHER), "held_fixed": CONDITIONAL}
 
 
 def no_interval_meta() -> dict[str, object]:
@@ -209,7 +242,8 @@ def _whole_inputs(frame: Frame, flat: np.ndarray, kept: set[str]) -> tuple[np.nd
         m = flat[frame.start[k]:frame.start[k] + n * n].reshape(n, n)
         judged = np.isfinite(m)
         with np.errstate(invalid="ignore"):
-            x = np.where(judged.any(axis=1), np.where(judged, m, 0.0).sum(axis=1) / judged.sum(axis=1), np.nan)
+            x = rankable(np.where(judged.any(axis=1), np.where(judged, m, 0.0).sum(axis=1) / judged.sum(axis=1),
+                                  np.nan))
         h = frame.human[k]
         good = np.isfinite(x) & np.isfinite(h)
         xs.append(x[good])
@@ -308,7 +342,8 @@ def whole_correlations(x: np.ndarray, h: np.ndarray, doc: np.ndarray, w: np.ndar
 
 
 def percentile_interval(reps: np.ndarray, level: float) -> list[float] | None:
-    """[lo, hi]: the (1 - level)/2 and (1 + level)/2 quantiles of the defined rounds; None when none is."""
+    """[lo, hi]: the (1 - level)/2 and (1 + level)/2 quantiles of the defined rounds; None when none is
+    (the percentile bootstrap: only the coverage comparison uses it)."""
     reps = np.asarray(reps, dtype=float)
     reps = reps[np.isfinite(reps)]
     if not reps.size:
@@ -317,46 +352,88 @@ def percentile_interval(reps: np.ndarray, level: float) -> list[float] | None:
     return [float(lo), float(hi)]
 
 
-def intervals(point: Mapping[str, float | int], reps: Mapping[str, np.ndarray], level: float) -> dict[str, list[float] | None]:
-    """{metric: [lo, hi]} for every replicated metric; None where the value itself is undefined."""
-    out: dict[str, list[float] | None] = {}
-    for key, r in reps.items():
-        value = point.get(key)
-        out[key] = None if value is None or not math.isfinite(float(value)) else percentile_interval(r, level)
-    return out
+SUPPORT = {"a_rate": "rate_def", "fairness": "rate_def", "a_rate_prob": "rate_prob_def",
+           "fairness_prob": "rate_prob_def", "a_rate_upper": "upper_def", "order_consistency": "order_n",
+           "order_gap": "order_n", "answer_mass_median": "mass_n", "answer_mass_low_share": "mass_n",
+           "max_prob": "judged", "entropy": "judged", "bc": "judged", "prob_gap": "judged", "ece": "cal_n",
+           "brier": "cal_n", "nll": "cal_n", "accuracy": "cal_n", "spearman": "win_def", "kendall": "win_def",
+           "spearman_pairs": "pairs_def", "kendall_pairs": "pairs_def"}
+"""Each replicated metric -> the per-document count that says whether a document contributes to it."""
 
 
-def sentence(label: str, diff: float, interval: Sequence[float] | None, level: float) -> str:
-    """One plain sentence: "held-out Spearman +0.12 [-0.05, +0.31]: not distinguishable from 0 at 95%"."""
-    pct = f"{level * 100:g}%"
-    if diff is None or not math.isfinite(diff):
-        return f"{label}: undefined (the metric is NaN in at least one arm)"
-    if interval is None:
-        return f"{label} {diff:+.3f}: no interval (metrics.bootstrap=0)"
-    lo, hi = interval
-    verdict = "distinguishable from 0" if lo > 0 or hi < 0 else "not distinguishable from 0"
-    return f"{label} {diff:+.3f} [{lo:+.3f}, {hi:+.3f}]: {verdict} at {pct}"
+def support(stats: DocStats) -> dict[str, np.ndarray]:
+    """{metric: (documents,) bool}: the documents each metric rests on (frame order); the pooled
+    correlations rest on the documents with a candidate in them."""
+    out = {k: stats.sums[key] > 0 for k, key in SUPPORT.items()}
+    whole = np.zeros(len(stats.sums["judged"]), dtype=bool)
+    whole[np.unique(stats.whole[2]).astype(np.int64)] = True
+    return out | {"spearman_whole": whole, "kendall_whole": whole}
+
+
+BOOTSTRAPPED = ("answer_mass_median",)
+"""Metrics the jackknife cannot follow (a median jumps between neighbouring values as a document
+leaves): their interval's RMSE comes from percentile-bootstrap rounds instead."""
+
+
+def interval_of(key: str, value: float | int | None, rows: np.ndarray, mask: np.ndarray, level: float,
+                boot: np.ndarray | None = None) -> Interval | None:
+    """The interval of one metric from its leave-one-out rows over the documents `mask` keeps (its
+    bootstrap rounds `boot` for BOOTSTRAPPED); None where the value itself is undefined."""
+    if value is None or not math.isfinite(float(value)):
+        return None
+    if key in BOOTSTRAPPED and boot is not None:
+        return bootstrap_interval(float(value), boot, int(np.sum(mask)), level, key)
+    return jackknife_interval(float(value), np.asarray(rows, dtype=float)[mask], level, key)
+
+
+def intervals(point: Mapping[str, float | int], reps: Mapping[str, np.ndarray], masks: Mapping[str, np.ndarray],
+              level: float, boot: Mapping[str, np.ndarray] | None = None) -> dict[str, Interval | None]:
+    """{metric: Interval} for every replicated metric; None where the value itself is undefined."""
+    return {k: interval_of(k, point.get(k), r, masks[k], level, (boot or {}).get(k)) for k, r in reps.items()}
+
+
+def as_lists(ivs: Mapping[str, Interval | None]) -> dict[str, list[float] | None]:
+    """results.json's "intervals": {metric: [lo, hi] or None}."""
+    return {k: None if iv is None else iv.as_list() for k, iv in ivs.items()}
 
 
 def paired(label: str, a: float, b: float, reps_a: np.ndarray | None, reps_b: np.ndarray | None,
-           level: float) -> dict[str, object]:
-    """B - A on the same documents, its interval from the same rounds' B - A (a paired bootstrap),
-    and its sentence."""
+           level: float, mask: np.ndarray | None = None, metric: str | None = None,
+           boots: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, object]:
+    """B - A on the same documents, its interval from the same rows' B - A (a paired jackknife over
+    the documents `mask` keeps: those either arm rests on; for BOOTSTRAPPED metrics the same
+    bootstrap rounds' B - A, `boots`), its documents and method, and its sentence."""
     a, b = float(a), float(b)
     diff = b - a if math.isfinite(a) and math.isfinite(b) else math.nan
-    interval = None
+    iv = None
     if reps_a is not None and reps_b is not None and math.isfinite(diff):
-        interval = percentile_interval(np.asarray(reps_b) - np.asarray(reps_a), level)
-    return {"a": a, "b": b, "diff": diff, "interval": interval, "sentence": sentence(label, diff, interval, level)}
+        rows = np.asarray(reps_b, dtype=float) - np.asarray(reps_a, dtype=float)
+        if metric in BOOTSTRAPPED and boots is not None:
+            n = len(rows) if mask is None else int(np.sum(mask))
+            iv = bootstrap_interval(diff, boots[1] - boots[0], n, level, metric, difference=True)
+        else:
+            iv = jackknife_interval(diff, rows if mask is None else rows[mask], level, metric, difference=True)
+    return {"a": a, "b": b, "diff": diff, "interval": None if iv is None else iv.as_list(),
+            **(iv.basis() if iv is not None else {}), "sentence": sentence(label, diff, iv, level)}
 
 
 def paired_all(reps_a: Mapping[str, np.ndarray] | None, reps_b: Mapping[str, np.ndarray] | None,
                point_a: Mapping[str, float | int], point_b: Mapping[str, float | int], level: float,
-               prefix: str = "") -> dict[str, dict[str, object]]:
-    """`paired` for every metric both arms have an interval for (`prefix` starts each sentence)."""
+               prefix: str = "", masks_a: Mapping[str, np.ndarray] | None = None,
+               masks_b: Mapping[str, np.ndarray] | None = None, boot_a: Mapping[str, np.ndarray] | None = None,
+               boot_b: Mapping[str, np.ndarray] | None = None) -> dict[str, dict[str, object]]:
+    """`paired` for every metric both arms have; a document counts when either arm rests on it."""
     keys = [k for k in point_a if k in point_b and k not in NO_INTERVAL and isinstance(point_a[k], (int, float))]
+
+    def mask(k: str) -> np.ndarray | None:
+        got = [m[k] for m in (masks_a, masks_b) if m is not None and k in m]
+        return None if not got else np.logical_or.reduce(got)
+
+    def boots(k: str) -> tuple[np.ndarray, np.ndarray] | None:
+        return (boot_a[k], boot_b[k]) if boot_a is not None and boot_b is not None and k in boot_a else None
+
     return {k: paired(f"{prefix}{k}", point_a[k], point_b[k], None if reps_a is None else reps_a.get(k),
-                      None if reps_b is None else reps_b.get(k), level) for k in keys}
+                      None if reps_b is None else reps_b.get(k), level, mask(k), k, boots(k)) for k in keys}
 
 
 def interval_summary(intervals: Mapping[str, Mapping[str, Any]] | None, prefix: str = "") -> dict[str, float]:

@@ -9,9 +9,11 @@ pictures beside the file (card_reliability.png, card_p_a_by_order.png, card_answ
 also go to W&B as images; card.md holds the text. Every number comes from the functions
 `metric_set` uses, so the card equals results.json's "none" metrics. A run whose median mass is
 below the threshold gets ONE warning line naming the likely causes. Each estimated number carries
-its percentile-bootstrap interval over documents (harness/metrics/bootstrap.py; `rounds`, `level`
-and `seed` as the run's metrics.bootstrap, metrics.level and seed, so the card's intervals equal
-results.json's "intervals"["none"]): `A-rate 0.62 [0.55, 0.70]`; rounds=0 says "no intervals". The run context renders the
+its interval over documents (harness/metrics/interval.py: t x the jackknife's RMSE; `rounds`,
+`level` and `seed` as the run's metrics.bootstrap, metrics.level and seed, so the card's intervals equal
+results.json's "intervals"["none"]): `A-rate 0.62 [0.55, 0.70]`, and the intervals line says how
+they were made and over how many documents; below 3 documents (ECE: 8) a number has none and the
+card says "too few documents to tell"; rounds=0 says "no intervals". The run context renders the
 cards of every completed run (harness.runtime.context), so every experiment that writes judgments
 gets one without code of its own.
 """
@@ -25,12 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from harness.errors import HarnessError
 from harness.files import read_json, write_text_atomic
 from harness.judges.cpu import numerics_line
 from harness.judging import MIN_ANSWER_MASS, load_judgments
-from harness.metrics.bootstrap import Resample, doc_stats, intervals, replicate
+from harness.metrics.bootstrap import LeaveOneOut, doc_stats, intervals, replicate, support
 from harness.metrics.calibration import calibration, calibration_pairs
+from harness.metrics.interval import METHOD, Interval
 from harness.metrics.mass import answer_mass_stats, answer_masses
 from harness.metrics.order import view_order_consistency
 from harness.metrics.plots import plot_answer_mass, plot_p_a_by_order, plot_reliability
@@ -73,13 +78,18 @@ class Card:
     """Picture kind -> PNG written (the reliability diagram is absent without human labels)."""
     documents: str | None = None
     """Which documents the set covers (SET_FILE), when its writer said."""
-    intervals: Mapping[str, list[float] | None] | None = None
-    """CARD_KEYS with an interval -> [lo, hi] (None: no bootstrap, rounds=0)."""
+    bounds: Mapping[str, Interval | None] | None = None
+    """CARD_KEYS with an interval -> its Interval, with its documents (None: no intervals, rounds=0)."""
     level: float = 0.95
     length_bias: Mapping[str, Any] | None = None
     """results.json's "length_bias" when a results.json beside the judgments has one (a judge run)."""
     numerics: Mapping[str, Any] | None = None
     """The run's numerics (results.json "numerics": dtype, its source, engine, device), when recorded."""
+
+    @property
+    def intervals(self) -> dict[str, list[float] | None] | None:
+        """CARD_KEYS with an interval -> [lo, hi] or None (results.json's "intervals"["none"] form)."""
+        return None if self.bounds is None else {k: None if v is None else v.as_list() for k, v in self.bounds.items()}
 
     @property
     def low_mass(self) -> bool:
@@ -99,14 +109,19 @@ def card_numbers(judgments: Sequence[Judgment], threshold: float = MIN_ANSWER_MA
 
 
 def card_intervals(judgments: Sequence[Judgment], numbers: Mapping[str, Any], rounds: int, level: float,
-                   seed: int, bins: int = 10) -> dict[str, list[float] | None] | None:
-    """The card's numbers' bootstrap intervals over documents (None when rounds is 0)."""
+                   seed: int, bins: int = 10) -> dict[str, Interval | None] | None:
+    """The card's numbers' intervals over documents, as `summary.analyse` makes them (None when
+    rounds is 0)."""
     if not rounds:
         return None
     frame = build_frame(judgments)
-    resample = Resample.draw(frame.doc_ids, rounds, level, seed)
-    reps = replicate(doc_stats(frame, {}, {}, bins=bins), resample.columns(frame.doc_ids))
-    return intervals(numbers, {k: reps[k] for k in CARD_KEYS if k in reps}, level)
+    loo = LeaveOneOut.over(frame.doc_ids, level, rounds, seed)
+    stats = doc_stats(frame, {}, {}, bins=bins)
+    reps = replicate(stats, np.vstack([loo.columns(frame.doc_ids), loo.boot_columns(frame.doc_ids)]))
+    masks = {k: loo.row_mask(frame.doc_ids, v) for k, v in support(stats).items()}
+    keep = [k for k in CARD_KEYS if k in reps]
+    return intervals(numbers, {k: reps[k][:loo.rounds] for k in keep}, masks, level,
+                     {k: reps[k][loo.rounds:] for k in keep})
 
 
 def split_by_order(judgments: Sequence[Judgment], views: Mapping[str, DocView]) -> tuple[list[float], list[float]]:
@@ -154,7 +169,8 @@ def find_judgments(run_dir: str | Path) -> list[Path]:
 def render_card(path: Path, run_dir: Path, out_dir: Path | None = None, tracker: Tracker | None = None,
                 threshold: float = MIN_ANSWER_MASS, rounds: int = 1000, level: float = 0.95,
                 seed: int = 0) -> Card:
-    """One judgments.jsonl's card: numbers (with `rounds` bootstrap rounds' intervals), pictures and
+    """One judgments.jsonl's card: numbers (with intervals unless `rounds` is 0; `rounds` and `seed`
+    also draw the answer-mass median's bootstrap rounds), pictures and
     card.md in the matching folder of `out_dir` (default: beside the file), images to the tracker."""
     rel = path.parent.relative_to(run_dir)
     name = "run" if rel == Path(".") else rel.as_posix()
@@ -229,8 +245,7 @@ def card_text(card: Card, root: Path) -> str:
            if n["n_calibration"] else "no human labels")
     pics = ", ".join(str(_rel(p, root)) for p in card.pictures.values())
     documents = f" [{card.documents}]" if card.documents else ""
-    about = (f"  intervals     [lo, hi]: {card.level:.0%} percentile bootstrap over the documents"
-             if card.intervals is not None else "  intervals     no intervals (metrics.bootstrap=0)")
+    about = f"  intervals     {intervals_line(card)}"
     return "\n".join([
         f"report card {card.name}{documents}: {n['n_judgments']} ordered pairs, {n['n_docs']} "
         f"document{'' if n['n_docs'] == 1 else 's'} ({_rel(card.source, root)})",
@@ -259,18 +274,41 @@ def _length_line(lb: Mapping[str, Any]) -> str:
             f"position (equal lengths) {with_iv('position')}; {lb.get('n_pairs')} pairs")
 
 
+def intervals_line(card: Card) -> str:
+    """How the card's [lo, hi] were made and over how many documents, or why there are none."""
+    if card.bounds is None:
+        return "no intervals (metrics.bootstrap=0)"
+    n = card.numbers["n_docs"]
+    told = [iv for iv in card.bounds.values() if iv is not None and iv.bounds is not None]
+    head = f"[lo, hi]: {card.level:.0%}, {METHOD}, {n} document{'' if n == 1 else 's'}"
+    if told:
+        return head + "; a number on fewer documents says how many"
+    return f"none: {n} document{'' if n == 1 else 's'}: too few documents to tell (an interval needs 3, ECE 8)"
+
+
+def _bounds_note(card: Card, key: str, fmt: Callable[[float], str]) -> str:
+    """" [lo, hi]" (with "(k documents)" when fewer than the card's), "(too few documents to tell)"
+    where the card's other numbers have intervals and this one has none, else ""."""
+    iv = (card.bounds or {}).get(key)
+    if iv is None:
+        return ""
+    if iv.bounds is None:
+        others = any(v is not None and v.bounds is not None for v in (card.bounds or {}).values())
+        return f" ({iv.about()})" if others else ""
+    fewer = f" ({iv.n} documents)" if iv.n != card.numbers["n_docs"] else ""
+    return f" [{fmt(iv.bounds[0])}, {fmt(iv.bounds[1])}]{fewer}"
+
+
 def _interval_of(card: Card) -> Callable[..., str]:
     """key -> "value [lo, hi]" (the value alone without an interval)."""
     def show(key: str, digits: int = 3) -> str:
-        value = _f(card.numbers[key], digits)
-        iv = (card.intervals or {}).get(key)
-        return f"{value} [{_f(iv[0], digits)}, {_f(iv[1], digits)}]" if iv else value
+        return _f(card.numbers[key], digits) + _bounds_note(card, key, lambda x: _f(x, digits))
     return show
 
 
 def _pct_interval(card: Card, key: str) -> str:
-    iv = (card.intervals or {}).get(key)
-    return f"[{_pct(iv[0])}, {_pct(iv[1])}] " if iv else ""
+    note = _bounds_note(card, key, _pct)
+    return f"{note.strip()} " if note else ""
 
 
 def _rel(p: Path, root: Path) -> Path:

@@ -20,6 +20,18 @@ from harness.metrics.views import DocView, document_views, mean_or_nan
 from harness.records import Judgment
 
 
+RANK_DECIMALS = 12
+"""Values are rounded to this many decimals before they are ranked: a mean that is a tie in exact
+arithmetic (two candidates' win rates; a mean of per-document correlations that is 0) comes out
+as +-1e-17 in floats, and ranking that noise would order what is tied. (Noise larger than this,
+e.g. bf16 arithmetic's ~1e-2 on P(A), can still reorder near-ties: docs/report_card.md bounds it.)"""
+
+
+def rankable(x: np.ndarray) -> np.ndarray:
+    """`x` rounded to RANK_DECIMALS: what every ranking of a win rate (or of a mean) ranks."""
+    return np.round(np.asarray(x, dtype=float), RANK_DECIMALS)
+
+
 def win_rates(m: np.ndarray) -> np.ndarray:
     """Row mean of M over judged off-diagonal entries; NaN for a row with none."""
     off = np.where(np.eye(len(m), dtype=bool), np.nan, m)
@@ -158,7 +170,7 @@ def _doc_scores(views: Mapping[str, DocView], ranking: str, shuffles: int, seed:
     """The judge's score of each candidate per document: one row (win rate) or one row per initial
     order (PairS list position, higher = preferred)."""
     if ranking == "winrate":
-        return {d: win_rates(v.matrix)[None, :] for d, v in views.items()}
+        return {d: rankable(win_rates(v.matrix))[None, :] for d, v in views.items()}
     groups: dict[int, list[str]] = {}
     for d, v in views.items():
         groups.setdefault(len(v.ids), []).append(d)
@@ -191,7 +203,7 @@ def _whole_corr(views: Sequence[DocView]) -> tuple[float, float]:
     """Spearman and Kendall over (win rate, human) pooled across documents; NaN if undefined."""
     from scipy.stats import kendalltau, spearmanr
 
-    x = np.concatenate([win_rates(v.matrix) for v in views]) if views else np.array([])
+    x = np.concatenate([rankable(win_rates(v.matrix)) for v in views]) if views else np.array([])
     h = np.concatenate([v.human for v in views]) if views else np.array([])
     ok = np.isfinite(x) & np.isfinite(h)
     if ok.sum() < 2 or np.ptp(x[ok]) == 0 or np.ptp(h[ok]) == 0:

@@ -10,9 +10,9 @@ deviation of the length differences over the judged pairs, so `length` is the ch
 for one standard deviation of length difference; `position` is the log-odds of A for candidates of
 equal length (0: no position bias). Lengths are in whitespace-separated words of the candidate
 text as shown (every backend has them; a subword count would need the judge's own tokenizer, which
-an API judge does not expose). Both coefficients get a percentile bootstrap interval over
-documents (harness/metrics/bootstrap.py, the same rounds as every other metric): each round
-refits, starting from the full-data fit, with each judgment weighted by its document's count.
+an API judge does not expose). Both coefficients get the interval every metric gets
+(harness/metrics/interval.py): the fit is redone with each document left out in turn (starting
+from the full-data fit, the same rows as every other metric: harness/metrics/bootstrap.py).
 
 Length-controlled P(A) (`controlled_p`), in the manner of AlpacaEval's length-controlled win rate
 (its fitted model's prediction with the length term set to zero): each pair's log-odds minus the
@@ -31,7 +31,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from harness.metrics.bootstrap import Resample, percentile_interval
+from harness.metrics.bootstrap import LeaveOneOut
+from harness.metrics.interval import jackknife_interval
 from harness.metrics.views import EPS
 from harness.records import Document, Judgment
 
@@ -62,15 +63,17 @@ def _fit(p: np.ndarray, x: np.ndarray, w: np.ndarray, start: np.ndarray, iters: 
 
 
 def length_bias(judgments: Sequence[Judgment], lengths: Mapping[tuple[str, str], float],
-                resample: Resample | None = None, chunk: int = 100) -> dict[str, object]:
-    """The fit's coefficients, its scale and, with `resample`, their intervals over documents.
+                loo: LeaveOneOut | None = None, chunk: int = 100) -> dict[str, object]:
+    """The fit's coefficients, its scale and, with `loo`, their intervals over documents (and, beside
+    each, its documents and method: "position_basis", "length_basis").
     Pairs without both lengths, or with a NaN P(A), are left out (`n_pairs` counts those used);
     the coefficients are NaN when fewer than two length differences exist or all are equal."""
     rows = [(j.doc_id, float(j.p_a), lengths[(j.doc_id, j.a_id)] - lengths[(j.doc_id, j.b_id)]) for j in judgments
             if j.p_a is not None and math.isfinite(j.p_a) and (j.doc_id, j.a_id) in lengths
             and (j.doc_id, j.b_id) in lengths]
     out: dict[str, object] = {"position": math.nan, "length": math.nan, "scale": math.nan, "unit": UNIT,
-                              "n_pairs": len(rows), "position_interval": None, "length_interval": None}
+                              "n_pairs": len(rows), "position_interval": None, "length_interval": None,
+                              "position_basis": None, "length_basis": None}
     if len(rows) < 2:
         return out
     doc_ids = sorted({r[0] for r in rows})
@@ -84,13 +87,14 @@ def length_bias(judgments: Sequence[Judgment], lengths: Mapping[tuple[str, str],
     x = diff / scale
     full = _fit(p, x, np.ones((1, len(p))), np.zeros(2), 25)[0]
     out.update(position=float(full[0]), length=float(full[1]), scale=scale)
-    if resample is None or not np.isfinite(full).all():
+    if loo is None or not np.isfinite(full).all():
         return out
-    w_doc = resample.columns(doc_ids)
-    reps = np.concatenate([_fit(p, x, w_doc[lo:lo + chunk][:, doc], full, 4)
-                           for lo in range(0, resample.rounds, chunk)])
-    out.update(position_interval=percentile_interval(reps[:, 0], resample.level),
-               length_interval=percentile_interval(reps[:, 1], resample.level))
+    rows = loo.positions(doc_ids)  # the rows that leave out a document with a usable pair
+    w_doc = loo.columns(doc_ids)[rows]
+    reps = np.concatenate([_fit(p, x, w_doc[lo:lo + chunk][:, doc], full, 4) for lo in range(0, len(rows), chunk)])
+    for k, name in enumerate(("position", "length")):
+        iv = jackknife_interval(float(full[k]), reps[:, k], loo.level)
+        out.update({f"{name}_interval": iv.as_list(), f"{name}_basis": iv.basis()})
     return out
 
 

@@ -13,7 +13,18 @@ import numpy as np
 
 from harness.files import read_json, write_json_atomic
 from harness.judging import load_judgments, write_judgments
-from harness.metrics.bootstrap import DocStats, Resample, doc_stats, intervals, no_interval_meta, paired_all, replicate
+from harness.metrics.bootstrap import (
+    DocStats,
+    LeaveOneOut,
+    as_lists,
+    doc_stats,
+    intervals,
+    no_interval_meta,
+    paired_all,
+    replicate,
+    support,
+)
+from harness.metrics.interval import Interval, basis_of
 from harness.metrics.calibration import calibration_arrays
 from harness.metrics.correlation import view_correlations
 from harness.metrics.debias import batch_p, contextual_p, permutation_p
@@ -75,43 +86,67 @@ def frame_metrics(frame: Frame, shuffles: int = 100, seed: int = 0, bins: int = 
 
 @dataclass(frozen=True)
 class Summary:
-    """Every metric of one judged set, raw and debiased, with its bootstrap rounds (None when off)."""
+    """Every metric of one judged set, raw and debiased, with its leave-one-document-out rows (None when off)."""
 
     metrics: dict[str, dict[str, float | int]]
     """variant ("none", "permutation", "batch", "contextual") -> metric_set."""
     replicates: dict[str, dict[str, np.ndarray]] | None
-    """variant -> metric -> (rounds,) values over resampled documents."""
-    resample: Resample | None
+    """variant -> metric -> (rows,) values, row i with the i-th document (sorted ids) left out."""
+    loo: LeaveOneOut | None
+    masks: dict[str, dict[str, np.ndarray]] | None = None
+    """variant -> metric -> (rows,) bool: the documents the metric rests on."""
+    boot: dict[str, dict[str, np.ndarray]] | None = None
+    """variant -> metric -> (bootstrap rounds,): the same metrics on percentile-bootstrap rounds over
+    the documents (bootstrap.BOOTSTRAPPED metrics and Figure 3's rho take their RMSE from these)."""
 
     @property
     def level(self) -> float:
-        return self.resample.level if self.resample is not None else math.nan
+        return self.loo.level if self.loo is not None else math.nan
+
+    def interval_objects(self) -> dict[str, dict[str, Interval | None]] | None:
+        """variant -> metric -> Interval (with its documents and method)."""
+        if self.replicates is None or self.masks is None:
+            return None
+        return {v: intervals(self.metrics[v], reps, self.masks[v], self.level, (self.boot or {}).get(v))
+                for v, reps in self.replicates.items()}
 
     def intervals(self) -> dict[str, dict[str, list[float] | None]] | None:
         """variant -> metric -> [lo, hi] (results.json "intervals", mirroring "metrics")."""
-        if self.replicates is None:
-            return None
-        return {v: intervals(self.metrics[v], reps, self.level) for v, reps in self.replicates.items()}
+        ivs = self.interval_objects()
+        return None if ivs is None else {v: as_lists(got) for v, got in ivs.items()}
+
+    def basis(self) -> dict[str, dict[str, Any]] | None:
+        """variant -> metric -> {n_documents, method, note} (results.json "interval_basis", beside
+        "intervals": what each interval rests on; note "too few documents to tell" where it has none)."""
+        ivs = self.interval_objects()
+        return None if ivs is None else {v: basis_of(got) for v, got in ivs.items()}
 
     def meta(self) -> dict[str, Any]:
-        return self.resample.meta() if self.resample is not None else no_interval_meta()
+        return self.loo.meta() if self.loo is not None else no_interval_meta()
 
     def versus(self, other: Summary, prefix: str = "", variant: str = "none",
                other_variant: str | None = None) -> dict[str, dict[str, Any]]:
-        """Paired differences other - self of every metric (the same resampled documents in both)."""
+        """Paired differences other - self of every metric (the same documents left out in both)."""
         ov = other_variant or variant
         mine = None if self.replicates is None else self.replicates[variant]
         theirs = None if other.replicates is None else other.replicates[ov]
         return paired_all(mine, theirs, self.metrics[variant], other.metrics[ov],
-                          self.resample.level if self.resample is not None else 0.95, prefix)
+                          self.loo.level if self.loo is not None else 0.95, prefix,
+                          None if self.masks is None else self.masks[variant],
+                          None if other.masks is None else other.masks[ov],
+                          None if self.boot is None else self.boot[variant],
+                          None if other.boot is None else other.boot[ov])
 
     def differences(self) -> dict[str, dict[str, dict[str, Any]]]:
-        """Each debiased variant minus the raw judgments, paired over the same resampled documents."""
+        """Each debiased variant minus the raw judgments, paired over the same documents."""
         return {f"{v} - none": self.versus(self, f"{v} - none: ", "none", v) for v in self.metrics if v != "none"}
 
     def results_fields(self) -> dict[str, Any]:
         """What results.json carries beside "metrics"."""
-        return {"interval": self.meta(), "intervals": self.intervals(), "differences": self.differences()}
+        ivs = self.interval_objects()
+        return {"interval": self.meta(), "intervals": None if ivs is None else {v: as_lists(g) for v, g in ivs.items()},
+                "interval_basis": None if ivs is None else {v: basis_of(g) for v, g in ivs.items()},
+                "differences": self.differences()}
 
 
 def analyse(
@@ -123,7 +158,8 @@ def analyse(
     rounds: int = 0,
     level: float = 0.95,
 ) -> Summary:
-    """`summarize` with `rounds` bootstrap rounds over the documents (0: none), seeded by `seed`."""
+    """`summarize` with intervals over the documents (`rounds` 0: none, metrics.bootstrap; any other
+    value: the leave-one-document-out rows of harness/metrics/bootstrap.py at `level`)."""
     frame = build_frame(judgments)
     variants = {"none": frame.p, "permutation": permutation_p(frame), "batch": batch_p(frame)}
     if p_cf is not None and not math.isnan(p_cf):
@@ -133,17 +169,23 @@ def analyse(
                     "answer still unusable after every retry): the "
                     "contextual-calibration view is left out; every other view is complete")
     official = {"permutation": permutation_p(frame, "official")}
-    resample = Resample.draw(frame.doc_ids, rounds, level, seed) if rounds else None
-    out, reps = {}, {}
+    loo = LeaveOneOut.over(frame.doc_ids, level, rounds, seed) if rounds else None
+    w = None if loo is None else np.vstack([loo.columns(frame.doc_ids), loo.boot_columns(frame.doc_ids)])
+    out, reps, masks, boot = {}, {}, {}, {}
     for k, p in variants.items():
         stats: list[DocStats] = []
         variant = frame.with_p(p)
         out[k] = frame_metrics(variant, shuffles=shuffles, seed=seed, bins=bins, official_p=official.get(k),
-                               stats_out=stats if resample is not None else None)
-        if resample is not None:
-            first = next(iter(reps.values()), {})
-            reps[k] = replicate(stats[0], resample.columns(frame.doc_ids), first.get("answer_mass_median"))
-    return Summary(out, reps if resample is not None else None, resample)
+                               stats_out=stats if loo is not None else None)
+        if loo is not None:
+            first = next(iter(boot.values()), {})
+            both = replicate(stats[0], w, None if not first else np.concatenate(
+                [reps["none"]["answer_mass_median"], first["answer_mass_median"]]))
+            reps[k] = {m: v[:loo.rounds] for m, v in both.items()}
+            boot[k] = {m: v[loo.rounds:] for m, v in both.items()}
+            masks[k] = {m: loo.row_mask(frame.doc_ids, v) for m, v in support(stats[0]).items()}
+    on = loo is not None
+    return Summary(out, reps if on else None, loo, masks if on else None, boot if on else None)
 
 
 def summarize(
@@ -167,11 +209,12 @@ def write_run(out: Path, judgments: Sequence[Judgment], p_cf: float, *, task: st
               numerics: dict[str, Any] | None = None) -> dict[str, Any]:
     """judgments.jsonl + results.json of one judged set (the judge experiment; shard merges).
 
-    `bootstrap` rounds over the documents (metrics.bootstrap; 0: no intervals) at `level`
-    (metrics.level) give "intervals" (variant -> metric -> [lo, hi], beside "metrics"), "interval"
-    (how they were made) and "differences" (each debiased variant minus raw, paired). `lengths`
+    `bootstrap` (metrics.bootstrap; 0: no intervals) and `level` (metrics.level) give "intervals"
+    (variant -> metric -> [lo, hi], beside "metrics"), "interval_basis" (beside each: its documents,
+    method and note, harness/metrics/interval.py), "interval" (how they were made) and
+    "differences" (each debiased variant minus raw, paired). `lengths`
     ((document id, candidate id) -> words), when given, adds "length_bias" (metrics.length: the
-    raw judgments' position and length coefficients with intervals from the same rounds) and
+    raw judgments' position and length coefficients with intervals from the same rows) and
     "candidate_words" (the lengths, so a shard merge can refit them).
 
     `extra` adds run facts that are not metrics (e.g. judge_calls: requests that missed the cache).
@@ -213,21 +256,25 @@ def length_report(judgments: Sequence[Judgment], lengths: Mapping[tuple[str, str
                   shuffles: int, seed: int) -> dict[str, Any]:
     """results.json "length_bias": the fit with intervals (metrics.length) and "controlled": the
     LENGTH_CONTROLLED metrics on length-controlled P(A), their intervals and their paired
-    difference from the raw judgments' (same resampled documents)."""
-    fit = length_bias(judgments, lengths, summary.resample)
+    difference from the raw judgments' (the same documents left out)."""
+    loo = summary.loo
+    fit = length_bias(judgments, lengths, loo)
     shift = control_shift(judgments, lengths, fit)
     frame = build_frame(judgments)
     stats: list[DocStats] = []
     lc = frame_metrics(frame.with_p(controlled_p(judgments, lengths, fit, shift)), shuffles=shuffles, seed=seed,
                        stats_out=stats)
     shown = {k: lc[k] for k in LENGTH_CONTROLLED}
-    reps = None if summary.resample is None else {
-        k: v for k, v in replicate(stats[0], summary.resample.columns(frame.doc_ids)).items() if k in shown}
-    level = summary.resample.level if summary.resample is not None else 0.95
+    reps = None if loo is None else {k: v for k, v in replicate(stats[0], loo.columns(frame.doc_ids)).items()
+                                     if k in shown}
+    masks = None if loo is None else {k: loo.row_mask(frame.doc_ids, v) for k, v in support(stats[0]).items()}
+    level = loo.level if loo is not None else 0.95
     raw_reps = None if summary.replicates is None else summary.replicates["none"]
     versus = paired_all(raw_reps, reps, {k: summary.metrics["none"][k] for k in LENGTH_CONTROLLED}, shown, level,
-                        "length-controlled - raw: ")
-    return {**fit, "controlled": {"metrics": shown, "intervals": None if reps is None else intervals(shown, reps, level),
+                        "length-controlled - raw: ", None if summary.masks is None else summary.masks["none"], masks)
+    ivs = None if reps is None or masks is None else intervals(shown, reps, masks, level)
+    return {**fit, "controlled": {"metrics": shown, "intervals": None if ivs is None else as_lists(ivs),
+                                  "interval_basis": None if ivs is None else basis_of(ivs),
                                   "minus_raw": versus, "shift": shift,
                                   "coefficient": "shift held at its full-data value"}}
 

@@ -15,9 +15,10 @@ columns are the chosen metrics. A metric name is a path into results.json's "met
 `initial/permutation/spearman`) or into results.json itself (`p_content_free`).
 Rows are ordered by job number (Hydra's subdir), so a sweep run locally and on SLURM give the
 same table. Where a run's results.json has an interval for a cell's metric (its "intervals", a
-part's "intervals", "intervals_leaky" or "intervals_heldout": the percentile bootstrap over
-documents, harness/metrics/bootstrap.py), the markdown cell is `value [lo, hi]`, the CSV has
-`<column> lo` and `<column> hi` beside the column, and the caption says what the intervals are.
+part's "intervals", "intervals_leaky" or "intervals_heldout": harness/metrics/interval.py), the
+markdown cell is `value [lo, hi]`, the CSV has `<column> lo` and `<column> hi` beside the column,
+each figure draws them as error bars, and the caption says what the intervals are and over how
+many documents.
 """
 
 from __future__ import annotations
@@ -186,13 +187,14 @@ def interval_caption(runs: Sequence[Run]) -> str:
     metas = [m for r in runs for m in (r.results.get("interval"),
                                        *(_walk(r.results, [p, "interval", v]) for p in ("initial", "best")
                                          for v in ("heldout", "leaky")))
-             if isinstance(m, Mapping) and m.get("rounds")]
+             if isinstance(m, Mapping) and m.get("method")]
     if not metas:
-        return "[lo, hi]: the run's bootstrap interval"
+        return "[lo, hi]: the run's interval"
     levels = sorted({float(m.get("level", 0.95)) for m in metas})
-    rounds = sorted({int(m["rounds"]) for m in metas})
-    return (f"[lo, hi]: {'/'.join(f'{x:.0%}' for x in levels)} {metas[0].get('method', 'bootstrap')}, "
-            f"{'/'.join(str(x) for x in rounds)} rounds")
+    methods = sorted({str(m["method"]) for m in metas})
+    docs = sorted({int(m["n_documents"]) for m in metas if isinstance(m.get("n_documents"), int)})
+    over = "" if not docs else f"; {docs[0]}" + (f"-{docs[-1]}" if docs[-1] != docs[0] else "") + " documents per run"
+    return f"[lo, hi]: {'/'.join(f'{x:.0%}' for x in levels)} {'; '.join(methods)}{over}"
 
 
 def _with_intervals(table: Table, intervals: list[list[Any]], runs: Sequence[Run]) -> Table:
@@ -347,10 +349,22 @@ def wrap_title(text: str, width_inches: float, points: float = TITLE_POINTS) -> 
     return "\n".join(textwrap.wrap(text, per_line, break_long_words=True, break_on_hyphens=False)) or text
 
 
+def error_bars(table: Table, j: int, values: Sequence[float]) -> list[list[float]] | None:
+    """Column j's intervals as matplotlib's asymmetric yerr ([below], [above]); 0 where a cell has
+    none; None when the column has no interval at all."""
+    ivs = [_row_intervals(table, k)[j] for k in range(len(table.rows))]
+    if not any(iv is not None for iv in ivs):
+        return None
+    below = [v - iv[0] if iv is not None and math.isfinite(v) else 0.0 for v, iv in zip(values, ivs)]
+    above = [iv[1] - v if iv is not None and math.isfinite(v) else 0.0 for v, iv in zip(values, ivs)]
+    return [below, above]
+
+
 def plot_table(table: Table, metrics: Sequence[str], out_dir: Path, n_labels: int) -> list[Path]:
     """One bar chart per metric column (x = row labels); PNGs in out_dir. The title is the column's
     header (what the number covers: leaky / held-out for a ZEPO evaluation) and the whole caption
-    (the settings every row shares), wrapped to the figure's width; the PNG keeps a tight bounding box."""
+    (the settings every row shares, and what the intervals are), wrapped to the figure's width; each
+    bar's interval, where its run has one, is drawn as an error bar; the PNG keeps a tight bounding box."""
     plt = pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     labels = [" ".join(str(x) for x in row[:n_labels]) for row in table.rows]
@@ -359,7 +373,7 @@ def plot_table(table: Table, metrics: Sequence[str], out_dir: Path, n_labels: in
         values = [row[j] if isinstance(row[j], int | float) and row[j] is not None else math.nan for row in table.rows]
         width = max(4.0, 0.6 * len(labels) + 2)
         fig, ax = plt.subplots(figsize=(width, 3.5))
-        ax.bar(range(len(values)), values)
+        ax.bar(range(len(values)), values, yerr=error_bars(table, j, values), capsize=3, ecolor="black")
         ax.set_xticks(range(len(values)), labels, rotation=30, ha="right", fontsize=8)
         header = table.columns[j]
         ax.set_ylabel(header if len(header) <= 40 else m)

@@ -288,9 +288,10 @@ class CacheConf:
 @dataclass
 class MetricsConf:
     bootstrap: int = 1000
-    """Bootstrap rounds over documents for every metric's interval (0: no intervals)."""
+    """0: no intervals; else every metric gets its interval over documents (t x the jackknife's RMSE,
+    harness/metrics/interval.py), and these bootstrap rounds serve the answer-mass median and Figure 3's rho."""
     level: float = 0.95
-    """The intervals' confidence level (percentile bootstrap)."""
+    """The intervals' confidence level."""
 
     def check(self) -> None:
         check_settings(self.bootstrap, self.level)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import DataError
-from harness.metrics.bootstrap import percentile_interval, sentence
+from harness.metrics.interval import ACROSS, BOOT_METHOD, Interval, bootstrap_interval, sentence
 from harness.metrics.summary import Summary
 from harness.records import Document
 from harness.zepo import plots
@@ -86,7 +86,7 @@ UNDEFINED = ("too_few", "constant_objective", "constant_spearman")
 def objective_rounds(summary: Summary, name: str, mode: str) -> np.ndarray:
     """An objective's bootstrap rounds, (rounds,), oriented as `objective_values` (higher is better;
     debiased fairness from the upper-triangle rate)."""
-    reps = summary.replicates[mode]  # type: ignore[index]
+    reps = summary.boot[mode]  # type: ignore[index]
     if mode == "permutation" and name == "fairness":
         return -np.abs(np.asarray(reps["a_rate_upper"], dtype=float) - 0.5)
     return (-1.0 if name in NEGATED else 1.0) * np.asarray(reps[OBJECTIVES[name]], dtype=float)
@@ -129,23 +129,26 @@ def round_spearman(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray
 def figure3_intervals(rows: Sequence[Mapping[str, Any]], summaries: Sequence[Summary], level: float,
                       n_docs: int) -> dict[str, Any]:
     """Figure 3 with its interval: for each Spearman with humans (HUMAN), raw and permutation-debiased,
-    each FIGURE3 objective's Spearman rho across the instructions (the point, as `analyse`) and,
-    per bootstrap round, the same rho from that round's values (every instruction's objective and
-    Spearman recomputed on the SAME resampled documents) -> the percentile interval.
+    each FIGURE3 objective's Spearman rho across the instructions (the point, as `analyse`) and, per
+    bootstrap round, the same rho from that round's values (every instruction's objective and
+    Spearman recomputed on the SAME resampled documents) -> the t interval on the rounds' RMSE
+    (harness/metrics/interval.py, BOOT_METHOD: a rank across a dozen instructions jumps as a document
+    leaves, which the jackknife cannot follow; on Fisher's z scale as any correlation; none below
+    12 documents, MIN_DOCUMENTS_OF).
 
-    A round whose rho is undefined (UNDEFINED) is counted by reason. The interval is over the
-    defined rounds, and is withheld (None) when more than 1 - level of the rounds are undefined:
-    a percentile interval of the defined remainder would not be the bootstrap distribution."""
-    reps = summaries[0].replicates if summaries else None
-    if reps is not None:
-        first = summaries[0].resample
+    A round whose rho is undefined (UNDEFINED) is counted by reason; the interval is withheld when
+    more than 1 - level of the rounds are undefined."""
+    boot = summaries[0].boot if summaries else None
+    if boot is not None:
+        first = summaries[0].loo
         for s in summaries[1:]:
-            if s.resample is None or s.resample.ids != first.ids or not np.array_equal(s.resample.counts, first.counts):
+            if s.loo is None or s.loo.ids != first.ids or (s.loo.boot_rounds, s.loo.seed) != (
+                    first.boot_rounds, first.seed):
                 raise DataError("the instructions' bootstrap rounds resample different documents: Figure 3's "
                                 "interval needs the same draws for every instruction", where="sensitivity study")
-    rounds = 0 if reps is None else summaries[0].resample.rounds  # type: ignore[union-attr]
-    out: dict[str, Any] = {"method": "percentile bootstrap over documents: each round's rho across instructions, "
-                                     "every instruction's values from the same resampled documents",
+    rounds = 0 if boot is None else summaries[0].loo.boot_rounds  # type: ignore[union-attr]
+    out: dict[str, Any] = {"method": f"{BOOT_METHOD}: each round's rho across instructions, every instruction's "
+                                     "values from the same resampled documents",
                            "level": float(level), "rounds": rounds, "n_instructions": len(rows), "n_docs": n_docs}
     for human, said in HUMAN.items():
         out[human] = {}
@@ -159,14 +162,15 @@ def figure3_intervals(rows: Sequence[Mapping[str, Any]], summaries: Sequence[Sum
                          f"on {n_docs} documents: rho")
                 entry: dict[str, Any] = {**point, "interval": None, "rounds": rounds, "defined_rounds": 0,
                                          "undefined": {k: 0 for k in UNDEFINED}}
-                if reps is not None:
+                iv = None
+                if boot is not None:
                     r, why = figure3_rounds(summaries, name, mode, human)
                     entry["defined_rounds"] = int((why < 0).sum())
                     entry["undefined"] = {k: int((why == i).sum()) for i, k in enumerate(UNDEFINED)}
-                if reps is not None and math.isfinite(point["rho"]) and rounds - entry["defined_rounds"] <= (
-                        1 - level) * rounds:
-                    entry["interval"] = percentile_interval(r, level)
-                entry["sentence"] = _figure3_sentence(label, entry, level)
+                    if math.isfinite(point["rho"]):
+                        iv = bootstrap_interval(point["rho"], r, n_docs, level, ACROSS)
+                        entry.update(iv.basis(), interval=iv.as_list())
+                entry["sentence"] = _figure3_sentence(label, entry, iv, level)
                 entry["lo"], entry["hi"] = entry["interval"] or (None, None)
                 got[name] = entry
             out[human][mode] = got
@@ -177,23 +181,17 @@ def figure3_rounds(summaries: Sequence[Summary], name: str, mode: str, human: st
     """Each bootstrap round's rho across instructions of objective `name` (variant `mode`) with the
     Spearman `human`, and why it is undefined where it is (round_spearman)."""
     x = np.stack([objective_rounds(s, name, mode) for s in summaries], axis=1)
-    y = np.stack([np.asarray(s.replicates[mode][human], dtype=float) for s in summaries], axis=1)  # type: ignore[index]
+    y = np.stack([np.asarray(s.boot[mode][human], dtype=float) for s in summaries], axis=1)  # type: ignore[index]
     return round_spearman(x, y)
 
 
-def _figure3_sentence(label: str, entry: Mapping[str, Any], level: float) -> str:
+def _figure3_sentence(label: str, entry: Mapping[str, Any], iv: Interval | None, level: float) -> str:
     undefined = {k: v for k, v in entry["undefined"].items() if v}
-    n_undef = sum(undefined.values())
     why = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in undefined.items())
     if not math.isfinite(entry["rho"]):
         return f"{label} undefined (fewer than 3 instructions, or one side constant across them)"
-    if not entry["rounds"]:
-        return sentence(label, entry["rho"], None, level)
-    if entry["interval"] is None:
-        return (f"{label} {entry['rho']:+.3f}: no interval: undefined in {n_undef} of {entry['rounds']} "
-                f"bootstrap rounds ({why}), more than {1 - level:.0%}")
-    said = sentence(label, entry["rho"], entry["interval"], level)
-    return said + (f" ({n_undef} of {entry['rounds']} rounds undefined and left out: {why})" if n_undef else "")
+    said = sentence(label, entry["rho"], iv, level)
+    return said + (f" ({sum(undefined.values())} of {entry['rounds']} rounds undefined: {why})" if undefined else "")
 
 
 def shuffle_candidates(docs: Sequence[Document], seed: int, max_candidates: int | None = None) -> list[Document]:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from harness.figures import pyplot, save
+from harness.metrics.correlation import RANK_DECIMALS
 
 
 def _clean(x: Sequence[float | None], y: Sequence[float | None]) -> tuple[np.ndarray, np.ndarray]:
@@ -37,10 +38,8 @@ def pearson(x: Sequence[float | None], y: Sequence[float | None]) -> float:
     return float(np.corrcoef(xa, ya)[0, 1])
 
 
-RANK_DECIMALS = 12
-"""Values are rounded to this many decimals before they are ranked: a mean of per-document
-correlations that is 0 in exact arithmetic comes out as +-1e-17, and ranking that float noise
-would order instructions that are tied (SmolLM2's always-'A' instructions all have PairS 0)."""
+# Values are rounded to RANK_DECIMALS before they are ranked (SmolLM2's always-'A' instructions
+# all have PairS 0, which floats give as +-1e-17): the one rounding the metrics rank win rates with.
 
 
 def spearman(x: Sequence[float | None], y: Sequence[float | None]) -> dict[str, float]:

@@ -13,8 +13,9 @@ Writes into the run directory:
 - `results.json`: initial vs best, raw and debiased (metrics.summarize): `metrics` on the
   configured evaluation set, and always both `metrics_leaky` (search documents included, as the
   paper evaluated) and `metrics_heldout` (search documents excluded; null when none is left), each
-  with its `intervals_*` (percentile bootstrap over documents, metrics.bootstrap rounds), and
-  `gains`: best - initial on the same documents, paired, with one sentence each;
+  with its `intervals_*` and, beside them, `interval_basis_*` (each interval's documents and method:
+  harness/metrics/interval.py; "too few documents to tell" below 3), and `gains`: best - initial on
+  the same documents, paired, with one sentence each;
 - `summary.md` (the before/after table, also printed) and `search.png`.
 """
 
@@ -30,7 +31,8 @@ from typing import Any
 from harness.files import write_json_atomic, write_jsonl_atomic, write_text_atomic
 from harness.judges.base import Judge
 from harness.judging import judge_instructions, write_judgments
-from harness.metrics.bootstrap import interval_summary, sentence
+from harness.metrics.bootstrap import interval_summary
+from harness.metrics.interval import MIN_DOCUMENTS, TOO_FEW, Interval, sentence
 from harness.metrics.card import SET_FILE
 from harness.metrics.summary import analyse
 from harness.records import Document, Judgment, Tracker
@@ -69,11 +71,14 @@ def evaluate(judge: Judge, docs: Sequence[Document], instructions: Mapping[str, 
         held_s = analyse(held, p_cf=p_cf, shuffles=shuffles, seed=seed, rounds=bootstrap, level=level) if held else None
         leaky, heldout = leaky_s.metrics, None if held_s is None else held_s.metrics
         iv_leaky, iv_held = leaky_s.intervals(), None if held_s is None else held_s.intervals()
+        on_leaky, on_held = leaky_s.basis(), None if held_s is None else held_s.basis()
         by_text[text] = {"judgments": judgments, "held": held, "p_cf": p_cf,
                          "summaries": {"leaky": leaky_s, "heldout": held_s}, "result": {
             "instruction": text, "p_content_free": p_cf, "n_judgments": len(judgments),
             "metrics": leaky if leak else heldout, "metrics_leaky": leaky, "metrics_heldout": heldout,
             "intervals": iv_leaky if leak else iv_held, "intervals_leaky": iv_leaky, "intervals_heldout": iv_held,
+            "interval_basis": on_leaky if leak else on_held, "interval_basis_leaky": on_leaky,
+            "interval_basis_heldout": on_held,
             "interval": {"leaky": leaky_s.meta(), "heldout": None if held_s is None else held_s.meta()},
             "n_heldout_docs": len({j.doc_id for j in held})}}
     out = {}
@@ -258,32 +263,40 @@ def before_after_table(results: Mapping[str, Any]) -> str:
              f"them (the paper's evaluation)", "", head, "|" + "---|" * 10]
     for label in ("initial", "best"):
         r = results[label]
-        m, iv = r["metrics"]["none"], (r.get("intervals") or {}).get("none") or {}
+        m = r["metrics"]["none"]
         leaky, held = r.get("metrics_leaky") or r["metrics"], r.get("metrics_heldout") or {}
-        iv_leaky, iv_held = r.get("intervals_leaky") or {}, r.get("intervals_heldout") or {}
+
+        def cell(where: str, variant: str, key: str, values: Mapping[str, Any] | None = None) -> str:
+            iv = ((r.get(f"intervals{where}") or {}).get(variant) or {}).get(key)
+            on = ((r.get(f"interval_basis{where}") or {}).get(variant) or {}).get(key)
+            return _pairs(values, iv, on) if key == "spearman_pairs" else _iv(m, iv, on, key)
+
         rate = r["search"]["a_rate_prob"] if obj == "fairness_prob" else r["search"]["a_rate"]
         lines.append(f"| {label} (#{r['index']}) | {_f(r['search']['objectives'][obj])} | {_f(rate)} "
-                     f"| {_iv(m, iv, 'a_rate')} | {_iv(m, iv, 'a_rate_prob')} "
-                     f"| {_pairs(leaky.get('none'), iv_leaky.get('none'))} "
-                     f"| {_pairs(held.get('none'), iv_held.get('none'))} | {_iv(m, iv, 'spearman')} "
-                     f"| {_pairs(leaky.get('permutation'), iv_leaky.get('permutation'))} "
-                     f"| {_pairs(held.get('permutation'), iv_held.get('permutation'))} |")
+                     f"| {cell('', 'none', 'a_rate')} | {cell('', 'none', 'a_rate_prob')} "
+                     f"| {cell('_leaky', 'none', 'spearman_pairs', leaky.get('none'))} "
+                     f"| {cell('_heldout', 'none', 'spearman_pairs', held.get('none'))} "
+                     f"| {cell('', 'none', 'spearman')} "
+                     f"| {cell('_leaky', 'permutation', 'spearman_pairs', leaky.get('permutation'))} "
+                     f"| {cell('_heldout', 'permutation', 'spearman_pairs', held.get('permutation'))} |")
     return "\n".join(lines + gain_lines(results))
 
 
 def gain_lines(results: Mapping[str, Any]) -> list[str]:
-    """The paired best - initial gains as sentences (held-out first), under the table."""
+    """The paired best - initial gains as sentences (held-out first), under the table, and one plain
+    line when the held-out part is too small to tell anything."""
     g = results.get("gains") or {}
-    meta = ((results.get("initial") or {}).get("interval") or {}).get("heldout") or \
-        ((results.get("initial") or {}).get("interval") or {}).get("leaky") or {}
+    ivs = (results.get("initial") or {}).get("interval") or {}
+    meta = ivs.get("heldout") or ivs.get("leaky") or {}
     if not g:
         return []
-    if not meta.get("rounds"):
+    if not meta.get("method"):
         return ["", "best - initial: no intervals (metrics.bootstrap=0)"]
-    out = ["", f"best - initial, paired on the same documents ({meta['level']:.0%} percentile bootstrap over "
-               f"documents, {meta['rounds']} rounds; PairS = Spearman of the PairS ranking, win rate = of the win "
-               f"rates, each against the human scores; in the table, [lo, hi] is each value's interval from the same "
-               f"bootstrap and ± the PairS shuffle standard error):"]
+    level = float(meta["level"])
+    out = ["", f"best - initial, paired on the same documents ({level:.0%} interval: {meta['method']}; each "
+               f"sentence says over how many documents; PairS = Spearman of the PairS ranking, win rate = of the win "
+               f"rates, each against the human scores; in the table, [lo, hi] is each value's interval by the same "
+               f"method and ± the PairS shuffle standard error):"]
     names = {"spearman_pairs": "Spearman (PairS)", "spearman": "Spearman (win rate)", "a_rate": "A-rate",
              "fairness": "fairness"}
     for kind in ("heldout", "leaky"):
@@ -294,25 +307,44 @@ def gain_lines(results: Mapping[str, Any]) -> list[str]:
                     d = per[key]
                     where = "held-out" if kind == "heldout" else "leaky"
                     label = f"{where} {name}" + (" (perm. debiased)" if variant == "permutation" else "")
-                    out.append("- " + sentence(label, d["diff"], d["interval"], float(meta["level"])))
-    return out
+                    out.append("- " + sentence(label, d["diff"], Interval.from_record(d), level))
+    return out + too_small(results)
 
 
-def _iv(m: Mapping[str, Any], iv: Mapping[str, Any], key: str) -> str:
+def too_small(results: Mapping[str, Any]) -> list[str]:
+    """The plain line a held-out part below MIN_DOCUMENTS gets (none otherwise)."""
+    n = (results.get("initial") or {}).get("n_heldout_docs")
+    if n is None or n >= MIN_DOCUMENTS:
+        return []
+    part = f"{n} document{'' if n == 1 else 's'}" if n else "no document"
+    return ["", f"The held-out part ({part}) is too small to tell whether the best instruction is better than the "
+                f"initial one: an interval needs at least {MIN_DOCUMENTS} documents, so no held-out number above "
+                f"has one. The leaky numbers include the search documents the best instruction was chosen on."]
+
+
+def _bounds(iv: Sequence[float] | None, on: Mapping[str, Any] | None) -> str:
+    """" [lo, hi]", or " (2 docs: too few to tell)" where the interval's record says why it has none."""
+    if iv:
+        return f" [{_f(iv[0])}, {_f(iv[1])}]"
+    if on and on.get("note"):
+        why = "too few to tell" if on["note"] == TOO_FEW else on["note"]
+        return f" ({on['n_documents']} docs: {why})"
+    return ""
+
+
+def _iv(m: Mapping[str, Any], iv: Sequence[float] | None, on: Mapping[str, Any] | None, key: str) -> str:
     """A value with its interval: "0.620 [0.550, 0.700]" (the value alone without one)."""
-    bounds = iv.get(key)
-    return _f(m.get(key)) + (f" [{_f(bounds[0])}, {_f(bounds[1])}]" if bounds else "")
+    return _f(m.get(key)) + _bounds(iv, on)
 
 
-def _pairs(m: Mapping[str, Any] | None, iv: Mapping[str, Any] | None = None) -> str:
+def _pairs(m: Mapping[str, Any] | None, iv: Sequence[float] | None = None, on: Mapping[str, Any] | None = None) -> str:
     """A PairS Spearman with ± its shuffle standard error when it has one (not exact), then its
-    bootstrap interval over documents."""
+    interval over documents."""
     if not m:
         return "nan"
     se = m.get("spearman_pairs_se")
     spread = f" ± {se:.3f}" if isinstance(se, float) and se > 0 else ""
-    bounds = (iv or {}).get("spearman_pairs")
-    return _f(m.get("spearman_pairs")) + spread + (f" [{_f(bounds[0])}, {_f(bounds[1])}]" if bounds else "")
+    return _f(m.get("spearman_pairs")) + spread + _bounds(iv, on)
 
 
 def _f(x: Any) -> str:

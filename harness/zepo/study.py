@@ -6,11 +6,11 @@ decision rate, fairness, confidence, calibration and Spearman, raw and permutati
 Writes `paraphrases.txt`, `sensitivity.jsonl` (one row per instruction), `instructions/<index>/
 judgments.jsonl` (each instruction's judgments, so each gets a report card), `results.json`
 (Spearman rho with its p-value, and Pearson r, of every objective with the Spearman against humans;
-spreads; each instruction's metrics with their percentile-bootstrap intervals over documents, and
-each paraphrase minus the reference instruction (the initial one, index 0) paired on the same
-resampled documents, with one sentence each: `versus_reference`; Figure 3's rho across
-instructions with its percentile interval, each bootstrap round's rho computed from every
-instruction's values on the same resampled documents: `figure3`; the candidate order and how often
+spreads; each instruction's metrics with their intervals over documents (harness/metrics/interval.py),
+and each paraphrase minus the reference instruction (the initial one, index 0) paired on the same
+documents, with one sentence each: `versus_reference`; Figure 3's rho across instructions with its
+interval, each leave-one-document-out row's rho computed from every instruction's values on the same
+documents: `figure3`; the candidate order and how often
 humans prefer the earlier-listed candidate: `candidate_order`), `summary.md` (the printed tables)
 and the paper's Figures 2-4 as PNGs, with the official code's quantities (harness.metrics.official):
 - Figure 2: Spearman vs decision rate, and the box plot of Spearman across paraphrases
@@ -68,7 +68,7 @@ KEEP = ("a_rate", "a_rate_prob", "order_consistency", "order_gap", "answer_mass_
         "a_rate_upper", "bc", "prob_gap")
 VERSUS = ("spearman", "spearman_pairs", "kendall", "kendall_pairs", "a_rate", "a_rate_upper", "fairness",
           "fairness_prob", "accuracy")
-"""The metrics whose paraphrase - reference difference (paired over the same resampled documents)
+"""The metrics whose paraphrase - reference difference (paired over the same documents)
 each row and results.json carry, raw ("none") and permutation-debiased."""
 
 
@@ -82,12 +82,12 @@ def score_instructions(judge: Judge, docs: Sequence[Document], instructions: Seq
     Every instruction is judged in ONE judge call (harness.judging.judge_instructions: the same
     prompts and cache keys as one call each; each pair's content computed once for all of them).
 
-    With `bootstrap` rounds (metrics.bootstrap; 0: none) at `level`, each row also has "intervals"
-    (variant -> KEEP metric -> [lo, hi]: percentile bootstrap over documents, seeded by `seed`, so
-    every instruction is resampled with the same document draws) and, after the first row,
-    "versus_reference": this instruction minus row 0 (`reference` names it in the sentences) on
-    the same resampled documents (bootstrap.paired), VERSUS metrics, raw and permutation-debiased.
-    `summaries_out`, when given, receives each instruction's Summary (its bootstrap rounds)."""
+    With intervals on (metrics.bootstrap > 0) at `level`, each row also has "intervals" (variant ->
+    KEEP metric -> [lo, hi]: harness/metrics/interval.py, every instruction with the same documents
+    left out in turn) and "interval_basis" (each interval's documents and method) and, after the
+    first row, "versus_reference": this instruction minus row 0 (`reference` names it in the
+    sentences) on the same documents (bootstrap.paired), VERSUS metrics, raw and permutation-debiased.
+    `summaries_out`, when given, receives each instruction's Summary (its leave-one-out rows)."""
     rows: list[dict[str, Any]] = []
     judged = judge_instructions(judge, [(docs, text) for text in instructions], aspect=aspect, family=family,
                                 max_candidates=max_candidates, progress=progress) if instructions else []
@@ -100,8 +100,9 @@ def score_instructions(judge: Judge, docs: Sequence[Document], instructions: Seq
         summary = analyse_judgments(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed, rounds=bootstrap, level=level)
         row: dict[str, Any] = {"index": i, "text": text, "p_content_free": p_cf,
                                **{mode: {k: m[k] for k in KEEP} for mode, m in summary.metrics.items()}}
-        iv = summary.intervals()
+        iv, on = summary.intervals(), summary.basis()
         row["intervals"] = None if iv is None else {mode: {k: got[k] for k in KEEP} for mode, got in iv.items()}
+        row["interval_basis"] = None if on is None else {mode: {k: got[k] for k in KEEP} for mode, got in on.items()}
         if first is None:
             first = summary
         else:
@@ -115,9 +116,9 @@ def score_instructions(judge: Judge, docs: Sequence[Document], instructions: Seq
 
 def versus(reference: Summary, other: Summary, prefix: str) -> dict[str, dict[str, Any]]:
     """other - reference of the VERSUS metrics, raw and permutation-debiased, paired: both arms'
-    bootstrap rounds resample the same documents (refused when their documents differ)."""
-    if (reference.resample is None) != (other.resample is None) or (
-            reference.resample is not None and reference.resample.ids != other.resample.ids):
+    rows leave out the same documents (refused when their documents differ)."""
+    if (reference.loo is None) != (other.loo is None) or (
+            reference.loo is not None and reference.loo.ids != other.loo.ids):
         raise DataError("the instructions were judged on different documents: a paired difference needs the same "
                         "documents in both arms", where="sensitivity study")
     out = {}
@@ -185,12 +186,14 @@ def run_sensitivity(judge: Judge, docs: Sequence[Document], instructions: Sequen
                "n_instructions": len(rows), "n_docs": len(docs), "ranking": key,
                "analysis": analyse(rows, key),
                "reference": {"index": 0, "what": reference, "text": rows[0]["text"]},
-               "interval": summaries[0].meta() | ({"paired": "every instruction's rounds resample the same documents "
-                                                              "(the same seed and document ids)"}
-                                                  if summaries[0].resample is not None else {}),
+               "interval": summaries[0].meta() | ({"paired": "every instruction with the same document left out "
+                                                              "in each row (the same document ids)"}
+                                                  if summaries[0].loo is not None else {}),
                "instructions": [{"index": r["index"], "metrics": {m: r[m] for m in MODES},
                                  "intervals": None if r["intervals"] is None else
-                                 {m: r["intervals"][m] for m in MODES}} for r in rows],
+                                 {m: r["intervals"][m] for m in MODES},
+                                 "interval_basis": None if r["interval_basis"] is None else
+                                 {m: r["interval_basis"][m] for m in MODES}} for r in rows],
                "versus_reference": [{"index": r["index"], **r["versus_reference"]} for r in rows[1:]],
                "figure3": figure3_intervals(rows, summaries, level, len(docs)),
                "candidate_order": order,

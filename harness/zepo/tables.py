@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.metrics.bootstrap import sentence
+from harness.metrics.interval import Interval, sentence
 from harness.zepo.figure3 import HUMAN, MODES, OBJECTIVES
 
 SAID = {"spearman": "win-rate Spearman", "spearman_pairs": "PairS Spearman", "a_rate": "A-rate",
@@ -64,10 +64,8 @@ def figure3_lines(results: Mapping[str, Any]) -> list[str]:
     if not f3:
         return []
     key = results.get("ranking", "spearman_pairs")
-    rounds = f3["rounds"]
-    how = (f"{f3['level']:.0%} percentile bootstrap over the {f3['n_docs']} documents, {rounds} rounds, each "
-           "round's rho from every instruction's values on the same resampled documents" if rounds else
-           "no intervals (metrics.bootstrap=0)")
+    how = (f"{f3['level']:.0%} interval: {f3['method']}; each sentence says over how many documents"
+           if f3["rounds"] else "no intervals (metrics.bootstrap=0)")
     lines = ["", f"Figure 3: Spearman rho across instructions of each objective with their Spearman against humans "
                  f"(leaky: scored on the documents judged; {how}):"]
     for mode in MODES:
@@ -86,11 +84,10 @@ def figure3_lines(results: Mapping[str, Any]) -> list[str]:
 
 def instruction_lines(results: Mapping[str, Any]) -> list[str]:
     """Each instruction's raw metrics with their intervals, then each paraphrase minus the
-    reference as sentences (paired over the same resampled documents)."""
+    reference as sentences (paired over the same documents)."""
     meta = results.get("interval") or {}
-    rounds = meta.get("rounds")
-    how = (f"[lo, hi]: {meta['level']:.0%} percentile bootstrap over the {meta['n_documents']} documents, "
-           f"{rounds} rounds" if rounds else "no intervals (metrics.bootstrap=0)")
+    how = (f"[lo, hi]: {meta['level']:.0%}, {meta['method']}, over the {meta['n_documents']} documents "
+           f"(none below {meta['min_documents']})" if meta.get("method") else "no intervals (metrics.bootstrap=0)")
     ref = results.get("reference") or {}
     lines = ["", f"Each instruction, raw, on the same {results['n_docs']} documents (leaky: the documents it is "
                  f"scored on; {how}); 0 is the reference, {ref.get('what', 'instruction 0')}:",
@@ -107,7 +104,8 @@ def instruction_lines(results: Mapping[str, Any]) -> list[str]:
                 if d is not None:
                     debiased = "" if mode == "none" else f" ({mode}-debiased)"
                     label = f"instruction {r['index']} - {ref.get('what', 'instruction 0')}: {SAID[k]}{debiased}"
-                    said.append("- " + sentence(label, d["diff"], d["interval"], float(meta.get("level", 0.95))))
+                    iv = Interval.from_record(d)
+                    said.append("- " + sentence(label, d["diff"], iv, float(meta.get("level", 0.95))))
     if said:
         lines += ["", f"Each paraphrase minus {ref.get('what', 'instruction 0')}, paired on the same documents:",
                   *said]

@@ -1,0 +1,241 @@
+"""Every interval the harness reports, and the one rule that says whether a difference is distinguishable.
+
+The unit is the document (harness/metrics/bootstrap.py says why). An interval over n documents is
+Student's t with n - 1 degrees of freedom times the jackknife's root-mean-square error:
+
+    theta_(i)  the metric recomputed with document i left out (i = 1..n)
+    se^2   = (n - 1)/n * sum_i (theta_(i) - mean_i theta_(i))^2
+    bias   = (n - 1) * (mean_i theta_(i) - theta)
+    [lo, hi] = theta -/+ t_{n-1, (1 + level)/2} * sqrt(se^2 + bias^2)
+
+For a mean over documents the jackknife's se is the textbook s / sqrt(n) and its bias is 0, so the
+interval is the t interval; for a pooled statistic (a pooled rank correlation, ECE) the bias term
+widens it by the statistic's own small-sample bias (ECE's |.| over bins is biased upward).
+Correlations (Spearman, Kendall: per-document means and pooled) are handled on Fisher's z scale
+(atanh), where their spread is closer to symmetric, and mapped back; where a leave-one-out value
+or the value itself is exactly +/-1 (z infinite), on the raw scale. Bounds are clipped to the
+metric's range (RANGES). Below MIN_DOCUMENTS (MIN_DOCUMENTS_OF for ECE) there is no interval and
+every sentence says "too few documents to tell"; so does a metric undefined with a document left
+out. A difference B - A on the same documents is the same interval of the differences
+theta_B(i) - theta_A(i) (a paired jackknife), on the raw scale.
+
+Why this method, and how often each interval covers the truth at 2 to 50 documents:
+`python -m harness.metrics.coverage` (docs/report_card.md, "How often the intervals cover").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+METHOD = "t (n-1 df) x jackknife RMSE over documents"
+"""What every interval of a metric is (results.json "interval"."method")."""
+BOOT_METHOD = "t (n-1 df) x bootstrap RMSE over documents"
+"""What the interval of a statistic the jackknife cannot follow is (a rank statistic across
+instructions, a median): the same t interval, its RMSE from percentile-bootstrap rounds."""
+SHORT = {METHOD: "t-jackknife", BOOT_METHOD: "t-bootstrap"}
+"""Each method's name in a sentence: "(12 documents, t-jackknife)"."""
+MIN_DOCUMENTS = 3
+"""No interval below this many documents: with 2, leaving one out leaves one document."""
+ACROSS = "rho_across_instructions"
+"""Figure 3's statistic: a Spearman rho across instructions of their per-instruction values."""
+MIN_DOCUMENTS_OF = {"ece": 8, ACROSS: 12}
+"""Statistics that need more (measured: harness/metrics/coverage.py): ECE's upward bias outruns its
+jackknife estimate below 8 documents; a rank across instructions covers about 90% below 12."""
+TOO_FEW = "too few documents to tell"
+FISHER = frozenset({"spearman", "kendall", "spearman_pairs", "kendall_pairs", "spearman_whole", "kendall_whole",
+                    ACROSS})
+"""Correlations: intervals on Fisher's z scale."""
+UNIT = (0.0, 1.0)
+RANGES: dict[str, tuple[float, float]] = {
+    **{k: (-1.0, 1.0) for k in FISHER},
+    **{k: UNIT for k in ("a_rate", "a_rate_prob", "a_rate_upper", "order_consistency", "order_gap",
+                          "answer_mass_median", "answer_mass_low_share", "max_prob", "ece", "brier", "accuracy",
+                          "prob_gap")},
+    "fairness": (-0.5, 0.0), "fairness_prob": (-0.5, 0.0), "entropy": (0.0, math.log(2)),
+    "nll": (0.0, math.inf), "bc": (0.0, math.inf),
+}
+"""Each metric's possible values (bounds are clipped to them); a metric not listed is unbounded."""
+
+
+def min_documents(metric: str | None) -> int:
+    return MIN_DOCUMENTS_OF.get(metric or "", MIN_DOCUMENTS)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """One interval, with the number of documents it rests on and how it was made."""
+
+    bounds: tuple[float, float] | None
+    n: int
+    """Documents the metric rests on (those that contribute to it)."""
+    note: str | None = None
+    """Why there are no bounds (TOO_FEW, undefined), or "no spread across documents"."""
+    method: str = METHOD
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, object]) -> Interval | None:
+        """The interval a results.json difference records ("interval", "n_documents", "method",
+        "note"); None when it records none (no intervals at all)."""
+        if "n_documents" not in record:
+            return None
+        bounds: Any = record.get("interval")
+        n: Any = record["n_documents"]
+        note: Any = record.get("note")
+        return cls(None if bounds is None else (float(bounds[0]), float(bounds[1])), int(n), note,
+                   str(record.get("method") or METHOD))
+
+    def as_list(self) -> list[float] | None:
+        return None if self.bounds is None else [self.bounds[0], self.bounds[1]]
+
+    def basis(self) -> dict[str, object]:
+        """results.json's record beside the interval: documents, method and note."""
+        return {"n_documents": self.n, "method": self.method, "note": self.note}
+
+    def about(self) -> str:
+        """"12 documents, t-jackknife" or "2 documents: too few documents to tell"."""
+        docs = f"{self.n} document{'' if self.n == 1 else 's'}"
+        if self.bounds is None:
+            return f"{docs}: {self.note or 'no interval'}"
+        return f"{docs}, {SHORT.get(self.method, self.method)}" + (f"; {self.note}" if self.note else "")
+
+
+def t_quantile(level: float, df: int) -> float:
+    from scipy import stats
+
+    return float(stats.t.ppf((1 + level) / 2, df))
+
+
+def _scaled(point: np.ndarray, rows: np.ndarray, fisher: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(z_ok, point, rows) on Fisher's z scale where `fisher` and every value lies inside (-1, 1)."""
+    ok = fisher & (np.abs(point) < 1) & (np.abs(rows) < 1).all(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (ok, np.where(ok, np.arctanh(np.where(ok, point, 0.0)), point),
+                np.where(ok[..., None], np.arctanh(np.where(ok[..., None], rows, 0.0)), rows))
+
+
+def _t_bounds(ok: np.ndarray, p: np.ndarray, se2: np.ndarray, bias: np.ndarray, n: int, level: float,
+              value_range: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+    half = t_quantile(level, n - 1) * np.sqrt(se2 + bias**2)
+    lo, hi = p - half, p + half
+    lo, hi = np.where(ok, np.tanh(lo), lo), np.where(ok, np.tanh(hi), hi)
+    return np.clip(lo, *value_range), np.clip(hi, *value_range)
+
+
+def jackknife_bounds(point: np.ndarray, loo: np.ndarray, level: float, fisher: bool = False,
+                     value_range: tuple[float, float] = (-math.inf, math.inf)) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorised core: (lo, hi) of `point` (sets,) from its leave-one-out values `loo` (sets, n);
+    NaN where a leave-one-out value is undefined."""
+    point, loo = np.asarray(point, dtype=float), np.asarray(loo, dtype=float)
+    n = loo.shape[-1]
+    ok, p, v = _scaled(point, loo, fisher)
+    mean = v.mean(axis=-1)
+    se2 = (n - 1) / n * ((v - mean[..., None]) ** 2).sum(axis=-1)
+    return _t_bounds(ok, p, se2, (n - 1) * (mean - p), n, level, value_range)
+
+
+def bootstrap_bounds(point: np.ndarray, rounds: np.ndarray, n: int, level: float, fisher: bool = False,
+                     value_range: tuple[float, float] = (-math.inf, math.inf)) -> tuple[np.ndarray, np.ndarray]:
+    """The same t interval from percentile-bootstrap rounds (sets, rounds) over n documents: their
+    spread (times sqrt(n / (n - 1)), which makes it the textbook standard error for a mean) and
+    their mean's offset from `point` (the bias); rounds that are NaN are left out."""
+    point, rounds = np.asarray(point, dtype=float), np.asarray(rounds, dtype=float)
+    ok, p, v = _scaled(point, np.where(np.isfinite(rounds), rounds, 0.0), fisher)
+    v = np.where(np.isfinite(rounds), v, np.nan)
+    mean = np.nanmean(v, axis=-1)
+    se2 = np.nanvar(v, axis=-1, ddof=1) * n / (n - 1)
+    return _t_bounds(ok, p, se2, mean - p, n, level, value_range)
+
+
+def jackknife_interval(point: float, loo: Sequence[float] | np.ndarray, level: float, metric: str | None = None,
+                       *, difference: bool = False, fisher: bool | None = None,
+                       value_range: tuple[float, float] | None = None) -> Interval:
+    """The interval of `point` from its n leave-one-document-out values (module docstring). `metric`
+    names a metric_set key: it picks the scale (FISHER), the range (RANGES) and the minimum
+    (MIN_DOCUMENTS_OF); `difference`: `point` is B - A of that metric (raw scale, range hi - lo
+    either way); `fisher` and `value_range` override both."""
+    loo = np.asarray(loo, dtype=float).ravel()
+    n = int(loo.size)
+    if n < min_documents(metric):
+        return Interval(None, n, TOO_FEW)
+    if not math.isfinite(point) or not np.isfinite(loo).all():
+        return Interval(None, n, "undefined with a document left out")
+    fisher, rng = _scale_and_range(metric, difference, fisher)
+    rng = rng if value_range is None else value_range
+    lo, hi = jackknife_bounds(np.array(point), loo[None, :], level, fisher, rng)
+    flat = bool(np.all(loo == loo[0]) and loo[0] == point)
+    return Interval((float(lo[0]), float(hi[0])), n, "no spread across documents" if flat else None)
+
+
+def bootstrap_interval(point: float, rounds: Sequence[float] | np.ndarray, n: int, level: float,
+                       metric: str | None = None, *, difference: bool = False, fisher: bool | None = None) -> Interval:
+    """`jackknife_interval` for a statistic the jackknife cannot follow (a rank statistic across
+    instructions, a median): the RMSE from percentile-bootstrap `rounds` over the n documents. No
+    interval below MIN_DOCUMENTS or where more than 1 - level of the rounds are undefined."""
+    rounds = np.asarray(rounds, dtype=float).ravel()
+    if n < min_documents(metric):
+        return Interval(None, n, TOO_FEW, BOOT_METHOD)
+    defined = np.isfinite(rounds)
+    if not math.isfinite(point) or defined.sum() < 2 or (~defined).sum() > (1 - level) * rounds.size:
+        return Interval(None, n, f"undefined in {int((~defined).sum())} of {rounds.size} bootstrap rounds",
+                        BOOT_METHOD)
+    fisher, rng = _scale_and_range(metric, difference, fisher)
+    lo, hi = bootstrap_bounds(np.array(point), rounds[defined][None, :], n, level, fisher, rng)
+    return Interval((float(lo[0]), float(hi[0])), n, None, BOOT_METHOD)
+
+
+def _scale_and_range(metric: str | None, difference: bool,
+                     fisher: bool | None = None) -> tuple[bool, tuple[float, float]]:
+    """Fisher's z for a correlation (not for a difference of two); the metric's range, or for a
+    difference hi - lo either way."""
+    low, high = RANGES.get(metric or "", (-math.inf, math.inf))
+    scale = (metric in FISHER and not difference) if fisher is None else fisher
+    return scale, ((low - high, high - low) if difference else (low, high))
+
+
+def rule(metric: str | None, difference: bool = False) -> tuple[bool, tuple[float, float], int]:
+    """How a metric's interval is made: (on Fisher's z scale?, the range its bounds are clipped to,
+    the fewest documents it is made from) -- what jackknife_interval applies, for vectorised callers."""
+    return (*_scale_and_range(metric, difference), min_documents(metric))
+
+
+def verdict(iv: Interval | None) -> str | None:
+    """Whether B - A = 0 is excluded: the ONE rule every sentence, table and script uses. None when
+    the interval cannot tell (no interval, too few documents)."""
+    if iv is None or iv.bounds is None:
+        return None
+    lo, hi = iv.bounds
+    return "distinguishable from 0" if lo > 0 or hi < 0 else "not distinguishable from 0"
+
+
+def distinguishable(iv: Interval | None) -> bool:
+    return verdict(iv) == "distinguishable from 0"
+
+
+def num(x: float) -> str:
+    """A signed number that never shows a nonzero as 0.000: "+0.120", "-1.2e-07"."""
+    return f"{x:+.3f}" if x == 0 or abs(x) >= 5e-4 else f"{x:+.2g}"
+
+
+def sentence(label: str, value: float | None, iv: Interval | None, level: float, *, off: str | None = None) -> str:
+    """One plain sentence with its n and method, e.g. "held-out Spearman +0.120 [-0.050, +0.310]
+    (12 documents, t-jackknife): not distinguishable from 0 at 95%", or "... +0.933 (2 documents:
+    too few documents to tell)". `off`: why there are no intervals at all (metrics.bootstrap=0)."""
+    if value is None or not math.isfinite(value):
+        return f"{label}: undefined (the metric is NaN in at least one arm)"
+    if iv is None:
+        return f"{label} {num(value)}: no interval ({off or 'metrics.bootstrap=0'})"
+    said = verdict(iv)
+    if said is None:
+        return f"{label} {num(value)} ({iv.about()})"
+    lo, hi = iv.bounds  # type: ignore[misc]
+    return f"{label} {num(value)} [{num(lo)}, {num(hi)}] ({iv.about()}): {said} at {level * 100:g}%"
+
+
+def basis_of(intervals: Mapping[str, Interval | None]) -> dict[str, dict[str, object] | None]:
+    """{metric: Interval.basis()} for results.json, beside {metric: [lo, hi]}."""
+    return {k: None if iv is None else iv.basis() for k, iv in intervals.items()}
