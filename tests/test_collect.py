@@ -26,9 +26,8 @@ from harness.runtime.collect import (
     main,
     parse_overrides,
     pivot_table,
-    to_csv,
-    to_markdown,
 )
+from harness.runtime.table import to_csv, to_markdown
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -195,7 +194,7 @@ def test_chart_titles_are_wrapped_not_clipped(tmp_path):
     in lines that fit the figure (negative control: the old title lacked the caption's end)."""
     from PIL import Image
 
-    from harness.runtime.collect import TITLE_POINTS
+    from harness.runtime.table import TITLE_POINTS
 
     _zepo_job(tmp_path, 0, True)
     _zepo_job(tmp_path, 1, False)
@@ -262,7 +261,7 @@ def test_figures_draw_the_intervals_their_captions_promise(tmp_path):
     figures drew before, under a caption that promised intervals)."""
     from PIL import Image
 
-    from harness.runtime.collect import Table, error_bars, plot_table
+    from harness.runtime.table import Table, error_bars, plot_table
 
     rows = [["a", 0.2], ["b", 0.5], ["c", math.nan]]
     with_iv = Table(["run", "none/spearman"], rows, f"[lo, hi]: 95% {METHOD}",

@@ -171,4 +171,4 @@ def test_a_judgments_file_that_repeats_a_pair_is_refused_naming_file_line_and_pa
     with pytest.raises(DataError, match="repeats the ordered pair"):
         load_judgments(b / "judgments.jsonl")
     assert compare.main([str(two_runs[0]), str(two_runs[1]), "--bootstrap", "20"]) == 0  # control
-    assert "12 ordered pairs in each" in capsys.readouterr().out
+    assert "3 documents, 18 ordered pairs in each" in capsys.readouterr().out

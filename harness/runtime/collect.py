@@ -24,13 +24,9 @@ many documents.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
-import math
 import os
 import sys
-import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -39,10 +35,10 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from harness.errors import ConfigError, DataError, HarnessError
-from harness.figures import pyplot, save
 from harness.files import read_json, read_json_object, write_text_atomic
 from harness.runtime.shard import merge_shards
 from harness.runtime.sweep import sweep_gaps
+from harness.runtime.table import Table, plot_table, to_csv, to_markdown
 
 DEFAULT_METRICS = ("none/spearman", "none/kendall", "permutation/spearman", "none/a_rate", "none/fairness",
                    "none/ece", "initial/none/a_rate", "best/none/a_rate", "initial/none/spearman",
@@ -73,22 +69,6 @@ class Run:
     """results.json."""
     config: dict[str, Any] = field(default_factory=dict)
     """config.json (the resolved config), {} when absent."""
-
-
-@dataclass(frozen=True)
-class Table:
-    """A rectangular table: a header row and data rows (cells: str, number or None)."""
-
-    columns: list[str]
-    """Header cells."""
-    rows: list[list[Any]]
-    """Data rows, one cell per column."""
-    caption: str = ""
-    """One line under the table: the settings every row shares."""
-    intervals: list[list[Any]] | None = None
-    """Parallel to `rows`: each cell's [lo, hi] (None: no interval); None when no cell has one."""
-    missing: list[str] = field(default_factory=list)
-    """The sweep's jobs (multirun.yaml) without a row, one line each: the table is partial."""
 
 
 def _sort_key(path: Path, root: Path) -> tuple:
@@ -290,98 +270,6 @@ def pivot_table(runs: Sequence[Run], row_key: str, col_key: str, metric: str) ->
                                                             if k not in (row_key, col_key))
     table = Table([f"{row_key} \\ {col_key}"] + [str(c) for c in col_vals], rows, caption.strip().rstrip(";"))
     return _with_intervals(table, ivs, runs)
-
-
-def _fmt(v: Any, digits: int) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return "nan" if math.isnan(v) else f"{v:.{digits}f}"
-    return str(v)
-
-
-def _cell(v: Any, iv: list[float] | None, digits: int) -> str:
-    """A value, with its interval "0.620 [0.550, 0.700]" when it has one."""
-    if iv is None or v is None:
-        return _fmt(v, digits)
-    return f"{_fmt(v, digits)} [{iv[0]:.{digits}f}, {iv[1]:.{digits}f}]"
-
-
-def _row_intervals(table: Table, k: int) -> list[Any]:
-    return table.intervals[k] if table.intervals is not None else [None] * len(table.columns)
-
-
-def to_markdown(table: Table, digits: int = 3) -> str:
-    esc = lambda s: s.replace("|", "\\|")  # noqa: E731 - a cell containing | would split the column
-    lines = ["| " + " | ".join(esc(c) for c in table.columns) + " |",
-             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(table.columns))) + "|"]
-    lines += ["| " + " | ".join(esc(_cell(v, iv, digits)) for v, iv in zip(row, _row_intervals(table, k))) + " |"
-              for k, row in enumerate(table.rows)]
-    if table.caption:
-        lines += ["", table.caption]
-    return "\n".join(lines) + "\n"
-
-
-def to_csv(table: Table) -> str:
-    """Full precision (repr of each float), empty cell for a missing value; a column with any
-    interval is followed by "<column> lo" and "<column> hi"."""
-    cell = lambda v: "" if v is None else repr(v) if isinstance(v, float) else v  # noqa: E731
-    with_iv = [j for j in range(len(table.columns))
-               if table.intervals is not None and any(row[j] is not None for row in table.intervals)]
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow([x for j, c in enumerate(table.columns) for x in ([c, f"{c} lo", f"{c} hi"] if j in with_iv else [c])])
-    for k, row in enumerate(table.rows):
-        ivs = _row_intervals(table, k)
-        w.writerow([x for j, v in enumerate(row) for x in
-                    ([cell(v), *(cell(b) for b in (ivs[j] or (None, None)))] if j in with_iv else [cell(v)])])
-    return buf.getvalue()
-
-
-TITLE_POINTS = 8
-"""Font size of a chart's title; its lines are wrapped to the figure's width (`wrap_title`)."""
-
-
-def wrap_title(text: str, width_inches: float, points: float = TITLE_POINTS) -> str:
-    """`text` in lines that fit `width_inches` at `points` (a character is at most ~0.6 em wide), so
-    a long caption is wrapped, never cut off at the figure's edge."""
-    per_line = max(20, int(width_inches * 72 / (0.6 * points)))
-    return "\n".join(textwrap.wrap(text, per_line, break_long_words=True, break_on_hyphens=False)) or text
-
-
-def error_bars(table: Table, j: int, values: Sequence[float]) -> list[list[float]] | None:
-    """Column j's intervals as matplotlib's asymmetric yerr ([below], [above]); 0 where a cell has
-    none; None when the column has no interval at all."""
-    ivs = [_row_intervals(table, k)[j] for k in range(len(table.rows))]
-    if not any(iv is not None for iv in ivs):
-        return None
-    below = [v - iv[0] if iv is not None and math.isfinite(v) else 0.0 for v, iv in zip(values, ivs)]
-    above = [iv[1] - v if iv is not None and math.isfinite(v) else 0.0 for v, iv in zip(values, ivs)]
-    return [below, above]
-
-
-def plot_table(table: Table, metrics: Sequence[str], out_dir: Path, n_labels: int) -> list[Path]:
-    """One bar chart per metric column (x = row labels); PNGs in out_dir. The title is the column's
-    header (what the number covers: leaky / held-out for a ZEPO evaluation) and the whole caption
-    (the settings every row shares, and what the intervals are), wrapped to the figure's width; each
-    bar's interval, where its run has one, is drawn as an error bar; the PNG keeps a tight bounding box."""
-    plt = pyplot()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    labels = [" ".join(str(x) for x in row[:n_labels]) for row in table.rows]
-    paths = []
-    for j, m in enumerate(metrics, start=n_labels):
-        values = [row[j] if isinstance(row[j], int | float) and row[j] is not None else math.nan for row in table.rows]
-        width = max(4.0, 0.6 * len(labels) + 2)
-        fig, ax = plt.subplots(figsize=(width, 3.5))
-        ax.bar(range(len(values)), values, yerr=error_bars(table, j, values), capsize=3, ecolor="black")
-        ax.set_xticks(range(len(values)), labels, rotation=30, ha="right", fontsize=8)
-        header = table.columns[j]
-        ax.set_ylabel(header if len(header) <= 40 else m)
-        title = header + (f": {table.caption}" if table.caption else "")
-        ax.set_title(wrap_title(title, width), fontsize=TITLE_POINTS)
-        fig.tight_layout()
-        paths.append(save(fig, out_dir / (m.replace("/", "_") + ".png")))
-    return paths
 
 
 def collect(root: str | Path, out_dir: str | Path | None = None, metrics: Sequence[str] | None = None,
