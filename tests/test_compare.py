@@ -1,4 +1,4 @@
-"""scripts/compare.py RUN_A RUN_B (issue #31): two real experiment=judge runs (the tiny random
+"""harness-compare RUN_A RUN_B (scripts/compare.py; issue #31): two real experiment=judge runs (the tiny random
 llama, 2 documents x 3 candidates, two instructions) compared metric by metric with a paired
 bootstrap over documents; runs over other documents or other pairs are refused in one line; a
 difference in the runs' numerics is warned about. Also: experiment=judge's results.json carries an
@@ -6,7 +6,6 @@ interval for every estimated metric, and its card shows them, equal to results.j
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -14,10 +13,9 @@ from pathlib import Path
 import pytest
 from conftest import run_in_process
 
+import harness.report.compare as compare  # harness-compare (scripts/compare.py wraps it)
+
 REPO = Path(__file__).resolve().parents[1]
-SPEC = importlib.util.spec_from_file_location("compare_script", REPO / "scripts" / "compare.py")
-compare = importlib.util.module_from_spec(SPEC)  # type: ignore[arg-type]
-SPEC.loader.exec_module(compare)  # type: ignore[union-attr]
 
 ARGS = ["experiment=judge", "model=tiny_llama", "task.docs=2", "task.max_candidates=3", "experiment.shuffles=4",
         "wandb.mode=disabled", "metrics.bootstrap=200"]
@@ -99,3 +97,26 @@ def test_compare_refuses_other_documents_and_warns_on_numerics(two_runs, tmp_pat
     assert "numerics differ (dtype 'bfloat16' vs 'float32')" in capsys.readouterr().out
     assert compare.main([str(a), str(tmp_path / "missing")]) == 2
     assert "results.json not found" in capsys.readouterr().err
+
+
+def test_compare_says_when_the_runs_judged_different_aspects(two_runs, tmp_path):
+    """The same pairs judged for another aspect: compared, with one line saying the aspects differ
+    (each run's human labels are its own aspect's). Negative control: two coherence runs get no such line."""
+    import os
+    import subprocess
+    import sys
+
+    rel = tmp_path / "relevance"
+    r = run_in_process([*ARGS, "task.aspect=relevance", f"hydra.run.dir={rel}"], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def harness_compare(a: Path, b: Path) -> subprocess.CompletedProcess:  # what `harness-compare A B` runs
+        return subprocess.run([sys.executable, "-m", "harness.report.compare", str(a), str(b), "--bootstrap", "20"],
+                              env=env, capture_output=True, text=True, timeout=300)
+
+    got = harness_compare(two_runs[0], rel)
+    assert got.returncode == 0, got.stderr
+    assert "warning: the runs differ in aspect 'coherence' vs 'relevance'" in got.stdout
+    same = harness_compare(two_runs[0], two_runs[1])
+    assert same.returncode == 0 and "differ in aspect" not in same.stdout
