@@ -22,6 +22,7 @@ from typing import Any
 
 from harness.judges.base import Judge
 from harness.judging import (
+    answer_mass,
     build_requests,
     content_free_request,
     judge_documents,
@@ -31,7 +32,7 @@ from harness.judging import (
 from harness.metrics import write_run
 from harness.metrics.bootstrap import interval_summary
 from harness.metrics.length import candidate_lengths
-from harness.records import Document, Tracker
+from harness.records import Document, Judgment, Tracker
 from harness.runtime.attempts import ATTEMPTS, summed_calls
 from harness.runtime.context import experiment
 
@@ -62,9 +63,21 @@ def run_judge(judge: Judge, docs: Sequence[Document], *, task: str, aspect: str 
         lb = results.get("length_bias") or {}
         tracker.summary(flat | interval_summary(results.get("intervals"))
                         | {f"length_bias/{k}": lb[k] for k in ("length", "position", "scale") if k in lb})
-        tracker.log_table("judgments", ["doc_id", "a_id", "b_id", "p_a", "human_a", "human_b"],
-                          [[j.doc_id, j.a_id, j.b_id, j.p_a, j.human_a, j.human_b] for j in judgments])
+        tracker.log_table("judgments", JUDGMENT_COLUMNS, judgment_rows(judgments, docs))
     return results
+
+
+JUDGMENT_COLUMNS = ["doc_id", "a_id", "b_id", "p_a", "answer_mass", "flags", "human_a", "human_b", "gold_a",
+                    "a_text", "b_text"]
+"""The W&B judgments table: each ordered pair with its reading, flags, human labels and both texts."""
+
+
+def judgment_rows(judgments: Sequence[Judgment], docs: Sequence[Document]) -> list[list[Any]]:
+    """One row per judgment (JUDGMENT_COLUMNS); flags as one comma-separated string."""
+    by_id = {d.id: d for d in docs}
+    return [[j.doc_id, j.a_id, j.b_id, j.p_a, answer_mass(j.token_logprobs), ", ".join(j.flags), j.human_a,
+             j.human_b, j.gold_a, by_id[j.doc_id].candidate(j.a_id).text, by_id[j.doc_id].candidate(j.b_id).text]
+            for j in judgments]
 
 
 def _all_attempts_calls(out: Path) -> int | None:

@@ -94,7 +94,7 @@ def read_set(path: Path, run: RunFiles) -> JudgedSet:
 def set_results(rel: Path, folder: Path, run: RunFiles) -> tuple[str | None, Any, Any]:
     """(instruction, metrics, intervals) of the judged set in `folder`, wherever its writer put them."""
     own = _json(folder / "results.json", {}) if rel != Path(".") else run.results
-    if isinstance(own, dict) and isinstance(own.get("instruction"), str) and "metrics" in own:
+    if isinstance(own, dict) and isinstance(own.get("instruction"), str):
         return own["instruction"], own.get("metrics"), own.get("intervals")
     parts = rel.parts
     if parts and parts[0].startswith("eval_"):  # a ZEPO evaluation: eval_<label>/ and eval_<label>/heldout/
