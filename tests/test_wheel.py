@@ -62,10 +62,10 @@ def test_the_readme_row_names_the_wheel_this_checkout_builds():
 
 @pytest.mark.slow
 def test_wheel_installs_and_runs_from_an_empty_directory(tmp_path):
-    """The README's wheel row, command by command (`pip` is the fresh venv's, `DIR` the data mirror,
-    `.` a copy of the checkout; PIP_NO_INDEX keeps pip offline: every dependency is already in the
-    system site-packages the venv sees), then a first SmolLM2 result and the report, compare and
-    collect commands, all from an empty folder."""
+    """The README's wheel row, command by command (`pip install` is the fresh venv's pip, `pip wheel`
+    the system's with its setuptools, `DIR` the data mirror, `.` a copy of the checkout; PIP_NO_INDEX
+    keeps pip offline: every dependency is already in the system site-packages the venv sees), then
+    a first SmolLM2 result and the report, compare and collect commands, all from an empty folder."""
     src, venv, empty = tmp_path / "src", tmp_path / "venv", tmp_path / "empty"
     empty.mkdir()
     # Built from a copy of what the build reads, so the checkout gets no build/ or *.egg-info (an egg-info
@@ -80,13 +80,15 @@ def test_wheel_installs_and_runs_from_an_empty_directory(tmp_path):
     env["PIP_NO_INDEX"] = "1"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"
+    # The venv's bundled setuptools would shadow the system's newer one, which torch's metadata needs.
+    subprocess.run([str(py), "-m", "pip", "uninstall", "-q", "-y", "setuptools"], env=env, check=True, timeout=300)
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     for step in readme_wheel_row():
         words = step.replace("'", "").split()
-        if words[0] == "pip":
+        if words[:2] == ["pip", "wheel"]:  # built by the system's pip and setuptools (no download), as before
+            words = [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", *words[2:]]
+        elif words[0] == "pip":
             words = [str(py), "-m", "pip", *words[1:]]
-            if words[3] == "wheel":
-                words.insert(4, "--no-build-isolation")  # setuptools from the system: no download
         words = [str(SHARED_DATA) if w == "DIR" else w for w in words]
         r = subprocess.run(words, cwd=src, env=env, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, f"{step}: {r.stderr[-3000:]}"
