@@ -189,7 +189,7 @@ def spearman_table(table: int, runs: Mapping, cols: Sequence[tuple[str, str]], m
     """Markdown lines and long-format rows for a Spearman table (1, 2 or 3): "leaky / held-out (paper)"."""
     models = sorted({k[0] for k in runs if (k[1], k[2]) in cols} | {m for (t_, m, _) in PAPER if t_ == table},
                     key=lambda m: (m not in SHORT, m))
-    # The cells' documents in the header too, not only in the caption (issue #21).
+    # The cells' documents in the header too, not only in the caption.
     header = "| model | method: leaky / held-out (paper) | " + " | ".join(f"{t[:4].title() if t != 'dialogue' else ''} {ABBR[a]}".strip()
                                                for t, a in cols) + (" | Avg |" if table != 3 else " |")
     lines = [header, "|" + "---|" * (len(cols) + 2 + (table != 3))]
