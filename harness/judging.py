@@ -22,7 +22,7 @@ from harness.errors import DataError, JudgeOutputError, located
 from harness.files import read_text, write_jsonl_atomic
 from harness.judges.base import Judge, supports_progress
 from harness.judges.prefix import trie_size
-from harness.progress import heartbeat
+from harness.progress import counted, heartbeat
 from harness.prompts import render
 from harness.records import Candidate, Document, Judgment, PairRequest, PairScore
 
@@ -158,7 +158,8 @@ def judge_documents(judge: Judge, docs: Sequence[Document], *, aspect: str | Non
     requests, templates = build_requests(docs, instruction, family, aspect, max_candidates)
     if not requests:
         raise DataError("no pairs to judge: every document needs at least two candidates")
-    scores = score(judge, [*requests, content_free_request(instruction, family)], progress)
+    scores = score(judge, [*requests, content_free_request(instruction, family)], progress,
+                   desc=f"judging {counted(len(requests), 'pair')} + the content-free probe")
     judgments = [Judgment(t.doc_id, t.a_id, t.b_id, s.p_a, dict(s.token_logprobs), t.human_a, t.human_b, t.gold_a,
                           tuple(s.flags) + _mass_flags(s))
                  for t, s in zip(templates, scores)]
@@ -202,7 +203,10 @@ def judge_instructions(judge: Judge, jobs: Sequence[tuple[Sequence[Document], st
             rank.setdefault((r.doc_id, r.a_id, r.b_id), len(rank))
     order = sorted(((k, job) for job, (requests, _) in enumerate(built) for k in range(len(requests))),
                    key=lambda kj: (rank[_pair_key(built[kj[1]][0][kj[0]])], kj[1]))
-    scores = score(judge, [built[job][0][k] for k, job in order], progress)
+    pairs = sum(len(requests) - 1 for requests, _ in built)
+    scores = score(judge, [built[job][0][k] for k, job in order], progress,
+                   desc=f"judging {counted(pairs, 'pair')} ({counted(len(built), 'instruction')}) + "
+                        f"{'the content-free probe' if len(built) == 1 else f'{len(built)} content-free probes'}")
     by_job: list[list[PairScore | None]] = [[None] * len(requests) for requests, _ in built]
     for (k, job), s in zip(order, scores):
         by_job[job][k] = s

@@ -15,6 +15,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+def counted(n: int, noun: str) -> str:
+    """"1 document", "3 documents": a count with its noun in the right number (an -s plural)."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 HEARTBEAT_S = 5.0
 """Seconds between redraws of a bar that nothing updated: half the 10 s a phase may stay silent."""
 

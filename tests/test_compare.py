@@ -1,4 +1,4 @@
-"""scripts/compare.py RUN_A RUN_B (issue #31): two real experiment=judge runs (the tiny random
+"""harness-compare RUN_A RUN_B (scripts/compare.py wraps it): two real experiment=judge runs (the tiny random
 llama, 3 documents x 3 candidates, two instructions) compared metric by metric with a paired
 interval over documents, each sentence with its documents and method; the same runs cut to 2
 documents make no "distinguishable" claim anywhere (compare.py, results.json, the card); runs over
@@ -8,7 +8,6 @@ metric with its documents and method beside it, and its card shows them, equal t
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -16,12 +15,10 @@ from pathlib import Path
 import pytest
 from conftest import run_in_process
 
+import harness.report.compare as compare  # harness-compare (scripts/compare.py wraps it)
 from harness.metrics.interval import METHOD
 
 REPO = Path(__file__).resolve().parents[1]
-SPEC = importlib.util.spec_from_file_location("compare_script", REPO / "scripts" / "compare.py")
-compare = importlib.util.module_from_spec(SPEC)  # type: ignore[arg-type]
-SPEC.loader.exec_module(compare)  # type: ignore[union-attr]
 
 ARGS = ["experiment=judge", "model=tiny_llama", "task.docs=3", "task.max_candidates=3", "experiment.shuffles=4",
         "wandb.mode=disabled", "metrics.bootstrap=200"]
@@ -172,3 +169,26 @@ def test_a_judgments_file_that_repeats_a_pair_is_refused_naming_file_line_and_pa
         load_judgments(b / "judgments.jsonl")
     assert compare.main([str(two_runs[0]), str(two_runs[1]), "--bootstrap", "20"]) == 0  # control
     assert "3 documents, 18 ordered pairs in each" in capsys.readouterr().out
+
+
+def test_compare_says_when_the_runs_judged_different_aspects(two_runs, tmp_path):
+    """The same pairs judged for another aspect: compared, with one line saying the aspects differ
+    (each run's human labels are its own aspect's). Negative control: two coherence runs get no such line."""
+    import os
+    import subprocess
+    import sys
+
+    rel = tmp_path / "relevance"
+    r = run_in_process([*ARGS, "task.aspect=relevance", f"hydra.run.dir={rel}"], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def harness_compare(a: Path, b: Path) -> subprocess.CompletedProcess:  # what `harness-compare A B` runs
+        return subprocess.run([sys.executable, "-m", "harness.report.compare", str(a), str(b), "--bootstrap", "20"],
+                              env=env, capture_output=True, text=True, timeout=300)
+
+    got = harness_compare(two_runs[0], rel)
+    assert got.returncode == 0, got.stderr
+    assert "warning: the runs differ in aspect 'coherence' vs 'relevance'" in got.stdout
+    same = harness_compare(two_runs[0], two_runs[1])
+    assert same.returncode == 0 and "differ in aspect" not in same.stdout

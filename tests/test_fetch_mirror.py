@@ -58,4 +58,5 @@ def test_without_a_mirror_it_goes_upstream(shared_data, tmp_path, monkeypatch):
         r = _fetch([*args, *NOWHERE], env)
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
         assert r.stderr.startswith("error: zepo/") and "download failed" in r.stderr and "http://127.0.0.1:9/" in r.stderr
+        assert "harness-fetch --mirror DIR or HARNESS_DATA_MIRROR" in r.stderr  # the way out, named
         assert not list((tmp_path / "home").rglob("init_prompts.json"))

@@ -5,7 +5,6 @@ scripts/paper_tables.py lays the runs out beside the paper's numbers."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import inspect
 import json
 
@@ -30,9 +29,8 @@ def _compose(overrides):
 
 
 def _paper_tables():
-    spec = importlib.util.spec_from_file_location("paper_tables", REPO / "scripts" / "paper_tables.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    import harness.report.paper_tables as mod  # harness-paper-tables (scripts/paper_tables.py wraps it)
+
     return mod
 
 

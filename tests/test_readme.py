@@ -312,6 +312,17 @@ def _p_a(run_dir: Path) -> dict[tuple[str, str, str], float]:
 # -- the tests ---------------------------------------------------------------------------------------
 COMMANDS = all_commands()
 
+VLLM_INFO = re.compile(r"^\(\w+ pid=\d+\) INFO |\]\[vllm[.\w]*\]\[INFO\]", re.M)
+"""A vLLM INFO line, as vLLM's own handler or the run's log format prints it."""
+
+
+def test_the_vllm_info_check_catches_both_formats():
+    """Negative control of the check on the backend=vllm command: the two shapes a vLLM INFO line had
+    in a run's console before VLLM_LOGGING_LEVEL was set; a WARNING line passes."""
+    assert VLLM_INFO.search("x\n(MainProcess pid=3259) INFO 12-04 11:50:38 [model.py:733] Resolved architecture\n")
+    assert VLLM_INFO.search("[2026-12-04 11:50:30,508][vllm.triton_utils.importing][INFO] - Triton is installed")
+    assert not VLLM_INFO.search("(MainProcess pid=6309) WARNING 12-04 11:52:22 [vllm.py:1703] Enforce eager set")
+
 
 def _chain_root(command: str) -> str:
     """The command at the start of a command's chain of placeholders: report.py's
@@ -383,7 +394,9 @@ def test_documented_command(cmd, workspace, request):
         assert worst < P_A_BOUND[dtype]
         return
     before = time.time()
-    run_command(cmd, workspace)
+    done = run_command(cmd, workspace)
+    if "backend=vllm" in cmd.argv:  # vLLM's INFO lines stay out of a run's console (harness.runtime.entry.quiet_vllm)
+        assert not VLLM_INFO.search(done.stdout + done.stderr), VLLM_INFO.search(done.stdout + done.stderr)
     if overrides is not None:
         made = [p for r in ("outputs", "multirun") for p in (workspace / r).rglob("results.json")
                 if p.stat().st_mtime >= before]

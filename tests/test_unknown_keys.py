@@ -6,6 +6,8 @@ CLI: one `error:` line naming the key (never its value), exit 2, before anything
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import run_in_process
 from test_cli_errors import _assert_one_line_error
@@ -40,3 +42,34 @@ def test_without_plus_hydra_refuses_it_and_known_keys_with_plus_plus_still_run(t
                     timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (out / "results.json").is_file()
+
+
+def _in_folder(args: list[str], folder: Path):
+    """`python -m harness.run ARGS` typed in `folder` (its outputs/ go there), in this process."""
+    from conftest import _run_env
+    from inprocess import run_in_process as run
+
+    return run(args, folder, timeout=300, repo=folder, base_env=_run_env(folder, None))
+
+
+@pytest.mark.parametrize("typo, meant", [("task.doc=5", "task.docs"), ("+task.doc=5", "task.docs"),
+                                         ("experiment.shufles=3", "experiment.shuffles")])
+def test_a_typo_gets_the_key_it_meant_and_leaves_no_outputs_folder(tmp_path, typo, meant):
+    """Typed in a folder: one line with "did you mean <key>?" (not Hydra's advice to add the key with
+    '+', which only moves the refusal), exit 2, and no outputs/ left behind by the refused run.
+    Control: the same command spelt right runs and keeps its run directory under outputs/."""
+    r = _in_folder([*BASE, typo], tmp_path)
+    _assert_one_line_error(r, f"did you mean {meant}?")
+    assert "To append" not in r.stderr and "+task.doc=5" not in r.stderr
+    assert not (tmp_path / "outputs").exists(), list(tmp_path.rglob("*"))
+
+
+def test_a_run_prints_its_directory_and_keeps_it(tmp_path):
+    """The control of the test above: a run that works keeps outputs/<experiment>/<time>/, and says
+    where it is at the start and at the end."""
+    r = _in_folder([*BASE, "experiment.shuffles=2"], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (run_dir,) = (tmp_path / "outputs" / "judge").iterdir()
+    lines = [x for x in r.stdout.splitlines() if x.startswith("run directory: ")]
+    assert len(lines) == 2 and all(str(run_dir.relative_to(tmp_path)) in x for x in lines)
+    assert lines[-1].endswith("(open report.html in a browser)") and (run_dir / "report.html").is_file()

@@ -323,6 +323,7 @@ def test_e2e_report_cards_for_both_evaluations(e2e):
     eval_<label>/heldout/ (search documents excluded)."""
     from harness.judging import load_judgments
     from harness.metrics.card import CARD_KEYS, PICTURES, card_numbers
+    from harness.progress import counted
 
     out = e2e["tmp"] / "run"
     res = json.loads((out / "results.json").read_text())
@@ -330,10 +331,11 @@ def test_e2e_report_cards_for_both_evaluations(e2e):
     for label in ("initial", "best"):
         for folder, split, first in (
                 (out / f"eval_{label}", "metrics_leaky",
-                 f"report card eval_{label} [leaky: all {n_search + n_held} documents, the {n_search} search "
-                 f"documents included]:"),
+                 f"report card eval_{label} [leaky: all {counted(n_search + n_held, 'document')}, the "
+                 f"{counted(n_search, 'search document')} included]:"),
                 (out / f"eval_{label}" / "heldout", "metrics_heldout",
-                 f"report card eval_{label}/heldout [held-out: {n_held} documents, search documents excluded]:")):
+                 f"report card eval_{label}/heldout [held-out: {counted(n_held, 'document')}, search documents "
+                 "excluded]:")):
             assert all((folder / name).stat().st_size > 0 for name in PICTURES.values())
             assert (folder / "card.md").read_text().startswith(first)
             # ... and so do the pictures' titles (the PNG's Title chunk, harness.figures.save)

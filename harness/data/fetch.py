@@ -120,6 +120,11 @@ def _copy(src: Source, mirror: Path, target: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
+OFFLINE = ("without network, copy the files from a data mirror (a folder laid out like the data dir): "
+           "harness-fetch --mirror DIR or HARNESS_DATA_MIRROR=DIR")
+"""The way out of a failed download, named in its error."""
+
+
 def _download(src: Source, target: Path, base_url: str, timeout: float, retries: int) -> None:
     url = source_url(src, base_url)
     tmp = _tmp_beside(target)
@@ -132,11 +137,12 @@ def _download(src: Source, target: Path, base_url: str, timeout: float, retries:
             except urllib.error.HTTPError as e:
                 # 4xx will not change on retry (wrong path or commit); 5xx and 429 may.
                 if (e.code < 500 and e.code != 429) or attempt == retries:
-                    raise DataError(f"download failed: HTTP {e.code} {e.reason} for {url}", where=src.file) from None
+                    raise DataError(f"download failed: HTTP {e.code} {e.reason} for {url}; {OFFLINE}",
+                                    where=src.file) from None
             except (urllib.error.URLError, OSError, http.client.HTTPException) as e:  # incl. timeouts, cut streams
                 if attempt == retries:
                     reason = getattr(e, "reason", e)
-                    raise DataError(f"download failed after {retries} tries: {reason} ({url})",
+                    raise DataError(f"download failed after {retries} tries: {reason} ({url}); {OFFLINE}",
                                     where=src.file) from None
             time.sleep(min(BACKOFF_S * 2 ** (attempt - 1), 10.0))
         _verify(tmp, src, url)

@@ -57,7 +57,7 @@ def run_judge(judge: Judge, docs: Sequence[Document], *, task: str, aspect: str 
                         extra={"judge_calls": getattr(judge, "calls", None),
                                "judge_calls_all_attempts": _all_attempts_calls(out), "judge_work": work})
     if tracker is not None:
-        log_judge_results(tracker, results, judgments)
+        log_judge_results(tracker, results, judgments, docs)
     return results
 
 

@@ -35,6 +35,7 @@ from harness.judges.cpu import numerics_line
 from harness.judging import MIN_ANSWER_MASS, load_judgments
 from harness.metrics.bootstrap import LeaveOneOut, doc_stats, intervals, replicate, support
 from harness.metrics.calibration import calibration, calibration_pairs
+from harness.metrics.correlation import view_correlations
 from harness.metrics.interval import METHOD, Interval
 from harness.metrics.mass import answer_mass_stats, answer_masses
 from harness.metrics.order import view_order_consistency
@@ -57,7 +58,8 @@ SKIP = ("wandb", "tables")
 """Folders of a run directory that hold no judged set."""
 
 CARD_KEYS = ("n_judgments", "n_docs", "answer_mass_median", "answer_mass_low_share", "a_rate", "a_rate_prob",
-             "order_consistency", "order_gap", "n_order_pairs", "ece", "accuracy", "n_calibration")
+             "order_consistency", "order_gap", "n_order_pairs", "ece", "accuracy", "n_calibration",
+             "spearman", "kendall")
 """The card's numbers: each is a key of metric_set (results.json's metrics["none"])."""
 
 CAUSES = ("no chat template (model.chat_template=false, or a tokenizer without one), a base model that is not "
@@ -85,6 +87,8 @@ class Card:
     """results.json's "length_bias" when a results.json beside the judgments has one (a judge run)."""
     numerics: Mapping[str, Any] | None = None
     """The run's numerics (results.json "numerics": dtype, its source, engine, device), when recorded."""
+    about: str | None = None
+    """What the run was: task, aspect, model and backend (`run_about`), when its config.json says."""
 
     @property
     def intervals(self) -> dict[str, list[float] | None] | None:
@@ -101,10 +105,11 @@ def card_numbers(judgments: Sequence[Judgment], threshold: float = MIN_ANSWER_MA
     """The card's numbers, computed as metric_set computes them (no correlations: no shuffles)."""
     views = document_views(judgments)
     cal = calibration(judgments, bins=bins)
+    win = view_correlations(views, "winrate", 1, 0)  # the win rate draws no shuffles
     values = {"n_judgments": len(judgments), "n_docs": len(views), **answer_mass_stats(judgments, threshold),
               "a_rate": view_a_rate(views, "argmax"), "a_rate_prob": view_a_rate(views, "prob"),
               **view_order_consistency(views), "ece": cal["ece"], "accuracy": cal["accuracy"],
-              "n_calibration": int(cal["n"])}
+              "n_calibration": int(cal["n"]), "spearman": win["spearman"], "kendall": win["kendall"]}
     return {**{k: values[k] for k in CARD_KEYS}, "threshold": threshold}
 
 
@@ -116,7 +121,9 @@ def card_intervals(judgments: Sequence[Judgment], numbers: Mapping[str, Any], ro
         return None
     frame = build_frame(judgments)
     loo = LeaveOneOut.over(frame.doc_ids, level, rounds, seed)
-    stats = doc_stats(frame, {}, {}, bins=bins)
+    win: dict[str, tuple[float, float]] = {}
+    view_correlations(frame.views(), "winrate", 1, 0, win)  # the win rate draws no shuffles
+    stats = doc_stats(frame, win, {}, bins=bins)
     reps = replicate(stats, np.vstack([loo.columns(frame.doc_ids), loo.boot_columns(frame.doc_ids)]))
     masks = {k: loo.row_mask(frame.doc_ids, v) for k, v in support(stats).items()}
     keep = [k for k in CARD_KEYS if k in reps]
@@ -140,21 +147,24 @@ def set_tag(documents: str | None) -> str:
 
 
 def draw(judgments: Sequence[Judgment], numbers: Mapping[str, Any], folder: Path, label: str,
-         documents: str | None = None) -> dict[str, Path]:
+         documents: str | None = None, about: str | None = None) -> dict[str, Path]:
     """The three pictures into `folder` (the reliability diagram only with human labels); their
-    titles name the set and, when its writer said (SET_FILE), whether it is leaky or held-out."""
+    titles name the set, when its writer said (SET_FILE) whether it is leaky or held-out, and on a
+    second line what the run was (`about`: task, aspect, model, backend), so a picture seen alone
+    (in W&B) says whose it is."""
     n = numbers
     tag = set_tag(documents)
     label = f"{label} [{tag}]" if tag else label
+    second = f"\n{about}" if about else ""
     p, y = calibration_pairs(judgments)
     out = {"reliability": plot_reliability(p, y, folder / PICTURES["reliability"],
-                                           title=f"{label}: ECE {_f(n['ece'])}, n={n['n_calibration']}"),
+                                           title=f"{label}: ECE {_f(n['ece'])}, n={n['n_calibration']}{second}"),
            "p_a_by_order": plot_p_a_by_order(*split_by_order(judgments, document_views(judgments)),
                                              folder / PICTURES["p_a_by_order"],
                                              title=f"{label}: A-rate {_f(n['a_rate'])}, "
-                                                   f"consistent {_f(n['order_consistency'])}"),
+                                                   f"consistent {_f(n['order_consistency'])}{second}"),
            "answer_mass": plot_answer_mass(answer_masses(judgments), n["threshold"], folder / PICTURES["answer_mass"],
-                                           title=f"{label}: answer-token mass")}
+                                           title=f"{label}: answer-token mass{second}")}
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -181,13 +191,31 @@ def render_card(path: Path, run_dir: Path, out_dir: Path | None = None, tracker:
     documents = read_json(about).get("documents") if about.is_file() else None
     beside = path.parent / "results.json"
     length = read_json(beside).get("length_bias") if beside.is_file() else None
-    card = Card(path, name, numbers, draw(judgments, numbers, folder, name, documents), documents,
-                card_intervals(judgments, numbers, rounds, level, seed), level, length, run_numerics(path, run_dir))
+    about = run_about(run_dir)
+    card = Card(path, name, numbers, draw(judgments, numbers, folder, name, documents, about), documents,
+                card_intervals(judgments, numbers, rounds, level, seed), level, length, run_numerics(path, run_dir),
+                about)
     write_text_atomic(folder / "card.md", card_text(card, out_dir or run_dir) + "\n")
     if tracker is not None:
         for kind, png in card.pictures.items():
             tracker.log_image(f"card/{name}/{kind}", png)
     return card
+
+
+def run_about(run_dir: Path) -> str | None:
+    """"summeval coherence, tiny-llama on hf": the task, aspect, model and backend of the run whose
+    config.json is in `run_dir` (None without one)."""
+    path = run_dir / "config.json"
+    try:
+        config = read_json(path) if path.is_file() else None
+    except HarnessError:
+        config = None
+    if not isinstance(config, Mapping):
+        return None
+    part = lambda group, key: (config.get(group) or {}).get(key) if isinstance(config.get(group), Mapping) else None  # noqa: E731
+    what = " ".join(str(x) for x in (part("task", "name"), part("task", "aspect")) if x)
+    who = " on ".join(str(x) for x in (part("model", "name"), part("backend", "name")) if x)
+    return ", ".join(x for x in (what, who) if x) or None
 
 
 def run_numerics(path: Path, run_dir: Path) -> Mapping[str, Any] | None:
@@ -249,16 +277,26 @@ def card_text(card: Card, root: Path) -> str:
     return "\n".join([
         f"report card {card.name}{documents}: {n['n_judgments']} ordered pairs, {n['n_docs']} "
         f"document{'' if n['n_docs'] == 1 else 's'} ({_rel(card.source, root)})",
+        *([f"  run           {card.about}"] if card.about else []),
         f"  answer mass   median {v('answer_mass_median', 3)} of the next-token probability on the answer tokens; "
         f"{_pct(low)} {_pct_interval(card, 'answer_mass_low_share')}of pairs below {n['threshold']:g}",
         f"  position      A-rate {v('a_rate')} (mean P(A) {v('a_rate_prob')}); decision survives swapping "
         f"A and B in {_pct(n['order_consistency'])} {_pct_interval(card, 'order_consistency')}of "
         f"{n['n_order_pairs']} pairs; mean |P(A|i,j) - (1 - P(A|j,i))| {v('order_gap')}",
         f"  calibration   {cal}",
+        f"  humans        {_agreement(card, v)}",
         *([_length_line(card.length_bias)] if card.length_bias else []),
         f"  numerics      {numerics_line(card.numerics)}",
         about,
         f"  pictures      {pics}"])
+
+
+def _agreement(card: Card, v: Callable[..., str]) -> str:
+    """Agreement with humans: the win-rate ranking's Spearman and Kendall per document, averaged."""
+    if math.isnan(card.numbers["spearman"]):
+        return "no agreement: fewer than two human-scored candidates in every document"
+    return (f"Spearman {v('spearman')}, Kendall {v('kendall')} of the win-rate ranking vs the human scores, per "
+            "document, averaged (PairS in results.json)")
 
 
 def _length_line(lb: Mapping[str, Any]) -> str:

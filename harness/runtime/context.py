@@ -52,6 +52,8 @@ from harness.judges.wrappers import PreemptibleJudge
 from harness.metrics.card import render_cards
 from harness.prompts import resolve_instruction
 from harness.records import Document
+from harness.report.page import write_report
+from harness.report.prompt import judge_view
 from harness.runtime.attempts import Attempt, record_attempt
 from harness.runtime.shard import check_shardable, select_shard, shard_spec
 from harness.runtime.sweep import cache_file
@@ -59,7 +61,7 @@ from harness.runtime.tracking import Tracker, run_name
 
 log = logging.getLogger(__name__)
 
-ARTIFACT_SUFFIXES = (".json", ".jsonl", ".png", ".md", ".txt")
+ARTIFACT_SUFFIXES = (".json", ".jsonl", ".png", ".md", ".txt", ".html")
 """Run-directory files logged to W&B as the run's artifact (attempts.jsonl and wandb/ excluded)."""
 
 _LOADED: dict[str, Judge] = {}
@@ -239,10 +241,11 @@ class RunContext:
                         OmegaConf.select(c, "model.name"))
 
     def close(self, completed: bool) -> None:
-        """A completed run: its report cards (every judgments.jsonl), then its files as a W&B
-        artifact (the cards' pictures included); then the tracker is finished."""
+        """A completed run: its report cards (every judgments.jsonl) and report.html, then its files
+        as a W&B artifact (the cards' pictures and the page included); then the tracker is finished."""
         if completed:
             self.report_cards()
+            self.report_page()
         if self._tracker is None:
             return
         try:
@@ -254,6 +257,18 @@ class RunContext:
                                            {"experiment": self.cfg.experiment.name})
         finally:
             self._tracker.finish()
+
+    def report_page(self) -> None:
+        """report.html (harness.report.page) from the run's files, the documents this run loaded and
+        its judge's chat template (no weights). Like a card, a page that cannot be written is a
+        warning, a full disk ends the run."""
+        try:
+            docs = self.__dict__.get("docs")  # only if the run loaded them (a cached_property)
+            write_report(self.out_dir, docs, None if self._judge is None else judge_view(self._judge))
+        except (HarnessError, OSError) as e:
+            if disk_full(e):
+                raise
+            log.warning("report.html not written: %s", e)
 
     def report_cards(self) -> None:
         """The report card of every judged set in the run directory (harness.metrics.card): printed,

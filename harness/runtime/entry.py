@@ -15,6 +15,7 @@ import importlib
 import logging
 import os
 import re
+import shutil
 import signal
 import sys
 import time
@@ -48,6 +49,7 @@ from harness.runtime.attempts import completed_here
 from harness.runtime.launchers import watching
 from harness.runtime.rundirs import check_same_experiment
 from harness.runtime.sweep import JobFailed, SweepStopped, fail_job, failure_summary
+from harness.runtime.typos import one_line_typo
 
 log = logging.getLogger("harness")
 
@@ -77,6 +79,7 @@ def run(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] | None = None) 
     check(cfg)
     entry = resolve_entry(cfg.experiment.entry)
     check_same_experiment(cfg, out_dir)
+    print(f"run directory: {out_dir}", flush=True)  # and again at the end (hydra_main)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(out_dir / "config.json", redact(OmegaConf.to_container(cfg, resolve=True)))
@@ -118,6 +121,7 @@ relative one against the package)."""
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> Any:
     hc = HydraConfig.get()
+    quiet_vllm()
     env_names = env_fields(OmegaConf.to_container(cfg, resolve=False))
     install_redaction(env_names)  # Hydra has set up its handlers (stderr, run.log) by now
     out_dir = Path(hc.runtime.output_dir)
@@ -129,6 +133,7 @@ def hydra_main(cfg: DictConfig) -> Any:
     except HarnessError as e:
         if hc.mode == RunMode.MULTIRUN:  # one line naming the job; the sweep's other jobs still run
             fail_job(hc.job.num, list(hc.overrides.task), redact_text(str(e), env_names), Path(hc.sweep.dir))
+        drop_refused_run_dir(out_dir)
         print(f"error: {redact_text(str(e), env_names)}", file=sys.stderr)
         sys.exit(2)
     except Exception as e:
@@ -140,7 +145,36 @@ def hydra_main(cfg: DictConfig) -> Any:
     if log_failures:
         print(f"error: {disk_full_message(log_failures[0], out_dir)}", file=sys.stderr)
         sys.exit(2)
+    page = out_dir / "report.html"
+    print(f"run directory: {out_dir}" + (f" (open {page.name} in a browser)" if page.is_file() else ""), flush=True)
     return result
+
+
+def quiet_vllm() -> None:
+    """vLLM prints INFO lines (its arguments, memory, compilation) to the console; a run shows its
+    warnings and errors only, unless VLLM_LOGGING_LEVEL asks for more (VLLM_LOGGING_LEVEL=INFO).
+    Before vLLM is imported: it reads the variable then (its engine process inherits it), and a
+    few lines it logs while importing go through Python's `vllm` logger."""
+    level = os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING").upper()
+    if level in logging.getLevelNamesMapping():
+        logging.getLogger("vllm").setLevel(level)
+
+
+def drop_refused_run_dir(out_dir: Path) -> None:
+    """A run refused before any work holds only what Hydra put there (run.log): remove it and the
+    empty folders above it up to the current one (outputs/<experiment>/), so a typo leaves nothing."""
+    if not out_dir.is_dir() or any(p.name not in ("run.log", ".hydra") for p in out_dir.iterdir()):
+        return
+    root = logging.getLogger()
+    for handler in list(root.handlers):  # run.log is open: close it before it goes
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == out_dir.resolve():
+            handler.close()
+            root.removeHandler(handler)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    here, parent = Path.cwd().resolve(), out_dir.resolve().parent
+    while parent != here and parent.is_relative_to(here) and parent.is_dir() and not any(parent.iterdir()):
+        parent.rmdir()
+        parent = parent.parent
 
 
 def disk_full_message(e: OSError, out_dir: Path) -> str:
@@ -215,7 +249,8 @@ def main() -> None:
     except (HydraException, OmegaConfBaseException, HarnessError) as e:
         if full:
             raise
-        print(f"error: {one_line(e, sys.argv[1:])}", file=sys.stderr)
+        message = one_line(e, sys.argv[1:])
+        print(f"error: {one_line_typo(message) or message}", file=sys.stderr)
         sys.exit(2)
     except (OSError, ValueError) as e:
         # Hydra creates the run directory and opens run.log before our code runs: a path that

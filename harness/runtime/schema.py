@@ -12,6 +12,7 @@ experiment (Judge/Zepo/Sensitivity/Abb/Pointwise, in experiment_schema.py); the 
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Optional
@@ -414,7 +415,15 @@ def refuse_unknown_keys(cfg: DictConfig) -> None:
         known = schema_fields(OmegaConf.get_type(OmegaConf.select(cfg, group))) if group else schema_fields(Config)
         raise ConfigError(f"unknown key{'s' if len(found) > 1 else ''} {', '.join(found)} (added with '+' but "
                           f"no part of the harness reads {'them' if len(found) > 1 else 'it'}); "
-                          f"{group or 'the root'} has: {', '.join(known)}; fix the spelling or drop it")
+                          f"{suggestion(first, known)}{group or 'the root'} has: {', '.join(known)}; "
+                          "fix the spelling or drop it")
+
+
+def suggestion(key: str, known: list[str]) -> str:
+    """"did you mean task.docs? " for `task.doc` among `known` (its group's keys), "" when none is close."""
+    group, _, leaf = key.rpartition(".")
+    close = difflib.get_close_matches(leaf, known, n=1, cutoff=0.6)
+    return f"did you mean {group + '.' if group else ''}{close[0]}? " if close else ""
 
 
 def schema_fields(schema: type) -> list[str]:

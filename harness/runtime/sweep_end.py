@@ -141,7 +141,7 @@ def publish(out: Path, first_shard: Path, overrides: list[str], results: dict[st
     ctx = RunContext(OmegaConf.create(config), out)
     completed = False
     try:
-        log_judge_results(ctx.tracker, results, judgments)
+        log_judge_results(ctx.tracker, results, judgments, ctx.docs)
         ctx.tracker.update_config({"judge_identity": results["judge"]})
         completed = True
     finally:

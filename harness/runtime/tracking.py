@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.files import jsonable, write_jsonl_atomic
+from harness.judging import answer_mass
 from harness.metrics.bootstrap import interval_summary
+from harness.records import Document, Judgment
 from harness.redaction import redact, redact_overrides
 
 log = logging.getLogger(__name__)
@@ -121,7 +123,8 @@ class Tracker:
             self._run = None
 
 
-def log_judge_results(tracker: Any, results: Mapping[str, Any], judgments: Sequence[Any]) -> None:
+def log_judge_results(tracker: Any, results: Mapping[str, Any], judgments: Sequence[Judgment],
+                      docs: Sequence[Document]) -> None:
     """A judge run's numbers in its tracker: every metric, the summary (intervals, length bias) and
     the judgments table (the judge experiment's, and a merge of its shards': harness.runtime.sweep_end)."""
     flat = {f"{mode}/{k}": v for mode, m in results["metrics"].items() for k, v in m.items()}
@@ -129,8 +132,20 @@ def log_judge_results(tracker: Any, results: Mapping[str, Any], judgments: Seque
     lb = results.get("length_bias") or {}
     tracker.summary(flat | interval_summary(results.get("intervals"))
                     | {f"length_bias/{k}": lb[k] for k in ("length", "position", "scale") if k in lb})
-    tracker.log_table("judgments", ["doc_id", "a_id", "b_id", "p_a", "human_a", "human_b"],
-                      [[j.doc_id, j.a_id, j.b_id, j.p_a, j.human_a, j.human_b] for j in judgments])
+    tracker.log_table("judgments", JUDGMENT_COLUMNS, judgment_rows(judgments, docs))
+
+
+JUDGMENT_COLUMNS = ["doc_id", "a_id", "b_id", "p_a", "answer_mass", "flags", "human_a", "human_b", "gold_a",
+                    "a_text", "b_text"]
+"""The W&B judgments table: each ordered pair with its reading, flags, human labels and both texts."""
+
+
+def judgment_rows(judgments: Sequence[Judgment], docs: Sequence[Document]) -> list[list[Any]]:
+    """One row per judgment (JUDGMENT_COLUMNS); flags as one comma-separated string."""
+    by_id = {d.id: d for d in docs}
+    return [[j.doc_id, j.a_id, j.b_id, j.p_a, answer_mass(j.token_logprobs), ", ".join(j.flags), j.human_a,
+             j.human_b, j.gold_a, by_id[j.doc_id].candidate(j.a_id).text, by_id[j.doc_id].candidate(j.b_id).text]
+            for j in judgments]
 
 
 def run_name(experiment: str, task: str | None = None, aspect: str | None = None, model: str | None = None) -> str:

@@ -35,6 +35,7 @@ from harness.metrics.bootstrap import interval_summary
 from harness.metrics.interval import MIN_DOCUMENTS, TOO_FEW, Interval, sentence
 from harness.metrics.card import SET_FILE
 from harness.metrics.summary import analyse
+from harness.progress import counted
 from harness.records import Document, Judgment, Tracker
 from harness.zepo import plots, search
 from harness.zepo.optimizers import log_rejections, show_progress
@@ -117,15 +118,16 @@ def write_sets(out_dir: Path, judgments: Sequence[Judgment], held: Sequence[Judg
     out_dir.mkdir(parents=True, exist_ok=True)
     write_judgments(out_dir / "judgments.jsonl", judgments, p_cf)
     if n_held == n_all:
-        write_json_atomic(out_dir / SET_FILE, {"documents": f"held-out: all {n_all} documents, no search document"})
+        write_json_atomic(out_dir / SET_FILE, {"documents": f"held-out: all {counted(n_all, 'document')}, no search "
+                                                            "document"})
         return
-    write_json_atomic(out_dir / SET_FILE, {"documents": f"leaky: all {n_all} documents, the {n_all - n_held} "
-                                                        f"search documents included"})
+    write_json_atomic(out_dir / SET_FILE, {"documents": f"leaky: all {counted(n_all, 'document')}, the "
+                                                        f"{counted(n_all - n_held, 'search document')} included"})
     if held:
         (out_dir / "heldout").mkdir(exist_ok=True)
         write_judgments(out_dir / "heldout" / "judgments.jsonl", held, p_cf)
         write_json_atomic(out_dir / "heldout" / SET_FILE,
-                          {"documents": f"held-out: {n_held} documents, search documents excluded"})
+                          {"documents": f"held-out: {counted(n_held, 'document')}, search documents excluded"})
 
 
 def _candidate_row(c: search.ScoredCandidate, objective: str, best: int) -> list[Any]:
@@ -257,10 +259,11 @@ def before_after_table(results: Mapping[str, Any]) -> str:
             "| leaky Spearman (PairS, perm. debiased) | held-out Spearman (PairS, perm. debiased) |")
     n_held = results["initial"].get("n_heldout_docs", len(results["eval_doc_ids"]))
     n_search = len(results["search_doc_ids"])
-    lines = [f"ZEPO {results['task']}/{results['aspect']}: {n_search} search docs, "
-             f"{len(results['eval_doc_ids'])} eval docs ({n_held} held out), {results['n_candidates']} candidates "
-             f"scored; search = the {n_search} search documents, held-out = the {n_held} others, leaky = all of "
-             f"them (the paper's evaluation)", "", head, "|" + "---|" * 10]
+    lines = [f"ZEPO {results['task']}/{results['aspect']}: {counted(n_search, 'search document')}, "
+             f"{counted(len(results['eval_doc_ids']), 'evaluation document')} ({n_held} held out), "
+             f"{counted(results['n_candidates'], 'candidate')} scored; search = the "
+             f"{counted(n_search, 'search document')}, held-out = the {n_held} other{'' if n_held == 1 else 's'}, "
+             "leaky = all of them (the paper's evaluation)", "", head, "|" + "---|" * 10]
     for label in ("initial", "best"):
         r = results[label]
         m = r["metrics"]["none"]

@@ -1,0 +1,224 @@
+"""report.html in a real browser: headless Chromium (Debian's `chromium`; .ci/run installs it) loads
+the page of a real tiny run with the network off, over the DevTools protocol
+(scripts/chromium_cdp.py). The rendered DOM holds every candidate text and every pair's P(A) in
+both orders, each pair's prompt equals what the judge's own chat template makes of it, the
+console shows no error and the page asks for nothing. Negative controls: a page with a JS error
+and a page that loads a picture over http are both caught; a candidate text holding markup shows
+as text. The same runs give harness-report's page for a sweep and the W&B table's texts and flags.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_in_process
+from PIL import Image
+from test_run import wandb_records
+
+from harness.data import load_task
+from harness.judges.hf import build as build_hf_judge
+from harness.judging import load_judgments
+from harness.prompts import render
+
+sys.path.insert(0, str(REPO / "scripts"))
+from chromium_cdp import Chromium, find_chromium  # noqa: E402
+
+pytestmark = pytest.mark.skipif(find_chromium() is None, reason="chromium is not installed (Debian: apt-get install "
+                                "-y chromium; .ci/run installs it): the report page cannot be tested in a browser")
+
+ARGS = ["experiment=judge", "model=tiny_llama", "task.docs=2", "task.max_candidates=3", "experiment.shuffles=5",
+        "metrics.bootstrap=50"]
+CONSOLE: dict[str, str] = {}
+"""What the judge run printed (stdout + stderr), for the progress line's test."""
+
+ROWS_JS = """Array.from(document.querySelectorAll('#pairs-body tr.pair')).map(tr =>
+  Array.from(tr.children).map(td => td.textContent.replace(/^[+\\u2212] /, '')))"""
+
+
+@pytest.fixture(scope="module")
+def judge_run(tmp_path_factory, shared_data, tiny_llama):
+    tmp = tmp_path_factory.mktemp("page")
+    out = tmp / "run"
+    r = run_in_process([*ARGS, f"hydra.run.dir={out}"], tmp)
+    assert r.returncode == 0, r.stderr[-3000:]
+    CONSOLE["judge"] = r.stdout + r.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with Chromium(height=1200) as b:
+        yield b
+
+
+def test_the_page_shows_every_pair_in_both_orders_and_every_text(judge_run, browser, shared_data, tmp_path):
+    page = judge_run / "report.html"
+    got = browser.load(page)
+    assert got.errors == [] and got.requests == []
+    rows = browser.evaluate(ROWS_JS)
+    judgments, _ = load_judgments(judge_run / "judgments.jsonl")
+    p = {(j.doc_id, j.a_id, j.b_id): j.p_a for j in judgments}
+    assert len(rows) == len(p) // 2 == 6
+    for doc, i, j, p_ij, p_ji, *_ in rows:
+        assert p_ij == f"{p[doc, i, j]:.4f}" and p_ji == f"{p[doc, j, i]:.4f}"
+    text = browser.evaluate("document.body.textContent")
+    docs = {d.id: d for d in load_task("summeval", data_dir=shared_data, limit=2)}
+    for doc, i, j, *_ in rows:
+        assert docs[doc].candidate(i).text in text and docs[doc].candidate(j).text in text
+    # What the page says about the run, and the card's agreement with humans (results.json's).
+    results = json.loads((judge_run / "results.json").read_text())
+    assert results["judge"] in text and "summeval / coherence" in text
+    assert f"spearman {results['metrics']['none']['spearman']:.3f}" in text
+    # The card and its pictures name what the run was (a picture seen alone in W&B says whose it is).
+    about = "summeval coherence, tiny-llama on hf"
+    card = (judge_run / "card.md").read_text()
+    assert f"  run           {about}" in card and "  humans        Spearman " in card
+    for png in judge_run.glob("card_*.png"):
+        assert Image.open(png).text["Title"].endswith(about), png
+    shot = browser.screenshot(tmp_path / "page.png")
+    assert shot.stat().st_size > 20_000  # a drawn page, not a blank one (looked at by hand: readable)
+
+
+def test_each_prompt_is_what_the_judges_template_made(judge_run, browser, shared_data):
+    """Every pair's prompt, both orders, as the page fills it from its skeleton, equals the judge's
+    own format_prompt of the rendered user message (the tokenizer the run used, loaded again)."""
+    browser.load(judge_run / "report.html")
+    shown = browser.evaluate("""(() => { document.querySelectorAll('details.prompt').forEach(d => d.open = true);
+      return new Promise(done => setTimeout(() => done(Array.from(document.querySelectorAll('details.prompt pre'))
+        .map(p => p.textContent)), 200)); })()""")
+    config = json.loads((judge_run / "config.json").read_text())
+    results = json.loads((judge_run / "results.json").read_text())
+    judge = build_hf_judge(config["model"], device="cpu", threads=1)
+    docs = {d.id: d for d in load_task("summeval", data_dir=shared_data, limit=2)}
+    expected = []
+    for doc, i, j, *_ in browser.evaluate(ROWS_JS):
+        d = docs[doc]
+        for a, b in ((i, j), (j, i)):
+            message = render(d, d.candidate(a), d.candidate(b), results["instruction"], results["family"])
+            expected.append(judge.format_prompt(message))
+    assert len(shown) == 12 and shown == expected
+    assert all("<|im_start|>user" in s and s.endswith("<|im_start|>assistant\n") for s in shown)
+
+
+def test_filters_count_what_the_metrics_count(judge_run, browser):
+    """'flips with the order' keeps the pairs the order consistency counts as inconsistent."""
+    browser.load(judge_run / "report.html")
+    results = json.loads((judge_run / "results.json").read_text())["metrics"]["none"]
+    flips = round(results["n_order_pairs"] * (1 - results["order_consistency"]))
+    browser.evaluate("document.getElementById('tag-flip').click()")
+    assert len(browser.evaluate(ROWS_JS)) == flips
+    assert browser.evaluate("document.getElementById('pairs-status').textContent").startswith(f"{flips} of 6 pairs")
+
+
+def test_the_checks_catch_an_error_and_a_request(browser, tmp_path):
+    """Negative controls: a script error is an error; a picture over http is a request (which the
+    offline browser cannot complete)."""
+    bad = tmp_path / "bad.html"
+    bad.write_text("<html><body><script>undefinedFunction();</script></body></html>")
+    assert any("undefinedFunction" in e for e in browser.load(bad).errors)
+    fetch = tmp_path / "fetch.html"
+    fetch.write_text("<html><body><img src='http://example.com/x.png'></body></html>")
+    assert browser.load(fetch).requests == ["http://example.com/x.png"]
+
+
+def test_markup_in_a_candidate_is_shown_as_text(tmp_path, browser, tiny_llama):
+    """Candidate texts are untrusted: a run on a user's JSONL whose candidates hold a <script>, an
+    onerror handler and a closing </script> shows them as text, runs none of them."""
+    hostile = ["<script>document.title='owned'</script>", "<img src=x onerror=\"document.title='owned'\">",
+               "</script><b>bold?</b>"]
+    data = tmp_path / "mine.jsonl"
+    data.write_text("".join(json.dumps({"doc_id": "d1", "source": "A source <i>text</i>.", "candidate_id": f"c{k}",
+                                        "text": t, "scores": {"quality": k}}) + "\n" for k, t in enumerate(hostile)))
+    out = tmp_path / "run"
+    r = run_in_process(["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={data}",
+                        "experiment.shuffles=2", "metrics.bootstrap=0", "progress=false", "wandb.mode=disabled",
+                        f"hydra.run.dir={out}"], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = browser.load(out / "report.html")
+    assert got.errors == [] and got.requests == []
+    browser.evaluate("document.querySelectorAll('button.open').forEach(b => b.click())")
+    text = browser.evaluate("document.body.textContent")
+    assert all(t in text for t in hostile)
+    assert browser.evaluate("document.title") != "owned"
+    assert browser.evaluate("document.querySelectorAll('script').length") == 2  # the page's data and its script
+    assert browser.evaluate("document.querySelectorAll('#pairs-body img, #pairs-body b, #pairs-body i').length") == 0
+
+
+def test_harness_report_refreshes_an_old_run_and_a_sweep_index(judge_run, tmp_path, browser):
+    """`harness-report` (python -m harness.report.cli, what the command runs) on a copy of the run
+    without its page: the page is back, equal in its rows; on a folder of two jobs: index.html
+    links both and holds the collect table."""
+    import shutil
+
+    sweep = tmp_path / "sweep"
+    for k in (0, 1):
+        shutil.copytree(judge_run, sweep / str(k), ignore=shutil.ignore_patterns("wandb", "report.html"))
+    (sweep / "1" / "overrides.json").write_text(json.dumps([*json.loads((judge_run / "overrides.json").read_text()),
+                                                             "seed=1"]))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    r = subprocess.run([sys.executable, "-m", "harness.report.cli", str(sweep)], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert (sweep / "0" / "report.html").is_file() and (sweep / "1" / "report.html").is_file()
+    got = browser.load(sweep / "index.html")
+    assert got.errors == [] and got.requests == []
+    links = browser.evaluate("Array.from(document.querySelectorAll('a')).map(a => a.getAttribute('href'))")
+    assert {"0/report.html", "1/report.html"} <= set(links)
+    text = browser.evaluate("document.body.textContent")
+    spearman = json.loads((judge_run / "results.json").read_text())["metrics"]["none"]["spearman"]
+    assert "collect table" in text and "seed=1" in text and f"{spearman:.3f}" in text
+    browser.load(sweep / "0" / "report.html")
+    assert len(browser.evaluate(ROWS_JS)) == 6
+
+
+def test_wandb_gets_the_texts_flags_gold_and_the_page(judge_run):
+    """The offline W&B run: the judgments table carries both texts, the flags and the gold label;
+    report.html is a file of the run's artifact."""
+    records = wandb_records(judge_run)
+    (art,) = [rec["artifact"] for rec in records if rec.get("type") == "artifact"
+              and rec["artifact"]["type"] == "run-outputs"]
+    assert "report.html" in {e["path"] for e in art["manifest"]["contents"]}
+    (table,) = sorted((judge_run / "wandb").glob("offline-run-*/files/media/table/judgments_*.table.json"))
+    logged = json.loads(table.read_text())
+    assert {"a_text", "b_text", "flags", "gold_a", "answer_mass"} <= set(logged["columns"])
+    row = dict(zip(logged["columns"], logged["data"][0]))
+    first = json.loads((judge_run / "judgments.jsonl").read_text().splitlines()[0])
+    assert row["flags"] == ", ".join(first["flags"]) and row["a_text"] and row["b_text"]
+    assert math.isclose(row["p_a"], first["p_a"])
+
+
+def test_the_progress_line_names_the_content_free_probe(judge_run):
+    """12 pairs and one more request: the bar says what the 13th is."""
+    assert "judging 12 pairs + the content-free probe" in CONSOLE["judge"]
+
+
+@pytest.mark.slow
+def test_a_zepo_page_shows_the_candidates_and_counts_one_document_as_one(tmp_path, browser, tiny_llama):
+    """A ZEPO run with one search and one evaluation document: its page shows the search's
+    candidates with their fairness and held-out Spearman, its texts say "1 document" (never
+    "1 documents"), and the browser sees no error."""
+    out = tmp_path / "zepo"
+    r = run_in_process(["experiment=zepo", "model=tiny_llama", "task=usr_zepo", "task.aspect=overall",
+                        "task.offset=27", "task.docs=2", "task.max_candidates=3", "experiment.search_docs=1",
+                        "experiment.population=2", "experiment.epochs=1", "experiment.shuffles=5",
+                        "metrics.bootstrap=20", "wandb.mode=disabled", f"hydra.run.dir={out}"], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "content-free probe" in r.stderr
+    said = [r.stdout, (out / "summary.md").read_text(), *(p.read_text() for p in out.rglob("set.json"))]
+    assert "1 search document," in said[1] and "1 evaluation document (1 held out)" in said[1]
+    assert any("the 1 search document included" in t for t in said)
+    got = browser.load(out / "report.html")
+    assert got.errors == [] and got.requests == []
+    text = browser.evaluate("document.body.textContent")
+    assert not any("1 documents" in t or "1 search documents" in t for t in [*said, text])
+    history = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()]
+    cells = browser.evaluate("Array.from(document.querySelectorAll('#zepo ~ table tbody tr')).map(tr => "
+                             "Array.from(tr.children).map(td => td.textContent))")
+    assert len(cells) >= len(history) and all(c["text"][:40] in " ".join(row) for c, row in zip(history, cells))
+    assert f"{history[0]['objectives']['fairness']:.3f}" in cells[0][3]
