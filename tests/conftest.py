@@ -242,6 +242,24 @@ def run_harness(args: list[str], tmp: Path, *, env: dict | None = None, timeout:
                           capture_output=True, text=True, timeout=timeout)
 
 
+def run_bench(args: list[str], tmp: Path, *, timeout: int = 600):
+    """`python -m harness.bench ARGS` (the `harness-bench` command) as a user types it, isolated as
+    run_harness; the stdout's last line is its JSON (`bench_json`)."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "harness.bench", *args], cwd=REPO, env=_run_env(tmp, None),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def bench_json(proc) -> dict:
+    """The one JSON line a benchmark prints last."""
+    import json
+
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def run_in_process(args: list[str], tmp: Path, *, env: dict | None = None, timeout: int = 600):
     """run_harness's twin without the interpreter: the same entry (harness.runtime.entry.main), the
     same command line, environment and return value, in this process (tests/inprocess.py)."""

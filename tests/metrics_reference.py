@@ -1,6 +1,6 @@
 """The metrics as they were before issue #22 vectorised them (harness/metrics @ edf2c66, verbatim
 but for imports): the reference the vectorised package is compared with to 1e-12
-(tests/test_metrics_vectorised.py) and timed against (scripts/bench_metrics.py). Not shipped.
+(tests/test_metrics_vectorised.py). Not shipped.
 """
 
 from __future__ import annotations

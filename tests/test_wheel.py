@@ -4,7 +4,8 @@ The wheel is built from this checkout (`pip wheel --no-deps --no-build-isolation
 `--no-deps` into a venv made with `--system-site-packages` (torch, transformers, vLLM come from the
 system; the project itself must come from the wheel, not from the editable install), and the two
 commands a user types first run from an empty directory: `harness-run experiment=judge
-model=tiny_llama ...` and `python -m harness.judges.serve MODEL --print`.
+model=tiny_llama ...`, `harness-bench --help` (every subcommand listed) and
+`python -m harness.judges.serve MODEL --print`.
 """
 
 from __future__ import annotations
@@ -84,6 +85,17 @@ def test_wheel_installs_and_runs_from_an_empty_directory(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert (out / "results.json").is_file() and (out / "config.json").is_file()
     assert list(empty.iterdir()) == [], "the run wrote into the current folder"
+
+    # The benchmarks ship too: the console script lists every subcommand (harness.bench.cli).
+    from harness.bench.cli import SUBCOMMANDS
+
+    r = subprocess.run(["harness-bench", "--help"], cwd=empty, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    listed = {line.split()[0] for line in r.stdout.splitlines() if line.startswith("    ") and line.split()}
+    assert set(SUBCOMMANDS) <= listed, r.stdout
+    r = subprocess.run([str(py), "-c", "import harness.bench.cli as c; print(c.__file__)"], cwd=empty, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert Path(r.stdout.strip()) == site / "harness" / "bench" / "cli.py", "harness-bench runs the checkout's copy"
 
     pytest.importorskip("vllm")
     r = subprocess.run([str(py), "-m", "harness.judges.serve", "tiny_mistral7b", "--print"],
