@@ -5,8 +5,8 @@ PairS shuffles. An instant judge (harness.bench.workloads.instant_judgments: see
 log-probs, human scores in thirds with ties) feeds the shipped `harness.metrics.write_run`
 (judgments.jsonl, every metric raw and under each debiasing, results.json) without the
 bootstrap, then `analyse` without and with `--bootstrap` rounds over documents; the difference
-is what the intervals cost. Each is timed `--rounds` times: median wall time, and this process's
-CPU time (on a shared machine the wall time also holds the other jobs' turns).
+is what the intervals cost. Each is called once, then timed `--rounds` times: the median wall
+time, and this process's CPU time (on a shared machine the wall time also holds other jobs' turns).
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
 
 
 def cpu_and_wall(n: int, fn: Callable[[], Any]) -> dict[str, Any]:
-    """Median wall and CPU seconds of `n` calls, every round's wall time."""
+    """Median wall and CPU seconds of `n` calls after a warm-up call (first imports); every round's wall time."""
+    fn()
     walls, cpus = [], []
     for _ in range(n):
         start, cpu = time.perf_counter(), time.process_time()

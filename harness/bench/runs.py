@@ -14,6 +14,7 @@ Each row is timed `--rounds` times after one warm-up of the judge; medians.
 from __future__ import annotations
 
 import argparse
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -47,16 +48,21 @@ def wrapped(judge: Any, chunk: int, cache: Path) -> PreemptibleJudge:
     return PreemptibleJudge(CachedJudge(judge, ScoreCache(cache), chunk=chunk), chunk)
 
 
-def timed(model: eng.Model, rounds: int, tmp: Path, call) -> dict[str, Any]:
+def timed(model: eng.Model, rounds: int, folder: Path, call) -> dict[str, Any]:
     """`call(judge, cache path)` on a fresh prefix judge and cache each round: times, tokens, output."""
     times, out, tokens = [], None, 0
+    folder.mkdir(parents=True, exist_ok=True)
     for k in range(rounds):
         judge = eng.judge(model, "prefix")
         start = now()
-        out = call(judge, tmp / f"{id(call)}-{k}.sqlite")
+        out = call(judge, folder / f"requests-{k}.sqlite")
         times.append(now() - start)
         tokens = judge.tokens_processed
     return {**summary(times), "tokens": tokens, "out": out}
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
 def judge_rows(args: argparse.Namespace, model: eng.Model, tmp: Path) -> dict[str, Any]:
@@ -71,7 +77,7 @@ def judge_rows(args: argparse.Namespace, model: eng.Model, tmp: Path) -> dict[st
     calls = {BARE: lambda j, cache: j.score_pairs(reqs),
              "run: as shipped (one streamed call)": lambda j, cache: wrapped(j, chunk, cache).score_pairs(reqs),
              f"run: {chunk} requests per call": chunked}
-    got = {name: timed(model, args.rounds, tmp, call) for name, call in calls.items()}
+    got = {name: timed(model, args.rounds, tmp / _slug(name), call) for name, call in calls.items()}
     bare = got[BARE]
     rows = {name: {"prompts": len(reqs), "tokens": r["tokens"], "x_trie": r["tokens"] / least,
                    "median_s": r["median_s"], "rounds_s": r["rounds_s"], "prompts_per_s": len(reqs) / r["median_s"],
@@ -87,7 +93,7 @@ def epoch_rows(args: argparse.Namespace, model: eng.Model, tmp: Path) -> dict[st
     calls = {"one call per instruction": lambda j, cache: [
                  judge_instructions(wrapped(j, args.chunk, cache), [job], **kw)[0] for job in jobs],
              "one call per epoch": lambda j, cache: judge_instructions(wrapped(j, args.chunk, cache), jobs, **kw)}
-    got = {name: timed(model, args.rounds, tmp, call) for name, call in calls.items()}
+    got = {name: timed(model, args.rounds, tmp / _slug(name), call) for name, call in calls.items()}
     p_a = {name: [x.p_a for js, _ in r["out"] for x in js] for name, r in got.items()}
     n = sum(len(js) + 1 for js, _ in got["one call per epoch"]["out"])
     rows = {name: {"prompts": n, "tokens": r["tokens"], "median_s": r["median_s"], "rounds_s": r["rounds_s"],
