@@ -15,10 +15,10 @@ P_A_BOUND = {"float32": 1e-4, "bfloat16": 0.06}
 """Cross-engine bound on max |dP(A)| by the dtype both sides run (issue #28). float32: engines differ
 only in summation order (measured <= 1e-5: docs/benchmarks.md), 1e-4 leaves room and still catches
 a real difference. bfloat16: two bf16 engines differ by a few bf16 ulps of the hidden state, and a
-bf16 vLLM also by its bf16 LM head (docs/benchmarks.md, "Numerics"); measured on SmolLM2 against
+bf16 vLLM also by its bf16 LM head (docs/benchmarks-log.md, 2026-12-02); measured on SmolLM2 against
 float32: max 0.023 / 0.041 with our float32 head and 0.038 / 0.037 with a bf16 head (24 SummEval /
-24 NewsRoom pairs, scripts/bench_numerics.py), and up to 0.046 with a bf16 head on NewsRoom
-relevance (docs/benchmarks.md, bench_run --dtypes); so 0.06."""
+24 NewsRoom pairs, `harness-bench numerics`), and up to 0.046 with a bf16 head on NewsRoom
+relevance (docs/benchmarks-log.md, 2026-12-01 run G); so 0.06."""
 LOGPROB_BOUND = {"float32": 1e-3, "bfloat16": 0.1}
 """The same for one answer token's log-prob (log-probs of unlikely tokens move more than P(A));
 bfloat16: measured 0.015 between bf16 paths of the tiny random Llama (tests/test_head.py)."""
@@ -264,6 +264,24 @@ def run_harness(args: list[str], tmp: Path, *, env: dict | None = None, timeout:
 
     return subprocess.run([sys.executable, "-m", "harness.run", *args], cwd=cwd, env=_run_env(tmp, env),
                           capture_output=True, text=True, timeout=timeout)
+
+
+def run_bench(args: list[str], tmp: Path, *, timeout: int = 600):
+    """`python -m harness.bench ARGS` (the `harness-bench` command) as a user types it, isolated as
+    run_harness; the stdout's last line is its JSON (`bench_json`)."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "harness.bench", *args], cwd=REPO, env=_run_env(tmp, None),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def bench_json(proc) -> dict:
+    """The one JSON line a benchmark prints last."""
+    import json
+
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def run_in_process(args: list[str], tmp: Path, *, env: dict | None = None, timeout: int = 600):

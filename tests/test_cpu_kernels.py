@@ -142,33 +142,35 @@ def test_without_vllm_the_torch_path_runs(tmp_path, monkeypatch):
 
 
 @needs_kernels
-def test_bench_kernels_ab_runs_and_compares(tmp_path, shared_data):
-    """scripts/bench_kernels.py as typed, at tiny sizes: both sides timed per workload, their
-    speed-up the quotient of the medians, every decision compared, |dP(A)| within the fp32 bound."""
-    import json
-    import subprocess
-    import sys
+def test_speed_times_the_kernels_against_the_torch_path(tmp_path, shared_data):
+    """`harness-bench speed --kernels torch,vllm` as typed, at tiny sizes: both paths timed per
+    workload, round by round, on the same weights; the kernels' speed-up the quotient of the
+    medians, every decision compared, |dP(A)| within the fp32 bound; each row says which kernels
+    ran (vLLM's, with the attention ISA, or torch's)."""
+    import statistics
 
-    from conftest import REPO
+    from conftest import bench_json, compose, run_bench
 
-    out = tmp_path / "ab.json"
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_kernels.py"), "--model", "tiny:llama3",
-                           "--docs", "1", "--candidates", "2", "--rounds", "2", "--threads", "1",
-                           "--data-dir", str(shared_data), "--json", str(out)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = json.loads(out.read_text())
-    assert got == json.loads(proc.stdout.strip().splitlines()[-1]) and got["threads"] == 1
-    assert got["library"].startswith("_C") and got["isa"] == {"float32": "vec"}
-    from harness.judges.settings import HFSettings  # the script's default: the shipped backend.batch_size
-
-    bs = HFSettings.batch_size
-    assert set(got["rows"]) == {f"prefix_1instr_float32_bs{bs}", f"prefix_5instr_float32_bs{bs}"}
-    for row in got["rows"].values():
-        assert all(len(v) == 2 for v in row["rounds_s"].values())
-        assert row["speedup"] == pytest.approx(row["median_s"]["torch"] / row["median_s"]["vllm"])
-        assert row["agree"][1] == row["prompts"] and row["max_abs_dp"] < P_A_BOUND["float32"]
-    assert got["rows"][f"prefix_5instr_float32_bs{bs}"]["prompts"] == 5 * 2
+    proc = run_bench(["speed", "--model", "tiny:llama3", "--engines", "prefix", "--kernels", "torch,vllm",
+                      "--docs", "1", "--candidates", "2", "--rounds", "2", "--threads", "1", "--peak-size", "512",
+                      "--data-dir", str(shared_data)], tmp_path, timeout=300)
+    got = bench_json(proc)
+    assert got["threads"] == 1 and got["versus"] == ["prefix"]
+    rows = got["rows"]
+    assert set(rows) == {f"prefix[{k}]_{w}_float32" for k in ("torch", "vllm") for w in ("1instr", "5instr")}
+    shipped = compose([]).backend.batch_size  # the default: the shipped backend.batch_size
+    for w in ("1instr", "5instr"):
+        torch_row, vllm_row = rows[f"prefix[torch]_{w}_float32"], rows[f"prefix[vllm]_{w}_float32"]
+        assert torch_row["kernels"] == "torch (kernels: torch)" and "attention_isa" not in torch_row
+        assert vllm_row["kernels"] == cpu_kernels.NOTE and vllm_row["attention_isa"] == "vec"
+        for r in (torch_row, vllm_row):
+            assert len(r["rounds_s"]) == 2 and r["median_s"] == statistics.median(r["rounds_s"])
+            assert r["batch_size"] == shipped
+        assert vllm_row["versus"]["prefix"] == pytest.approx(torch_row["median_s"] / vllm_row["median_s"])
+        ref = vllm_row["vs_reference"]
+        assert ref["row"] == torch_row["name"] and ref["agree"] == [vllm_row["prompts"]] * 2
+        assert ref["max_abs_dp"] < P_A_BOUND["float32"]
+    assert rows["prefix[vllm]_5instr_float32"]["prompts"] == 5 * 2
 
 
 @needs_kernels

@@ -8,12 +8,8 @@ the official arithmetic; both are checked against their definitions, each with a
 from __future__ import annotations
 
 import itertools
-import json
 import math
-import subprocess
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import metrics_reference as ref
 import numpy as np
@@ -23,7 +19,6 @@ from harness import metrics
 from harness.metrics.correlation import pairs_orders
 from harness.records import Judgment
 
-REPO = Path(__file__).resolve().parents[1]
 TOL = 1e-12
 
 
@@ -162,21 +157,23 @@ def test_permutation_debias_official_arithmetic():
         metrics.permutation_debias(js, "other")
 
 
-def test_bench_metrics_prints_the_ratio(tmp_path):
-    """scripts/bench_metrics.py at a small size: both implementations timed in one run, their
-    results compared, one JSON line with what the table printed."""
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_metrics.py"), "--docs", "3",
-                           "--candidates", "6", "--shuffles", "10", "--repeats", "1", "--rounds", "50",
-                           "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    line = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert line["pairs"] == 3 * 6 * 5 and line["shuffles"] == 10
-    assert line["new_s"] > 0 and line["old_s"] > 0 and line["ratio"] == pytest.approx(line["old_s"] / line["new_s"])
-    assert line["max_abs_diff"] <= TOL and line["same_judgments_jsonl"] is True
-    assert f"{line['ratio']:.1f}x" in proc.stdout
-    assert line["rounds"] == 50 and line["analyse_bootstrap_s"] > 0 and line["cpu_model"] and line["date"]
-    assert f"the bootstrap {line['bootstrap_s']:.2f} s" in proc.stdout
+def test_bench_metrics_times_write_run_and_the_bootstrap(tmp_path):
+    """`harness-bench metrics` at a small size: write_run, analyse and analyse with the bootstrap
+    timed in one run, the bootstrap's cost their difference, one JSON line with what the table printed."""
+    from conftest import bench_json, run_bench
+
+    proc = run_bench(["metrics", "--docs", "3", "--candidates", "6", "--shuffles", "10", "--rounds", "2",
+                      "--bootstrap", "50"], tmp_path, timeout=300)
+    line = bench_json(proc)
+    assert line["pairs"] == 3 * 6 * 5 and line["shuffles"] == 10 and line["bootstrap"] == 50 and line["rounds"] == 2
+    rows = line["rows"]
+    assert set(rows) == {"write_run", "analyse", "analyse + bootstrap"}
+    for r in rows.values():
+        assert len(r["rounds_s"]) == 2 and r["median_s"] > 0 and r["median_cpu_s"] > 0
+        assert f"{r['median_s']:.2f}" in proc.stdout
+    cost = line["bootstrap_cost"]
+    assert cost["median_s"] == rows["analyse + bootstrap"]["median_s"] - rows["analyse"]["median_s"]
+    assert line["machine"]["cpu"] and line["machine"]["date"] in proc.stdout
 
 
 def test_documents_without_usable_scores_equal_the_loop_implementation():

@@ -44,7 +44,7 @@ from conftest import P_A_BOUND, REPO, SERVED_SMOLLM2, SHARED_DATA
 README = REPO / "README.md"
 HEADERS = sorted([*(REPO / "conf" / "experiment").rglob("*.yaml"), *(REPO / "conf" / "sweep").glob("*.yaml")])
 GPU_MODELS = ("llama3_8b_instruct", "mistral_7b_instruct")
-"""conf/model names with 8B weights: composed and checked here, run on a GPU (scripts/gpu_check.py)."""
+"""conf/model names with 8B weights: composed and checked here, run on a GPU (`harness-bench gpu`)."""
 
 PRODUCERS = {
     "outputs/zepo_demo/": "python -m harness.run experiment=zepo_demo",
@@ -263,9 +263,10 @@ def run_command(cmd: Command, ws: Path, extra: list[str] = (), timeout: int = 90
         if cfg.model.readout == "generate":  # the official read-out generates up to 32 tokens per pair
             sizes.append("model.max_new_tokens=8")
         argv = [*argv, *sizes, *extra]
-    elif argv[:2] == ["python", "scripts/bench_judge.py"]:
-        # 2 ordered pairs and 512-side peak matmuls (as tests/test_bench.py): every row and comparison still runs
-        argv = [*argv, "--docs", "1", "--candidates", "2", "--peak-size", "512"]
+    elif argv[:4] == ["python", "-m", "harness.bench", "speed"]:
+        # 2 ordered pairs, one round, 512-side matmuls for the GEMM rate (as tests/test_bench.py): every row and
+        # comparison still runs
+        argv = [*argv, "--docs", "1", "--candidates", "2", "--rounds", "1", "--peak-size", "512"]
     else:
         argv = [*argv, *extra]
     argv[0] = sys.executable if argv[0] == "python" else argv[0]

@@ -3,7 +3,8 @@
 The README's wheel row, followed command by command in a venv made with `--system-site-packages`
 (torch, transformers, vLLM and the extras come from the system; the project itself must come from
 the wheel, not from the editable install); then, from an empty directory, a first SmolLM2 result,
-`harness-report`, `harness-compare`, `harness-collect` and `python -m harness.judges.serve MODEL --print`.
+`harness-report`, `harness-compare`, `harness-collect`, `harness-bench --help` (every subcommand
+listed) and `python -m harness.judges.serve MODEL --print`.
 """
 
 from __future__ import annotations
@@ -126,6 +127,17 @@ def test_wheel_installs_and_runs_from_an_empty_directory(tmp_path):
     assert (sweep / "index.html").is_file()
     run("harness-paper-tables", "--help")
     assert list(empty.iterdir()) == [], "a command wrote into the current folder"
+
+    # The benchmarks ship too: the console script lists every subcommand (harness.bench.cli).
+    from harness.bench.cli import SUBCOMMANDS
+
+    r = subprocess.run(["harness-bench", "--help"], cwd=empty, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    listed = {line.split()[0] for line in r.stdout.splitlines() if line.startswith("    ") and line.split()}
+    assert set(SUBCOMMANDS) <= listed, r.stdout
+    r = subprocess.run([str(py), "-c", "import harness.bench.cli as c; print(c.__file__)"], cwd=empty, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert Path(r.stdout.strip()) == site / "harness" / "bench" / "cli.py", "harness-bench runs the checkout's copy"
 
     pytest.importorskip("vllm")
     r = subprocess.run([str(py), "-m", "harness.judges.serve", "tiny_mistral7b", "--print"],

@@ -19,7 +19,7 @@ installed, or the device is not a CPU, the torch path runs. The CPU's flags choo
 build loads (a build for instructions the CPU lacks would fault), never whether the kernels run:
 `auto` takes the same path on every x86-64 CPU, so no default depends on the CPU. (On AVX2 vLLM's
 AVX2 build can trail the torch path, docs/benchmarks.md; there `kernels: torch` is a user's
-measured choice, `python scripts/bench_kernels.py` the measurement.)
+measured choice, `harness-bench speed --engines prefix --kernels torch,vllm` the measurement.)
 """
 
 from __future__ import annotations

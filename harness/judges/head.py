@@ -145,7 +145,7 @@ class FloatHead:
         return self.logits(captured, normed=self.norm is None)
 
 
-# -- the bf16 logit lattice (tests/test_head.py, scripts/bench_numerics.py) ------------------------
+# -- the bf16 logit lattice (tests/test_head.py, harness-bench numerics) ---------------------------
 LATTICE_TOL = 1e-4
 """How far from a lattice point an A-minus-B logit difference may be and still count as on it: the
 log-softmax's float32 rounding of logit - logsumexp is ~1e-6 at these magnitudes."""

@@ -84,7 +84,7 @@ def model_spec(name_or_path: str) -> dict:
     """conf/model/<name>.yaml's keys for a conf name, else {"name", "path"} for a spec or folder."""
     conf = MODEL_CONF / f"{name_or_path}.yaml"
     if "/" not in name_or_path and ":" not in name_or_path and conf.is_file():
-        # Here, not at the top: HFJudge imports this module, and the GPU machine (scripts/gpu_check.py) has no omegaconf.
+        # Here, not at the top: HFJudge imports this module, and the GPU machine (harness-bench gpu) has no omegaconf.
         from omegaconf import OmegaConf
 
         spec = OmegaConf.to_container(OmegaConf.load(conf), resolve=True)

@@ -1,0 +1,36 @@
+"""The `harness-bench` command: one subparser per subcommand module (`add_cli_args` + `main`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from harness.bench import gpu, metrics_cost, numerics, profiling, runs, speed
+from harness.errors import HarnessError
+
+SUBCOMMANDS = {"speed": speed, "profile": profiling, "numerics": numerics, "run": runs, "metrics": metrics_cost,
+               "gpu": gpu}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="harness-bench", description=__doc__.splitlines()[0],
+                                epilog="docs/benchmarks.md: the current numbers and the command behind each")
+    subs = p.add_subparsers(dest="command", required=True, metavar="{" + ",".join(SUBCOMMANDS) + "}")
+    for name, module in SUBCOMMANDS.items():
+        sub = subs.add_parser(name, help=module.HELP, description=module.__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_cli_args(sub)
+        sub.set_defaults(main=module.main, check=getattr(module, "check_args", None), parser=sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.check is not None:
+        args.check(args.parser, args)
+    try:
+        return args.main(args)
+    except HarnessError as e:  # bad input (a missing data file, a model that cannot run): one line
+        print(f"error: {e}", file=sys.stderr)
+        return 2
