@@ -425,7 +425,9 @@ def test_the_extractor_joins_continuations_and_drops_comments():
                                       "python scripts/report.py outputs/x"]
     assert cmds[0].where == "README.md:5"
     found = {c.where for c in all_commands()}
-    assert {"README.md:24.1", "README.md:24.2"} <= found  # `bash scripts/setup.sh && <the main job>`
+    main_job = 1 + (REPO / "README.md").read_text().splitlines().index(
+        "bash scripts/setup.sh && python -m harness.run experiment=zepo_demo")
+    assert {f"README.md:{main_job}.1", f"README.md:{main_job}.2"} <= found  # `bash scripts/setup.sh && <the main job>`
     assert any(w.startswith("conf/experiment/paper/") for w in found) and any(w.startswith("conf/sweep/") for w in found)
 
 
