@@ -23,8 +23,8 @@ LAYERS = {
     "harness.figures": 0,
     "harness.data": 1, "harness.models": 1, "harness.prompts": 1, "harness.api_client": 1,
     "harness.judges": 2, "harness.judging": 3, "harness.metrics": 4,
-    "harness.zepo": 5, "harness.abb": 5, "harness.bench": 5,
-    "harness.runtime": 6, "harness.report": 6, "harness.experiments": 7, "harness.run": 8,
+    "harness.zepo": 5, "harness.abb": 5,
+    "harness.runtime": 6, "harness.report": 6, "harness.experiments": 7, "harness.bench": 7, "harness.run": 8,
 }
 SIBLINGS = {("harness.zepo", "harness.abb"), ("harness.abb", "harness.zepo")}
 HEAVY = {"vllm", "openai", "matplotlib", "wandb", "torch", "transformers", "tokenizers", "safetensors", "scipy",

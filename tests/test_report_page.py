@@ -1,6 +1,6 @@
 """report.html in a real browser: headless Chromium (Debian's `chromium`; .ci/run installs it) loads
 the page of a real tiny run with the network off, over the DevTools protocol
-(scripts/chromium_cdp.py). The rendered DOM holds every candidate text and every pair's P(A) in
+(harness.bench.browser). The rendered DOM holds every candidate text and every pair's P(A) in
 both orders, each pair's prompt equals what the judge's own chat template makes of it, the
 console shows no error and the page asks for nothing. Negative controls: a page with a JS error
 and a page that loads a picture over http are both caught; a candidate text holding markup shows
@@ -14,20 +14,18 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from conftest import REPO, run_in_process
 from PIL import Image
 from test_run import wandb_records
 
+from harness.bench.browser import Chromium, find_chromium
 from harness.data import load_task
 from harness.judges.hf import build as build_hf_judge
 from harness.judging import load_judgments
 from harness.prompts import render
 
-sys.path.insert(0, str(REPO / "scripts"))
-from chromium_cdp import Chromium, find_chromium  # noqa: E402
 
 pytestmark = pytest.mark.skipif(find_chromium() is None, reason="chromium is not installed (Debian: apt-get install "
                                 "-y chromium; .ci/run installs it): the report page cannot be tested in a browser")
@@ -222,3 +220,14 @@ def test_a_zepo_page_shows_the_candidates_and_counts_one_document_as_one(tmp_pat
                              "Array.from(tr.children).map(td => td.textContent))")
     assert len(cells) >= len(history) and all(c["text"][:40] in " ".join(row) for c, row in zip(history, cells))
     assert f"{history[0]['objectives']['fairness']:.3f}" in cells[0][3]
+
+
+def test_harness_bench_page_measures_a_synthetic_run(tmp_path, shared_data):
+    """`harness-bench page` as typed, small: the synthetic run's every ordered pair counted, the page
+    written and opened in Chromium with no console error and no request, the first page of rows drawn."""
+    from conftest import bench_json, run_bench
+
+    got = bench_json(run_bench(["page", "--docs", "2", "--candidates", "3", "--data-dir", str(shared_data)], tmp_path))
+    assert got["pairs"] == 2 * 3 * 2 and got["errors"] == [] and got["requests"] == []
+    assert got["first_page"] == "6 of 6 pairs; page 1 of 1" and got["page_mb"] > 0 and got["chromium_load_s"] > 0
+    assert got["machine"]["nproc"] >= 1

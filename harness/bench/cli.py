@@ -6,11 +6,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from harness.bench import gpu, metrics_cost, numerics, profiling, runs, speed
+from harness.bench import gpu, metrics_cost, numerics, page, profiling, runs, speed
 from harness.errors import HarnessError
 
 SUBCOMMANDS = {"speed": speed, "profile": profiling, "numerics": numerics, "run": runs, "metrics": metrics_cost,
-               "gpu": gpu}
+               "page": page, "gpu": gpu}
 
 
 def parser() -> argparse.ArgumentParser:
