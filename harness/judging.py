@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from harness.errors import DataError, JudgeOutputError, located
 from harness.files import read_text, write_jsonl_atomic
+from harness.judges.answers import UNIFORM
 from harness.judges.base import Judge, supports_progress
 from harness.judges.prefix import trie_size
 from harness.progress import counted, heartbeat
@@ -170,16 +171,27 @@ def judge_documents(judge: Judge, docs: Sequence[Document], *, aspect: str | Non
 def refuse_all_unreadable(judge: Judge, judgments: Sequence[Judgment]) -> None:
     """JudgeOutputError when no pair's answer could be read: every metric would be null (or, as
     before, a 0.0 correlation that looks like a result). Some unreadable pairs are a count in
-    results.json (n_unreadable) and a warning; all of them are one line naming the model."""
+    results.json (n_unreadable) and a warning; all of them are one line naming the model. So is a
+    judge whose every answer ties: each pair's answer tokens all at one log-probability, P(A) 0.5
+    everywhere, which looks like a perfectly fair judge and measures nothing."""
+    name = getattr(judge, "identity", type(judge).__name__)
     bad = sum("unreadable" in j.flags for j in judgments)
+    flat = sum(UNIFORM in j.flags for j in judgments)
+    why = (f"{flat} of them with a uniform next-token distribution: every logit equal, as when activations "
+           "overflow" if flat else "NaN/inf log-probs, or no probability on any label")
     if judgments and bad == len(judgments):
         raise JudgeOutputError(
-            f"the judge {getattr(judge, 'identity', type(judge).__name__)} gave no usable answer for any of the "
-            f"{bad} pairs (NaN/inf log-probs, or no probability on any label): nothing to measure; check the "
-            "weights (model.path) and the dtype (backend.dtype=float32)")
+            f"the judge {name} gave no usable answer for any of the {bad} pairs ({why}): nothing to measure; "
+            "check the weights (model.path) and the dtype (backend.dtype=float32)")
     if bad:
-        log.warning("%d of %d pairs unreadable (NaN/inf answer log-probs): flagged, counted in n_unreadable, "
-                    "left out of every metric", bad, len(judgments))
+        log.warning("%d of %d pairs unreadable (%s): flagged, counted in n_unreadable, left out of every metric",
+                    bad, len(judgments), why)
+    read = [j for j in judgments if "unreadable" not in j.flags and j.token_logprobs]
+    if len(read) >= 2 and all(len(set(j.token_logprobs.values())) == 1 for j in read):
+        raise JudgeOutputError(
+            f"the judge {name} gave all its answer tokens one and the same log-probability in every one of the "
+            f"{len(read)} read pairs (P(A) 0.5 everywhere, whatever was asked): its logits are degenerate, not "
+            "fair; check the weights (model.path) and the dtype (backend.dtype=float32)")
 
 
 def judge_instructions(judge: Judge, jobs: Sequence[tuple[Sequence[Document], str]], *, aspect: str | None,

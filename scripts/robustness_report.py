@@ -146,6 +146,20 @@ KINDS = [
     ("control: round 5's folder and secret checks pass what they must", "tests/test_run_dirs.py",
      ("test_negative_control_a_subdir_that_differs_per_job_is_accepted",
       "test_negative_control_the_old_check_passed_it_and_a_plain_variable_is_no_secret")),
+    # Round 5: the optimizer's protections through the judges' chat layer; the chat frame.
+    ("round 5: the optimizer keyed by its weights, its prompt as text, inside its context",
+     "tests/test_optimizer_guards.py",
+     ("test_other_optimizer_weights_are_asked_and_refused_on_resume", "test_an_optimizer_past_its_positions_is_one_line",
+      "test_the_reply_counts_against_the_optimizers_context",
+      "test_control_tokens_in_the_instruction_stay_text_for_the_optimizer",
+      "test_optimizer_and_judge_of_one_model_share_the_weights_identity")),
+    ("round 5: system turns without a system role, degenerate logits, the template's own system prompt",
+     "tests/test_judge_guards.py",
+     ("test_a_system_prompt_for_mistral_v01_goes_into_the_first_user_turn",
+      "test_a_template_that_refuses_the_prompt_is_one_line", "test_a_judge_with_all_logits_equal_fails_loudly",
+      "test_a_judge_whose_answer_tokens_always_tie_fails_loudly",
+      "test_the_identity_records_the_system_prompt_the_template_adds",
+      "test_rows_under_the_identity_before_the_templates_system_prompt_are_asked_again")),
 ]
 
 

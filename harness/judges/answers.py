@@ -27,6 +27,9 @@ class AnswerTokens:
     tie: str | None = None
     """A label that counts in P(A)'s denominator and, when it is more likely than every other
     label, makes the pair a tie (P(A) = 0.5): the official ZEPO read-out's 'C'. None: no such rule."""
+    vocab_size: int | None = None
+    """The size of the distribution the log-probs come from (a local model's vocabulary), so a
+    uniform one is recognised (`uniform`); None (an API judge): not checked."""
 
     @property
     def all_ids(self) -> list[int]:
@@ -63,6 +66,8 @@ class AnswerTokens:
         if not readable_logprobs(values):
             return unreadable()
         token_logprobs = dict(zip(self.keys, values))
+        if self.vocab_size and uniform(values, self.vocab_size):
+            return PairScore(token_logprobs=token_logprobs, p_a=math.nan, flags=("unreadable", UNIFORM))
         per_label = self.label_logprobs(values)
         if self.tie is not None:
             t = per_label[self.labels.index(self.tie)]
@@ -77,6 +82,19 @@ def readable_logprobs(values: Sequence[float]) -> bool:
     else would be renormalised into a made-up P(A) (0.5, or exactly 0 or 1)."""
     return (bool(values) and not any(math.isnan(x) or x == math.inf for x in values)
             and any(x > -math.inf for x in values))
+
+
+UNIFORM = "uniform_logits"
+"""Flag (with `unreadable`) of a pair whose answer tokens each hold exactly 1/vocabulary: every
+logit equal, e.g. activations that overflowed without a NaN. P(A) would be 0.5 whatever was asked."""
+UNIFORM_TOLERANCE = 1e-4
+"""How near -log(vocabulary) every answer log-prob must be to count as uniform (equal logits give
+it to float rounding; a model that read its prompt is nowhere near it on every answer token)."""
+
+
+def uniform(values: Sequence[float], vocab_size: int) -> bool:
+    """Whether every answer log-prob is -log(vocab_size): the next-token distribution is uniform."""
+    return all(abs(x + math.log(vocab_size)) <= UNIFORM_TOLERANCE for x in values)
 
 
 def unreadable() -> PairScore:
@@ -103,7 +121,7 @@ def renormalise(lp_a: float, lp_others: Sequence[float]) -> float:
 
 
 def resolve_answer_tokens(tokenizer: Any, labels: Sequence[str] = ("A", "B"),
-                          tie: str | None = None) -> AnswerTokens:
+                          tie: str | None = None, vocab_size: int | None = None) -> AnswerTokens:
     """Find the single-token spellings of each label: the label as a vocabulary entry ('A') and
     with a word-start marker (' A': 'ĠA' in byte-level BPE, '▁A' in SentencePiece).
 
@@ -114,6 +132,7 @@ def resolve_answer_tokens(tokenizer: Any, labels: Sequence[str] = ("A", "B"),
     'A' (28741), which the model also writes, is found only there; its digits ('1' = 28740) encode
     to two tokens and exist only as vocabulary entries. A label with no single-token spelling is
     refused with a clear error: the judge could not read its probability at one position.
+    `vocab_size`: the model's output size, for the uniform check (AnswerTokens.vocab_size).
     """
     if len(labels) < 2 or len(set(labels)) != len(labels):
         raise JudgeInputError(f"answer labels must be at least two distinct strings, got {list(labels)}")
@@ -131,7 +150,7 @@ def resolve_answer_tokens(tokenizer: Any, labels: Sequence[str] = ("A", "B"),
             seen[tid] = label
         variants[label] = tuple(sorted(((_token_text(tokenizer, tid), tid) for tid in ids),
                                        key=lambda v: (v[0] != label, v[1])))
-    return AnswerTokens(labels=tuple(labels), variants=variants, tie=tie)
+    return AnswerTokens(labels=tuple(labels), variants=variants, tie=tie, vocab_size=vocab_size)
 
 
 def _not_one_token(tokenizer: Any, label: str) -> str:

@@ -30,6 +30,7 @@ from pathlib import Path
 from harness.files import open_sqlite, sqlite_errors
 from harness.judges.answers import logsumexp, renormalise
 from harness.judges.base import Judge, check_requests, gather, streams, supports_progress
+from harness.judges.chat import NO_WEIGHTS
 from harness.records import PairRequest, PairScore
 
 log = logging.getLogger(__name__)
@@ -202,18 +203,23 @@ class CachedJudge:
         self._legacy_checked = False
 
     def _missed(self, n: int) -> None:
-        """Before the first `n` misses go to the model: one line when the cache holds rows of this
-        judge keyed the old way, without its weights (`legacy_identity`). They are not served: they
-        may be another model's answers under the same name, so they are asked again."""
+        """Before the first `n` misses go to the model: one line per kind of row of this judge that
+        the cache holds under a key an older harness gave it (`legacy_identities`: without its
+        weights, or before the identity recorded the system prompt its chat template adds). They
+        are not served: keyed without the weights they may be another model's answers under the
+        same name; every such row is asked again under the current identity."""
         if self._legacy_checked or not n:
             return
         self._legacy_checked = True
-        legacy = getattr(self.judge, "legacy_identity", None)
-        old = self.cache.count_identity(legacy) if legacy and legacy != self.identity else 0
-        if old:
-            log.warning("%s: %d cached rows of %s were keyed without the judge's weights (an older harness); "
-                        "they are not served, since they may be another model's answers under this name: "
-                        "asking the model again", self.cache.path, old, legacy.split("|")[1])
+        legacy = getattr(self.judge, "legacy_identities", None)
+        if legacy is None:
+            old_key = getattr(self.judge, "legacy_identity", None)
+            legacy = {old_key: NO_WEIGHTS} if old_key else {}
+        for key, why in legacy.items():
+            old = self.cache.count_identity(key) if key != self.identity else 0
+            if old:
+                log.warning("%s: %d cached rows of %s were %s; they are not served: asking the model again",
+                            self.cache.path, old, key.split("|")[1], why)
 
     @property
     def streaming(self) -> bool:

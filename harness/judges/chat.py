@@ -4,12 +4,17 @@ the context checks before anything is scored, and the identity that keys the req
 
 Shared the way lm-eval's `TemplateLM` shares tokenization: each backend keeps only its own engine,
 so both score identical ids and neither imports the other. `encode_messages` and `ChatPrompts`
-serve a chat user that is not a pairwise judge too (a whole conversation, no answer tokens).
+serve a chat user that is not a pairwise judge too (a whole conversation, no answer tokens): the
+local and vLLM optimizers take their encoding, context check and weights identity from here.
+A system prompt goes where the template puts it, or into the first user turn where the template
+has no system role (`fold_system`, as Mistral's own tokenizer does it).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, JudgeInputError
@@ -18,6 +23,7 @@ from harness.judges.base import template_fingerprint
 from harness.judges.head import LOGITS_SUFFIX
 from harness.judges.prompt_ids import SENTINEL, encode_chat
 from harness.judges.settings import CHAT_FORMATS, ModelSettings
+from harness.models.fingerprint import module_fingerprint, weights_fingerprint
 from harness.records import PairRequest, PairScore
 
 def check_chat_format(chat_format: str) -> str:
@@ -27,10 +33,71 @@ def check_chat_format(chat_format: str) -> str:
 
 
 # -- prompt -> text -----------------------------------------------------------------------------
+FOLD = "\n\n"
+"""Between a system text and the first user turn it is folded into, for a template without a
+system role: Mistral's own tokenizer (mistral_common's InstructTokenizerV1) does exactly this."""
+_ROLES: dict[int, tuple[bool, str]] = {}
+"""system_role per (tokenizer, template), rendered once."""
+
+
+def system_role(tokenizer: Any) -> tuple[bool, str]:
+    """(whether the chat template has a system role, the system text it adds when given none:
+    SmolLM2's "You are a helpful AI assistant named SmolLM, ..."). A template that refuses a system
+    message (Mistral v0.1: "Conversation roles must alternate") or drops its text has none."""
+    template = getattr(tokenizer, "chat_template", None)
+    key = hash((id(tokenizer), template))
+    if key not in _ROLES:
+        user = [{"role": "user", "content": "\ue001"}]
+        try:
+            both = tokenizer.apply_chat_template([{"role": "system", "content": SENTINEL}, *user], tokenize=False)
+        except Exception as e:  # noqa: BLE001 (only jinja2's TemplateError is caught: _refused)
+            if not _refused(e):
+                raise
+            both = ""
+        if SENTINEL not in both:
+            _ROLES[key] = (False, "")
+        else:
+            head, tail = both.split(SENTINEL, 1)
+            alone = _render(tokenizer, user, False)
+            m = re.fullmatch(re.escape(head) + "(.*)" + re.escape(tail), alone, re.DOTALL)
+            _ROLES[key] = (True, m.group(1) if m else "")
+    return _ROLES[key]
+
+
+def fold_system(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
+    """`messages` as the template can take them: a leading system message folded into the first
+    user turn (FOLD between them) when the template has no system role."""
+    out = [dict(m) for m in messages]
+    if len(out) > 1 and out[0].get("role") == "system" and out[1].get("role") == "user" \
+            and not system_role(tokenizer)[0]:
+        out[1]["content"] = out[0]["content"] + FOLD + out[1]["content"]
+        out.pop(0)
+    return out
+
+
+def _refused(e: Exception) -> bool:
+    """Whether `e` is jinja2's TemplateError (a template's `raise_exception`), told without importing
+    jinja2 (transformers imports it when it renders a template)."""
+    return any(c.__name__ == "TemplateError" and c.__module__.startswith("jinja2") for c in type(e).__mro__)
+
+
+def _render(tokenizer: Any, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool) -> str:
+    """The chat template applied; a template that refuses the conversation is one ConfigError."""
+    try:
+        return tokenizer.apply_chat_template(list(messages), tokenize=False,
+                                             add_generation_prompt=add_generation_prompt)
+    except Exception as e:  # noqa: BLE001 (only jinja2's TemplateError is caught: _refused)
+        if not _refused(e):
+            raise
+        raise ConfigError(f"the chat template of {getattr(tokenizer, 'name_or_path', '') or 'the model'} refuses "
+                          f"the conversation ({e}); set model.chat_template=false to send plain text") from None
+
+
 def format_chat(tokenizer: Any, prompt: str, system_prompt: str | None = None, chat_format: str = "default", *,
                 chat_template: bool = True) -> str:
     """The exact text a judge model reads: its chat template, with the generation prompt unless
-    `chat_format="zepo"`; or the prompt as plain text when the tokenizer has no template or
+    `chat_format="zepo"` (a system prompt goes into the first user turn where the template has no
+    system role: fold_system); or the prompt as plain text when the tokenizer has no template or
     `chat_template` is off (model.chat_template=false; the run's report card shows what that costs).
 
     Shared by every local backend (transformers, vLLM) so they score identical token ids.
@@ -40,8 +107,7 @@ def format_chat(tokenizer: Any, prompt: str, system_prompt: str | None = None, c
     messages = [{"role": "user", "content": prompt}]
     if system_prompt:
         messages.insert(0, {"role": "system", "content": system_prompt})
-    return tokenizer.apply_chat_template(messages, tokenize=False,
-                                         add_generation_prompt=check_chat_format(chat_format) == "default")
+    return _render(tokenizer, fold_system(tokenizer, messages), check_chat_format(chat_format) == "default")
 
 
 def format_chat_messages(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> str:
@@ -49,7 +115,7 @@ def format_chat_messages(tokenizer: Any, messages: Sequence[Mapping[str, str]]) 
     if len(messages) == 1 and messages[0].get("role") == "user":
         return format_chat(tokenizer, messages[0]["content"])
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        return _render(tokenizer, fold_system(tokenizer, messages), True)
     return "\n\n".join(m["content"] for m in messages) + "\n"
 
 
@@ -103,6 +169,15 @@ def model_positions(config: Any) -> int | None:
     return None
 
 
+def model_vocab_size(config: Any) -> int | None:
+    """The size of a model's output distribution (its text config's vocab_size), or None."""
+    if isinstance(config, Mapping):
+        value = (config.get("text_config") or config).get("vocab_size")
+    else:
+        value = getattr(getattr(config, "get_text_config", lambda: config)(), "vocab_size", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 1 else None
+
+
 def context_length(max_length: int | None, config: Any, where: str) -> int:
     """model.max_length checked against the weights' positions (one ConfigError before any
     prompt is scored): a longer context would score prompts at positions the weights never saw
@@ -122,17 +197,20 @@ def context_length(max_length: int | None, config: Any, where: str) -> int:
 # -- text -> token ids --------------------------------------------------------------------------
 def encode_texts(tokenizer: Any, texts: Sequence[str], messages: Sequence[Sequence[str | None]],
                  frame: Callable[[], str], add_special_tokens: bool, max_length: int,
-                 where: Callable[[int], str]) -> list[list[int]]:
+                 where: Callable[[int], str], new_tokens: int = 0,
+                 fix: str = "raise model.max_length (up to what the model supports) or judge shorter texts",
+                 ) -> list[list[int]]:
     """Token ids of chat-formatted `texts`, each text's `messages` kept plain text (prompt_ids;
     `frame()` renders the template around SENTINEL); refuses a text that cannot fit `max_length`
-    (by its characters before tokenizing, by its ids after) and an empty one, `where(k)` naming it."""
+    with `new_tokens` generated after it (by its characters before tokenizing, by its ids after)
+    and an empty one, `where(k)` naming it and `fix` saying what to do."""
     refuse_overlong_texts(tokenizer, texts, max_length, where)  # before a 20 MB text is tokenized
     ids = encode_chat(tokenizer, texts, messages, frame, add_special_tokens, where)
     for k, row in enumerate(ids):
-        if len(row) >= max_length:
+        if len(row) + new_tokens >= max_length:
+            more = f" plus {new_tokens} to generate" if new_tokens else ""
             raise JudgeInputError(
-                f"{where(k)} is {len(row)} tokens, longer than the model's context of {max_length}; raise "
-                f"model.max_length (up to what the model supports) or judge shorter texts")
+                f"{where(k)} is {len(row)} tokens{more}, longer than the model's context of {max_length}; {fix}")
         if not row:
             raise JudgeInputError(f"empty {where(k)}")
     return ids
@@ -156,15 +234,16 @@ def encode_prompts(tokenizer: Any, requests: Sequence[PairRequest], system_promp
 
 
 def encode_messages(tokenizer: Any, messages: Sequence[Mapping[str, str]], max_length: int,
-                    where: str = "chat prompt") -> list[int]:
-    """Token ids of a whole conversation as `format_chat_messages` renders it (no special tokens
-    added), through the judges' path: message texts stay plain text, and a conversation that cannot
-    fit `max_length` is refused. For a chat user that is not a pairwise judge (an optimizer)."""
+                    where: str = "chat prompt", new_tokens: int = 0, fix: str = "use shorter texts") -> list[int]:
+    """Token ids of a whole conversation as `format_chat_messages` renders it, through the judges'
+    path: message texts stay plain text, and a conversation that cannot fit `max_length` with
+    `new_tokens` generated after it is refused. For a chat user that is not a pairwise judge (an
+    optimizer). The template writes its own BOS; plain text (no template) gets the tokenizer's."""
     text = format_chat_messages(tokenizer, messages)
     return encode_texts(
         tokenizer, [text], [[m["content"] for m in messages]],
         lambda: format_chat_messages(tokenizer, [{**m, "content": SENTINEL} for m in messages]),
-        False, max_length, lambda _: where)[0]
+        not getattr(tokenizer, "chat_template", None), max_length, lambda _: where, new_tokens, fix)[0]
 
 
 # -- identity and read-out settings -------------------------------------------------------------
@@ -182,26 +261,33 @@ def readout_identity(chat_format: str, readout: str, max_new_tokens: int) -> lis
     return parts + ([] if readout == "next_token" else [f"readout={readout}{int(max_new_tokens)}"])
 
 
-def chat_identity(chat: ChatPrompts) -> list[str]:
-    """Identity parts of how a chat model wraps its prompts: its template and system prompt."""
+def effective_system(chat: ChatPrompts) -> str:
+    """The system text the model reads: model.system_prompt, else the one its chat template adds by
+    itself (SmolLM2's; `system_role`); none without a template."""
+    if chat.system_prompt:
+        return chat.system_prompt
+    return system_role(chat.tokenizer)[1] if used_template(chat.tokenizer, chat.chat_template) else ""
+
+
+def chat_identity(chat: ChatPrompts, system: str | None = None) -> list[str]:
+    """Identity parts of how a chat model wraps its prompts: its template and the system text it
+    reads (`system`: another, for the identities an older harness wrote)."""
     return [f"tmpl={template_fingerprint(used_template(chat.tokenizer, chat.chat_template))}",
-            f"sys={template_fingerprint(chat.system_prompt)}"]
+            f"sys={template_fingerprint(effective_system(chat) if system is None else system)}"]
 
 
-def local_identity(backend: str, name: str, revision: str | None, gguf_file: str | None, dtype: str,
-                   judge: ChatPrompts, weights: str, float_logits: bool = False) -> tuple[str, str]:
-    """(identity, legacy identity) of a local judge: what determines its numbers. The identity
-    ends in `|w=<weights fingerprint>` (harness.models.fingerprint); the legacy one is the same
-    without it, as cache keys were made before the weights were part of them (CachedJudge says so
-    once when it finds such rows, and asks again). With `float_logits` (a bf16/fp16 transformers
-    judge) the identity also says `logits=float32` (harness.judges.head): rows scored by the old
-    bf16 head are not served."""
-    legacy = "|".join([
-        backend, name, revision or "-", gguf_file or "-", dtype, *chat_identity(judge), judge.answers.describe(),
-        *readout_identity(judge.chat_format, judge.readout, judge.max_new_tokens),
-        *([LOGITS_SUFFIX] if float_logits else []),
-    ])
-    return f"{legacy}|w={weights}", legacy
+def weights_part(path: str | Path, gguf_file: str | None = None, model: Any = None) -> str:
+    """The weights' fingerprint in every local identity (judge and optimizer alike): of the files at
+    `path` (harness.models.fingerprint), or of `model`'s tensors when the weights were handed over
+    in memory (`mem:...`)."""
+    return weights_fingerprint(path, gguf_file) if model is None else f"mem:{module_fingerprint(model)}"
+
+
+OLD_SYSTEM = ("keyed before the identity recorded the system prompt the chat template adds (an older harness; "
+              "the same prompts)")
+NO_WEIGHTS = ("keyed without the judge's weights (an older harness), so they may be another model's answers "
+              "under this name")
+"""Why a legacy identity's rows are not served (CachedJudge names it once)."""
 
 
 class ChatPrompts:
@@ -217,6 +303,12 @@ class ChatPrompts:
     readout: str
     max_new_tokens: int
     answers: AnswerTokens
+    identity: str
+    legacy_identity: str
+    legacy_identities: dict[str, str]
+    model_identity: str
+    model_parts: list[str]
+    weights: str
 
     def set_chat(self, settings: ModelSettings) -> None:
         """Keep the chat and read-out settings (checked by `settings.check()`, before any weights load)."""
@@ -238,3 +330,41 @@ class ChatPrompts:
     def check_requests(self, requests: Sequence[PairRequest]) -> None:
         """JudgeInputError for a prompt this model cannot read (see judges.base.check_requests)."""
         self.encode(requests)
+
+    def encode_conversation(self, messages: Sequence[Mapping[str, str]], new_tokens: int, where: str,
+                            fix: str) -> list[int]:
+        """Token ids of a conversation this model continues for `new_tokens` (an optimizer's
+        meta-prompt): the judges' encoding and context check (`encode_messages`)."""
+        return encode_messages(self.tokenizer, messages, self.max_length, where, int(new_tokens), fix)
+
+    def set_model_identity(self, backend: str, name: str, revision: str | None, gguf_file: str | None,
+                           dtype: str, weights: str) -> str:
+        """`model_identity`: what decides this model's text whatever it is asked (backend, name,
+        revision, quantisation file, dtype, template, system text, `|w=<weights fingerprint>`). A
+        judge's identity is it plus the read-out; an optimizer's, plus its sampling: one model's
+        judge and optimizer share it."""
+        self.model_parts = [backend, name, revision or "-", gguf_file or "-", dtype]
+        self.weights = weights
+        self.model_identity = "|".join([*self.model_parts, *chat_identity(self), f"w={weights}"])
+        return self.model_identity
+
+    def set_identity(self, backend: str, name: str, revision: str | None, gguf_file: str | None, dtype: str,
+                     weights: str, float_logits: bool = False) -> None:
+        """A local judge's `identity` (the request cache's key): `model_identity`'s parts with the
+        answer tokens and read-out before `|w=`; with `float_logits` (a bf16/fp16 transformers judge)
+        also `logits=float32` (harness.judges.head), so rows of the old bf16 head are not served.
+        `legacy_identities`: the keys an older harness gave this judge, each with why its rows are
+        not served (CachedJudge says so once and asks again): without the weights (`legacy_identity`),
+        and with the configured system prompt where the template adds its own."""
+        self.set_model_identity(backend, name, revision, gguf_file, dtype, weights)
+        readout = [self.answers.describe(), *readout_identity(self.chat_format, self.readout, self.max_new_tokens),
+                   *([LOGITS_SUFFIX] if float_logits else [])]
+
+        def key(system: str | None) -> str:
+            return "|".join([*self.model_parts, *chat_identity(self, system), *readout])
+
+        self.identity = f"{key(None)}|w={weights}"
+        self.legacy_identity = key(self.system_prompt or "")
+        self.legacy_identities = {self.legacy_identity: NO_WEIGHTS}
+        if self.legacy_identity != key(None):
+            self.legacy_identities[f"{self.legacy_identity}|w={weights}"] = OLD_SYSTEM

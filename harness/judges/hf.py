@@ -28,7 +28,13 @@ from harness.errors import ConfigError
 from harness.judges import cpu_kernels
 from harness.judges.answers import AnswerTokens, resolve_answer_tokens
 from harness.judges.base import gather, ticked
-from harness.judges.chat import ChatPrompts, context_length, local_identity, no_answer
+from harness.judges.chat import (
+    ChatPrompts,
+    context_length,
+    model_vocab_size,
+    no_answer,
+    weights_part,
+)
 from harness.judges.cpu import default_threads, dtype_source, numerics, torch_threads
 from harness.judges.device import dtype_name, pick_device
 from harness.judges.generate import GeneratedAnswer, generate_answer_logprobs
@@ -43,7 +49,6 @@ from harness.judges.packed import (
 from harness.judges.prefix import PrefixScorer, supports_prefix_reuse
 from harness.judges.settings import HFSettings, ModelSettings, from_config, with_options
 from harness.judges.weights import config_value, load_config, load_tokenizer, load_weights
-from harness.models.fingerprint import module_fingerprint, weights_fingerprint
 from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore
 
@@ -87,7 +92,8 @@ class HFJudge(ChatPrompts):
         """Prompts per `generate` call (readout=generate); `batch_size` is the forward's."""
         self.max_batch_tokens = int(backend.max_batch_tokens)
         self.max_length = context_length(judge_model.max_length, self.config, str(path))
-        self.answers: AnswerTokens = resolve_answer_tokens(self.tokenizer, judge_model.labels, judge_model.tie_label)
+        self.answers: AnswerTokens = resolve_answer_tokens(
+            self.tokenizer, judge_model.labels, judge_model.tie_label, model_vocab_size(self.config))
         self._answer_id_tensor: Any = None
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
@@ -104,10 +110,8 @@ class HFJudge(ChatPrompts):
         """Times this judge loaded its weights: 0 while every request came from the cache, then 1."""
         self.prefix_scorer = None
         """The PrefixScorer once prefix reuse has run (its counters say how the work split)."""
-        self.identity, self.legacy_identity = local_identity(
-            "hf", name or Path(str(path)).name, revision, gguf_file, self.dtype_name,
-            self, weights_fingerprint(path, gguf_file) if self._model is None
-            else f"mem:{module_fingerprint(self._model)}", float_logits=upcasts(self.dtype_name))
+        self.set_identity("hf", name or Path(str(path)).name, revision, gguf_file, self.dtype_name,
+                          weights_part(path, gguf_file, self._model), float_logits=upcasts(self.dtype_name))
         self.numerics = numerics(self.dtype_name, dtype_source(dtype), "transformers", self.device,
                                  answer_logits="float32", kernels=self._kernels_note())
         if self._model is not None:  # a model handed in: what its engine runs

@@ -45,11 +45,16 @@ from typing import Any
 
 from harness.errors import ConfigError, JudgeInputError
 from harness.judges.answers import AnswerTokens, resolve_answer_tokens
-from harness.judges.chat import ChatPrompts, context_length, format_chat_messages, local_identity, no_answer
+from harness.judges.chat import (
+    ChatPrompts,
+    context_length,
+    model_vocab_size,
+    no_answer,
+    weights_part,
+)
 from harness.judges.cpu import auto_dtype, dtype_source, numerics, torch_threads
 from harness.judges.settings import ModelSettings, VLLMSettings, from_config, with_options
 from harness.judges.wrappers import held_in_children
-from harness.models.fingerprint import weights_fingerprint
 from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore
 
@@ -206,7 +211,8 @@ class VLLMJudge(ChatPrompts):
         except (OSError, ValueError) as e:
             raise ConfigError(f"cannot load the tokenizer/config from {path}: {str(e).strip().splitlines()[0]}") from None
         self.answers: AnswerTokens = resolve_answer_tokens(self.tokenizer, judge_model.labels,
-                                                           judge_model.tie_label)
+                                                           judge_model.tie_label,
+                                                           model_vocab_size(config))
         check_answer_ids(self.answers)
         if max_model_len is not None:  # vLLM's own refusal is a traceback after seconds of setup
             context_length(max_model_len, config, path)
@@ -240,9 +246,8 @@ class VLLMJudge(ChatPrompts):
         self._sampling = vllm.SamplingParams
         self.prompt_tokens = self.cached_tokens = 0
         """Prompt tokens submitted, and those served from the prefix cache (hit rate = their ratio)."""
-        self.identity, self.legacy_identity = local_identity(
-            "vllm", name or Path(path).name, revision, None, str(settings["dtype"]).removeprefix("torch."), self,
-            weights_fingerprint(path))
+        self.set_identity("vllm", name or Path(path).name, revision, None,
+                          str(settings["dtype"]).removeprefix("torch."), weights_part(path))
         self.numerics = numerics(str(settings["dtype"]).removeprefix("torch."), dtype_source(dtype), "vllm",
                                  "cpu" if self.on_cpu else "cuda",
                                  answer_logits=f"{str(settings['dtype']).removeprefix('torch.')} (vLLM's LM head; "
@@ -322,8 +327,12 @@ class VLLMJudge(ChatPrompts):
                max_tokens: int) -> list[str]:
         """One sampled chat reply per seed from the judge's own engine (ZEPO's paraphrases).
 
-        Each request carries its own seed, so a reply depends on its seed only, never on the batch."""
-        ids = self.tokenizer(format_chat_messages(self.tokenizer, messages), add_special_tokens=False)["input_ids"]
+        Each request carries its own seed, so a reply depends on its seed only, never on the batch.
+        The conversation is encoded as the judge's prompts are (control-token strings stay text) and
+        must fit the context with `max_tokens` to generate."""
+        ids = self.encode_conversation(messages, max_tokens, "the optimizer's meta-prompt",
+                                       "lower optimizer.max_new_tokens, or raise model.max_length up to what the "
+                                       "model supports")
         params = [self._sampling(seed=int(s), temperature=float(temperature), top_p=float(top_p),
                                  max_tokens=int(max_tokens)) for s in seeds]
         with torch_threads(self.threads):

@@ -35,7 +35,8 @@ from harness.api_client import (
 )
 from harness.errors import ConfigError, HarnessError
 from harness.judges.base import innermost
-from harness.judges.device import pick_device, pick_dtype
+from harness.judges.chat import ChatPrompts, context_length, weights_part
+from harness.judges.device import dtype_name, pick_device, pick_dtype
 from harness.judges.settings import ModelSettings, from_config
 from harness.judges.weights import load_model_and_tokenizer
 from harness.models.resolve import resolve_model_path
@@ -280,34 +281,48 @@ def _message_text(resp: dict) -> str:
     return content if isinstance(content, str) else ""
 
 
-class LocalOptimizer(_Paraphraser):
-    """A transformers causal LM sampling paraphrases on CPU/GPU with seeded torch generators."""
+CONTEXT_FIX = "lower optimizer.max_new_tokens, or use an optimizer model (optimizer.path) with a longer context"
+"""What to do when the meta-prompt and the reply cannot fit the optimizer model's positions."""
+
+
+class LocalOptimizer(_Paraphraser, ChatPrompts):
+    """A transformers causal LM sampling paraphrases on CPU/GPU with seeded torch generators.
+
+    Its prompts go through the judges' chat layer (harness.judges.chat): the meta-prompt is encoded
+    with control-token strings kept as text and refused in one line when it and `max_new_tokens`
+    cannot fit the weights' positions; its identity (and so its completion-cache key and ZEPO's
+    resume check) holds the weights' fingerprint, as a judge's does."""
 
     def __init__(self, path: str | Path, *, name: str | None = None, gguf_file: str | None = None,
                  dtype: str = "auto", device: str = "auto", temperature: float = 0.9, top_p: float = 1.0,
                  max_new_tokens: int = 256, max_attempts: int = 5, labels: Sequence[str] = ("A", "B"),
                  min_ratio: float = 0.1, max_ratio: float = 3.0, cache: CompletionCache | str | Path | None = None,
-                 model: Any = None, tokenizer: Any = None, meta_prompt: str = "default") -> None:
+                 model: Any = None, tokenizer: Any = None, meta_prompt: str = "default",
+                 model_identity: str | None = None) -> None:
         super().__init__(temperature=temperature, max_tokens=max_new_tokens, top_p=top_p, max_attempts=max_attempts,
                          labels=labels, min_ratio=min_ratio, max_ratio=max_ratio, cache=cache, meta_prompt=meta_prompt)
         self.device = pick_device(device)
+        handed, local = model is not None and tokenizer is not None, str(path)
         if model is None or tokenizer is None:
-            local, gguf = resolve_model_path(str(path), gguf_file)
-            model, tokenizer = load_model_and_tokenizer(local, gguf, pick_dtype(dtype, self.device), self.device)
+            local, gguf_file = resolve_model_path(str(path), gguf_file)
+            model, tokenizer = load_model_and_tokenizer(local, gguf_file, pick_dtype(dtype, self.device), self.device)
         self.model, self.tokenizer = model, tokenizer
+        self.set_chat(ModelSettings())  # the template with its generation prompt, no system prompt
+        self.max_length = context_length(None, model.config, local)
         self.model_name = name or Path(str(path)).name
-        self.location = f"local:{self.model_name}:{gguf_file or '-'}:{dtype}"
-        self.identity = f"local|{self.model_name}|t={self.temperature}" + self._meta_identity()
+        # Weights handed over by a judge keep its identity (`model_identity`): one model, one key.
+        self.model_identity = model_identity or self.set_model_identity(
+            "hf", self.model_name, None, gguf_file, dtype_name(dtype, self.device),
+            weights_part(local, gguf_file, model if handed else None))
+        self.location = self.model_identity
+        self.identity = f"{self.model_identity}|t={self.temperature}" + self._meta_identity()
         self.stop_ids = turn_end_ids(model, tokenizer)
 
     def __repr__(self) -> str:
         return f"LocalOptimizer(identity={self.identity!r})"
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        if getattr(self.tokenizer, "chat_template", None):
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return self.tokenizer("\n\n".join(m["content"] for m in messages) + "\n")["input_ids"]
+        return self.encode_conversation(messages, self.max_tokens, "the optimizer's meta-prompt", CONTEXT_FIX)
 
     def complete(self, messages: list[dict[str, str]], seeds: list[int], progress: Any = None) -> list[str]:
         rows = sample_tokens(self.model, self.prompt_ids(messages), seeds, max_new_tokens=self.max_tokens,
@@ -319,7 +334,8 @@ class LocalOptimizer(_Paraphraser):
 class VLLMOptimizer(_Paraphraser):
     """Paraphrases sampled by the judge's own vLLM engine (backend=vllm), so the optimizer holds no
     second copy of the model; each sample has its own seed, as in LocalOptimizer (the numbers
-    differ: another sampler), hence its own cache location."""
+    differ: another sampler), hence its own cache location: the judge's `model_identity` (weights
+    included), which starts with `vllm|`."""
 
     def __init__(self, judge: Any, *, name: str | None = None, temperature: float = 0.9, top_p: float = 1.0,
                  max_new_tokens: int = 256, max_attempts: int = 5, labels: Sequence[str] = ("A", "B"),
@@ -328,9 +344,9 @@ class VLLMOptimizer(_Paraphraser):
         super().__init__(temperature=temperature, max_tokens=max_new_tokens, top_p=top_p, max_attempts=max_attempts,
                          labels=labels, min_ratio=min_ratio, max_ratio=max_ratio, cache=cache, meta_prompt=meta_prompt)
         self.judge = judge
-        self.model_name = name or judge.identity.split("|")[1]
-        self.location = f"vllm:{self.model_name}"
-        self.identity = f"vllm|{self.model_name}|t={self.temperature}" + self._meta_identity()
+        self.model_name = name or judge.model_parts[1]
+        self.location = judge.model_identity
+        self.identity = f"{judge.model_identity}|t={self.temperature}" + self._meta_identity()
 
     def __repr__(self) -> str:
         return f"VLLMOptimizer(identity={self.identity!r})"
@@ -382,7 +398,7 @@ def build_local(*, judge_model: Mapping[str, Any], judge: Any = None, cache: str
     same = str(options.get("path")) == str(judge_model.get("path"))
     inner = loaded_judge(judge) if same else None  # reading its `model` loads the judge's weights
     if inner is not None:
-        options.update(model=inner.model, tokenizer=inner.tokenizer)
+        options.update(model=inner.model, tokenizer=inner.tokenizer, model_identity=inner.model_identity)
         options.setdefault("name", judge_model.get("name"))
     return LocalOptimizer(cache=cache, **options)
 
