@@ -201,3 +201,26 @@ def test_a_template_that_refuses_the_prompt_is_one_line(tiny_llama, tmp_path):
     _assert_one_line_error(r, "chat template of", "strict-llama", "only tool calls are supported",
                            "model.chat_template=false")
     assert not (out / "judgments.jsonl").exists()
+
+
+def test_a_system_prompt_with_nowhere_to_go_is_refused_not_dropped(tiny_llama, tmp_path):
+    """`model.system_prompt` with `model.chat_template=false` was dropped without a word (plain text has
+    no system turn): one line before anything loads. A tokenizer without a template is refused at
+    its first prompt the same way. Control: the plain-text run without a system prompt is judged."""
+    from transformers import AutoTokenizer
+
+    from harness.errors import ConfigError
+    from harness.judges.chat import format_chat
+
+    data = _jsonl(tmp_path / "d.jsonl", TEXTS)
+    out, r = _run(tmp_path, data, "model.chat_template=false", "model.system_prompt=Be_fair")
+    _assert_one_line_error(r, "model.system_prompt='Be_fair'", "model.chat_template=false")
+    assert not out.exists()
+    tok = AutoTokenizer.from_pretrained(tiny_llama)
+    tok.chat_template = None
+    with pytest.raises(ConfigError, match="no chat template to put it in"):
+        format_chat(tok, "judge this", "Be fair")
+    assert format_chat(tok, "judge this") == "judge this"
+    out, r = _run(tmp_path, data, "model.chat_template=false")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((out / "results.json").read_text())["n_judgments"] == 6

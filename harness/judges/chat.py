@@ -103,6 +103,10 @@ def format_chat(tokenizer: Any, prompt: str, system_prompt: str | None = None, c
     Shared by every local backend (transformers, vLLM) so they score identical token ids.
     """
     if not chat_template or not getattr(tokenizer, "chat_template", None):
+        if system_prompt:
+            raise ConfigError("model.system_prompt is set, but the tokenizer has no chat template to put it in "
+                              "(plain text has no system turn): leave model.system_prompt null, or use a model with a "
+                              "chat template")
         return prompt
     messages = [{"role": "user", "content": prompt}]
     if system_prompt:

@@ -79,6 +79,9 @@ class ModelSettings:
         at_least("model.max_new_tokens", self.max_new_tokens, 1)
         if self.tie_label is not None and self.tie_label not in self.labels:
             raise bad("model.tie_label", self.tie_label, f"must be one of model.labels {list(self.labels)} (or null)")
+        if self.system_prompt and not self.chat_template:  # plain text has no place for it: never dropped silently
+            raise bad("model.system_prompt", self.system_prompt, "is read through the chat template, which "
+                      "model.chat_template=false turns off: set model.chat_template=true, or leave model.system_prompt null")
 
 
 @dataclass
