@@ -178,3 +178,12 @@ def test_experiments_whose_shards_cannot_merge_refuse_num_shards(tmp_path):
                         "task.shard_index=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
     assert r.returncode == 2 and _error_lines(r)[-1].startswith("error: refused before any job: task.num_shards=2: only")
     assert not (tmp_path / "sweep" / "0").exists()
+
+
+def test_override_key_reads_every_spelling_of_a_key():
+    """The one parse every sweep helper uses (job names, shard groups, cache files, launcher requests)."""
+    from harness.runtime.sweep import override_key, varying
+
+    assert [override_key(o) for o in ("task.docs=3", "+task.x=1", "++task.x=a=b", "~task.y", "seed")] == \
+        ["task.docs", "task.x", "task.x", "task.y", "seed"]
+    assert varying([["+seed=0", "task.docs=3"], ["++seed=1", "task.docs=3"]]) == {"seed"}

@@ -48,7 +48,7 @@ from harness.runtime import schema
 from harness.runtime.attempts import completed_here
 from harness.runtime.launchers import watching
 from harness.runtime.rundirs import check_same_experiment
-from harness.runtime.sweep import JobFailed, SweepStopped, fail_job, failure_summary
+from harness.runtime.sweep import JobFailed, SweepStopped, fail_job, failure_summary, override_key
 from harness.runtime.typos import one_line_typo
 
 log = logging.getLogger("harness")
@@ -107,8 +107,8 @@ def one_line(exc: BaseException, argv: Sequence[str] = ()) -> str:
         e = e.__cause__ or e.__context__
     text = " ".join(parts).replace(". ", "; ") or type(exc).__name__
     for o in argv:
-        key, sep, value = o.partition("=")
-        if sep and value and is_suspect_key(key.lstrip("+~").rsplit(".", 1)[-1]):
+        _, sep, value = o.partition("=")
+        if sep and value and is_suspect_key(override_key(o).rsplit(".", 1)[-1]):
             text = text.replace(value, "<redacted>")
     return redact_text(text)
 

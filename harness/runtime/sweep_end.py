@@ -86,9 +86,8 @@ class Member:
 
 def _value(job: Sequence[str], key: str, master: Any) -> Any:
     for o in reversed(job):
-        k, _, v = o.partition("=")
-        if k.lstrip("+~") == key:
-            return v
+        if sweep.override_key(o) == key:
+            return o.partition("=")[2]
     return OmegaConf.select(master, key, default=None)
 
 
@@ -98,7 +97,7 @@ def shard_groups(jobs: Sequence[Sequence[str]], master: Any) -> dict[tuple[str, 
     for num, job in enumerate(jobs):
         count = int(_value(job, "task.num_shards", master) or 1)
         if count > 1:
-            rest = tuple(o for o in job if o.partition("=")[0].lstrip("+~") not in SHARD_KEYS)
+            rest = tuple(o for o in job if sweep.override_key(o) not in SHARD_KEYS)
             groups.setdefault(rest, []).append(Member(num, int(_value(job, "task.shard_index", master) or 0), count))
     return groups
 
