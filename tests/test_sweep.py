@@ -168,11 +168,15 @@ def test_failed_shard_is_named_nothing_merged_and_a_rerun_judges_only_it(tmp_pat
 
 
 def test_experiments_whose_shards_cannot_merge_refuse_num_shards(tmp_path):
-    r = run_in_process(["experiment=zepo", "model=tiny_llama", "task.num_shards=2", "wandb.mode=disabled",
-                        f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
-    assert r.returncode == 2 and _error_lines(r) == [
-        "error: task.num_shards=2: only experiment=judge is split into document shards and merged back; run "
-        "experiment=zepo whole (task.num_shards=1) - docs/slurm.md says why"], (r.stdout + r.stderr)[-2000:]
+    """Refused with the config checks, before any file is written: no run folder is left behind."""
+    for experiment, extra in (("zepo", []), ("abb", ["task=arena_bench", "task.shard_index=1"])):
+        run_dir = tmp_path / experiment
+        r = run_in_process([f"experiment={experiment}", "model=tiny_llama", *extra, "task.num_shards=2",
+                            "wandb.mode=disabled", f"hydra.run.dir={run_dir}"], tmp_path)
+        assert r.returncode == 2 and _error_lines(r) == [
+            "error: task.num_shards=2: only experiment=judge is split into document shards and merged back; run "
+            f"experiment={experiment} whole (task.num_shards=1) - docs/slurm.md says why"], (r.stdout + r.stderr)[-2000:]
+        assert not run_dir.exists(), sorted(p.name for p in run_dir.iterdir())
     # Before any job: the multirun is refused as a whole (the sweep-end callback's start).
     r = run_in_process(["-m", "experiment=abb", "model=tiny_llama", "task=arena_bench", "task.num_shards=2",
                         "task.shard_index=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)

@@ -55,7 +55,7 @@ from harness.records import Document
 from harness.report.page import write_report
 from harness.report.prompt import judge_view
 from harness.runtime.attempts import Attempt, record_attempt
-from harness.runtime.shard import check_shardable, select_shard, shard_spec
+from harness.runtime.shard import select_shard, shard_spec
 from harness.runtime.sweep import cache_file
 from harness.runtime.tracking import Tracker, run_name
 
@@ -164,7 +164,6 @@ class RunContext:
 
     @cached_property
     def docs(self) -> list[Document]:
-        check_shardable(self.cfg)
         return load_documents(self.cfg.task, self.cfg.data)
 
     @property
