@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.files import read_json, read_text
+from harness.files import read_json, read_json_object, read_text
 from harness.judging import load_judgments
 from harness.metrics.card import PICTURES, SET_FILE, find_judgments
 from harness.records import Judgment
+
+
+RESULTS_FIX = "not a finished run's results: rerun that run, or move its folder out of the directory you report"
 
 
 @dataclass
@@ -70,9 +73,10 @@ def _json(path: Path, default: Any) -> Any:
 def read_run(run_dir: str | Path) -> RunFiles:
     """config.json, results.json, overrides.json and every judged set of a run directory."""
     root = Path(run_dir)
-    results = _json(root / "results.json", {})
-    run = RunFiles(root, _json(root / "config.json", {}), results if isinstance(results, dict) else {},
-                   list(_json(root / "overrides.json", [])), [])
+    path = root / "results.json"
+    # Read as harness-collect reads it: a results.json that is not a run's object is refused.
+    results = read_json_object(path, RESULTS_FIX) if path.is_file() else {}
+    run = RunFiles(root, _json(root / "config.json", {}), results, list(_json(root / "overrides.json", [])), [])
     run.sets = [read_set(p, run) for p in find_judgments(root)]
     return run
 
