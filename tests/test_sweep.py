@@ -96,17 +96,39 @@ def _wandb(run_dir: Path) -> dict:
     return {"config": config, "summary": summary, "history": history, "files": files}
 
 
+@pytest.fixture(scope="module")
+def shard_sweep(tmp_path_factory) -> Path:
+    """SHARDED as 3 document shards: one sweep with the basic launcher (W&B offline), merged when it
+    ends into <sweep>/merged. Its data dir is <sweep>/../data."""
+    tmp = tmp_path_factory.mktemp("shards")
+    sweep = tmp / "sweep"
+    r = run_in_process(["-m", *SHARDED, "task.num_shards=3", "task.shard_index=range(3)", f"hydra.sweep.dir={sweep}"],
+                       tmp / "sharded", env={"HARNESS_DATA_DIR": str(tmp / "data")})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"merged shards 0..2 (jobs 0,1,2): 3 documents, 18 judgments -> {sweep / 'merged'}" in r.stdout + r.stderr
+    return sweep
+
+
+def page_data(page: Path) -> dict:
+    """The JSON block report.html draws its pairs and prompts from."""
+    html = page.read_text()
+    return json.loads(html.split("id='report-data'>", 1)[1].split("</script>", 1)[0])
+
+
+def run_record(run_dir: Path) -> dict:
+    """The offline W&B run's own record: its display name, group, job type."""
+    from test_run import wandb_records
+
+    (rec,) = [r["run"] for r in wandb_records(run_dir) if r.get("type") == "run"]
+    return rec
+
+
 @pytest.mark.slow
-def test_shard_sweep_merges_at_its_end_into_the_unsharded_run(tmp_path):
-    full, sweep = tmp_path / "full", tmp_path / "sweep"
-    data = {"HARNESS_DATA_DIR": str(tmp_path / "data")}  # one data dir; a request cache each
+def test_shard_sweep_merges_at_its_end_into_the_unsharded_run(shard_sweep, tmp_path):
+    sweep, merged, full = shard_sweep, shard_sweep / "merged", tmp_path / "full"
+    data = {"HARNESS_DATA_DIR": str(sweep.parent / "data")}  # the sweep's data dir; a request cache each
     r = run_in_process([*SHARDED, f"hydra.run.dir={full}"], tmp_path / "one", env=data)
     assert r.returncode == 0, r.stderr[-3000:]
-    r = run_in_process(["-m", *SHARDED, "task.num_shards=3", "task.shard_index=range(3)",
-                        f"hydra.sweep.dir={sweep}"], tmp_path / "sharded", env=data)
-    assert r.returncode == 0, r.stderr[-3000:]
-    merged = sweep / "merged"
-    assert f"merged shards 0..2 (jobs 0,1,2): 3 documents, 18 judgments -> {merged}" in r.stdout + r.stderr
     for i in range(3):
         assert json.loads((sweep / str(i) / "results.json").read_text())["n_docs"] == 1
     assert (merged / "judgments.jsonl").read_bytes() == (full / "judgments.jsonl").read_bytes()
@@ -115,14 +137,19 @@ def test_shard_sweep_merges_at_its_end_into_the_unsharded_run(tmp_path):
     assert (merged / "card.md").read_text() == (full / "card.md").read_text()
     for picture in ("card_reliability.png", "card_p_a_by_order.png", "card_answer_mass.png"):
         assert (merged / picture).read_bytes() == (full / picture).read_bytes(), picture
+    # The page: every pair and every prompt as the unsharded run's page shows them.
+    got_page, want_page = page_data(merged / "report.html"), page_data(full / "report.html")
+    assert got_page["sets"] == want_page["sets"] and want_page["sets"][0]["prompt"]["skeletons"]
     # The unsharded command's overrides (as Hydra's sweeper spells them: `progress=False`).
     keys = [[o.partition("=")[0] for o in json.loads((d / "overrides.json").read_text())] for d in (merged, full)]
     assert keys[0] == keys[1]
     assert json.loads((merged / "config.json").read_text())["task"] == json.loads((full / "config.json").read_text())["task"]
-    # The W&B run: the same config (but where the caches are), summary, history and files.
+    # The W&B run: the same config (but where the caches are, and its name: `-merged`), summary,
+    # history and files.
     got, ref = _wandb(merged), _wandb(full)
     for side in (got, ref):
         side["config"].pop("cache")
+    assert got["config"].pop("run.display_name") == ref["config"].pop("run.display_name") + "-merged"
     assert got["config"] == ref["config"] and got["config"]["judge_identity"] == results["judge"]
     assert got["summary"] == ref["summary"] and got["summary"]["none/n_docs"] == 3
     assert got["history"] == ref["history"]
@@ -133,6 +160,46 @@ def test_shard_sweep_merges_at_its_end_into_the_unsharded_run(tmp_path):
     assert main(["table", str(sweep), "--no-figures"]) == 0  # the merged run is the table's one row
     table = (sweep / "collect" / "table.md").read_text()
     assert table.splitlines()[2].startswith("| merged |") and len(table.splitlines()) == 5
+
+
+def test_the_merged_run_shows_its_prompts_says_it_is_a_merge_and_joins_the_sweeps_group(shard_sweep, tmp_path):
+    """merged/report.html holds every pair's prompt as harness-report renders it from the run's
+    config.json; its header says the model calls are the shards', not an attempt's; its W&B run is
+    in the shards' group, named as theirs with `-merged`."""
+    merged = shard_sweep / "merged"
+    shown = page_data(merged / "report.html")
+    (prompt,) = [s["prompt"] for s in shown["sets"]]
+    assert prompt["skeletons"] and prompt["note"].startswith("the model's chat template")
+    from harness.report.cli import main as report
+
+    assert report([str(merged), "--out", str(tmp_path / "again")]) == 0
+    assert page_data(tmp_path / "again" / "report.html")["sets"] == shown["sets"]
+    calls = sum(json.loads((shard_sweep / str(i) / "results.json").read_text())["judge_calls"] for i in range(3))
+    html = (merged / "report.html").read_text()
+    assert "the model scored" not in html and "this run&#x27;s last attempt" not in html
+    assert f"merged from 3 shards (merge.json); the shards&#x27; model calls together: {calls}" in html
+    shard, whole = run_record(shard_sweep / "0"), run_record(merged)
+    assert shard["run_group"] == "/".join(shard_sweep.parts[-2:]) and whole.get("run_group") == shard["run_group"]
+    assert whole["display_name"] == shard["display_name"] + "-merged"
+
+
+def test_a_merge_by_hand_writes_what_the_sweeps_merge_writes(shard_sweep, tmp_path):
+    """`python -m harness.runtime.collect merge DIRS --out DIR` (slurm/node.sbatch's last line):
+    config.json, overrides.json, the card, report.html and the W&B run beside judgments and results,
+    as the sweep's own merge wrote them; harness-report then refreshes it."""
+    from harness.report.cli import main as report
+    from harness.runtime.collect import main
+
+    out, merged = tmp_path / "by-hand", shard_sweep / "merged"
+    assert main(["merge", *(str(shard_sweep / str(i)) for i in (2, 0, 1)), "--out", str(out)]) == 0
+    names = lambda d: sorted(p.name for p in d.iterdir())  # noqa: E731
+    assert names(out) == names(merged)
+    for name in ("judgments.jsonl", "results.json", "config.json", "overrides.json", "card.md"):
+        assert (out / name).read_text() == (merged / name).read_text(), name
+    assert page_data(out / "report.html")["sets"] == page_data(merged / "report.html")["sets"]
+    got = run_record(out)
+    assert got.get("run_group") == run_record(merged)["run_group"] and got["display_name"].endswith("-merged")
+    assert report([str(out)]) == 0
 
 
 @pytest.mark.slow

@@ -36,7 +36,7 @@ from omegaconf import OmegaConf
 
 from harness.errors import ConfigError, DataError, HarnessError
 from harness.files import read_json, read_json_object, write_text_atomic
-from harness.runtime.shard import merge_shards
+from harness.runtime.merged import merge_run
 from harness.runtime.sweep import sweep_gaps
 from harness.runtime.table import Table, plot_table, to_csv, to_markdown
 
@@ -309,9 +309,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("--pivot", nargs=2, metavar=("ROW_KEY", "COL_KEY"), help="one metric as ROW_KEY x COL_KEY")
     t.add_argument("--digits", type=int, default=3, help="decimals in the markdown table (CSV keeps all)")
     t.add_argument("--no-figures", action="store_true", help="skip the PNG bar charts")
-    m = sub.add_parser("merge", help="shard run dirs -> one run dir equal to the unsharded run")
+    m = sub.add_parser("merge", help="shard run dirs -> one run dir equal to the unsharded run, written as the "
+                                     "sweep's own merge writes it (harness.runtime.merged)")
     m.add_argument("dirs", nargs="+", help="the shards' run directories (any order)")
-    m.add_argument("--out", required=True, help="directory for the merged judgments.jsonl/results.json")
+    m.add_argument("--out", required=True, help="directory for the merged run: judgments.jsonl, results.json, "
+                                                "config.json, the card, report.html and its W&B run (the shards' wandb.mode)")
     args = p.parse_args(argv)
     try:
         if args.cmd == "table":
@@ -327,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"have no row: {'; '.join(table.missing)}", file=sys.stderr)
                 return 1
         else:
-            results = merge_shards(args.dirs, args.out)
+            results = merge_run(args.dirs, args.out)
             print(f"merged {len(args.dirs)} shards: {results['n_docs']} documents, "
                   f"{results['n_judgments']} judgments -> {args.out}")
     except HarnessError as e:
