@@ -11,7 +11,10 @@ the same on the localhost SLURM cluster):
 
 from __future__ import annotations
 
+import html
 import json
+import re
+import shutil
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -66,10 +69,46 @@ def test_a_failing_job_is_named_the_others_run_and_collect_marks_the_table_parti
     table = (out / "table.md").read_text()
     assert len([line for line in table.splitlines() if line.startswith(f"| {tmp_path}")]) == 2
     assert f"PARTIAL: 1 job(s) of the sweep have no row: job 1 (task.path={bad}): failed (its attempts.jsonl)" in table
+    # harness-report's index.html: the same table, cell for cell, and the same PARTIAL caption; each
+    # job's state from its own run directory; no shared setting the failed job did not have.
+    from harness.report.cli import main as report
+
+    assert report([str(sweep)]) == 0
+    index, lines = index_page(sweep), table.splitlines()
+    assert index["collect"] == [line[2:-2].split(" | ") for line in lines[:1] + lines[2:4]]
+    assert index["caption"] == lines[-1] and lines[-1].startswith("PARTIAL: 1 job(s)")
+    assert f"partial table: 1 job(s) listed in {sweep / 'multirun.yaml'} have no row: job 1" in index["text"]
+    assert [row[:3] for row in index["jobs"][1:]] == [
+        [str(k), f"task.path={path}", state] for k, path, state in
+        ((0, ok, "finished"), (1, bad, "failed (its attempts.jsonl)"), (2, ok2, "finished"))]
+    assert "3 jobs, 2 finished; shared settings:" in index["text"] and "task.path=" not in index["shared"]
+    # The sweep of jobs 0 and 1 alone: task.path=ok is no shared setting, the failed job had bad.
+    two = tmp_path / "two"
+    shutil.copytree(sweep, two, ignore=shutil.ignore_patterns("2"))
+    spec = OmegaConf.load(two / "multirun.yaml")
+    spec.hydra.overrides.task = [f"task.path={ok},{bad}" if o.startswith("task.path=") else o
+                                 for o in spec.hydra.overrides.task]
+    OmegaConf.save(spec, two / "multirun.yaml")
+    assert report([str(two)]) == 0
+    assert "2 jobs, 1 finished" in index_page(two)["text"] and "task.path" not in index_page(two)["shared"]
     # Control: the two complete jobs alone (no multirun.yaml to hold them against) are a whole table.
     (sweep / "multirun.yaml").unlink()
     assert main(["table", str(sweep), "--out", str(out), "--no-figures"]) == 0
     assert "PARTIAL" not in (out / "table.md").read_text()
+
+
+def index_page(root: Path) -> dict:
+    """A sweep's index.html read back: its text, the shared-settings line, the job table's and the
+    collect table's rows (header first) as cell texts, and the collect table's caption."""
+    page = (root / "index.html").read_text()
+    text = lambda h: html.unescape(re.sub("<[^>]+>", "", h))  # noqa: E731
+    got = {"text": text(page), "shared": text(page.split("shared settings:", 1)[1].split("</p>", 1)[0])}
+    for part in ("jobs", "collect"):
+        block = page.split(f"<div id='{part}'>", 1)[1].split("</div>", 1)[0]
+        got[part] = [[text(c) for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", tr)]
+                     for tr in re.findall("<tr>(.*?)</tr>", block)]
+        got["caption"] = text(block.split("<p class='note'>", 1)[1].split("</p>", 1)[0]) if "class='note'" in block else ""
+    return got
 
 
 def _wandb(run_dir: Path) -> dict:
@@ -181,6 +220,20 @@ def test_the_merged_run_shows_its_prompts_says_it_is_a_merge_and_joins_the_sweep
     shard, whole = run_record(shard_sweep / "0"), run_record(merged)
     assert shard["run_group"] == "/".join(shard_sweep.parts[-2:]) and whole.get("run_group") == shard["run_group"]
     assert whole["display_name"] == shard["display_name"] + "-merged"
+
+
+def test_the_sweep_index_counts_merged_shards_as_finished_jobs(shard_sweep):
+    """harness-report on the shard sweep: each shard is a finished job (its own run directory says
+    so, though collect's table keeps only the merged run), and the merged run has a row of its own."""
+    from harness.report.cli import main as report
+
+    assert report([str(shard_sweep)]) == 0
+    index = index_page(shard_sweep)
+    assert "3 jobs, 3 finished, 1 merged run of their shards; shared settings:" in index["text"]
+    assert [row[:3] for row in index["jobs"][1:]] == [
+        *([str(i), f"task.num_shards=3, task.shard_index={i}", "finished"] for i in range(3)),
+        ["merged", "–", "merged run"]]
+    assert [row[0] for row in index["collect"]] == ["run", "merged"]
 
 
 def test_a_merge_by_hand_writes_what_the_sweeps_merge_writes(shard_sweep, tmp_path):

@@ -71,7 +71,7 @@ class Run:
     """config.json (the resolved config), {} when absent."""
 
 
-def _sort_key(path: Path, root: Path) -> tuple:
+def job_order(path: Path, root: Path) -> tuple:
     # Hydra names job dirs by job number: order 0, 1, ..., 10 numerically, not as strings.
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in path.relative_to(root).parts)
 
@@ -86,7 +86,7 @@ def find_runs(root: str | Path) -> list[Path]:
         dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "wandb"]
         if "results.json" in filenames:
             found.append(Path(dirpath))
-    return sorted(found, key=lambda p: _sort_key(p, root))
+    return sorted(found, key=lambda p: job_order(p, root))
 
 
 def parse_overrides(lines: Sequence[str]) -> dict[str, str]:
@@ -298,6 +298,12 @@ def collect(root: str | Path, out_dir: str | Path | None = None, metrics: Sequen
     return table
 
 
+def partial_line(table: Table, root: Path) -> str:
+    """What a partial table (`table.missing`) is told by: the jobs of root's sweep without a row."""
+    return f"partial table: {len(table.missing)} job(s) listed in {root / 'multirun.yaml'} have no row: " \
+        + "; ".join(table.missing)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness.runtime.collect", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -325,8 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f" (no --out given: the default, {DEFAULT_OUT}/ inside the collected directory)"),
                   file=sys.stderr)
             if table.missing:
-                print(f"error: partial table: {len(table.missing)} job(s) listed in {Path(args.root) / 'multirun.yaml'} "
-                      f"have no row: {'; '.join(table.missing)}", file=sys.stderr)
+                print(f"error: {partial_line(table, Path(args.root))}", file=sys.stderr)
                 return 1
         else:
             results = merge_run(args.dirs, args.out)

@@ -106,21 +106,24 @@ def job_status(run_dir: Path | None) -> str:
     return "completed"
 
 
-def sweep_gaps(root: Path) -> list[str]:
-    """The jobs that `root/multirun.yaml` lists and that did not complete, one line each ([] when
-    every job did, or when root holds no multirun.yaml)."""
+def listed_jobs(root: Path) -> list[tuple[str, list[str], Path | None]]:
+    """The jobs `root/multirun.yaml` lists, in job order: (name: `job_name`, overrides, run directory
+    or None); [] when root holds no multirun.yaml."""
     path = root / "multirun.yaml"
     if not path.is_file():
         return []
     cfg = OmegaConf.load(path)
     jobs = sweep_jobs(cfg)
     subdir = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir")
-    gaps = []
-    for num, (job, run_dir) in enumerate(zip(jobs, job_dirs(root, jobs, subdir))):
-        status = job_status(run_dir)
-        if status != "completed":
-            gaps.append(f"{job_name(num, job, jobs)}: {status}")
-    return gaps
+    return [(job_name(num, job, jobs), list(job), run_dir)
+            for num, (job, run_dir) in enumerate(zip(jobs, job_dirs(root, jobs, subdir)))]
+
+
+def sweep_gaps(root: Path) -> list[str]:
+    """The jobs that `root/multirun.yaml` lists and that did not complete, one line each ([] when
+    every job did, or when root holds no multirun.yaml)."""
+    return [f"{name}: {status}" for name, _, run_dir in listed_jobs(root)
+            if (status := job_status(run_dir)) != "completed"]
 
 
 # ---------------------------------------------------------------- failures
