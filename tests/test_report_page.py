@@ -104,6 +104,27 @@ def test_each_prompt_is_what_the_judges_template_made(judge_run, browser, shared
     assert all("<|im_start|>user" in s and s.endswith("<|im_start|>assistant\n") for s in shown)
 
 
+def test_a_page_without_prompts_says_why(judge_run, shared_data, tmp_path):
+    """Every way a page can go without the prompts names the reason in the set's prompt note: no
+    chat wrapping given, no documents, no instruction recorded."""
+    import shutil
+
+    from harness.report.page import write_report
+    from test_sweep import page_data
+
+    run = tmp_path / "run"
+    shutil.copytree(judge_run, run, ignore=shutil.ignore_patterns("wandb", "report.html"))
+    docs = load_task("summeval", data_dir=shared_data, limit=2)
+    notes = {}
+    for case, given in (("no view", docs), ("no documents", None)):
+        (prompt,) = [s["prompt"] for s in page_data(write_report(run, given, None))["sets"]]
+        assert prompt["skeletons"] is None
+        notes[case] = prompt["note"]
+    assert notes == {"no view": "the judge's chat wrapping was not given to this page: prompts are not shown; "
+                                "harness-report RUN_DIR rebuilds it from config.json",
+                     "no documents": "the documents' texts are not available: prompts are not shown"}
+
+
 def test_filters_count_what_the_metrics_count(judge_run, browser):
     """'flips with the order' keeps the pairs the order consistency counts as inconsistent."""
     browser.load(judge_run / "report.html")

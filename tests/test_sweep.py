@@ -11,7 +11,10 @@ the same on the localhost SLURM cluster):
 
 from __future__ import annotations
 
+import html
 import json
+import re
+import shutil
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -66,10 +69,46 @@ def test_a_failing_job_is_named_the_others_run_and_collect_marks_the_table_parti
     table = (out / "table.md").read_text()
     assert len([line for line in table.splitlines() if line.startswith(f"| {tmp_path}")]) == 2
     assert f"PARTIAL: 1 job(s) of the sweep have no row: job 1 (task.path={bad}): failed (its attempts.jsonl)" in table
+    # harness-report's index.html: the same table, cell for cell, and the same PARTIAL caption; each
+    # job's state from its own run directory; no shared setting the failed job did not have.
+    from harness.report.cli import main as report
+
+    assert report([str(sweep)]) == 0
+    index, lines = index_page(sweep), table.splitlines()
+    assert index["collect"] == [line[2:-2].split(" | ") for line in lines[:1] + lines[2:4]]
+    assert index["caption"] == lines[-1] and lines[-1].startswith("PARTIAL: 1 job(s)")
+    assert f"partial table: 1 job(s) listed in {sweep / 'multirun.yaml'} have no row: job 1" in index["text"]
+    assert [row[:3] for row in index["jobs"][1:]] == [
+        [str(k), f"task.path={path}", state] for k, path, state in
+        ((0, ok, "finished"), (1, bad, "failed (its attempts.jsonl)"), (2, ok2, "finished"))]
+    assert "3 jobs, 2 finished; shared settings:" in index["text"] and "task.path=" not in index["shared"]
+    # The sweep of jobs 0 and 1 alone: task.path=ok is no shared setting, the failed job had bad.
+    two = tmp_path / "two"
+    shutil.copytree(sweep, two, ignore=shutil.ignore_patterns("2"))
+    spec = OmegaConf.load(two / "multirun.yaml")
+    spec.hydra.overrides.task = [f"task.path={ok},{bad}" if o.startswith("task.path=") else o
+                                 for o in spec.hydra.overrides.task]
+    OmegaConf.save(spec, two / "multirun.yaml")
+    assert report([str(two)]) == 0
+    assert "2 jobs, 1 finished" in index_page(two)["text"] and "task.path" not in index_page(two)["shared"]
     # Control: the two complete jobs alone (no multirun.yaml to hold them against) are a whole table.
     (sweep / "multirun.yaml").unlink()
     assert main(["table", str(sweep), "--out", str(out), "--no-figures"]) == 0
     assert "PARTIAL" not in (out / "table.md").read_text()
+
+
+def index_page(root: Path) -> dict:
+    """A sweep's index.html read back: its text, the shared-settings line, the job table's and the
+    collect table's rows (header first) as cell texts, and the collect table's caption."""
+    page = (root / "index.html").read_text()
+    text = lambda h: html.unescape(re.sub("<[^>]+>", "", h))  # noqa: E731
+    got = {"text": text(page), "shared": text(page.split("shared settings:", 1)[1].split("</p>", 1)[0])}
+    for part in ("jobs", "collect"):
+        block = page.split(f"<div id='{part}'>", 1)[1].split("</div>", 1)[0]
+        got[part] = [[text(c) for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", tr)]
+                     for tr in re.findall("<tr>(.*?)</tr>", block)]
+        got["caption"] = text(block.split("<p class='note'>", 1)[1].split("</p>", 1)[0]) if "class='note'" in block else ""
+    return got
 
 
 def _wandb(run_dir: Path) -> dict:
@@ -96,17 +135,39 @@ def _wandb(run_dir: Path) -> dict:
     return {"config": config, "summary": summary, "history": history, "files": files}
 
 
+@pytest.fixture(scope="module")
+def shard_sweep(tmp_path_factory) -> Path:
+    """SHARDED as 3 document shards: one sweep with the basic launcher (W&B offline), merged when it
+    ends into <sweep>/merged. Its data dir is <sweep>/../data."""
+    tmp = tmp_path_factory.mktemp("shards")
+    sweep = tmp / "sweep"
+    r = run_in_process(["-m", *SHARDED, "task.num_shards=3", "task.shard_index=range(3)", f"hydra.sweep.dir={sweep}"],
+                       tmp / "sharded", env={"HARNESS_DATA_DIR": str(tmp / "data")})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"merged shards 0..2 (jobs 0,1,2): 3 documents, 18 judgments -> {sweep / 'merged'}" in r.stdout + r.stderr
+    return sweep
+
+
+def page_data(page: Path) -> dict:
+    """The JSON block report.html draws its pairs and prompts from."""
+    html = page.read_text()
+    return json.loads(html.split("id='report-data'>", 1)[1].split("</script>", 1)[0])
+
+
+def run_record(run_dir: Path) -> dict:
+    """The offline W&B run's own record: its display name, group, job type."""
+    from test_run import wandb_records
+
+    (rec,) = [r["run"] for r in wandb_records(run_dir) if r.get("type") == "run"]
+    return rec
+
+
 @pytest.mark.slow
-def test_shard_sweep_merges_at_its_end_into_the_unsharded_run(tmp_path):
-    full, sweep = tmp_path / "full", tmp_path / "sweep"
-    data = {"HARNESS_DATA_DIR": str(tmp_path / "data")}  # one data dir; a request cache each
+def test_shard_sweep_merges_at_its_end_into_the_unsharded_run(shard_sweep, tmp_path):
+    sweep, merged, full = shard_sweep, shard_sweep / "merged", tmp_path / "full"
+    data = {"HARNESS_DATA_DIR": str(sweep.parent / "data")}  # the sweep's data dir; a request cache each
     r = run_in_process([*SHARDED, f"hydra.run.dir={full}"], tmp_path / "one", env=data)
     assert r.returncode == 0, r.stderr[-3000:]
-    r = run_in_process(["-m", *SHARDED, "task.num_shards=3", "task.shard_index=range(3)",
-                        f"hydra.sweep.dir={sweep}"], tmp_path / "sharded", env=data)
-    assert r.returncode == 0, r.stderr[-3000:]
-    merged = sweep / "merged"
-    assert f"merged shards 0..2 (jobs 0,1,2): 3 documents, 18 judgments -> {merged}" in r.stdout + r.stderr
     for i in range(3):
         assert json.loads((sweep / str(i) / "results.json").read_text())["n_docs"] == 1
     assert (merged / "judgments.jsonl").read_bytes() == (full / "judgments.jsonl").read_bytes()
@@ -115,14 +176,19 @@ def test_shard_sweep_merges_at_its_end_into_the_unsharded_run(tmp_path):
     assert (merged / "card.md").read_text() == (full / "card.md").read_text()
     for picture in ("card_reliability.png", "card_p_a_by_order.png", "card_answer_mass.png"):
         assert (merged / picture).read_bytes() == (full / picture).read_bytes(), picture
+    # The page: every pair and every prompt as the unsharded run's page shows them.
+    got_page, want_page = page_data(merged / "report.html"), page_data(full / "report.html")
+    assert got_page["sets"] == want_page["sets"] and want_page["sets"][0]["prompt"]["skeletons"]
     # The unsharded command's overrides (as Hydra's sweeper spells them: `progress=False`).
     keys = [[o.partition("=")[0] for o in json.loads((d / "overrides.json").read_text())] for d in (merged, full)]
     assert keys[0] == keys[1]
     assert json.loads((merged / "config.json").read_text())["task"] == json.loads((full / "config.json").read_text())["task"]
-    # The W&B run: the same config (but where the caches are), summary, history and files.
+    # The W&B run: the same config (but where the caches are, and its name: `-merged`), summary,
+    # history and files.
     got, ref = _wandb(merged), _wandb(full)
     for side in (got, ref):
         side["config"].pop("cache")
+    assert got["config"].pop("run.display_name") == ref["config"].pop("run.display_name") + "-merged"
     assert got["config"] == ref["config"] and got["config"]["judge_identity"] == results["judge"]
     assert got["summary"] == ref["summary"] and got["summary"]["none/n_docs"] == 3
     assert got["history"] == ref["history"]
@@ -133,6 +199,60 @@ def test_shard_sweep_merges_at_its_end_into_the_unsharded_run(tmp_path):
     assert main(["table", str(sweep), "--no-figures"]) == 0  # the merged run is the table's one row
     table = (sweep / "collect" / "table.md").read_text()
     assert table.splitlines()[2].startswith("| merged |") and len(table.splitlines()) == 5
+
+
+def test_the_merged_run_shows_its_prompts_says_it_is_a_merge_and_joins_the_sweeps_group(shard_sweep, tmp_path):
+    """merged/report.html holds every pair's prompt as harness-report renders it from the run's
+    config.json; its header says the model calls are the shards', not an attempt's; its W&B run is
+    in the shards' group, named as theirs with `-merged`."""
+    merged = shard_sweep / "merged"
+    shown = page_data(merged / "report.html")
+    (prompt,) = [s["prompt"] for s in shown["sets"]]
+    assert prompt["skeletons"] and prompt["note"].startswith("the model's chat template")
+    from harness.report.cli import main as report
+
+    assert report([str(merged), "--out", str(tmp_path / "again")]) == 0
+    assert page_data(tmp_path / "again" / "report.html")["sets"] == shown["sets"]
+    calls = sum(json.loads((shard_sweep / str(i) / "results.json").read_text())["judge_calls"] for i in range(3))
+    html = (merged / "report.html").read_text()
+    assert "the model scored" not in html and "this run&#x27;s last attempt" not in html
+    assert f"merged from 3 shards (merge.json); the shards&#x27; model calls together: {calls}" in html
+    shard, whole = run_record(shard_sweep / "0"), run_record(merged)
+    assert shard["run_group"] == "/".join(shard_sweep.parts[-2:]) and whole.get("run_group") == shard["run_group"]
+    assert whole["display_name"] == shard["display_name"] + "-merged"
+
+
+def test_the_sweep_index_counts_merged_shards_as_finished_jobs(shard_sweep):
+    """harness-report on the shard sweep: each shard is a finished job (its own run directory says
+    so, though collect's table keeps only the merged run), and the merged run has a row of its own."""
+    from harness.report.cli import main as report
+
+    assert report([str(shard_sweep)]) == 0
+    index = index_page(shard_sweep)
+    assert "3 jobs, 3 finished, 1 merged run of their shards; shared settings:" in index["text"]
+    assert [row[:3] for row in index["jobs"][1:]] == [
+        *([str(i), f"task.num_shards=3, task.shard_index={i}", "finished"] for i in range(3)),
+        ["merged", "–", "merged run"]]
+    assert [row[0] for row in index["collect"]] == ["run", "merged"]
+
+
+def test_a_merge_by_hand_writes_what_the_sweeps_merge_writes(shard_sweep, tmp_path):
+    """`python -m harness.runtime.collect merge DIRS --out DIR` (slurm/node.sbatch's last line):
+    config.json, overrides.json, the card, report.html and the W&B run beside judgments and results,
+    as the sweep's own merge wrote them; harness-report then refreshes it."""
+    from harness.report.cli import main as report
+    from harness.runtime.collect import main
+
+    out, merged = tmp_path / "by-hand", shard_sweep / "merged"
+    assert main(["merge", *(str(shard_sweep / str(i)) for i in (2, 0, 1)), "--out", str(out)]) == 0
+    names = lambda d: sorted(p.name for p in d.iterdir())  # noqa: E731
+    assert names(out) == names(merged)
+    for name in ("judgments.jsonl", "results.json", "config.json", "overrides.json", "card.md"):
+        assert (out / name).read_text() == (merged / name).read_text(), name
+    assert page_data(out / "report.html")["sets"] == page_data(merged / "report.html")["sets"]
+    got = run_record(out)
+    assert got.get("run_group") == run_record(merged)["run_group"] and got["display_name"].endswith("-merged")
+    assert report([str(out)]) == 0
 
 
 @pytest.mark.slow
@@ -168,13 +288,26 @@ def test_failed_shard_is_named_nothing_merged_and_a_rerun_judges_only_it(tmp_pat
 
 
 def test_experiments_whose_shards_cannot_merge_refuse_num_shards(tmp_path):
-    r = run_in_process(["experiment=zepo", "model=tiny_llama", "task.num_shards=2", "wandb.mode=disabled",
-                        f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
-    assert r.returncode == 2 and _error_lines(r) == [
-        "error: task.num_shards=2: only experiment=judge is split into document shards and merged back; run "
-        "experiment=zepo whole (task.num_shards=1) - docs/slurm.md says why"], (r.stdout + r.stderr)[-2000:]
+    """Refused with the config checks, before any file is written: no run folder is left behind."""
+    for experiment, extra in (("zepo", []), ("abb", ["task=arena_bench", "task.shard_index=1"])):
+        run_dir = tmp_path / experiment
+        r = run_in_process([f"experiment={experiment}", "model=tiny_llama", *extra, "task.num_shards=2",
+                            "wandb.mode=disabled", f"hydra.run.dir={run_dir}"], tmp_path)
+        assert r.returncode == 2 and _error_lines(r) == [
+            "error: task.num_shards=2: only experiment=judge is split into document shards and merged back; run "
+            f"experiment={experiment} whole (task.num_shards=1) - docs/slurm.md says why"], (r.stdout + r.stderr)[-2000:]
+        assert not run_dir.exists(), sorted(p.name for p in run_dir.iterdir())
     # Before any job: the multirun is refused as a whole (the sweep-end callback's start).
     r = run_in_process(["-m", "experiment=abb", "model=tiny_llama", "task=arena_bench", "task.num_shards=2",
                         "task.shard_index=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
     assert r.returncode == 2 and _error_lines(r)[-1].startswith("error: refused before any job: task.num_shards=2: only")
     assert not (tmp_path / "sweep" / "0").exists()
+
+
+def test_override_key_reads_every_spelling_of_a_key():
+    """The one parse every sweep helper uses (job names, shard groups, cache files, launcher requests)."""
+    from harness.runtime.sweep import override_key, varying
+
+    assert [override_key(o) for o in ("task.docs=3", "+task.x=1", "++task.x=a=b", "~task.y", "seed")] == \
+        ["task.docs", "task.x", "task.x", "task.y", "seed"]
+    assert varying([["+seed=0", "task.docs=3"], ["++seed=1", "task.docs=3"]]) == {"seed"}

@@ -51,7 +51,10 @@ def set_payload(s: JudgedSet, docs: Mapping[str, Document], view: ChatView | Non
         prompt["note"] = "the instruction of this set is not recorded: prompts are not shown"
     elif not known:
         prompt["note"] = "the documents' texts are not available: prompts are not shown"
-    elif view is not None:
+    elif view is None:
+        prompt["note"] = ("the judge's chat wrapping was not given to this page: prompts are not shown; "
+                          "harness-report RUN_DIR rebuilds it from config.json")
+    else:
         family = s.family or "summarization"
         got = plan(view, s.instruction, family, docs, [(j.doc_id, j.a_id, j.b_id) for j in s.judgments])
         prompt = {"skeletons": got.skeletons, "exact": got.exact, "note": got.note}

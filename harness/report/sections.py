@@ -91,7 +91,7 @@ def header(run: RunFiles, prompt_note: str | None, texts_note: str | None) -> st
             ("judge identity", f"<span class='mono'>{esc(r.get('judge'))}</span>"),
             ("numerics", esc(numerics_line(r.get("numerics")))),
             ("documents", "<br>".join(docs)),
-            ("served from the cache", esc(served_from_cache(r))),
+            ("served from the cache", esc(served_from_cache(r, run.merge))),
             ("command", f"<span class='mono'>python -m harness.run {esc(' '.join(run.overrides))}</span>")]
     if isinstance(r.get("instruction"), str):
         rows.append(("instruction", esc(r["instruction"])))

@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.files import read_json, read_text
+from harness.files import read_json, read_json_object, read_text
 from harness.judging import load_judgments
 from harness.metrics.card import PICTURES, SET_FILE, find_judgments
 from harness.records import Judgment
+
+
+RESULTS_FIX = "not a finished run's results: rerun that run, or move its folder out of the directory you report"
 
 
 @dataclass
@@ -51,6 +54,8 @@ class RunFiles:
     results: dict[str, Any]
     overrides: list[str]
     sets: list[JudgedSet]
+    merge: dict[str, Any] = field(default_factory=dict)
+    """merge.json of a run merged from document shards (harness.runtime.shard), {} otherwise."""
 
     @property
     def experiment(self) -> str:
@@ -70,9 +75,12 @@ def _json(path: Path, default: Any) -> Any:
 def read_run(run_dir: str | Path) -> RunFiles:
     """config.json, results.json, overrides.json and every judged set of a run directory."""
     root = Path(run_dir)
-    results = _json(root / "results.json", {})
-    run = RunFiles(root, _json(root / "config.json", {}), results if isinstance(results, dict) else {},
-                   list(_json(root / "overrides.json", [])), [])
+    path = root / "results.json"
+    # Read as harness-collect reads it: a results.json that is not a run's object is refused.
+    results = read_json_object(path, RESULTS_FIX) if path.is_file() else {}
+    merge = _json(root / "merge.json", {})
+    run = RunFiles(root, _json(root / "config.json", {}), results, list(_json(root / "overrides.json", [])), [],
+                   merge if isinstance(merge, dict) else {})
     run.sets = [read_set(p, run) for p in find_judgments(root)]
     return run
 
@@ -124,10 +132,16 @@ def sensitivity_text(run_dir: Path, index: int) -> str | None:
     return None
 
 
-def served_from_cache(results: Mapping[str, Any]) -> str:
-    """Whether the run's pairs came from the request cache (judge_calls: this process's model calls)."""
+def served_from_cache(results: Mapping[str, Any], merge: Mapping[str, Any] | None = None) -> str:
+    """Whether the run's pairs came from the request cache (judge_calls: this process's model calls;
+    a run merged from shards (`merge`: its merge.json) made none: judge_calls is the shards' sum)."""
     calls = results.get("judge_calls")
     work = results.get("judge_work") or {}
+    if merge:
+        shards = merge.get("num_shards") or len(merge.get("shards") or ())
+        return (f"merged from {shards} shards (merge.json); the shards' model calls together: "
+                + (f"{calls} (each shard's last attempt; the rest came from the request cache)" if calls is not None
+                   else "not recorded"))
     if calls is None:
         return "not recorded"
     if calls == 0:

@@ -1,20 +1,24 @@
-"""index.html of a sweep directory: one row per job (its settings, links to its report.html and
-files) and the collect table (harness.runtime.collect: the same rows, metrics and intervals as
-`harness-collect table`), self-contained like report.html.
+"""index.html of a sweep directory: one row per job (its settings, its state as its own run
+directory says it, links to its report.html and files), each merged run of its shards, and the
+collect table, made by the same call as `harness-collect table` (harness.runtime.collect.collect:
+the same rows, cells, caption and PARTIAL line), self-contained like report.html.
 """
 
 from __future__ import annotations
 
-import math
+import json
 from pathlib import Path
-from typing import Any
 
 from harness.files import write_text_atomic
 from harness.report.page import REPORT, asset
-from harness.report.sections import esc, grid, num
-from harness.runtime.collect import Table, build_table, collect_runs, find_runs, pick_metrics, varying_keys
+from harness.report.sections import esc, grid
+from harness.runtime.collect import Run, collect, find_runs, job_order, parse_overrides, partial_line, varying_keys
+from harness.runtime.sweep import job_status, listed_jobs
+from harness.runtime.table import Table, cell_texts
 
 INDEX = "index.html"
+MERGE = "merge.json"
+"""A merged run's record of its shards (harness.runtime.shard): the row of a merge, not of a job."""
 
 
 def is_sweep(root: Path) -> bool:
@@ -24,46 +28,70 @@ def is_sweep(root: Path) -> bool:
     return (root / "multirun.yaml").is_file() or any(p != root for p in find_runs(root))
 
 
-def _cell(v: Any, iv: Any) -> str:
-    if isinstance(v, float) and iv is not None:
-        return f"{num(v)} [{num(iv[0])}, {num(iv[1])}]"
-    return num(v) if isinstance(v, int | float) and not isinstance(v, bool) else esc(v if v is not None else "–")
-
-
 def table_html(table: Table) -> str:
-    """collect's Table as HTML, each value with its interval where it has one."""
-    ivs = table.intervals or [[None] * len(table.columns) for _ in table.rows]
-    rows = [[_cell(v, iv) for v, iv in zip(row, row_iv)] for row, row_iv in zip(table.rows, ivs)]
+    """collect's Table as HTML, each cell the text `harness-collect table` prints for it."""
     numeric = [any(isinstance(r[j], float) for r in table.rows) for j in range(len(table.columns))]
+    rows = [[esc(c) for c in row] for row in cell_texts(table)]
     caption = f"<p class='note'>{esc(table.caption)}</p>" if table.caption else ""
     return grid(table.columns, rows, numeric) + caption
 
 
+def _overrides(path: Path) -> dict[str, str]:
+    try:
+        got = json.loads((path / "overrides.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return parse_overrides(got) if isinstance(got, list) else {}
+
+
+def members(root: Path) -> list[tuple[str, Path | None, dict[str, str]]]:
+    """(label, run directory or None, overrides) of each job multirun.yaml lists (without one: each
+    folder below root with overrides.json or results.json), then every other run below root (the
+    merged runs of a shard sweep)."""
+    rows = [(d.relative_to(root).as_posix(), d, parse_overrides(job)) if d is not None and d.is_dir()
+            else (name, None, parse_overrides(job)) for name, job, d in listed_jobs(root)]
+    seen = {d for _, d, _ in rows}
+    found = {*find_runs(root), *(p.parent for p in root.glob("*/overrides.json"))} - seen - {root}
+    rows += [(p.relative_to(root).as_posix(), p, _overrides(p)) for p in sorted(found, key=lambda p: job_order(p, root))]
+    return rows
+
+
+def _state(run_dir: Path | None) -> str:
+    if run_dir is not None and (run_dir / MERGE).is_file():
+        return "merged run"
+    status = job_status(run_dir)
+    return "finished" if status == "completed" else f"<span class='warn'>{esc(status)}</span>"
+
+
+def _links(root: Path, run_dir: Path | None) -> str:
+    if run_dir is None:
+        return "–"
+    rel = run_dir.relative_to(root).as_posix()
+    links = [f"<a href='{esc(rel)}/{REPORT}'>report</a>" if (run_dir / REPORT).is_file() else "no report.html"]
+    links += [f"<a href='{esc(rel)}/{name}'>{name}</a>" for name in ("results.json", "card.md", "run.log")
+              if (run_dir / name).is_file()]
+    return " ".join(links)
+
+
 def write_index(root: Path) -> Path:
-    """index.html in the sweep directory (jobs without results.json are listed as unfinished)."""
-    runs = collect_runs(root)
-    varying, shared = varying_keys(runs)
-    done = {r.path for r in runs}
-    jobs = sorted({*done, *(p.parent for p in root.glob("*/overrides.json"))},
-                  key=lambda p: [int(x) if x.isdigit() else math.inf for x in p.relative_to(root).parts])
-    by_path = {r.path: r for r in runs}
-    rows = []
-    for job in jobs:
-        rel = job.relative_to(root).as_posix()
-        run = by_path.get(job)
-        settings = ", ".join(f"{k}={v}" for k, v in (run.overrides if run else {}).items() if k in varying) or "–"
-        links = [f"<a href='{esc(rel)}/{REPORT}'>report</a>" if (job / REPORT).is_file() else "no report.html"]
-        links += [f"<a href='{esc(rel)}/{name}'>{name}</a>" for name in ("results.json", "card.md", "run.log")
-                  if (job / name).is_file()]
-        rows.append([esc(rel), esc(settings), "finished" if run else "<span class='warn'>no results.json</span>",
-                     " ".join(links)])
-    metrics = pick_metrics(runs, None)
+    """index.html in the sweep directory; the collect table as `harness-collect table` makes it."""
+    table = collect(root, figures=False)
+    listed = members(root)
+    varying, shared = varying_keys([Run(d or root, o, {}) for _, d, o in listed])
+    rows = [[esc(label), esc(", ".join(f"{k}={v}" for k, v in o.items() if k in varying) or "–"), _state(d),
+             _links(root, d)] for label, d, o in listed]
+    jobs = [d for _, d, _ in listed if d is None or not (d / MERGE).is_file()]
+    done = sum(job_status(d) == "completed" for d in jobs)
+    merged = len(listed) - len(jobs)
+    partial = f"<p class='warn'>{esc(partial_line(table, root))}</p>" if table.missing else ""
     body = (f"<h1>sweep {esc(root.resolve())}</h1>"
-            f"<p>{len(jobs)} job{'s' if len(jobs) != 1 else ''}, {len(runs)} finished; shared settings: "
-            f"<span class='mono'>{esc(' '.join(f'{k}={v}' for k, v in shared.items()) or '–')}</span></p>"
-            + grid(["job", "settings", "state", "links"], rows)
+            f"<p>{len(jobs)} job{'s' if len(jobs) != 1 else ''}, {done} finished"
+            + (f", {merged} merged run{'s' if merged != 1 else ''} of their shards" if merged else "")
+            + f"; shared settings: <span class='mono'>{esc(' '.join(f'{k}={v}' for k, v in shared.items()) or '–')}"
+              "</span></p>"
+            + f"<div id='jobs'>{grid(['job', 'settings', 'state', 'links'], rows)}</div>"
             + "<h2>collect table</h2><p class='note'>the same table as <span class='mono'>harness-collect table "
-              f"{esc(root)}</span></p>" + table_html(build_table(runs, metrics, root)))
+              f"{esc(root)}</span></p>" + partial + f"<div id='collect'>{table_html(table)}</div>")
     page = ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
             f"<title>sweep {esc(root.name)}</title><style>{asset('report.css')}</style></head>"
             f"<body>{body}</body></html>\n")

@@ -36,7 +36,7 @@ from omegaconf import OmegaConf
 
 from harness.errors import ConfigError, DataError, HarnessError
 from harness.files import read_json, read_json_object, write_text_atomic
-from harness.runtime.shard import merge_shards
+from harness.runtime.merged import merge_run
 from harness.runtime.sweep import sweep_gaps
 from harness.runtime.table import Table, plot_table, to_csv, to_markdown
 
@@ -71,7 +71,7 @@ class Run:
     """config.json (the resolved config), {} when absent."""
 
 
-def _sort_key(path: Path, root: Path) -> tuple:
+def job_order(path: Path, root: Path) -> tuple:
     # Hydra names job dirs by job number: order 0, 1, ..., 10 numerically, not as strings.
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in path.relative_to(root).parts)
 
@@ -86,7 +86,7 @@ def find_runs(root: str | Path) -> list[Path]:
         dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "wandb"]
         if "results.json" in filenames:
             found.append(Path(dirpath))
-    return sorted(found, key=lambda p: _sort_key(p, root))
+    return sorted(found, key=lambda p: job_order(p, root))
 
 
 def parse_overrides(lines: Sequence[str]) -> dict[str, str]:
@@ -298,6 +298,12 @@ def collect(root: str | Path, out_dir: str | Path | None = None, metrics: Sequen
     return table
 
 
+def partial_line(table: Table, root: Path) -> str:
+    """What a partial table (`table.missing`) is told by: the jobs of root's sweep without a row."""
+    return f"partial table: {len(table.missing)} job(s) listed in {root / 'multirun.yaml'} have no row: " \
+        + "; ".join(table.missing)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness.runtime.collect", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -309,9 +315,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("--pivot", nargs=2, metavar=("ROW_KEY", "COL_KEY"), help="one metric as ROW_KEY x COL_KEY")
     t.add_argument("--digits", type=int, default=3, help="decimals in the markdown table (CSV keeps all)")
     t.add_argument("--no-figures", action="store_true", help="skip the PNG bar charts")
-    m = sub.add_parser("merge", help="shard run dirs -> one run dir equal to the unsharded run")
+    m = sub.add_parser("merge", help="shard run dirs -> one run dir equal to the unsharded run, written as the "
+                                     "sweep's own merge writes it (harness.runtime.merged)")
     m.add_argument("dirs", nargs="+", help="the shards' run directories (any order)")
-    m.add_argument("--out", required=True, help="directory for the merged judgments.jsonl/results.json")
+    m.add_argument("--out", required=True, help="directory for the merged run: judgments.jsonl, results.json, "
+                                                "config.json, the card, report.html and its W&B run (the shards' wandb.mode)")
     args = p.parse_args(argv)
     try:
         if args.cmd == "table":
@@ -323,11 +331,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f" (no --out given: the default, {DEFAULT_OUT}/ inside the collected directory)"),
                   file=sys.stderr)
             if table.missing:
-                print(f"error: partial table: {len(table.missing)} job(s) listed in {Path(args.root) / 'multirun.yaml'} "
-                      f"have no row: {'; '.join(table.missing)}", file=sys.stderr)
+                print(f"error: {partial_line(table, Path(args.root))}", file=sys.stderr)
                 return 1
         else:
-            results = merge_shards(args.dirs, args.out)
+            results = merge_run(args.dirs, args.out)
             print(f"merged {len(args.dirs)} shards: {results['n_docs']} documents, "
                   f"{results['n_judgments']} judgments -> {args.out}")
     except HarnessError as e:

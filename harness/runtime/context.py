@@ -53,9 +53,9 @@ from harness.metrics.card import render_cards
 from harness.prompts import resolve_instruction
 from harness.records import Document
 from harness.report.page import write_report
-from harness.report.prompt import judge_view
+from harness.report.prompt import config_view, judge_view
 from harness.runtime.attempts import Attempt, record_attempt
-from harness.runtime.shard import check_shardable, select_shard, shard_spec
+from harness.runtime.shard import select_shard, shard_spec
 from harness.runtime.sweep import cache_file
 from harness.runtime.tracking import Tracker, run_name
 
@@ -137,9 +137,14 @@ def load_documents(task: Mapping[str, Any], data: Mapping[str, Any]) -> list[Doc
 class RunContext:
     """The composed config and the run directory, and the parts built from them on first use."""
 
-    def __init__(self, cfg: DictConfig, out_dir: str | Path) -> None:
+    def __init__(self, cfg: DictConfig, out_dir: str | Path, *, group: str | None = None,
+                 name_suffix: str = "") -> None:
         self.cfg = cfg
         self.out_dir = Path(out_dir)
+        self.group = group
+        """W&B group when not sweep_group's (a merged run: its shards' sweep's)."""
+        self.name_suffix = name_suffix
+        """Appended to the W&B name (a merged run: `-merged`, beside its shards' runs)."""
         self._tracker: Tracker | None = None
         self._judge: Judge | None = None
         self.attempt: Attempt | None = None
@@ -164,7 +169,6 @@ class RunContext:
 
     @cached_property
     def docs(self) -> list[Document]:
-        check_shardable(self.cfg)
         return load_documents(self.cfg.task, self.cfg.data)
 
     @property
@@ -229,16 +233,17 @@ class RunContext:
             w = self.cfg.wandb
             self._tracker = build(
                 w, out_dir=self.out_dir, run_config=container(self.cfg), job_type=w.get("job_type") or self.cfg.experiment.name,
-                group=sweep_group(self.cfg), tags=list(w.get("tags") or []), name=w.get("name") or self.run_name)
+                group=self.group or sweep_group(self.cfg), tags=list(w.get("tags") or []),
+                name=f"{w.name}{self.name_suffix}" if w.get("name") else self.run_name)
             self._record_judge()
         return self._tracker
 
     @property
     def run_name(self) -> str:
-        """W&B's name for the run: experiment, task, aspect, model (wandb.name overrides it)."""
+        """W&B's name for the run: experiment, task, aspect, model, then name_suffix (wandb.name overrides it)."""
         c = self.cfg
         return run_name(c.experiment.name, OmegaConf.select(c, "task.name"), OmegaConf.select(c, "task.aspect"),
-                        OmegaConf.select(c, "model.name"))
+                        OmegaConf.select(c, "model.name")) + self.name_suffix
 
     def close(self, completed: bool) -> None:
         """A completed run: its report cards (every judgments.jsonl) and report.html, then its files
@@ -260,11 +265,14 @@ class RunContext:
 
     def report_page(self) -> None:
         """report.html (harness.report.page) from the run's files, the documents this run loaded and
-        its judge's chat template (no weights). Like a card, a page that cannot be written is a
-        warning, a full disk ends the run."""
+        its judge's chat template (no weights); a run that built no judge (a merge of shards) gets
+        the template as harness-report finds it, from the config. Like a card, a page that cannot
+        be written is a warning, a full disk ends the run."""
         try:
             docs = self.__dict__.get("docs")  # only if the run loaded them (a cached_property)
-            write_report(self.out_dir, docs, None if self._judge is None else judge_view(self._judge))
+            view = None if docs is None else \
+                judge_view(self._judge) if self._judge is not None else config_view(container(self.cfg))
+            write_report(self.out_dir, docs, view)
         except (HarnessError, OSError) as e:
             if disk_full(e):
                 raise
@@ -287,12 +295,14 @@ class RunContext:
             log.warning("report card not rendered: %s", e)
 
 
-def sweep_group(cfg: Any) -> str | None:
-    """W&B group: wandb.group, else sweep.name, else (multirun) '<sweep dir parent>/<stamp>'."""
+def sweep_group(cfg: Any, sweep_dir: str | Path | None = None) -> str | None:
+    """W&B group: wandb.group, else sweep.name, else '<sweep dir parent>/<stamp>' of `sweep_dir` or
+    of the multirun this process runs a job of."""
     group = cfg.wandb.get("group") or OmegaConf.select(cfg, "sweep.name", default=None)
-    if group is None:
-        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
-            group = "/".join(Path(str(HydraConfig.get().sweep.dir)).parts[-2:])
+    if group is None and sweep_dir is None and HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        sweep_dir = HydraConfig.get().sweep.dir
+    if group is None and sweep_dir is not None:
+        group = "/".join(Path(str(sweep_dir)).parts[-2:])
     return None if group is None else str(group)
 
 

@@ -48,7 +48,8 @@ from harness.runtime import schema
 from harness.runtime.attempts import completed_here
 from harness.runtime.launchers import watching
 from harness.runtime.rundirs import check_same_experiment
-from harness.runtime.sweep import JobFailed, SweepStopped, fail_job, failure_summary
+from harness.runtime.shard import check_shardable
+from harness.runtime.sweep import JobFailed, SweepStopped, fail_job, failure_summary, override_key
 from harness.runtime.typos import one_line_typo
 
 log = logging.getLogger("harness")
@@ -63,7 +64,8 @@ def resolve_entry(entry: str) -> Any:
 
 
 def check(cfg: DictConfig) -> None:
-    """Everything that can be checked before any work: secrets, then every schema's ranges."""
+    """Everything that can be checked before any work: secrets, every schema's ranges, and whether
+    the experiment can be split into document shards."""
     raw = OmegaConf.to_container(cfg, resolve=False)
     check_config(raw)
     try:
@@ -72,6 +74,7 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError(one_line(e)) from None
     schema.refuse_unknown_keys(cfg)
     schema.validate(cfg)
+    check_shardable(cfg)
 
 
 def run(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] | None = None) -> Any:
@@ -107,8 +110,8 @@ def one_line(exc: BaseException, argv: Sequence[str] = ()) -> str:
         e = e.__cause__ or e.__context__
     text = " ".join(parts).replace(". ", "; ") or type(exc).__name__
     for o in argv:
-        key, sep, value = o.partition("=")
-        if sep and value and is_suspect_key(key.lstrip("+~").rsplit(".", 1)[-1]):
+        _, sep, value = o.partition("=")
+        if sep and value and is_suspect_key(override_key(o).rsplit(".", 1)[-1]):
             text = text.replace(value, "<redacted>")
     return redact_text(text)
 

@@ -41,7 +41,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
 from harness.errors import ConfigError
-from harness.runtime.sweep import job_name, record_failure
+from harness.runtime.sweep import job_name, override_key, record_failure
 
 log = logging.getLogger("harness.launcher")
 
@@ -175,7 +175,7 @@ def job_requests(launcher: Any, overrides: Sequence[Sequence[str]]) -> list[tupl
     resolved: dict[tuple[str, ...], str] = {}
     groups: dict[str, tuple[dict[str, Any], list[int]]] = {}
     for i, job in enumerate(overrides):
-        key = tuple(o for o in job if o.partition("=")[0].lstrip("+~") != "task.shard_index")
+        key = tuple(o for o in job if override_key(o) != "task.shard_index")
         if key not in resolved:
             node = loader.load_sweep_config(launcher.config, list(job)).hydra.launcher
             params = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k != "_target_"}

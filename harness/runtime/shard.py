@@ -3,7 +3,8 @@
 Shard i of n takes the i-th contiguous block of the task's document slice (`task.num_shards`,
 `task.shard_index`; sizes differ by at most one). `merge_shards` concatenates the shards'
 judgments in shard order, which is the unsharded run's document order, and recomputes every
-metric: judgments.jsonl and results.json come out as the unsharded run writes them. A sweep over
+metric: judgments.jsonl and results.json come out as the unsharded run writes them
+(harness.runtime.merged adds the rest of the run: config, card, report.html, W&B). A sweep over
 the shards merges itself when it ends (harness.runtime.sweep_end); by hand:
 
     python -m harness.run -m experiment=judge task.num_shards=4 'task.shard_index=range(4)' hydra/launcher=slurm

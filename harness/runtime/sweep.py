@@ -53,6 +53,11 @@ _SWEEP: dict[str, Any] = {}
 
 
 # ---------------------------------------------------------------- the jobs
+def override_key(override: str) -> str:
+    """The key an override sets: `+task.x=1`, `++task.x=1`, `~task.x` -> `task.x`."""
+    return override.partition("=")[0].lstrip("+~")
+
+
 def sweep_jobs(cfg: Any) -> list[list[str]]:
     """Each job's overrides (`key=value` strings, the job's hydra.overrides.task) for a multirun
     config: hydra.sweeper.params first, then the command line, crossed as BasicSweeper crosses them."""
@@ -69,13 +74,12 @@ def varying(jobs: Sequence[Sequence[str]]) -> set[str]:
     values: dict[str, set[str]] = {}
     for job in jobs:
         for o in job:
-            key, _, value = o.partition("=")
-            values.setdefault(key.lstrip("+~"), set()).add(value)
+            values.setdefault(override_key(o), set()).add(o.partition("=")[2])
     return {k for k, v in values.items() if len(v) > 1 or any(k not in _keys(job) for job in jobs)}
 
 
 def _keys(job: Sequence[str]) -> set[str]:
-    return {o.partition("=")[0].lstrip("+~") for o in job}
+    return {override_key(o) for o in job}
 
 
 def job_name(num: int, overrides: Sequence[str] | None = None, jobs: Sequence[Sequence[str]] | None = None) -> str:
@@ -85,7 +89,7 @@ def job_name(num: int, overrides: Sequence[str] | None = None, jobs: Sequence[Se
     if overrides is None:
         overrides = jobs[num] if 0 <= num < len(jobs) else []
     swept = varying(jobs) if len(jobs) > 1 else set()
-    shown = [o for o in overrides if o.partition("=")[0].lstrip("+~") in swept] or list(overrides)
+    shown = [o for o in overrides if override_key(o) in swept] or list(overrides)
     return f"job {num}" + (f" ({' '.join(shown)})" if shown else "")
 
 
@@ -102,21 +106,24 @@ def job_status(run_dir: Path | None) -> str:
     return "completed"
 
 
-def sweep_gaps(root: Path) -> list[str]:
-    """The jobs that `root/multirun.yaml` lists and that did not complete, one line each ([] when
-    every job did, or when root holds no multirun.yaml)."""
+def listed_jobs(root: Path) -> list[tuple[str, list[str], Path | None]]:
+    """The jobs `root/multirun.yaml` lists, in job order: (name: `job_name`, overrides, run directory
+    or None); [] when root holds no multirun.yaml."""
     path = root / "multirun.yaml"
     if not path.is_file():
         return []
     cfg = OmegaConf.load(path)
     jobs = sweep_jobs(cfg)
     subdir = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir")
-    gaps = []
-    for num, (job, run_dir) in enumerate(zip(jobs, job_dirs(root, jobs, subdir))):
-        status = job_status(run_dir)
-        if status != "completed":
-            gaps.append(f"{job_name(num, job, jobs)}: {status}")
-    return gaps
+    return [(job_name(num, job, jobs), list(job), run_dir)
+            for num, (job, run_dir) in enumerate(zip(jobs, job_dirs(root, jobs, subdir)))]
+
+
+def sweep_gaps(root: Path) -> list[str]:
+    """The jobs that `root/multirun.yaml` lists and that did not complete, one line each ([] when
+    every job did, or when root holds no multirun.yaml)."""
+    return [f"{name}: {status}" for name, _, run_dir in listed_jobs(root)
+            if (status := job_status(run_dir)) != "completed"]
 
 
 # ---------------------------------------------------------------- failures
@@ -178,7 +185,7 @@ def per_job_cache(setting: Any, multirun: bool, launcher: str) -> bool:
 
 def job_cache_path(path: Path, sweep: str, overrides: Sequence[str]) -> Path:
     """`<cache.path's folder>/sweeps/<sweep>/[shard-<i>-of-<n>-]<hash of the job's overrides>/<name>`."""
-    values = {o.partition("=")[0].lstrip("+~"): o.partition("=")[2] for o in overrides}
+    values = {override_key(o): o.partition("=")[2] for o in overrides}
     shard = values.get("task.shard_index"), values.get("task.num_shards")
     label = f"shard-{shard[0]}-of-{shard[1]}-" if all(shard) else ""
     digest = hashlib.sha256("\n".join(sorted(overrides)).encode()).hexdigest()[:12]

@@ -4,9 +4,9 @@ hydra.callbacks.sweep_end).
 When every job has finished:
 - document shards are merged. The jobs of a sweep over `task.shard_index` (with task.num_shards=N)
   become one run in `<sweep dir>/merged/` (`merged/<k>/` for the k-th grid point of a sweep over
-  other keys too): judgments.jsonl and results.json (harness.runtime.shard.merge_shards, every
-  metric recomputed), config.json, overrides.json, the report card and a W&B run of its own, as
-  the unsharded run writes them;
+  other keys too), as the unsharded run writes it (harness.runtime.merged: judgments, every
+  metric recomputed, config.json, overrides.json, the card, report.html with every prompt, and a
+  W&B run of its own in the sweep's group);
 - the jobs' own request caches (cache.per_job, harness.runtime.sweep) are folded into cache.path
   (and completions.sqlite beside it), so any later run finds what the sweep judged.
 A sweep with a failed job never gets here: Hydra stops at the failure and the process exits 2 with
@@ -30,16 +30,12 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from harness.errors import ConfigError, HarnessError
-from harness.files import read_json, write_json_atomic
-from harness.judging import load_judgments
 from harness.runtime import sweep
-from harness.runtime.context import RunContext, cache_path
-from harness.runtime.shard import check_shardable, merge_shards
-from harness.runtime.tracking import log_judge_results
+from harness.runtime.context import cache_path
+from harness.runtime.merged import SHARD_KEYS, merge_run
+from harness.runtime.shard import check_shardable
 
 log = logging.getLogger("harness.sweep")
-
-SHARD_KEYS = ("task.shard_index", "task.num_shards")
 
 
 class SweepEnd(Callback):
@@ -86,9 +82,8 @@ class Member:
 
 def _value(job: Sequence[str], key: str, master: Any) -> Any:
     for o in reversed(job):
-        k, _, v = o.partition("=")
-        if k.lstrip("+~") == key:
-            return v
+        if sweep.override_key(o) == key:
+            return o.partition("=")[2]
     return OmegaConf.select(master, key, default=None)
 
 
@@ -98,7 +93,7 @@ def shard_groups(jobs: Sequence[Sequence[str]], master: Any) -> dict[tuple[str, 
     for num, job in enumerate(jobs):
         count = int(_value(job, "task.num_shards", master) or 1)
         if count > 1:
-            rest = tuple(o for o in job if o.partition("=")[0].lstrip("+~") not in SHARD_KEYS)
+            rest = tuple(o for o in job if sweep.override_key(o) not in SHARD_KEYS)
             groups.setdefault(rest, []).append(Member(num, int(_value(job, "task.shard_index", master) or 0), count))
     return groups
 
@@ -110,7 +105,7 @@ def merge_sweep(root: Path, jobs: Sequence[Sequence[str]], master: Any) -> list[
         if isinstance(master, DictConfig) else master["hydra"]["sweep"]["subdir"]
     dirs = sweep.job_dirs(root, jobs, subdir)
     merged = []
-    for g, (overrides, members) in enumerate(groups.items()):
+    for g, members in enumerate(groups.values()):
         count = members[0].count
         if sorted(m.index for m in members) != list(range(count)):
             log.warning("not merged: jobs %s hold shards %s of %d, not each shard 0..%d once",
@@ -121,31 +116,11 @@ def merge_sweep(root: Path, jobs: Sequence[Sequence[str]], master: Any) -> list[
         if any(d is None for d in shard_dirs):
             raise ConfigError(f"the run directories of jobs {[m.num for m in members]} are not all found below {root}")
         out = root / "merged" if len(groups) == 1 else root / "merged" / str(g)
-        results = merge_shards(shard_dirs, out)
-        publish(out, shard_dirs[0], list(overrides), results)
+        results = merge_run(shard_dirs, out, root)
         log.info("merged shards 0..%d (jobs %s): %d documents, %d judgments -> %s", count - 1,
                  ",".join(str(m.num) for m in members), results["n_docs"], results["n_judgments"], out)
         merged.append(out)
     return merged
-
-
-def publish(out: Path, first_shard: Path, overrides: list[str], results: dict[str, Any]) -> None:
-    """What the unsharded run writes beside judgments.jsonl and results.json: config.json and
-    overrides.json (without the shard keys), the report card, and its W&B run (metrics, summary,
-    judgments table, the files as an artifact)."""
-    config = read_json(first_shard / "config.json")
-    config["task"] = {**config.get("task", {}), "num_shards": 1, "shard_index": 0}
-    write_json_atomic(out / "config.json", config)
-    write_json_atomic(out / "overrides.json", overrides)
-    judgments, _ = load_judgments(out / "judgments.jsonl")
-    ctx = RunContext(OmegaConf.create(config), out)
-    completed = False
-    try:
-        log_judge_results(ctx.tracker, results, judgments, ctx.docs)
-        ctx.tracker.update_config({"judge_identity": results["judge"]})
-        completed = True
-    finally:
-        ctx.close(completed)
 
 
 # ---------------------------------------------------------------- per-job caches

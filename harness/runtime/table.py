@@ -122,3 +122,8 @@ def plot_table(table: Table, metrics: Sequence[str], out_dir: Path, n_labels: in
         fig.tight_layout()
         paths.append(save(fig, out_dir / (m.replace("/", "_") + ".png")))
     return paths
+
+
+def cell_texts(table: Table, digits: int = 3) -> list[list[str]]:
+    """Each row's cells as to_markdown writes them (the sweep's index.html shows the same text)."""
+    return [[_cell(v, iv, digits) for v, iv in zip(row, _row_intervals(table, k))] for k, row in enumerate(table.rows)]
