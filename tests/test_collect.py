@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from harness.errors import ConfigError, DataError
-from harness.metrics.interval import METHOD
+from harness.metrics.interval import METHOD, TOO_FEW, Interval
 from harness.runtime.collect import (
     build_table,
     collect,
@@ -232,10 +232,13 @@ def test_cells_show_the_runs_intervals(tmp_path):
     md = to_markdown(t, digits=2)
     assert "| m0 | 0.25 [0.05, 0.40] | 0.35 | 0.50 [0.10, 0.90] | 0.50 [0.10, 0.90] | 0.70 |" in md
     assert "| m1 | 0.25 | 0.35 | 0.50 | 0.50 | 0.70 |" in md  # no intervals: the bare values
-    assert f"[lo, hi]: 95% {METHOD}; 12 documents per run" in md
+    assert md.rstrip().endswith("intervals: none/spearman, initial/heldout/none/spearman, initial/none/spearman "
+                                "(held-out): 12 documents, 95% t-jackknife; no interval recorded (1 of 2); "
+                                "permutation/spearman, initial/leaky/none/spearman: no interval recorded")
     lines = to_csv(t).splitlines()
-    assert lines[0].startswith("model,none/spearman,none/spearman lo,none/spearman hi,permutation/spearman,")
-    assert lines[1].startswith("m0,0.25,0.05,0.4,") and lines[2].startswith("m1,0.25,,,")
+    assert lines[0].startswith("model,none/spearman,none/spearman lo,none/spearman hi,none/spearman documents,"
+                               "none/spearman note,permutation/spearman,")
+    assert lines[1].startswith("m0,0.25,0.05,0.4,12,,") and lines[2].startswith("m1,0.25,,,,,")
     p = pivot_table(runs, "model", "experiment", "none/spearman")
     assert "| m0 | 0.250 [0.050, 0.400] |" in to_markdown(p) and "| m1 | 0.250 |" in to_markdown(p)
     # Without any interval the table is as before: no caption note, no extra CSV columns.
@@ -275,7 +278,7 @@ def test_figures_draw_the_intervals_their_captions_promise(tmp_path):
 
     rows = [["a", 0.2], ["b", 0.5], ["c", math.nan]]
     with_iv = Table(["run", "none/spearman"], rows, f"[lo, hi]: 95% {METHOD}",
-                    [[None, [0.1, 0.4]], [None, [0.45, 0.9]], [None, None]])
+                    [[None, Interval((0.1, 0.4), 12)], [None, Interval((0.45, 0.9), 12)], [None, None]])
     bars = error_bars(with_iv, 1, [0.2, 0.5, math.nan])
     assert bars == [[pytest.approx(0.1), pytest.approx(0.05), 0.0], [pytest.approx(0.2), pytest.approx(0.4), 0.0]]
     assert error_bars(Table(["run", "none/spearman"], rows, ""), 1, [0.2, 0.5, math.nan]) is None
@@ -287,3 +290,55 @@ def test_figures_draw_the_intervals_their_captions_promise(tmp_path):
 
     drawn, bare = dark(with_iv, "with"), dark(Table(["run", "none/spearman"], rows, with_iv.caption), "bare")
     assert drawn > bare + 100, (drawn, bare)
+
+
+@pytest.fixture(scope="module")
+def few_documents(tmp_path_factory, tiny_llama):
+    """Real tiny judge runs: one on 6 documents (ECE needs 8) and two shards of 2 documents each."""
+    from conftest import run_in_process
+
+    tmp = tmp_path_factory.mktemp("few")
+    args = ["experiment=judge", "model=tiny_llama", "task.docs=6", "experiment.shuffles=5", "metrics.bootstrap=50",
+            "wandb.mode=disabled"]
+    runs = {"six": [f"hydra.run.dir={tmp / 'six'}"]}
+    runs |= {f"two/{k}": ["task.num_shards=3", f"task.shard_index={k}", f"hydra.run.dir={tmp / 'two' / str(k)}"]
+             for k in (0, 1)}
+    for extra in runs.values():
+        r = run_in_process([*args, *extra], tmp)
+        assert r.returncode == 0, r.stderr[-3000:]
+    return tmp
+
+
+def test_a_cell_without_an_interval_says_why_and_its_figure_promises_none(few_documents, tmp_path):
+    """On 6 documents the ECE cell printed a bare 0.481 and none_ece.png's title promised "[lo, hi]:
+    95% t ... 6 documents per run" over a bar with no error bar; on two 2-document runs every cell
+    was bare and the caption gave no count. Now a cell without an interval gives its run's note, the
+    caption says per column what the intervals are (or that there are too few documents), so does
+    each figure's title, and the CSV carries documents and note (fails with collect.py/table.py
+    reverted: the bare cells and the old caption)."""
+    from PIL import Image
+
+    from harness.runtime.table import error_bars
+
+    six = few_documents / "six"
+    results = json.loads((six / "results.json").read_text())
+    table = collect(six, tmp_path / "six", metrics=["none/spearman", "none/ece"])
+    md = (tmp_path / "six" / "table.md").read_text()
+    ece, spearman = results["metrics"]["none"]["ece"], results["metrics"]["none"]["spearman"]
+    lo, hi = results["intervals"]["none"]["spearman"]
+    assert f"| . | {spearman:.3f} [{lo:.3f}, {hi:.3f}] | {ece:.3f} ({TOO_FEW}) |" in md
+    assert md.rstrip().endswith(f"intervals: none/spearman: 6 documents, 95% t-jackknife; none/ece: 6 documents: "
+                                f"{TOO_FEW}")
+    csv_rows = (tmp_path / "six" / "table.csv").read_text().splitlines()
+    assert csv_rows[0].endswith(",none/ece,none/ece lo,none/ece hi,none/ece documents,none/ece note")
+    assert csv_rows[1].endswith(f",{ece!r},,,6,{TOO_FEW}")
+    titles = {c: Image.open(tmp_path / "six" / "figures" / f"none_{c}.png").text["Title"].replace("\n", " ")
+              for c in ("spearman", "ece")}
+    assert titles["spearman"].endswith("intervals: 6 documents, 95% t-jackknife")
+    assert titles["ece"].endswith(f"intervals: 6 documents: {TOO_FEW}") and "t-jackknife" not in titles["ece"]
+    assert error_bars(table, 1, [spearman]) is not None and error_bars(table, 2, [ece]) is None  # no bar promised
+    two = collect(few_documents / "two", tmp_path / "two", metrics=["none/spearman", "none/a_rate", "none/ece"],
+                  figures=False)
+    assert all(str(cell).endswith(f"({TOO_FEW}) ") for line in (tmp_path / "two" / "table.md").read_text()
+               .splitlines()[2:4] for cell in line.split("|")[2:-1])
+    assert two.caption.endswith(f"; intervals: 2 documents: {TOO_FEW}")

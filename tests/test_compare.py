@@ -192,3 +192,22 @@ def test_compare_says_when_the_runs_judged_different_aspects(two_runs, tmp_path)
     assert "warning: the runs differ in aspect 'coherence' vs 'relevance'" in got.stdout
     same = harness_compare(two_runs[0], two_runs[1])
     assert same.returncode == 0 and "differ in aspect" not in same.stdout
+
+
+def test_compare_uses_the_runs_level_and_refuses_two_levels(two_runs, tmp_path, capsys):
+    """harness-compare always said 95%, whatever the runs' metrics.level. Now run A's level is the
+    default (a real run at metrics.level=0.9 compared with itself: 90%), and runs made at different
+    levels are refused in one line unless --level picks one (fails with compare.py reverted: 95%)."""
+    b90 = tmp_path / "b90"
+    r = run_in_process([*ARGS, "experiment.instruction.source=text",
+                        "experiment.instruction.text='Pick the better summary. Answer A or B.'", "metrics.level=0.9",
+                        f"hydra.run.dir={b90}"], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert compare.main([str(b90), str(b90), "--bootstrap", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "B - A: 90% paired interval" in out and "distinguishable from 0 at 90%" in out and "95%" not in out
+    assert compare.main([str(two_runs[0]), str(b90), "--bootstrap", "20"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "different levels (metrics.level 0.95 vs 0.9): give --level" in err
+    assert compare.main([str(two_runs[0]), str(b90), "--bootstrap", "20", "--level", "0.9"]) == 0
+    assert "distinguishable from 0 at 90%" in capsys.readouterr().out

@@ -209,14 +209,9 @@ def _durable(events: list[tuple[str, str, str]], path: Path) -> bool:
             and ("fsync", str(path.parent), "") in events[at + 1:])
 
 
-def test_atomic_writes_fsync_the_file_before_the_rename_and_the_folder_after(tmp_path, monkeypatch):
-    """A run's files survive a node crash or power loss, not just a kill: every atomic write fsyncs
-    its temporary file before os.replace and the folder after (nothing in harness/ called fsync). The
-    real os.fsync and os.replace are called and their paths recorded during a real CLI run.
-    Negative control: the report card's pictures, written through a temporary file and os.replace
-    without fsync, are not found durable by the same check."""
-    from conftest import run_in_process
-
+def _record_fsync_and_replace(monkeypatch) -> list[tuple[str, str, str]]:
+    """The real os.fsync and os.replace, their paths recorded in call order (for `_durable`) until
+    monkeypatch.undo()."""
     events: list[tuple[str, str, str]] = []
     real_fsync, real_replace = os.fsync, os.replace
 
@@ -230,6 +225,18 @@ def test_atomic_writes_fsync_the_file_before_the_rename_and_the_folder_after(tmp
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
+    return events
+
+
+def test_atomic_writes_fsync_the_file_before_the_rename_and_the_folder_after(tmp_path, monkeypatch):
+    """A run's files survive a node crash or power loss, not just a kill: every atomic write fsyncs
+    its temporary file before os.replace and the folder after (nothing in harness/ called fsync). The
+    real os.fsync and os.replace are called and their paths recorded during a real CLI run.
+    Negative control: the report card's pictures, written through a temporary file and os.replace
+    without fsync, are not found durable by the same check."""
+    from conftest import run_in_process
+
+    events = _record_fsync_and_replace(monkeypatch)
     run = tmp_path / "run"
     r = run_in_process(["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2",
                         "wandb.mode=disabled", "progress=false", "metrics.bootstrap=0", f"hydra.run.dir={run}"],
@@ -242,6 +249,33 @@ def test_atomic_writes_fsync_the_file_before_the_rename_and_the_folder_after(tmp
     renamed = {dst for kind, _, dst in events if kind == "replace"}
     assert pictures and all(str(p) in renamed for p in pictures)  # control: renamed into place, never fsynced,
     assert not any(_durable(events, p) for p in pictures)          # so not durable
+
+
+def test_paper_tables_and_the_sensitivity_paraphrases_are_written_durably(tmp_path, monkeypatch, shared_data,
+                                                                          tiny_llama):
+    """harness-paper-tables wrote its CSV through its own temporary file and os.replace (no fsync)
+    and its .md with a plain write; the sensitivity study wrote paraphrases.txt with a plain write.
+    All three now go through harness.files (fails with them reverted: checked by hand)."""
+    from test_paper_configs import _zepo_result
+
+    from harness.data import load_task
+    from harness.judges.hf import HFJudge
+    from harness.report.paper_tables import main as paper_tables
+    from harness.zepo.study import run_sensitivity
+
+    (tmp_path / "zepo").mkdir()
+    (tmp_path / "zepo" / "results.json").write_text(json.dumps(_zepo_result(0.3, 0.5, [0.05, 0.35])))
+    judge = HFJudge(tiny_llama, device="cpu", dtype="float32", threads=1)
+    docs = load_task("usr_zepo", data_dir=shared_data, limit=1)
+    events = _record_fsync_and_replace(monkeypatch)
+    assert paper_tables([str(tmp_path / "zepo"), "--table", "1", "--out", str(tmp_path / "pt" / "table1")]) == 0
+    run_sensitivity(judge, docs, ["Which response is better?", "Which reply is more natural?"], task="usr_zepo",
+                    aspect="overall", family="dialogue", out_dir=tmp_path / "study", max_candidates=2, shuffles=5,
+                    bootstrap=0)
+    monkeypatch.undo()
+    for path in (tmp_path / "pt" / "table1.md", tmp_path / "pt" / "table1.csv", tmp_path / "study" / "paraphrases.txt",
+                 tmp_path / "study" / "results.json"):
+        assert _durable(events, path), path
 
 
 def test_a_cache_of_another_layout_is_refused_when_opened(tmp_path):

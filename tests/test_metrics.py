@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -365,6 +366,25 @@ def test_answer_mass_counts_no_answer_as_zero_and_leaves_unreadable_out():
     assert _mass_flags(PairScore(token_logprobs={}, p_a=0.5, flags=("no_answer",))) == (LOW_MASS,)
     assert _mass_flags(PairScore(token_logprobs={}, p_a=math.nan, flags=("unreadable",))) == ()
     assert _mass_flags(PairScore(token_logprobs=good, p_a=0.625)) == ()
+
+
+def test_ranks_are_rounded_in_one_place():
+    """Rounding before ranking is one rule, `correlation.rankable`: nothing else in harness/ rounds
+    to RANK_DECIMALS (zepo/plots.py and zepo/figure3.py each rounded on their own, failing this),
+    and both rank as it does: tied values a float's noise apart are one rank (control: unrounded,
+    scipy orders them)."""
+    from scipy.stats import spearmanr
+
+    from harness.zepo import figure3, plots
+
+    root = Path(__file__).resolve().parents[1] / "harness"
+    others = [str(f.relative_to(root)) for f in root.rglob("*.py")
+              if "RANK_DECIMALS" in f.read_text() and f.relative_to(root).as_posix() != "metrics/correlation.py"]
+    assert others == []
+    x, y = [0.5 + 3e-15, 0.5 - 3e-15, 0.2, 0.9], [1.0, 2.0, 0.0, 3.0]
+    rho = plots.spearman(x, y)["rho"]
+    assert rho == spearmanr([0.5, 0.5, 0.2, 0.9], y)[0] != spearmanr(x, y)[0]
+    assert figure3.round_spearman(np.array([x]), np.array([y]))[0][0] == pytest.approx(rho)
 
 
 def test_tied_win_rates_stay_tied_under_float_noise():

@@ -26,7 +26,7 @@ Why this method, and how often each interval covers the truth at 2 to 50 documen
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -221,6 +221,20 @@ def num(x: float) -> str:
     return f"{x:+.3f}" if x == 0 or abs(x) >= 5e-4 else f"{x:+.2g}"
 
 
+def shown(value: float, iv: Interval | None, fmt: Callable[[float], str] = num, *, basis: bool = True) -> str:
+    """A value with its interval and what it rests on, "+0.120 [-0.050, +0.310] (12 documents,
+    t-jackknife)", or why it has none, "+0.933 (2 documents: too few documents to tell)"; the bare
+    value without an interval record. `basis=False`: the note alone (where a caption gives the
+    documents and method, `described`): "0.481 (too few documents to tell)"."""
+    text = fmt(value)
+    if iv is None:
+        return text
+    if iv.bounds is not None:
+        text += f" [{fmt(iv.bounds[0])}, {fmt(iv.bounds[1])}]"
+    why = iv.about() if basis else iv.note if iv.bounds is not None else iv.note or "no interval"
+    return text + (f" ({why})" if why else "")
+
+
 def sentence(label: str, value: float | None, iv: Interval | None, level: float, *, off: str | None = None) -> str:
     """One plain sentence with its n and method, e.g. "held-out Spearman +0.120 [-0.050, +0.310]
     (12 documents, t-jackknife): not distinguishable from 0 at 95%", or "... +0.933 (2 documents:
@@ -230,10 +244,56 @@ def sentence(label: str, value: float | None, iv: Interval | None, level: float,
     if iv is None:
         return f"{label} {num(value)}: no interval ({off or 'metrics.bootstrap=0'})"
     said = verdict(iv)
-    if said is None:
-        return f"{label} {num(value)} ({iv.about()})"
-    lo, hi = iv.bounds  # type: ignore[misc]
-    return f"{label} {num(value)} [{num(lo)}, {num(hi)}] ({iv.about()}): {said} at {level * 100:g}%"
+    return f"{label} {shown(value, iv)}" + (f": {said} at {level * 100:g}%" if said else "")
+
+
+def recorded(bounds: Any, basis: Any, run: Any = None) -> Interval | None:
+    """One metric's Interval as results.json records it: its [lo, hi] (in "intervals") and, beside
+    it, its documents, method and note (in "interval_basis"). A run written before interval_basis
+    existed: its bounds with the documents and method of the run's "interval" record (`run`).
+    None when the run records no interval for it."""
+    ok = (isinstance(bounds, Sequence) and len(bounds) == 2
+          and all(isinstance(b, int | float) and not isinstance(b, bool) for b in bounds))
+    if isinstance(basis, Mapping) and isinstance(basis.get("n_documents"), int):
+        return Interval.from_record({**basis, "interval": bounds if ok else None})
+    if ok and isinstance(run, Mapping) and isinstance(run.get("n_documents"), int):
+        return Interval((float(bounds[0]), float(bounds[1])), run["n_documents"], None,
+                        str(run.get("method") or METHOD))
+    return None
+
+
+def documents(ns: Iterable[int]) -> str:
+    """"1 document", "6 documents", "2-12 documents"."""
+    got = sorted(set(ns))
+    if not got:
+        return "documents not recorded"
+    span = str(got[0]) if got[0] == got[-1] else f"{got[0]}-{got[-1]}"
+    return f"{span} document{'' if got == [1] else 's'}"
+
+
+def described(ivs: Sequence[tuple[Interval | None, float | None]]) -> str:
+    """What a set of intervals (Interval, level) is, said once, e.g. a table column's, one per run:
+    "6 documents, 95% t-jackknife", "2 documents: too few documents to tell", both joined by "; "
+    where the runs differ, and "no interval recorded" (metrics.bootstrap=0) for those without."""
+    said: dict[tuple[Any, ...], list[int]] = {}
+    for iv, level in ivs:
+        if iv is None:
+            key: tuple[Any, ...] = ("none",)
+        elif iv.bounds is not None:
+            key = ("bounds", level, iv.method)
+        else:
+            key = ("note", iv.note or "no interval")
+        said.setdefault(key, []).append(-1 if iv is None else iv.n)
+    out = []
+    for key, ns in said.items():
+        if key[0] == "bounds":
+            pct = "" if key[1] is None else f"{key[1] * 100:g}% "
+            out.append(f"{documents(ns)}, {pct}{SHORT.get(key[2], key[2])}")
+        elif key[0] == "note":
+            out.append(f"{documents(ns)}: {key[1]}")
+        else:
+            out.append("no interval recorded" + ("" if len(ns) == len(ivs) else f" ({len(ns)} of {len(ivs)})"))
+    return "; ".join(out)
 
 
 def basis_of(intervals: Mapping[str, Interval | None]) -> dict[str, dict[str, object] | None]:

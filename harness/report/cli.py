@@ -35,14 +35,15 @@ from harness.report.prompt import ChatView, config_view
 from harness.report.sweep import is_sweep, write_index
 from harness.runtime.collect import find_runs
 from harness.runtime.context import load_documents
+from harness.runtime.schema import MetricsConf
 
 
 def run_settings(run_dir: Path, args: argparse.Namespace) -> tuple[int, float, int]:
-    """(rounds, level, seed): the flags, else the run's config.json, else 1000, 0.95, 0."""
+    """(rounds, level, seed): the flags, else the run's config.json, else the schema's defaults and 0."""
     config = read_json(run_dir / "config.json") if (run_dir / "config.json").is_file() else {}
     metrics = config.get("metrics") or {} if isinstance(config, dict) else {}
-    rounds = args.bootstrap if args.bootstrap is not None else int(metrics.get("bootstrap", 1000))
-    level = args.level if args.level is not None else float(metrics.get("level", 0.95))
+    rounds = args.bootstrap if args.bootstrap is not None else int(metrics.get("bootstrap", MetricsConf.bootstrap))
+    level = args.level if args.level is not None else float(metrics.get("level", MetricsConf.level))
     seed = args.seed if args.seed is not None else int(config.get("seed", 0) if isinstance(config, dict) else 0)
     check_settings(rounds, level)
     return rounds, level, seed

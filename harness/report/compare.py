@@ -1,4 +1,4 @@
-"""harness-compare RUN_A RUN_B [--variant none] [--bootstrap 1000] [--level 0.95] [--seed SEED]
+"""harness-compare RUN_A RUN_B [--variant none] [--bootstrap ROUNDS] [--level LEVEL] [--seed SEED]
 
 (`python scripts/compare.py ...` runs the same.)
 
@@ -13,7 +13,9 @@ Refuses, in one line naming both runs and what differs, runs over different docu
 scores and instruction are about its own aspect), and when the runs' numerics (results.json "numerics": dtype, dtype_source, engine,
 device) differ or only one run records them: a difference may then be the arithmetic's, not the
 instruction's or the model's. The seed defaults to RUN_A's results.json seed, the PairS shuffles
-to RUN_A's.
+to RUN_A's, the level and bootstrap rounds to the runs' own (results.json "interval": their
+metrics.level and metrics.bootstrap), else the schema's defaults; runs made at two levels are
+refused in one line unless --level picks one.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from harness.metrics.bootstrap import NO_INTERVAL, check_settings
 from harness.metrics.interval import METHOD
 from harness.metrics.summary import analyse
 from harness.records import Judgment
+from harness.runtime.schema import MetricsConf
 
 NUMERICS = ("dtype", "dtype_source", "engine", "device")
 
@@ -82,13 +85,33 @@ def aspect_warning(ra: dict[str, Any], rb: dict[str, Any]) -> str | None:
             if differs else None)
 
 
+def run_interval(ra: dict[str, Any], rb: dict[str, Any], rounds: int | None,
+                 level: float | None) -> tuple[int, float]:
+    """(rounds, level): the flags, else the runs' own (results.json "interval"), else the schema's.
+    Two runs recorded at different levels need --level: one paired interval has one level."""
+    meta = [r.get("interval") if isinstance(r.get("interval"), dict) else {} for r in (ra, rb)]
+    if level is None:
+        levels = [float(m["level"]) for m in meta if isinstance(m.get("level"), int | float)]
+        if len(set(levels)) > 1:
+            raise DataError(f"runs A and B were made at different levels (metrics.level {levels[0]:g} vs "
+                            f"{levels[1]:g}): give --level to compare them at one")
+        level = levels[0] if levels else MetricsConf.level
+    if rounds is None:
+        recorded = meta[0].get("rounds")
+        rounds = int(recorded) if isinstance(recorded, int) and recorded > 0 else MetricsConf.bootstrap
+    check_settings(rounds, level)
+    return rounds, level
+
+
 def _f(x: Any) -> str:
     return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.4f}"
 
 
-def compare(dir_a: Path, dir_b: Path, variant: str, rounds: int, level: float, seed: int | None) -> list[str]:
+def compare(dir_a: Path, dir_b: Path, variant: str, rounds: int | None, level: float | None,
+            seed: int | None) -> list[str]:
     ra, ja, cfa = read_run(dir_a)
     rb, jb, cfb = read_run(dir_b)
+    rounds, level = run_interval(ra, rb, rounds, level)
     why = difference(ja, jb)
     if why:
         raise DataError(f"runs A ({dir_a}) and B ({dir_b}) cannot be compared pair by pair: {why}; "
@@ -124,12 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("run_a", type=Path)
     ap.add_argument("run_b", type=Path)
     ap.add_argument("--variant", default="none", help="none (raw), permutation, batch or contextual")
-    ap.add_argument("--bootstrap", type=int, default=1000, help="0: no intervals; else the bootstrap rounds of the statistics that use them (metrics.bootstrap)")
-    ap.add_argument("--level", type=float, default=0.95)
+    ap.add_argument("--bootstrap", type=int, default=None, help="0: no intervals; else the bootstrap rounds of the "
+                    "statistics that use them (default: RUN_A's metrics.bootstrap)")
+    ap.add_argument("--level", type=float, default=None, help="the intervals' level (default: the runs' metrics.level)")
     ap.add_argument("--seed", type=int, default=None, help="the PairS shuffles' seed (default: RUN_A's seed)")
     args = ap.parse_args(argv)
     try:
-        check_settings(args.bootstrap, args.level)
         lines = compare(args.run_a, args.run_b, args.variant, args.bootstrap, args.level, args.seed)
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.files import write_text_atomic
 from harness.metrics.interval import Interval
 from harness.metrics.interval import distinguishable as excludes_zero
 
@@ -317,9 +318,7 @@ def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
         w = csv.DictWriter(buf, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(buf.getvalue())
-    tmp.replace(path)
+    write_text_atomic(path, buf.getvalue())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -337,7 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     md, rows = build(args.table, found, args.ranking)
     out = Path(args.out or f"paper_table{args.table}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".md").write_text(md + "\n")
+    write_text_atomic(out.with_suffix(".md"), md + "\n")
     write_csv(out.with_suffix(".csv"), rows)
     print(md)
     return 0

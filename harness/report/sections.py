@@ -9,12 +9,13 @@ import base64
 import html
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.files import read_text
 from harness.judges.cpu import numerics_line
+from harness.metrics.interval import Interval, described, shown
 from harness.report.sets import JudgedSet, RunFiles, served_from_cache
 
 AGREEMENT = ("spearman", "kendall", "spearman_pairs", "kendall_pairs", "spearman_whole", "kendall_whole", "accuracy")
@@ -28,14 +29,19 @@ def esc(x: Any) -> str:
     return html.escape("" if x is None else str(x), quote=True)
 
 
-def num(x: Any, digits: int = 3) -> str:
+def plain(x: Any, digits: int = 3) -> str:
+    """A value as text (not yet escaped): "–" for none, 3 decimals, 3 significant digits below 1e-3."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
     if isinstance(x, bool) or not isinstance(x, int | float):
-        return esc(x)
+        return str(x)
     if isinstance(x, int):
         return str(x)
     return f"{x:.{digits}g}" if x != 0 and abs(x) < 1e-3 else f"{x:.{digits}f}"
+
+
+def num(x: Any, digits: int = 3) -> str:
+    return esc(plain(x, digits))
 
 
 def kv_table(rows: Sequence[tuple[str, str]]) -> str:
@@ -102,48 +108,54 @@ def header(run: RunFiles, prompt_note: str | None, texts_note: str | None) -> st
     return kv_table(rows)
 
 
-def metrics_table(metrics: Mapping[str, Any] | None, intervals: Mapping[str, Any] | None) -> str:
-    """variant x metric with each value's interval "0.62 [0.55, 0.70]"; agreement with humans first."""
+def metrics_table(metrics: Mapping[str, Any] | None,
+                  interval: Callable[[str, str], Interval | None] | None = None, level: float | None = None) -> str:
+    """variant x metric with each value's interval "0.62 [0.55, 0.70]" or why it has none "0.48 (too
+    few documents to tell)", and per metric what its intervals rest on ("6 documents, 95%
+    t-jackknife": harness.metrics.interval.described); agreement with humans first. `interval`:
+    (variant, metric) -> the Interval the run records (JudgedSet.interval); None: no intervals."""
     if not metrics:
         return "<p class='note'>no metrics recorded for this set</p>"
     variants = [v for v in metrics if isinstance(metrics[v], Mapping)]
     keys = list(dict.fromkeys(k for v in variants for k in metrics[v]))
     keys = [k for k in AGREEMENT if k in keys] + [k for k in keys if k not in AGREEMENT]
-
-    def cell(v: str, k: str) -> str:
-        value = metrics[v].get(k)
-        iv = ((intervals or {}).get(v) or {}).get(k)
-        if isinstance(iv, Sequence) and len(iv) == 2 and all(isinstance(b, int | float) for b in iv):
-            return f"{num(value)} [{num(iv[0])}, {num(iv[1])}]"
-        return num(value)
+    ivs = {(v, k): interval(v, k) if interval is not None and k in metrics[v] else None for v in variants for k in keys}
+    with_ivs = any(iv is not None for iv in ivs.values())
     rows = [[esc(k) + (" <span class='note'>(agreement with humans)</span>" if k in AGREEMENT else "")]
-            + [cell(v, k) for v in variants] for k in keys]
-    return grid(["metric", *variants], rows, [False] + [True] * len(variants))
+            + [esc(shown(metrics[v].get(k), ivs[v, k], plain, basis=False)) for v in variants]
+            + ([esc(described([(ivs[v, k], level) for v in variants if ivs[v, k] is not None]) or "–")]
+               if with_ivs else [])
+            for k in keys]
+    return grid(["metric", *variants, *(["intervals rest on"] if with_ivs else [])], rows,
+                [False] + [True] * len(variants) + ([False] if with_ivs else []))
 
 
 def agreement_line(s: JudgedSet) -> str:
-    """Agreement with humans in one line (raw judgments), with intervals."""
+    """Agreement with humans in one line (raw judgments), each value with its interval or why it has
+    none, and what the intervals rest on."""
     none = (s.metrics or {}).get("none") or {}
-    ivs = (s.intervals or {}).get("none") or {}
-    parts = []
-    for k in ("spearman", "kendall", "spearman_pairs", "kendall_pairs", "accuracy"):
-        if k in none:
-            iv = ivs.get(k)
-            parts.append(f"{k} {num(none[k])}" + (f" [{num(iv[0])}, {num(iv[1])}]" if iv else ""))
-    return "agreement with humans: " + ("; ".join(parts) if parts else "not recorded")
+    keys = [k for k in ("spearman", "kendall", "spearman_pairs", "kendall_pairs", "accuracy") if k in none]
+    ivs = {k: s.interval("none", k) for k in keys}
+    parts = [f"{k} {shown(none[k], ivs[k], plain, basis=False)}" for k in keys]
+    rests = [(iv, s.level) for iv in ivs.values() if iv is not None]
+    return ("agreement with humans: " + ("; ".join(parts) if parts else "not recorded")
+            + (f" (intervals: {described(rests)})" if rests else ""))
 
 
 def set_section(s: JudgedSet, k: int) -> str:
     pics = "".join(f"<figure>{picture(p)}<figcaption>{esc(CAPTIONS.get(kind, kind))}</figcaption></figure>"
                    for kind, p in s.pictures.items())
     doc_line = f" <span class='note'>[{esc(s.documents)}]</span>" if s.documents else ""
+    cells = [(iv, s.level) for v, group in (s.metrics or {}).items() if isinstance(group, Mapping)
+             for iv in (s.interval(v, key) for key in group) if iv is not None]
+    rests = f"intervals: {described(cells)}" if cells else "no intervals recorded"
     return (f"<section class='set' id='set-{k}'><h3>judged set {esc(s.name)}{doc_line}</h3>"
             + (f"<p><b>instruction:</b> {esc(s.instruction)}</p>" if s.instruction else "")
             + f"<p>{esc(agreement_line(s))}</p>"
             + (f"<pre class='card'>{esc(s.card)}</pre>" if s.card else "<p class='note'>no card.md</p>")
             + f"<div class='pics'>{pics}</div>"
-            + f"<details><summary>every metric, each variant, with intervals</summary>"
-              f"{metrics_table(s.metrics, s.intervals)}</details></section>")
+            + f"<details><summary>every metric, each variant ({esc(rests)})</summary>"
+              f"{metrics_table(s.metrics, s.interval, s.level)}</details></section>")
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:

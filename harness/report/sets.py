@@ -17,6 +17,7 @@ from harness.errors import HarnessError
 from harness.files import read_json, read_json_object, read_text
 from harness.judging import load_judgments
 from harness.metrics.card import PICTURES, SET_FILE, find_judgments
+from harness.metrics.interval import Interval, recorded
 from harness.records import Judgment
 
 
@@ -43,6 +44,21 @@ class JudgedSet:
     """variant -> metric -> value (results.json's "metrics" for this set)."""
     intervals: Mapping[str, Any] | None = None
     """variant -> metric -> [lo, hi], beside `metrics`."""
+    interval_basis: Mapping[str, Any] | None = None
+    """variant -> metric -> {n_documents, method, note}, beside `intervals`: what each rests on, or
+    why there is none."""
+    interval_record: Mapping[str, Any] | None = None
+    """How the intervals were made (results.json "interval": level, method, documents)."""
+
+    def interval(self, variant: str, key: str) -> Interval | None:
+        """The interval of metrics[variant][key] as the run records it (None: no record)."""
+        return recorded(((self.intervals or {}).get(variant) or {}).get(key),
+                        ((self.interval_basis or {}).get(variant) or {}).get(key), self.interval_record)
+
+    @property
+    def level(self) -> float | None:
+        level = (self.interval_record or {}).get("level")
+        return float(level) if isinstance(level, int | float) else None
 
 
 @dataclass
@@ -95,26 +111,30 @@ def read_set(path: Path, run: RunFiles) -> JudgedSet:
                       about.get("documents") if isinstance(about, dict) else None,
                       card=read_text(card) if card.is_file() else None,
                       pictures={k: folder / f for k, f in PICTURES.items() if (folder / f).is_file()})
-    found.instruction, found.metrics, found.intervals = set_results(rel, folder, run)
+    (found.instruction, found.metrics, found.intervals, found.interval_basis,
+     found.interval_record) = set_results(rel, folder, run)
     return found
 
 
-def set_results(rel: Path, folder: Path, run: RunFiles) -> tuple[str | None, Any, Any]:
-    """(instruction, metrics, intervals) of the judged set in `folder`, wherever its writer put them."""
+def set_results(rel: Path, folder: Path, run: RunFiles) -> tuple[str | None, Any, Any, Any, Any]:
+    """(instruction, metrics, intervals, interval_basis, interval record) of the judged set in
+    `folder`, wherever its writer put them."""
     own = _json(folder / "results.json", {}) if rel != Path(".") else run.results
     if isinstance(own, dict) and isinstance(own.get("instruction"), str):
-        return own["instruction"], own.get("metrics"), own.get("intervals")
+        return own["instruction"], own.get("metrics"), own.get("intervals"), own.get("interval_basis"), \
+            own.get("interval")
     parts = rel.parts
     if parts and parts[0].startswith("eval_"):  # a ZEPO evaluation: eval_<label>/ and eval_<label>/heldout/
         part = run.results.get(parts[0].removeprefix("eval_")) or {}
         view = "heldout" if parts[1:] == ("heldout",) else "leaky"
-        return part.get("instruction"), part.get(f"metrics_{view}"), part.get(f"intervals_{view}")
+        return part.get("instruction"), part.get(f"metrics_{view}"), part.get(f"intervals_{view}"), \
+            part.get(f"interval_basis_{view}"), (part.get("interval") or {}).get(view)
     if len(parts) == 2 and parts[0] == "instructions" and parts[1].isdigit():  # a sensitivity study
         index = int(parts[1])
-        rows = [r for r in run.results.get("instructions") or [] if r.get("index") == index]
-        return sensitivity_text(run.path, index), (rows[0]["metrics"] if rows else None), \
-            (rows[0].get("intervals") if rows else None)
-    return None, None, None
+        row = next((r for r in run.results.get("instructions") or [] if r.get("index") == index), {})
+        return sensitivity_text(run.path, index), row.get("metrics"), row.get("intervals"), \
+            row.get("interval_basis"), run.results.get("interval")
+    return None, None, None, None, None
 
 
 def sensitivity_text(run_dir: Path, index: int) -> str | None:

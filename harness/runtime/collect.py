@@ -14,11 +14,13 @@ columns are the chosen metrics. A metric name is a path into results.json's "met
 `none/spearman`, `permutation/a_rate`), into a part's "metrics" (a ZEPO run's `best/none/a_rate`,
 `initial/permutation/spearman`) or into results.json itself (`p_content_free`).
 Rows are ordered by job number (Hydra's subdir), so a sweep run locally and on SLURM give the
-same table. Where a run's results.json has an interval for a cell's metric (its "intervals", a
-part's "intervals", "intervals_leaky" or "intervals_heldout": harness/metrics/interval.py), the
-markdown cell is `value [lo, hi]`, the CSV has `<column> lo` and `<column> hi` beside the column,
-each figure draws them as error bars, and the caption says what the intervals are and over how
-many documents.
+same table. Where a run's results.json records an interval for a cell's metric (its "intervals", a
+part's "intervals", "intervals_leaky" or "intervals_heldout", and beside each its documents, method
+and note in "interval_basis..." : harness/metrics/interval.py), the markdown cell is
+`value [lo, hi]`, or `value (too few documents to tell)` (its note) where the run has none; the CSV
+has `<column> lo`, `hi`, `documents` and `note` beside the column; each figure draws the intervals
+as error bars; the caption says, per column, the level, method and documents, or why there is no
+interval, and each figure's title says it for its own column.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from omegaconf import OmegaConf
 
 from harness.errors import ConfigError, DataError, HarnessError
 from harness.files import read_json, read_json_object, write_text_atomic
+from harness.metrics.interval import Interval, described, recorded
 from harness.runtime.merged import merge_run
 from harness.runtime.sweep import sweep_gaps
 from harness.runtime.table import Table, plot_table, to_csv, to_markdown
@@ -49,10 +52,9 @@ evaluation set; their headers say which (leaky or held-out, `metric_label`). The
 `initial/heldout/...` ones are the held-out set whatever was configured (dropped where they
 repeat a column already labelled held-out)."""
 VIEWS = {"leaky": "metrics_leaky", "heldout": "metrics_heldout"}
-INTERVAL_VIEWS = {"leaky": "intervals_leaky", "heldout": "intervals_heldout"}
-"""Where `part/<view>/...` metrics' intervals are (beside VIEWS' metrics)."""
 """`part/<view>/mode/metric`: a ZEPO evaluation's leaky (search documents included, as the paper
-evaluated) or held-out (search documents excluded) metrics, whichever set the run configured."""
+evaluated) or held-out (search documents excluded) metrics, whichever set the run configured; their
+intervals are in the part's `intervals_<view>` and `interval_basis_<view>`."""
 DEFAULT_OUT = "collect"
 """`table` without --out writes here, inside the collected directory (beside its jobs), and says so."""
 
@@ -146,42 +148,64 @@ def metric_value(results: Mapping[str, Any], name: str) -> Any:
     return _walk(results, parts) if v is None else v
 
 
-def metric_interval(results: Mapping[str, Any], name: str) -> list[float] | None:
-    """The [lo, hi] beside `metric_value(results, name)`: from results["intervals"], a part's
-    "intervals", or its "intervals_leaky" / "intervals_heldout"; None when the run has none."""
+def _beside(results: Mapping[str, Any], name: str, key: str) -> Any:
+    """What results.json records under `key` ("intervals", "interval_basis") for the metric
+    `metric_value(results, name)` reads: the run's, a part's, or a part's `<key>_leaky` / `_heldout`."""
     parts = name.split("/")
-    if len(parts) > 2 and parts[1] in INTERVAL_VIEWS and isinstance(results.get(parts[0]), Mapping):
-        v = _walk(results[parts[0]].get(INTERVAL_VIEWS[parts[1]]), parts[2:])
-    elif _walk(results.get("metrics"), parts) is not None:
-        v = _walk(results.get("intervals"), parts)
-    elif len(parts) > 1 and _walk(_walk(results, [parts[0], "metrics"]), parts[1:]) is not None:
-        v = _walk(_walk(results, [parts[0], "intervals"]), parts[1:])
+    if len(parts) > 2 and parts[1] in VIEWS and isinstance(results.get(parts[0]), Mapping):
+        return _walk(results[parts[0]].get(f"{key}_{parts[1]}"), parts[2:])
+    if _walk(results.get("metrics"), parts) is not None:
+        return _walk(results.get(key), parts)
+    if len(parts) > 1 and _walk(_walk(results, [parts[0], "metrics"]), parts[1:]) is not None:
+        return _walk(_walk(results, [parts[0], key]), parts[1:])
+    return None
+
+
+def _interval_record(results: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
+    """The "interval" record (level, method, documents) of the evaluation `name` is read from."""
+    parts = name.split("/")
+    if _walk(results.get("metrics"), parts) is not None or not isinstance(results.get(parts[0]), Mapping):
+        got = results.get("interval")
     else:
-        v = None
-    ok = isinstance(v, Sequence) and len(v) == 2 and all(isinstance(x, int | float) for x in v)
-    return [float(v[0]), float(v[1])] if ok else None
+        view = parts[1] if parts[1] in VIEWS else \
+            {"leaky": "leaky", "held-out": "heldout"}.get(evaluation_view(results, parts[0]) or "")
+        got = _walk(results, [parts[0], "interval", view or "leaky"])
+        got = got if isinstance(got, Mapping) else results.get("interval")
+    return got if isinstance(got, Mapping) else None
 
 
-def interval_caption(runs: Sequence[Run]) -> str:
-    """What the cells' [lo, hi] are, from the runs' "interval" records ("" when none says)."""
-    metas = [m for r in runs for m in (r.results.get("interval"),
-                                       *(_walk(r.results, [p, "interval", v]) for p in ("initial", "best")
-                                         for v in ("heldout", "leaky")))
-             if isinstance(m, Mapping) and m.get("method")]
-    if not metas:
-        return "[lo, hi]: the run's interval"
-    levels = sorted({float(m.get("level", 0.95)) for m in metas})
-    methods = sorted({str(m["method"]) for m in metas})
-    docs = sorted({int(m["n_documents"]) for m in metas if isinstance(m.get("n_documents"), int)})
-    over = "" if not docs else f"; {docs[0]}" + (f"-{docs[-1]}" if docs[-1] != docs[0] else "") + " documents per run"
-    return f"[lo, hi]: {'/'.join(f'{x:.0%}' for x in levels)} {'; '.join(methods)}{over}"
+def metric_interval(results: Mapping[str, Any], name: str) -> Interval | None:
+    """The Interval beside `metric_value(results, name)` ([lo, hi] or why none, its documents and
+    method: harness.metrics.interval.recorded); None when the run records none."""
+    return recorded(_beside(results, name, "intervals"), _beside(results, name, "interval_basis"),
+                    _interval_record(results, name))
 
 
-def _with_intervals(table: Table, intervals: list[list[Any]], runs: Sequence[Run]) -> Table:
-    if not any(iv is not None for row in intervals for iv in row):
+def metric_level(results: Mapping[str, Any], name: str) -> float | None:
+    """The level of the interval beside `metric_value(results, name)` (the run's metrics.level)."""
+    level = (_interval_record(results, name) or {}).get("level")
+    return float(level) if isinstance(level, int | float) else None
+
+
+def _with_intervals(table: Table, sources: Sequence[Sequence[tuple[Mapping[str, Any], str] | None]]) -> Table:
+    """The table with each cell's Interval (sources[k][j]: the results.json and metric of row k's
+    cell j, None for a label or a missing run) and, in its caption, what each column's intervals are."""
+    bases = [[None if c is None else metric_interval(*c) for c in row] for row in sources]
+    if not any(iv is not None for row in bases for iv in row):
         return table
-    caption = "; ".join(x for x in (table.caption, interval_caption(runs)) if x)
-    return Table(table.columns, table.rows, caption, intervals)
+    about: list[str | None] = [
+        None if all(row[j] is None for row in sources) else
+        described([(b[j], None if row[j] is None else metric_level(*row[j])) for b, row in zip(bases, sources)
+                   if row[j] is not None])
+        for j in range(len(table.columns))]
+    said: dict[str, list[str]] = {}
+    for column, text in zip(table.columns, about):
+        if text is not None:
+            said.setdefault(text, []).append(column)
+    line = "intervals: " + ("; ".join(f"{', '.join(cols)}: {text}" for text, cols in said.items()) if len(said) > 1
+                            else next(iter(said)))
+    caption = "; ".join(x for x in (table.caption, line) if x)
+    return replace(table, caption=caption, bases=bases, about=about, settings=table.caption)
 
 
 def evaluation_view(results: Mapping[str, Any], part: str) -> str | None:
@@ -243,14 +267,14 @@ def build_table(runs: Sequence[Run], metrics: Sequence[str], root: Path | None =
     """Rows = runs labelled by their varying overrides (or their path when none vary)."""
     varying, shared = varying_keys(runs)
     label_cols = varying or ["run"]
-    rows, ivs = [], []
+    rows = []
     for r in runs:
         labels = [r.overrides.get(k) for k in varying] if varying else \
             [str(r.path.relative_to(root)) if root else str(r.path)]
         rows.append(labels + [metric_value(r.results, m) for m in metrics])
-        ivs.append([None] * len(labels) + [metric_interval(r.results, m) for m in metrics])
     caption = " ".join(f"{k}={v}" for k, v in shared.items())
-    return _with_intervals(Table(label_cols + [metric_label(runs, m) for m in metrics], rows, caption), ivs, runs)
+    table = Table(label_cols + [metric_label(runs, m) for m in metrics], rows, caption)
+    return _with_intervals(table, [[None] * len(label_cols) + [(r.results, m) for m in metrics] for r in runs])
 
 
 def pivot_table(runs: Sequence[Run], row_key: str, col_key: str, metric: str) -> Table:
@@ -262,14 +286,14 @@ def pivot_table(runs: Sequence[Run], row_key: str, col_key: str, metric: str) ->
                           "collect a narrower directory or add those keys to the pivot")
     row_vals = list(dict.fromkeys(r.overrides.get(row_key) for r in runs))
     col_vals = list(dict.fromkeys(r.overrides.get(col_key) for r in runs))
-    cells = {(r.overrides.get(row_key), r.overrides.get(col_key)): metric_value(r.results, metric) for r in runs}
-    bounds = {(r.overrides.get(row_key), r.overrides.get(col_key)): metric_interval(r.results, metric) for r in runs}
-    rows = [[rv] + [cells.get((rv, cv)) for cv in col_vals] for rv in row_vals]
-    ivs = [[None] + [bounds.get((rv, cv)) for cv in col_vals] for rv in row_vals]
+    by_cell = {(r.overrides.get(row_key), r.overrides.get(col_key)): r for r in runs}
+    rows = [[rv] + [None if (rv, cv) not in by_cell else metric_value(by_cell[rv, cv].results, metric)
+                    for cv in col_vals] for rv in row_vals]
     caption = f"{metric_label(runs, metric)}; " + " ".join(f"{k}={v}" for k, v in shared.items()
                                                             if k not in (row_key, col_key))
     table = Table([f"{row_key} \\ {col_key}"] + [str(c) for c in col_vals], rows, caption.strip().rstrip(";"))
-    return _with_intervals(table, ivs, runs)
+    return _with_intervals(table, [[None] + [(by_cell[rv, cv].results, metric) if (rv, cv) in by_cell else None
+                                             for cv in col_vals] for rv in row_vals])
 
 
 def collect(root: str | Path, out_dir: str | Path | None = None, metrics: Sequence[str] | None = None,
@@ -287,7 +311,7 @@ def collect(root: str | Path, out_dir: str | Path | None = None, metrics: Sequen
     gaps = sweep_gaps(root)
     if gaps:  # never a partial table that reads as the whole sweep
         note = f"PARTIAL: {len(gaps)} job(s) of the sweep have no row: " + "; ".join(gaps)
-        table = replace(table, caption="; ".join(x for x in (note, table.caption) if x), missing=gaps)
+        table = replace(table.noted(note), missing=gaps)
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)

@@ -55,6 +55,7 @@ from harness.records import Document
 from harness.report.page import write_report
 from harness.report.prompt import config_view, judge_view
 from harness.runtime.attempts import Attempt, record_attempt
+from harness.runtime.schema import MetricsConf
 from harness.runtime.shard import select_shard, shard_spec
 from harness.runtime.sweep import cache_file
 from harness.runtime.tracking import Tracker, run_name
@@ -286,8 +287,9 @@ class RunContext:
         freeing space finishes it from the cache."""
         try:
             c = self.cfg
-            render_cards(self.out_dir, self._tracker, rounds=int(OmegaConf.select(c, "metrics.bootstrap", default=1000)),
-                         level=float(OmegaConf.select(c, "metrics.level", default=0.95)),
+            render_cards(self.out_dir, self._tracker,
+                         rounds=int(OmegaConf.select(c, "metrics.bootstrap", default=MetricsConf.bootstrap)),
+                         level=float(OmegaConf.select(c, "metrics.level", default=MetricsConf.level)),
                          seed=int(OmegaConf.select(c, "seed", default=0)))
         except (HarnessError, OSError) as e:
             if disk_full(e):  # not a warning: a rerun after freeing space must finish the run

@@ -157,7 +157,7 @@ class TaskConf:
     num_shards: int = 1
     """Split the slice into this many contiguous shards (SLURM arrays)."""
     shard_index: int = 0
-    """Which shard this job judges (slurm/judge.sbatch sets it)."""
+    """Which shard this job judges (the shard sweep's `task.shard_index=range(N)`; slurm/node.sbatch sets it per task)."""
     family: Optional[str] = None
     """task=jsonl: summarization | dialogue | instruction (null: instruction when the file has `gold`)."""
     path: Optional[str] = None

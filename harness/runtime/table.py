@@ -1,6 +1,8 @@
 """A collected table (harness.runtime.collect): its rows and intervals, as markdown, as CSV (full
-precision, each interval's bounds in columns of their own) and as one bar chart per metric with the
-intervals drawn as error bars."""
+precision, each interval's bounds, documents and note in columns of their own) and as one bar chart
+per metric with the intervals drawn as error bars. A cell whose run records why it has no interval
+says so ("0.481 (too few documents to tell)"); the caption says, per column, what its intervals
+are (level, method and documents) or why there are none."""
 
 from __future__ import annotations
 
@@ -9,11 +11,12 @@ import io
 import math
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from harness.figures import pyplot, save
+from harness.metrics.interval import Interval, shown
 
 
 @dataclass(frozen=True)
@@ -25,11 +28,31 @@ class Table:
     rows: list[list[Any]]
     """Data rows, one cell per column."""
     caption: str = ""
-    """One line under the table: the settings every row shares."""
-    intervals: list[list[Any]] | None = None
-    """Parallel to `rows`: each cell's [lo, hi] (None: no interval); None when no cell has one."""
+    """One line under the table: the settings every row shares and, where runs record intervals,
+    what each column's intervals are (`about`)."""
+    bases: list[list[Interval | None]] | None = None
+    """Parallel to `rows`: each cell's Interval as its run records it (its [lo, hi] or why it has
+    none, its documents and method; harness.metrics.interval.recorded); None when no run records any."""
     missing: list[str] = field(default_factory=list)
     """The sweep's jobs (multirun.yaml) without a row, one line each: the table is partial."""
+    about: list[str | None] | None = None
+    """Per column: what its cells' intervals are (harness.metrics.interval.described); None for a
+    column without any (the row labels)."""
+    settings: str | None = None
+    """The caption without `about` (a figure's title adds its own column's); None: the caption."""
+
+    @property
+    def intervals(self) -> list[list[list[float] | None]] | None:
+        """Parallel to `rows`: each cell's [lo, hi] (None: no interval); None when no cell has a record."""
+        if self.bases is None:
+            return None
+        return [[None if iv is None else iv.as_list() for iv in row] for row in self.bases]
+
+    def noted(self, note: str) -> Table:
+        """The table with `note` leading its caption and every figure's title."""
+        lead = lambda text: "; ".join(x for x in (note, text) if x)  # noqa: E731
+        settings = None if self.settings is None else lead(self.settings)
+        return replace(self, caption=lead(self.caption), settings=settings)
 
 
 def _fmt(v: Any, digits: int) -> str:
@@ -40,42 +63,52 @@ def _fmt(v: Any, digits: int) -> str:
     return str(v)
 
 
-def _cell(v: Any, iv: list[float] | None, digits: int) -> str:
-    """A value, with its interval "0.620 [0.550, 0.700]" when it has one."""
+def _cell(v: Any, iv: Interval | None, digits: int) -> str:
+    """A value, with its interval "0.620 [0.550, 0.700]" or why it has none "0.481 (too few
+    documents to tell)" where its run records one (the caption gives documents and method)."""
     if iv is None or v is None:
         return _fmt(v, digits)
-    return f"{_fmt(v, digits)} [{iv[0]:.{digits}f}, {iv[1]:.{digits}f}]"
+    return shown(v, iv, lambda x: _fmt(x, digits), basis=False)
 
 
-def _row_intervals(table: Table, k: int) -> list[Any]:
-    return table.intervals[k] if table.intervals is not None else [None] * len(table.columns)
+def _row_bases(table: Table, k: int) -> list[Interval | None]:
+    return table.bases[k] if table.bases is not None else [None] * len(table.columns)
 
 
 def to_markdown(table: Table, digits: int = 3) -> str:
     esc = lambda s: s.replace("|", "\\|")  # noqa: E731 - a cell containing | would split the column
     lines = ["| " + " | ".join(esc(c) for c in table.columns) + " |",
              "|" + "|".join("---" if i == 0 else "---:" for i in range(len(table.columns))) + "|"]
-    lines += ["| " + " | ".join(esc(_cell(v, iv, digits)) for v, iv in zip(row, _row_intervals(table, k))) + " |"
-              for k, row in enumerate(table.rows)]
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in cell_texts(table, digits)]
     if table.caption:
         lines += ["", table.caption]
     return "\n".join(lines) + "\n"
 
 
 def to_csv(table: Table) -> str:
-    """Full precision (repr of each float), empty cell for a missing value; a column with any
-    interval is followed by "<column> lo" and "<column> hi"."""
+    """Full precision (repr of each float), empty cell for a missing value; a column whose runs
+    record intervals is followed by "<column> lo", "<column> hi", "<column> documents" and
+    "<column> note" (why there is no interval, or "no spread across documents")."""
     cell = lambda v: "" if v is None else repr(v) if isinstance(v, float) else v  # noqa: E731
     with_iv = [j for j in range(len(table.columns))
-               if table.intervals is not None and any(row[j] is not None for row in table.intervals)]
+               if table.bases is not None and any(row[j] is not None for row in table.bases)]
+    extra = ("lo", "hi", "documents", "note")
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow([x for j, c in enumerate(table.columns) for x in ([c, f"{c} lo", f"{c} hi"] if j in with_iv else [c])])
+    w.writerow([x for j, c in enumerate(table.columns) for x in ([c, *(f"{c} {e}" for e in extra)] if j in with_iv
+                                                                   else [c])])
     for k, row in enumerate(table.rows):
-        ivs = _row_intervals(table, k)
-        w.writerow([x for j, v in enumerate(row) for x in
-                    ([cell(v), *(cell(b) for b in (ivs[j] or (None, None)))] if j in with_iv else [cell(v)])])
+        ivs = _row_bases(table, k)
+        w.writerow([x for j, v in enumerate(row) for x in ([cell(v), *_basis_cells(ivs[j])] if j in with_iv
+                                                           else [cell(v)])])
     return buf.getvalue()
+
+
+def _basis_cells(iv: Interval | None) -> list[Any]:
+    if iv is None:
+        return ["", "", "", ""]
+    lo, hi = ("", "") if iv.bounds is None else (repr(iv.bounds[0]), repr(iv.bounds[1]))
+    return [lo, hi, iv.n, iv.note or ""]
 
 
 TITLE_POINTS = 8
@@ -92,7 +125,8 @@ def wrap_title(text: str, width_inches: float, points: float = TITLE_POINTS) -> 
 def error_bars(table: Table, j: int, values: Sequence[float]) -> list[list[float]] | None:
     """Column j's intervals as matplotlib's asymmetric yerr ([below], [above]); 0 where a cell has
     none; None when the column has no interval at all."""
-    ivs = [_row_intervals(table, k)[j] for k in range(len(table.rows))]
+    ivs = [_row_bases(table, k)[j] for k in range(len(table.rows))]
+    ivs = [None if iv is None else iv.bounds for iv in ivs]
     if not any(iv is not None for iv in ivs):
         return None
     below = [v - iv[0] if iv is not None and math.isfinite(v) else 0.0 for v, iv in zip(values, ivs)]
@@ -102,9 +136,10 @@ def error_bars(table: Table, j: int, values: Sequence[float]) -> list[list[float
 
 def plot_table(table: Table, metrics: Sequence[str], out_dir: Path, n_labels: int) -> list[Path]:
     """One bar chart per metric column (x = row labels); PNGs in out_dir. The title is the column's
-    header (what the number covers: leaky / held-out for a ZEPO evaluation) and the whole caption
-    (the settings every row shares, and what the intervals are), wrapped to the figure's width; each
-    bar's interval, where its run has one, is drawn as an error bar; the PNG keeps a tight bounding box."""
+    header (what the number covers: leaky / held-out for a ZEPO evaluation), the settings every row
+    shares and what this column's intervals are (or why it has none: it promises no bar it does not
+    draw), wrapped to the figure's width; each bar's interval, where its run has one, is drawn as an
+    error bar; the PNG keeps a tight bounding box."""
     plt = pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     labels = [" ".join(str(x) for x in row[:n_labels]) for row in table.rows]
@@ -117,7 +152,9 @@ def plot_table(table: Table, metrics: Sequence[str], out_dir: Path, n_labels: in
         ax.set_xticks(range(len(values)), labels, rotation=30, ha="right", fontsize=8)
         header = table.columns[j]
         ax.set_ylabel(header if len(header) <= 40 else m)
-        title = header + (f": {table.caption}" if table.caption else "")
+        about = f"intervals: {table.about[j]}" if table.about and table.about[j] else None
+        caption = "; ".join(x for x in (table.caption if table.settings is None else table.settings, about) if x)
+        title = header + (f": {caption}" if caption else "")
         ax.set_title(wrap_title(title, width), fontsize=TITLE_POINTS)
         fig.tight_layout()
         paths.append(save(fig, out_dir / (m.replace("/", "_") + ".png")))
@@ -126,4 +163,4 @@ def plot_table(table: Table, metrics: Sequence[str], out_dir: Path, n_labels: in
 
 def cell_texts(table: Table, digits: int = 3) -> list[list[str]]:
     """Each row's cells as to_markdown writes them (the sweep's index.html shows the same text)."""
-    return [[_cell(v, iv, digits) for v, iv in zip(row, _row_intervals(table, k))] for k, row in enumerate(table.rows)]
+    return [[_cell(v, iv, digits) for v, iv in zip(row, _row_bases(table, k))] for k, row in enumerate(table.rows)]

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import DataError
+from harness.metrics.correlation import rankable
 from harness.metrics.interval import ACROSS, BOOT_METHOD, Interval, bootstrap_interval, sentence
 from harness.metrics.summary import Summary
 from harness.records import Document
@@ -97,11 +98,11 @@ def round_spearman(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray
     (rounds,) rho and (rounds,) reason codes: -1 defined, else the index in UNDEFINED (fewer than 3
     instructions with both values finite; a constant objective; a constant Spearman), where rho is
     NaN. Ties get mid-ranks and an instruction NaN in a round is left out of that round, as the
-    point value (plots.spearman, scipy's spearmanr), both on values rounded to
-    plots.RANK_DECIMALS (float noise is no ranking)."""
+    point value (plots.spearman, scipy's spearmanr), both on `rankable` values (float noise is no
+    ranking)."""
     from scipy.stats import rankdata
 
-    x, y = (np.round(np.atleast_2d(np.asarray(v, dtype=float)), plots.RANK_DECIMALS) for v in (x, y))
+    x, y = (rankable(np.atleast_2d(np.asarray(v, dtype=float))) for v in (x, y))
     rounds = x.shape[0]
     rho, why = np.full(rounds, np.nan), np.full(rounds, -1, dtype=np.int64)
     ok = np.isfinite(x) & np.isfinite(y)

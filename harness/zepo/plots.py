@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from harness.figures import pyplot, save
-from harness.metrics.correlation import RANK_DECIMALS
+from harness.metrics.correlation import rankable
 
 
 def _clean(x: Sequence[float | None], y: Sequence[float | None]) -> tuple[np.ndarray, np.ndarray]:
@@ -38,16 +38,13 @@ def pearson(x: Sequence[float | None], y: Sequence[float | None]) -> float:
     return float(np.corrcoef(xa, ya)[0, 1])
 
 
-# Values are rounded to RANK_DECIMALS before they are ranked (SmolLM2's always-'A' instructions
-# all have PairS 0, which floats give as +-1e-17): the one rounding the metrics rank win rates with.
-
-
 def spearman(x: Sequence[float | None], y: Sequence[float | None]) -> dict[str, float]:
     """Spearman rho and its two-sided p-value (scipy) over pairs where both are finite; NaN with
-    < 3 points or a constant side. Ranks are of the values rounded to RANK_DECIMALS."""
+    < 3 points or a constant side. Ranks are of `rankable` values (rounded as the metrics rank win
+    rates: a tie computed as +-1e-17 stays a tie)."""
     from scipy.stats import spearmanr
 
-    xa, ya = (np.round(v, RANK_DECIMALS) for v in _clean(x, y))
+    xa, ya = (rankable(v) for v in _clean(x, y))
     if xa.size < 3 or np.ptp(xa) == 0 or np.ptp(ya) == 0:
         return {"rho": math.nan, "p": math.nan, "n": int(xa.size)}
     rho, p = spearmanr(xa, ya)

@@ -173,7 +173,7 @@ def run_sensitivity(judge: Judge, docs: Sequence[Document], instructions: Sequen
              "humans_prefer_earlier": earlier_preferred(docs, aspect, max_candidates)}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "paraphrases.txt").write_text("\n".join(" ".join(t.split()) for t in instructions) + "\n")
+    write_text_atomic(out / "paraphrases.txt", "\n".join(" ".join(t.split()) for t in instructions) + "\n")
     summaries: list[Summary] = []
     rows = score_instructions(judge, docs, instructions, aspect=aspect, family=family,
                               max_candidates=max_candidates, shuffles=shuffles, seed=seed, progress=progress,
