@@ -13,7 +13,7 @@ vLLM, each engine in its own spawned process (an engine started after another in
 process ran slower, measured, not explained), prefix cache emptied before every timed round:
 - `vllm-eager`: prefix caching, eager (`backend=vllm`'s CPU default);
 - `vllm-compiled`: prefix caching, torch.compile at the engine's start (vLLM's own default;
-  the compile, ~1 min on 2 cores, is not timed);
+  the compile is not timed);
 - `vllm-no-apc`: eager, without prefix caching (what the cache buys).
 """
 

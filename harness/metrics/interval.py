@@ -44,8 +44,8 @@ MIN_DOCUMENTS = 3
 ACROSS = "rho_across_instructions"
 """Figure 3's statistic: a Spearman rho across instructions of their per-instruction values."""
 MIN_DOCUMENTS_OF = {"ece": 8, ACROSS: 12}
-"""Statistics that need more (measured: harness/metrics/coverage.py): ECE's upward bias outruns its
-jackknife estimate below 8 documents; a rank across instructions covers about 90% below 12."""
+"""Statistics that need more documents before their interval holds its level (the simulation:
+harness/metrics/coverage.py; its numbers: docs/report_card.md): ECE's, and a rank across instructions."""
 TOO_FEW = "too few documents to tell"
 FISHER = frozenset({"spearman", "kendall", "spearman_pairs", "kendall_pairs", "spearman_whole", "kendall_whole",
                     ACROSS})
