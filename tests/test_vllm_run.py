@@ -139,7 +139,7 @@ def test_a_killed_vllm_run_resumes_judging_nothing_twice(tmp_path, unbroken):
     """`python -m harness.run ... backend=vllm` SIGKILLed once some requests are committed; the
     rerun hands the engine only the rest (counted on the engine), and its results equal the
     unbroken run's: the same pairs, every decision, P(A) within the float32 bound (vLLM's batches
-    change the float order, so not bit for bit: docs/benchmarks.md)."""
+    change the float order, so not bit for bit: docs/slurm.md)."""
     _, done_before = killed_after_commits([*SMOLLM2_RUN, f"hydra.run.dir={tmp_path / 'a'}"], tmp_path, 1)
     assert 0 < done_before < TOTAL, "the kill did not land half-way"
 
