@@ -10,7 +10,6 @@ The SmolLM2 runs share the session's engine (conftest `vllm_judge`); no other en
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import os
@@ -59,6 +58,21 @@ def _prompt_counts(texts: list[str]) -> collections.Counter:
     return collections.Counter(t for t in texts if len(t) > 300)
 
 
+def record_ticks(mp: pytest.MonkeyPatch, engine) -> list[tuple[int, int]]:
+    """(requests, vLLM's unfinished requests then) for each tick of the run's progress bar from now on."""
+    import harness.judging
+
+    ticks: list[tuple[int, int]] = []
+    real = harness.judging.tqdm.update
+
+    def update(bar, n=1):
+        ticks.append((n, engine.get_num_unfinished_requests()))
+        return real(bar, n)
+
+    mp.setattr(harness.judging.tqdm, "update", update)
+    return ticks
+
+
 TOTAL = 2 * 12 + 1
 """SMOLLM2_RUN's requests: more than cache.chunk's 16, the most a chunked judge call held."""
 
@@ -66,7 +80,8 @@ TOTAL = 2 * 12 + 1
 @pytest.fixture(scope="module")
 def unbroken(vllm_judge, tmp_path_factory):
     """SMOLLM2_RUN on a fresh cache, on the session's engine, watched from outside the judge: the
-    engine (EngineWatch), the scheduler (requests per step) and the tokenizer (prompt counts)."""
+    engine (EngineWatch), the scheduler (requests per step), the tokenizer (prompt counts) and the
+    progress bar (its ticks)."""
     from vllm.v1.core.sched.scheduler import Scheduler
 
     tmp = tmp_path_factory.mktemp("unbroken")
@@ -80,30 +95,35 @@ def unbroken(vllm_judge, tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as mp, EngineWatch().watching() as seen:
         texts = count_tokenized(mp)
+        ticks = record_ticks(mp, vllm_judge.llm.llm_engine)
         mp.setattr(Scheduler, "schedule", counted)
         r = run_in_process([*SMOLLM2_RUN, f"hydra.run.dir={tmp / 'run'}"], tmp)
     assert r.returncode == 0, r.stderr[-3000:]
-    return SimpleNamespace(out=tmp / "run", seen=seen, scheduled=scheduled, counts=_prompt_counts(texts),
+    return SimpleNamespace(out=tmp / "run", seen=seen, scheduled=scheduled, counts=_prompt_counts(texts), ticks=ticks,
                            results=json.loads((tmp / "run" / "results.json").read_text()))
 
 
 @pytest.mark.slow
-def test_a_vllm_run_hands_the_engine_every_request_at_once(unbroken, tmp_path, monkeypatch):
+def test_a_vllm_run_hands_the_engine_every_request_at_once(unbroken, vllm_judge, tmp_path, monkeypatch):
     """A backend=vllm judge run: the engine holds every request unfinished before its first step
-    (>= 90% required). Negative control: the same run fed one cache chunk (16) at a time, as
-    before the judge streamed, never holds more than the chunk."""
+    (>= 90% required), and its progress bar ticks as requests finish, while others are still in
+    the engine. Negative control: the same run fed one cache chunk (16) at a time, as before the
+    judge streamed, never holds more than the chunk, and ticks only once each chunk is done."""
     from harness.judges.vllm import VLLMJudge
 
     assert unbroken.results["judge_calls"] == len(unbroken.seen.added) == TOTAL
     assert unbroken.seen.most_in_flight >= 0.9 * TOTAL, unbroken.seen.most_in_flight
     # test_vllm_tiny's test_engine_args_reach_the_scheduler's control: no limit of 4 by default
     assert max(unbroken.scheduled) > 4
+    assert sum(n for n, _ in unbroken.ticks) == TOTAL and unbroken.ticks[0][1] > 0, unbroken.ticks
 
     monkeypatch.setattr(VLLMJudge, "streaming", property(lambda self: False))
     with EngineWatch().watching() as chunked:  # the same prompts: the engine's prefix cache makes it quick
+        ticks = record_ticks(monkeypatch, vllm_judge.llm.llm_engine)
         r = run_in_process([*SMOLLM2_RUN, f"hydra.run.dir={tmp_path / 'chunked'}"], tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert len(chunked.added) == TOTAL and chunked.most_in_flight == 16 < 0.9 * TOTAL
+    assert sum(n for n, _ in ticks) == TOTAL and {u for _, u in ticks} == {0}, ticks
 
 
 @pytest.mark.slow
