@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import random
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -73,6 +74,11 @@ def record_ticks(mp: pytest.MonkeyPatch, engine) -> list[tuple[int, int]]:
     return ticks
 
 
+def descents(rows: list[list[int]]) -> int:
+    """Places where a row of token ids sorts before the one added just before it."""
+    return sum(a > b for a, b in zip(rows, rows[1:]))
+
+
 TOTAL = 2 * 12 + 1
 """SMOLLM2_RUN's requests: more than cache.chunk's 16, the most a chunked judge call held."""
 
@@ -106,8 +112,8 @@ def unbroken(vllm_judge, tmp_path_factory):
 @pytest.mark.slow
 def test_a_vllm_run_hands_the_engine_every_request_at_once(unbroken, vllm_judge, tmp_path, monkeypatch):
     """A backend=vllm judge run: the engine holds every request unfinished before its first step
-    (>= 90% required), and its progress bar ticks as requests finish, while others are still in
-    the engine. Negative control: the same run fed one cache chunk (16) at a time, as before the
+    (>= 90% required), sorted so prompts sharing a prefix sit together, and its progress bar
+    ticks as requests finish, while others are still in the engine. Negative control: the same run fed one cache chunk (16) at a time, as before the
     judge streamed, never holds more than the chunk, and ticks only once each chunk is done."""
     from harness.judges.vllm import VLLMJudge
 
@@ -116,6 +122,11 @@ def test_a_vllm_run_hands_the_engine_every_request_at_once(unbroken, vllm_judge,
     # test_vllm_tiny's test_engine_args_reach_the_scheduler's control: no limit of 4 by default
     assert max(unbroken.scheduled) > 4
     assert sum(n for n, _ in unbroken.ticks) == TOTAL and unbroken.ticks[0][1] > 0, unbroken.ticks
+    # Added sorted by document, then token ids (prompts sharing a prefix side by side): a descent
+    # only where one document's block meets the next (3: the content-free prompt is one). Control: shuffled.
+    shuffled = list(unbroken.seen.added)
+    random.Random(0).shuffle(shuffled)
+    assert descents(unbroken.seen.added) <= 2 < descents(shuffled)
 
     monkeypatch.setattr(VLLMJudge, "streaming", property(lambda self: False))
     with EngineWatch().watching() as chunked:  # the same prompts: the engine's prefix cache makes it quick
