@@ -163,7 +163,7 @@ _CLOSE_EARLY: dict = {}
 """Session fixtures holding an engine -> how to stop it; stopped after their last collected user."""
 _LAST_USER: dict[str, pytest.Item] = {}
 
-ENGINE_MODULES = ("test_vllm_server.py", "test_vllm_judge.py", "test_vllm_experiments.py")
+ENGINE_MODULES = ("test_vllm_server.py", "test_vllm_judge.py", "test_vllm_experiments.py", "test_vllm_run.py")
 """Modules whose tests share the session's engines (`vllm_judge`, `served_smollm2`): under
 pytest-xdist one work unit, so one worker starts each engine once and stops it after its last user
 (test_readme puts its users of the served engine there too: its `xdist_unit`)."""
@@ -282,6 +282,37 @@ def bench_json(proc) -> dict:
 
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def cache_rows(cache: Path) -> int:
+    """Scores committed to a request cache file (0 before it exists)."""
+    import sqlite3
+
+    try:
+        with sqlite3.connect(cache, timeout=5) as db:
+            return db.execute("SELECT COUNT(*) FROM scores").fetchone()[0]
+    except sqlite3.OperationalError:  # not created yet
+        return 0
+
+
+def killed_after_commits(args: list[str], tmp: Path, rows: int, timeout: int = 600):
+    """`python -m harness.run *args` with run_harness's isolated cache, SIGKILLed as soon as its
+    request cache holds `rows` scores (or it ended, or `timeout` passed): the killed process and the
+    rows committed then."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cache = tmp / "cache" / "requests.sqlite"
+    proc = subprocess.Popen([sys.executable, "-m", "harness.run", *args], cwd=REPO, env=_run_env(tmp, None),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + timeout
+    while cache_rows(cache) < rows and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return proc, cache_rows(cache)
 
 
 def run_in_process(args: list[str], tmp: Path, *, env: dict | None = None, timeout: int = 600):

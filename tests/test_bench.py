@@ -191,6 +191,11 @@ def test_gpu_dry_run(tmp_path, shared_data, tiny_llama):
     bench = line["bench"]
     assert bench["shape"] == "llama3-tiny" and bench["all_decisions_equal"] in (True, False)
     assert bench["rows"]["batched-hf_1instr_float32"]["vs_reference"]["agree"][0] == 6
+    # SummEval's full run at the measured rates of the two transformers paths, beside the H200 floor
+    projected = line["projection"]["paths"]
+    assert set(projected) == {"prefix", "batched"} and line["projection"]["prompts"] == 24_000
+    assert projected["prefix"]["prompts_per_s"] == bench["rows"]["prefix_1instr_float32"]["prompts_per_s"]
+    assert sum(ln.startswith("projection: 24,000 SummEval prompts") for ln in proc.stdout.splitlines()) == 2
     vllm = line["vllm"]  # vLLM's CPU build here: fp32 to 1e-4, every decision equal
     assert vllm == {"not_run": "not installed"} if not has_vllm else set(vllm) == {"llama3_vllm_float32"}
     assert all(v["ok"] for v in vllm.values()) if has_vllm else "vLLM: NOT RUN (not installed)" in proc.stdout

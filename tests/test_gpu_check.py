@@ -57,3 +57,37 @@ def test_gpu_refuses_an_unknown_check(tmp_path):
     assert r.returncode == 2 and r.stderr.strip().endswith(
         "error: argument --checks: 'devices,gpus': give distinct names from devices, prefix, vllm, bench "
         "(comma-separated)")
+
+
+def test_the_projection_and_the_carried_llama3_tokenizer(tmp_path):
+    """The projected SummEval wall time is its prompts over each measured transformers rate of the
+    one-instruction workload (a path not measured, another workload or a variant are left out),
+    printed beside the floor; the carried tokenizer folder loads as Llama-3's (its answer ids and
+    chat header)."""
+    from transformers import AutoTokenizer
+
+    from harness.bench.gpu_projection import projection, projection_lines, save_llama3_tokenizer
+
+    def row(label, engine, workload, rate):
+        return {"name": f"{label}_{workload}_bfloat16", "label": label, "engine": engine, "workload": workload,
+                "prompts_per_s": rate}
+
+    rows = [row("prefix", "prefix", "1instr", 400.0), row("prefix", "prefix", "5instr", 900.0),
+            row("batched", "batched", "1instr", 0.0), row("official", "official", "1instr", 10.0)]
+    got = projection({r["name"]: r for r in rows})
+    assert got["prompts"] == 24_000 and list(got["paths"]) == ["prefix"]
+    assert got["paths"]["prefix"]["projected_s"] == 60.0 and got["paths"]["prefix"]["row"] == "prefix_1instr_bfloat16"
+    [line] = projection_lines(got)
+    assert "24,000 SummEval prompts at 400.0 prompts/s" in line and line.endswith(
+        ": 60 s; the compute floor on one H200: 46-58 s")
+    tok = AutoTokenizer.from_pretrained(save_llama3_tokenizer(tmp_path))
+    assert [tok(t, add_special_tokens=False).input_ids for t in ("A", " A", "B", " B")] == [[32], [362], [33], [426]]
+    assert tok.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False).startswith(
+        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>")
+
+
+def test_the_vllm_path_benchmark_is_left_out_where_hydra_is_absent(tmp_path):
+    """`harness-bench vllm-path` runs the shipped config, so it needs Hydra: on the bare machine the
+    other subcommands still load, and it is not offered (control: test_vllm_run runs it here)."""
+    r = _run(_command(["vllm-path", "--help"]), tmp_path)
+    assert r.returncode == 2 and "invalid choice: 'vllm-path'" in r.stderr, r.stderr[-2000:]

@@ -6,16 +6,12 @@ import base64
 import hashlib
 import json
 import math
-import os
-import signal
-import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED_DATA, run_harness, run_in_process
+from conftest import cache_rows, killed_after_commits, run_harness, run_in_process
 
 from harness.judging import load_judgments
 from harness.metrics import recompute
@@ -146,16 +142,6 @@ def test_judge_run_smollm2_summeval(tmp_path):
     assert all(0 < j.p_a < 1 for j in judgments)
 
 
-def _rows(cache: Path) -> int:
-    if not cache.exists():
-        return 0
-    try:
-        with sqlite3.connect(cache, timeout=5) as db:
-            return db.execute("SELECT COUNT(*) FROM scores").fetchone()[0]
-    except sqlite3.OperationalError:
-        return 0
-
-
 @pytest.mark.slow
 def test_killed_run_resumes_without_rescoring(tmp_path, smollm2_path):
     """Kill a SmolLM2 run half-way (SIGKILL), restart: nothing scored twice, and every score bit
@@ -163,17 +149,8 @@ def test_killed_run_resumes_without_rescoring(tmp_path, smollm2_path):
     ones included; tests/test_prefix.py shows a subset's own call would differ)."""
     args = ["experiment=judge", "task.offset=85", "task.docs=1", "task.max_candidates=4", "cache.chunk=2",
             "backend.batch_size=2", "experiment.shuffles=10", "wandb.mode=disabled"]
-    env = {**os.environ, "HARNESS_DATA_MIRROR": str(SHARED_DATA), "HARNESS_DATA_DIR": str(tmp_path / "data"),
-           "HARNESS_CACHE": str(tmp_path / "cache"), "HARNESS_MODEL_CACHE": str(Path.home() / ".cache/harness")}
     cache = tmp_path / "cache" / "requests.sqlite"
-    proc = subprocess.Popen([sys.executable, "-m", "harness.run", *args, f"hydra.run.dir={tmp_path / 'a'}"],
-                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while _rows(cache) < 2 and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    done_before = _rows(cache)
+    proc, done_before = killed_after_commits([*args, f"hydra.run.dir={tmp_path / 'a'}"], tmp_path, 2, timeout=300)
     total = 4 * 3 + 1  # ordered pairs + the content-free prompt
     assert 0 < done_before < total, "the kill did not land half-way"
 
@@ -181,7 +158,7 @@ def test_killed_run_resumes_without_rescoring(tmp_path, smollm2_path):
     assert r.returncode == 0, r.stderr[-3000:]
     resumed = json.loads((tmp_path / "b" / "results.json").read_text())
     assert resumed["judge_calls"] == total - done_before  # nothing scored twice
-    assert _rows(cache) == total
+    assert cache_rows(cache) == total
     # attempts.jsonl counted the killed attempt's calls as it made them: summed, they are the real calls.
     [killed] = read_attempts(tmp_path / "a")
     [completed] = read_attempts(tmp_path / "b")
@@ -192,7 +169,7 @@ def test_killed_run_resumes_without_rescoring(tmp_path, smollm2_path):
     assert 0 <= trailing <= min(killed["in_flight"], 2)  # one step: at most backend.batch_size=2 prompts
     assert completed["status"] == "completed" and completed["calls"] == total - done_before
     summed = summed_calls(tmp_path / "a")["calls"] + summed_calls(tmp_path / "b")["calls"]
-    assert summed + trailing == total == _rows(cache)
+    assert summed + trailing == total == cache_rows(cache)
 
     # Identical to an unbroken run with a fresh cache (the same entry in this process: the
     # reference needs no process boundary of its own).

@@ -161,3 +161,31 @@ def test_a_run_building_another_judge_stops_the_first_engine(coherence_pairs):
     assert sum(k in (llama, second.engine_key) for k in vllm_backend.live_engines()) == 1
     second.close()
     assert second.engine_key not in vllm_backend.live_engines()
+
+
+def test_engine_args_reach_the_scheduler(coherence_pairs, monkeypatch):
+    """backend.engine_args.max_num_seqs=4, composed as a user types it: the live engine's scheduler
+    holds 4 as its limit and never schedules more than 4 requests in a step, with 12 waiting
+    (control: tests/test_vllm_run.py, where the default schedules more than 4)."""
+    pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
+    from conftest import compose
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from harness.runtime.context import build_judge
+
+    seen: list[tuple[int, int]] = []  # (the scheduler's limit, requests it scheduled) per step
+    schedule = Scheduler.schedule
+
+    def watched(scheduler, *args, **kwargs):
+        out = schedule(scheduler, *args, **kwargs)
+        seen.append((scheduler.max_num_running_reqs, len(out.num_scheduled_tokens)))
+        return out
+
+    monkeypatch.setattr(Scheduler, "schedule", watched)
+    cfg = compose(["backend=vllm", "model=tiny_llama3", "backend.engine_args.max_num_seqs=4"])
+    judge = build_judge(cfg.model, cfg.backend)
+    try:
+        assert len(judge.score_pairs(coherence_pairs)) == len(coherence_pairs) == 12
+    finally:
+        judge.close()
+    assert {limit for limit, _ in seen} == {4} and max(n for _, n in seen) == 4

