@@ -137,6 +137,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     for k in range(args.warmup + args.rounds):
         cfg = compose([*common, f"cache.path={work / f'cache-{k}.sqlite'}"])
         judge.llm.reset_prefix_cache()
+        judge.forget_ids()  # each round tokenizes its prompts, as a fresh run's process does
         seconds, n, seen = harness_round(cfg, work / f"run-{k}")
         if len(seen.added) != n:
             raise RuntimeError(f"the harness judged {n} requests but the engine was given {len(seen.added)}")

@@ -42,6 +42,15 @@ class StreamingJudge(Judge, Protocol):
         ...
 
 
+def stream_window(judge: Any, default: int) -> int | None:
+    """Requests per streamed call that `judge`, or the judge it wraps (a CachedJudge's), asks for
+    with a `stream_window` attribute (None: the whole call); else `default`."""
+    for j in (judge, getattr(judge, "judge", None)):
+        if j is not None and hasattr(j, "stream_window"):
+            return j.stream_window
+    return default
+
+
 def streams(judge: Any) -> bool:
     """Whether `judge` is a StreamingJudge whose `streaming` is on."""
     return isinstance(judge, StreamingJudge) and bool(judge.streaming)

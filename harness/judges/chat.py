@@ -361,6 +361,10 @@ class ChatPrompts:
         check_ids(ids, self.max_length, lambda k: request_name(requests[k]))  # the context may have changed
         return ids
 
+    def forget_ids(self) -> None:
+        """Drop the kept token ids: the next call tokenizes its prompts again (a fresh run's cost)."""
+        self._ids_key = None
+
     def _kept_ids(self) -> PromptIds:
         """This judge's PromptIds, emptied when the tokenizer or the chat settings it was made under change."""
         key = (id(self.tokenizer), used_template(self.tokenizer, self.chat_template), self.system_prompt,

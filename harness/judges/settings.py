@@ -165,6 +165,20 @@ MODEL_ENGINE_ARGS = {"model": "model.path", "tokenizer": "model.path", "revision
 from conf/backend): backend.engine_args may not set them a second time."""
 
 
+READOUT_ENGINE_ARGS = ("logprobs_mode", "hf_overrides", "skip_tokenizer_init", "tokenizer_revision")
+"""vLLM engine arguments that would change what the read-out assumes (raw log-softmax of the model
+and tokenizer the judge checked): refused in backend.engine_args."""
+
+SCHEDULING_ENGINE_ARGS = frozenset({
+    "max_num_seqs", "max_num_batched_tokens", "long_prefill_token_threshold", "enable_chunked_prefill",
+    "scheduling_policy", "async_scheduling", "data_parallel_size", "pipeline_parallel_size",
+    "distributed_executor_backend", "compilation_config", "disable_log_stats", "cpu_offload_gb",
+    "max_parallel_loading_workers", "disable_custom_all_reduce", "worker_cls", "enable_expert_parallel"})
+"""Engine arguments that change how requests are batched and placed, not which numbers a request
+gets beyond the float order of its batch (the same bound as a resume: docs/slurm.md): left out of
+the judge's identity, so changing them (a resubmission with fewer sequences) keeps the cache."""
+
+
 def check_engine_args(args: Mapping[str, Any]) -> None:
     """backend.engine_args: each key an argument of the installed vLLM's engine (EngineArgs) that
     the judge does not set itself, else one ConfigError line naming it and the nearest valid names.
@@ -173,6 +187,8 @@ def check_engine_args(args: Mapping[str, Any]) -> None:
         return  # vLLM is imported only to check names given
     own = {**{k: f"from {v}; set {v}=... instead" for k, v in MODEL_ENGINE_ARGS.items()},
            "tokenizer_mode": "itself: it tokenizes every prompt (prompts reach vLLM as token ids)",
+           **{k: "itself: the read-out depends on it (raw log-probabilities of the model it checked)"
+              for k in READOUT_ENGINE_ARGS},
            **{f.name: f"from backend.{f.name}; set backend.{f.name}=... instead"
               for f in dataclasses.fields(VLLMSettings)}}
     for key in args:

@@ -58,7 +58,15 @@ from harness.judges.chat import (
     weights_part,
 )
 from harness.judges.cpu import auto_dtype, dtype_source, numerics, torch_threads
-from harness.judges.settings import ModelSettings, VLLMSettings, check_engine_args, from_config, plain, with_options
+from harness.judges.settings import (
+    SCHEDULING_ENGINE_ARGS,
+    ModelSettings,
+    VLLMSettings,
+    check_engine_args,
+    from_config,
+    plain,
+    with_options,
+)
 from harness.judges.vllm_engine import engine_environment, engine_threads, started, stream_outputs
 from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore
@@ -222,7 +230,8 @@ class VLLMJudge(ChatPrompts):
                   **settings, **engine_args, **engine_kwargs}
         in_process = self.on_cpu if backend.in_process is None else bool(backend.in_process)
         self.threads = engine_threads(self.on_cpu, in_process, backend.cpu_threads, os.cpu_count())
-        self._start = (vllm, repr(sorted(kwargs.items())) + f"|in_process={in_process}|threads={self.threads}",
+        self._start = (vllm, json.dumps(kwargs, sort_keys=True, default=str)
+                       + f"|in_process={in_process}|threads={self.threads}",
                        kwargs, engine_environment(self.on_cpu, in_process, os.environ))
         """How the engine starts, on the first request the cache lacks (see `llm`)."""
         self._llm: Any = None
@@ -288,6 +297,10 @@ class VLLMJudge(ChatPrompts):
         """Always (either read-out): `stream_scores` hands the engine every request of a call."""
         return True
 
+    stream_window = None
+    """The whole call in one stream (harness.judges.wrappers.PreemptibleJudge): the engine holds
+    `in_flight` requests at once and is topped up as they finish, so it never drains between windows."""
+
     def score_pairs(self, requests: Sequence[PairRequest], progress: Any = None) -> list[PairScore]:
         """Scores in request order; `progress` ticked as each request finishes."""
         return gather(ticked(self.stream_scores(requests), progress), len(requests))
@@ -304,7 +317,9 @@ class VLLMJudge(ChatPrompts):
         if not want:
             return  # every request cached: no engine
         order = sorted(want, key=lambda i: (requests[i].doc_id, ids[i]))
-        steps = stream_outputs(self.llm.llm_engine, [(i, ids[i]) for i in order], self.params, self.threads)
+        engine = self.llm.llm_engine
+        steps = stream_outputs(engine, [(i, ids[i]) for i in order], self.params, self.threads,
+                               in_flight(engine.vllm_config.scheduler_config.max_num_seqs))
         try:
             for done in steps:
                 yield [(i, self._score(requests[i], len(ids[i]), output)) for i, output in done]
@@ -376,13 +391,24 @@ class VLLMJudge(ChatPrompts):
         self.release()
 
 
+IN_FLIGHT = 4096
+"""Requests in the engine at once at least (a SummEval-size call goes in as they finish)."""
+
+
+def in_flight(max_num_seqs: int) -> int:
+    """Requests the judge keeps in the engine: IN_FLIGHT, or 4 of the scheduler's batches when that
+    is more, so the scheduler always has its next batch waiting."""
+    return max(IN_FLIGHT, 4 * int(max_num_seqs))
+
+
 def engine_part(engine_args: Mapping[str, Any]) -> str:
-    """The backend's part of the identity: `vllm`, with a fingerprint of backend.engine_args when
-    any is set (a quantization or a KV-cache dtype changes the numbers; rows of a run without them
-    are not served)."""
-    if not engine_args:
+    """The backend's part of the identity: `vllm`, with a fingerprint of the backend.engine_args
+    that may change the numbers (a quantization, a KV-cache dtype: rows of a run without them are
+    not served); the scheduling ones (settings.SCHEDULING_ENGINE_ARGS) are left out."""
+    numbers = {k: v for k, v in engine_args.items() if k not in SCHEDULING_ENGINE_ARGS}
+    if not numbers:
         return "vllm"
-    return f"vllm+args={template_fingerprint(json.dumps(engine_args, sort_keys=True, default=str))}"
+    return f"vllm+args={template_fingerprint(json.dumps(numbers, sort_keys=True, default=str))}"
 
 
 def answer_step(output: Any, triggers: set[int]) -> int | None:

@@ -6,10 +6,12 @@ API fed every request of a call at once, each output handed on as it finishes.
   would take it whole) and starts its processes with spawn: a fork copies this process while its
   progress, heartbeat and W&B threads may hold locks (vLLM forks by default unless CUDA is already
   initialised). Set VLLM_WORKER_MULTIPROC_METHOD yourself to choose otherwise.
-- `stream_outputs`: `LLMEngine.add_request` for every prompt, then `step` until each has finished,
-  the finished outputs yielded step by step (vLLM's own `LLM.generate` runs the same loop and returns
-  only at the end). The caller commits each list before the next step runs, so a kill loses only the
-  requests in flight; closing the stream aborts them, so the engine holds nothing of an abandoned call.
+- `stream_outputs`: `LLMEngine.add_request` for every prompt (or for the first `window` of them,
+  each finished one replaced before the next step, so the scheduler never waits on a drain), then
+  `step` until each has finished, the finished outputs yielded step by step (vLLM's own
+  `LLM.generate` runs the same loop and returns only at the end). The caller commits each list
+  before the next step runs, so a kill loses only the requests in flight; closing the stream aborts
+  them, so the engine holds nothing of an abandoned call.
 """
 
 from __future__ import annotations
@@ -58,14 +60,14 @@ def started(vllm: Any, kwargs: dict[str, Any], threads: int | None, environment:
 
     env = dict(os.environ)
     set_threads, before = torch.set_num_threads, torch.get_num_threads()
-    for name, value in environment.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-    if threads is not None:
-        torch.set_num_threads(threads)  # before LLM(): its worker keeps the count it finds
     try:
+        for name, value in environment.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        if threads is not None:
+            torch.set_num_threads(threads)  # before LLM(): its worker keeps the count it finds
         with held_in_children():  # its engine core and workers never act on SLURM's USR1/USR2
             return vllm.LLM(**kwargs)
     except (RuntimeError, ValueError, OSError) as e:
@@ -74,25 +76,42 @@ def started(vllm: Any, kwargs: dict[str, Any], threads: int | None, environment:
     finally:
         torch.set_num_threads = set_threads
         torch.set_num_threads(before)
-        os.environ.clear()
-        os.environ.update(env)  # vLLM sets LD_PRELOAD etc. for its workers, not for ours
+        for name in set(os.environ) - set(env):  # vLLM sets LD_PRELOAD etc. for its workers, not for ours
+            os.environ.pop(name, None)
+        for name, value in env.items():  # only what changed: other threads read the environment meanwhile
+            if os.environ.get(name) != value:
+                os.environ[name] = value
 
 
-def stream_outputs(engine: Any, rows: Sequence[tuple[int, list[int]]], params: Any, threads: int | None
-                   ) -> Iterator[list[tuple[int, Any]]]:
+def stream_outputs(engine: Any, rows: Sequence[tuple[int, list[int]]], params: Any, threads: int | None,
+                   window: int | None = None) -> Iterator[list[tuple[int, Any]]]:
     """(key, RequestOutput) lists from `engine` (an LLMEngine) for every (key, token ids) in
-    `rows`, all added before the first step, in their order (vLLM schedules first come first
-    served); one list per step that finishes any. `params` must ask for final outputs only."""
+    `rows`, added in their order (vLLM schedules first come first served): all before the first
+    step, or `window` at most in the engine at once, topped up after every step; one list per step
+    that finishes any. `params` must ask for final outputs only. A request that ends other than by
+    its length or a stop (aborted, an engine error) is an error, never an answer."""
     pending: dict[str, int] = {}
-    try:
-        for key, ids in rows:
+    todo = iter(rows)
+    limit = len(rows) if window is None else max(1, int(window))
+
+    def top_up() -> None:
+        for key, ids in itertools.islice(todo, max(0, limit - len(pending))):
             request_id = f"harness-{next(_REQUEST_IDS)}"
             engine.add_request(request_id, {"prompt_token_ids": ids}, params)
             pending[request_id] = key
+
+    try:
+        top_up()
         while pending:
             with torch_threads(threads):
                 outputs = engine.step()
             done = [(pending.pop(o.request_id), o) for o in outputs if o.finished and o.request_id in pending]
+            for _, o in done:
+                reason = o.outputs[0].finish_reason if o.outputs else None
+                if reason not in ("length", "stop", "repetition"):
+                    raise JudgeOutputError(f"the vLLM engine ended a judge request with {reason!r} (not a "
+                                           "finished answer); nothing of it is kept: run again")
+            top_up()
             if done:
                 yield done
             elif not engine.has_unfinished_requests():
@@ -100,4 +119,7 @@ def stream_outputs(engine: Any, rows: Sequence[tuple[int, list[int]]], params: A
                                        "unanswered")
     finally:
         if pending:  # closed early (preempted, interrupted, an error): the engine drops the rest
-            engine.abort_request(list(pending))
+            try:
+                engine.abort_request(list(pending))
+            except Exception:  # noqa: BLE001 - a dead engine must not hide the error that closed the stream
+                pass

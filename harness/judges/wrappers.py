@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.judges.base import check_requests, gather, streams, supports_progress
+from harness.judges.base import check_requests, gather, stream_window, streams, supports_progress
 from harness.records import PairRequest, PairScore
 
 PREEMPT_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
@@ -87,8 +87,9 @@ class PreemptibleJudge:
     signals held until it is committed."""
 
     STREAM_WINDOW = 4096
-    """Requests per streamed call at most: bounds the prefix tree and token ids the model judge
-    holds at once (a document's pairs split across two windows recompute its prefix once more)."""
+    """Requests per streamed call at most, unless the judge names its own (`stream_window`; None:
+    the whole call): bounds the prefix tree and token ids the transformers judge holds at once (a
+    document's pairs split across two windows recompute its prefix once more)."""
 
     def __init__(self, judge: Any, chunk: int = 16) -> None:
         if chunk < 1:
@@ -111,13 +112,14 @@ class PreemptibleJudge:
         return self._score_chunks(requests, progress)
 
     def _score_stream(self, requests: Sequence[PairRequest], progress: Any) -> list[PairScore]:
-        """One call per `STREAM_WINDOW` requests (shared prefixes computed once across each),
-        the signals held per step: the forwards up to one that finishes prompts, and the cache
-        commit of what it finished."""
+        """One call per window of requests (STREAM_WINDOW, or the judge's own; shared prefixes
+        computed once across each), the signals held per step: the forwards up to one that finishes
+        prompts, and the cache commit of what it finished."""
         takes_progress = supports_progress(self.judge, "stream_scores")
         out: list[PairScore] = []
-        for at in range(0, len(requests), self.STREAM_WINDOW):
-            part = requests[at : at + self.STREAM_WINDOW]
+        window = stream_window(self.judge, self.STREAM_WINDOW) or max(1, len(requests))
+        for at in range(0, len(requests), window):
+            part = requests[at : at + window]
             steps = self.judge.stream_scores(part, progress=progress) if takes_progress else \
                 self.judge.stream_scores(part)
             try:
