@@ -519,7 +519,7 @@ def test_preempted_job_requeues_and_resumes_from_its_cache(slurm_cluster, job_en
 def test_preempted_vllm_job_requeues_once_and_resumes_equal(slurm_cluster, job_env, tmp_path, monkeypatch):
     """backend=vllm with its engine core in a child process (as on a GPU; forked here): SLURM's
     USR2 reaches every process of the job, yet only the parent acts on it (the child was started
-    with the signal blocked: harness.judges.wrappers.held_in_children), at a chunk boundary. One
+    with the signal blocked: harness.judges.wrappers.held_in_children), at an engine step's commit. One
     requeue; the resumed run equals an unbroken one within the float32 cross-run bound (the
     resumed engine starts with an empty prefix cache, so a few prompts are computed whole)."""
     pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
@@ -530,8 +530,10 @@ def test_preempted_vllm_job_requeues_once_and_resumes_equal(slurm_cluster, job_e
     from harness.runtime.entry import run
 
     ensure_tiny_model("llama3")  # head size 32 (vLLM's CPU attention); built here, as on a login node
-    # 6 docs x 30 ordered pairs + the content-free prompt (fewer distinct: equal candidate texts), 2 a chunk.
-    cfg = [*(o if not o.startswith("model=") else "model=tiny_llama3" for o in TINY), "backend=vllm", "backend.in_process=false", "task.docs=6", "task.max_candidates=6", "cache.chunk=2"]
+    # 6 docs x 30 ordered pairs + the content-free prompt (fewer distinct: equal candidate texts); the
+    # judge hands the engine all of them, which schedules one a step, so the signal lands mid-run.
+    cfg = [*(o if not o.startswith("model=") else "model=tiny_llama3" for o in TINY), "backend=vllm",
+           "backend.in_process=false", "task.docs=6", "task.max_candidates=6", "backend.engine_args.max_num_seqs=1"]
     cache, sweep = tmp_path / "pre.sqlite", tmp_path / "pre"
     rows_at_signal = _preempt_mid_run(["-m", *SLURM, "hydra.launcher.mem_gb=4", *cfg, f"cache.path={cache}",
                                        f"hydra.sweep.dir={sweep}", "wandb.mode=disabled"], job_env, cache, sweep,
