@@ -531,9 +531,11 @@ def test_preempted_vllm_job_requeues_once_and_resumes_equal(slurm_cluster, job_e
 
     ensure_tiny_model("llama3")  # head size 32 (vLLM's CPU attention); built here, as on a login node
     # 6 docs x 30 ordered pairs + the content-free prompt (fewer distinct: equal candidate texts); the
-    # judge hands the engine all of them, which schedules one a step, so the signal lands mid-run.
+    # judge hands the engine all of them, which schedules one a step and 32 of its tokens (chunked
+    # prefill), so the run takes many steps and the signal lands mid-run.
     cfg = [*(o if not o.startswith("model=") else "model=tiny_llama3" for o in TINY), "backend=vllm",
-           "backend.in_process=false", "task.docs=6", "task.max_candidates=6", "backend.engine_args.max_num_seqs=1"]
+           "backend.in_process=false", "task.docs=6", "task.max_candidates=6", "backend.engine_args.max_num_seqs=1",
+           "backend.engine_args.max_num_batched_tokens=32"]
     cache, sweep = tmp_path / "pre.sqlite", tmp_path / "pre"
     rows_at_signal = _preempt_mid_run(["-m", *SLURM, "hydra.launcher.mem_gb=4", *cfg, f"cache.path={cache}",
                                        f"hydra.sweep.dir={sweep}", "wandb.mode=disabled"], job_env, cache, sweep,
