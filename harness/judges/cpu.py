@@ -7,8 +7,8 @@ bfloat16 where the CPU multiplies bf16 in hardware would make a run's P(A) depen
 lands on (coarse bf16 logit steps; docs/benchmarks.md, Numerics). bf16 on CPU is an
 explicit `backend.dtype=bfloat16`, fast on a CPU with AMX-BF16 (Sapphire Rapids and later) or
 AVX512-BF16 (Cooper Lake, Zen 4 and later), emulated and slower than fp32 elsewhere
-(docs/benchmarks.md). `this_cpu_fast_bf16` still reads the kernel's flags in /proc/cpuinfo: the
-bench says with it whether the bf16 targets are this CPU's to meet; no default depends on it.
+(docs/benchmarks.md). `this_cpu_fast_bf16` still reads the kernel's flags in /proc/cpuinfo, for
+tests/test_cpu.py to show that `auto` ignores them; no default and no result depends on it.
 """
 
 from __future__ import annotations
