@@ -44,9 +44,21 @@ log = logging.getLogger(__name__)
 
 ENDPOINTS = ("chat", "completions")
 """/chat/completions and the legacy /completions."""
-_TYPED = {"chat": {"model", "messages", "max_tokens", "temperature", "top_p", "seed", "n", "logprobs", "top_logprobs",
-                   "stop"},
-          "completions": {"model", "prompt", "max_tokens", "temperature", "top_p", "seed", "n", "logprobs", "stop"}}
+_TYPED = {
+    "chat": {
+        "model",
+        "messages",
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "seed",
+        "n",
+        "logprobs",
+        "top_logprobs",
+        "stop",
+    },
+    "completions": {"model", "prompt", "max_tokens", "temperature", "top_p", "seed", "n", "logprobs", "stop"},
+}
 """Body fields the openai client takes as arguments; the rest (vLLM's logprob_token_ids, ...) go
 in `extra_body`."""
 
@@ -104,8 +116,9 @@ class HttpSettings:
 class ApiClient:
     """OpenAI-compatible requests with retries for transport AND content faults; thread-safe."""
 
-    def __init__(self, settings: HttpSettings, *, seed: int | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self, settings: HttpSettings, *, seed: int | None = None, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
         self.settings = settings
         self._sleep = sleep
         self._rng = random.Random(seed)
@@ -115,11 +128,19 @@ class ApiClient:
 
     def __repr__(self) -> str:
         s = self.settings
-        return f"ApiClient(base_url={s.base_url!r}, api_key_env={s.api_key_env!r}, concurrency={s.concurrency})"
+        return (
+            f"ApiClient(base_url={s.base_url!r}, api_key_env={s.api_key_env!r}, concurrency={s.concurrency})"
+        )
 
     # -- public ---------------------------------------------------------------------------------
-    def post_many(self, endpoint: str, bodies: Sequence[Mapping[str, Any]], *,
-                  check: Callable[[dict], None] | None = None, unusable: str = "raise") -> list[Any]:
+    def post_many(
+        self,
+        endpoint: str,
+        bodies: Sequence[Mapping[str, Any]],
+        *,
+        check: Callable[[dict], None] | None = None,
+        unusable: str = "raise",
+    ) -> list[Any]:
         """Send every body on `concurrency` threads; the parsed JSON bodies in the order of `bodies`.
 
         `unusable="return"`: an answer still failing `check` after every retry comes back as an
@@ -133,8 +154,9 @@ class ApiClient:
         try:
             if self.settings.concurrency == 1 or len(bodies) == 1:
                 return [self._post(client, endpoint, b, check, unusable) for b in bodies]
-            with ThreadPoolExecutor(max_workers=min(self.settings.concurrency, len(bodies)),
-                                    thread_name_prefix="harness-http") as pool:
+            with ThreadPoolExecutor(
+                max_workers=min(self.settings.concurrency, len(bodies)), thread_name_prefix="harness-http"
+            ) as pool:
                 futures = [pool.submit(self._post, client, endpoint, b, check, unusable) for b in bodies]
                 done, _ = wait(futures, return_when=FIRST_EXCEPTION)
                 failed = [f for f in futures if f in done and f.exception() is not None]
@@ -146,7 +168,9 @@ class ApiClient:
         finally:
             client.close()
 
-    def post(self, endpoint: str, body: Mapping[str, Any], *, check: Callable[[dict], None] | None = None) -> dict:
+    def post(
+        self, endpoint: str, body: Mapping[str, Any], *, check: Callable[[dict], None] | None = None
+    ) -> dict:
         return self.post_many(endpoint, [body], check=check)[0]
 
     def get(self, path: str) -> dict:
@@ -175,13 +199,27 @@ class ApiClient:
         # Loopback servers must not be routed through an HTTP(S)_PROXY from the environment.
         # Redirects are not followed: the answer would come from another server while the request
         # cache credits base_url (a 3xx is one line naming where it points, see _api_error).
-        http = openai.DefaultHttpxClient(trust_env=host not in ("127.0.0.1", "localhost", "::1"),
-                                         follow_redirects=False, transport=deadline_transport(self.settings.timeout_s))
-        return openai.OpenAI(api_key=key or "EMPTY", base_url=self.settings.base_url, timeout=self.settings.timeout_s,
-                             max_retries=self.settings.max_retries, http_client=http)
+        http = openai.DefaultHttpxClient(
+            trust_env=host not in ("127.0.0.1", "localhost", "::1"),
+            follow_redirects=False,
+            transport=deadline_transport(self.settings.timeout_s),
+        )
+        return openai.OpenAI(
+            api_key=key or "EMPTY",
+            base_url=self.settings.base_url,
+            timeout=self.settings.timeout_s,
+            max_retries=self.settings.max_retries,
+            http_client=http,
+        )
 
-    def _post(self, client: Any, endpoint: str, body: Mapping[str, Any], check: Callable[[dict], None] | None,
-              unusable: str) -> Any:
+    def _post(
+        self,
+        client: Any,
+        endpoint: str,
+        body: Mapping[str, Any],
+        check: Callable[[dict], None] | None,
+        unusable: str,
+    ) -> Any:
         request_id = uuid.uuid4().hex
         used, budget, reason = 0, self.settings.max_retries + 1, "no attempt made"
         while used < budget:
@@ -199,17 +237,26 @@ class ApiClient:
                 break
             delay = self._backoff(used - 1)
             self._count(retries=1, content_retries=1)
-            log.warning("POST %s: unusable answer (%s); asking again in %.2fs (attempt %d of %d)",
-                        self._url(endpoint), self._redact(reason), delay, used + 1, budget)
+            log.warning(
+                "POST %s: unusable answer (%s); asking again in %.2fs (attempt %d of %d)",
+                self._url(endpoint),
+                self._redact(reason),
+                delay,
+                used + 1,
+                budget,
+            )
             self._sleep(delay)
         self._count(unusable=1)
         if unusable == "return":
             return Unusable(self._redact(reason))
-        raise ApiError(f"gave up after {used} attempts; last answer unusable: {self._redact(reason)}",
-                       where=f"POST {self._url(endpoint)}")
+        raise ApiError(
+            f"gave up after {used} attempts; last answer unusable: {self._redact(reason)}",
+            where=f"POST {self._url(endpoint)}",
+        )
 
-    def _send(self, client: Any, endpoint: str, body: Mapping[str, Any], request_id: str,
-              retries: int) -> tuple[Any, int]:
+    def _send(
+        self, client: Any, endpoint: str, body: Mapping[str, Any], request_id: str, retries: int
+    ) -> tuple[Any, int]:
         """One call through the openai client (which retries transport faults `retries` times):
         (the raw response, HTTP attempts it took)."""
         import openai
@@ -222,13 +269,17 @@ class ApiClient:
             raw = create(**typed, extra_body=extra or None, extra_headers={"X-Client-Request-Id": request_id})
         except openai.OpenAIError as e:
             status = getattr(e, "status_code", None)
-            tries = 1 if status is not None and status not in (408, 409, 429) and status < 500 else retries + 1
+            tries = (
+                1 if status is not None and status not in (408, 409, 429) and status < 500 else retries + 1
+            )
             self._count(attempts=tries, retries=tries - 1)
             raise self._api_error(e, "POST", endpoint, tries) from None
         tries = int(getattr(raw, "retries_taken", 0) or 0) + 1
         self._count(attempts=tries, retries=tries - 1)
         if tries > 1:
-            log.warning("POST %s: answered after %d attempts (transport faults retried)", self._url(endpoint), tries)
+            log.warning(
+                "POST %s: answered after %d attempts (transport faults retried)", self._url(endpoint), tries
+            )
         return raw, tries
 
     def _api_error(self, e: Exception, method: str, path: str, attempts: int | None = None) -> ApiError:
@@ -237,23 +288,34 @@ class ApiClient:
         where = f"{method} {self._url(path)}"
         if isinstance(e, openai.APIStatusError) and 300 <= int(e.status_code) < 400:
             to = self._redact(e.response.headers.get("location") or "(no Location header)")
-            return ApiError(f"HTTP {e.status_code}: the server redirects to {to}; redirects are not followed (the "
-                            "request cache would credit this base_url with another server's answers): set "
-                            "backend.base_url to the server that answers", status=int(e.status_code), where=where)
+            return ApiError(
+                f"HTTP {e.status_code}: the server redirects to {to}; redirects are not followed (the "
+                "request cache would credit this base_url with another server's answers): set "
+                "backend.base_url to the server that answers",
+                status=int(e.status_code),
+                where=where,
+            )
         if isinstance(e, openai.APIStatusError):
             status = int(e.status_code)
             hint = ""
             if status in (401, 403) and self.settings.api_key_env:
                 hint = f" (is ${self.settings.api_key_env} set to a valid key?)"
             retried = f" after {attempts} attempts" if attempts and attempts > 1 else ""
-            return ApiError(f"HTTP {status}{retried}: {self._redact(_error_message(e))}{hint}", status=status,
-                            where=where)
+            return ApiError(
+                f"HTTP {status}{retried}: {self._redact(_error_message(e))}{hint}", status=status, where=where
+            )
         if isinstance(e, openai.APITimeoutError):
-            return ApiError(f"gave up after {attempts or 1} attempts: every attempt timed out (no whole answer "
-                            f"within {self.settings.timeout_s:g} s)", where=where)
+            return ApiError(
+                f"gave up after {attempts or 1} attempts: every attempt timed out (no whole answer "
+                f"within {self.settings.timeout_s:g} s)",
+                where=where,
+            )
         if isinstance(e, openai.APIConnectionError):
-            return ApiError(f"gave up after {attempts or 1} attempts: cannot connect to {self.settings.base_url} "
-                            f"({self._redact(str(e.__cause__ or e))}); is the server up?", where=where)
+            return ApiError(
+                f"gave up after {attempts or 1} attempts: cannot connect to {self.settings.base_url} "
+                f"({self._redact(str(e.__cause__ or e))}); is the server up?",
+                where=where,
+            )
         return ApiError(self._redact(f"{type(e).__name__}: {e}"), where=where)
 
     def _url(self, path: str) -> str:
@@ -339,12 +401,21 @@ def _error_message(e: Any, limit: int = 300) -> str:
 
 
 # -- a persistent completion cache for optimizers ----------------------------------------------
-def completion_key(model: str, base_url: str, messages: Sequence[Mapping[str, str]],
-                   params: Mapping[str, Any], seed: int, sample: int) -> str:
+def completion_key(
+    model: str,
+    base_url: str,
+    messages: Sequence[Mapping[str, str]],
+    params: Mapping[str, Any],
+    seed: int,
+    sample: int,
+) -> str:
     """sha256 of everything that changes a sampled completion: model, server, messages,
     sampling parameters (temperature, top_p, max_tokens), the run seed and the sample index."""
-    blob = json.dumps([model, base_url, list(messages), dict(sorted(params.items())), seed, sample],
-                      sort_keys=True, ensure_ascii=False)
+    blob = json.dumps(
+        [model, base_url, list(messages), dict(sorted(params.items())), seed, sample],
+        sort_keys=True,
+        ensure_ascii=False,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -354,7 +425,9 @@ class CompletionCache:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._db = open_sqlite(self.path, "CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, model TEXT, text TEXT)")
+        self._db = open_sqlite(
+            self.path, "CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, model TEXT, text TEXT)"
+        )
 
     def get(self, key: str) -> str | None:
         with self._lock:

@@ -18,8 +18,13 @@ def bad(key: str, value: Any, want: str) -> ConfigError:
 def at_least(key: str, value: Any, low: float, *, optional: bool = False) -> None:
     if value is None and optional:
         return
-    if (value is None or isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
-            or not value >= low):
+    if (
+        value is None
+        or isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not value >= low
+    ):
         raise bad(key, value, f"must be a finite number >= {low:g}" + (" (or null)" if optional else ""))
 
 
@@ -43,10 +48,14 @@ def check_base_url(key: str, value: str) -> None:
         raise bad(key, value, "must start with http:// or https://")
 
 
-def within(key: str, value: Any, low: float, high: float, *, open_low: bool = False, open_high: bool = False) -> None:
+def within(
+    key: str, value: Any, low: float, high: float, *, open_low: bool = False, open_high: bool = False
+) -> None:
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value > high or value < low or (open_low and value == low) or (open_high and value == high):
-        raise bad(key, value, f"must lie in {'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}")
+        raise bad(
+            key, value, f"must lie in {'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
+        )
 
 
 def one_of(key: str, value: Any, choices: tuple[str, ...]) -> None:

@@ -19,5 +19,7 @@ def conf_dir() -> Path:
     for candidate in (_HERE / "conf", _HERE.parent / "conf"):
         if (candidate / "config.yaml").is_file():
             return candidate
-    raise FileNotFoundError(f"no conf/config.yaml in {_HERE / 'conf'} (an installed wheel) nor in "
-                            f"{_HERE.parent / 'conf'} (a checkout): reinstall the package or run from the checkout")
+    raise FileNotFoundError(
+        f"no conf/config.yaml in {_HERE / 'conf'} (an installed wheel) nor in "
+        f"{_HERE.parent / 'conf'} (a checkout): reinstall the package or run from the checkout"
+    )

@@ -24,8 +24,9 @@ def pyplot() -> Any:
 def titles(fig: Any) -> str:
     """The figure's title and its axes' titles, one string (" | " between): what a reader sees on top."""
     sup = getattr(fig, "_suptitle", None)
-    parts = ([sup.get_text()] if sup is not None and sup.get_text() else []) + \
-        [ax.get_title() for ax in fig.axes if ax.get_title()]
+    parts = ([sup.get_text()] if sup is not None and sup.get_text() else []) + [
+        ax.get_title() for ax in fig.axes if ax.get_title()
+    ]
     return " | ".join("\n".join(" ".join(line.split()) for line in t.splitlines()) for t in parts)
 
 
@@ -37,8 +38,13 @@ def save(fig: Any, path: str | Path, **savefig: Any) -> Path:
     tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.png")
     meta = {"Title": titles(fig), **savefig.pop("metadata", {})}
     try:
-        fig.savefig(tmp, dpi=savefig.pop("dpi", 120), bbox_inches=savefig.pop("bbox_inches", "tight"),
-                    metadata=meta, **savefig)
+        fig.savefig(
+            tmp,
+            dpi=savefig.pop("dpi", 120),
+            bbox_inches=savefig.pop("bbox_inches", "tight"),
+            metadata=meta,
+            **savefig,
+        )
         os.replace(tmp, path)
     except BaseException:  # a full disk: no half PNG left behind
         tmp.unlink(missing_ok=True)

@@ -163,9 +163,11 @@ def _refuse_lone_surrogates(obj: Any, key: str | None = None) -> None:
         try:
             obj.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise ValueError(f"a lone surrogate \\u{ord(obj[e.start]):04x} in "
-                             f"{'field ' + repr(key) if key else 'a string'} (half of a UTF-16 pair, not a character); "
-                             "remove it or write the whole character") from None
+            raise ValueError(
+                f"a lone surrogate \\u{ord(obj[e.start]):04x} in "
+                f"{'field ' + repr(key) if key else 'a string'} (half of a UTF-16 pair, not a character); "
+                "remove it or write the whole character"
+            ) from None
 
 
 def check_readable(path: str | Path) -> Path:
@@ -176,8 +178,10 @@ def check_readable(path: str | Path) -> Path:
     if not path.is_file():
         raise DataError("file not found", where=str(path))
     if not os.access(path, os.R_OK):
-        raise DataError("cannot read it (permission denied); make it readable (chmod u+r) or copy it somewhere "
-                        "readable", where=str(path))
+        raise DataError(
+            "cannot read it (permission denied); make it readable (chmod u+r) or copy it somewhere readable",
+            where=str(path),
+        )
     return path
 
 
@@ -189,7 +193,9 @@ def read_text(path: str | Path) -> str:
     except UnicodeDecodeError as e:
         raise DataError(f"not UTF-8 text ({e.reason} at byte {e.start})", where=str(path)) from None
     except OSError as e:
-        raise DataError(f"cannot read it ({e.strerror}); check the file and its disk", where=str(path)) from None
+        raise DataError(
+            f"cannot read it ({e.strerror}); check the file and its disk", where=str(path)
+        ) from None
 
 
 def read_json(path: str | Path) -> Any:
@@ -206,7 +212,9 @@ def read_json_object(path: str | Path, fix: str) -> dict:
     array or a number there is one DataError naming the file and saying `fix`."""
     obj = read_json(path)
     if not isinstance(obj, dict):
-        got = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(obj), "a number")
+        got = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+            type(obj), "a number"
+        )
         raise DataError(f"holds {got}, not a JSON object; {fix}", where=str(path))
     return obj
 
@@ -234,8 +242,11 @@ def open_sqlite(path: str | Path, schema: str) -> sqlite3.Connection:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise CacheError(f"cannot create its folder ({why_not_folder(path.parent, e)}); set cache.path=... to a "
-                         "writable place (or cache.enabled=false)", where=str(path)) from None
+        raise CacheError(
+            f"cannot create its folder ({why_not_folder(path.parent, e)}); set cache.path=... to a "
+            "writable place (or cache.enabled=false)",
+            where=str(path),
+        ) from None
     if path.is_dir():
         raise CacheError("is a folder, not a SQLite file; set cache.path=... to a file path", where=str(path))
     db = None
@@ -251,8 +262,11 @@ def open_sqlite(path: str | Path, schema: str) -> sqlite3.Connection:
         layout = _other_layout(db, schema)
         if layout:  # another version's table: its rows could not be written (or read) by this one
             db.close()
-            raise CacheError(f"the cache {layout}: another version of the harness wrote it; set cache.path=... to "
-                             "another file (this one stays for the version that wrote it)", where=str(path))
+            raise CacheError(
+                f"the cache {layout}: another version of the harness wrote it; set cache.path=... to "
+                "another file (this one stays for the version that wrote it)",
+                where=str(path),
+            )
         # A read-only file opens and reads fine; find out now, not at the first commit hours later.
         db.execute("SAVEPOINT harness_write_probe")
         db.execute("CREATE TABLE harness_write_probe (x)")
@@ -288,20 +302,30 @@ def sqlite_error(path: str | Path, e: sqlite3.Error) -> CacheError:
     """One line for a SQLite failure on the cache at `path`: what went wrong and what to do."""
     name = getattr(e, "sqlite_errorname", "") or ""
     text = str(e)
-    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in text or "not a database" in text \
-            or "integrity check" in text:
-        why = (f"is corrupt ({text}); its answers cannot be trusted. Move it aside and rerun (a new cache is "
-               f"created): {move_aside_command(path)}")
+    if (
+        name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
+        or "malformed" in text
+        or "not a database" in text
+        or "integrity check" in text
+    ):
+        why = (
+            f"is corrupt ({text}); its answers cannot be trusted. Move it aside and rerun (a new cache is "
+            f"created): {move_aside_command(path)}"
+        )
     elif name.startswith("SQLITE_READONLY") or "readonly" in text:
-        why = (f"is read-only ({text}); make the file and its folder writable, or set cache.path=... elsewhere "
-               "(or cache.enabled=false)")
+        why = (
+            f"is read-only ({text}); make the file and its folder writable, or set cache.path=... elsewhere "
+            "(or cache.enabled=false)"
+        )
     elif name.startswith("SQLITE_CANTOPEN") or "unable to open" in text:
         why = f"cannot be opened ({text}); check the path and its folder's permissions, or set cache.path=..."
     elif name.startswith("SQLITE_FULL") or "disk is full" in text:
         why = f"cannot grow ({text}); free disk space or set cache.path=... on another disk"
     elif name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text:
-        why = (f"stayed locked for over 60 s ({text}); another process holds it — wait for it, or give this "
-               "run its own cache.path=...")
+        why = (
+            f"stayed locked for over 60 s ({text}); another process holds it — wait for it, or give this "
+            "run its own cache.path=..."
+        )
     else:
         why = f"failed ({name or type(e).__name__}: {text}); set cache.path=... to a fresh file to continue"
     return CacheError(f"the cache {why}", where=str(path))

@@ -54,8 +54,17 @@ ROW_KEYS = ("doc_id", "a_id", "b_id", "p_a", "token_logprobs", "human_a", "human
 def judgment_to_row(j: Judgment) -> dict[str, Any]:
     """One judgments.jsonl row (JSON-ready; -inf logprobs and NaN P(A) stay floats)."""
     logprobs = {str(k): float(v) for k, v in j.token_logprobs.items()}
-    values = (j.doc_id, j.a_id, j.b_id, float(j.p_a), logprobs, _opt(j.human_a, float),
-              _opt(j.human_b, float), _opt(j.gold_a, bool), list(j.flags))
+    values = (
+        j.doc_id,
+        j.a_id,
+        j.b_id,
+        float(j.p_a),
+        logprobs,
+        _opt(j.human_a, float),
+        _opt(j.human_b, float),
+        _opt(j.gold_a, bool),
+        list(j.flags),
+    )
     return dict(zip(ROW_KEYS, values))
 
 
@@ -101,9 +110,17 @@ def judgment_from_row(
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
         raise bad("flags", f"must be a list of strings, got {flags!r}")
     logprobs = {k: float(v) for k, v in logprobs.items()}
-    return Judgment(row["doc_id"], row["a_id"], row["b_id"], float(p_a), logprobs,
-                    _opt(row.get("human_a"), float), _opt(row.get("human_b"), float),
-                    row.get("gold_a"), tuple(flags))
+    return Judgment(
+        row["doc_id"],
+        row["a_id"],
+        row["b_id"],
+        float(p_a),
+        logprobs,
+        _opt(row.get("human_a"), float),
+        _opt(row.get("human_b"), float),
+        row.get("gold_a"),
+        tuple(flags),
+    )
 
 
 def answer_mass(token_logprobs: Mapping[str, float]) -> float:
@@ -118,33 +135,54 @@ def ordered_pairs(doc: Document, max_candidates: int | None = None) -> list[tupl
     return list(itertools.permutations(cands, 2))
 
 
-def build_requests(docs: Sequence[Document], instruction: str, family: str, aspect: str | None,
-                   max_candidates: int | None = None) -> tuple[list[PairRequest], list[Judgment]]:
+def build_requests(
+    docs: Sequence[Document],
+    instruction: str,
+    family: str,
+    aspect: str | None,
+    max_candidates: int | None = None,
+) -> tuple[list[PairRequest], list[Judgment]]:
     """Requests for all ordered pairs, and Judgment templates carrying the human labels."""
     requests, templates = [], []
     for doc in docs:
         for a, b in ordered_pairs(doc, max_candidates):
             requests.append(PairRequest(doc.id, a.id, b.id, render(doc, a, b, instruction, family)))
             gold = None if doc.gold is None else doc.gold == a.id
-            templates.append(Judgment(doc.id, a.id, b.id, float("nan"), {}, a.scores.get(aspect) if aspect else None,
-                                      b.scores.get(aspect) if aspect else None, gold))
+            templates.append(
+                Judgment(
+                    doc.id,
+                    a.id,
+                    b.id,
+                    float("nan"),
+                    {},
+                    a.scores.get(aspect) if aspect else None,
+                    b.scores.get(aspect) if aspect else None,
+                    gold,
+                )
+            )
     return requests, templates
 
 
 def content_free_request(instruction: str, family: str) -> PairRequest:
     """Zhao et al. (2021): the same prompt with every content slot set to 'N/A'."""
-    doc = Document("__content_free__", CONTENT_FREE,
-                   (Candidate("cf_a", CONTENT_FREE), Candidate("cf_b", CONTENT_FREE)))
-    return PairRequest(doc.id, "cf_a", "cf_b", render(doc, doc.candidates[0], doc.candidates[1], instruction, family))
+    doc = Document(
+        "__content_free__", CONTENT_FREE, (Candidate("cf_a", CONTENT_FREE), Candidate("cf_b", CONTENT_FREE))
+    )
+    return PairRequest(
+        doc.id, "cf_a", "cf_b", render(doc, doc.candidates[0], doc.candidates[1], instruction, family)
+    )
 
 
 # -- scoring ----------------------------------------------------------------------------------
-def score(judge: Judge, requests: Sequence[PairRequest], progress: bool = True,
-          desc: str = "judging") -> list[PairScore]:
+def score(
+    judge: Judge, requests: Sequence[PairRequest], progress: bool = True, desc: str = "judging"
+) -> list[PairScore]:
     """Score requests, with a progress bar (rate and ETA) when the judge can drive one, redrawn
     every few seconds while a forward runs (harness.progress.heartbeat)."""
-    with tqdm(total=len(requests), desc=desc, unit="pair", disable=not progress, dynamic_ncols=True) as bar, \
-            heartbeat(bar):
+    with (
+        tqdm(total=len(requests), desc=desc, unit="pair", disable=not progress, dynamic_ncols=True) as bar,
+        heartbeat(bar),
+    ):
         if supports_progress(judge):
             return judge.score_pairs(requests, progress=bar)  # type: ignore[call-arg]
         scores = judge.score_pairs(requests)
@@ -152,18 +190,40 @@ def score(judge: Judge, requests: Sequence[PairRequest], progress: bool = True,
         return scores
 
 
-def judge_documents(judge: Judge, docs: Sequence[Document], *, aspect: str | None, instruction: str,
-                    family: str, max_candidates: int | None = None,
-                    progress: bool = True) -> tuple[list[Judgment], float]:
+def judge_documents(
+    judge: Judge,
+    docs: Sequence[Document],
+    *,
+    aspect: str | None,
+    instruction: str,
+    family: str,
+    max_candidates: int | None = None,
+    progress: bool = True,
+) -> tuple[list[Judgment], float]:
     """All ordered pairs judged (cached), plus the content-free P(A)."""
     requests, templates = build_requests(docs, instruction, family, aspect, max_candidates)
     if not requests:
         raise DataError("no pairs to judge: every document needs at least two candidates")
-    scores = score(judge, [*requests, content_free_request(instruction, family)], progress,
-                   desc=f"judging {counted(len(requests), 'pair')} + the content-free probe")
-    judgments = [Judgment(t.doc_id, t.a_id, t.b_id, s.p_a, dict(s.token_logprobs), t.human_a, t.human_b, t.gold_a,
-                          tuple(s.flags) + _mass_flags(s))
-                 for t, s in zip(templates, scores)]
+    scores = score(
+        judge,
+        [*requests, content_free_request(instruction, family)],
+        progress,
+        desc=f"judging {counted(len(requests), 'pair')} + the content-free probe",
+    )
+    judgments = [
+        Judgment(
+            t.doc_id,
+            t.a_id,
+            t.b_id,
+            s.p_a,
+            dict(s.token_logprobs),
+            t.human_a,
+            t.human_b,
+            t.gold_a,
+            tuple(s.flags) + _mass_flags(s),
+        )
+        for t, s in zip(templates, scores)
+    ]
     refuse_all_unreadable(judge, judgments)
     return judgments, scores[-1].p_a
 
@@ -177,26 +237,42 @@ def refuse_all_unreadable(judge: Judge, judgments: Sequence[Judgment]) -> None:
     name = getattr(judge, "identity", type(judge).__name__)
     bad = sum("unreadable" in j.flags for j in judgments)
     flat = sum(UNIFORM in j.flags for j in judgments)
-    why = (f"{flat} of them with a uniform next-token distribution: every logit equal, as when activations "
-           "overflow" if flat else "NaN/inf log-probs, or no probability on any label")
+    why = (
+        f"{flat} of them with a uniform next-token distribution: every logit equal, as when activations "
+        "overflow"
+        if flat
+        else "NaN/inf log-probs, or no probability on any label"
+    )
     if judgments and bad == len(judgments):
         raise JudgeOutputError(
             f"the judge {name} gave no usable answer for any of the {bad} pairs ({why}): nothing to measure; "
-            "check the weights (model.path) and the dtype (backend.dtype=float32)")
+            "check the weights (model.path) and the dtype (backend.dtype=float32)"
+        )
     if bad:
-        log.warning("%d of %d pairs unreadable (%s): flagged, counted in n_unreadable, left out of every metric",
-                    bad, len(judgments), why)
+        log.warning(
+            "%d of %d pairs unreadable (%s): flagged, counted in n_unreadable, left out of every metric",
+            bad,
+            len(judgments),
+            why,
+        )
     read = [j for j in judgments if "unreadable" not in j.flags and j.token_logprobs]
     if len(read) >= 2 and all(len(set(j.token_logprobs.values())) == 1 for j in read):
         raise JudgeOutputError(
             f"the judge {name} gave all its answer tokens one and the same log-probability in every one of the "
             f"{len(read)} read pairs (P(A) 0.5 everywhere, whatever was asked): its logits are degenerate, not "
-            "fair; check the weights (model.path) and the dtype (backend.dtype=float32)")
+            "fair; check the weights (model.path) and the dtype (backend.dtype=float32)"
+        )
 
 
-def judge_instructions(judge: Judge, jobs: Sequence[tuple[Sequence[Document], str]], *, aspect: str | None,
-                       family: str, max_candidates: int | None = None,
-                       progress: bool = True) -> list[tuple[list[Judgment], float]]:
+def judge_instructions(
+    judge: Judge,
+    jobs: Sequence[tuple[Sequence[Document], str]],
+    *,
+    aspect: str | None,
+    family: str,
+    max_candidates: int | None = None,
+    progress: bool = True,
+) -> list[tuple[list[Judgment], float]]:
     """`judge_documents` for every (documents, instruction) job, in ONE judge call: what each
     returns alone (the same prompts, so the same cache keys and scores), but the requests are
     interleaved pair by pair across the jobs, so the prompts of one pair under every instruction
@@ -213,20 +289,37 @@ def judge_instructions(judge: Judge, jobs: Sequence[tuple[Sequence[Document], st
     for requests, _ in built:
         for r in requests:
             rank.setdefault((r.doc_id, r.a_id, r.b_id), len(rank))
-    order = sorted(((k, job) for job, (requests, _) in enumerate(built) for k in range(len(requests))),
-                   key=lambda kj: (rank[_pair_key(built[kj[1]][0][kj[0]])], kj[1]))
+    order = sorted(
+        ((k, job) for job, (requests, _) in enumerate(built) for k in range(len(requests))),
+        key=lambda kj: (rank[_pair_key(built[kj[1]][0][kj[0]])], kj[1]),
+    )
     pairs = sum(len(requests) - 1 for requests, _ in built)
-    scores = score(judge, [built[job][0][k] for k, job in order], progress,
-                   desc=f"judging {counted(pairs, 'pair')} ({counted(len(built), 'instruction')}) + "
-                        f"{'the content-free probe' if len(built) == 1 else f'{len(built)} content-free probes'}")
+    scores = score(
+        judge,
+        [built[job][0][k] for k, job in order],
+        progress,
+        desc=f"judging {counted(pairs, 'pair')} ({counted(len(built), 'instruction')}) + "
+        f"{'the content-free probe' if len(built) == 1 else f'{len(built)} content-free probes'}",
+    )
     by_job: list[list[PairScore | None]] = [[None] * len(requests) for requests, _ in built]
     for (k, job), s in zip(order, scores):
         by_job[job][k] = s
     out = []
     for (_, templates), got in zip(built, by_job):
-        judgments = [Judgment(t.doc_id, t.a_id, t.b_id, s.p_a, dict(s.token_logprobs), t.human_a, t.human_b,
-                              t.gold_a, tuple(s.flags) + _mass_flags(s))
-                     for t, s in zip(templates, got)]  # type: ignore[union-attr]
+        judgments = [
+            Judgment(
+                t.doc_id,
+                t.a_id,
+                t.b_id,
+                s.p_a,
+                dict(s.token_logprobs),
+                t.human_a,
+                t.human_b,
+                t.gold_a,
+                tuple(s.flags) + _mass_flags(s),
+            )
+            for t, s in zip(templates, got)
+        ]  # type: ignore[union-attr]
         refuse_all_unreadable(judge, judgments)
         out.append((judgments, got[-1].p_a))  # type: ignore[union-attr]
     return out
@@ -264,8 +357,9 @@ def work_counters(judge: Any) -> dict[str, float]:
     return {k: getattr(inner, k) for k in WORK_COUNTERS if isinstance(getattr(inner, k, None), int | float)}
 
 
-def judge_work(judge: Any, requests: Sequence[PairRequest], before: Mapping[str, float],
-               judging_s: float) -> dict[str, Any]:
+def judge_work(
+    judge: Any, requests: Sequence[PairRequest], before: Mapping[str, float], judging_s: float
+) -> dict[str, Any]:
     """What the judge did for `requests` since the counters were `before` (results.json's
     `judge_work`): prompts it scored (cache misses), tokens it ran, the trie minimum of the
     requests' token ids (the fewest tokens any prefix-sharing scheme runs for all of them), its
@@ -308,9 +402,12 @@ def load_judgments(path: str | Path) -> tuple[list[Judgment], float | None]:
         j = judgment_from_row(row, str(path), record=i)
         pair = (j.doc_id, j.a_id, j.b_id)
         if pair in first:
-            raise DataError(f"repeats the ordered pair document {j.doc_id!r}, A {j.a_id!r}, B {j.b_id!r} of line "
-                            f"{first[pair]}: a run judges each pair once; remove one of the two rows (or rerun the "
-                            "run to rewrite the file)", where=f"{path}, line {i}")
+            raise DataError(
+                f"repeats the ordered pair document {j.doc_id!r}, A {j.a_id!r}, B {j.b_id!r} of line "
+                f"{first[pair]}: a run judges each pair once; remove one of the two rows (or rerun the "
+                "run to rewrite the file)",
+                where=f"{path}, line {i}",
+            )
         first[pair] = i
         judgments.append(j)
     return judgments, p_cf

@@ -15,8 +15,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+
 def counted(n: int, noun: str) -> str:
-    """"1 document", "3 documents": a count with its noun in the right number (an -s plural)."""
+    """ "1 document", "3 documents": a count with its noun in the right number (an -s plural)."""
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 

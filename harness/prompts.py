@@ -67,8 +67,9 @@ ASPECT_GLOSS = {
 _ASKS_ABOUT = {"gpt4_score": "helpfulness"}
 
 
-_ANSWER_FORMAT = ("If candidate A is better, answer 'A'. If candidate B is better, answer 'B'. "
-                  "Answer with the letter only.")
+_ANSWER_FORMAT = (
+    "If candidate A is better, answer 'A'. If candidate B is better, answer 'B'. Answer with the letter only."
+)
 
 
 def default_instruction(aspect: str | None, family: str) -> str:
@@ -82,13 +83,20 @@ def default_instruction(aspect: str | None, family: str) -> str:
     if not str(aspect).strip():
         raise ConfigError("task.aspect is empty; name the aspect or leave it null for overall preference")
     if aspect not in ASPECT_GLOSS:
-        log.warning("no default instruction for aspect %r: using the generic 'Which %s is better in terms of "
-                    "%s?' (set experiment.instruction.text=... to word it yourself)", aspect, noun, aspect)
+        log.warning(
+            "no default instruction for aspect %r: using the generic 'Which %s is better in terms of "
+            "%s?' (set experiment.instruction.text=... to word it yourself)",
+            aspect,
+            noun,
+            aspect,
+        )
         return f"Which {noun} is better in terms of {aspect}? {_ANSWER_FORMAT}"
     if aspect == "overall":  # "Compare the overall of ..." is not English
-        return (f"Compare {noun} candidate A and {noun} candidate B overall. "
-                f"Judge each by {ASPECT_GLOSS[aspect]}. "
-                f"Which {noun} candidate is better overall? " + _ANSWER_FORMAT)
+        return (
+            f"Compare {noun} candidate A and {noun} candidate B overall. "
+            f"Judge each by {ASPECT_GLOSS[aspect]}. "
+            f"Which {noun} candidate is better overall? " + _ANSWER_FORMAT
+        )
     return (
         f"Compare the {aspect} of {noun} candidate A and {noun} candidate B. "
         f"Judge {aspect} as {ASPECT_GLOSS[aspect]}. "
@@ -96,11 +104,16 @@ def default_instruction(aspect: str | None, family: str) -> str:
     )
 
 
-def resolve_instruction(spec: Mapping[str, Any] | str | None, aspect: str | None, family: str,
-                        data_dir: Path | None = None) -> str:
+def resolve_instruction(
+    spec: Mapping[str, Any] | str | None, aspect: str | None, family: str, data_dir: Path | None = None
+) -> str:
     """`null`/"default" -> this project's default; "zepo" -> ZEPO's init_prompts.json (its exact
     bytes when the spec says `raw: true`, as the official code reads it); else the text."""
-    source = spec.get("source", "default") if isinstance(spec, Mapping) else ("default" if spec is None else "text")
+    source = (
+        spec.get("source", "default")
+        if isinstance(spec, Mapping)
+        else ("default" if spec is None else "text")
+    )
     text = spec.get("text") if isinstance(spec, Mapping) else spec
     if source == "default":
         return default_instruction(aspect, family)
@@ -109,8 +122,11 @@ def resolve_instruction(spec: Mapping[str, Any] | str | None, aspect: str | None
         table = load_zepo_instructions(path, raw=bool(spec.get("raw")))  # type: ignore[union-attr]
         key = aspect or "overall"
         if key not in table:
-            raise ConfigError(f"no ZEPO instruction for aspect {key!r} (it has {', '.join(table)}); use "
-                              "experiment.instruction.source=default or experiment.instruction.text=...", where=str(path))
+            raise ConfigError(
+                f"no ZEPO instruction for aspect {key!r} (it has {', '.join(table)}); use "
+                "experiment.instruction.source=default or experiment.instruction.text=...",
+                where=str(path),
+            )
         return table[key]
     if source == "text":
         if not text or not str(text).strip():
@@ -169,31 +185,45 @@ def zepo_key(aspect: str) -> str:
 # The official code's 1-5 score prompt: pairs/prompts.py:110-123 (prompt_name="score", with_input)
 # after dedent; note the 12 spaces after the source. Its adjectives (adj_lookup, :10-22) and
 # per-aspect instructions (get_aspect_instruction(aspect, "score"), :140-204) for summaries.
-POINTWISE_TEMPLATE = ("{instruction}\n\nSource text: {source}            \n\nSummary: {output}\n\n"
-                      "Please rate on a scale from 1 to 5, where 1 represents very low {adjective}, and 5 indicates "
-                      "excellent {adjective}. You must only return an int score.\nScore: ")
-POINTWISE_ADJECTIVES = {"coherence": "coherent", "fluency": "fluent", "relevance": "relevant",
-                        "informativeness": "informative", "consistency": "consistent"}
+POINTWISE_TEMPLATE = (
+    "{instruction}\n\nSource text: {source}            \n\nSummary: {output}\n\n"
+    "Please rate on a scale from 1 to 5, where 1 represents very low {adjective}, and 5 indicates "
+    "excellent {adjective}. You must only return an int score.\nScore: "
+)
+POINTWISE_ADJECTIVES = {
+    "coherence": "coherent",
+    "fluency": "fluent",
+    "relevance": "relevant",
+    "informativeness": "informative",
+    "consistency": "consistent",
+}
 POINTWISE_INSTRUCTIONS = {
     "coherence": "Please evaluate the coherence of the following summary. ",
     "fluency": "Please evaluate the fluency of the following summary. ",
-    "relevance": ("Please evaluate the relevance of the following summary. A summary is relevant if it captures the "
-                  "main points from the article, without leaving out any crucial details or adding any unnecessary "
-                  "or inaccurate ones. A summary is more relevant if it uses the same or similar terms and expressions "
-                  "as the article. A summary is less relevant if it omits some of the key facts from the article, or "
-                  "if it introduces irrelevant information that is not supported by the article."),
+    "relevance": (
+        "Please evaluate the relevance of the following summary. A summary is relevant if it captures the "
+        "main points from the article, without leaving out any crucial details or adding any unnecessary "
+        "or inaccurate ones. A summary is more relevant if it uses the same or similar terms and expressions "
+        "as the article. A summary is less relevant if it omits some of the key facts from the article, or "
+        "if it introduces irrelevant information that is not supported by the article."
+    ),
     "informativeness": "Please evaluate the informativeness of the following summary. ",
-    "consistency": ("Please evaluate the consistency of the following summary. A summary is consistent with the article "
-                    "if it faithfully reflects the main points, facts, and tone of the article. A summary is "
-                    "inconsistent if it introduces any errors, contradictions, or distortions of the original article."),
+    "consistency": (
+        "Please evaluate the consistency of the following summary. A summary is consistent with the article "
+        "if it faithfully reflects the main points, facts, and tone of the article. A summary is "
+        "inconsistent if it introduces any errors, contradictions, or distortions of the original article."
+    ),
 }
 
 
 def render_pointwise(doc: Document, candidate: Candidate, aspect: str, instruction: str | None = None) -> str:
     """The official 1-5 score prompt for one summary (instruction: the official one when None)."""
     if aspect not in POINTWISE_ADJECTIVES:
-        raise ConfigError(f"the official pointwise prompt covers summaries only, aspects "
-                          f"{', '.join(POINTWISE_ADJECTIVES)}; got {aspect!r}")
+        raise ConfigError(
+            f"the official pointwise prompt covers summaries only, aspects "
+            f"{', '.join(POINTWISE_ADJECTIVES)}; got {aspect!r}"
+        )
     text = POINTWISE_INSTRUCTIONS[aspect] if instruction is None else instruction
-    return POINTWISE_TEMPLATE.format(instruction=text, source=doc.source, output=candidate.text,
-                                     adjective=POINTWISE_ADJECTIVES[aspect])
+    return POINTWISE_TEMPLATE.format(
+        instruction=text, source=doc.source, output=candidate.text, adjective=POINTWISE_ADJECTIVES[aspect]
+    )

@@ -29,14 +29,39 @@ from typing import Any
 
 from harness.errors import ConfigError
 
-_SECRET_WORDS = ("token", "secret", "password", "passwd", "authorization", "auth", "apikey", "api_key",
-                 "key", "credential", "credentials", "cookie", "private_key")
+_SECRET_WORDS = (
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "authorization",
+    "auth",
+    "apikey",
+    "api_key",
+    "key",
+    "credential",
+    "credentials",
+    "cookie",
+    "private_key",
+)
 _SECRET_NAME = re.compile(rf"(^|[_\-.])({'|'.join(_SECRET_WORDS)})$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _URL_CREDENTIALS = re.compile(r"([a-z][a-z0-9+.\-]*://)([^/@\s:]+(?::[^/@\s]*)?)@", re.IGNORECASE)
 _URL_QUERY = re.compile(r"(?<=[?&;])([A-Za-z0-9_.\-]+)=([^&#\s;'\"]+)")
-_COMPOUNDS = ("api_key", "apikey", "api_token", "auth_token", "access_token", "password", "passwd", "secret",
-              "authorization", "credentials", "private_key", "token")
+_COMPOUNDS = (
+    "api_key",
+    "apikey",
+    "api_token",
+    "auth_token",
+    "access_token",
+    "password",
+    "passwd",
+    "secret",
+    "authorization",
+    "credentials",
+    "private_key",
+    "token",
+)
 _KEY_SHAPED = re.compile(r"(?<![A-Za-z0-9])(sk-|sk_|hf_|ghp_|xox[abp]-|Bearer\s+)[A-Za-z0-9_\-.]{12,}")
 REDACTED = "<redacted>"
 
@@ -66,7 +91,8 @@ def is_suspect_key(name: str) -> bool:
 def has_url_credentials(value: str) -> bool:
     """`user:KEY@host`, or a secret-named query parameter (`?api-key=KEY`, `&access_token=...`)."""
     return bool(_URL_CREDENTIALS.search(value)) or any(
-        is_suspect_key(m.group(1)) for m in _URL_QUERY.finditer(value) if "://" in value[: m.start()])
+        is_suspect_key(m.group(1)) for m in _URL_QUERY.finditer(value) if "://" in value[: m.start()]
+    )
 
 
 def looks_like_key(value: str) -> bool:
@@ -94,16 +120,22 @@ def check_overrides(overrides: Iterable[str]) -> None:
         if not sep or value in ("", "null"):
             continue
         if is_misspelt_secret_key(name):
-            raise ConfigError(f"the override {key.lstrip('+~')}=... looks like a misspelt secret key (a config never "
-                              "holds one); export the key as an environment variable instead and name that "
-                              "variable in an *_env field")
+            raise ConfigError(
+                f"the override {key.lstrip('+~')}=... looks like a misspelt secret key (a config never "
+                "holds one); export the key as an environment variable instead and name that "
+                "variable in an *_env field"
+            )
         if has_url_credentials(value):
-            raise ConfigError(f"the override {key.lstrip('+~')}=... holds a URL with credentials (user:KEY@ or a "
-                              "key in the query string); export the key as an environment variable instead and "
-                              "name that variable in an *_env field (e.g. backend.api_key_env)")
+            raise ConfigError(
+                f"the override {key.lstrip('+~')}=... holds a URL with credentials (user:KEY@ or a "
+                "key in the query string); export the key as an environment variable instead and "
+                "name that variable in an *_env field (e.g. backend.api_key_env)"
+            )
         if is_secret_key(name) or looks_like_key(value):
-            raise ConfigError(f"the override {key.lstrip('+~')}=... carries a secret; export it as an environment "
-                              "variable instead and name that variable in an *_env field")
+            raise ConfigError(
+                f"the override {key.lstrip('+~')}=... carries a secret; export it as an environment "
+                "variable instead and name that variable in an *_env field"
+            )
 
 
 def redact_overrides(overrides: Iterable[str]) -> list[str]:
@@ -136,9 +168,11 @@ def check_env_secrets(items: Iterable[tuple[str, str]], env_names: Iterable[str 
     for key, text in items:
         found = next((n for n in names if os.environ[n] in text), None)
         if found:
-            raise ConfigError(f"config key {key} holds the value of ${found}, a secret: it would name a folder or "
-                              f"reach a file; take ${{oc.env:{found}}} out of it (a key is only read from the "
-                              "variable an *_env field names)")
+            raise ConfigError(
+                f"config key {key} holds the value of ${found}, a secret: it would name a folder or "
+                f"reach a file; take ${{oc.env:{found}}} out of it (a key is only read from the "
+                "variable an *_env field names)"
+            )
 
 
 def env_fields(container: Any) -> list[str]:
@@ -159,7 +193,9 @@ class RedactingFilter(logging.Filter):
         if clean != text:
             record.msg, record.args = clean, None
         if record.exc_info:  # the traceback is formatted later: format it now, redacted
-            record.exc_text = redact_text(logging.Formatter().formatException(record.exc_info), self.env_names)
+            record.exc_text = redact_text(
+                logging.Formatter().formatException(record.exc_info), self.env_names
+            )
             record.exc_info = None
         return True
 
@@ -199,31 +235,47 @@ def check_config(container: Any, env_names: Iterable[str | None] | None = None) 
     """Refuse (ConfigError, one line, naming the key but never the value) any secret in a config;
     with `env_names` (the config's *_env variables), also the value of any secret variable."""
     if env_names is not None:
-        check_env_secrets(((full, str(v)) for full, _, v in _walk(container, "") if isinstance(v, str)), env_names)
+        check_env_secrets(
+            ((full, str(v)) for full, _, v in _walk(container, "") if isinstance(v, str)), env_names
+        )
     for full, key, value in _walk(container, ""):
         if value in (None, "") or isinstance(value, bool | int | float):
             continue
         text = str(value)
         if is_suspect_key(key):
-            raise ConfigError(f"config key {full} holds a secret; put it in an environment variable and name "
-                              "that variable in an *_env field instead (e.g. backend.api_key_env=MY_KEY)")
+            raise ConfigError(
+                f"config key {full} holds a secret; put it in an environment variable and name "
+                "that variable in an *_env field instead (e.g. backend.api_key_env=MY_KEY)"
+            )
         if has_url_credentials(text):
-            raise ConfigError(f"config key {full} holds a URL with credentials (user:KEY@host or a key in the query "
-                              "string); put the key in an environment variable named by api_key_env")
+            raise ConfigError(
+                f"config key {full} holds a URL with credentials (user:KEY@host or a key in the query "
+                "string); put the key in an environment variable named by api_key_env"
+            )
         if key.lower().endswith("_env") and not is_env_name(text):
-            raise ConfigError(f"config key {full} must name an environment variable (e.g. OPENAI_API_KEY), not "
-                              "hold a value (this one looks like a key); export the key and put the variable's name "
-                              "here")
+            raise ConfigError(
+                f"config key {full} must name an environment variable (e.g. OPENAI_API_KEY), not "
+                "hold a value (this one looks like a key); export the key and put the variable's name "
+                "here"
+            )
         if looks_like_key(text):
-            raise ConfigError(f"config key {full} holds what looks like an API key; put it in an environment "
-                              "variable named by an *_env field")
+            raise ConfigError(
+                f"config key {full} holds what looks like an API key; put it in an environment "
+                "variable named by an *_env field"
+            )
 
 
 def redact(obj: Any) -> Any:
     """A copy of a nested config with secret values, URL credentials and key-shaped strings blanked."""
     if isinstance(obj, Mapping):
-        return {k: (REDACTED if is_suspect_key(str(k)) and v not in (None, "") and not isinstance(v, Mapping)
-                    else redact(v)) for k, v in obj.items()}
+        return {
+            k: (
+                REDACTED
+                if is_suspect_key(str(k)) and v not in (None, "") and not isinstance(v, Mapping)
+                else redact(v)
+            )
+            for k, v in obj.items()
+        }
     if isinstance(obj, list | tuple):
         return [redact(v) for v in obj]
     if isinstance(obj, str):

@@ -42,8 +42,48 @@ NEIGHBOUR_DIFFERENCES = {
     # sensitivity_profiles/<judge>_sensitivity_profile.json
     # (20 sampled verdicts each). The official ABBSensitivity.get_neighbor_differences takes, per neighbour, the
     # MEAN |f(D)_i - f(D')_i| over the positions that changed (abs_diff > 0), and Delta = sqrt(mean of their squares).
-    "GPT-4o-mini": [0, 4, 3, 0, 1, 3, 3, 1, 0, 4, 0, 0, 4, 0, 3, 3, 3, 1, 1, 3,
-                    0, 3, 3, 3, 3, 0, 4, 0, 3, 1, 0, 3, 3, 0, 3, 3, 4, 3, 3, 0],
+    "GPT-4o-mini": [
+        0,
+        4,
+        3,
+        0,
+        1,
+        3,
+        3,
+        1,
+        0,
+        4,
+        0,
+        0,
+        4,
+        0,
+        3,
+        3,
+        3,
+        1,
+        1,
+        3,
+        0,
+        3,
+        3,
+        3,
+        3,
+        0,
+        4,
+        0,
+        3,
+        1,
+        0,
+        3,
+        3,
+        0,
+        3,
+        3,
+        4,
+        3,
+        3,
+        0,
+    ],
     "GPT-3.5-Turbo": [1.7, 7 / 3, 2.1, 2.1, 15 / 11, 2.1, 14 / 9, 2.1, 1.8, 1.625],
     "QwQ-32B": [1.9375, 1.9375, 1.9375, 1.9375, 1.9375, 1.875, 1.9375, 32 / 17, 1.9375, 1.9375],
 }
@@ -65,8 +105,12 @@ def official(delta_sens: float) -> dict[str, float]:
     alpha = max(0.0, min(1.0, tau_norm / (sens_norm * math.sqrt(2 / DELTA))))
     sigma_raw = R * (TAU - alpha * sens_norm * math.sqrt(2 / DELTA)) / c_d(D, DELTA / 2)
     # ||Z - Z'||^2 / (2 sigma^2) ~ chi2_d: how often the noise ALONE moves M by more than tau.
-    return {"alpha": alpha, "sigma_raw": sigma_raw, "noise_dist": sigma_raw * math.sqrt(2 * D),
-            "p_noise_only": float(chi2.sf(TAU**2 / (2 * sigma_raw**2), D))}
+    return {
+        "alpha": alpha,
+        "sigma_raw": sigma_raw,
+        "noise_dist": sigma_raw * math.sqrt(2 * D),
+        "p_noise_only": float(chi2.sf(TAU**2 / (2 * sigma_raw**2), D)),
+    }
 
 
 def markov_alpha(u: float) -> float:
@@ -78,7 +122,8 @@ def row(name: str, rms: float, jitter: float) -> str:
     ctx = math.sqrt(rms * rms - jitter * jitter)
     mean = rms * rms
     cells = {
-        "official": official(rms)["alpha"], "official_ctx": official(ctx)["alpha"],
+        "official": official(rms)["alpha"],
+        "official_ctx": official(ctx)["alpha"],
         "plugin": markov_alpha(mean),
         "hoeff10": markov_alpha(hoeffding_ucb(mean, 10, B, DELTA_EST)),
         "hoeff40": markov_alpha(hoeffding_ucb(mean, 40, B, DELTA_EST)),
@@ -89,8 +134,11 @@ def row(name: str, rms: float, jitter: float) -> str:
     assert cap.winner.name == "certain_cap"  # below m_min only the cap and Markov exist, and Markov loses
     q_min = quantile_min_samples(DELTA, DELTA_EST)
     dkw_min = math.ceil(math.log(1 / DELTA_EST) / (2 * DELTA * DELTA))
-    return (f"| {name} | {rms:.3f} | " + " | ".join(f"{v:.5f}" for v in cells.values())
-            + f" | {cap.alpha:.3f} | m >= {q_min} | m >= {dkw_min} |")
+    return (
+        f"| {name} | {rms:.3f} | "
+        + " | ".join(f"{v:.5f}" for v in cells.values())
+        + f" | {cap.alpha:.3f} | m >= {q_min} | m >= {dkw_min} |"
+    )
 
 
 def changed_items(value: float) -> int:
@@ -102,7 +150,9 @@ def changed_items(value: float) -> int:
 
 def what_delta_is() -> None:
     """Each judge's Delta recomputed from its neighbour records, and how many verdicts each neighbour moved."""
-    print("\nWhat the official Delta is (recomputed from each profile's neighbor_differences: per neighbour the")
+    print(
+        "\nWhat the official Delta is (recomputed from each profile's neighbor_differences: per neighbour the"
+    )
     print("mean |Delta| over the verdicts that CHANGED; Delta = RMS of those means):")
     for name, rms, _ in JUDGES:
         vals = np.array(NEIGHBOUR_DIFFERENCES[name], dtype=float)
@@ -110,31 +160,40 @@ def what_delta_is() -> None:
         ks = [changed_items(v) for v in vals]
         moved = [k for k in ks if k]
         low = max(v * math.sqrt(k) for v, k in zip(vals, ks) if k)
-        kind = ("integer values 0-4, consistent with one changed verdict (or none) per neighbour: it reads as a "
-                "one-item ||v||" if max(ks) <= 1 else
-                f"every neighbour moved >= {min(moved)} verdicts (the fewest k with k x value an integer: "
-                f"{min(moved)}-{max(moved)}): a mean |Delta| per changed verdict, not a one-item ||v||; those "
-                f"neighbours' own ||v|| >= mean|Delta| sqrt(k), up to {low:.2f} Likert points")
+        kind = (
+            "integer values 0-4, consistent with one changed verdict (or none) per neighbour: it reads as a "
+            "one-item ||v||"
+            if max(ks) <= 1
+            else f"every neighbour moved >= {min(moved)} verdicts (the fewest k with k x value an integer: "
+            f"{min(moved)}-{max(moved)}): a mean |Delta| per changed verdict, not a one-item ||v||; those "
+            f"neighbours' own ||v|| >= mean|Delta| sqrt(k), up to {low:.2f} Likert points"
+        )
         print(f"  {name:14} {len(vals)} neighbours, Delta {math.sqrt(float(np.mean(vals**2))):.4f}: {kind}")
 
 
 def main() -> None:
     print(f"tau={TAU} Likert points, delta={DELTA}, d={D}, range r={R:g}, B=r^2={B:g}, delta_est={DELTA_EST}")
     print("alpha under each bound (sigma = 0; 'official' uses delta/2 and the plug-in, an ESTIMATE):\n")
-    print("| judge | RMS | official | official, jitter removed | plug-in (delta_m = delta) | Hoeffding m=10 | "
-          "Hoeffding m=40 | Bernstein m=40 (V=0) | best m=40 | certain cap | quantile needs | DKW needs |")
+    print(
+        "| judge | RMS | official | official, jitter removed | plug-in (delta_m = delta) | Hoeffding m=10 | "
+        "Hoeffding m=40 | Bernstein m=40 (V=0) | best m=40 | certain cap | quantile needs | DKW needs |"
+    )
     print("|---" * 12 + "|")
     for judge in JUDGES:
         print(row(*judge))
     vac = next(m for m in range(2, 200) if bernstein_ucb(0.0, 0.0, m, B, DELTA_EST) < B)
-    print(f"\nBernstein is vacuous (U = B, alpha = {markov_alpha(B):.4f}) for m <= {vac - 1} at delta_est={DELTA_EST}; "
-          "Markov on any U <= B gives at most the cap when U >= delta_m B.")
+    print(
+        f"\nBernstein is vacuous (U = B, alpha = {markov_alpha(B):.4f}) for m <= {vac - 1} at delta_est={DELTA_EST}; "
+        "Markov on any U <= B gives at most the cap when U >= delta_m B."
+    )
     print("\nThe official sigma in raw units (total Delta):")
     for name, rms, _ in JUDGES:
         o = official(rms)
-        print(f"  {name:14} alpha {o['alpha']:.5f}, sigma {o['sigma_raw']:.6f} Likert, typical ||Z-Z'|| "
-              f"{o['noise_dist']:.3f} {'>' if o['noise_dist'] > TAU else '<='} tau, P(noise alone > tau) "
-              f"{o['p_noise_only']:.4f}")
+        print(
+            f"  {name:14} alpha {o['alpha']:.5f}, sigma {o['sigma_raw']:.6f} Likert, typical ||Z-Z'|| "
+            f"{o['noise_dist']:.3f} {'>' if o['noise_dist'] > TAU else '<='} tau, P(noise alone > tau) "
+            f"{o['p_noise_only']:.4f}"
+        )
     what_delta_is()
     print("""
 Differences, one sentence each:

@@ -33,8 +33,14 @@ def load_run(run: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[Summ
     rows, summaries = [], []
     for k, folder in enumerate(folders):
         judgments, p_cf = load_judgments(folder / "judgments.jsonl")
-        s = analyse(judgments, p_cf=p_cf, shuffles=int(cfg["experiment"]["shuffles"]), seed=int(cfg["seed"]),
-                    rounds=int(cfg["metrics"]["bootstrap"]), level=float(cfg["metrics"]["level"]))
+        s = analyse(
+            judgments,
+            p_cf=p_cf,
+            shuffles=int(cfg["experiment"]["shuffles"]),
+            seed=int(cfg["seed"]),
+            rounds=int(cfg["metrics"]["bootstrap"]),
+            level=float(cfg["metrics"]["level"]),
+        )
         rows.append({"index": k, **{m: s.metrics[m] for m in ("none", "permutation")}})
         summaries.append(s)
     return cfg, rows, summaries
@@ -43,17 +49,34 @@ def load_run(run: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[Summ
 def compare(original: Path, shuffled: Path) -> dict[str, Any]:
     (cfg_a, rows_a, sum_a), (cfg_b, rows_b, sum_b) = load_run(original), load_run(shuffled)
     la, lb = sum_a[0].loo, sum_b[0].loo
-    if len(rows_a) != len(rows_b) or la is None or lb is None or (la.ids, la.boot_rounds, la.seed) != (
-            lb.ids, lb.boot_rounds, lb.seed):
-        raise SystemExit("the two runs differ in their instructions or documents (or bootstrap draws): "
-                         "a paired comparison needs the same of both")
+    if (
+        len(rows_a) != len(rows_b)
+        or la is None
+        or lb is None
+        or (la.ids, la.boot_rounds, la.seed) != (lb.ids, lb.boot_rounds, lb.seed)
+    ):
+        raise SystemExit(
+            "the two runs differ in their instructions or documents (or bootstrap draws): "
+            "a paired comparison needs the same of both"
+        )
     level = float(cfg_a["metrics"]["level"])
     n_docs = len(sum_a[0].loo.ids)
-    f_a, f_b = figure3_intervals(rows_a, sum_a, level, n_docs), figure3_intervals(rows_b, sum_b, level, n_docs)
-    out: dict[str, Any] = {"original": str(original), "shuffled": str(shuffled), "level": level, "n_docs": n_docs,
-                           "n_instructions": len(rows_a), "rounds": la.boot_rounds,
-                           "shuffle_candidates": [cfg_a["experiment"].get("shuffle_candidates"),
-                                                  cfg_b["experiment"].get("shuffle_candidates")]}
+    f_a, f_b = (
+        figure3_intervals(rows_a, sum_a, level, n_docs),
+        figure3_intervals(rows_b, sum_b, level, n_docs),
+    )
+    out: dict[str, Any] = {
+        "original": str(original),
+        "shuffled": str(shuffled),
+        "level": level,
+        "n_docs": n_docs,
+        "n_instructions": len(rows_a),
+        "rounds": la.boot_rounds,
+        "shuffle_candidates": [
+            cfg_a["experiment"].get("shuffle_candidates"),
+            cfg_b["experiment"].get("shuffle_candidates"),
+        ],
+    }
     for human, said in HUMAN.items():
         out[human] = {}
         for mode in ("none", "permutation"):
@@ -62,20 +85,54 @@ def compare(original: Path, shuffled: Path) -> dict[str, Any]:
                 ea, eb = f_a[human][mode][name], f_b[human][mode][name]
                 ra, _ = figure3_rounds(sum_a, name, mode, human)
                 rb, _ = figure3_rounds(sum_b, name, mode, human)
-                diff = eb["rho"] - ea["rho"] if math.isfinite(ea["rho"]) and math.isfinite(eb["rho"]) else math.nan
+                diff = (
+                    eb["rho"] - ea["rho"]
+                    if math.isfinite(ea["rho"]) and math.isfinite(eb["rho"])
+                    else math.nan
+                )
                 both = np.isfinite(ra) & np.isfinite(rb)
-                iv = (bootstrap_interval(diff, rb - ra, n_docs, level, ACROSS, difference=True)
-                      if math.isfinite(diff) else None)
-                label = (f"{MODE_WORD[mode]} {panel} vs {said}, rho shuffled - dataset order "
-                         f"({len(rows_a)} instructions, {n_docs} documents)")
+                iv = (
+                    bootstrap_interval(diff, rb - ra, n_docs, level, ACROSS, difference=True)
+                    if math.isfinite(diff)
+                    else None
+                )
+                label = (
+                    f"{MODE_WORD[mode]} {panel} vs {said}, rho shuffled - dataset order "
+                    f"({len(rows_a)} instructions, {n_docs} documents)"
+                )
                 out[human][mode][name] = {
-                    "original": {k: ea.get(k) for k in ("rho", "p", "interval", "defined_rounds", "undefined",
-                                                         "n_documents", "method", "sentence")},
-                    "shuffled": {k: eb.get(k) for k in ("rho", "p", "interval", "defined_rounds", "undefined",
-                                                         "n_documents", "method", "sentence")},
-                    "diff": diff, "interval": None if iv is None else iv.as_list(),
-                    **({} if iv is None else iv.basis()), "rounds_both_defined": int(both.sum()),
-                    "sentence": sentence(label, diff, iv, level)}
+                    "original": {
+                        k: ea.get(k)
+                        for k in (
+                            "rho",
+                            "p",
+                            "interval",
+                            "defined_rounds",
+                            "undefined",
+                            "n_documents",
+                            "method",
+                            "sentence",
+                        )
+                    },
+                    "shuffled": {
+                        k: eb.get(k)
+                        for k in (
+                            "rho",
+                            "p",
+                            "interval",
+                            "defined_rounds",
+                            "undefined",
+                            "n_documents",
+                            "method",
+                            "sentence",
+                        )
+                    },
+                    "diff": diff,
+                    "interval": None if iv is None else iv.as_list(),
+                    **({} if iv is None else iv.basis()),
+                    "rounds_both_defined": int(both.sum()),
+                    "sentence": sentence(label, diff, iv, level),
+                }
     return out
 
 
@@ -89,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     for human in HUMAN:
         for mode in ("none", "permutation"):
             for e in got[human][mode].values():
-                print(f"- {e['original']['sentence']}\n  shuffled: {e['shuffled']['sentence']}\n  {e['sentence']}")
+                print(
+                    f"- {e['original']['sentence']}\n  shuffled: {e['shuffled']['sentence']}\n  {e['sentence']}"
+                )
     if args.out is not None:
         args.out.write_text(json.dumps(got, indent=1, allow_nan=True) + "\n")
     return 0

@@ -28,7 +28,11 @@ def find_runs(dirs: Iterable[str | Path]) -> list[tuple[Path, dict[str, Any]]]:
             except (OSError, json.JSONDecodeError) as e:
                 print(f"warning: {f}: skipped ({e})", file=sys.stderr)
                 continue
-            if isinstance(res, dict) and res.get("experiment") == "sensitivity" and (f.parent / "sensitivity.jsonl").is_file():
+            if (
+                isinstance(res, dict)
+                and res.get("experiment") == "sensitivity"
+                and (f.parent / "sensitivity.jsonl").is_file()
+            ):
                 found.append((f.parent, res))
     return found
 
@@ -40,7 +44,9 @@ def boxes(found: Sequence[tuple[Path, dict[str, Any]]]) -> dict[str, list[float]
         model = res.get("model") or str(res.get("judge", "?")).split("|")[1]
         tasks = {f"{r['task']}/{r['aspect']}" for _, r in found}
         label = model if len(tasks) == 1 else f"{model} {res['task']}/{res['aspect']}"
-        rows = [json.loads(line) for line in (run / "sensitivity.jsonl").read_text().splitlines() if line.strip()]
+        rows = [
+            json.loads(line) for line in (run / "sensitivity.jsonl").read_text().splitlines() if line.strip()
+        ]
         out[label] = [r["none"][res["ranking"]] for r in rows]
     return out
 

@@ -64,16 +64,26 @@ def wandb_parameter(key: str, value: str, method: str) -> dict[str, Any]:
     sweep = ov.value()
     if isinstance(sweep, IntervalSweep):
         if method == "grid":
-            raise SystemExit(f"error: {key}={value}: an interval cannot be a grid; use --method random or bayes")
+            raise SystemExit(
+                f"error: {key}={value}: an interval cannot be a grid; use --method random or bayes"
+            )
         if "log" in sweep.tags:
             return {"distribution": "log_uniform_values", "min": float(sweep.start), "max": float(sweep.end)}
         return {"distribution": "uniform", "min": float(sweep.start), "max": float(sweep.end)}
     raise SystemExit(f"error: {key}={value}: unsupported sweep type {type(sweep).__name__}")
 
 
-def build_sweep(grid: Mapping[str, str], *, fixed: Sequence[str] = (), name: str | None = None,
-                method: str = "grid", metric: str | None = None, goal: str = "maximize",
-                project: str | None = None, entity: str | None = None) -> dict[str, Any]:
+def build_sweep(
+    grid: Mapping[str, str],
+    *,
+    fixed: Sequence[str] = (),
+    name: str | None = None,
+    method: str = "grid",
+    metric: str | None = None,
+    goal: str = "maximize",
+    project: str | None = None,
+    entity: str | None = None,
+) -> dict[str, Any]:
     """The W&B sweep configuration (a dict ready for yaml.safe_dump or wandb.sweep)."""
     cfg: dict[str, Any] = {"program": "harness/run.py", "method": method}  # read by the agent, not run
     if name:
@@ -95,8 +105,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--sweep", help="conf/sweep/<name>.yaml: its grid, and +sweep=<name> as a fixed override")
-    src.add_argument("--grid", nargs="+", metavar="KEY=VALUES", help="Hydra sweep overrides, e.g. task.aspect=a,b")
+    src.add_argument(
+        "--sweep", help="conf/sweep/<name>.yaml: its grid, and +sweep=<name> as a fixed override"
+    )
+    src.add_argument(
+        "--grid", nargs="+", metavar="KEY=VALUES", help="Hydra sweep overrides, e.g. task.aspect=a,b"
+    )
     p.add_argument("--fixed", nargs="*", default=[], metavar="KEY=VALUE", help="overrides every run gets")
     p.add_argument("--method", default="grid", choices=("grid", "random", "bayes"))
     p.add_argument("--metric", help="W&B summary key to optimise, e.g. none/spearman (needed for bayes)")
@@ -109,8 +123,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--method bayes needs --metric")
     grid = sweep_params(args.sweep) if args.sweep else parse_grid(args.grid)
     fixed = ([f"+sweep={args.sweep}"] if args.sweep else []) + list(args.fixed)
-    cfg = build_sweep(grid, fixed=fixed, name=args.sweep, method=args.method, metric=args.metric,
-                      goal=args.goal, project=args.project, entity=args.entity)
+    cfg = build_sweep(
+        grid,
+        fixed=fixed,
+        name=args.sweep,
+        method=args.method,
+        metric=args.metric,
+        goal=args.goal,
+        project=args.project,
+        entity=args.entity,
+    )
     text = yaml.safe_dump(cfg, sort_keys=False)
     if args.out:
         Path(args.out).write_text(text)

@@ -48,23 +48,40 @@ def decision(p: float) -> int:
 
 
 def summary(js: Sequence[Judgment], shuffles: int = 100) -> dict[str, float]:
-    return {"a_rate": metrics.a_rate(js), "fairness": metrics.fairness(js),
-            "spearman_pairs": metrics.correlations(js, "pairs", shuffles=shuffles)["spearman"],
-            "mean_p_a": float(np.mean([j.p_a for j in js])), "ties": sum(1 for j in js if j.p_a == 0.5),
-            "no_answer": sum(1 for j in js if "no_answer" in j.flags)}
+    return {
+        "a_rate": metrics.a_rate(js),
+        "fairness": metrics.fairness(js),
+        "spearman_pairs": metrics.correlations(js, "pairs", shuffles=shuffles)["spearman"],
+        "mean_p_a": float(np.mean([j.p_a for j in js])),
+        "ties": sum(1 for j in js if j.p_a == 0.5),
+        "no_answer": sum(1 for j in js if "no_answer" in j.flags),
+    }
 
 
-def compare(name: str, a: Sequence[Judgment], b: Sequence[Judgment], what_a: str, what_b: str) -> dict[str, Any]:
+def compare(
+    name: str, a: Sequence[Judgment], b: Sequence[Judgment], what_a: str, what_b: str
+) -> dict[str, Any]:
     pa, pb = np.array([j.p_a for j in a]), np.array([j.p_a for j in b])
     flips = sum(decision(x) != decision(y) for x, y in zip(pa, pb))
-    row = {"difference": name, "a": what_a, "b": what_b, "pairs": len(a),
-           "mean_abs_delta_p_a": float(np.abs(pa - pb).mean()), "max_abs_delta_p_a": float(np.abs(pa - pb).max()),
-           "decisions_changed": int(flips), "share_changed": flips / len(a),
-           "a_metrics": summary(a), "b_metrics": summary(b)}
-    print(f"- {name}: {what_a} vs {what_b}: mean |dP(A)| {row['mean_abs_delta_p_a']:.4f} (max "
-          f"{row['max_abs_delta_p_a']:.4f}), decisions changed {flips}/{len(a)}; A-rate {row['a_metrics']['a_rate']:.3f}"
-          f" -> {row['b_metrics']['a_rate']:.3f}; Spearman {row['a_metrics']['spearman_pairs']:.3f} -> "
-          f"{row['b_metrics']['spearman_pairs']:.3f}", flush=True)
+    row = {
+        "difference": name,
+        "a": what_a,
+        "b": what_b,
+        "pairs": len(a),
+        "mean_abs_delta_p_a": float(np.abs(pa - pb).mean()),
+        "max_abs_delta_p_a": float(np.abs(pa - pb).max()),
+        "decisions_changed": int(flips),
+        "share_changed": flips / len(a),
+        "a_metrics": summary(a),
+        "b_metrics": summary(b),
+    }
+    print(
+        f"- {name}: {what_a} vs {what_b}: mean |dP(A)| {row['mean_abs_delta_p_a']:.4f} (max "
+        f"{row['max_abs_delta_p_a']:.4f}), decisions changed {flips}/{len(a)}; A-rate {row['a_metrics']['a_rate']:.3f}"
+        f" -> {row['b_metrics']['a_rate']:.3f}; Spearman {row['a_metrics']['spearman_pairs']:.3f} -> "
+        f"{row['b_metrics']['spearman_pairs']:.3f}",
+        flush=True,
+    )
     return row
 
 
@@ -84,8 +101,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     base = HFJudge(path, name="SmolLM2-135M-Instruct", device="cpu", batch_size=4, generate_batch_size=4)
 
     def judge(**kw: Any) -> HFJudge:
-        return HFJudge(path, name="SmolLM2-135M-Instruct", device="cpu", batch_size=4, generate_batch_size=4,
-                       model=base.model, tokenizer=base.tokenizer, **kw)
+        return HFJudge(
+            path,
+            name="SmolLM2-135M-Instruct",
+            device="cpu",
+            batch_size=4,
+            generate_batch_size=4,
+            model=base.model,
+            tokenizer=base.tokenizer,
+            **kw,
+        )
 
     abc = dict(labels=("A", "B", "C"), tie_label="C")
     sl = slice(args.offset, args.offset + args.docs)
@@ -93,61 +118,172 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw = resolve_instruction({"source": "zepo", "raw": True}, "coherence", "summarization", DATA)
     collapsed = resolve_instruction({"source": "zepo"}, "coherence", "summarization", DATA)
 
-    def run(j: HFJudge, fmt: str = "zepo", instruction: str = raw, task: str = "newsroom", dd: Any = None,
-            aspect: str = "coherence", family: str = "summarization") -> list[Judgment]:
-        out, _ = judge_documents(j, dd if dd is not None else docs[fmt], aspect=aspect, instruction=instruction,
-                                 family=family, max_candidates=args.candidates, progress=False)
+    def run(
+        j: HFJudge,
+        fmt: str = "zepo",
+        instruction: str = raw,
+        task: str = "newsroom",
+        dd: Any = None,
+        aspect: str = "coherence",
+        family: str = "summarization",
+    ) -> list[Judgment]:
+        out, _ = judge_documents(
+            j,
+            dd if dd is not None else docs[fmt],
+            aspect=aspect,
+            instruction=instruction,
+            family=family,
+            max_candidates=args.candidates,
+            progress=False,
+        )
         return out
 
     official = judge(chat_format="zepo", readout="generate", **abc)
     rows = []
     one_ab = run(judge())
     one_abc = run(judge(**abc))
-    rows.append(compare("C in the denominator (one forward pass)", one_ab, one_abc, "P(A)/(P(A)+P(B))",
-                        "P(A)/(P(A)+P(B)+P(C)), 0.5 when C wins"))
+    rows.append(
+        compare(
+            "C in the denominator (one forward pass)",
+            one_ab,
+            one_abc,
+            "P(A)/(P(A)+P(B))",
+            "P(A)/(P(A)+P(B)+P(C)), 0.5 when C wins",
+        )
+    )
     gen_default = run(judge(readout="generate", **abc))
-    rows.append(compare("read-out, with the generation prompt", one_abc, gen_default, "one forward pass",
-                        "greedy generation, read at the first A/B token"))
+    rows.append(
+        compare(
+            "read-out, with the generation prompt",
+            one_abc,
+            gen_default,
+            "one forward pass",
+            "greedy generation, read at the first A/B token",
+        )
+    )
     gen_official = run(official)
-    rows.append(compare("wrapping: generation prompt vs the official none (both generate)", gen_default,
-                        gen_official, "template + generation prompt", "official: no generation prompt"))
+    rows.append(
+        compare(
+            "wrapping: generation prompt vs the official none (both generate)",
+            gen_default,
+            gen_official,
+            "template + generation prompt",
+            "official: no generation prompt",
+        )
+    )
     one_official = run(judge(chat_format="zepo", **abc))
-    rows.append(compare("read-out, official wrapping", one_official, gen_official,
-                        "one forward pass right after the prompt", "official generate-then-read"))
-    rows.append(compare("this project's default vs the official judging, same official prompt", one_ab, gen_official,
-                        "default (generation prompt, one pass, A/B)", "official (no prompt, generate, A/B/C)"))
-    rows.append(compare("instruction whitespace", run(official, instruction=collapsed), gen_official,
-                        "collapsed", "raw init_prompts.json (official)"))
-    rows.append(compare("NewsRoom text", run(official, fmt="default"), gen_official, "our cleaning",
-                        "official: '</p><p>' -> ' ', entities kept"))
+    rows.append(
+        compare(
+            "read-out, official wrapping",
+            one_official,
+            gen_official,
+            "one forward pass right after the prompt",
+            "official generate-then-read",
+        )
+    )
+    rows.append(
+        compare(
+            "this project's default vs the official judging, same official prompt",
+            one_ab,
+            gen_official,
+            "default (generation prompt, one pass, A/B)",
+            "official (no prompt, generate, A/B/C)",
+        )
+    )
+    rows.append(
+        compare(
+            "instruction whitespace",
+            run(official, instruction=collapsed),
+            gen_official,
+            "collapsed",
+            "raw init_prompts.json (official)",
+        )
+    )
+    rows.append(
+        compare(
+            "NewsRoom text",
+            run(official, fmt="default"),
+            gen_official,
+            "our cleaning",
+            "official: '</p><p>' -> ' ', entities kept",
+        )
+    )
     dsl = slice(0, args.dialogue_docs)
     dial = {fmt: load_task("usr_zepo", DATA, fmt=fmt)[dsl] for fmt in ("zepo", "default")}
     d_ins = resolve_instruction({"source": "zepo", "raw": True}, "naturalness", "dialogue", DATA)
-    d_run = {fmt: run(official, dd=dial[fmt], instruction=d_ins, aspect="naturalness", family="dialogue")
-             for fmt in ("zepo", "default")}
-    rows.append(compare("dialogue layout (usr_zepo naturalness)", d_run["default"], d_run["zepo"],
-                        "ours: bare lines + persona block", "official: speaker labels, no persona"))
+    d_run = {
+        fmt: run(official, dd=dial[fmt], instruction=d_ins, aspect="naturalness", family="dialogue")
+        for fmt in ("zepo", "default")
+    }
+    rows.append(
+        compare(
+            "dialogue layout (usr_zepo naturalness)",
+            d_run["default"],
+            d_run["zepo"],
+            "ours: bare lines + persona block",
+            "official: speaker labels, no persona",
+        )
+    )
     means = {(d.id, c.id): c.scores["naturalness"] for d in dial["default"] for c in d.candidates}
     js = d_run["zepo"]
-    unrounded = [Judgment(j.doc_id, j.a_id, j.b_id, j.p_a, j.token_logprobs, means[(j.doc_id, j.a_id)],
-                          means[(j.doc_id, j.b_id)], None, j.flags) for j in js]
+    unrounded = [
+        Judgment(
+            j.doc_id,
+            j.a_id,
+            j.b_id,
+            j.p_a,
+            j.token_logprobs,
+            means[(j.doc_id, j.a_id)],
+            means[(j.doc_id, j.b_id)],
+            None,
+            j.flags,
+        )
+        for j in js
+    ]
     sp_r, sp_u = (metrics.correlations(x, "pairs", shuffles=100)["spearman"] for x in (js, unrounded))
-    rows.append({"difference": "dialogue human scores: rounded (official) vs unrounded means, same judgments",
-                 "spearman_rounded": sp_r, "spearman_unrounded": sp_u})
+    rows.append(
+        {
+            "difference": "dialogue human scores: rounded (official) vs unrounded means, same judgments",
+            "spearman_rounded": sp_r,
+            "spearman_unrounded": sp_u,
+        }
+    )
     print(f"- dialogue human rounding: Spearman {sp_u:.3f} (means) -> {sp_r:.3f} (rounded, official)")
     seeds = [metrics.correlations(gen_official, "pairs", shuffles=100, seed=s)["spearman"] for s in range(10)]
-    rows.append({"difference": "PairS shuffles: seeded here, unseeded officially (10 seeds x 100 shuffles)",
-                 "spearman_min": min(seeds), "spearman_max": max(seeds), "spearman_std": float(np.std(seeds))})
-    print(f"- PairS seeds: Spearman {min(seeds):.3f}..{max(seeds):.3f} (std {np.std(seeds):.4f}) over 10 seeds")
-    steps = [g.step for g in official.generate(official.encode(_requests(docs["zepo"], raw, args.candidates)))]
-    rows.append({"difference": "official read-out: step of the first A/B token (SmolLM2, official wrapping)",
-                 "steps": steps})
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.platform(),
-            "cpu_threads": 1, "commit": commit, "wall_s": round(time.time() - start, 1),
-            "command": "python scripts/zepo_differences.py " + " ".join(argv or []),
-            "judge": official.identity, "newsroom_docs": [d.id for d in docs["zepo"]],
-            "candidates": args.candidates}
+    rows.append(
+        {
+            "difference": "PairS shuffles: seeded here, unseeded officially (10 seeds x 100 shuffles)",
+            "spearman_min": min(seeds),
+            "spearman_max": max(seeds),
+            "spearman_std": float(np.std(seeds)),
+        }
+    )
+    print(
+        f"- PairS seeds: Spearman {min(seeds):.3f}..{max(seeds):.3f} (std {np.std(seeds):.4f}) over 10 seeds"
+    )
+    steps = [
+        g.step for g in official.generate(official.encode(_requests(docs["zepo"], raw, args.candidates)))
+    ]
+    rows.append(
+        {
+            "difference": "official read-out: step of the first A/B token (SmolLM2, official wrapping)",
+            "steps": steps,
+        }
+    )
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": platform.platform(),
+        "cpu_threads": 1,
+        "commit": commit,
+        "wall_s": round(time.time() - start, 1),
+        "command": "python scripts/zepo_differences.py " + " ".join(argv or []),
+        "judge": official.identity,
+        "newsroom_docs": [d.id for d in docs["zepo"]],
+        "candidates": args.candidates,
+    }
     Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     print(json.dumps(meta))
     return 0

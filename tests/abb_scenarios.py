@@ -98,7 +98,9 @@ def old_rule_bernstein(v_sq, j_sq, B, tau, delta_m, delta_est):
     """Before the fix, Bernstein: U = UCB(v^2) - LCB(j^2), each clipped to [0, B] though j^2 may exceed B."""
     share = delta_est / 2
     up = abb.bernstein_ucb(float(np.mean(v_sq)), float(np.var(v_sq, ddof=1)), v_sq.size, B, share)
-    lo = abb.bernstein_ucb(float(np.mean(j_sq)), float(np.var(j_sq, ddof=1)), j_sq.size, B, share, side="lower")
+    lo = abb.bernstein_ucb(
+        float(np.mean(j_sq)), float(np.var(j_sq, ddof=1)), j_sq.size, B, share, side="lower"
+    )
     u = max(0.0, up - lo)
     return 1.0 if u == 0 else min(1.0, tau * math.sqrt(delta_m / u))
 
@@ -106,9 +108,14 @@ def old_rule_bernstein(v_sq, j_sq, B, tau, delta_m, delta_est):
 def params(tau, B, sq, *, d, delta, noise=0.0, est=0.1, scale=(0.0, 1.0), **kw) -> abb.AbbParams:
     """A real calibrated mechanism: split delta, choose the bound, calibrate (fixed mu at the midpoint)."""
     split = abb.split_delta(delta, noise_fraction=noise, est_fraction=est)
-    choice = abb.choose_alpha(tau, B, sq, delta_m=split.markov, delta_est=split.est,
-                              **{k: kw.pop(k) for k in ("allowed", "jitter_sq", "jitter_coords", "neighbour_coords")
-                                 if k in kw})
+    choice = abb.choose_alpha(
+        tau,
+        B,
+        sq,
+        delta_m=split.markov,
+        delta_est=split.est,
+        **{k: kw.pop(k) for k in ("allowed", "jitter_sq", "jitter_coords", "neighbour_coords") if k in kw},
+    )
     return abb.calibrate(choice, tau=tau, split=split, d=d, B=B, scale=scale, **kw)
 
 

@@ -150,8 +150,9 @@ def served_smollm2(smollm2_path, tmp_path_factory):
     from test_vllm_server import _free_port, serve_judge
 
     port = _free_port()
-    server = serve_judge([*SERVED_SMOLLM2, "--port", str(port)], port,
-                         tmp_path_factory.mktemp("served_smollm2") / "server.log")
+    server = serve_judge(
+        [*SERVED_SMOLLM2, "--port", str(port)], port, tmp_path_factory.mktemp("served_smollm2") / "server.log"
+    )
     url = next(server)
     _CLOSE_EARLY["served_smollm2"] = server.close  # the generator's finally stops the server
     yield url
@@ -206,8 +207,10 @@ def schedule_for_xdist(items: list[pytest.Item]) -> None:
     units: dict[str, list[pytest.Item]] = {}
     for item in items:
         units.setdefault(work_unit(item), []).append(item)
-    weight = {u: (u == "engines", sum(1 for i in its if i.get_closest_marker("slow")), len(its))
-              for u, its in units.items()}
+    weight = {
+        u: (u == "engines", sum(1 for i in its if i.get_closest_marker("slow")), len(its))
+        for u, its in units.items()
+    }
     order = sorted(units, key=lambda u: (weight[u][0], weight[u][1]), reverse=True)  # stable: ties keep order
     items[:] = [item for u in order for item in units[u]]
     for item in items:
@@ -247,9 +250,16 @@ def pytest_runtest_teardown(item, nextitem):
 
 def _run_env(tmp: Path, env: dict | None) -> dict:
     """The environment of one run: an isolated cache, data dir and W&B data dir per test."""
-    full_env = {**os.environ, "HARNESS_DATA_MIRROR": str(SHARED_DATA), "WANDB_MODE": "offline",
-                "HARNESS_DATA_DIR": str(tmp / "data"), "HARNESS_CACHE": str(tmp / "cache"),
-                "HYDRA_FULL_ERROR": "0", "WANDB_DATA_DIR": str(tmp / "wandb-data"), **(env or {})}
+    full_env = {
+        **os.environ,
+        "HARNESS_DATA_MIRROR": str(SHARED_DATA),
+        "WANDB_MODE": "offline",
+        "HARNESS_DATA_DIR": str(tmp / "data"),
+        "HARNESS_CACHE": str(tmp / "cache"),
+        "HYDRA_FULL_ERROR": "0",
+        "WANDB_DATA_DIR": str(tmp / "wandb-data"),
+        **(env or {}),
+    }
     # Tiny models and converted SmolLM2 live in the shared model cache, not the per-test cache.
     full_env.setdefault("HARNESS_MODEL_CACHE", str(Path.home() / ".cache" / "harness"))
     return full_env
@@ -262,8 +272,14 @@ def run_harness(args: list[str], tmp: Path, *, env: dict | None = None, timeout:
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "harness.run", *args], cwd=cwd, env=_run_env(tmp, env),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "harness.run", *args],
+        cwd=cwd,
+        env=_run_env(tmp, env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def run_bench(args: list[str], tmp: Path, *, timeout: int = 600):
@@ -272,8 +288,14 @@ def run_bench(args: list[str], tmp: Path, *, timeout: int = 600):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "harness.bench", *args], cwd=REPO, env=_run_env(tmp, None),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "harness.bench", *args],
+        cwd=REPO,
+        env=_run_env(tmp, None),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def bench_json(proc) -> dict:
@@ -305,8 +327,13 @@ def killed_after_commits(args: list[str], tmp: Path, rows: int, timeout: int = 6
     import time
 
     cache = tmp / "cache" / "requests.sqlite"
-    proc = subprocess.Popen([sys.executable, "-m", "harness.run", *args], cwd=REPO, env=_run_env(tmp, None),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.run", *args],
+        cwd=REPO,
+        env=_run_env(tmp, None),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + timeout
     while cache_rows(cache) < rows and time.time() < deadline and proc.poll() is None:
         time.sleep(0.1)
@@ -332,8 +359,13 @@ def coherence_pairs(shared_data):
     from harness.prompts import default_instruction
 
     docs = load_task("summeval", data_dir=shared_data, limit=2)
-    reqs, _ = build_requests(docs, default_instruction("coherence", "summarization"), "summarization", "coherence",
-                             max_candidates=3)
+    reqs, _ = build_requests(
+        docs,
+        default_instruction("coherence", "summarization"),
+        "summarization",
+        "coherence",
+        max_candidates=3,
+    )
     return reqs
 
 

@@ -39,12 +39,20 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-TRAPPED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGCONT)
+TRAPPED_SIGNALS = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGHUP,
+    signal.SIGCONT,
+)
 """Signals whose handlers a run may replace (preemption: wrappers.py, submitit, wandb)."""
 
 
-def run_in_process(args: list[str], tmp: Path, *, env: dict | None = None, timeout: int = 600,
-                   repo: Path, base_env: dict) -> subprocess.CompletedProcess:
+def run_in_process(
+    args: list[str], tmp: Path, *, env: dict | None = None, timeout: int = 600, repo: Path, base_env: dict
+) -> subprocess.CompletedProcess:
     """`python -m harness.run *args` in this process (see the module docstring). `timeout` is
     accepted for run_harness's signature; pytest-timeout bounds the test instead."""
     from harness.runtime.entry import main
@@ -144,8 +152,11 @@ def _logging_state() -> Iterator[None]:
     root = logging.getLogger()
     manager = logging.Logger.manager
     saved_root = (list(root.handlers), list(root.filters), root.level)
-    saved = {name: (lg.level, list(lg.handlers), lg.propagate, lg.disabled)
-             for name, lg in manager.loggerDict.items() if isinstance(lg, logging.Logger)}
+    saved = {
+        name: (lg.level, list(lg.handlers), lg.propagate, lg.disabled)
+        for name, lg in manager.loggerDict.items()
+        if isinstance(lg, logging.Logger)
+    }
     try:
         yield
     finally:

@@ -92,8 +92,7 @@ def calibration(judgments: Sequence[Judgment], bins: int = 10) -> dict[str, floa
     # A 0.5 answer picks neither side: it earns the expected score of a coin flip.
     correct = np.where(p == 0.5, 0.5, ((p > 0.5) == (y == 1)).astype(float))
     brier = float(((p - y) ** 2).mean())
-    return {"ece": float(ece), "brier": brier, "nll": float(nll),
-            "accuracy": float(correct.mean()), "n": n}
+    return {"ece": float(ece), "brier": brier, "nll": float(nll), "accuracy": float(correct.mean()), "n": n}
 
 
 # ---- harness/metrics/correlation.py @ main ----
@@ -163,8 +162,13 @@ def view_correlations(
         rhos.append(rho.mean())
         taus.append(tau.mean())
     rho_w, tau_w = _whole_corr(list(views.values()))
-    return {"spearman": mean_or_nan(rhos), "kendall": mean_or_nan(taus), "spearman_whole": rho_w,
-            "kendall_whole": tau_w, "n_docs": len(views)}
+    return {
+        "spearman": mean_or_nan(rhos),
+        "kendall": mean_or_nan(taus),
+        "spearman_whole": rho_w,
+        "kendall_whole": tau_w,
+        "n_docs": len(views),
+    }
 
 
 # ---- harness/metrics/debias.py @ main ----
@@ -248,8 +252,11 @@ def view_order_consistency(views: Mapping[str, DocView]) -> dict[str, float | in
         return {"order_consistency": math.nan, "order_gap": math.nan, "n_order_pairs": 0}
     p, q = pairs[:, 0], pairs[:, 1]
     same = np.sign(p - 0.5) == np.sign(0.5 - q)
-    return {"order_consistency": float(same.mean()), "order_gap": float(np.abs(p + q - 1).mean()),
-            "n_order_pairs": n}
+    return {
+        "order_consistency": float(same.mean()),
+        "order_gap": float(np.abs(p + q - 1).mean()),
+        "n_order_pairs": n,
+    }
 
 
 def order_consistency(judgments: Sequence[Judgment]) -> dict[str, float | int]:
@@ -280,18 +287,32 @@ def metric_set(
     pairs = view_correlations(views, "pairs", shuffles, seed)
     rate, rate_prob = view_a_rate(views, "argmax"), view_a_rate(views, "prob")
     return {
-        "a_rate": rate, "a_rate_prob": rate_prob, **view_order_consistency(views), **answer_mass_stats(judgments),
-        "fairness": -abs(rate - 0.5), "fairness_prob": -abs(rate_prob - 0.5),
-        "max_prob": conf["max_prob"], "entropy": conf["entropy"],
-        "ece": cal["ece"], "brier": cal["brier"], "nll": cal["nll"], "accuracy": cal["accuracy"],
+        "a_rate": rate,
+        "a_rate_prob": rate_prob,
+        **view_order_consistency(views),
+        **answer_mass_stats(judgments),
+        "fairness": -abs(rate - 0.5),
+        "fairness_prob": -abs(rate_prob - 0.5),
+        "max_prob": conf["max_prob"],
+        "entropy": conf["entropy"],
+        "ece": cal["ece"],
+        "brier": cal["brier"],
+        "nll": cal["nll"],
+        "accuracy": cal["accuracy"],
         "n_calibration": int(cal["n"]),
-        "spearman": win["spearman"], "kendall": win["kendall"],
-        "spearman_pairs": pairs["spearman"], "kendall_pairs": pairs["kendall"],
-        "spearman_whole": win["spearman_whole"], "kendall_whole": win["kendall_whole"],
-        "n_judgments": len(judgments), "n_docs": len(views),
+        "spearman": win["spearman"],
+        "kendall": win["kendall"],
+        "spearman_pairs": pairs["spearman"],
+        "kendall_pairs": pairs["kendall"],
+        "spearman_whole": win["spearman_whole"],
+        "kendall_whole": win["kendall_whole"],
+        "n_judgments": len(judgments),
+        "n_docs": len(views),
         # As the official ZEPO code (metrics/official.py): the upper-triangle decision rate (the
         # debiased rate of Figure 4 under "permutation"), the label-free BC prior, the Norm Gap.
-        "a_rate_upper": upper_a_rate(judgments), "bc": bc_prior(judgments), "prob_gap": prob_gap(judgments),
+        "a_rate_upper": upper_a_rate(judgments),
+        "bc": bc_prior(judgments),
+        "prob_gap": prob_gap(judgments),
     }
 
 
@@ -315,7 +336,9 @@ def summarize(
 
 
 # ---- write_run @ main (harness/metrics/summary.py, harness/files.py's JSONL writer) ----
-def write_run(out: Path, judgments: Sequence[Judgment], p_cf: float, shuffles: int, seed: int) -> dict[str, Any]:
+def write_run(
+    out: Path, judgments: Sequence[Judgment], p_cf: float, shuffles: int, seed: int
+) -> dict[str, Any]:
     """The old write path: judgments.jsonl through `jsonable` per row, then `summarize`."""
     rows = [judgment_to_row(j) for j in judgments] + [{"kind": "content_free", "p_a": p_cf}]
     tmp = out / ".judgments.jsonl.tmp"

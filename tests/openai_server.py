@@ -40,7 +40,16 @@ SLOW_FAULTS = ("drip", "redirect")
 """Not in FAULTS' transport set (the transport test injects each of those): 'drip:<s>' sends a
 whole answer's headers at once, then its body one byte every <s> seconds; 'redirect:<url>' a 307 to
 <url>."""
-CONTENT_FAULTS = ("no_logprobs", "empty_top", "nan", "null", "positive", "both_zero", "missing_ids", "all_inf")
+CONTENT_FAULTS = (
+    "no_logprobs",
+    "empty_top",
+    "nan",
+    "null",
+    "positive",
+    "both_zero",
+    "missing_ids",
+    "all_inf",
+)
 FAULTS = TRANSPORT_FAULTS + CONTENT_FAULTS + SLOW_FAULTS
 
 
@@ -62,9 +71,17 @@ class Received:
 class OpenAIServer:
     """Context manager: `with OpenAIServer(judge=...) as srv: srv.url` -> 'http://127.0.0.1:PORT/v1'."""
 
-    def __init__(self, *, judge: Any = None, script: Sequence[str] | Callable[[dict], str] | None = None,
-                 api_key: str | None = None, model: str = "tiny-test", hang_s: float = 3.0,
-                 max_top_logprobs: int = 20, root: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        judge: Any = None,
+        script: Sequence[str] | Callable[[dict], str] | None = None,
+        api_key: str | None = None,
+        model: str = "tiny-test",
+        hang_s: float = 3.0,
+        max_top_logprobs: int = 20,
+        root: str | None = None,
+    ) -> None:
         self.judge, self.model_name, self.hang_s = judge, model, hang_s
         self.root = root
         """The weights /v1/models names as the model's `root` (as vLLM does), None: left out."""
@@ -88,7 +105,9 @@ class OpenAIServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -123,7 +142,9 @@ class OpenAIServer:
         model = self.judge.model
         with self._model_lock, torch.inference_mode():
             x = torch.tensor([ids], dtype=torch.long, device=next(model.parameters()).device)
-            logits = model(input_ids=x, attention_mask=torch.ones_like(x), logits_to_keep=1, use_cache=False).logits
+            logits = model(
+                input_ids=x, attention_mask=torch.ones_like(x), logits_to_keep=1, use_cache=False
+            ).logits
         return torch.log_softmax(logits[0, -1].float(), dim=-1).cpu()
 
     def tokens_for(self, path: str, body: dict) -> list[int]:
@@ -151,21 +172,38 @@ class OpenAIServer:
         lp = self.next_token_logprobs(self.tokens_for(path, body))
         greedy, entries = self.logprob_entries(lp, body, "top_logprobs")
         as_ids = bool(body.get("return_tokens_as_token_ids"))
-        top = [{"token": self.token_text(i, as_ids), "logprob": v,
-                "bytes": list(self.token_text(i, as_ids).encode())} for i, v in entries]
+        top = [
+            {
+                "token": self.token_text(i, as_ids),
+                "logprob": v,
+                "bytes": list(self.token_text(i, as_ids).encode()),
+            }
+            for i, v in entries
+        ]
         first = {"token": self.token_text(greedy, as_ids), "logprob": float(lp[greedy]), "top_logprobs": top}
         message = {"role": "assistant", "content": self.judge.tokenizer.decode([greedy])}
-        return _envelope(self.model_name, {"index": 0, "message": message, "finish_reason": "length",
-                                           "logprobs": {"content": [first]}}, "chat.completion")
+        return _envelope(
+            self.model_name,
+            {"index": 0, "message": message, "finish_reason": "length", "logprobs": {"content": [first]}},
+            "chat.completion",
+        )
 
     def legacy_logprobs(self, path: str, body: dict) -> dict:
         lp = self.next_token_logprobs(self.tokens_for(path, body))
         greedy, entries = self.logprob_entries(lp, body, "logprobs")
         as_ids = bool(body.get("return_tokens_as_token_ids"))
         top = {self.token_text(i, as_ids): v for i, v in entries}
-        choice = {"index": 0, "text": self.judge.tokenizer.decode([greedy]), "finish_reason": "length",
-                  "logprobs": {"tokens": [self.token_text(greedy, as_ids)], "token_logprobs": [float(lp[greedy])],
-                               "top_logprobs": [top], "text_offset": [0]}}
+        choice = {
+            "index": 0,
+            "text": self.judge.tokenizer.decode([greedy]),
+            "finish_reason": "length",
+            "logprobs": {
+                "tokens": [self.token_text(greedy, as_ids)],
+                "token_logprobs": [float(lp[greedy])],
+                "top_logprobs": [top],
+                "text_offset": [0],
+            },
+        }
         return _envelope(self.model_name, choice, "text_completion")
 
     def scripted(self, body: dict) -> dict:
@@ -175,7 +213,9 @@ class OpenAIServer:
             with self._lock:
                 text = self._script.popleft() if self._script else ""
         message = {"role": "assistant", "content": text}
-        return _envelope(self.model_name, {"index": 0, "message": message, "finish_reason": "stop"}, "chat.completion")
+        return _envelope(
+            self.model_name, {"index": 0, "message": message, "finish_reason": "stop"}, "chat.completion"
+        )
 
     def answer(self, path: str, body: dict) -> tuple[int, dict]:
         if path.endswith("/chat/completions") and isinstance(body.get("messages"), list):
@@ -191,8 +231,14 @@ class OpenAIServer:
 
 
 def _envelope(model: str, choice: dict, obj: str) -> dict:
-    return {"id": "cmpl-test", "object": obj, "created": int(time.time()), "model": model,
-            "choices": [choice], "usage": {"prompt_tokens": 0, "completion_tokens": 1, "total_tokens": 1}}
+    return {
+        "id": "cmpl-test",
+        "object": obj,
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 1, "total_tokens": 1},
+    }
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -202,8 +248,13 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # keep pytest output clean
         pass
 
-    def _send(self, status: int, payload: bytes, ctype: str = "application/json",
-              headers: dict[str, str] | None = None) -> None:
+    def _send(
+        self,
+        status: int,
+        payload: bytes,
+        ctype: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(payload)))
@@ -232,7 +283,9 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw)
         except json.JSONDecodeError:
             body = None
-        rec = Received(self.path, self.headers.get("X-Client-Request-Id", ""), body, self._auth(), t=time.monotonic())
+        rec = Received(
+            self.path, self.headers.get("X-Client-Request-Id", ""), body, self._auth(), t=time.monotonic()
+        )
         with srv._lock:
             srv.requests.append(rec)
             fault = srv._faults.popleft() if srv._faults and rec.authorized else None
@@ -240,7 +293,9 @@ class _Handler(BaseHTTPRequestHandler):
             # Like OpenAI, echo (part of) the presented key: the client must redact it.
             sent = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
             rec.outcome = "401"
-            return self._send(401, json.dumps({"error": {"message": f"Incorrect API key provided: {sent}"}}).encode())
+            return self._send(
+                401, json.dumps({"error": {"message": f"Incorrect API key provided: {sent}"}}).encode()
+            )
         if fault is not None and fault not in CONTENT_FAULTS:
             rec.outcome = fault
             return self._fault(fault)
@@ -287,7 +342,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if self.owner._stop.wait(float(arg or 0.1)):
                     break
                 try:
-                    self.wfile.write(body[k:k + 1])
+                    self.wfile.write(body[k : k + 1])
                     self.wfile.flush()
                 except OSError:  # the client gave up: what the deadline is for
                     break
@@ -311,9 +366,11 @@ def spoil(payload: dict, fault: str) -> dict:
             else:
                 top["token_id:0"] = -0.1
         return payload
-    value = {"nan": float("nan"), "null": None, "positive": 0.7, "both_zero": 0.0, "all_inf": -float("inf")}[fault]
+    value = {"nan": float("nan"), "null": None, "positive": 0.7, "both_zero": 0.0, "all_inf": -float("inf")}[
+        fault
+    ]
     keys = list(range(len(top))) if chat else list(top)
-    for k in (keys if fault in ("both_zero", "all_inf") else keys[-1:]):
+    for k in keys if fault in ("both_zero", "all_inf") else keys[-1:]:
         if chat:
             top[k]["logprob"] = value
         else:

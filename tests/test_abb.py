@@ -43,7 +43,9 @@ def test_cap_with_noise_is_exact_and_beats_triangle():
     tau, sigma, d, db = 0.5, 0.001, 12_000, 0.005
     c = abb.choose_alpha(tau, 16.0, np.zeros(3), delta_m=0.01, delta_est=0.0, sigma=sigma, d=d, delta_b=db)
     x = math.log(1 / db)
-    triangle = (tau - sigma * math.sqrt(2 * (d + 2 * math.sqrt(d * x) + 2 * x))) / 4  # Laurent-Massart + triangle
+    triangle = (
+        tau - sigma * math.sqrt(2 * (d + 2 * math.sqrt(d * x) + 2 * x))
+    ) / 4  # Laurent-Massart + triangle
     assert triangle < c.alpha < 0.125
     assert abb.noise_tail(c.alpha * 4, sigma, d, tau) == pytest.approx(db, rel=1e-3)
     assert abb.radius_budget(tau, 1.0, d, db) is None  # the noise alone exceeds tau: no alpha
@@ -59,7 +61,10 @@ def test_noise_tail_matches_monte_carlo_and_sigma_room_inverts_it():
     lo, hi = abb.clopper_pearson(k, 20_000, 0.999)
     assert lo <= p <= hi and 0.05 < p < 0.95
     s = abb.sigma_room(r, tau, d, 0.01)
-    assert abb.noise_tail(r, s, d, tau) == pytest.approx(0.01, rel=1e-3) and abb.sigma_room(tau, tau, d, 0.01) == 0
+    assert (
+        abb.noise_tail(r, s, d, tau) == pytest.approx(0.01, rel=1e-3)
+        and abb.sigma_room(tau, tau, d, 0.01) == 0
+    )
 
 
 # (b) order-statistic quantile bound
@@ -84,7 +89,9 @@ def test_quantile_coverage_continuous(shift):
     fails = int(np.sum(np.sort(rng.exponential(size=(2000, m)), axis=1)[:, k - 1] < -math.log(dm)))
     if shift == 0:
         assert cp_low(fails, 2000) <= de
-        assert abb.clopper_pearson(fails, 2000, 0.999)[0] <= stats.binom.sf(k - 1, m, 1 - dm)  # the exact rate
+        assert abb.clopper_pearson(fails, 2000, 0.999)[0] <= stats.binom.sf(
+            k - 1, m, 1 - dm
+        )  # the exact rate
     else:
         assert cp_low(fails, 2000) > de
 
@@ -103,7 +110,9 @@ def test_quantile_coverage_with_ties():
 def test_dkw_needs_more_samples_and_covers():
     assert abb.dkw_quantile_ucb(np.zeros(1000), 0.05, 0.005) is None  # needs m > ln(200)/(2 * 0.05^2) = 1060
     rng = np.random.default_rng(9)
-    fails = sum(abb.dkw_quantile_ucb(rng.exponential(size=1500), 0.05, 0.2)[0] < -math.log(0.05) for _ in range(500))
+    fails = sum(
+        abb.dkw_quantile_ucb(rng.exponential(size=1500), 0.05, 0.2)[0] < -math.log(0.05) for _ in range(500)
+    )
     assert cp_low(fails, 500) <= 0.2
 
 
@@ -128,9 +137,13 @@ def test_best_rule_accounting_and_hand_checked_values():
     assert abb.mean_ucb(x, 1.0, 0.005, "best")[0] == abb.mean_ucb(x, 1.0, 0.005, "hoeffding")[0]  # full delta
     y = np.full(400, 0.01)
     best, how = abb.mean_ucb(y, 1.0, 0.005, "best")
-    assert best == min(abb.mean_ucb(y, 1.0, 0.0025, m)[0] for m in ("hoeffding", "bernstein")) and "of 2" in how
+    assert (
+        best == min(abb.mean_ucb(y, 1.0, 0.0025, m)[0] for m in ("hoeffding", "bernstein")) and "of 2" in how
+    )
     assert abb.bernstein_ucb(0.0, 0.0, 14, 1.0, 0.005) == 1.0  # vacuous for m <= 14 at delta 0.005
-    assert abb.mean_ucb(np.array([0.0, 1.0, 2.0, 3.0]), 4.0, 0.1, "hoeffding")[0] == pytest.approx(3.645966026)
+    assert abb.mean_ucb(np.array([0.0, 1.0, 2.0, 3.0]), 4.0, 0.1, "hoeffding")[0] == pytest.approx(
+        3.645966026
+    )
     z = np.linspace(0, 3, 100)
     assert abb.mean_ucb(z, 4.0, 0.1, "bernstein")[0] == pytest.approx(1.997616204, rel=1e-8)
     assert abb.mean_ucb(z, 4.0, 0.1, "bernstein", side="lower")[0] == pytest.approx(1.002383796, rel=1e-8)
@@ -190,7 +203,10 @@ def test_counterexample_old_rule_is_refuted_by_the_check(counterexample):
     judge, v, j5, j50, fresh = counterexample
     tau = 0.1
     good = sc.params(tau, 1.0, v, d=judge.d, delta=0.05)
-    for alpha in (sc.old_rule_plugin(v, j5, tau, 0.045), sc.old_rule_bernstein(v, j50, 1.0, tau, 0.045, 0.005)):
+    for alpha in (
+        sc.old_rule_plugin(v, j5, tau, 0.045),
+        sc.old_rule_bernstein(v, j50, 1.0, tau, 0.045, 0.005),
+    ):
         assert alpha == 1.0
         check = abb.verify(judge.f, fresh, sc.with_alpha(good, alpha), np.random.default_rng(3))
         assert check.violations > 1800 and check.verdict == "violated"
@@ -209,8 +225,17 @@ def test_counterexample_new_rule(counterexample):
     with pytest.raises(ConfigError, match="coordinates"):
         sc.params(tau, 1.0, v, d=judge.d, delta=0.05, jitter_sq=j5, jitter_coords=80, neighbour_coords=1)
     matched = sc.sq_dist(judge.f, judge.jitter_matched(50, np.random.default_rng(4)))
-    ctx = sc.params(tau, 1.0, v, d=judge.d, delta=0.05, jitter_sq=matched, jitter_coords=1, neighbour_coords=1,
-                    allowed=("markov",))
+    ctx = sc.params(
+        tau,
+        1.0,
+        v,
+        d=judge.d,
+        delta=0.05,
+        jitter_sq=matched,
+        jitter_coords=1,
+        neighbour_coords=1,
+        allowed=("markov",),
+    )
     assert ctx.choice.claim == "context" and 0 < ctx.alpha < 0.1
     assert "MEAN" in abb.AbbResult(ctx, "one_item", 50, (0.0, 1.0)).to_json()["guarantee"]["statement"]
     assert abb.verify(judge.f, fresh, ctx, np.random.default_rng(5)).verdict == "not_applicable"
@@ -223,7 +248,9 @@ def test_whole_set_quantile_is_checkable_and_negative_control_flagged():
     judge = sc.JitterJudge(seed=0)
     rng = np.random.default_rng(6)
     tau, B = 0.1, float(judge.d)
-    p = sc.params(tau, B, sc.sq_dist(judge.f, judge.whole_set(200, rng)), d=judge.d, delta=0.05 / 0.9, est=0.1)
+    p = sc.params(
+        tau, B, sc.sq_dist(judge.f, judge.whole_set(200, rng)), d=judge.d, delta=0.05 / 0.9, est=0.1
+    )
     assert p.choice.winner.name == "quantile" and p.alpha > 10 * tau / math.sqrt(B)
     fresh = judge.whole_set(2000, np.random.default_rng(7))
     assert abb.verify(judge.f, fresh, p, rng).verdict == "confirmed"
@@ -234,14 +261,20 @@ def test_negative_controls_on_published_profile():
     """Published-like Likert profile (d = 12,000, tau = 0.5, delta = 0.01), 300 independent trials."""
     judge = sc.LikertJudge(d=12_000, rms=2.485, seed=0)
     rng = np.random.default_rng(0)
-    p = sc.params(0.5, 16.0, sc.sq_dist(judge.f, judge.one_item(40, rng)), d=judge.d, delta=0.01, scale=(1.0, 5.0))
+    p = sc.params(
+        0.5, 16.0, sc.sq_dist(judge.f, judge.one_item(40, rng)), d=judge.d, delta=0.01, scale=(1.0, 5.0)
+    )
     assert p.choice.winner.name == "certain_cap" and p.alpha == 0.125
     fresh = judge.one_item(300, rng)
-    assert abb.verify(judge.f, fresh, p, rng, coords_allowed=1).verdict == "confirmed"  # sure: assumption held
+    assert (
+        abb.verify(judge.f, fresh, p, rng, coords_allowed=1).verdict == "confirmed"
+    )  # sure: assumption held
     a_off, s_off = sc.official_sigma(2.485)  # raw-unit sigma against a range-normalised sensitivity
     assert abb.verify(judge.f, fresh, sc.with_alpha(p, a_off, s_off), rng).verdict == "violated"
     assert abb.verify(judge.f, fresh, sc.with_alpha(p, 3 * 0.125), rng).verdict == "violated"
-    below = abb.verify(judge.f, fresh, sc.with_alpha(p, 3 * 0.0201), rng)  # 3x the Markov plug-in: below the cap
+    below = abb.verify(
+        judge.f, fresh, sc.with_alpha(p, 3 * 0.0201), rng
+    )  # 3x the Markov plug-in: below the cap
     # Below the cap the claim is sure again: the check can only test the assumption, and says so.
     assert below.violations == 0 and below.verdict == "confirmed" and below.tests == "sure"
 
@@ -253,8 +286,16 @@ def test_a_run_refuted_by_its_own_fresh_neighbours_claims_nothing():
     rng = np.random.default_rng(0)
     tame = judge.one_item(200, rng) * 0 + judge.f  # edits that moved nothing ...
     wild = judge.one_item(300, rng)  # ... but fresh edits move one score by 0.25
-    result, _ = abb.run_abb(judge.f, tame, tau=0.1, split=abb.split_delta(0.1, noise_fraction=0), mode="one_item",
-                            scale=(0.0, 1.0), rng=rng, fresh=wild)
+    result, _ = abb.run_abb(
+        judge.f,
+        tame,
+        tau=0.1,
+        split=abb.split_delta(0.1, noise_fraction=0),
+        mode="one_item",
+        scale=(0.0, 1.0),
+        rng=rng,
+        fresh=wild,
+    )
     assert result.params.choice.winner.name == "quantile" and result.params.alpha == 1.0
     assert result.verification.verdict == "violated"
     g = result.to_json()["guarantee"]
@@ -304,8 +345,9 @@ def test_data_mu_decomposition_and_its_bound():
     ignoring = dataclasses.replace(fixed, mu_mode="data", mu_value=None)
     assert abb.verify(f, shifted(500, 2), ignoring, rng).verdict == "violated"
     split = abb.split_delta(0.05, noise_fraction=0, est_fraction=0.1)
-    honest = abb.choose_alpha(0.5, 800.0, sq, delta_m=split.markov, delta_est=split.est, parallel_sq=par_sq,
-                              B_par=800.0)
+    honest = abb.choose_alpha(
+        0.5, 800.0, sq, delta_m=split.markov, delta_est=split.est, parallel_sq=par_sq, B_par=800.0
+    )
     with pytest.raises(ConfigError, match="escapes"):
         abb.calibrate(honest, tau=0.5, split=split, d=50, B=800.0, B_parallel=800.0, mu="data")
 
@@ -314,14 +356,17 @@ def test_sigma_fills_the_room_alpha_leaves():
     sq = np.zeros(10)
     p = sc.params(0.5, 1.0, sq, d=100, delta=0.1, noise=0.45, alpha_fraction=0.5, sigma_mode="max")
     assert p.alpha == 0.25 and p.radius == pytest.approx(0.25) and p.sigma > 0
-    assert p.noise_tail == pytest.approx(0.045, rel=1e-3) and p.delta_claimed == pytest.approx(0.045, rel=1e-3)
+    assert p.noise_tail == pytest.approx(0.045, rel=1e-3) and p.delta_claimed == pytest.approx(
+        0.045, rel=1e-3
+    )
     full = sc.params(0.5, 1.0, sq, d=100, delta=0.1, noise=0.45, sigma_mode="max")
     assert full.sigma_max == 0 and full.sigma == 0  # at alpha_max there is no room
 
 
 def test_dp_sigma_formula():
-    p = sc.params(0.5, 16.0, np.full(10, 4.0), d=100, delta=0.02, noise=0.5, est=0.0, scale=(1.0, 5.0),
-                  dp_epsilon=0.5)
+    p = sc.params(
+        0.5, 16.0, np.full(10, 4.0), d=100, delta=0.02, noise=0.5, est=0.0, scale=(1.0, 5.0), dp_epsilon=0.5
+    )
     # alpha = 1, sensitivity bound = the cap's threshold sqrt(B) = 4, sigma = 4 sqrt(2 ln 125) / 0.5
     assert p.alpha == 1.0 and p.radius == pytest.approx(4.0) and p.kind == "dp" and p.delta_claimed is None
     assert p.sigma == pytest.approx(4 * math.sqrt(2 * math.log(125)) / 0.5)
@@ -353,9 +398,18 @@ def test_run_abb_writes_complete_json(tmp_path):
     judge = sc.JitterJudge(docs=10, per_doc=12, seed=1)
     rng = np.random.default_rng(5)
     split = abb.split_delta(0.05, noise_fraction=0.45)
-    result, scores = abb.run_abb(judge.f, judge.one_item(300, rng), tau=0.2, split=split, mode="one_item",
-                                 scale=(0.0, 1.0), rng=rng, fresh=judge.one_item(300, rng),
-                                 alpha_fraction=0.5, sigma_mode="max")
+    result, scores = abb.run_abb(
+        judge.f,
+        judge.one_item(300, rng),
+        tau=0.2,
+        split=split,
+        mode="one_item",
+        scale=(0.0, 1.0),
+        rng=rng,
+        fresh=judge.one_item(300, rng),
+        alpha_fraction=0.5,
+        sigma_mode="max",
+    )
     p = result.params
     assert p.choice.winner.name == "quantile" and p.sigma > 0
     assert np.std(scores - abb.contract(judge.f, p)) == pytest.approx(p.sigma, rel=0.2)
@@ -371,11 +425,14 @@ def test_run_abb_writes_complete_json(tmp_path):
     assert [q.name for q in tmp_path.iterdir()] == ["abb.json"]  # no temporary left behind
 
 
-@pytest.mark.parametrize("rms,jit,off,off_ctx,h10,h40", [
-    (2.485, 1.405, 0.01423, 0.01725, 0.01267, 0.01516),
-    (1.901, 1.332, 0.01860, 0.02607, 0.01386, 0.01734),
-    (1.926, 1.690, 0.01836, 0.03827, 0.01381, 0.01724),
-])
+@pytest.mark.parametrize(
+    "rms,jit,off,off_ctx,h10,h40",
+    [
+        (2.485, 1.405, 0.01423, 0.01725, 0.01267, 0.01516),
+        (1.901, 1.332, 0.01860, 0.02607, 0.01386, 0.01734),
+        (1.926, 1.690, 0.01836, 0.03827, 0.01381, 0.01724),
+    ],
+)
 def test_published_alphas(rms, jit, off, off_ctx, h10, h40):
     """The published profiles (Likert 1-5, tau = 0.5, delta = 0.01): the official plug-in alpha, valid
     Hoeffding-Markov alphas, vacuous Bernstein, and the cap 3x above all of them."""
@@ -384,7 +441,9 @@ def test_published_alphas(rms, jit, off, off_ctx, h10, h40):
     assert alpha(rms / math.sqrt(0.005)) == pytest.approx(off, abs=5e-6)  # official: delta/2, plug-in
     assert alpha(math.sqrt(rms**2 - jit**2) / math.sqrt(0.005)) == pytest.approx(off_ctx, abs=5e-6)
     for m, want in ((10, h10), (40, h40)):
-        assert alpha(math.sqrt(abb.hoeffding_ucb(rms**2, m, B, 0.001) / 0.01)) == pytest.approx(want, abs=5e-6)
+        assert alpha(math.sqrt(abb.hoeffding_ucb(rms**2, m, B, 0.001) / 0.01)) == pytest.approx(
+            want, abs=5e-6
+        )
     assert abb.bernstein_ucb(rms**2, 0.0, 10, B, 0.001) == B  # vacuous at m = 10 even with zero variance
     judge = sc.LikertJudge(d=500, rms=rms)
     idx, new = judge.moved(400, np.random.default_rng(1))
@@ -400,8 +459,13 @@ def test_published_numbers_script_prints_alpha_under_each_bound():
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, str(repo / "scripts" / "abb_published.py")], capture_output=True,
-                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(repo)})  # this checkout
+    out = subprocess.run(
+        [sys.executable, str(repo / "scripts" / "abb_published.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+    )  # this checkout
     assert out.returncode == 0, out.stderr
     rows = {line.split("|")[1].strip(): line for line in out.stdout.splitlines() if line.startswith("| ")}
     for judge, official in (("GPT-4o-mini", "0.01423"), ("GPT-3.5-Turbo", "0.01860"), ("QwQ-32B", "0.01836")):

@@ -33,9 +33,17 @@ def _flips(f, lo, hi, n, rng):
 def _flip_run(lo, hi, frac, n_fresh=30):
     f = np.where(np.arange(30) % 2 == 0, hi, lo)
     rng = np.random.default_rng(0)
-    return f, abb.run_abb(f, _flips(f, lo, hi, 40, rng), tau=frac * (hi - lo), rng=rng, mode="one_item",
-                          split=abb.split_delta(0.05, noise_fraction=0), scale=(lo, hi),
-                          fresh=_flips(f, lo, hi, n_fresh, rng), coords_allowed=1)[0]
+    return f, abb.run_abb(
+        f,
+        _flips(f, lo, hi, 40, rng),
+        tau=frac * (hi - lo),
+        rng=rng,
+        mode="one_item",
+        split=abb.split_delta(0.05, noise_fraction=0),
+        scale=(lo, hi),
+        fresh=_flips(f, lo, hi, n_fresh, rng),
+        coords_allowed=1,
+    )[0]
 
 
 @pytest.mark.parametrize("scale", SCALES, ids=lambda s: f"{s[0]:g}-{s[1]:g}")
@@ -73,9 +81,19 @@ def test_whole_set_cap_holds_by_construction_not_confirmed():
     line = report({"metrics": flat_metrics(bj, {}, None)})
     assert "fresh check 0/30 > tau: holds by construction (scores in [0, 1]) (sure check)" in line
     # With noise (sigma > 0) the mechanism is more than a change of units, and the summary does not say it is.
-    noisy, _ = abb.run_abb(f, whole(10), tau=0.125, split=abb.split_delta(0.05, noise_fraction=0.45),
-                           mode="whole_set", scale=(0.0, 1.0), rng=rng, fresh=whole(30), coords_allowed=6,
-                           alpha_fraction=0.5, sigma_mode="max")
+    noisy, _ = abb.run_abb(
+        f,
+        whole(10),
+        tau=0.125,
+        split=abb.split_delta(0.05, noise_fraction=0.45),
+        mode="whole_set",
+        scale=(0.0, 1.0),
+        rng=rng,
+        fresh=whole(30),
+        coords_allowed=6,
+        alpha_fraction=0.5,
+        sigma_mode="max",
+    )
     assert noisy.params.sigma > 0 and "change of units" not in noisy.summary()
     assert noisy.verification.tests == "rate" and noisy.verification.verdict != "by_construction"
     # Out-of-range fresh scores (a broken scale): not by construction, the check runs and catches them.
@@ -107,7 +125,9 @@ def test_a_real_excess_refutes_the_sure_claim():
     two = np.repeat(f[None, :], 3, axis=0)
     two[0, [1, 3]] += 0.01  # one neighbour moves two coordinates a little (scores 1 -> 1.01: in the scale)
     moved = abb.verify(f, two, p, rng, coords_allowed=1)
-    assert moved.violations == 0 and moved.verdict == "violated"  # no distance above tau, still a broken assumption
+    assert (
+        moved.violations == 0 and moved.verdict == "violated"
+    )  # no distance above tau, still a broken assumption
     assert moved.assumption["too_many_coords"] == 1 and not moved.assumption["held"]
     refuted = dataclasses.replace(result, verification=moved).to_json()["guarantee"]
     assert refuted["claimed"] is False and "assumption broke" in refuted["status"]
@@ -119,8 +139,17 @@ def test_the_assumption_is_checked_even_for_rate_claims():
     judge = sc.JitterJudge(docs=10, per_doc=12, jitter=0.0, seed=2)
     rng = np.random.default_rng(0)
     tame = judge.one_item(300, rng)
-    result, _ = abb.run_abb(judge.f, tame, tau=0.3, split=abb.split_delta(0.1, noise_fraction=0), mode="one_item",
-                            scale=(0.0, 1.0), rng=rng, fresh=judge.one_item(100, rng), coords_allowed=1)
+    result, _ = abb.run_abb(
+        judge.f,
+        tame,
+        tau=0.3,
+        split=abb.split_delta(0.1, noise_fraction=0),
+        mode="one_item",
+        scale=(0.0, 1.0),
+        rng=rng,
+        fresh=judge.one_item(100, rng),
+        coords_allowed=1,
+    )
     p = result.params
     assert p.choice.winner.name == "quantile" and result.verification.verdict == "confirmed"
     out_of_scale = judge.one_item(100, rng)
@@ -138,8 +167,17 @@ def test_context_claim_is_not_refuted_by_raw_rejudgments():
     rng = np.random.default_rng(0)
     v = sc.sq_dist(judge.f, judge.one_item(30_000, rng))
     j = sc.sq_dist(judge.f, judge.jitter_matched(30_000, rng))
-    ctx = sc.params(0.1, 1.0, v, d=judge.d, delta=0.1, jitter_sq=j, jitter_coords=1, neighbour_coords=1,
-                    allowed=("markov",))
+    ctx = sc.params(
+        0.1,
+        1.0,
+        v,
+        d=judge.d,
+        delta=0.1,
+        jitter_sq=j,
+        jitter_coords=1,
+        neighbour_coords=1,
+        allowed=("markov",),
+    )
     assert ctx.choice.claim == "context" and ctx.alpha > 0.1  # above the cap: the jitter was subtracted
     check = abb.verify(judge.f, judge.one_item(300, rng), ctx, rng, coords_allowed=1)
     assert abb.verdict(check.violations, check.trials, check.delta_claimed, check.worst_case)[0] == "violated"
@@ -156,12 +194,30 @@ def test_summary_says_what_was_proven_and_what_the_check_could_show():
     assert "no rate of bias is estimated" in s and s.count(".") >= 1
     judge = sc.JitterJudge(docs=10, per_doc=12, jitter=0.0, seed=2)
     rng = np.random.default_rng(0)
-    q, _ = abb.run_abb(judge.f, judge.one_item(300, rng), tau=0.3, split=abb.split_delta(0.1, noise_fraction=0),
-                       mode="one_item", scale=(0.0, 1.0), rng=rng, fresh=judge.one_item(100, rng))
+    q, _ = abb.run_abb(
+        judge.f,
+        judge.one_item(300, rng),
+        tau=0.3,
+        split=abb.split_delta(0.1, noise_fraction=0),
+        mode="one_item",
+        scale=(0.0, 1.0),
+        rng=rng,
+        fresh=judge.one_item(100, rng),
+    )
     s = q.summary()
-    assert s.startswith("proven from 300 estimation neighbours by the quantile bound") and "Clopper-Pearson" in s
-    plug, _ = abb.run_abb(judge.f, judge.one_item(50, rng), tau=0.3, split=abb.split_delta(0.1, noise_fraction=0,
-                          est_fraction=0), mode="one_item", scale=(0.0, 1.0), rng=rng, allowed=("plugin",))
+    assert (
+        s.startswith("proven from 300 estimation neighbours by the quantile bound") and "Clopper-Pearson" in s
+    )
+    plug, _ = abb.run_abb(
+        judge.f,
+        judge.one_item(50, rng),
+        tau=0.3,
+        split=abb.split_delta(0.1, noise_fraction=0, est_fraction=0),
+        mode="one_item",
+        scale=(0.0, 1.0),
+        rng=rng,
+        allowed=("plugin",),
+    )
     s = plug.summary()
     assert s.startswith("nothing is proven: the plug-in is an estimate") and "no fresh check" in s
 
@@ -175,11 +231,15 @@ def _three_item_fresh_file(path):
     rows = [{"item": q, "model": m, "score": s} for (q, m), s in base.items()]
     for j in range(40):
         q, m = items[rng.integers(len(items))]
-        rows.append({"item": q, "model": m, "score": 11.0 - base[(q, m)], "neighbour": f"e{j}", "split": "estimate"})
+        rows.append(
+            {"item": q, "model": m, "score": 11.0 - base[(q, m)], "neighbour": f"e{j}", "split": "estimate"}
+        )
     for j in range(30):
         for k in rng.choice(len(items), size=3, replace=False):
             q, m = items[k]
-            rows.append({"item": q, "model": m, "score": 11.0 - base[(q, m)], "neighbour": f"v{j}", "split": "verify"})
+            rows.append(
+                {"item": q, "model": m, "score": 11.0 - base[(q, m)], "neighbour": f"v{j}", "split": "verify"}
+            )
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -197,13 +257,22 @@ def test_fresh_rows_outside_the_claims_edit_budget_are_refused_not_used_to_resiz
     from harness.runtime.entry import run
 
     path = _three_item_fresh_file(tmp_path / "likert.jsonl")
-    ov = ["experiment=abb", "experiment.scores=file", f"experiment.file.path={path}", "experiment.file.scale=[1,10]",
-          "experiment.bootstrap=10", "wandb.mode=disabled"]
+    ov = [
+        "experiment=abb",
+        "experiment.scores=file",
+        f"experiment.file.path={path}",
+        "experiment.file.scale=[1,10]",
+        "experiment.bootstrap=10",
+        "wandb.mode=disabled",
+    ]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=ov)
-    with pytest.raises(DataError, match=r"likert\.jsonl, record line 71, field 'neighbour': fresh neighbour 'v0' "
-                                        r"\(split=verify\) lists 3 items \(and 29 more\), outside the claim's edit "
-                                        r"budget of 1 item"):
+    with pytest.raises(
+        DataError,
+        match=r"likert\.jsonl, record line 71, field 'neighbour': fresh neighbour 'v0' "
+        r"\(split=verify\) lists 3 items \(and 29 more\), outside the claim's edit "
+        r"budget of 1 item",
+    ):
         run(cfg, tmp_path / "out")
     assert not (tmp_path / "out" / "abb.json").exists()  # nothing claimed, nothing confirmed
     fs = load_file_scores(path, [1, 10])
@@ -211,16 +280,35 @@ def test_fresh_rows_outside_the_claims_edit_budget_are_refused_not_used_to_resiz
     f, est, fresh = fs.vector.values, fs.rows("estimate"), fs.rows("verify")
     split, tau = abb.split_delta(0.05, noise_fraction=0), 0.125 * 9
     # What the fresh rows say about the claim (B = 81, alpha = 0.125, one coordinate): refuted, 30/30.
-    claim, _ = abb.run_abb(f, est, tau=tau, split=split, mode="one_item", scale=(1.0, 10.0),
-                           rng=np.random.default_rng(0), fresh=fresh, coords_allowed=1)
+    claim, _ = abb.run_abb(
+        f,
+        est,
+        tau=tau,
+        split=split,
+        mode="one_item",
+        scale=(1.0, 10.0),
+        rng=np.random.default_rng(0),
+        fresh=fresh,
+        coords_allowed=1,
+    )
     assert claim.params.B == 81 and claim.params.alpha == pytest.approx(0.125)
     assert claim.verification.verdict == "violated" and claim.verification.violations == 30
     # Negative control, the old sizing (k = the most items ANY neighbour lists, fresh rows included):
     # B 243, alpha 0.072 and `confirmed` -- the bug the refusal above prevents.
     old_k = max(len(c) for rows in fs.neighbours.values() for _, c in rows)
     bounds = abb.distance_bounds("whole_set", f.size, (1.0, 10.0), items_changed=old_k)
-    old, _ = abb.run_abb(f, est, tau=tau, split=split, mode="whole_set", scale=(1.0, 10.0),
-                         rng=np.random.default_rng(0), fresh=fresh, bounds=bounds, coords_allowed=old_k)
+    old, _ = abb.run_abb(
+        f,
+        est,
+        tau=tau,
+        split=split,
+        mode="whole_set",
+        scale=(1.0, 10.0),
+        rng=np.random.default_rng(0),
+        fresh=fresh,
+        bounds=bounds,
+        coords_allowed=old_k,
+    )
     assert old.params.B == 243 and old.params.alpha == pytest.approx(0.0722, abs=1e-4)
     assert old.verification.verdict == "confirmed"
 
@@ -240,19 +328,37 @@ def test_full_flip_score_file_through_hydra_is_confirmed(tmp_path):
     for split, n in (("estimate", 40), ("verify", 30)):
         for j in range(n):
             q, m = items[rng.integers(len(items))]
-            rows.append({"item": q, "model": m, "score": 11.0 - base[(q, m)], "neighbour": f"{split}{j}",
-                         "split": split})
+            rows.append(
+                {
+                    "item": q,
+                    "model": m,
+                    "score": 11.0 - base[(q, m)],
+                    "neighbour": f"{split}{j}",
+                    "split": split,
+                }
+            )
     path = tmp_path / "likert.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    ov = ["experiment=abb", "experiment.scores=file", f"experiment.file.path={path}", "experiment.file.scale=[1,10]",
-          "experiment.tau_fraction=0.1", "experiment.bootstrap=10", "wandb.mode=disabled"]
+    ov = [
+        "experiment=abb",
+        "experiment.scores=file",
+        f"experiment.file.path={path}",
+        "experiment.file.scale=[1,10]",
+        "experiment.tau_fraction=0.1",
+        "experiment.bootstrap=10",
+        "wandb.mode=disabled",
+    ]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=ov)
     results = run(cfg, tmp_path / "out")
     v = json.loads((tmp_path / "out" / "abb.json").read_text())["verification"]
-    assert v["trials"] == 30 and v["max_distance"] > 0.9 and v["violations"] == 0  # 0.9000000000000004: rounding
+    assert (
+        v["trials"] == 30 and v["max_distance"] > 0.9 and v["violations"] == 0
+    )  # 0.9000000000000004: rounding
     assert results["verdict"] == "confirmed" and results["guarantee"]["statement"].startswith("surely")
-    assert results["guarantee"]["claimed"] and results["summary"].startswith("proven without data by the certain cap")
+    assert results["guarantee"]["claimed"] and results["summary"].startswith(
+        "proven without data by the certain cap"
+    )
 
 
 def test_a_file_claim_with_three_of_thirty_items_is_labelled_hamming_3(tmp_path):
@@ -271,12 +377,25 @@ def test_a_file_claim_with_three_of_thirty_items_is_labelled_hamming_3(tmp_path)
     for j in range(40):
         for k in rng.choice(len(items), size=3, replace=False):
             q, m = items[k]
-            rows.append({"item": q, "model": m, "score": base[(q, m)] + (-0.5 if base[(q, m)] > 5 else 0.5),
-                         "neighbour": f"e{j}", "split": "estimate"})
+            rows.append(
+                {
+                    "item": q,
+                    "model": m,
+                    "score": base[(q, m)] + (-0.5 if base[(q, m)] > 5 else 0.5),
+                    "neighbour": f"e{j}",
+                    "split": "estimate",
+                }
+            )
     path = tmp_path / "likert.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    ov = ["experiment=abb", "experiment.scores=file", f"experiment.file.path={path}", "experiment.file.scale=[1,10]",
-          "experiment.bootstrap=10", "wandb.mode=disabled"]
+    ov = [
+        "experiment=abb",
+        "experiment.scores=file",
+        f"experiment.file.path={path}",
+        "experiment.file.scale=[1,10]",
+        "experiment.bootstrap=10",
+        "wandb.mode=disabled",
+    ]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=ov)
     run(cfg, tmp_path / "out")

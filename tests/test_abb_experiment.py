@@ -24,12 +24,28 @@ from harness.errors import ConfigError, DataError
 
 # Three consecutive arena-bench-v1 questions whose prompts are short for the tiny tokenizer
 # (about 1,200 tokens per pair), three concise models plus the baseline.
-SLICE = ["experiment=abb", "model=tiny_llama", "task=arena_bench", "task.offset=69", "task.docs=3",
-         "experiment.models=[llama-13b,palm-2-chat-bison-001,claude-2.1]", "experiment.kinds=[formatting,swap]",
-         "experiment.estimate=6", "experiment.verify=6", "experiment.jitter.samples=2", "experiment.bootstrap=20",
-         "progress=false"]
-INFORMATIVE = ["experiment.orders=single", "experiment.kinds=formatting", "experiment.delta=0.2",
-               "experiment.estimate=24", "experiment.verify=20", "experiment.jitter.samples=0"]
+SLICE = [
+    "experiment=abb",
+    "model=tiny_llama",
+    "task=arena_bench",
+    "task.offset=69",
+    "task.docs=3",
+    "experiment.models=[llama-13b,palm-2-chat-bison-001,claude-2.1]",
+    "experiment.kinds=[formatting,swap]",
+    "experiment.estimate=6",
+    "experiment.verify=6",
+    "experiment.jitter.samples=2",
+    "experiment.bootstrap=20",
+    "progress=false",
+]
+INFORMATIVE = [
+    "experiment.orders=single",
+    "experiment.kinds=formatting",
+    "experiment.delta=0.2",
+    "experiment.estimate=24",
+    "experiment.verify=20",
+    "experiment.jitter.samples=0",
+]
 D = 9
 
 
@@ -58,8 +74,14 @@ def run_here(shared, name, *overrides):
 
     from harness.runtime.entry import run
 
-    ov = [*SLICE, *overrides, f"data.dir={shared / 'data'}", f"data.mirror={SHARED_DATA}",
-          f"cache.path={shared / 'cache' / 'requests.sqlite'}", "wandb.mode=disabled"]
+    ov = [
+        *SLICE,
+        *overrides,
+        f"data.dir={shared / 'data'}",
+        f"data.mirror={SHARED_DATA}",
+        f"cache.path={shared / 'cache' / 'requests.sqlite'}",
+        "wandb.mode=disabled",
+    ]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=ov)
     run(cfg, shared / name, overrides=ov)
@@ -75,7 +97,11 @@ def test_end_to_end_cap_wins_and_its_check_tests_the_assumption(e2e):
     bj = json.loads((e2e / "abb.json").read_text())
     rows = _jsonl(e2e / "bounded_scores.jsonl")
     neigh = _jsonl(e2e / "neighbours.jsonl")
-    assert len(rows) == D and {r["model"] for r in rows} == {"llama-13b", "palm-2-chat-bison-001", "claude-2.1"}
+    assert len(rows) == D and {r["model"] for r in rows} == {
+        "llama-13b",
+        "palm-2-chat-bison-001",
+        "claude-2.1",
+    }
     # tau = 1/8 of the [0, 1] scale; sigma = 0: M(D) = alpha f(D) + (1 - alpha) 0.5 exactly.
     assert bj["tau"] == 0.125 and bj["tau_fraction"] == 0.125 and bj["sigma"] == 0
     for r in rows:
@@ -83,7 +109,9 @@ def test_end_to_end_cap_wins_and_its_check_tests_the_assumption(e2e):
         assert r["bounded"] == pytest.approx(bj["alpha"] * r["original"] + (1 - bj["alpha"]) * 0.5, abs=1e-12)
     est = [n for n in neigh if n["split"] == "estimate"]
     fresh = [n for n in neigh if n["split"] == "verify"]
-    assert len(est) == 6 and len(fresh) == 6 and all(n["n_edits"] == 1 and len(n["changed"]) <= 1 for n in est)
+    assert (
+        len(est) == 6 and len(fresh) == 6 and all(n["n_edits"] == 1 and len(n["changed"]) <= 1 for n in est)
+    )
     # Delta-hat is recomputable from neighbours.jsonl; with m = 6 only the certain cap certifies.
     assert bj["bounds"]["rms"] == pytest.approx(math.sqrt(np.mean([n["sq_distance"] for n in est])))
     g, v = bj["guarantee"], bj["verification"]
@@ -91,12 +119,17 @@ def test_end_to_end_cap_wins_and_its_check_tests_the_assumption(e2e):
     assert bj["alpha"] == bj["alpha_max"] == pytest.approx(0.125) and g["delta_claimed"] == 0
     assert g["statement"].startswith("surely") and g["claimed"]
     plugin = next(c for c in bj["bounds"]["candidates"] if c["name"] == "plugin")
-    assert plugin["alpha"] == 1.0 and not plugin["certified"]  # the official estimate would not contract at all
+    assert (
+        plugin["alpha"] == 1.0 and not plugin["certified"]
+    )  # the official estimate would not contract at all
     # alpha sqrt(B) = tau: no rate of bias can be tested; the check tests the cap's assumption (every fresh
     # neighbour moved one coordinate, by at most sqrt(B)) and abb.json says what it could not show.
     assert v["verdict"] == "confirmed" and v["tests"] == "sure" and v["worst_case"] == 0 and v["trials"] == 6
     assert v["violations"] == 0 and v["assumption"]["held"] and v["assumption"]["coords_allowed"] == 1
-    assert bj["summary"].startswith("proven without data by the certain cap") and "no rate of bias" in bj["summary"]
+    assert (
+        bj["summary"].startswith("proven without data by the certain cap")
+        and "no rate of bias" in bj["summary"]
+    )
     # No-op neighbours (a swap with both orders averaged; a formatting kind with nothing to change)
     # are counted; a no-op's distance is exactly 0.
     assert bj["neighbours"]["estimate"]["noop"] == sum(n["noop"] for n in est)
@@ -117,7 +150,12 @@ def test_end_to_end_results_rankings_and_wandb(e2e):
         assert rank["anchor"] == "gpt-4-0314" and rank["elo"]["gpt-4-0314"]["elo"] == pytest.approx(1000.0)
         assert sorted(r["rank"] for r in rank["mean"].values()) == [1, 2, 3]
     m = results["metrics"]
-    assert m["d"] == D and m["trials"] == 6 and m["verdict"] == "confirmed" and m["bound_winner"] == "certain_cap"
+    assert (
+        m["d"] == D
+        and m["trials"] == 6
+        and m["verdict"] == "confirmed"
+        and m["bound_winner"] == "certain_cap"
+    )
     assert m["status"] == "certified by certain_cap" and results["guarantee"]["claimed"] is True
     assert results["judge"].startswith("hf|tiny-llama") and results["judge_calls"] > 0
     assert results["reference_agreement"]["n_models"] == 3
@@ -148,19 +186,30 @@ def test_informative_check_confirms_and_catches_miscalibrated_mechanisms(informa
 
     bj = json.loads((informative / "abb.json").read_text())
     g, v = bj["guarantee"], bj["verification"]
-    assert g["certified_by"] == "quantile" and bj["alpha"] > 0.125 and g["delta_claimed"] == pytest.approx(0.18)
+    assert (
+        g["certified_by"] == "quantile" and bj["alpha"] > 0.125 and g["delta_claimed"] == pytest.approx(0.18)
+    )
     assert v["worst_case"] == 1.0 and v["verdict"] == "confirmed" and v["trials"] == 20
     f, est, fresh = _vectors(informative)
     split = abb.split_delta(0.2, noise_fraction=0.0, est_fraction=0.1)
-    kw = dict(split=split, mode="one_item", scale=(0.0, 1.0), rng=np.random.default_rng(0), bounds=(1.0, 1.0 / D))
+    kw = dict(
+        split=split, mode="one_item", scale=(0.0, 1.0), rng=np.random.default_rng(0), bounds=(1.0, 1.0 / D)
+    )
     result, _ = abb.run_abb(f, est, tau=0.125, fresh=fresh, **kw)
     p = result.params
-    assert p.alpha == pytest.approx(bj["alpha"]) and result.verification.verdict == "confirmed"  # recomputable
+    assert (
+        p.alpha == pytest.approx(bj["alpha"]) and result.verification.verdict == "confirmed"
+    )  # recomputable
     # Negative control 1: noise sized for one coordinate (sigma = tau/2) instead of the d-vector.
-    assert abb.verify(f, fresh, with_alpha(p, p.alpha, sigma=p.tau / 2), np.random.default_rng(1)).verdict == "violated"
+    assert (
+        abb.verify(f, fresh, with_alpha(p, p.alpha, sigma=p.tau / 2), np.random.default_rng(1)).verdict
+        == "violated"
+    )
     # Negative control 2: at a tau the edits do exceed, the certified alpha holds and alpha = 1 does not.
     moved = np.sqrt(np.sort(abb.squared_distances(f, est)[0]))
-    small = float(moved[moved > 0][len(moved[moved > 0]) // 5])  # a low quantile of the moves, from estimation data
+    small = float(
+        moved[moved > 0][len(moved[moved > 0]) // 5]
+    )  # a low quantile of the moves, from estimation data
     tight, _ = abb.run_abb(f, est, tau=small, fresh=fresh, **kw)
     assert tight.params.alpha < 1 and tight.verification.verdict in ("confirmed", "inconclusive")
     assert abb.verify(f, fresh, with_alpha(tight.params, 1.0), np.random.default_rng(2)).verdict == "violated"
@@ -174,9 +223,14 @@ def test_noop_neighbours_and_plugin_certify_nothing(shared, e2e, capsys):
     assert g["kind"] == "none" and not g["claimed"] and g["statement"].startswith("no certificate")
     printed = capsys.readouterr().out
     assert "6 no-op" in printed and "[no certificate" in printed
-    bj = json.loads((run_here(shared, "plugin", "experiment.bound=plugin", "experiment.jitter.samples=0")
-                     / "abb.json").read_text())
-    assert bj["guarantee"]["kind"] == "estimate" and not bj["guarantee"]["claimed"] and bj["delta"]["est"] == 0
+    bj = json.loads(
+        (
+            run_here(shared, "plugin", "experiment.bound=plugin", "experiment.jitter.samples=0") / "abb.json"
+        ).read_text()
+    )
+    assert (
+        bj["guarantee"]["kind"] == "estimate" and not bj["guarantee"]["claimed"] and bj["delta"]["est"] == 0
+    )
     assert bj["guarantee"]["statement"].startswith("estimate (no confidence bound)") and bj["alpha"] == 1.0
 
 
@@ -185,8 +239,14 @@ def test_sweep_marks_vacuous_cells(shared, e2e):
     the claim is the noise tail, the check is vacuous, and the collect step marks and drops them."""
     sweep = shared / "sweep"
     for job, frac in (("0", 0.0625), ("1", 0.125)):
-        run_here(shared, f"sweep/{job}", f"experiment.tau_fraction={frac}", "experiment.alpha_fraction=0.5",
-                 "experiment.sigma_mode=max", "experiment.jitter.samples=0")
+        run_here(
+            shared,
+            f"sweep/{job}",
+            f"experiment.tau_fraction={frac}",
+            "experiment.alpha_fraction=0.5",
+            "experiment.sigma_mode=max",
+            "experiment.jitter.samples=0",
+        )
         bj = json.loads((sweep / job / "abb.json").read_text())
         assert bj["tau"] == frac and bj["sigma"] == pytest.approx(bj["sigma_max"]) and bj["sigma"] > 0
         assert bj["guarantee"]["noise_tail"] == pytest.approx(bj["delta"]["noise"], rel=1e-3)
@@ -209,7 +269,9 @@ def _one_line_error(r) -> str:
 
 def test_impossible_tau_delta_is_refused_before_judging(shared):
     out = shared / "refused"
-    r = run_in_process([*SLICE, "experiment.tau=0.001", "experiment.alpha_min=0.5", f"hydra.run.dir={out}"], shared)
+    r = run_in_process(
+        [*SLICE, "experiment.tau=0.001", "experiment.alpha_min=0.5", f"hydra.run.dir={out}"], shared
+    )
     line = _one_line_error(r)
     assert "alpha_min" in line and "even if no neighbour moved any score" in line
     assert "Loading weights" not in r.stderr and not (out / "neighbours.jsonl").exists()
@@ -217,7 +279,13 @@ def test_impossible_tau_delta_is_refused_before_judging(shared):
 
 def test_refusal_after_estimation_keeps_the_neighbours(shared, e2e):
     with pytest.raises(ConfigError, match=r"needs alpha <= .* below alpha_min=0.9"):
-        run_here(shared, "refused_late", "experiment.tau=1e-6", "experiment.bound=plugin", "experiment.alpha_min=0.9")
+        run_here(
+            shared,
+            "refused_late",
+            "experiment.tau=1e-6",
+            "experiment.bound=plugin",
+            "experiment.alpha_min=0.9",
+        )
     out = shared / "refused_late"
     assert (out / "neighbours.jsonl").is_file() and not (out / "abb.json").exists()
 
@@ -230,10 +298,23 @@ def test_settings_split_and_kinds():
 
     s = settings_from({"tau_fraction": 0.125, "delta": 0.1, "kinds": "formatting"}, seed=0)
     assert s.split.noise == 0 and s.split.est == pytest.approx(0.01) and s.split.markov == pytest.approx(0.09)
-    assert len(s.kinds) == 6 and "swap" not in s.kinds and s.allowed == ("certain_cap", "quantile", "dkw", "markov")
+    assert (
+        len(s.kinds) == 6
+        and "swap" not in s.kinds
+        and s.allowed == ("certain_cap", "quantile", "dkw", "markov")
+    )
     assert s.tau_for((1.0, 5.0)) == 0.5  # the paper's tau: 1/8 of a 1-5 scale
-    s = settings_from({"delta": 0.1, "tau": 0.3, "tau_fraction": 0.125, "sigma_mode": "max", "bound": "plugin",
-                       "kinds": ["swap"]}, seed=0)
+    s = settings_from(
+        {
+            "delta": 0.1,
+            "tau": 0.3,
+            "tau_fraction": 0.125,
+            "sigma_mode": "max",
+            "bound": "plugin",
+            "kinds": ["swap"],
+        },
+        seed=0,
+    )
     assert s.split.noise == pytest.approx(0.045) and s.split.est == 0 and s.tau_for((1.0, 5.0)) == 0.3
     with pytest.raises(ConfigError, match="insert_whitespace"):
         settings_from({"tau_fraction": 0.1, "kinds": "insert_whitespace"}, seed=0)
@@ -248,8 +329,14 @@ def test_win_rates_from_the_tiny_judge(shared_data, tiny_judge):
 
     doc = load_task("summeval", data_dir=shared_data, limit=58)[57]
     items, skipped = select_items([doc], baseline=None, max_candidates=3)
-    sc = PairwiseScorer(tiny_judge, [doc], items, instruction="Which summary is more coherent? Answer A or B.",
-                        family="summarization", baseline=None)
+    sc = PairwiseScorer(
+        tiny_judge,
+        [doc],
+        items,
+        instruction="Which summary is more coherent? Answer A or B.",
+        family="summarization",
+        baseline=None,
+    )
     f = sc.vector().values
     assert len(f) == 3 and not skipped and sc.kind == "winrate"
     assert f.sum() == pytest.approx(1.5, abs=1e-9)  # s_ij + s_ji = 1: the win rates sum to k/2
@@ -266,7 +353,9 @@ def test_win_rates_from_the_tiny_judge(shared_data, tiny_judge):
     assert info["requests"] == 2 * 4 and info["coords"] == 1 and np.abs(rows - f).max() < 1e-5
 
 
-def _likert_file(path, rng, n_q=12, models=("m1", "m2", "m3"), m_est=60, m_ver=40, jitter_docs=0, jitter_items=3):
+def _likert_file(
+    path, rng, n_q=12, models=("m1", "m2", "m3"), m_est=60, m_ver=40, jitter_docs=0, jitter_items=3
+):
     """A user's 1-10 scores, plus Hamming-1 neighbours with a SCRIPTED bias: one item moves by +-1
     (rarely by 4); optionally jitter rows that re-judge whole questions (3 items each)."""
     base = {(f"q{q}", m): float(rng.integers(1, 11)) for q in range(n_q) for m in models}
@@ -280,8 +369,15 @@ def _likert_file(path, rng, n_q=12, models=("m1", "m2", "m3"), m_est=60, m_ver=4
             rows.append({"item": q, "model": m, "score": s, "neighbour": f"{split}{j}", "split": split})
     for j in range(jitter_docs):
         for m in models[:jitter_items]:
-            rows.append({"item": f"q{j}", "model": m, "score": base[(f"q{j}", m)], "neighbour": f"j{j}",
-                         "split": "jitter"})
+            rows.append(
+                {
+                    "item": f"q{j}",
+                    "model": m,
+                    "score": base[(f"q{j}", m)],
+                    "neighbour": f"j{j}",
+                    "split": "jitter",
+                }
+            )
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return base, rows
 
@@ -291,10 +387,20 @@ def _file_cfg(path, *extra):
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose("config", overrides=["experiment=abb", "experiment.scores=file", f"experiment.file.path={path}",
-                                            "experiment.file.scale=[1,10]", "experiment.tau=2.0",
-                                            "experiment.delta=0.1", "experiment.jitter.samples=0",
-                                            "wandb.mode=disabled", *extra])
+        return compose(
+            "config",
+            overrides=[
+                "experiment=abb",
+                "experiment.scores=file",
+                f"experiment.file.path={path}",
+                "experiment.file.scale=[1,10]",
+                "experiment.tau=2.0",
+                "experiment.delta=0.1",
+                "experiment.jitter.samples=0",
+                "wandb.mode=disabled",
+                *extra,
+            ],
+        )
 
 
 def test_scores_from_a_file_run_through_hydra(tmp_path):
@@ -319,13 +425,22 @@ def test_jitter_in_other_units_is_refused(tmp_path):
 
     _likert_file(tmp_path / "j.jsonl", np.random.default_rng(1), jitter_docs=4)
     with pytest.raises(ConfigError, match="jitter re-judged 3 coordinates per sample, a neighbour 1"):
-        run(_file_cfg(tmp_path / "j.jsonl", "experiment.jitter.remove=true", "experiment.jitter.samples=4"),
-            tmp_path / "out")
+        run(
+            _file_cfg(tmp_path / "j.jsonl", "experiment.jitter.remove=true", "experiment.jitter.samples=4"),
+            tmp_path / "out",
+        )
     # Jitter rows of one item each (the units of a one-item neighbour): Markov minus the jitter's lower
     # bound makes the CONTEXT claim, labelled as such (the cap, which subtracts nothing, would not).
     _likert_file(tmp_path / "k.jsonl", np.random.default_rng(1), jitter_docs=4, jitter_items=1)
-    run(_file_cfg(tmp_path / "k.jsonl", "experiment.jitter.remove=true", "experiment.jitter.samples=4",
-                  "experiment.bound=markov"), tmp_path / "ok")
+    run(
+        _file_cfg(
+            tmp_path / "k.jsonl",
+            "experiment.jitter.remove=true",
+            "experiment.jitter.samples=4",
+            "experiment.bound=markov",
+        ),
+        tmp_path / "ok",
+    )
     bj = json.loads((tmp_path / "ok" / "abb.json").read_text())
     assert bj["guarantee"]["claim"] == "context" and "MEAN" in bj["guarantee"]["statement"]
     assert "minus jitter LCB" in bj["bounds"]["winner"]["note"] and bj["jitter"]["removed"]
@@ -338,7 +453,9 @@ def test_file_errors_name_the_line_and_field(tmp_path):
     p.write_text('{"item": "q1", "model": "a", "score": 3}\n{"item": "q1", "model": "b", "score": 12}\n')
     with pytest.raises(DataError, match=r"line 2.*'score'.*outside the scale"):
         load_file_scores(p, [1, 10])
-    p.write_text('{"item": "q1", "model": "a", "score": 3}\n{"item": "q2", "model": "a", "score": 4, "neighbour": 1}\n')
+    p.write_text(
+        '{"item": "q1", "model": "a", "score": 3}\n{"item": "q2", "model": "a", "score": 4, "neighbour": 1}\n'
+    )
     with pytest.raises(DataError, match="no baseline row"):
         load_file_scores(p, [1, 10])
 
@@ -353,8 +470,10 @@ def _reply(body: dict) -> str:
     m = re.search(r'keep the word "([^"]+)"', content)
     if m:
         w = m.group(1)
-        return f"Judge the {w} of response candidate A and response candidate B. Which one has better {w}? " \
-               f"Answer 'A' or 'B', the letter only (v{seed})."
+        return (
+            f"Judge the {w} of response candidate A and response candidate B. Which one has better {w}? "
+            f"Answer 'A' or 'B', the letter only (v{seed})."
+        )
     text = content.split("Text:\n", 1)[1]
     return f"Put differently (r{seed}): " + text.replace(". ", "; ", 3)
 
@@ -370,31 +489,67 @@ def test_instruction_and_llm_paraphrase_neighbours(shared, e2e):
     from harness.runtime.entry import run
 
     history = shared / "history.jsonl"
-    texts = ["Which response candidate is more helpful, A or B? Answer with 'A' or 'B'.",
-             "Pick the response candidate with greater helpfulness: reply 'A' or 'B' only."]
+    texts = [
+        "Which response candidate is more helpful, A or B? Answer with 'A' or 'B'.",
+        "Pick the response candidate with greater helpfulness: reply 'A' or 'B' only.",
+    ]
     history.write_text("".join(json.dumps({"index": i, "text": t}) + "\n" for i, t in enumerate(texts)))
-    base = [*[o for o in SLICE if not o.startswith(("experiment.kinds", "progress", "experiment.estimate",
-                                                    "experiment.verify", "experiment.jitter"))],
-            "experiment.estimate=4", "experiment.verify=2", "experiment.jitter.samples=0",
-            f"data.dir={shared / 'data'}", f"data.mirror={SHARED_DATA}", "optimizer=api",
-            "optimizer.model=scripted-loopback", f"cache.path={shared / 'cache' / 'requests.sqlite'}",
-            "progress=false", "wandb.mode=disabled"]
+    base = [
+        *[
+            o
+            for o in SLICE
+            if not o.startswith(
+                (
+                    "experiment.kinds",
+                    "progress",
+                    "experiment.estimate",
+                    "experiment.verify",
+                    "experiment.jitter",
+                )
+            )
+        ],
+        "experiment.estimate=4",
+        "experiment.verify=2",
+        "experiment.jitter.samples=0",
+        f"data.dir={shared / 'data'}",
+        f"data.mirror={SHARED_DATA}",
+        "optimizer=api",
+        "optimizer.model=scripted-loopback",
+        f"cache.path={shared / 'cache' / 'requests.sqlite'}",
+        "progress=false",
+        "wandb.mode=disabled",
+    ]
     with OpenAIServer(script=_reply) as srv:
-        for name, extra in (("paraphrase", ["experiment.kinds=[instruction,llm_paraphrase]",
-                                            "experiment.fields=[instruction]", "experiment.instructions=[]",
-                                            f"experiment.instructions_file={history}"]),
-                            ("answers", ["experiment.kinds=[llm_paraphrase]", "experiment.fields=[answer]"])):
+        for name, extra in (
+            (
+                "paraphrase",
+                [
+                    "experiment.kinds=[instruction,llm_paraphrase]",
+                    "experiment.fields=[instruction]",
+                    "experiment.instructions=[]",
+                    f"experiment.instructions_file={history}",
+                ],
+            ),
+            ("answers", ["experiment.kinds=[llm_paraphrase]", "experiment.fields=[answer]"]),
+        ):
             with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-                run(compose("config", overrides=[*base, f"optimizer.base_url={srv.url}", *extra]), shared / name)
+                run(
+                    compose("config", overrides=[*base, f"optimizer.base_url={srv.url}", *extra]),
+                    shared / name,
+                )
         asked = [r.body["messages"][-1]["content"] for r in srv.ok_requests()]
     rows = _jsonl(shared / "paraphrase" / "neighbours.jsonl")
     assert {r["edits"][0]["kind"] for r in rows} == {"instruction", "llm_paraphrase"}
     for r in rows:
         assert r["edits"][0]["field"] == "instruction" and not r["noop"]
-        assert r["instruction"] in texts if r["edits"][0]["kind"] == "instruction" else "(v" in r["instruction"]
+        assert (
+            r["instruction"] in texts if r["edits"][0]["kind"] == "instruction" else "(v" in r["instruction"]
+        )
     answers = _jsonl(shared / "answers" / "neighbours.jsonl")
     assert len(answers) == 6 and all(r["edits"][0]["field"] == "answer" and not r["noop"] for r in answers)
-    assert any(a.startswith("Rewrite the text below") for a in asked)  # the answer prompt reached the optimizer
+    assert any(
+        a.startswith("Rewrite the text below") for a in asked
+    )  # the answer prompt reached the optimizer
     assert sum(r["sq_distance"] > 0 for r in answers) >= 1  # a reworded answer moves the tiny judge's score
 
 
@@ -411,18 +566,46 @@ def test_zepo_best_vs_initial_side_by_side(shared, shared_data):
     with OpenAIServer(script=scripted_completion) as srv:
         # The tiny random judge's A-rate never moves (every fairness ties, so ZEPO keeps the initial);
         # its confidence does, so that objective makes ZEPO pick a paraphrase, as a real search would.
-        run(_compose(e2e_overrides(shared, srv.url, shared_data, "experiment.objective=confidence",
-                                   "experiment.epochs=1", "experiment.heldout_spearman=false")), shared / "zepo")
+        run(
+            _compose(
+                e2e_overrides(
+                    shared,
+                    srv.url,
+                    shared_data,
+                    "experiment.objective=confidence",
+                    "experiment.epochs=1",
+                    "experiment.heldout_spearman=false",
+                )
+            ),
+            shared / "zepo",
+        )
     best = (shared / "zepo" / "best_instruction.txt").read_text().strip()
     sweep = shared / "abb_zepo"
-    r = run_in_process(["-m", "experiment=abb_zepo", "model=tiny_llama", "task=usr_zepo", "task.aspect=overall",
-                     "task.offset=27", "task.docs=2", "task.max_candidates=3",
-                     f"experiment.instruction.path={shared / 'zepo' / 'best_instruction.txt'}",
-                     "experiment.estimate=4", "experiment.verify=2", "experiment.jitter.samples=0",
-                     "experiment.bootstrap=10", "progress=false", f"hydra.sweep.dir={sweep}"], shared)
+    r = run_in_process(
+        [
+            "-m",
+            "experiment=abb_zepo",
+            "model=tiny_llama",
+            "task=usr_zepo",
+            "task.aspect=overall",
+            "task.offset=27",
+            "task.docs=2",
+            "task.max_candidates=3",
+            f"experiment.instruction.path={shared / 'zepo' / 'best_instruction.txt'}",
+            "experiment.estimate=4",
+            "experiment.verify=2",
+            "experiment.jitter.samples=0",
+            "experiment.bootstrap=10",
+            "progress=false",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        shared,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     runs = [json.loads((sweep / job / "results.json").read_text()) for job in ("0", "1")]
-    assert runs[0]["instruction"] == best and runs[1]["instruction"] != best  # the file (ZEPO's best) runs first
+    assert (
+        runs[0]["instruction"] == best and runs[1]["instruction"] != best
+    )  # the file (ZEPO's best) runs first
     plans = [[n["edits"] for n in _jsonl(sweep / job / "neighbours.jsonl")] for job in ("0", "1")]
     assert plans[0] == plans[1]  # the same edits of the same items: only the instruction differs
     assert main([str(sweep)]) == 0

@@ -52,7 +52,10 @@ def test_documented_grid_and_its_refused_cells():
 
     cfg, params = _grid()
     keys = list(params)
-    assert params["experiment.mode"] == ["one_item", "whole_set"] and params["experiment.mu"] == ["fixed", "data"]
+    assert params["experiment.mode"] == ["one_item", "whole_set"] and params["experiment.mu"] == [
+        "fixed",
+        "data",
+    ]
     d = cfg.task.docs * 16
     refused = []
     cells = list(itertools.product(*params.values()))
@@ -61,8 +64,16 @@ def test_documented_grid_and_its_refused_cells():
         s = settings_from(exp, 0)
         B = (1.0, 1.0 / d) if s.mode == "one_item" else (float(d), float(d))
         try:
-            abb.preflight(tau=s.tau_for((0.0, 1.0)), split=s.split, n=s.estimate, B=B[0], B_parallel=B[1],
-                          allowed=s.allowed, method=s.mean_ucb, mu=s.calibration["mu"])
+            abb.preflight(
+                tau=s.tau_for((0.0, 1.0)),
+                split=s.split,
+                n=s.estimate,
+                B=B[0],
+                B_parallel=B[1],
+                allowed=s.allowed,
+                method=s.mean_ucb,
+                mu=s.calibration["mu"],
+            )
         except abb.Refusal as e:
             refused.append((dict(zip(keys, cell)), str(e)))
     assert len(cells) == 576 and len(refused) == 18 + 144
@@ -76,17 +87,36 @@ def test_sweep_multirun_records_refused_cells_and_goes_on(shared):
     """The shipped sweep at tiny sizes on the local launcher: mu=data cannot be met at d = 9 (the mean
     shift 1/3 exceeds tau), so those cells are refused; the multirun still runs every cell."""
     sweep = shared / "grid"
-    axes = ["experiment.tau_fraction=0.125", "experiment.delta=0.1", "experiment.kinds=formatting",
-            "experiment.mu=data,fixed", "experiment.alpha_fraction=1.0", "experiment.sigma_mode=zero",
-            "experiment.mode=one_item,whole_set"]
-    r = run_in_process(["-m", "experiment=abb_sweep", *TINY, "experiment.estimate=4", "experiment.verify=3",
-                     "experiment.jitter.samples=0", *axes, f"hydra.sweep.dir={sweep}"], shared)
+    axes = [
+        "experiment.tau_fraction=0.125",
+        "experiment.delta=0.1",
+        "experiment.kinds=formatting",
+        "experiment.mu=data,fixed",
+        "experiment.alpha_fraction=1.0",
+        "experiment.sigma_mode=zero",
+        "experiment.mode=one_item,whole_set",
+    ]
+    r = run_in_process(
+        [
+            "-m",
+            "experiment=abb_sweep",
+            *TINY,
+            "experiment.estimate=4",
+            "experiment.verify=3",
+            "experiment.jitter.samples=0",
+            *axes,
+            f"hydra.sweep.dir={sweep}",
+        ],
+        shared,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     results = {int(p.parent.name): json.loads(p.read_text()) for p in sweep.glob("*/results.json")}
     assert sorted(results) == list(range(4))  # every cell finished, refused or not
     refused = [x for x in results.values() if x["metrics"]["cell"] == "refused"]
     assert len(refused) == 2 and all("mu='data'" in x["refused"] for x in refused)
-    assert results[0]["metrics"]["cell"] == "refused" and results[max(results)]["metrics"]["cell"] == "certified"
+    assert (
+        results[0]["metrics"]["cell"] == "refused" and results[max(results)]["metrics"]["cell"] == "certified"
+    )
     assert r.stdout.count("[refused, recorded; the multirun goes on]") == 2
     ok = [x for x in results.values() if x["metrics"]["cell"] == "certified"]
     assert {x["metrics"]["mode"] for x in ok} == {"one_item", "whole_set"}
@@ -116,8 +146,14 @@ def test_table_uses_significant_figures(tmp_path):
 def test_uncached_one_item_neighbours_move_one_coordinate(shared):
     """cache.enabled=false: every request goes to the judge again, yet each one-item neighbour moves
     only its own coordinate, and the check tests that on every fresh neighbour."""
-    out = run_here(shared, "uncached", "cache.enabled=false", "experiment.orders=single",
-                   "experiment.kinds=formatting", "experiment.jitter.samples=2")
+    out = run_here(
+        shared,
+        "uncached",
+        "cache.enabled=false",
+        "experiment.orders=single",
+        "experiment.kinds=formatting",
+        "experiment.jitter.samples=2",
+    )
     rows = _jsonl(out / "neighbours.jsonl")
     assert rows and all(len(n["changed"]) <= 1 for n in rows if n["split"] in ("estimate", "verify"))
     bj = json.loads((out / "abb.json").read_text())
@@ -138,8 +174,10 @@ class SamplingJudge:
 
     def score_pairs(self, requests):
         out = self.judge.score_pairs(requests)
-        return [dataclasses.replace(s, p_a=float(np.clip(s.p_a + self.sd * self.rng.standard_normal(), 0, 1)))
-                for s in out]
+        return [
+            dataclasses.replace(s, p_a=float(np.clip(s.p_a + self.sd * self.rng.standard_normal(), 0, 1)))
+            for s in out
+        ]
 
 
 def test_sampling_judge_moves_one_coordinate_and_the_old_route_is_caught(shared_data, tiny_judge):
@@ -147,21 +185,43 @@ def test_sampling_judge_moves_one_coordinate_and_the_old_route_is_caught(shared_
     from harness.data import load_task
 
     docs = load_task("arena_bench", data_dir=shared_data, limit=72)[69:]  # the slice of SLICE
-    items, _ = select_items(docs, baseline="gpt-4-0314", models=["llama-13b", "palm-2-chat-bison-001", "claude-2.1"])
-    sc = PairwiseScorer(SamplingJudge(tiny_judge, 0.05, 0), docs, items, instruction="Which answer is better? "
-                        "Answer A or B.", family="instruction", baseline="gpt-4-0314", orders="single")
+    items, _ = select_items(
+        docs, baseline="gpt-4-0314", models=["llama-13b", "palm-2-chat-bison-001", "claude-2.1"]
+    )
+    sc = PairwiseScorer(
+        SamplingJudge(tiny_judge, 0.05, 0),
+        docs,
+        items,
+        instruction="Which answer is better? Answer A or B.",
+        family="instruction",
+        baseline="gpt-4-0314",
+        orders="single",
+    )
     f = sc.vector().values
     views = [{i: View(answer=sc.original(i, "answer").upper())} for i in (0, 4, 8)]
     fresh = np.array(sc.score_many(views, base=f))
     moved = [set(np.flatnonzero(v != f).tolist()) for v in fresh]
-    assert all(m <= {i} for m, i in zip(moved, (0, 4, 8))) and sum(map(len, moved)) >= 2  # the edited item only
+    assert (
+        all(m <= {i} for m, i in zip(moved, (0, 4, 8))) and sum(map(len, moved)) >= 2
+    )  # the edited item only
     split = abb.split_delta(0.05, noise_fraction=0.0)
-    result, _ = abb.run_abb(f, fresh, tau=0.125, split=split, mode="one_item", scale=(0.0, 1.0),
-                            rng=np.random.default_rng(0), fresh=fresh, coords_allowed=sc.coords_allowed("one_item"))
+    result, _ = abb.run_abb(
+        f,
+        fresh,
+        tau=0.125,
+        split=split,
+        mode="one_item",
+        scale=(0.0, 1.0),
+        rng=np.random.default_rng(0),
+        fresh=fresh,
+        coords_allowed=sc.coords_allowed("one_item"),
+    )
     assert result.verification.verdict == "confirmed" and result.verification.tests == "sure"
     # Negative control, the old route: the whole touched document re-judged (its untouched items too).
     doc_items = [[j for j in range(sc.d) if sc.items[j].doc_id == sc.items[i].doc_id] for i in (0, 4, 8)]
-    old = np.array(sc.score_many([{**{j: View() for j in js}, **v} for js, v in zip(doc_items, views)], base=f))
+    old = np.array(
+        sc.score_many([{**{j: View() for j in js}, **v} for js, v in zip(doc_items, views)], base=f)
+    )
     assert all(np.sum(v != f) >= 2 for v in old)  # untouched items' fresh draws move their scores
     check = abb.verify(f, old, result.params, np.random.default_rng(1), coords_allowed=1)
     assert check.verdict == "violated" and check.assumption["too_many_coords"] == 3

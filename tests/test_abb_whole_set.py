@@ -17,10 +17,22 @@ from conftest import REPO, SHARED_DATA
 
 from harness import abb
 
-SMOL = ["experiment=abb", "model=smollm2", "task=arena_bench", "task.offset=160", "task.docs=1",
-        "experiment.models=[llama-13b,palm-2-chat-bison-001,claude-2.1]", "experiment.orders=single",
-        "experiment.kinds=formatting", "experiment.delta=0.4", "experiment.estimate=8", "experiment.verify=8",
-        "experiment.jitter.samples=0", "experiment.bootstrap=20", "progress=false"]
+SMOL = [
+    "experiment=abb",
+    "model=smollm2",
+    "task=arena_bench",
+    "task.offset=160",
+    "task.docs=1",
+    "experiment.models=[llama-13b,palm-2-chat-bison-001,claude-2.1]",
+    "experiment.orders=single",
+    "experiment.kinds=formatting",
+    "experiment.delta=0.4",
+    "experiment.estimate=8",
+    "experiment.verify=8",
+    "experiment.jitter.samples=0",
+    "experiment.bootstrap=20",
+    "progress=false",
+]
 D = 3
 
 
@@ -29,8 +41,14 @@ def _run(tmp, mode):
 
     from harness.runtime.entry import run
 
-    ov = [*SMOL, f"experiment.mode={mode}", f"data.dir={tmp / 'data'}", f"data.mirror={SHARED_DATA}",
-          f"cache.path={tmp / 'requests.sqlite'}", "wandb.mode=disabled"]
+    ov = [
+        *SMOL,
+        f"experiment.mode={mode}",
+        f"data.dir={tmp / 'data'}",
+        f"data.mirror={SHARED_DATA}",
+        f"cache.path={tmp / 'requests.sqlite'}",
+        "wandb.mode=disabled",
+    ]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=ov)
     run(cfg, tmp / mode, overrides=ov)
@@ -51,7 +69,9 @@ def _vectors(run):
 
 
 @pytest.mark.slow
-def test_whole_set_cap_and_a_one_item_guarantee_that_does_not_cover_a_shift(tmp_path, shared_data, smollm2_path):
+def test_whole_set_cap_and_a_one_item_guarantee_that_does_not_cover_a_shift(
+    tmp_path, shared_data, smollm2_path
+):
     runs = {mode: _run(tmp_path, mode) for mode in ("one_item", "whole_set")}
     one, whole = (json.loads((runs[m] / "abb.json").read_text()) for m in ("one_item", "whole_set"))
     cap = {b["name"]: b for b in whole["bounds"]["candidates"]}["certain_cap"]
@@ -72,8 +92,16 @@ def test_whole_set_cap_and_a_one_item_guarantee_that_does_not_cover_a_shift(tmp_
     f, _, fresh = _vectors(runs["whole_set"])
     f1, est1, _ = _vectors(runs["one_item"])
     assert np.array_equal(f, f1)  # the same items, the same f(D)
-    mine, _ = abb.run_abb(f, est1, tau=one["tau"], split=abb.split_delta(0.4, noise_fraction=0.0), mode="one_item",
-                          scale=(0.0, 1.0), rng=np.random.default_rng(0), bounds=(1.0, 1.0 / D))
+    mine, _ = abb.run_abb(
+        f,
+        est1,
+        tau=one["tau"],
+        split=abb.split_delta(0.4, noise_fraction=0.0),
+        mode="one_item",
+        scale=(0.0, 1.0),
+        rng=np.random.default_rng(0),
+        bounds=(1.0, 1.0 / D),
+    )
     assert mine.params.alpha == pytest.approx(one["alpha"])  # the one-item run's mechanism, recomputed
     check = abb.verify(f, fresh, mine.params, np.random.default_rng(1), coords_allowed=1)
     multi = int(np.sum(np.sum(fresh != f, axis=1) > 1))

@@ -32,13 +32,25 @@ FAST = dict(backoff_base_s=0.01, backoff_max_s=2.0, timeout_s=5.0)
 
 def _requests() -> list[PairRequest]:
     docs = [
-        Document("d1", "The council approved a new park after a long debate about costs.",
-                 (Candidate("s1", "Council approves park."), Candidate("s2", "A debate happened about money."))),
-        Document("d2", "User: any tips for learning the guitar?",
-                 (Candidate("r1", "Practice chords daily."), Candidate("r2", "I like pizza."))),
-        Document("d3", "Heavy rain closed two roads in the valley on Monday.",
-                 (Candidate("a", "Rain closed roads."), Candidate("b", "Monday was a day."),
-                  Candidate("c", "Two valley roads shut by rain."))),
+        Document(
+            "d1",
+            "The council approved a new park after a long debate about costs.",
+            (Candidate("s1", "Council approves park."), Candidate("s2", "A debate happened about money.")),
+        ),
+        Document(
+            "d2",
+            "User: any tips for learning the guitar?",
+            (Candidate("r1", "Practice chords daily."), Candidate("r2", "I like pizza.")),
+        ),
+        Document(
+            "d3",
+            "Heavy rain closed two roads in the valley on Monday.",
+            (
+                Candidate("a", "Rain closed roads."),
+                Candidate("b", "Monday was a day."),
+                Candidate("c", "Two valley roads shut by rain."),
+            ),
+        ),
     ]
     out = []
     for d in docs:
@@ -76,35 +88,52 @@ def _assert_same(api_scores, local_scores, tol=1e-5):
 
 def test_exact_mode_matches_local_judge(tiny_judge, tiny_llama, local_scores, key):
     with OpenAIServer(judge=tiny_judge, api_key=key) as srv:
-        judge = ApiJudge("tiny-test", srv.url, tokenizer=str(tiny_llama), api_key_env=ENV, concurrency=3, **FAST)
+        judge = ApiJudge(
+            "tiny-test", srv.url, tokenizer=str(tiny_llama), api_key_env=ENV, concurrency=3, **FAST
+        )
         scores = judge.score_pairs(REQUESTS)
         # the served model as /v1/models lists it (asked once, while the server runs)
-        assert judge.identity == (f"api|{srv.url}|tiny-test|chat|A:A=38;A: A=263;B:B=39;B: B=264"
-                                  "|sys=e3b0c44298fc|served=tiny-test")
+        assert judge.identity == (
+            f"api|{srv.url}|tiny-test|chat|A:A=38;A: A=263;B:B=39;B: B=264|sys=e3b0c44298fc|served=tiny-test"
+        )
     assert judge.mode == "exact"
     _assert_same(scores, local_scores)
     assert len({s.p_a for s in scores}) > 3  # the tiny model really discriminates between prompts
     bodies = [r.body for r in srv.ok_requests()]
     assert len(bodies) == len(REQUESTS) and all(r.authorized for r in srv.requests)
-    assert all(b["logprob_token_ids"] == [38, 263, 39, 264] and b["max_tokens"] == 1 and b["temperature"] == 0
-               and b["logprobs"] is True and b["messages"] == [{"role": "user", "content": b["messages"][0]["content"]}]
-               for b in bodies)
+    assert all(
+        b["logprob_token_ids"] == [38, 263, 39, 264]
+        and b["max_tokens"] == 1
+        and b["temperature"] == 0
+        and b["logprobs"] is True
+        and b["messages"] == [{"role": "user", "content": b["messages"][0]["content"]}]
+        for b in bodies
+    )
     assert sorted(b["messages"][0]["content"] for b in bodies) == sorted(r.prompt for r in REQUESTS)
     assert judge.stats["missing"] == 0 and judge.stats["unreadable"] == 0
 
 
 def test_exact_mode_from_configured_token_ids_and_system_prompt(tiny_judge, tiny_llama):
     system = "You are a careful and impartial judge."
-    local = HFJudge(tiny_llama, system_prompt=system, model=tiny_judge.model, tokenizer=tiny_judge.tokenizer,
-                    device="cpu")
+    local = HFJudge(
+        tiny_llama, system_prompt=system, model=tiny_judge.model, tokenizer=tiny_judge.tokenizer, device="cpu"
+    )
     want = local.score_pairs(REQUESTS[:5])
     with OpenAIServer(judge=tiny_judge) as srv:
-        judge = ApiJudge("tiny-test", srv.url, token_ids={"A": 38, " A": 263, "B": 39, " B": 264},
-                         system_prompt=system, api_key_env=None, **FAST)
+        judge = ApiJudge(
+            "tiny-test",
+            srv.url,
+            token_ids={"A": 38, " A": 263, "B": 39, " B": 264},
+            system_prompt=system,
+            api_key_env=None,
+            **FAST,
+        )
         got = judge.score_pairs(REQUESTS[:5])
     _assert_same(got, want)
     assert srv.requests[0].body["messages"][0] == {"role": "system", "content": system}
-    assert want[0].p_a != pytest.approx(tiny_judge.score_pairs(REQUESTS[:1])[0].p_a, abs=1e-6)  # system prompt matters
+    assert want[0].p_a != pytest.approx(
+        tiny_judge.score_pairs(REQUESTS[:1])[0].p_a, abs=1e-6
+    )  # system prompt matters
 
 
 def _biased_judge(tiny_judge, tiny_llama, bias: float | dict[str, float]) -> HFJudge:
@@ -135,8 +164,9 @@ def test_top_mode_matches_local_judge_when_answers_are_in_the_top_k(tiny_judge, 
         # and other tokens rank among them (the read-out must pick the right entries).
         worst = 0
         for r in requests:
-            lp = srv.next_token_logprobs(srv.tokens_for("/v1/chat/completions",
-                                                        {"messages": [{"role": "user", "content": r.prompt}]}))
+            lp = srv.next_token_logprobs(
+                srv.tokens_for("/v1/chat/completions", {"messages": [{"role": "user", "content": r.prompt}]})
+            )
             top = lp.topk(20).indices.tolist()
             assert all(i in top for i in biased.answers.all_ids)
             worst = max(worst, *(top.index(i) for i in biased.answers.all_ids))
@@ -153,17 +183,24 @@ def test_top_mode_reports_missing_variants(tiny_judge, tiny_llama):
     no label (asked again, then unreadable)."""
     odd = [PairRequest("odd", "a", "b", p) for p in ("x y z " * 50, "the the the the", "0123456789 " * 10)]
     requests = REQUESTS[::3] + odd
-    with OpenAIServer(judge=_biased_judge(tiny_judge, tiny_llama, {"A:A": 5.0, "A: A": 5.0, "B:B": 0.0, "B: B": 0.0})) as srv:
+    with OpenAIServer(
+        judge=_biased_judge(tiny_judge, tiny_llama, {"A:A": 5.0, "A: A": 5.0, "B:B": 0.0, "B: B": 0.0})
+    ) as srv:
         judge = ApiJudge("tiny-test", srv.url, logprob_mode="top", top_logprobs=20, api_key_env=None, **FAST)
         got = judge.score_pairs(requests)
         expected_missing, expected_unreadable, expected_unlisted = 0, 0, 0
         for r, s in zip(requests, got):
-            lp = srv.next_token_logprobs(srv.tokens_for("/v1/chat/completions",
-                                                        {"messages": [{"role": "user", "content": r.prompt}]}))
+            lp = srv.next_token_logprobs(
+                srv.tokens_for("/v1/chat/completions", {"messages": [{"role": "user", "content": r.prompt}]})
+            )
             top = set(lp.topk(20).indices.tolist())
-            present = {k: float(lp[i]) for k, i in zip(tiny_judge.answers.keys, tiny_judge.answers.all_ids) if i in top}
+            present = {
+                k: float(lp[i])
+                for k, i in zip(tiny_judge.answers.keys, tiny_judge.answers.all_ids)
+                if i in top
+            }
             expected_missing += (4 - len(present)) if present else 0  # a label-less answer is asked again,
-            assert set(s.token_logprobs) == set(present)                  # then unreadable (nothing read)
+            assert set(s.token_logprobs) == set(present)  # then unreadable (nothing read)
             labels_listed = {k.split(":")[0] for k in present}
             if labels_listed != {"A", "B"}:  # a label with no listed spelling: P(A) would be exactly 0 or 1
                 expected_unreadable += 1
@@ -182,13 +219,21 @@ def test_top_mode_reports_missing_variants(tiny_judge, tiny_llama):
 
 def test_legacy_completions_endpoint_sends_the_raw_prompt(tiny_judge):
     with OpenAIServer(judge=tiny_judge) as srv:
-        judge = ApiJudge("tiny-test", srv.url, endpoint="completions",
-                         token_ids={"A": 38, " A": 263, "B": 39, " B": 264}, api_key_env=None, **FAST)
+        judge = ApiJudge(
+            "tiny-test",
+            srv.url,
+            endpoint="completions",
+            token_ids={"A": 38, " A": 263, "B": 39, " B": 264},
+            api_key_env=None,
+            **FAST,
+        )
         got = judge.score_pairs(REQUESTS[:4])
     rows = [tiny_judge.tokenizer(r.prompt)["input_ids"] for r in REQUESTS[:4]]
     want = [tiny_judge.answers.score(lp) for lp in tiny_judge.answer_logprobs(rows)]
     _assert_same(got, want)
-    assert all(r.path == "/v1/completions" and r.body["prompt"] in {q.prompt for q in REQUESTS} for r in srv.requests)
+    assert all(
+        r.path == "/v1/completions" and r.body["prompt"] in {q.prompt for q in REQUESTS} for r in srv.requests
+    )
 
 
 def test_faults_are_survived_and_every_request_is_answered_exactly_once(tiny_judge, local_scores, caplog):
@@ -197,8 +242,16 @@ def test_faults_are_survived_and_every_request_is_answered_exactly_once(tiny_jud
     # only timeout is the injected hang.
     with OpenAIServer(judge=tiny_judge, hang_s=5.0) as srv:
         srv.inject(*faults)
-        judge = ApiJudge("tiny-test", srv.url, token_ids={"A": 38, " A": 263, "B": 39, " B": 264},
-                         api_key_env=None, concurrency=4, max_retries=4, backoff_base_s=0.01, timeout_s=1.5)
+        judge = ApiJudge(
+            "tiny-test",
+            srv.url,
+            token_ids={"A": 38, " A": 263, "B": 39, " B": 264},
+            api_key_env=None,
+            concurrency=4,
+            max_retries=4,
+            backoff_base_s=0.01,
+            timeout_s=1.5,
+        )
         with caplog.at_level(logging.WARNING, logger="harness.api_client"):
             got = judge.score_pairs(REQUESTS)
     _assert_same(got, local_scores)
@@ -223,8 +276,14 @@ def test_faults_are_survived_and_every_request_is_answered_exactly_once(tiny_jud
 def test_retries_exhausted_and_client_errors_fail_with_one_clear_line(tiny_judge):
     with OpenAIServer(judge=tiny_judge) as srv:
         srv.inject("500", "500", "500")
-        judge = ApiJudge("tiny-test", srv.url, logprob_mode="top", api_key_env=None, max_retries=2, **{
-            k: v for k, v in FAST.items()})
+        judge = ApiJudge(
+            "tiny-test",
+            srv.url,
+            logprob_mode="top",
+            api_key_env=None,
+            max_retries=2,
+            **{k: v for k, v in FAST.items()},
+        )
         with pytest.raises(ApiError, match=r"HTTP 500 after 3 attempts: internal error"):
             judge.score_pairs(REQUESTS[:1])
         assert len(srv.requests) == 3
@@ -291,12 +350,21 @@ def test_backend_config_builds_an_api_judge(tiny_judge, local_scores, key):
 
     with OpenAIServer(judge=tiny_judge, api_key=key, model="tiny-llama") as srv:
         with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
-            cfg = compose("config", overrides=["backend=api", "model=tiny_llama", f"backend.base_url={srv.url}",
-                                               f"backend.api_key_env={ENV}", "backend.tokenizer=tiny:llama"])
+            cfg = compose(
+                "config",
+                overrides=[
+                    "backend=api",
+                    "model=tiny_llama",
+                    f"backend.base_url={srv.url}",
+                    f"backend.api_key_env={ENV}",
+                    "backend.tokenizer=tiny:llama",
+                ],
+            )
         judge = build_judge(cfg.model, cfg.backend)
         assert isinstance(judge, ApiJudge) and judge.mode == cfg.backend.logprob_mode == "exact"
         _assert_same(judge.score_pairs(REQUESTS[:4]), local_scores[:4])
     assert {r.body["model"] for r in srv.requests} == {"tiny-llama"}
+
 
 # -- content faults: validated, asked again, flagged when they persist (never a silent 0.5) -----------
 CONTENT = ["no_logprobs", "empty_top", "nan", "null", "positive", "both_zero", "missing_ids", "all_inf"]
@@ -314,8 +382,16 @@ def test_content_faults_are_asked_again_and_answered_once(tiny_judge, local_scor
         want = [tiny_judge.answers.score(lp) for lp in tiny_judge.answer_logprobs(rows)]
     with OpenAIServer(judge=tiny_judge) as srv:
         srv.inject(*CONTENT)
-        judge = ApiJudge("tiny-test", srv.url, token_ids={"A": 38, " A": 263, "B": 39, " B": 264}, endpoint=endpoint,
-                         api_key_env=None, concurrency=4, max_retries=4, **{**FAST, "backoff_base_s": 0.001})
+        judge = ApiJudge(
+            "tiny-test",
+            srv.url,
+            token_ids={"A": 38, " A": 263, "B": 39, " B": 264},
+            endpoint=endpoint,
+            api_key_env=None,
+            concurrency=4,
+            max_retries=4,
+            **{**FAST, "backoff_base_s": 0.001},
+        )
         got = judge.score_pairs(requests)
     _assert_same(got, want)
     assert all(not s.flags for s in got) and judge.stats["unreadable"] == 0
@@ -324,8 +400,9 @@ def test_content_faults_are_asked_again_and_answered_once(tiny_judge, local_scor
     assert judge.client.stats["content_retries"] == len(CONTENT) and srv.faults_left == 0
 
 
-def test_a_label_outside_the_top_k_is_unreadable_not_probability_1_through_the_cli(tiny_judge, tiny_llama,
-                                                                                    tmp_path):
+def test_a_label_outside_the_top_k_is_unreadable_not_probability_1_through_the_cli(
+    tiny_judge, tiny_llama, tmp_path
+):
     """A server whose top 2 are always A's two spellings (B third): with backend.top_logprobs=2 every
     P(A) read as exactly 1.0, unflagged. The rule is not about K: a reply listing no spelling of a
     label holds no probability for it. Now every pair is unreadable, so the run is one line, exit 2.
@@ -334,16 +411,41 @@ def test_a_label_outside_the_top_k_is_unreadable_not_probability_1_through_the_c
 
     # The random tiny model's own logits here: A -5, ' A' 2, B 6.5, ' B' 1 (+-0.6); lifted to 19, 19, 17, 15.
     biased = _biased_judge(tiny_judge, tiny_llama, {"A:A": 24.0, "A: A": 17.0, "B:B": 10.5, "B: B": 14.0})
-    base = ["experiment=judge", "model=tiny_llama", "backend=api", "backend.model=tiny-test",
-            "backend.api_key_env=null", "backend.logprob_mode=top", "backend.max_retries=0", "task=jsonl",
-            f"task.path={_jsonl(tmp_path)}", "task.aspect=quality", "wandb.mode=disabled", "progress=false",
-            "metrics.bootstrap=0"]
+    base = [
+        "experiment=judge",
+        "model=tiny_llama",
+        "backend=api",
+        "backend.model=tiny-test",
+        "backend.api_key_env=null",
+        "backend.logprob_mode=top",
+        "backend.max_retries=0",
+        "task=jsonl",
+        f"task.path={_jsonl(tmp_path)}",
+        "task.aspect=quality",
+        "wandb.mode=disabled",
+        "progress=false",
+        "metrics.bootstrap=0",
+    ]
     with OpenAIServer(judge=biased) as srv:
-        k2 = run_in_process([*base, f"backend.base_url={srv.url}", "backend.top_logprobs=2",
-                             f"hydra.run.dir={tmp_path / 'k2'}"], tmp_path)
+        k2 = run_in_process(
+            [
+                *base,
+                f"backend.base_url={srv.url}",
+                "backend.top_logprobs=2",
+                f"hydra.run.dir={tmp_path / 'k2'}",
+            ],
+            tmp_path,
+        )
         asked = [(r.path, r.body) for r in srv.ok_requests()]
-        k5 = run_in_process([*base, f"backend.base_url={srv.url}", "backend.top_logprobs=5",
-                             f"hydra.run.dir={tmp_path / 'k5'}"], tmp_path)
+        k5 = run_in_process(
+            [
+                *base,
+                f"backend.base_url={srv.url}",
+                "backend.top_logprobs=5",
+                f"hydra.run.dir={tmp_path / 'k5'}",
+            ],
+            tmp_path,
+        )
         # Precondition, on the server's own distribution for every prompt the K=2 run sent: its top 2
         # are A's spellings and B's best is 3rd (inside the control's top 5).
         a_ids = {i for _, i in tiny_judge.answers.variants["A"]}
@@ -382,14 +484,27 @@ def test_a_persistent_content_fault_is_flagged_counted_in_results_and_never_cach
     from harness.judging import load_judgments
 
     docs = [d for d in load_task("jsonl", path=_jsonl(tmp_path))]
-    kw = dict(token_ids={"A": 38, " A": 263, "B": 39, " B": 264}, api_key_env=None, concurrency=1, max_retries=2,
-              **FAST)
+    kw = dict(
+        token_ids={"A": 38, " A": 263, "B": 39, " B": 264},
+        api_key_env=None,
+        concurrency=1,
+        max_retries=2,
+        **FAST,
+    )
     with OpenAIServer(judge=tiny_judge) as srv:
         srv.inject("nan", "nan", "nan")  # the first pair's three attempts
         cache = ScoreCache(tmp_path / "scores.sqlite")
         judge = CachedJudge(ApiJudge("tiny-test", srv.url, **kw), cache)
-        results = run_judge(judge, docs, task="jsonl", aspect="quality", instruction="Which is better?",
-                            family="summarization", out_dir=tmp_path / "run1", progress=False)
+        results = run_judge(
+            judge,
+            docs,
+            task="jsonl",
+            aspect="quality",
+            instruction="Which is better?",
+            family="summarization",
+            out_dir=tmp_path / "run1",
+            progress=False,
+        )
         n_pairs = results["n_judgments"]
         assert results["n_unreadable"] == 1 and judge.judge.stats["unreadable"] == 1
         judgments, _ = load_judgments(tmp_path / "run1" / "judgments.jsonl")
@@ -400,18 +515,36 @@ def test_a_persistent_content_fault_is_flagged_counted_in_results_and_never_cach
         assert len(cache) == n_pairs  # every pair + the content-free prompt, less the flagged pair
         sent = len(srv.requests)
         again = CachedJudge(ApiJudge("tiny-test", srv.url, **kw), cache)
-        rerun = run_judge(again, docs, task="jsonl", aspect="quality", instruction="Which is better?",
-                          family="summarization", out_dir=tmp_path / "run2", progress=False)
-        assert len(srv.requests) == sent + 1 and rerun["n_unreadable"] == 0  # only the flagged pair asked again
+        rerun = run_judge(
+            again,
+            docs,
+            task="jsonl",
+            aspect="quality",
+            instruction="Which is better?",
+            family="summarization",
+            out_dir=tmp_path / "run2",
+            progress=False,
+        )
+        assert (
+            len(srv.requests) == sent + 1 and rerun["n_unreadable"] == 0
+        )  # only the flagged pair asked again
         cache.close()
 
 
 def _jsonl(tmp_path: Path) -> Path:
     import json
 
-    rows = [{"doc_id": f"d{i}", "source": f"Source text number {i} about the council and the park.",
-             "candidate_id": c, "text": f"Summary {c} of {i}.", "scores": {"quality": float(k)}}
-            for i in range(2) for k, c in enumerate(["x", "y", "z"])]
+    rows = [
+        {
+            "doc_id": f"d{i}",
+            "source": f"Source text number {i} about the council and the park.",
+            "candidate_id": c,
+            "text": f"Summary {c} of {i}.",
+            "scores": {"quality": float(k)},
+        }
+        for i in range(2)
+        for k, c in enumerate(["x", "y", "z"])
+    ]
     path = tmp_path / "own.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path

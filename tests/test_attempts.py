@@ -28,7 +28,10 @@ from harness.runtime.attempts import (
 )
 
 TESTS = Path(__file__).resolve().parent
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}  # this checkout's harness
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)]),
+}  # this checkout's harness
 CHUNK = 2
 TOTAL = 3 * 4 * 3  # 3 documents x 12 ordered pairs
 
@@ -59,9 +62,22 @@ SCRIPT = textwrap.dedent('''
 
 
 def _attempt(tmp: Path, kill_at: int, hook: bool = True) -> int:
-    r = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp / "run"), str(tmp / "c.sqlite"), str(kill_at),
-                        "hook" if hook else "none"], cwd=TESTS.parent, env=ENV, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            SCRIPT,
+            str(tmp / "run"),
+            str(tmp / "c.sqlite"),
+            str(kill_at),
+            "hook" if hook else "none",
+        ],
+        cwd=TESTS.parent,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return r.returncode
 
 
@@ -106,13 +122,20 @@ def test_statuses_and_concurrent_appends(tmp_path):
     with pytest.raises(ValueError), record_attempt(tmp_path):
         raise ValueError
     assert [(r["status"], r["calls"]) for r in read_attempts(tmp_path)] == [
-        ("completed", 3), ("interrupted", 1), ("failed", 0)]
+        ("completed", 3),
+        ("interrupted", 1),
+        ("failed", 0),
+    ]
     # Two processes appending at once: every line whole (one O_APPEND write per line).
-    code = ("import sys; from harness.runtime.attempts import record_attempt\n"
-            "with record_attempt(sys.argv[1]) as a:\n    [a.progress(i, 1) for i in range(300)]")
+    code = (
+        "import sys; from harness.runtime.attempts import record_attempt\n"
+        "with record_attempt(sys.argv[1]) as a:\n    [a.progress(i, 1) for i in range(300)]"
+    )
     (tmp_path / "both").mkdir()
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "both")], cwd=TESTS.parent, env=ENV)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "both")], cwd=TESTS.parent, env=ENV)
+        for _ in range(2)
+    ]
     assert [p.wait(timeout=60) for p in procs] == [0, 0]
     lines = (tmp_path / "both" / ATTEMPTS).read_text().splitlines()
     assert len(lines) == 2 * 302 and all(json.loads(x) for x in lines)

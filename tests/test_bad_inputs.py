@@ -33,8 +33,14 @@ from harness.judges.cache import CachedJudge, ScoreCache
 from harness.judges.chat import longest_token_chars, refuse_overlong_texts
 from harness.runtime.entry import CONF_DIR, check
 
-BASE = ["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=3", "wandb.mode=disabled",
-        "progress=false"]
+BASE = [
+    "experiment=judge",
+    "model=tiny_llama",
+    "task.docs=1",
+    "task.max_candidates=3",
+    "wandb.mode=disabled",
+    "progress=false",
+]
 TOKEN_IDS_API = ["backend=api", "backend.base_url=http://127.0.0.1:9/v1", "backend.api_key_env=null"]
 
 
@@ -46,7 +52,8 @@ def _jsonl_with(tmp: Path, second_line: str) -> Path:
 
 def _score_line(number: str) -> str:
     return json.dumps({**GOOD, "candidate_id": "c2", "scores": {"coherence": 0}}).replace(
-        '"coherence": 0}', f'"coherence": {number}}}')
+        '"coherence": 0}', f'"coherence": {number}}}'
+    )
 
 
 def _own(path: Path) -> list[str]:
@@ -57,19 +64,32 @@ CASES = {
     "seed=-1": (lambda tmp: ["seed=-1"], ("seed=-1", "4294967295")),
     "seed=2**32": (lambda tmp: ["seed=4294967296"], ("seed=4294967296",)),
     "backend.seed=-1 (vLLM)": (lambda tmp: ["backend=vllm", "backend.seed=-1"], ("backend.seed=-1",)),
-    "integer score over 308 digits": (lambda tmp: _own(_jsonl_with(tmp, _score_line("9" * 400))),
-                                      ("mine.jsonl, line 2", "400 digits")),
-    "integer score over 4,300 digits": (lambda tmp: _own(_jsonl_with(tmp, _score_line("9" * 5000))),
-                                        ("mine.jsonl, line 2", "5000 digits")),
-    "nested 200,000 deep": (lambda tmp: _own(_jsonl_with(tmp, "[" * 200_000 + "]" * 200_000)),
-                            ("mine.jsonl, line 2", "nested too deeply")),
-    "API token id outside the vocabulary": (lambda tmp: [*TOKEN_IDS_API, "+backend.token_ids={A: 999999999, B: 39}"],
-                                            ("999999999", "outside the vocabulary")),
-    "API token id of another token": (lambda tmp: [*TOKEN_IDS_API, "+backend.token_ids={A: 39, B: 38}"],
-                                      ("token_ids['A']=39", "not a spelling of 'A'")),
-    "a 20 MB candidate": (lambda tmp: _own(_jsonl_with(tmp, json.dumps({**GOOD, "candidate_id": "c2",
-                                                                        "text": "word " * 4_000_000}))),
-                          ("20,000,", "characters", "longer than the model's context")),
+    "integer score over 308 digits": (
+        lambda tmp: _own(_jsonl_with(tmp, _score_line("9" * 400))),
+        ("mine.jsonl, line 2", "400 digits"),
+    ),
+    "integer score over 4,300 digits": (
+        lambda tmp: _own(_jsonl_with(tmp, _score_line("9" * 5000))),
+        ("mine.jsonl, line 2", "5000 digits"),
+    ),
+    "nested 200,000 deep": (
+        lambda tmp: _own(_jsonl_with(tmp, "[" * 200_000 + "]" * 200_000)),
+        ("mine.jsonl, line 2", "nested too deeply"),
+    ),
+    "API token id outside the vocabulary": (
+        lambda tmp: [*TOKEN_IDS_API, "+backend.token_ids={A: 999999999, B: 39}"],
+        ("999999999", "outside the vocabulary"),
+    ),
+    "API token id of another token": (
+        lambda tmp: [*TOKEN_IDS_API, "+backend.token_ids={A: 39, B: 38}"],
+        ("token_ids['A']=39", "not a spelling of 'A'"),
+    ),
+    "a 20 MB candidate": (
+        lambda tmp: _own(
+            _jsonl_with(tmp, json.dumps({**GOOD, "candidate_id": "c2", "text": "word " * 4_000_000}))
+        ),
+        ("20,000,", "characters", "longer than the model's context"),
+    ),
 }
 
 
@@ -80,7 +100,10 @@ def test_bad_input_is_one_line_before_any_model_call(tmp_path, case):
     r = run_in_process([*BASE, *make(tmp_path), f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, timeout=240)
     seconds = time.monotonic() - start
     _assert_one_line_error(r, *needles)
-    assert not (tmp_path / "run" / "results.json").exists() and not (tmp_path / "run" / "judgments.jsonl").exists()
+    assert (
+        not (tmp_path / "run" / "results.json").exists()
+        and not (tmp_path / "run" / "judgments.jsonl").exists()
+    )
     cache = tmp_path / "cache" / "requests.sqlite"
     if cache.is_file():  # opened, but no answer was ever asked for
         with sqlite3.connect(cache) as db:
@@ -94,8 +117,10 @@ def test_negative_control_the_good_inputs_next_to_the_bad_ones_pass():
         check(compose("config", overrides=["experiment=judge", "seed=4294967295"]))
         check(compose("config", overrides=["experiment=judge", "backend=vllm", "backend.seed=0"]))
     ids = {"A": 38, " A": 263, "B": 39, " B": 264}  # the tiny tokenizer's own ids
-    assert ApiJudge("m", "http://127.0.0.1:9/v1", token_ids=ids, tokenizer="tiny:llama", api_key_env=None).mode == \
-        "exact"
+    assert (
+        ApiJudge("m", "http://127.0.0.1:9/v1", token_ids=ids, tokenizer="tiny:llama", api_key_env=None).mode
+        == "exact"
+    )
 
 
 def test_negative_control_300_digits_still_load(tmp_path):
@@ -112,7 +137,9 @@ def test_the_character_bound_never_refuses_a_prompt_that_fits(tiny_judge):
     assert len(tok(over)["input_ids"]) > context
     with pytest.raises(Exception, match="^prompt 0 is .* longer than the model's context of 64"):
         refuse_overlong_texts(tok, [over], context, lambda k: f"prompt {k}")
-    refuse_overlong_texts(tok, ["word " * (context // 2)], context, lambda k: f"prompt {k}")  # fits: not refused
+    refuse_overlong_texts(
+        tok, ["word " * (context // 2)], context, lambda k: f"prompt {k}"
+    )  # fits: not refused
 
 
 # -- a corrupt ZEPO state.json on resume -------------------------------------------------------
@@ -134,8 +161,17 @@ def _damage(state: Path, how: str) -> None:
         state.write_text(json.dumps(raw))
 
 
-@pytest.mark.parametrize("how", ["top-level []", "not UTF-8", "candidates missing", "candidates null",
-                                 "a string objective", "objectives a string"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "top-level []",
+        "not UTF-8",
+        "candidates missing",
+        "candidates null",
+        "a string objective",
+        "objectives a string",
+    ],
+)
 def test_a_corrupt_state_json_is_one_line_naming_it(tmp_path, how):
     _search(tmp_path).run()
     state = tmp_path / "state.json"
@@ -179,25 +215,46 @@ def test_an_unreadable_content_free_probe_drops_only_the_contextual_view(tiny_ju
 
     docs = list(load_task("jsonl", path=_jsonl(tmp_path)))
     instruction = "Which is better?"
-    kw = dict(token_ids={"A": 38, " A": 263, "B": 39, " B": 264}, api_key_env=None, concurrency=1, max_retries=2,
-              **FAST)
+    kw = dict(
+        token_ids={"A": 38, " A": 263, "B": 39, " B": 264},
+        api_key_env=None,
+        concurrency=1,
+        max_retries=2,
+        **FAST,
+    )
     with OpenAIServer(judge=tiny_judge) as srv:
         cache = ScoreCache(tmp_path / "scores.sqlite")
         pairs, _ = build_requests(docs, instruction, "summarization", "quality")
         CachedJudge(ApiJudge("tiny-test", srv.url, **kw), cache).score_pairs(pairs)  # every pair answered
         srv.inject("nan", "nan", "nan")  # the probe, the only request left, on all three attempts
-        results = run_judge(CachedJudge(ApiJudge("tiny-test", srv.url, **kw), cache), docs, task="jsonl",
-                            aspect="quality", instruction=instruction, family="summarization",
-                            out_dir=tmp_path / "run", progress=False)
+        results = run_judge(
+            CachedJudge(ApiJudge("tiny-test", srv.url, **kw), cache),
+            docs,
+            task="jsonl",
+            aspect="quality",
+            instruction=instruction,
+            family="summarization",
+            out_dir=tmp_path / "run",
+            progress=False,
+        )
         assert srv.faults_left == 0
         assert results["content_free_unreadable"] is True and math.isnan(results["p_content_free"])
-        assert "contextual" not in results["metrics"] and {"none", "permutation", "batch"} <= set(results["metrics"])
+        assert "contextual" not in results["metrics"] and {"none", "permutation", "batch"} <= set(
+            results["metrics"]
+        )
         assert results["n_unreadable"] == 0 and results["n_judgments"] == len(pairs)
         assert "contextual-calibration view is left out" in caplog.text
         assert (tmp_path / "run" / "results.json").is_file()
-        control = run_judge(CachedJudge(ApiJudge("tiny-test", srv.url, **kw), cache), docs, task="jsonl",
-                            aspect="quality", instruction=instruction, family="summarization",
-                            out_dir=tmp_path / "control", progress=False)
+        control = run_judge(
+            CachedJudge(ApiJudge("tiny-test", srv.url, **kw), cache),
+            docs,
+            task="jsonl",
+            aspect="quality",
+            instruction=instruction,
+            family="summarization",
+            out_dir=tmp_path / "control",
+            progress=False,
+        )
         assert "contextual" in control["metrics"] and "content_free_unreadable" not in control
         cache.close()
 

@@ -30,8 +30,11 @@ def test_a_round_of_ones_gives_metric_set(seed):
     for the raw and debiased columns, on judgments with every awkward case (NaN P(A), repeats,
     one-sided pairs, tied/missing humans, gold labels, unreadable pairs)."""
     frame = build_frame(_random_judgments(seed))
-    for p, official in ((frame.p, None), (permutation_p(frame), permutation_p(frame, "official")),
-                        (batch_p(frame), None)):
+    for p, official in (
+        (frame.p, None),
+        (permutation_p(frame), permutation_p(frame, "official")),
+        (batch_p(frame), None),
+    ):
         got: list[B.DocStats] = []
         m = frame_metrics(frame.with_p(p), official_p=official, stats_out=got)
         reps = B.replicate(got[0], np.ones((1, len(frame.doc_ids))))
@@ -64,11 +67,25 @@ def test_a_mean_over_documents_equals_scipy_percentile_bootstrap():
     x = np.random.default_rng(0).normal(size=40)
     w = B.resample_counts(40, 999, 11)
     ours = B.percentile_interval(w @ x / 40, 0.9)
-    ref = stats.bootstrap((x,), np.mean, n_resamples=999, method="percentile", confidence_level=0.9,
-                          rng=np.random.default_rng(11), vectorized=True).confidence_interval
+    ref = stats.bootstrap(
+        (x,),
+        np.mean,
+        n_resamples=999,
+        method="percentile",
+        confidence_level=0.9,
+        rng=np.random.default_rng(11),
+        vectorized=True,
+    ).confidence_interval
     assert ours == pytest.approx([ref.low, ref.high], abs=1e-12)
-    other = stats.bootstrap((x,), np.mean, n_resamples=999, method="percentile", confidence_level=0.9,
-                            rng=np.random.default_rng(12), vectorized=True).confidence_interval
+    other = stats.bootstrap(
+        (x,),
+        np.mean,
+        n_resamples=999,
+        method="percentile",
+        confidence_level=0.9,
+        rng=np.random.default_rng(12),
+        vectorized=True,
+    ).confidence_interval
     assert abs(other.low - ours[0]) > 1e-6  # another seed draws other documents: the match is not trivial
 
 
@@ -116,13 +133,18 @@ def test_paired_difference_and_its_sentence():
     a = np.random.default_rng(0).normal(size=12)
     same = B.paired("order_gap", 0.5, 0.5, a, a, 0.95, metric="order_gap")
     assert same["interval"] == [0.0, 0.0] and same["n_documents"] == 12 and same["method"] == METHOD
-    assert same["sentence"] == ("order_gap +0.000 [+0.000, +0.000] (12 documents, t-jackknife; no spread across "
-                                "documents): not distinguishable from 0 at 95%")
+    assert same["sentence"] == (
+        "order_gap +0.000 [+0.000, +0.000] (12 documents, t-jackknife; no spread across "
+        "documents): not distinguishable from 0 at 95%"
+    )
     up = B.paired("held-out Spearman", 0.2, 0.5, a, a + 0.3, 0.95, metric="spearman")
     assert up["sentence"].startswith("held-out Spearman +0.300 [+0.300, +0.300] (12 documents, t-jackknife")
     assert up["sentence"].endswith(": distinguishable from 0 at 95%")
     tiny = B.paired("order_gap", 0.1, 0.1 - 1e-7, a, a - 1e-7, 0.95, metric="order_gap")
-    assert tiny["sentence"].startswith("order_gap -1e-07 [-1e-07, -1e-07]") and "distinguishable" in tiny["sentence"]
+    assert (
+        tiny["sentence"].startswith("order_gap -1e-07 [-1e-07, -1e-07]")
+        and "distinguishable" in tiny["sentence"]
+    )
     two = B.paired("held-out Spearman (PairS)", 0.0, 0.933, np.zeros(2), np.array([0.866, 1.0]), 0.95)
     assert two["interval"] is None and two["note"] == TOO_FEW and "distinguishable" not in two["sentence"]
     assert two["sentence"] == "held-out Spearman (PairS) +0.933 (2 documents: too few documents to tell)"

@@ -58,7 +58,9 @@ def _same_tokenizer(a, b) -> None:
     assert a(text, add_special_tokens=False).input_ids == b(text, add_special_tokens=False).input_ids
 
 
-def test_the_remembered_tokenizer_class_is_autotokenizers(tiny_llama, tiny_mistral, tmp_path, memo, monkeypatch):
+def test_the_remembered_tokenizer_class_is_autotokenizers(
+    tiny_llama, tiny_mistral, tmp_path, memo, monkeypatch
+):
     """First load: AutoTokenizer, its class remembered. Second: that class, no AutoTokenizer call,
     the same tokenizer (class, vocabulary, special ids, chat template, token ids). Negative
     controls: a folder whose tokenizer_config.json changed is another key (AutoTokenizer again); a
@@ -119,7 +121,9 @@ def test_a_cpu_only_torch_build_is_read_from_its_version_file(tmp_path):
     assert cpu_only_build(real) == (torch.version.cuda is None and torch.version.hip is None)
     for line in ("cuda: Optional[str] = '12.4'", "hip = '6.2.41133'"):
         fake = tmp_path / "version.py"
-        fake.write_text(f"from typing import Optional\n__version__ = '2.5.0'\ncuda = None\nhip = None\n{line}\n")
+        fake.write_text(
+            f"from typing import Optional\n__version__ = '2.5.0'\ncuda = None\nhip = None\n{line}\n"
+        )
         assert not cpu_only_build(fake)
     (tmp_path / "version.py").write_text("cuda = None\n")  # no hip line: cannot tell
     assert not cpu_only_build(tmp_path / "version.py")
@@ -152,11 +156,25 @@ def test_a_cached_judge_is_built_and_asked_without_torch(tiny_llama, memo, monke
     from harness.judges.weights import load_tokenizer
 
     load_tokenizer(tiny_llama)  # remembered, as the first (cold) run does
-    want = HFJudge(tiny_llama, device="cpu", tokenizer=AutoTokenizer.from_pretrained(str(tiny_llama))).identity
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "HARNESS_MODEL_CACHE": str(memo.parent),
-           "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-c", PROBE, str(tiny_llama)], capture_output=True, text=True,
-                         env=env, timeout=120, cwd=ROOT)
+    want = HFJudge(
+        tiny_llama, device="cpu", tokenizer=AutoTokenizer.from_pretrained(str(tiny_llama))
+    ).identity
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(Path.home()),
+        "HARNESS_MODEL_CACHE": str(memo.parent),
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(tiny_llama)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got == {"identity": want, "imported": [], "after": True}

@@ -40,9 +40,13 @@ def _job(root: Path, num: int, overrides: list[str], spearman: float, a_rate: fl
         (d / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
     else:
         (d / "overrides.json").write_text(json.dumps(overrides))
-    metrics = {"none": {"spearman": spearman, "a_rate": a_rate, "ece": float("nan") if num == 1 else 0.1},
-               "permutation": {"spearman": spearman + 0.1, "a_rate": 0.5}}
-    (d / "results.json").write_text(json.dumps({"task": "summeval", "p_content_free": 0.25, "metrics": metrics}))
+    metrics = {
+        "none": {"spearman": spearman, "a_rate": a_rate, "ece": float("nan") if num == 1 else 0.1},
+        "permutation": {"spearman": spearman + 0.1, "a_rate": 0.5},
+    }
+    (d / "results.json").write_text(
+        json.dumps({"task": "summeval", "p_content_free": 0.25, "metrics": metrics})
+    )
     (d / "config.json").write_text(json.dumps({"task": {"name": "summeval"}}))
     return d
 
@@ -53,7 +57,12 @@ def sweep(tmp_path) -> Path:
     k = 0
     for model in ("m1", "m2"):
         for aspect in ("coherence", "fluency"):
-            _job(root, k, ["experiment=judge", f"model={model}", f"task.aspect={aspect}", "task.docs=4"], 0.1 * (k + 1))
+            _job(
+                root,
+                k,
+                ["experiment=judge", f"model={model}", f"task.aspect={aspect}", "task.docs=4"],
+                0.1 * (k + 1),
+            )
             k += 1
     for extra in range(4, 11):  # job 10 must sort after 9, not after 1
         _job(root, extra, ["experiment=judge", "model=m3", f"task.aspect=a{extra}", "task.docs=4"], 0.0)
@@ -69,8 +78,14 @@ def test_runs_are_found_in_job_number_order(sweep):
 def test_table_rows_are_varying_overrides_and_columns_metrics(sweep):
     runs = collect_runs(sweep)[:4]
     t = build_table(runs, ["none/spearman", "permutation/spearman", "p_content_free", "none/missing"])
-    assert t.columns == ["model", "task.aspect", "none/spearman", "permutation/spearman", "p_content_free",
-                         "none/missing"]
+    assert t.columns == [
+        "model",
+        "task.aspect",
+        "none/spearman",
+        "permutation/spearman",
+        "p_content_free",
+        "none/missing",
+    ]
     assert t.rows[1][:3] == ["m1", "fluency", 0.2] and t.rows[1][4:] == [0.25, None]
     assert t.caption == "experiment=judge task.docs=4"
     md = to_markdown(t, digits=2)
@@ -119,13 +134,33 @@ def test_errors_name_the_problem(sweep, tmp_path):
 
 
 def test_cli_prints_markdown_and_exits_2_on_user_error(sweep, tmp_path, capsys):
-    assert main(["table", str(sweep), "--metrics", "none/spearman", "--no-figures", "--out", str(tmp_path / "o")]) == 0
+    assert (
+        main(
+            ["table", str(sweep), "--metrics", "none/spearman", "--no-figures", "--out", str(tmp_path / "o")]
+        )
+        == 0
+    )
     assert "| model | task.aspect | none/spearman |" in capsys.readouterr().out
     assert not (tmp_path / "o" / "figures").exists()
-    assert main(["merge", str(sweep / "0"), "--out", str(tmp_path / "m")]) == 2  # not a shard run with judgments
+    assert (
+        main(["merge", str(sweep / "0"), "--out", str(tmp_path / "m")]) == 2
+    )  # not a shard run with judgments
     assert "error:" in capsys.readouterr().err
-    r = subprocess.run([sys.executable, str(REPO / "scripts" / "collect.py"), "table", str(sweep), "--pivot",
-                        "task.aspect", "model", "--metrics", "none/a_rate"], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "collect.py"),
+            "table",
+            str(sweep),
+            "--pivot",
+            "task.aspect",
+            "model",
+            "--metrics",
+            "none/a_rate",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0 and "| task.aspect \\ model |" in r.stdout, r.stderr
 
 
@@ -136,16 +171,25 @@ def test_zepo_runs_read_initial_and_best(tmp_path):
         d = tmp_path / str(num)
         d.mkdir()
         (d / "overrides.json").write_text(json.dumps(["experiment=zepo", f"experiment.population={pop}"]))
-        part = {label: {"instruction": f"{label} text", "metrics": {"none": {"a_rate": v, "spearman": v / 2},
-                                                                    "permutation": {"spearman": v / 3}}}
-                for label, v in (("initial", before), ("best", after))}
+        part = {
+            label: {
+                "instruction": f"{label} text",
+                "metrics": {"none": {"a_rate": v, "spearman": v / 2}, "permutation": {"spearman": v / 3}},
+            }
+            for label, v in (("initial", before), ("best", after))
+        }
         (d / "results.json").write_text(json.dumps({"experiment": "zepo", "improved": True, **part}))
     runs = collect_runs(tmp_path)
     table = build_table(runs, ["best/permutation/spearman", "initial/none/a_rate"])
     assert table.rows == [["3", 0.6 / 3, 0.9], ["5", 0.5 / 3, 0.8]]
     table = collect(tmp_path, tmp_path / "out", figures=False)
-    assert table.columns == ["experiment.population", "initial/none/a_rate", "best/none/a_rate",
-                             "initial/none/spearman", "best/none/spearman"]
+    assert table.columns == [
+        "experiment.population",
+        "initial/none/a_rate",
+        "best/none/a_rate",
+        "initial/none/spearman",
+        "best/none/spearman",
+    ]
     assert table.rows[1] == ["5", 0.8, 0.5, 0.4, 0.25]
     assert "| best/none/a_rate |" in (tmp_path / "out" / "table.md").read_text()
 
@@ -153,8 +197,16 @@ def test_zepo_runs_read_initial_and_best(tmp_path):
 def _zepo_job(root: Path, num: int, leak: bool) -> None:
     d = root / str(num)
     d.mkdir(parents=True)
-    (d / "overrides.json").write_text(json.dumps(["experiment=zepo", f"experiment.leak_search_docs={leak}",
-                                                  "task.aspect=coherence", "task.docs=" + "4" * 60]))
+    (d / "overrides.json").write_text(
+        json.dumps(
+            [
+                "experiment=zepo",
+                f"experiment.leak_search_docs={leak}",
+                "task.aspect=coherence",
+                "task.docs=" + "4" * 60,
+            ]
+        )
+    )
     part = {}
     for label, v in (("initial", 0.4), ("best", 0.6)):
         leaky, held = {"none": {"spearman": v, "a_rate": 0.5}}, {"none": {"spearman": v - 0.3, "a_rate": 0.5}}
@@ -170,7 +222,9 @@ def test_zepo_columns_say_leaky_or_held_out(tmp_path, leak):
     _zepo_job(tmp_path, 0, leak)
     table = collect(tmp_path, figures=False)
     view = "leaky" if leak else "held-out"
-    assert f"initial/none/spearman ({view})" in table.columns and f"best/none/a_rate ({view})" in table.columns
+    assert (
+        f"initial/none/spearman ({view})" in table.columns and f"best/none/a_rate ({view})" in table.columns
+    )
     assert ("initial/heldout/none/spearman" in table.columns) is leak
     row = dict(zip(table.columns, table.rows[0]))
     assert row[f"initial/none/spearman ({view})"] == pytest.approx(0.4 if leak else 0.1)
@@ -220,24 +274,45 @@ def test_cells_show_the_runs_intervals(tmp_path):
         d = _job(root, k, ["experiment=zepo", f"model=m{k}"], 0.25)
         res = json.loads((d / "results.json").read_text())
         held = {"none": {"spearman": 0.5}}
-        res["initial"] = {"metrics": held, "metrics_heldout": held, "metrics_leaky": {"none": {"spearman": 0.7}}}
+        res["initial"] = {
+            "metrics": held,
+            "metrics_heldout": held,
+            "metrics_leaky": {"none": {"spearman": 0.7}},
+        }
         if with_iv:
-            res |= {"interval": meta, "intervals": {"none": {"spearman": [0.05, 0.4]}, "permutation": {"spearman": None}}}
-            res["initial"] |= {"intervals_heldout": {"none": {"spearman": [0.1, 0.9]}},
-                               "intervals": {"none": {"spearman": [0.1, 0.9]}}}
+            res |= {
+                "interval": meta,
+                "intervals": {"none": {"spearman": [0.05, 0.4]}, "permutation": {"spearman": None}},
+            }
+            res["initial"] |= {
+                "intervals_heldout": {"none": {"spearman": [0.1, 0.9]}},
+                "intervals": {"none": {"spearman": [0.1, 0.9]}},
+            }
         (d / "results.json").write_text(json.dumps(res))
     runs = collect_runs(root)
-    t = build_table(runs, ["none/spearman", "permutation/spearman", "initial/heldout/none/spearman",
-                           "initial/none/spearman", "initial/leaky/none/spearman"])
+    t = build_table(
+        runs,
+        [
+            "none/spearman",
+            "permutation/spearman",
+            "initial/heldout/none/spearman",
+            "initial/none/spearman",
+            "initial/leaky/none/spearman",
+        ],
+    )
     md = to_markdown(t, digits=2)
     assert "| m0 | 0.25 [0.05, 0.40] | 0.35 | 0.50 [0.10, 0.90] | 0.50 [0.10, 0.90] | 0.70 |" in md
     assert "| m1 | 0.25 | 0.35 | 0.50 | 0.50 | 0.70 |" in md  # no intervals: the bare values
-    assert md.rstrip().endswith("intervals: none/spearman, initial/heldout/none/spearman, initial/none/spearman "
-                                "(held-out): 12 documents, 95% t-jackknife; no interval recorded (1 of 2); "
-                                "permutation/spearman, initial/leaky/none/spearman: no interval recorded")
+    assert md.rstrip().endswith(
+        "intervals: none/spearman, initial/heldout/none/spearman, initial/none/spearman "
+        "(held-out): 12 documents, 95% t-jackknife; no interval recorded (1 of 2); "
+        "permutation/spearman, initial/leaky/none/spearman: no interval recorded"
+    )
     lines = to_csv(t).splitlines()
-    assert lines[0].startswith("model,none/spearman,none/spearman lo,none/spearman hi,none/spearman documents,"
-                               "none/spearman note,permutation/spearman,")
+    assert lines[0].startswith(
+        "model,none/spearman,none/spearman lo,none/spearman hi,none/spearman documents,"
+        "none/spearman note,permutation/spearman,"
+    )
     assert lines[1].startswith("m0,0.25,0.05,0.4,12,,") and lines[2].startswith("m1,0.25,,,,,")
     p = pivot_table(runs, "model", "experiment", "none/spearman")
     assert "| m0 | 0.250 [0.050, 0.400] |" in to_markdown(p) and "| m1 | 0.250 |" in to_markdown(p)
@@ -263,7 +338,10 @@ def test_a_results_json_that_is_not_an_object_is_one_line(sweep, tmp_path, capsy
     for where in (root / "1", root):
         assert report([str(where)]) == 2
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and f"{root / '1' / 'results.json'}: holds an array, not a JSON object" in err
+        assert (
+            err.count("\n") == 1
+            and f"{root / '1' / 'results.json'}: holds an array, not a JSON object" in err
+        )
     assert not (root / "1" / "report.html").exists()
     assert report([str(sweep)]) == 0 and (sweep / "1" / "report.html").is_file()  # control
 
@@ -277,10 +355,17 @@ def test_figures_draw_the_intervals_their_captions_promise(tmp_path):
     from harness.runtime.table import Table, error_bars, plot_table
 
     rows = [["a", 0.2], ["b", 0.5], ["c", math.nan]]
-    with_iv = Table(["run", "none/spearman"], rows, f"[lo, hi]: 95% {METHOD}",
-                    [[None, Interval((0.1, 0.4), 12)], [None, Interval((0.45, 0.9), 12)], [None, None]])
+    with_iv = Table(
+        ["run", "none/spearman"],
+        rows,
+        f"[lo, hi]: 95% {METHOD}",
+        [[None, Interval((0.1, 0.4), 12)], [None, Interval((0.45, 0.9), 12)], [None, None]],
+    )
     bars = error_bars(with_iv, 1, [0.2, 0.5, math.nan])
-    assert bars == [[pytest.approx(0.1), pytest.approx(0.05), 0.0], [pytest.approx(0.2), pytest.approx(0.4), 0.0]]
+    assert bars == [
+        [pytest.approx(0.1), pytest.approx(0.05), 0.0],
+        [pytest.approx(0.2), pytest.approx(0.4), 0.0],
+    ]
     assert error_bars(Table(["run", "none/spearman"], rows, ""), 1, [0.2, 0.5, math.nan]) is None
 
     def dark(table: Table, name: str) -> int:
@@ -298,11 +383,19 @@ def few_documents(tmp_path_factory, tiny_llama):
     from conftest import run_in_process
 
     tmp = tmp_path_factory.mktemp("few")
-    args = ["experiment=judge", "model=tiny_llama", "task.docs=6", "experiment.shuffles=5", "metrics.bootstrap=50",
-            "wandb.mode=disabled"]
+    args = [
+        "experiment=judge",
+        "model=tiny_llama",
+        "task.docs=6",
+        "experiment.shuffles=5",
+        "metrics.bootstrap=50",
+        "wandb.mode=disabled",
+    ]
     runs = {"six": [f"hydra.run.dir={tmp / 'six'}"]}
-    runs |= {f"two/{k}": ["task.num_shards=3", f"task.shard_index={k}", f"hydra.run.dir={tmp / 'two' / str(k)}"]
-             for k in (0, 1)}
+    runs |= {
+        f"two/{k}": ["task.num_shards=3", f"task.shard_index={k}", f"hydra.run.dir={tmp / 'two' / str(k)}"]
+        for k in (0, 1)
+    }
     for extra in runs.values():
         r = run_in_process([*args, *extra], tmp)
         assert r.returncode == 0, r.stderr[-3000:]
@@ -327,18 +420,30 @@ def test_a_cell_without_an_interval_says_why_and_its_figure_promises_none(few_do
     ece, spearman = results["metrics"]["none"]["ece"], results["metrics"]["none"]["spearman"]
     lo, hi = results["intervals"]["none"]["spearman"]
     assert f"| . | {spearman:.3f} [{lo:.3f}, {hi:.3f}] | {ece:.3f} ({TOO_FEW}) |" in md
-    assert md.rstrip().endswith(f"intervals: none/spearman: 6 documents, 95% t-jackknife; none/ece: 6 documents: "
-                                f"{TOO_FEW}")
+    assert md.rstrip().endswith(
+        f"intervals: none/spearman: 6 documents, 95% t-jackknife; none/ece: 6 documents: {TOO_FEW}"
+    )
     csv_rows = (tmp_path / "six" / "table.csv").read_text().splitlines()
     assert csv_rows[0].endswith(",none/ece,none/ece lo,none/ece hi,none/ece documents,none/ece note")
     assert csv_rows[1].endswith(f",{ece!r},,,6,{TOO_FEW}")
-    titles = {c: Image.open(tmp_path / "six" / "figures" / f"none_{c}.png").text["Title"].replace("\n", " ")
-              for c in ("spearman", "ece")}
+    titles = {
+        c: Image.open(tmp_path / "six" / "figures" / f"none_{c}.png").text["Title"].replace("\n", " ")
+        for c in ("spearman", "ece")
+    }
     assert titles["spearman"].endswith("intervals: 6 documents, 95% t-jackknife")
     assert titles["ece"].endswith(f"intervals: 6 documents: {TOO_FEW}") and "t-jackknife" not in titles["ece"]
-    assert error_bars(table, 1, [spearman]) is not None and error_bars(table, 2, [ece]) is None  # no bar promised
-    two = collect(few_documents / "two", tmp_path / "two", metrics=["none/spearman", "none/a_rate", "none/ece"],
-                  figures=False)
-    assert all(str(cell).endswith(f"({TOO_FEW}) ") for line in (tmp_path / "two" / "table.md").read_text()
-               .splitlines()[2:4] for cell in line.split("|")[2:-1])
+    assert (
+        error_bars(table, 1, [spearman]) is not None and error_bars(table, 2, [ece]) is None
+    )  # no bar promised
+    two = collect(
+        few_documents / "two",
+        tmp_path / "two",
+        metrics=["none/spearman", "none/a_rate", "none/ece"],
+        figures=False,
+    )
+    assert all(
+        str(cell).endswith(f"({TOO_FEW}) ")
+        for line in (tmp_path / "two" / "table.md").read_text().splitlines()[2:4]
+        for cell in line.split("|")[2:-1]
+    )
     assert two.caption.endswith(f"; intervals: 2 documents: {TOO_FEW}")

@@ -20,18 +20,34 @@ from harness.metrics.interval import METHOD
 
 REPO = Path(__file__).resolve().parents[1]
 
-ARGS = ["experiment=judge", "model=tiny_llama", "task.docs=3", "task.max_candidates=3", "experiment.shuffles=4",
-        "wandb.mode=disabled", "metrics.bootstrap=200"]
+ARGS = [
+    "experiment=judge",
+    "model=tiny_llama",
+    "task.docs=3",
+    "task.max_candidates=3",
+    "experiment.shuffles=4",
+    "wandb.mode=disabled",
+    "metrics.bootstrap=200",
+]
 
 
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("compare")
     runs = []
-    for name, text in (("a", "Which summary is more coherent? Answer A or B."),
-                       ("b", "Pick the better summary. Answer A or B.")):
-        r = run_in_process([*ARGS, "experiment.instruction.source=text", f"experiment.instruction.text='{text}'",
-                            f"hydra.run.dir={tmp / name}"], tmp)
+    for name, text in (
+        ("a", "Which summary is more coherent? Answer A or B."),
+        ("b", "Pick the better summary. Answer A or B."),
+    ):
+        r = run_in_process(
+            [
+                *ARGS,
+                "experiment.instruction.source=text",
+                f"experiment.instruction.text='{text}'",
+                f"hydra.run.dir={tmp / name}",
+            ],
+            tmp,
+        )
         assert r.returncode == 0, r.stderr[-2000:]
         runs.append(tmp / name)
     return runs
@@ -43,7 +59,8 @@ def _two_documents(run: Path, out: Path) -> Path:
     rows = (out / "judgments.jsonl").read_text().splitlines()
     docs = sorted({json.loads(r)["doc_id"] for r in rows if "doc_id" in json.loads(r)})[:2]
     (out / "judgments.jsonl").write_text(
-        "\n".join(r for r in rows if json.loads(r).get("doc_id", docs[0]) in docs) + "\n")
+        "\n".join(r for r in rows if json.loads(r).get("doc_id", docs[0]) in docs) + "\n"
+    )
     return out
 
 
@@ -56,15 +73,20 @@ def test_judge_results_carry_every_interval_and_the_card_shows_them(two_runs):
         assert set(iv) == set(basis) == {k for k in values if k not in compare.NO_INTERVAL}
         for key, bounds in iv.items():
             if bounds is not None:
-                assert bounds[0] <= bounds[1] and basis[key]["n_documents"] == 3 and basis[key]["note"] in (
-                    None, "no spread across documents")
+                assert (
+                    bounds[0] <= bounds[1]
+                    and basis[key]["n_documents"] == 3
+                    and basis[key]["note"] in (None, "no spread across documents")
+                )
     assert res["interval_basis"]["none"]["ece"]["note"] == "too few documents to tell"  # ECE needs 8
     assert "permutation - none" in res["differences"]
     lo, hi = res["intervals"]["none"]["a_rate"]
     card = (two_runs[0] / "card.md").read_text()
     assert f"A-rate {res['metrics']['none']['a_rate']:.3f} [{lo:.3f}, {hi:.3f}]" in card
     assert f"[lo, hi]: 95%, {METHOD}, 3 documents" in card
-    assert "(3 documents: too few documents to tell)" in card.split("calibration")[1].splitlines()[0]  # ECE: 8
+    assert (
+        "(3 documents: too few documents to tell)" in card.split("calibration")[1].splitlines()[0]
+    )  # ECE: 8
     # The length bias of the raw judgments, with its interval, in results.json and the card.
     lb = res["length_bias"]
     assert lb["n_pairs"] == 18 and lb["unit"].startswith("words") and lb["scale"] > 0
@@ -72,7 +94,9 @@ def test_judge_results_carry_every_interval_and_the_card_shows_them(two_runs):
     assert lb["length_basis"] == {"n_documents": 3, "method": METHOD, "note": None}
     assert f"log-odds of A {lb['length']:+.3f} [" in card
     lc = lb["controlled"]
-    assert set(lc["metrics"]) == set(lc["intervals"]) == set(lc["minus_raw"]) >= {"spearman", "spearman_pairs"}
+    assert (
+        set(lc["metrics"]) == set(lc["intervals"]) == set(lc["minus_raw"]) >= {"spearman", "spearman_pairs"}
+    )
     assert "length-controlled - raw: spearman " in lc["minus_raw"]["spearman"]["sentence"]
 
 
@@ -89,8 +113,10 @@ def test_compare_prints_each_metric_with_its_paired_interval(two_runs, capsys):
     # A run against itself: every difference is exactly 0, never distinguishable.
     assert compare.main([str(two_runs[0]), str(two_runs[0]), "--bootstrap", "50"]) == 0
     same = capsys.readouterr().out
-    assert ("a_rate +0.000 [+0.000, +0.000] (3 documents, t-jackknife; no spread across documents): not "
-            "distinguishable") in same
+    assert (
+        "a_rate +0.000 [+0.000, +0.000] (3 documents, t-jackknife; no spread across documents): not "
+        "distinguishable"
+    ) in same
     assert ": distinguishable" not in same
 
 
@@ -108,8 +134,20 @@ def test_two_documents_make_no_distinguishable_claim(two_runs, tmp_path, capsys)
     assert "distinguishable" not in out and "(2 documents: too few documents to tell)" in out
     judgments, p_cf = load_judgments(a / "judgments.jsonl")
     (tmp_path / "written").mkdir()
-    res = write_run(tmp_path / "written", judgments, p_cf, task="t", aspect=None, family="summarization",
-                    instruction="x", judge_identity="j", n_docs=2, shuffles=4, seed=0, bootstrap=200)
+    res = write_run(
+        tmp_path / "written",
+        judgments,
+        p_cf,
+        task="t",
+        aspect=None,
+        family="summarization",
+        instruction="x",
+        judge_identity="j",
+        n_docs=2,
+        shuffles=4,
+        seed=0,
+        bootstrap=200,
+    )
     text = json.dumps(res)
     assert "distinguishable from 0" not in text.replace("not distinguishable from 0", "")
     assert all(v is None for v in res["intervals"]["none"].values())
@@ -126,7 +164,9 @@ def test_compare_refuses_other_documents_and_warns_on_numerics(two_runs, tmp_pat
     shutil.copytree(two_runs[1], other)
     rows = (other / "judgments.jsonl").read_text().splitlines()
     first = json.loads(rows[0])["doc_id"]
-    (other / "judgments.jsonl").write_text("\n".join(r for r in rows if json.loads(r).get("doc_id") != first) + "\n")
+    (other / "judgments.jsonl").write_text(
+        "\n".join(r for r in rows if json.loads(r).get("doc_id") != first) + "\n"
+    )
     assert compare.main([str(two_runs[0]), str(other)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(two_runs[0]) in err and str(other) in err
@@ -147,7 +187,9 @@ def test_compare_refuses_other_documents_and_warns_on_numerics(two_runs, tmp_pat
     assert "results.json not found" in capsys.readouterr().err
 
 
-def test_a_judgments_file_that_repeats_a_pair_is_refused_naming_file_line_and_pair(two_runs, tmp_path, capsys):
+def test_a_judgments_file_that_repeats_a_pair_is_refused_naming_file_line_and_pair(
+    two_runs, tmp_path, capsys
+):
     """A later row repeating an ordered pair (p_a 0.99) was read as that pair's judgment: rc 0, "12
     ordered pairs in each" and every metric shifted. Now one line naming the file, the line and the
     pair, from harness.judging.load_judgments, so every reader refuses it (compare, the shard
@@ -184,8 +226,13 @@ def test_compare_says_when_the_runs_judged_different_aspects(two_runs, tmp_path)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
 
     def harness_compare(a: Path, b: Path) -> subprocess.CompletedProcess:  # what `harness-compare A B` runs
-        return subprocess.run([sys.executable, "-m", "harness.report.compare", str(a), str(b), "--bootstrap", "20"],
-                              env=env, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "harness.report.compare", str(a), str(b), "--bootstrap", "20"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     got = harness_compare(two_runs[0], rel)
     assert got.returncode == 0, got.stderr
@@ -199,9 +246,16 @@ def test_compare_uses_the_runs_level_and_refuses_two_levels(two_runs, tmp_path, 
     default (a real run at metrics.level=0.9 compared with itself: 90%), and runs made at different
     levels are refused in one line unless --level picks one (fails with compare.py reverted: 95%)."""
     b90 = tmp_path / "b90"
-    r = run_in_process([*ARGS, "experiment.instruction.source=text",
-                        "experiment.instruction.text='Pick the better summary. Answer A or B.'", "metrics.level=0.9",
-                        f"hydra.run.dir={b90}"], tmp_path)
+    r = run_in_process(
+        [
+            *ARGS,
+            "experiment.instruction.source=text",
+            "experiment.instruction.text='Pick the better summary. Answer A or B.'",
+            "metrics.level=0.9",
+            f"hydra.run.dir={b90}",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert compare.main([str(b90), str(b90), "--bootstrap", "20"]) == 0
     out = capsys.readouterr().out

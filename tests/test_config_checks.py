@@ -16,8 +16,10 @@ from harness.errors import ConfigError
 from harness.runtime.entry import check
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-EXPERIMENTS = sorted(p.relative_to(CONF / "experiment").with_suffix("").as_posix()
-                     for p in (CONF / "experiment").rglob("*.yaml"))
+EXPERIMENTS = sorted(
+    p.relative_to(CONF / "experiment").with_suffix("").as_posix()
+    for p in (CONF / "experiment").rglob("*.yaml")
+)
 
 
 def _compose(overrides):
@@ -42,8 +44,14 @@ def test_a_shipped_config_without_what_it_requires_is_refused_in_one_line(experi
 
 
 @pytest.mark.parametrize("experiment", ["judge", "zepo", "sensitivity", "abb"])
-@pytest.mark.parametrize("parts", [["backend=vllm", "optimizer=api"], ["backend=api", "model=tiny_llama"],
-                                   ["task=jsonl", "task.path=mine.jsonl", "task.aspect=anything"]])
+@pytest.mark.parametrize(
+    "parts",
+    [
+        ["backend=vllm", "optimizer=api"],
+        ["backend=api", "model=tiny_llama"],
+        ["task=jsonl", "task.path=mine.jsonl", "task.aspect=anything"],
+    ],
+)
 def test_every_shipped_part_passes_the_checks(experiment, parts):
     check(_compose([f"experiment={experiment}", *parts]))
 
@@ -60,9 +68,14 @@ BAD = [
     (["experiment=zepo", "experiment.epochs=-1"], "experiment.epochs=-1"),
     (["experiment=zepo", "experiment.search_docs=0"], "experiment.search_docs=0"),
     (["experiment=zepo", "experiment.eval_docs=0"], "experiment.eval_docs=0"),
-    (["experiment=zepo", "experiment.search_debias=permutation", "experiment.objective=fairness_prob"],
-     "experiment.objective='fairness_prob'"),
-    (["experiment=zepo", "+experiment.search_docs_by_task.summeval=0"], "experiment.search_docs_by_task.summeval=0"),
+    (
+        ["experiment=zepo", "experiment.search_debias=permutation", "experiment.objective=fairness_prob"],
+        "experiment.objective='fairness_prob'",
+    ),
+    (
+        ["experiment=zepo", "+experiment.search_docs_by_task.summeval=0"],
+        "experiment.search_docs_by_task.summeval=0",
+    ),
     (["experiment=sensitivity", "experiment.paraphrases=-2"], "experiment.paraphrases=-2"),
     (["experiment=abb", "experiment.verify=-1"], "experiment.verify=-1"),
     (["experiment=abb", "experiment.estimate=0"], "experiment.estimate=0"),

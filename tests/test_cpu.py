@@ -30,7 +30,8 @@ ZEN3_EPYC = (  # this project's 2-core CI machine (AMD EPYC, Zen 3): AVX2 only
     "tsc_deadline_timer aes xsave avx f16c rdrand hypervisor lahf_lm cmp_legacy cr8_legacy abm sse4a "
     "misalignsse 3dnowprefetch osvw topoext ssbd ibrs ibpb stibp vmmcall fsgsbase tsc_adjust bmi1 avx2 smep "
     "bmi2 erms invpcid rdseed adx smap clflushopt clwb sha_ni xsaveopt xsavec xgetbv1 xsaves clzero "
-    "xsaveerptr wbnoinvd arat umip pku ospke vaes vpclmulqdq rdpid fsrm")
+    "xsaveerptr wbnoinvd arat umip pku ospke vaes vpclmulqdq rdpid fsrm"
+)
 SAPPHIRE_RAPIDS = (  # Intel Xeon 4th gen: AMX-BF16 (and AVX512-BF16)
     "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2 ss ht "
     "syscall nx pdpe1gb rdtscp lm constant_tsc rep_good nopl xtopology nonstop_tsc cpuid aperfmperf "
@@ -40,7 +41,8 @@ SAPPHIRE_RAPIDS = (  # Intel Xeon 4th gen: AMX-BF16 (and AVX512-BF16)
     "avx512f avx512dq rdseed adx smap avx512ifma clflushopt clwb avx512cd sha_ni avx512bw avx512vl xsaveopt "
     "xsavec xgetbv1 xsaves avx_vnni avx512_bf16 wbnoinvd ida arat avx512vbmi umip pku ospke waitpkg "
     "avx512_vbmi2 gfni vaes vpclmulqdq avx512_vnni avx512_bitalg tme avx512_vpopcntdq rdpid cldemote movdiri "
-    "movdir64b md_clear serialize amx_bf16 avx512_fp16 amx_tile amx_int8 flush_l1d arch_capabilities")
+    "movdir64b md_clear serialize amx_bf16 avx512_fp16 amx_tile amx_int8 flush_l1d arch_capabilities"
+)
 ICE_LAKE = (  # Intel Xeon 3rd gen: AVX-512 but no bf16 instructions
     "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2 ss ht "
     "syscall nx pdpe1gb rdtscp lm constant_tsc rep_good nopl xtopology nonstop_tsc cpuid tsc_known_freq pni "
@@ -49,15 +51,17 @@ ICE_LAKE = (  # Intel Xeon 3rd gen: AVX-512 but no bf16 instructions
     "tsc_adjust bmi1 avx2 smep bmi2 erms invpcid avx512f avx512dq rdseed adx smap avx512ifma clflushopt clwb "
     "avx512cd sha_ni avx512bw avx512vl xsaveopt xsavec xgetbv1 xsaves wbnoinvd ida arat avx512vbmi pku ospke "
     "avx512_vbmi2 gfni vaes vpclmulqdq avx512_vnni avx512_bitalg tme avx512_vpopcntdq rdpid md_clear "
-    "flush_l1d arch_capabilities")
+    "flush_l1d arch_capabilities"
+)
 
 
 def _cpuinfo(flags: str) -> str:
     return f"processor\t: 0\nvendor_id\t: X\nflags\t\t: {flags}\nbugs\t\t: spectre_v1\n\nprocessor\t: 1\n"
 
 
-@pytest.mark.parametrize(("flags", "fast"), [(SAPPHIRE_RAPIDS, True), (ZEN3_EPYC, False), (ICE_LAKE, False),
-                                             ("", False)])
+@pytest.mark.parametrize(
+    ("flags", "fast"), [(SAPPHIRE_RAPIDS, True), (ZEN3_EPYC, False), (ICE_LAKE, False), ("", False)]
+)
 def test_fast_bf16_read_from_cpuinfo_flags(flags, fast):
     """AMX present -> bf16; AVX2 only, or AVX-512 without its bf16 instructions -> float32."""
     parsed = cpu_flags(_cpuinfo(flags))
@@ -84,18 +88,39 @@ def test_auto_dtype_is_float32_on_every_cpu(tiny_llama, flags, monkeypatch, tmp_
     try:
         assert cpu.this_cpu_fast_bf16() is fast_bf16(flags.split())  # the forced flags are read
         assert auto_dtype("cpu") == "float32" and auto_dtype("cuda:0") == "bfloat16"
-        cfg = compose(["experiment=judge", "model=tiny_llama", f"model.path={tiny_llama}", "backend.device=cpu"])
+        cfg = compose(
+            ["experiment=judge", "model=tiny_llama", f"model.path={tiny_llama}", "backend.device=cpu"]
+        )
         assert cfg.backend.dtype == "auto"
         judge = build(cfg.backend, judge_model=container(cfg.model))
         assert judge.torch_dtype == torch.float32 and "|float32|" in judge.identity
         vcfg = compose(["experiment=judge", "backend=vllm"])
         assert vcfg.backend.dtype == "auto"
         dims = {"num_attention_heads": 4, "hidden_size": 256, "num_hidden_layers": 2}
-        got = engine_settings("m", on_cpu=True, dtype=vcfg.backend.dtype, max_model_len=None, block_size=None,
-                              kv_cache_memory_bytes=None, enforce_eager=None, model_config=dims)
+        got = engine_settings(
+            "m",
+            on_cpu=True,
+            dtype=vcfg.backend.dtype,
+            max_model_len=None,
+            block_size=None,
+            kv_cache_memory_bytes=None,
+            enforce_eager=None,
+            model_config=dims,
+        )
         assert got["dtype"] == "float32"
-        assert engine_settings("m", on_cpu=True, dtype="bfloat16", max_model_len=None, block_size=None,
-                               kv_cache_memory_bytes=None, enforce_eager=None, model_config=dims)["dtype"] == "bfloat16"
+        assert (
+            engine_settings(
+                "m",
+                on_cpu=True,
+                dtype="bfloat16",
+                max_model_len=None,
+                block_size=None,
+                kv_cache_memory_bytes=None,
+                enforce_eager=None,
+                model_config=dims,
+            )["dtype"]
+            == "bfloat16"
+        )
         assert cpu.dtype_source("auto") == "auto" and cpu.dtype_source(None) == "auto"
         assert cpu.dtype_source("bfloat16") == "config"
     finally:
@@ -106,14 +131,17 @@ def _requests() -> list[PairRequest]:
     doc = Document("d", "a short source text about threads", (Candidate("x", "one"), Candidate("y", "two")))
     a, b = doc.candidates
     ins = default_instruction("coherence", "summarization")
-    return [PairRequest("d", a.id, b.id, render(doc, a, b, ins, "summarization")),
-            PairRequest("d", b.id, a.id, render(doc, b, a, ins, "summarization"))]
+    return [
+        PairRequest("d", a.id, b.id, render(doc, a, b, ins, "summarization")),
+        PairRequest("d", b.id, a.id, render(doc, b, a, ins, "summarization")),
+    ]
 
 
 def _threads_seen(judge) -> list[int]:
     seen: list[int] = []
     handle = judge.model.model.embed_tokens.register_forward_pre_hook(
-        lambda *_: seen.append(torch.get_num_threads()))
+        lambda *_: seen.append(torch.get_num_threads())
+    )
     try:
         judge.score_pairs(_requests())
     finally:
@@ -132,7 +160,9 @@ def test_backend_threads_sets_torch_threads_while_judging(tiny_llama, monkeypatc
     shipped = compose(base)
     assert shipped.backend.threads is None
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    assert build(shipped.backend, judge_model=container(shipped.model)).threads == len(os.sched_getaffinity(0))
+    assert build(shipped.backend, judge_model=container(shipped.model)).threads == len(
+        os.sched_getaffinity(0)
+    )
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert build(shipped.backend, judge_model=container(shipped.model)).threads == 3
     before = torch.get_num_threads()
@@ -161,8 +191,13 @@ def test_threads_default_follows_the_affinity_mask(tiny_llama, tmp_path: Path):
         "print('threads', build(cfg.backend, judge_model=container(cfg.model)).threads)\n"
     )
     root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
-                         env={**{k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"},
-                              "PYTHONPATH": str(root)}, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={**{k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}, "PYTHONPATH": str(root)},
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "threads 1" in out.stdout

@@ -77,7 +77,9 @@ def test_kernel_path_equals_hf_and_the_torch_path(reference, coherence_pairs, pr
     fast = _twin(reference, prefix_reuse=prefix_reuse, kernels="vllm")
     slow = _twin(reference, prefix_reuse=prefix_reuse, kernels="torch")
     assert fast.packed.paged and not slow.packed.paged
-    assert fast.numerics["kernels"] == cpu_kernels.NOTE and slow.numerics["kernels"] == "torch (kernels: torch)"
+    assert (
+        fast.numerics["kernels"] == cpu_kernels.NOTE and slow.numerics["kernels"] == "torch (kernels: torch)"
+    )
     got, torch_path = _p_a(fast, coherence_pairs), _p_a(slow, coherence_pairs)
     # float32 on both sides: the same maths in another summation order (conftest P_A_BOUND)
     assert _worst(got, want) < P_A_BOUND["float32"] and _worst(torch_path, want) < P_A_BOUND["float32"]
@@ -120,10 +122,14 @@ def test_a_pool_too_small_grows_and_computes_the_same(reference, coherence_pairs
 
 
 def test_kernels_setting_is_checked_before_weights_load(tiny_llama):
-    with pytest.raises(ConfigError, match="backend.kernels='fast' is invalid: must be one of auto, vllm, torch"):
+    with pytest.raises(
+        ConfigError, match="backend.kernels='fast' is invalid: must be one of auto, vllm, torch"
+    ):
         HFJudge(tiny_llama, device="cpu", kernels="fast")
     # head size 16: the kernels cannot run it; `vllm` says so in one line, `auto` falls back to torch
-    with pytest.raises(ConfigError, match="backend.kernels=vllm cannot run this judge: head size 16 not run by"):
+    with pytest.raises(
+        ConfigError, match="backend.kernels=vllm cannot run this judge: head size 16 not run by"
+    ):
         HFJudge(tiny_llama, device="cpu", kernels="vllm")
     auto = HFJudge(tiny_llama, device="cpu")
     assert auto.numerics["kernels"] == "torch (head size 16 not run by vLLM's CPU attention)"
@@ -135,7 +141,9 @@ def test_without_vllm_the_torch_path_runs(tmp_path, monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+    )
     assert cpu_kernels.expected("cpu", "float32", 64) == "vLLM is not installed"
     assert cpu_kernels.expected("cuda", "bfloat16", 64) == "device cuda: vLLM's CPU kernels run on a CPU"
     assert cpu_kernels.expected("cpu", "float16", 64).startswith("dtype float16: they run")
@@ -151,9 +159,31 @@ def test_speed_times_the_kernels_against_the_torch_path(tmp_path, shared_data):
 
     from conftest import bench_json, compose, run_bench
 
-    proc = run_bench(["speed", "--model", "tiny:llama3", "--engines", "prefix", "--kernels", "torch,vllm",
-                      "--docs", "1", "--candidates", "2", "--rounds", "2", "--threads", "1", "--peak-size", "512",
-                      "--data-dir", str(shared_data)], tmp_path, timeout=300)
+    proc = run_bench(
+        [
+            "speed",
+            "--model",
+            "tiny:llama3",
+            "--engines",
+            "prefix",
+            "--kernels",
+            "torch,vllm",
+            "--docs",
+            "1",
+            "--candidates",
+            "2",
+            "--rounds",
+            "2",
+            "--threads",
+            "1",
+            "--peak-size",
+            "512",
+            "--data-dir",
+            str(shared_data),
+        ],
+        tmp_path,
+        timeout=300,
+    )
     got = bench_json(proc)
     assert got["threads"] == 1 and got["versus"] == ["prefix"]
     rows = got["rows"]
@@ -180,8 +210,9 @@ def test_many_chunks_and_needed_subsets_score_bit_for_bit_like_the_whole_call(re
     needed scores bit for bit as in the call that needs them all (batches it does not need skipped)."""
     judge = _twin(reference, prefix_reuse=True, kernels="vllm")
     rows = judge.encode(coherence_pairs)
-    common = dict(answer_ids=judge._answer_ids, pad_id=judge.pad_id, device="cpu", batch_size=3,
-                  engine=judge.packed)
+    common = dict(
+        answer_ids=judge._answer_ids, pad_id=judge.pad_id, device="cpu", batch_size=3, engine=judge.packed
+    )
     one = PrefixScorer(judge.model, **common).answer_logprobs(rows)
     scorer = PrefixScorer(judge.model, max_cached_tokens=200, **common)  # several chunks
     whole = scorer.answer_logprobs(rows)
@@ -219,11 +250,18 @@ def _requests():
     from harness.prompts import default_instruction, render
     from harness.records import Candidate, Document, PairRequest
 
-    doc = Document("d0", "the source text is about a summary of coherence and fluency " * 3,
-                   tuple(Candidate(f"s{c}", "a summary of the answer " * (c + 1)) for c in range(3)))
+    doc = Document(
+        "d0",
+        "the source text is about a summary of coherence and fluency " * 3,
+        tuple(Candidate(f"s{c}", "a summary of the answer " * (c + 1)) for c in range(3)),
+    )
     ins = default_instruction("coherence", "summarization")
-    return [PairRequest(doc.id, a.id, b.id, render(doc, a, b, ins, "summarization"))
-            for a in doc.candidates for b in doc.candidates if a.id != b.id]
+    return [
+        PairRequest(doc.id, a.id, b.id, render(doc, a, b, ins, "summarization"))
+        for a in doc.candidates
+        for b in doc.candidates
+        if a.id != b.id
+    ]
 
 
 @needs_kernels
@@ -249,10 +287,12 @@ def test_the_cpu_flags_pick_the_build_and_never_whether_the_kernels_run(tmp_path
     cpuinfo = tmp_path / "cpuinfo"
     monkeypatch.setattr(cpu_kernels, "CPUINFO", cpuinfo)
     seen = {}
-    for name, flags, build in [("avx2", "fpu sse2 avx avx2 fma", "_C_AVX2"),
-                               ("avx512f only", "avx2 avx512f", "_C_AVX2"),  # not the AVX-512 vLLM builds for
-                               ("avx512", "avx2 avx512f avx512bw avx512vl avx512dq", "_C_AVX512"),
-                               ("amx", "avx2 avx512f avx512bw avx512vl avx512dq avx512_bf16 amx_bf16", "_C")]:
+    for name, flags, build in [
+        ("avx2", "fpu sse2 avx avx2 fma", "_C_AVX2"),
+        ("avx512f only", "avx2 avx512f", "_C_AVX2"),  # not the AVX-512 vLLM builds for
+        ("avx512", "avx2 avx512f avx512bw avx512vl avx512dq", "_C_AVX512"),
+        ("amx", "avx2 avx512f avx512bw avx512vl avx512dq avx512_bf16 amx_bf16", "_C"),
+    ]:
         cpuinfo.write_text(f"processor: 0\nflags\t\t: {flags}\n")
         assert cpu_kernels._library_name() == build, name
         seen[name] = cpu_kernels.expected("cpu", "float32", 64)

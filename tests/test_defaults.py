@@ -30,8 +30,11 @@ GROUPS = ("model", "backend", "task", "optimizer")
 ABSENT = object()
 PINNED = ("experiment", "paper")
 """Folders whose files pin the official settings on purpose (see the docstring)."""
-YAMLS = sorted(p.relative_to(CONF).as_posix() for p in CONF.rglob("*.yaml")
-               if p.parts[-3:-1] not in (("hydra", "launcher"), PINNED))
+YAMLS = sorted(
+    p.relative_to(CONF).as_posix()
+    for p in CONF.rglob("*.yaml")
+    if p.parts[-3:-1] not in (("hydra", "launcher"), PINNED)
+)
 
 
 def _plain(node: Any) -> Any:
@@ -122,7 +125,9 @@ def repeats(path: Path) -> list[str]:
 
 @pytest.mark.parametrize("name", YAMLS)
 def test_no_yaml_repeats_a_default(name):
-    assert not repeats(CONF / name), f"conf/{name} sets what the config holds without it: {repeats(CONF / name)}"
+    assert not repeats(CONF / name), (
+        f"conf/{name} sets what the config holds without it: {repeats(CONF / name)}"
+    )
 
 
 def test_the_repeat_check_catches_a_default_written_again(tmp_path):
@@ -134,12 +139,16 @@ def test_the_repeat_check_catches_a_default_written_again(tmp_path):
     hf.write_text("defaults:\n  - base_hf\n  - _self_\n\nbatch_size: 32\ngenerate_batch_size: 4\n")
     assert repeats(hf) == ["batch_size"]
     exp = tmp_path / "zepo_like.yaml"
-    exp.write_text("# @package _global_\ndefaults:\n  - base_zepo@experiment\n  - _self_\n\n"
-                   "task:\n  docs: 4\n  offset: 0\nexperiment:\n  population: 5\n  epochs: 2\n")
+    exp.write_text(
+        "# @package _global_\ndefaults:\n  - base_zepo@experiment\n  - _self_\n\n"
+        "task:\n  docs: 4\n  offset: 0\nexperiment:\n  population: 5\n  epochs: 2\n"
+    )
     assert repeats(exp) == ["task.offset", "experiment.population"]
     child = tmp_path / "demo_like.yaml"
-    child.write_text("# @package _global_\ndefaults:\n  - /experiment/zepo_demo@_here_\n  - override /task: summeval\n"
-                     "  - _self_\n\ntask:\n  max_candidates: 3\nexperiment:\n  population: 4\n")
+    child.write_text(
+        "# @package _global_\ndefaults:\n  - /experiment/zepo_demo@_here_\n  - override /task: summeval\n"
+        "  - _self_\n\ntask:\n  max_candidates: 3\nexperiment:\n  population: 4\n"
+    )
     assert repeats(child) == ["task.max_candidates"]
 
 
@@ -153,7 +162,10 @@ def redeclared(*schemas: type) -> list[str]:
                 continue
             inherited = {f.name: f for f in dataclasses.fields(base)}
             for name in own:
-                if name in inherited and getattr(schema, name, ABSENT) == getattr(base, name, ABSENT) is not ABSENT:
+                if (
+                    name in inherited
+                    and getattr(schema, name, ABSENT) == getattr(base, name, ABSENT) is not ABSENT
+                ):
                     found.append(f"{schema.__name__}.{name}")
     return sorted(set(found))
 

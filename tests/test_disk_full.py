@@ -28,14 +28,21 @@ from test_cli_errors import _assert_one_line_error
 
 pytestmark = pytest.mark.slow
 
-RUN = ["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=3", "wandb.mode=disabled",
-       "progress=false"]
+RUN = [
+    "experiment=judge",
+    "model=tiny_llama",
+    "task.docs=1",
+    "task.max_candidates=3",
+    "wandb.mode=disabled",
+    "progress=false",
+]
 
 
 def _mount(where: Path, size: str) -> None:
     where.mkdir(parents=True)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True,
-                       text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, text=True
+    )
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root and mount rights): {r.stderr.strip()}")
 

@@ -34,7 +34,12 @@ def test_sources_tsv_matches_manifest(shared_data):
     assert [s.file for s in table] == [r["file"] for r in manifest]
     for s, r in zip(table, manifest):
         assert (s.repo, s.commit, s.path, s.sha256, s.size) == (
-            r["upstream_repo"], r["commit"], r["upstream_path"], r["sha256"], int(r["bytes"]))
+            r["upstream_repo"],
+            r["commit"],
+            r["upstream_path"],
+            r["sha256"],
+            int(r["bytes"]),
+        )
         assert len(s.commit) == 40 and len(s.sha256) == 64
 
 
@@ -47,11 +52,15 @@ def test_mirror_files_match_their_pinned_hashes(shared_data):
 
 def test_url_construction():
     s = _by_file()["summeval/data.pkl"]
-    assert source_url(s) == ("https://raw.githubusercontent.com/neulab/BARTScore/"
-                             "248f511cb34ae3753fc81f7d7a945de5bfe33458/SUM/SummEval/data.pkl")
+    assert source_url(s) == (
+        "https://raw.githubusercontent.com/neulab/BARTScore/"
+        "248f511cb34ae3753fc81f7d7a945de5bfe33458/SUM/SummEval/data.pkl"
+    )
     s = _by_file()["arena_hard_v0.1/question.jsonl"]
-    assert source_url(s) == (f"{RAW_BASE}/lmarena/arena-hard-auto/196f6b826783b3da7310e361a805fa36f0be83f3/"
-                             "data/arena-hard-v0.1/question.jsonl")
+    assert source_url(s) == (
+        f"{RAW_BASE}/lmarena/arena-hard-auto/196f6b826783b3da7310e361a805fa36f0be83f3/"
+        "data/arena-hard-v0.1/question.jsonl"
+    )
     assert source_url(s, "http://127.0.0.1:8000/").startswith("http://127.0.0.1:8000/lmarena/")
 
 
@@ -78,7 +87,9 @@ def test_mirror_copy_then_skip_if_present(shared_data, tmp_path):
     dest = tmp_path / "dest"
     first = ensure_data(dest, mirror=shared_data, only=SMALL)
     files = [f for name in SMALL for f in TASKS[name].files]
-    assert [(r.file, r.action) for r in first] == [(f, "copied") for f in sorted(files, key=list(_by_file()).index)]
+    assert [(r.file, r.action) for r in first] == [
+        (f, "copied") for f in sorted(files, key=list(_by_file()).index)
+    ]
     for f in files:
         assert (dest / f).read_bytes() == (shared_data / f).read_bytes()
     mtimes = {f: (dest / f).stat().st_mtime_ns for f in files}
@@ -130,7 +141,10 @@ def test_cli_exit_codes(shared_data, tmp_path, capsys):
     assert main(["--dest", str(tmp_path / "d"), "--mirror", str(mirror), "--only", "summeval"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: summeval/data.pkl: sha256 mismatch") and err.count("\n") == 1
-    assert main(["--dest", str(tmp_path / "d"), "--mirror", str(shared_data), "--only", "llmbar_natural,zepo"]) == 0
+    assert (
+        main(["--dest", str(tmp_path / "d"), "--mirror", str(shared_data), "--only", "llmbar_natural,zepo"])
+        == 0
+    )
     assert "2 file(s) verified" in capsys.readouterr().out
     assert main(["--dest", str(tmp_path / "d"), "--only", "nope", "-q"]) == 2
     assert main(["--dest", str(tmp_path / "d"), "--mirror", str(tmp_path / "absent"), "-q"]) == 2
@@ -139,10 +153,14 @@ def test_cli_exit_codes(shared_data, tmp_path, capsys):
 def test_module_entry_point(shared_data, tmp_path):
     """`python -m harness.data.fetch` itself: exit 0 on a verified copy, 2 with one error line."""
     cmd = [sys.executable, "-m", "harness.data.fetch", "--dest", str(tmp_path), "--only", "zepo"]
-    ok = subprocess.run([*cmd, "--mirror", str(shared_data)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    ok = subprocess.run(
+        [*cmd, "--mirror", str(shared_data)], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert ok.returncode == 0, ok.stderr
     bad = subprocess.run([*cmd, "--only", "x"], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and bad.stderr.startswith("error: --only: 'x'") and "Traceback" not in bad.stderr
+    assert (
+        bad.returncode == 2 and bad.stderr.startswith("error: --only: 'x'") and "Traceback" not in bad.stderr
+    )
 
 
 # ---------------------------------------------------------------- downloads over loopback HTTP
@@ -217,7 +235,9 @@ def test_download_checksum_mismatch_and_http_errors(raw_server, tmp_path, monkey
     monkeypatch.setattr(fetch, "BACKOFF_S", 0.01)
     file = "llmbar/Natural/dataset.json"
     server = raw_server(corrupt=file)
-    with pytest.raises(DataError, match=r"sha256 mismatch: expected [0-9a-f]{64}, got [0-9a-f]{64} \(from http://127"):
+    with pytest.raises(
+        DataError, match=r"sha256 mismatch: expected [0-9a-f]{64}, got [0-9a-f]{64} \(from http://127"
+    ):
         ensure_data(tmp_path, only=[file], base_url=server.url)
     assert not (tmp_path / file).exists() and not list(tmp_path.rglob("*.part"))
     # A 404 will not change on retry: one request, a one-line error with the URL.

@@ -12,12 +12,25 @@ from pathlib import Path
 from harness.data.fetch import cli_mirror
 
 REPO = Path(__file__).resolve().parents[1]
-NOWHERE = ["--base-url", "http://127.0.0.1:9", "--retries", "1", "--timeout", "2"]  # nothing listens on port 9
+NOWHERE = [
+    "--base-url",
+    "http://127.0.0.1:9",
+    "--retries",
+    "1",
+    "--timeout",
+    "2",
+]  # nothing listens on port 9
 
 
 def _fetch(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.data.fetch", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "harness.data.fetch", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
@@ -53,10 +66,16 @@ def test_without_a_mirror_it_goes_upstream(shared_data, tmp_path, monkeypatch):
     assert cli_mirror(None) is None and cli_mirror(str(shared_data)) == str(shared_data)
     monkeypatch.setenv("HARNESS_DATA_MIRROR", str(shared_data))
     assert cli_mirror(None) == str(shared_data) and cli_mirror("") is None
-    for args, env in ((["--only", "zepo"], _env(tmp_path / "home")),
-                      (["--only", "zepo", "--mirror", ""], _env(tmp_path / "home", HARNESS_DATA_MIRROR=str(shared_data)))):
+    for args, env in (
+        (["--only", "zepo"], _env(tmp_path / "home")),
+        (["--only", "zepo", "--mirror", ""], _env(tmp_path / "home", HARNESS_DATA_MIRROR=str(shared_data))),
+    ):
         r = _fetch([*args, *NOWHERE], env)
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-        assert r.stderr.startswith("error: zepo/") and "download failed" in r.stderr and "http://127.0.0.1:9/" in r.stderr
+        assert (
+            r.stderr.startswith("error: zepo/")
+            and "download failed" in r.stderr
+            and "http://127.0.0.1:9/" in r.stderr
+        )
         assert "harness-fetch --mirror DIR or HARNESS_DATA_MIRROR" in r.stderr  # the way out, named
         assert not list((tmp_path / "home").rglob("init_prompts.json"))

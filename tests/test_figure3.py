@@ -31,7 +31,9 @@ from harness.zepo.figure3 import (
 ROUNDS = 1000
 
 
-def _summaries(fair: np.ndarray, sp: np.ndarray, seeds: list[int] | None = None) -> tuple[list, list[Summary]]:
+def _summaries(
+    fair: np.ndarray, sp: np.ndarray, seeds: list[int] | None = None
+) -> tuple[list, list[Summary]]:
     """Rows and Summaries of N instructions (rows of `fair`/`sp`: (instructions, documents) per-document
     fairness and Spearman, means over documents as the real ones). Each metric's rounds are the
     weighted means under the bootstrap's counts; with `seeds`, instruction k draws its own documents."""
@@ -41,16 +43,38 @@ def _summaries(fair: np.ndarray, sp: np.ndarray, seeds: list[int] | None = None)
     for k in range(n):
         res = LeaveOneOut.over(ids, 0.95, ROUNDS, 7 if seeds is None else seeds[k])
         w = res.boot_columns(ids)
-        m = {"fairness": fair[k].mean(), "a_rate_upper": 0.5 - fair[k].mean(), "spearman_pairs": sp[k].mean(),
-             "spearman": sp[k].mean(), "prob_gap": 0.3, "bc": 0.1, "ece": 0.2, "fairness_prob": 0.0, "a_rate": 0.5,
-             "a_rate_prob": 0.5, "max_prob": 0.6}
-        reps = {"fairness": (w @ fair[k]) / w.sum(1), "spearman_pairs": (w @ sp[k]) / w.sum(1),
-                "spearman": (w @ sp[k]) / w.sum(1), "prob_gap": np.full(ROUNDS, 0.3), "bc": np.full(ROUNDS, 0.1),
-                "ece": np.full(ROUNDS, 0.2)}
+        m = {
+            "fairness": fair[k].mean(),
+            "a_rate_upper": 0.5 - fair[k].mean(),
+            "spearman_pairs": sp[k].mean(),
+            "spearman": sp[k].mean(),
+            "prob_gap": 0.3,
+            "bc": 0.1,
+            "ece": 0.2,
+            "fairness_prob": 0.0,
+            "a_rate": 0.5,
+            "a_rate_prob": 0.5,
+            "max_prob": 0.6,
+        }
+        reps = {
+            "fairness": (w @ fair[k]) / w.sum(1),
+            "spearman_pairs": (w @ sp[k]) / w.sum(1),
+            "spearman": (w @ sp[k]) / w.sum(1),
+            "prob_gap": np.full(ROUNDS, 0.3),
+            "bc": np.full(ROUNDS, 0.1),
+            "ece": np.full(ROUNDS, 0.2),
+        }
         reps["a_rate_upper"] = 0.5 - reps["fairness"]
         rows.append({"index": k, "none": m, "permutation": m})
-        out.append(Summary({"none": m, "permutation": m}, {"none": {}, "permutation": {}}, res, None,
-                           {"none": reps, "permutation": reps}))
+        out.append(
+            Summary(
+                {"none": m, "permutation": m},
+                {"none": {}, "permutation": {}},
+                res,
+                None,
+                {"none": reps, "permutation": reps},
+            )
+        )
     return rows, out
 
 
@@ -66,8 +90,10 @@ def test_round_spearman_is_scipy_per_round_with_ties_nans_and_degenerate_rounds(
     for r in range(50):
         ok = np.isfinite(x[r])
         if r in (4, 5, 6):
-            assert math.isnan(rho[r]) and UNDEFINED[why[r]] == {4: "constant_objective", 5: "constant_spearman",
-                                                                6: "too_few"}[r]
+            assert (
+                math.isnan(rho[r])
+                and UNDEFINED[why[r]] == {4: "constant_objective", 5: "constant_spearman", 6: "too_few"}[r]
+            )
         else:
             assert why[r] == -1 and rho[r] == pytest.approx(spearmanr(x[r, ok], y[r, ok])[0], abs=1e-12)
 
@@ -84,7 +110,10 @@ def test_float_noise_is_no_ranking():
     assert plots.spearman(fair, sp)["rho"] == pytest.approx(tied)
     assert round_spearman(fair[None], sp[None])[0][0] == pytest.approx(tied)
     assert spearmanr(fair, sp)[0] != pytest.approx(tied)
-    assert UNDEFINED[round_spearman(fair[None], sp[None] * 0 + 1e-17 * np.arange(6))[1][0]] == "constant_spearman"
+    assert (
+        UNDEFINED[round_spearman(fair[None], sp[None] * 0 + 1e-17 * np.arange(6))[1][0]]
+        == "constant_spearman"
+    )
 
 
 def test_figure3_interval_excludes_0_for_a_real_relation_and_covers_0_for_noise():
@@ -99,10 +128,17 @@ def test_figure3_interval_excludes_0_for_a_real_relation_and_covers_0_for_noise(
     rows, summ = _summaries(fair, sp)
     got = figure3_intervals(rows, summ, 0.95, d)
     e = got["spearman_pairs"]["none"]["fairness"]
-    assert e["rho"] > 0.8 and e["lo"] > 0 and e["interval"] == [e["lo"], e["hi"]] and e["defined_rounds"] == ROUNDS
+    assert (
+        e["rho"] > 0.8
+        and e["lo"] > 0
+        and e["interval"] == [e["lo"], e["hi"]]
+        and e["defined_rounds"] == ROUNDS
+    )
     assert "distinguishable from 0 at 95%" in e["sentence"] and "not" not in e["sentence"]
     assert "(20 documents, t-bootstrap)" in e["sentence"] and e["n_documents"] == 20
-    assert e["sentence"].startswith("raw fairness vs PairS Spearman across 12 instructions on 20 documents: rho +")
+    assert e["sentence"].startswith(
+        "raw fairness vs PairS Spearman across 12 instructions on 20 documents: rho +"
+    )
     # The point is the study's own (analyse): Spearman rho of objective_values with the Spearman.
     assert e["rho"] == pytest.approx(spearmanr(objective_values(rows)["fairness"], sp.mean(1))[0])
     assert set(got) >= set(HUMAN) and set(got["spearman"]["permutation"]) == set(FIGURE3)
@@ -164,8 +200,14 @@ def test_figure3_counts_undefined_rounds_and_withholds_an_interval_built_on_too_
 # -- the candidate-order control ------------------------------------------------------------------
 def _docs(k: int = 30, n: int = 6) -> list[Document]:
     """Humans always prefer the earlier-listed candidate (scores fall along the list)."""
-    return [Document(f"d{i}", f"source {i}", tuple(Candidate(f"c{j}", f"text {i}.{j}", {"coherence": float(n - j)})
-                                                    for j in range(n))) for i in range(k)]
+    return [
+        Document(
+            f"d{i}",
+            f"source {i}",
+            tuple(Candidate(f"c{j}", f"text {i}.{j}", {"coherence": float(n - j)}) for j in range(n)),
+        )
+        for i in range(k)
+    ]
 
 
 def test_shuffle_candidates_is_seeded_keeps_scores_and_is_a_noop_when_off():
@@ -187,7 +229,8 @@ def test_shuffle_candidates_is_seeded_keeps_scores_and_is_a_noop_when_off():
     req, tmpl = build_requests(a, "Which is better? Answer 'A' or 'B'.", "summarization", "coherence")
     req0, _ = build_requests(docs, "Which is better? Answer 'A' or 'B'.", "summarization", "coherence")
     assert sorted(r.prompt for r in req) == sorted(r.prompt for r in req0) and [r.prompt for r in req] != [
-        r.prompt for r in req0]
+        r.prompt for r in req0
+    ]
     for t in tmpl:
         assert t.human_a == 6 - int(t.a_id[1:]) and t.human_b == 6 - int(t.b_id[1:])
     # humans prefer the earlier candidate in every pair as loaded, about half after the shuffle
@@ -207,11 +250,23 @@ def test_the_experiment_default_keeps_the_dataset_order(tmp_path, monkeypatch):
     assert cfg.experiment.shuffle_candidates is False
     called = []
     monkeypatch.setattr(study, "shuffle_candidates", lambda *a, **k: called.append(1))
-    monkeypatch.setattr(study, "score_instructions", lambda judge, docs, *a, **k: (_ for _ in ()).throw(
-        RuntimeError([[c.id for c in d.candidates] for d in docs])))
+    monkeypatch.setattr(
+        study,
+        "score_instructions",
+        lambda judge, docs, *a, **k: (_ for _ in ()).throw(
+            RuntimeError([[c.id for c in d.candidates] for d in docs])
+        ),
+    )
     with pytest.raises(RuntimeError) as e:
-        study.run_sensitivity(None, _docs(2, 3), ["x A B"], task="t", aspect="coherence", family="summarization",
-                              out_dir=tmp_path)
+        study.run_sensitivity(
+            None,
+            _docs(2, 3),
+            ["x A B"],
+            task="t",
+            aspect="coherence",
+            family="summarization",
+            out_dir=tmp_path,
+        )
     assert e.value.args[0] == [["c0", "c1", "c2"]] * 2 and not called
 
 
@@ -229,8 +284,10 @@ def _judged(docs: list[Document], skill: float, instruction: int) -> list[Judgme
                 right = np.random.default_rng([instruction, int(d.id[1:]), *pair]).random() < skill
                 first = (hi > hj) == right  # the judge prefers cs[i]
                 p = 0.75 if first else 0.25  # exact in binary: 1 - p is the other one, bit for bit
-                out += [Judgment(d.id, cs[i].id, cs[j].id, p, {}, hi, hj),
-                        Judgment(d.id, cs[j].id, cs[i].id, 1 - p, {}, hj, hi)]
+                out += [
+                    Judgment(d.id, cs[i].id, cs[j].id, p, {}, hi, hj),
+                    Judgment(d.id, cs[j].id, cs[i].id, 1 - p, {}, hj, hi),
+                ]
     return out
 
 
@@ -269,7 +326,8 @@ def test_figure3_orders_script_pairs_the_two_orders(tmp_path):
     from harness.judging import write_judgments
 
     spec = importlib.util.spec_from_file_location(
-        "figure3_orders", Path(__file__).resolve().parents[1] / "scripts" / "figure3_orders.py")
+        "figure3_orders", Path(__file__).resolve().parents[1] / "scripts" / "figure3_orders.py"
+    )
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     compare = script.compare
@@ -278,14 +336,24 @@ def test_figure3_orders_script_pairs_the_two_orders(tmp_path):
     for name, use in (("a", docs), ("b", shuffle_candidates(docs, 0))):
         for k, s in enumerate(np.linspace(0.55, 0.95, 6)):
             (tmp_path / name / "instructions" / f"{k:03d}").mkdir(parents=True)
-            write_judgments(tmp_path / name / "instructions" / f"{k:03d}" / "judgments.jsonl", _judged(use, s, k), 0.5)
-        (tmp_path / name / "config.json").write_text(json.dumps(
-            {"seed": 0, "experiment": {"shuffles": 100, "shuffle_candidates": name == "b"},
-             "metrics": {"bootstrap": 200, "level": 0.95}}))
+            write_judgments(
+                tmp_path / name / "instructions" / f"{k:03d}" / "judgments.jsonl", _judged(use, s, k), 0.5
+            )
+        (tmp_path / name / "config.json").write_text(
+            json.dumps(
+                {
+                    "seed": 0,
+                    "experiment": {"shuffles": 100, "shuffle_candidates": name == "b"},
+                    "metrics": {"bootstrap": 200, "level": 0.95},
+                }
+            )
+        )
     got = compare(tmp_path / "a", tmp_path / "b")
     raw = got["spearman_pairs"]["none"]["calibration_ece"]  # raw fairness: constant (no position bias)
     assert math.isfinite(raw["original"]["rho"]) and raw["original"]["rho"] == raw["shuffled"]["rho"]
     assert raw["diff"] == 0 and raw["interval"] == [0, 0]
     deb = got["spearman_pairs"]["permutation"]["fairness"]
     assert deb["original"]["rho"] < -0.9 and deb["interval"][0] > 0, deb
-    assert deb["sentence"].startswith("permutation-debiased fairness vs PairS Spearman, rho shuffled - dataset order")
+    assert deb["sentence"].startswith(
+        "permutation-debiased fairness vs PairS Spearman, rho shuffled - dataset order"
+    )

@@ -24,8 +24,14 @@ from harness.errors import CacheError
 from harness.judges.cache import CachedJudge, ScoreCache, request_key
 from harness.records import PairRequest, PairScore
 
-TINY = ["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2", "wandb.mode=disabled",
-        "progress=false"]
+TINY = [
+    "experiment=judge",
+    "model=tiny_llama",
+    "task.docs=1",
+    "task.max_candidates=2",
+    "wandb.mode=disabled",
+    "progress=false",
+]
 
 
 @contextlib.contextmanager
@@ -51,8 +57,13 @@ def read_only(path: Path):
 def _cache(path: Path, rows: int = 3000) -> Path:
     """A real request cache with `rows` rows (several b-tree pages)."""
     cache = ScoreCache(path)
-    cache.put_many("id", [(request_key("id", f"prompt {i}"), PairScore({"A:A": math.log(0.9), "B:B": math.log(0.1)}, 0.9))
-                          for i in range(rows)])
+    cache.put_many(
+        "id",
+        [
+            (request_key("id", f"prompt {i}"), PairScore({"A:A": math.log(0.9), "B:B": math.log(0.1)}, 0.9))
+            for i in range(rows)
+        ],
+    )
     cache.close()
     with sqlite3.connect(path) as db:  # fold the WAL into the file, so damage to it is damage to the data
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -66,10 +77,13 @@ def _break_page(path: Path, page: int = 5) -> None:
 
 
 # -- the cache, in process -------------------------------------------------------------------
-@pytest.mark.parametrize("damage, needles", [
-    ("random bytes", ("is corrupt", "file is not a database", "mkdir -p", ".corrupt")),
-    ("one broken page", ("is corrupt", "integrity check failed", "mkdir -p", ".corrupt")),
-])
+@pytest.mark.parametrize(
+    "damage, needles",
+    [
+        ("random bytes", ("is corrupt", "file is not a database", "mkdir -p", ".corrupt")),
+        ("one broken page", ("is corrupt", "integrity check failed", "mkdir -p", ".corrupt")),
+    ],
+)
 def test_corrupt_cache_is_refused_with_the_command_that_moves_it_aside(tmp_path, damage, needles):
     path = _cache(tmp_path / "requests.sqlite")
     if damage == "random bytes":
@@ -98,8 +112,10 @@ def test_read_only_cache_is_refused_when_opened_not_at_the_first_commit(tmp_path
             ScoreCache(path)
 
 
-@pytest.mark.parametrize("where, needle", [("file/requests.sqlite", "is a file, not a folder"),
-                                           ("folder", "is a folder, not a SQLite file")])
+@pytest.mark.parametrize(
+    "where, needle",
+    [("file/requests.sqlite", "is a file, not a folder"), ("folder", "is a folder, not a SQLite file")],
+)
 def test_cache_path_that_cannot_be_a_file(tmp_path, where, needle):
     (tmp_path / "file").write_text("x")
     (tmp_path / "folder").mkdir()
@@ -116,13 +132,20 @@ def test_invalid_cached_rows_are_asked_again_not_trusted(tmp_path, caplog):
     requests = [PairRequest("d", "a", "b", f"prompt {i}") for i in range(5)]
     keys = [request_key("scripted", r.prompt) for r in requests]
     with sqlite3.connect(path) as db:
-        db.executemany("INSERT INTO scores VALUES (?, 'scripted', ?, ?)", [
-            (keys[0], None, '{"A:A": -0.1, "B:B": -2.0}'), (keys[1], 0.5, "{}"),
-            (keys[2], 0.7, '{"A:A": 0.5, "B:B": -2.0}'), (keys[3], 0.8, '{"A:A": -0.2, "B:B": -1.5862943611198906}'),
-            (keys[4], 0.9, f'{{"A:A": {math.log(0.1)}, "B:B": {math.log(0.9)}}}')])
+        db.executemany(
+            "INSERT INTO scores VALUES (?, 'scripted', ?, ?)",
+            [
+                (keys[0], None, '{"A:A": -0.1, "B:B": -2.0}'),
+                (keys[1], 0.5, "{}"),
+                (keys[2], 0.7, '{"A:A": 0.5, "B:B": -2.0}'),
+                (keys[3], 0.8, '{"A:A": -0.2, "B:B": -1.5862943611198906}'),
+                (keys[4], 0.9, f'{{"A:A": {math.log(0.1)}, "B:B": {math.log(0.9)}}}'),
+            ],
+        )
 
     class Scripted:
         """SCRIPTED judge: a fixed valid answer for every request."""
+
         identity = "scripted"
 
         def score_pairs(self, reqs):
@@ -141,10 +164,12 @@ def test_invalid_cached_rows_are_asked_again_not_trusted(tmp_path, caplog):
 def _run_dir_cases(tmp: Path):
     (tmp / "afile").write_text("not a folder")
     (tmp / "locked").mkdir()
-    return {"under a file": (tmp / "afile" / "run", "afile is a file, not a folder"),
-            "a file": (tmp / "afile", "afile is a file, not a folder"),
-            "in /proc": (Path("/proc/harness-test/run"), "/proc/harness-test"),
-            "read-only": (tmp / "locked", "locked/run.log")}
+    return {
+        "under a file": (tmp / "afile" / "run", "afile is a file, not a folder"),
+        "a file": (tmp / "afile", "afile is a file, not a folder"),
+        "in /proc": (Path("/proc/harness-test/run"), "/proc/harness-test"),
+        "read-only": (tmp / "locked", "locked/run.log"),
+    }
 
 
 @pytest.mark.parametrize("case", ["under a file", "a file", "in /proc", "read-only"])
@@ -161,8 +186,17 @@ def test_unreadable_input_file(tmp_path, case):
     path = tmp_path / "data.jsonl" if case == "a folder" else Path("/proc/self/mem")
     if case == "a folder":
         path.mkdir()
-    r = run_harness([*TINY, "task=jsonl", f"task.path={path}", "task.aspect=coherence",
-                     f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, timeout=120)
+    r = run_harness(
+        [
+            *TINY,
+            "task=jsonl",
+            f"task.path={path}",
+            "task.aspect=coherence",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        tmp_path,
+        timeout=120,
+    )
     _assert_one_line_error(r, str(path), "is a folder" if case == "a folder" else "cannot read it")
 
 
@@ -171,8 +205,17 @@ def test_unreadable_input_file_permission(tmp_path):
         pytest.skip("root reads files whatever their mode")
     path = _jsonl(tmp_path / "data.jsonl", [GOOD, {**GOOD, "candidate_id": "c2"}])
     path.chmod(0)
-    r = run_harness([*TINY, "task=jsonl", f"task.path={path}", "task.aspect=coherence",
-                     f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, timeout=120)
+    r = run_harness(
+        [
+            *TINY,
+            "task=jsonl",
+            f"task.path={path}",
+            "task.aspect=coherence",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        tmp_path,
+        timeout=120,
+    )
     _assert_one_line_error(r, str(path), "permission denied")
 
 
@@ -194,7 +237,9 @@ def test_corrupt_cache_through_the_cli_then_moved_aside(tmp_path):
 def test_read_only_cache_through_the_cli(tmp_path):
     cache = _cache(tmp_path / "ro.sqlite", rows=10)
     with read_only(cache):
-        r = run_harness([*TINY, f"cache.path={cache}", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, timeout=300)
+        r = run_harness(
+            [*TINY, f"cache.path={cache}", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, timeout=300
+        )
     _assert_one_line_error(r, str(cache), "read-only", "cache.path=")
 
 
@@ -205,8 +250,7 @@ def _durable(events: list[tuple[str, str, str]], path: Path) -> bool:
     if at is None:
         return False
     tmp = events[at][1]
-    return (("fsync", tmp, "") in events[:at]
-            and ("fsync", str(path.parent), "") in events[at + 1:])
+    return ("fsync", tmp, "") in events[:at] and ("fsync", str(path.parent), "") in events[at + 1 :]
 
 
 def _record_fsync_and_replace(monkeypatch) -> list[tuple[str, str, str]]:
@@ -238,21 +282,34 @@ def test_atomic_writes_fsync_the_file_before_the_rename_and_the_folder_after(tmp
 
     events = _record_fsync_and_replace(monkeypatch)
     run = tmp_path / "run"
-    r = run_in_process(["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2",
-                        "wandb.mode=disabled", "progress=false", "metrics.bootstrap=0", f"hydra.run.dir={run}"],
-                       tmp_path)
+    r = run_in_process(
+        [
+            "experiment=judge",
+            "model=tiny_llama",
+            "task.docs=1",
+            "task.max_candidates=2",
+            "wandb.mode=disabled",
+            "progress=false",
+            "metrics.bootstrap=0",
+            f"hydra.run.dir={run}",
+        ],
+        tmp_path,
+    )
     monkeypatch.undo()
     assert r.returncode == 0, r.stderr[-2000:]
     for name in ("config.json", "overrides.json", "judgments.jsonl", "results.json", "card.md"):
         assert _durable(events, run / name), name
     pictures = sorted(run.glob("card_*.png"))
     renamed = {dst for kind, _, dst in events if kind == "replace"}
-    assert pictures and all(str(p) in renamed for p in pictures)  # control: renamed into place, never fsynced,
-    assert not any(_durable(events, p) for p in pictures)          # so not durable
+    assert pictures and all(
+        str(p) in renamed for p in pictures
+    )  # control: renamed into place, never fsynced,
+    assert not any(_durable(events, p) for p in pictures)  # so not durable
 
 
-def test_paper_tables_and_the_sensitivity_paraphrases_are_written_durably(tmp_path, monkeypatch, shared_data,
-                                                                          tiny_llama):
+def test_paper_tables_and_the_sensitivity_paraphrases_are_written_durably(
+    tmp_path, monkeypatch, shared_data, tiny_llama
+):
     """harness-paper-tables wrote its CSV through its own temporary file and os.replace (no fsync)
     and its .md with a plain write; the sensitivity study wrote paraphrases.txt with a plain write.
     All three now go through harness.files (fails with them reverted: checked by hand)."""
@@ -268,13 +325,28 @@ def test_paper_tables_and_the_sensitivity_paraphrases_are_written_durably(tmp_pa
     judge = HFJudge(tiny_llama, device="cpu", dtype="float32", threads=1)
     docs = load_task("usr_zepo", data_dir=shared_data, limit=1)
     events = _record_fsync_and_replace(monkeypatch)
-    assert paper_tables([str(tmp_path / "zepo"), "--table", "1", "--out", str(tmp_path / "pt" / "table1")]) == 0
-    run_sensitivity(judge, docs, ["Which response is better?", "Which reply is more natural?"], task="usr_zepo",
-                    aspect="overall", family="dialogue", out_dir=tmp_path / "study", max_candidates=2, shuffles=5,
-                    bootstrap=0)
+    assert (
+        paper_tables([str(tmp_path / "zepo"), "--table", "1", "--out", str(tmp_path / "pt" / "table1")]) == 0
+    )
+    run_sensitivity(
+        judge,
+        docs,
+        ["Which response is better?", "Which reply is more natural?"],
+        task="usr_zepo",
+        aspect="overall",
+        family="dialogue",
+        out_dir=tmp_path / "study",
+        max_candidates=2,
+        shuffles=5,
+        bootstrap=0,
+    )
     monkeypatch.undo()
-    for path in (tmp_path / "pt" / "table1.md", tmp_path / "pt" / "table1.csv", tmp_path / "study" / "paraphrases.txt",
-                 tmp_path / "study" / "results.json"):
+    for path in (
+        tmp_path / "pt" / "table1.md",
+        tmp_path / "pt" / "table1.csv",
+        tmp_path / "study" / "paraphrases.txt",
+        tmp_path / "study" / "results.json",
+    ):
         assert _durable(events, path), path
 
 
@@ -285,15 +357,20 @@ def test_a_cache_of_another_layout_is_refused_when_opened(tmp_path):
     the extra column is used (the run judges its pairs)."""
     cache = tmp_path / "newer.sqlite"
     with contextlib.closing(sqlite3.connect(cache)) as db:
-        db.execute("CREATE TABLE scores (key TEXT PRIMARY KEY, identity TEXT, p_a REAL, logprobs TEXT, seconds REAL)")
+        db.execute(
+            "CREATE TABLE scores (key TEXT PRIMARY KEY, identity TEXT, p_a REAL, logprobs TEXT, seconds REAL)"
+        )
         db.commit()
     args = [*TINY, f"cache.path={cache}", f"hydra.run.dir={tmp_path / 'run'}"]
     r = run_harness(args, tmp_path, timeout=300)
-    _assert_one_line_error(r, str(cache), "table scores has columns (key, identity, p_a, logprobs, seconds)",
-                           "cache.path=")
+    _assert_one_line_error(
+        r, str(cache), "table scores has columns (key, identity, p_a, logprobs, seconds)", "cache.path="
+    )
     assert "loading the judge's weights" not in r.stdout + r.stderr
     with contextlib.closing(sqlite3.connect(cache)) as db:
         db.execute("ALTER TABLE scores DROP COLUMN seconds")
         db.commit()
     ok = run_harness(args, tmp_path, timeout=300)
-    assert ok.returncode == 0 and json.loads((tmp_path / "run" / "results.json").read_text())["judge_calls"] == 3
+    assert (
+        ok.returncode == 0 and json.loads((tmp_path / "run" / "results.json").read_text())["judge_calls"] == 3
+    )

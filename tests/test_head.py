@@ -101,20 +101,43 @@ def test_every_bf16_path_reads_float32_logits(bf16_judge, tiny_llama):
     assert hf.packed is None
     one = [hf.answer_logprobs([r])[0] for r in ROWS]  # HF's forward, one row: the same hidden state
     assert [x for r in one for x in r] == pytest.approx([x for r in want for x in r], abs=1e-5)
-    paths = {"packed": bf16_judge.answer_logprobs(ROWS), "hf_padded": hf.answer_logprobs(ROWS)}  # bf16 summation orders differ: close, not equal
-    prefix = HFJudge("twin", model=model, tokenizer=bf16_judge.tokenizer, device="cpu", engine="hf",
-                     prefix_reuse=True, batch_size=4)
-    paths["prefix_hf"] = [row for _, row in sorted(
-        (i, row) for done in prefix._logprob_steps(ROWS, set(range(len(ROWS)))) for i, row in done)]
+    paths = {
+        "packed": bf16_judge.answer_logprobs(ROWS),
+        "hf_padded": hf.answer_logprobs(ROWS),
+    }  # bf16 summation orders differ: close, not equal
+    prefix = HFJudge(
+        "twin",
+        model=model,
+        tokenizer=bf16_judge.tokenizer,
+        device="cpu",
+        engine="hf",
+        prefix_reuse=True,
+        batch_size=4,
+    )
+    paths["prefix_hf"] = [
+        row
+        for _, row in sorted(
+            (i, row) for done in prefix._logprob_steps(ROWS, set(range(len(ROWS)))) for i, row in done
+        )
+    ]
     assert prefix.prefix_scorer is not None and prefix.prefix_scorer.head.upcast
     for name, got in paths.items():
         worst = max(abs(a - b) for ra, rb in zip(got, want) for a, b in zip(ra, rb))
         print(f"bf16 {name} vs HF forward: max |d logprob| {worst:.2e}")
         assert worst < LOGPROB_BOUND["bfloat16"]
-    gen = generate_answer_logprobs(model, ROWS, bf16_judge.answers.all_ids, set(range(model.config.vocab_size)),
-                                   max_new_tokens=2, pad_id=bf16_judge.pad_id, batch_size=1)
+    gen = generate_answer_logprobs(
+        model,
+        ROWS,
+        bf16_judge.answers.all_ids,
+        set(range(model.config.vocab_size)),
+        max_new_tokens=2,
+        pad_id=bf16_judge.pad_id,
+        batch_size=1,
+    )
     assert [g.step for g in gen] == [0, 0, 0]
-    assert [x for g in gen for x in g.logprobs] == pytest.approx([x for r in want for x in r], abs=1e-5)  # step 0
+    assert [x for g in gen for x in g.logprobs] == pytest.approx(
+        [x for r in want for x in r], abs=1e-5
+    )  # step 0
     assert LOGITS_SUFFIX in bf16_judge.identity and "|bfloat16|" in bf16_judge.identity
 
 
@@ -139,10 +162,17 @@ def test_smollm2_bf16_p_a_has_no_bf16_logit_steps(smollm2_judge, coherence_pairs
     old = old_judge.score_pairs(reqs)
     # tol 1e-5: a log-prob difference of one fp32 softmax carries ~2e-6 of rounding, so bf16 logits
     # sit within it of the 2^-7 lattice, and a float32 logit lands there by chance with p = 0.26%
-    lattice = {name: [on_lattice(logit_difference(s.token_logprobs), tol=1e-5) for s in got]
-               for name, got in (("fp32 head", new), ("old bf16 head", old))}
-    dp = {name: max(abs(s.p_a - r.p_a) for s, r in zip(got, ref)) for name, got in (("fp32 head", new), ("old bf16 head", old))}
-    print(f"\nSmolLM2 bf16, {len(reqs)} SummEval pairs: on the 2^-7 lattice {lattice}; max |dP(A)| vs fp32 {dp}")
+    lattice = {
+        name: [on_lattice(logit_difference(s.token_logprobs), tol=1e-5) for s in got]
+        for name, got in (("fp32 head", new), ("old bf16 head", old))
+    }
+    dp = {
+        name: max(abs(s.p_a - r.p_a) for s, r in zip(got, ref))
+        for name, got in (("fp32 head", new), ("old bf16 head", old))
+    }
+    print(
+        f"\nSmolLM2 bf16, {len(reqs)} SummEval pairs: on the 2^-7 lattice {lattice}; max |dP(A)| vs fp32 {dp}"
+    )
     assert not any(lattice["fp32 head"])
     assert all(lattice["old bf16 head"])  # negative control: the check fires on bf16 logits
     assert dp["fp32 head"] < P_A_BOUND["bfloat16"]

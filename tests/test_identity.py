@@ -47,7 +47,9 @@ class OldKeyed:
         return self.judge.score_pairs(requests)
 
 
-def test_changed_weights_under_the_same_name_are_judged_again(tiny_llama, tiny_judge, coherence_pairs, tmp_path):
+def test_changed_weights_under_the_same_name_are_judged_again(
+    tiny_llama, tiny_judge, coherence_pairs, tmp_path
+):
     """A fine-tune under its base model's name: other keys, real model calls, its own numbers. An
     unchanged copy keeps the identity. Negative control: with the old identity (no weights part) the
     cache serves the first model's rows to the changed one, with no model call."""
@@ -76,7 +78,9 @@ def test_changed_weights_under_the_same_name_are_judged_again(tiny_llama, tiny_j
     assert [s.p_a for s in served.score_pairs(reqs)] == [s.p_a for s in first] and served.calls == 0
 
 
-def test_rows_keyed_without_weights_are_asked_again_with_one_line(tiny_judge, coherence_pairs, tmp_path, caplog):
+def test_rows_keyed_without_weights_are_asked_again_with_one_line(
+    tiny_judge, coherence_pairs, tmp_path, caplog
+):
     """A cache an older harness filled (keys without the weights) is not served: every request goes
     to the model, and one warning says why; a cache without such rows says nothing."""
     from harness.judges.cache import CachedJudge, ScoreCache
@@ -124,13 +128,27 @@ def _judge_run(tmp_path: Path, name: str, *extra: str, wandb: str = "disabled") 
     from harness.runtime.entry import run
 
     context._LOADED.clear()
-    cfg = compose(["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=3",
-                   "backend.threads=1", "experiment.shuffles=5", f"wandb.mode={wandb}", "progress=false",
-                   f"data.dir={tmp_path / 'data'}", f"data.mirror={SHARED_DATA}",
-                   f"cache.path={tmp_path / 'cache' / 'requests.sqlite'}", *extra])
+    cfg = compose(
+        [
+            "experiment=judge",
+            "model=tiny_llama",
+            "task.docs=1",
+            "task.max_candidates=3",
+            "backend.threads=1",
+            "experiment.shuffles=5",
+            f"wandb.mode={wandb}",
+            "progress=false",
+            f"data.dir={tmp_path / 'data'}",
+            f"data.mirror={SHARED_DATA}",
+            f"cache.path={tmp_path / 'cache' / 'requests.sqlite'}",
+            *extra,
+        ]
+    )
     before = sum(weights.WEIGHT_LOADS.values())
     run(cfg, tmp_path / name)
-    return json.loads((tmp_path / name / "results.json").read_text()), sum(weights.WEIGHT_LOADS.values()) - before
+    return json.loads((tmp_path / name / "results.json").read_text()), sum(
+        weights.WEIGHT_LOADS.values()
+    ) - before
 
 
 def _p_a(results_dir: Path) -> list[float]:
@@ -214,17 +232,29 @@ def test_an_edit_between_the_samples_of_a_small_model_is_a_new_judge(tiny_llama,
     f = edited / "model.safetensors"
     data = bytearray(f.read_bytes())
     n = struct.unpack("<Q", data[:8])[0]
-    entry = json.loads(data[8:8 + n])["model.embed_tokens.weight"]
+    entry = json.loads(data[8 : 8 + n])["model.embed_tokens.weight"]
     begin, end = (8 + n + o for o in entry["data_offsets"])
     row, mid = (end - begin) // entry["shape"][0], (begin + end) // 2
     sampled = [(begin, begin + SAMPLE), (mid - SAMPLE // 2, mid + SAMPLE // 2), (end - SAMPLE, end)]
-    ids = AutoTokenizer.from_pretrained(edited)(default_instruction("coherence", "summarization"))["input_ids"]
-    t = next(i for i in ids if all(begin + (i + 1) * row <= lo or hi <= begin + i * row for lo, hi in sampled))
-    data[begin + t * row: begin + (t + 1) * row] = struct.pack("<f", math.inf) * (row // 4)
+    ids = AutoTokenizer.from_pretrained(edited)(default_instruction("coherence", "summarization"))[
+        "input_ids"
+    ]
+    t = next(
+        i for i in ids if all(begin + (i + 1) * row <= lo or hi <= begin + i * row for lo, hi in sampled)
+    )
+    data[begin + t * row : begin + (t + 1) * row] = struct.pack("<f", math.inf) * (row // 4)
     f.write_bytes(bytes(data))
 
-    args = ["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2", "wandb.mode=disabled",
-            "progress=false", "metrics.bootstrap=0", f"cache.path={tmp_path / 'requests.sqlite'}"]
+    args = [
+        "experiment=judge",
+        "model=tiny_llama",
+        "task.docs=1",
+        "task.max_candidates=2",
+        "wandb.mode=disabled",
+        "progress=false",
+        "metrics.bootstrap=0",
+        f"cache.path={tmp_path / 'requests.sqlite'}",
+    ]
     base = run_in_process([*args, f"hydra.run.dir={tmp_path / 'base'}"], tmp_path)
     assert base.returncode == 0, base.stderr[-2000:]
     broken = run_in_process([*args, f"model.path={edited}", f"hydra.run.dir={tmp_path / 'broken'}"], tmp_path)
@@ -232,4 +262,7 @@ def test_an_edit_between_the_samples_of_a_small_model_is_a_new_judge(tiny_llama,
     assert not (tmp_path / "broken" / "results.json").exists()
     copy = shutil.copytree(tiny_llama, tmp_path / "copy" / "tiny-llama-v2")
     same = run_in_process([*args, f"model.path={copy}", f"hydra.run.dir={tmp_path / 'same'}"], tmp_path)
-    assert same.returncode == 0 and json.loads((tmp_path / "same" / "results.json").read_text())["judge_calls"] == 0
+    assert (
+        same.returncode == 0
+        and json.loads((tmp_path / "same" / "results.json").read_text())["judge_calls"] == 0
+    )

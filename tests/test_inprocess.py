@@ -15,9 +15,15 @@ REFUSED = ["experiment=judge", "model=tiny_llama", "backend.batch_size=-1", "wan
 
 
 def _state() -> dict:
-    return {"env": dict(os.environ), "cwd": os.getcwd(), "argv": list(sys.argv), "hook": sys.excepthook,
-            "root": list(logging.getLogger().handlers), "level": logging.getLogger().level,
-            "sigterm": signal.getsignal(signal.SIGTERM)}
+    return {
+        "env": dict(os.environ),
+        "cwd": os.getcwd(),
+        "argv": list(sys.argv),
+        "hook": sys.excepthook,
+        "root": list(logging.getLogger().handlers),
+        "level": logging.getLogger().level,
+        "sigterm": signal.getsignal(signal.SIGTERM),
+    }
 
 
 def test_the_same_answer_as_the_subprocess_and_nothing_left_behind(tmp_path):
@@ -32,15 +38,30 @@ def test_the_same_answer_as_the_subprocess_and_nothing_left_behind(tmp_path):
 
 def test_a_run_that_works_writes_the_clis_run_dir_and_closes_its_log(tmp_path):
     out = tmp_path / "run"
-    r = run_in_process(["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2",
-                        "wandb.mode=disabled", "progress=false", f"hydra.run.dir={out}"], tmp_path)
+    r = run_in_process(
+        [
+            "experiment=judge",
+            "model=tiny_llama",
+            "task.docs=1",
+            "task.max_candidates=2",
+            "wandb.mode=disabled",
+            "progress=false",
+            f"hydra.run.dir={out}",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert {"results.json", "judgments.jsonl", "config.json", "overrides.json", "run.log"} <= {
-        p.name for p in out.iterdir()}
+        p.name for p in out.iterdir()
+    }
     assert "report card run:" in r.stdout  # Hydra's console log reached the captured stdout
     # run.log is closed: no handler anywhere still writes to it.
-    handlers = [h for lg in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
-                if isinstance(lg, logging.Logger) for h in lg.handlers]
+    handlers = [
+        h
+        for lg in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+        if isinstance(lg, logging.Logger)
+        for h in lg.handlers
+    ]
     assert not [h for h in handlers if getattr(h, "baseFilename", "").startswith(str(out))]
 
 

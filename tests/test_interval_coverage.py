@@ -37,8 +37,16 @@ CONTROL = (2, 3, 4)
 
 @pytest.fixture(scope="module")
 def measured() -> dict:
-    return C.measure(C.SIZES, SETS, DOCUMENTS, seed=0, rounds=200, pooled_sets=POOLED, control_sets=500,
-                     control_sizes=CONTROL)
+    return C.measure(
+        C.SIZES,
+        SETS,
+        DOCUMENTS,
+        seed=0,
+        rounds=200,
+        pooled_sets=POOLED,
+        control_sets=500,
+        control_sizes=CONTROL,
+    )
 
 
 def test_every_interval_covers_at_least_93_percent_at_every_size(measured):
@@ -78,8 +86,17 @@ def _judgments(pool_docs: int, seed: int) -> tuple[C.Pool, list[Judgment]]:
     for d in range(pool_docs):
         m = int(np.isfinite(pool.h[d]).sum())
         for i, k in itertools.permutations(range(m), 2):
-            out.append(Judgment(f"d{d:03d}", f"c{i}", f"c{k}", float(p_a[d, i, k]), {}, float(pool.h[d, i]),
-                                float(pool.h[d, k])))
+            out.append(
+                Judgment(
+                    f"d{d:03d}",
+                    f"c{i}",
+                    f"c{k}",
+                    float(p_a[d, i, k]),
+                    {},
+                    float(pool.h[d, i]),
+                    float(pool.h[d, k]),
+                )
+            )
     return pool, out
 
 

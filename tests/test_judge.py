@@ -16,8 +16,15 @@ from harness.records import PairRequest
 
 def _requests(n: int = 7) -> list[PairRequest]:
     # Mixed lengths so batches need real left padding.
-    return [PairRequest("d", f"a{k}", f"b{k}", "Source text: " + "the summary is good . " * (1 + 3 * k)
-                        + f"Question: which one {k}? Answer: ") for k in range(n)]
+    return [
+        PairRequest(
+            "d",
+            f"a{k}",
+            f"b{k}",
+            "Source text: " + "the summary is good . " * (1 + 3 * k) + f"Question: which one {k}? Answer: ",
+        )
+        for k in range(n)
+    ]
 
 
 def _plain_p_a(judge: HFJudge, req: PairRequest) -> float:
@@ -49,9 +56,16 @@ def test_smollm2_batched_equals_plain(smollm2_judge, shared_data):
     from harness.judging import build_requests
     from harness.prompts import default_instruction
 
-    docs = load_task("summeval", data_dir=shared_data, limit=86)[85:]  # a short article (162 words; doc 0: 364)
-    reqs, _ = build_requests(docs, default_instruction("coherence", "summarization"), "summarization",
-                             "coherence", max_candidates=3)
+    docs = load_task("summeval", data_dir=shared_data, limit=86)[
+        85:
+    ]  # a short article (162 words; doc 0: 364)
+    reqs, _ = build_requests(
+        docs,
+        default_instruction("coherence", "summarization"),
+        "summarization",
+        "coherence",
+        max_candidates=3,
+    )
     scores = smollm2_judge.score_pairs(reqs[:4])
     for r, s in zip(reqs[:4], scores):
         assert abs(s.p_a - _plain_p_a(smollm2_judge, r)) < 1e-4
@@ -127,8 +141,7 @@ def test_only_a_streaming_judge_is_streamed(tiny_judge, tiny_llama, tmp_path):
     cached = CachedJudge(tiny_judge, ScoreCache(tmp_path / "c.sqlite"), 4)
     assert isinstance(tiny_judge, StreamingJudge) and streams(tiny_judge) and streams(cached)
     assert not streams(SaysSo()) and not streams(CachedJudge(SaysSo(), ScoreCache(tmp_path / "d.sqlite"), 4))
-    generate = HFJudge(tiny_llama, model=tiny_judge.model, tokenizer=tiny_judge.tokenizer,
-                       readout="generate")
+    generate = HFJudge(tiny_llama, model=tiny_judge.model, tokenizer=tiny_judge.tokenizer, readout="generate")
     assert not streams(generate) and not streams(CachedJudge(generate, ScoreCache(tmp_path / "e.sqlite"), 4))
 
 
@@ -174,9 +187,18 @@ def test_greedy_no_answer_pairs_are_cached_with_their_flag(tmp_path, tiny_llama)
 
     from harness.judging import load_judgments
 
-    args = ["experiment=judge", "model=tiny_llama", "model.readout=generate", "model.max_new_tokens=4",
-            "task=summeval", "task.docs=1", "task.max_candidates=3", "experiment.shuffles=2", "wandb.mode=disabled",
-            "progress=false"]
+    args = [
+        "experiment=judge",
+        "model=tiny_llama",
+        "model.readout=generate",
+        "model.max_new_tokens=4",
+        "task=summeval",
+        "task.docs=1",
+        "task.max_candidates=3",
+        "experiment.shuffles=2",
+        "wandb.mode=disabled",
+        "progress=false",
+    ]
 
     def run(name):
         r = run_in_process([*args, f"hydra.run.dir={tmp_path / name}"], tmp_path)

@@ -24,9 +24,21 @@ TEXTS = ["a short summary", "another summary", "a third one"]
 
 def _run(tmp_path, data, *extra, model="tiny_llama"):
     out = tmp_path / "run"
-    return out, run_in_process(["experiment=judge", f"model={model}", "task=jsonl", f"task.path={data}",
-                                "task.aspect=quality", f"hydra.run.dir={out}", "wandb.mode=disabled",
-                                "progress=false", "experiment.shuffles=5", *extra], tmp_path)
+    return out, run_in_process(
+        [
+            "experiment=judge",
+            f"model={model}",
+            "task=jsonl",
+            f"task.path={data}",
+            "task.aspect=quality",
+            f"hydra.run.dir={out}",
+            "wandb.mode=disabled",
+            "progress=false",
+            "experiment.shuffles=5",
+            *extra,
+        ],
+        tmp_path,
+    )
 
 
 def _weights(model, change):
@@ -59,21 +71,33 @@ def test_a_system_prompt_for_mistral_v01_goes_into_the_first_user_turn(tmp_path)
     out, r = _run(tmp_path, data, "model.system_prompt=Be_fair", model="tiny_mistral7b")
     assert r.returncode == 0, r.stderr[-2000:]
     results = json.loads((out / "results.json").read_text())
-    got = {(j["a_id"], j["b_id"]): j["p_a"] for j in map(json.loads, (out / "judgments.jsonl").read_text().splitlines())
-           if "a_id" in j}
-    judge = HFJudge(ensure_tiny_model("mistral7b"), name="tiny-mistral7b", device="cpu", system_prompt="Be_fair")
+    got = {
+        (j["a_id"], j["b_id"]): j["p_a"]
+        for j in map(json.loads, (out / "judgments.jsonl").read_text().splitlines())
+        if "a_id" in j
+    }
+    judge = HFJudge(
+        ensure_tiny_model("mistral7b"), name="tiny-mistral7b", device="cpu", system_prompt="Be_fair"
+    )
     assert results["judge"] == judge.identity
     reference = MistralTokenizer.v1()
-    requests, _ = build_requests(load_task("jsonl", path=data), results["instruction"], results["family"], "quality")
+    requests, _ = build_requests(
+        load_task("jsonl", path=data), results["instruction"], results["family"], "quality"
+    )
     for req in requests:
-        oracle = reference.encode_chat_completion(ChatCompletionRequest(
-            messages=[SystemMessage(content="Be_fair"), UserMessage(content=req.prompt)])).tokens
+        oracle = reference.encode_chat_completion(
+            ChatCompletionRequest(
+                messages=[SystemMessage(content="Be_fair"), UserMessage(content=req.prompt)]
+            )
+        ).tokens
         assert judge.encode([req])[0] == oracle
         assert got[(req.a_id, req.b_id)] == pytest.approx(
-            judge.answers.score(judge.answer_logprobs([oracle])[0]).p_a, abs=1e-5)
+            judge.answers.score(judge.answer_logprobs([oracle])[0]).p_a, abs=1e-5
+        )
     with pytest.raises(TemplateError, match="Conversation roles must alternate"):
-        judge.tokenizer.apply_chat_template([{"role": "system", "content": "Be_fair"},
-                                             {"role": "user", "content": "x"}], tokenize=False)
+        judge.tokenizer.apply_chat_template(
+            [{"role": "system", "content": "Be_fair"}, {"role": "user", "content": "x"}], tokenize=False
+        )
 
 
 def test_a_judge_with_all_logits_equal_fails_loudly(tiny_llama, tmp_path):
@@ -83,8 +107,10 @@ def test_a_judge_with_all_logits_equal_fails_loudly(tiny_llama, tmp_path):
     (the old read), the same log-probs give P(A) 0.5 as a number."""
     from harness.judges.answers import resolve_answer_tokens
 
-    model = _weights(shutil.copytree(tiny_llama, tmp_path / "big-llama"),
-                     lambda t: t.__setitem__("model.embed_tokens.weight", t["model.embed_tokens.weight"] * 1e37))
+    model = _weights(
+        shutil.copytree(tiny_llama, tmp_path / "big-llama"),
+        lambda t: t.__setitem__("model.embed_tokens.weight", t["model.embed_tokens.weight"] * 1e37),
+    )
     data = _jsonl(tmp_path / "d.jsonl", TEXTS)
     out, r = _run(tmp_path, data, f"model.path={model}")
     _assert_one_line_error(r, "no usable answer for any of the 6 pairs", "uniform next-token distribution")
@@ -94,7 +120,9 @@ def test_a_judge_with_all_logits_equal_fails_loudly(tiny_llama, tmp_path):
     from harness.records import PairRequest
 
     judge = HFJudge(model, device="cpu")
-    logprobs = judge.answer_logprobs(judge.encode([PairRequest("d", "a", "b", "Which is better? Answer:")]))[0]
+    logprobs = judge.answer_logprobs(judge.encode([PairRequest("d", "a", "b", "Which is better? Answer:")]))[
+        0
+    ]
     assert logprobs == pytest.approx([-math.log(judge.config.vocab_size)] * len(logprobs), abs=1e-5)
     assert judge.answers.score(logprobs).flags == ("unreadable", "uniform_logits")
     assert resolve_answer_tokens(judge.tokenizer).score(logprobs).p_a == 0.5
@@ -118,12 +146,15 @@ def test_a_judge_whose_answer_tokens_always_tie_fails_loudly(tiny_llama, tmp_pat
     out, r = _run(tmp_path, _jsonl(tmp_path / "d.jsonl", TEXTS), f"model.path={model}")
     _assert_one_line_error(r, "one and the same log-probability in every one of the 6 read pairs")
     assert not (out / "results.json").exists()
-    tied = [Judgment("d", a, b, 0.5, {"A:A": -3.0, "B:B": -3.0}, None, None, None, ())
-            for a, b in (("x", "y"), ("y", "x"))]
+    tied = [
+        Judgment("d", a, b, 0.5, {"A:A": -3.0, "B:B": -3.0}, None, None, None, ())
+        for a, b in (("x", "y"), ("y", "x"))
+    ]
     with pytest.raises(Exception, match="one and the same log-probability"):
         refuse_all_unreadable("judge", tied)
-    refuse_all_unreadable("judge", [tied[0], Judgment("d", "y", "x", 0.6, {"A:A": -2.6, "B:B": -3.0},
-                                                      None, None, None, ())])
+    refuse_all_unreadable(
+        "judge", [tied[0], Judgment("d", "y", "x", 0.6, {"A:A": -2.6, "B:B": -3.0}, None, None, None, ())]
+    )
 
 
 SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
@@ -149,18 +180,24 @@ def test_the_identity_records_the_system_prompt_the_template_adds(smollm2_path):
 
     from harness.judges.chat import OLD_SYSTEM
 
-    old = default.identity.replace(f"|sys={template_fingerprint(SMOLLM2_SYSTEM)}|", f"|sys={template_fingerprint('')}|")
+    old = default.identity.replace(
+        f"|sys={template_fingerprint(SMOLLM2_SYSTEM)}|", f"|sys={template_fingerprint('')}|"
+    )
     assert default.legacy_identities[old] == OLD_SYSTEM
     for name in ("tiny_llama", "tiny_mistral", "tiny_llama3", "tiny_mistral7b", "smollm2"):
         cfg = compose([f"model={name}"])
         judge = build(cfg.backend, judge_model=container(cfg.model))
         empty = f"|sys={template_fingerprint('')}|" in judge.identity
         assert empty == (name != "smollm2"), name
-        assert len(judge.legacy_identities) == 1 + (not empty) and judge.legacy_identity in judge.legacy_identities
+        assert (
+            len(judge.legacy_identities) == 1 + (not empty)
+            and judge.legacy_identity in judge.legacy_identities
+        )
 
 
-def test_rows_under_the_identity_before_the_templates_system_prompt_are_asked_again(tiny_llama, coherence_pairs,
-                                                                                       tmp_path, caplog):
+def test_rows_under_the_identity_before_the_templates_system_prompt_are_asked_again(
+    tiny_llama, coherence_pairs, tmp_path, caplog
+):
     """A tiny model whose template adds a system turn by itself: rows its previous identity keyed
     (an older harness) are not served under the new one; every request goes to the model, and one
     line says why. Negative control: under the previous identity the same rows are served."""
@@ -171,12 +208,20 @@ def test_rows_under_the_identity_before_the_templates_system_prompt_are_asked_ag
 
     model = shutil.copytree(tiny_llama, tmp_path / "tiny-sys")
     template = (model / "chat_template.jinja").read_text()
-    (model / "chat_template.jinja").write_text(template.replace("{{ bos_token }}", (
-        "{{ bos_token }}{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou judge fairly.<|im_end|>\n"
-        "{% endif %}"), 1))
+    (model / "chat_template.jinja").write_text(
+        template.replace(
+            "{{ bos_token }}",
+            (
+                "{{ bos_token }}{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou judge fairly.<|im_end|>\n"
+                "{% endif %}"
+            ),
+            1,
+        )
+    )
     judge = HFJudge(model, device="cpu", batch_size=4)
-    previous = judge.identity.replace(f"|sys={template_fingerprint('You judge fairly.')}|",
-                                      f"|sys={template_fingerprint('')}|")  # as an older harness keyed it
+    previous = judge.identity.replace(
+        f"|sys={template_fingerprint('You judge fairly.')}|", f"|sys={template_fingerprint('')}|"
+    )  # as an older harness keyed it
     reqs = coherence_pairs[:4]
     cache = ScoreCache(tmp_path / "requests.sqlite")
     before = OldKeyed(judge)
@@ -198,8 +243,9 @@ def test_a_template_that_refuses_the_prompt_is_one_line(tiny_llama, tmp_path):
     model = shutil.copytree(tiny_llama, tmp_path / "strict-llama")
     (model / "chat_template.jinja").write_text("{{ raise_exception('only tool calls are supported') }}")
     out, r = _run(tmp_path, _jsonl(tmp_path / "d.jsonl", TEXTS), f"model.path={model}")
-    _assert_one_line_error(r, "chat template of", "strict-llama", "only tool calls are supported",
-                           "model.chat_template=false")
+    _assert_one_line_error(
+        r, "chat template of", "strict-llama", "only tool calls are supported", "model.chat_template=false"
+    )
     assert not (out / "judgments.jsonl").exists()
 
 

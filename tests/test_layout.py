@@ -19,17 +19,48 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "harness"
 
 LAYERS = {
-    "harness": 0, "harness.errors": 0, "harness.checks": 0, "harness.records": 0, "harness.files": 0, "harness.redaction": 0,
+    "harness": 0,
+    "harness.errors": 0,
+    "harness.checks": 0,
+    "harness.records": 0,
+    "harness.files": 0,
+    "harness.redaction": 0,
     "harness.progress": 0,
     "harness.figures": 0,
-    "harness.data": 1, "harness.models": 1, "harness.prompts": 1, "harness.api_client": 1,
-    "harness.judges": 2, "harness.judging": 3, "harness.metrics": 4,
-    "harness.zepo": 5, "harness.abb": 5,
-    "harness.runtime": 6, "harness.report": 6, "harness.experiments": 7, "harness.bench": 7, "harness.run": 8,
+    "harness.data": 1,
+    "harness.models": 1,
+    "harness.prompts": 1,
+    "harness.api_client": 1,
+    "harness.judges": 2,
+    "harness.judging": 3,
+    "harness.metrics": 4,
+    "harness.zepo": 5,
+    "harness.abb": 5,
+    "harness.runtime": 6,
+    "harness.report": 6,
+    "harness.experiments": 7,
+    "harness.bench": 7,
+    "harness.run": 8,
 }
 SIBLINGS = {("harness.zepo", "harness.abb"), ("harness.abb", "harness.zepo")}
-HEAVY = {"vllm", "openai", "matplotlib", "wandb", "torch", "transformers", "tokenizers", "safetensors", "scipy",
-         "submitit", "hydra_plugins", "gguf", "mistral_common", "tiktoken", "llama_models", "omegaconf"}
+HEAVY = {
+    "vllm",
+    "openai",
+    "matplotlib",
+    "wandb",
+    "torch",
+    "transformers",
+    "tokenizers",
+    "safetensors",
+    "scipy",
+    "submitit",
+    "hydra_plugins",
+    "gguf",
+    "mistral_common",
+    "tiktoken",
+    "llama_models",
+    "omegaconf",
+}
 """Libraries a function may import locally: each costs seconds to import or is an optional extra
 (omegaconf: absent on the GPU machine, where `harness-bench gpu` imports HFJudge -> models/resolve.py;
 submitit and hydra_plugins: the `slurm` extra)."""
@@ -99,8 +130,12 @@ def test_imports_run_one_way(graph):
 
 
 def test_no_function_local_imports_but_heavy_libraries(graph):
-    bad = [f"{mod}:{line} imports {dep} inside a function" for mod, deps in graph.items()
-           for dep, local, line in deps if local and dep.split(".")[0] not in HEAVY]
+    bad = [
+        f"{mod}:{line} imports {dep} inside a function"
+        for mod, deps in graph.items()
+        for dep, local, line in deps
+        if local and dep.split(".")[0] not in HEAVY
+    ]
     assert not bad, "\n".join(bad)
 
 
@@ -163,7 +198,14 @@ BACKENDS = ("harness.judges.hf", "harness.judges.vllm", "harness.judges.api")
 
 def backend_imports(path: Path, backend: str) -> list[str]:
     """The other backends that `backend`'s module (at `path`) imports, at the top or in a function."""
-    return sorted({d for d, _, _ in imports(path) for b in BACKENDS if b != backend and (d == b or d.startswith(b + "."))})
+    return sorted(
+        {
+            d
+            for d, _, _ in imports(path)
+            for b in BACKENDS
+            if b != backend and (d == b or d.startswith(b + "."))
+        }
+    )
 
 
 def test_no_backend_imports_another():
@@ -176,8 +218,10 @@ def test_no_backend_imports_another():
 def test_the_backend_check_catches_vllm_importing_hf(tmp_path):
     """Negative control: the old vllm.py's imports from hf.py (ChatPrompts, format_chat, ...) are reported."""
     bad = tmp_path / "vllm.py"
-    bad.write_text("from harness.judges.chat import context_length\n"
-                   "from harness.judges.hf import (\n    ChatPrompts,\n    format_chat,\n)\n")
+    bad.write_text(
+        "from harness.judges.chat import context_length\n"
+        "from harness.judges.hf import (\n    ChatPrompts,\n    format_chat,\n)\n"
+    )
     assert backend_imports(bad, "harness.judges.vllm") == ["harness.judges.hf"]
     assert backend_imports(bad, "harness.judges.hf") == []  # its own module is not another backend
 
@@ -188,7 +232,9 @@ MAX_LINES = 450
 
 def long_modules(root: Path, most: int = MAX_LINES) -> dict[str, int]:
     """Modules under `root` with more than `most` lines, with their line counts."""
-    counts = {str(p.relative_to(root.parent)): len(p.read_text().splitlines()) for p in sorted(root.rglob("*.py"))}
+    counts = {
+        str(p.relative_to(root.parent)): len(p.read_text().splitlines()) for p in sorted(root.rglob("*.py"))
+    }
     return {name: n for name, n in counts.items() if n > most}
 
 
@@ -209,8 +255,10 @@ def script_edges(folder: Path) -> dict[str, set[str]]:
     """Which of `folder`'s scripts each script imports, at the top or inside a function (a script
     imports another by its file name: `from bench_common import stats`)."""
     names = {p.stem for p in folder.glob("*.py")}
-    return {p.stem: {d.split(".")[0] for d, _, _ in imports(p)} & names - {p.stem}
-            for p in sorted(folder.glob("*.py"))}
+    return {
+        p.stem: {d.split(".")[0] for d, _, _ in imports(p)} & names - {p.stem}
+        for p in sorted(folder.glob("*.py"))
+    }
 
 
 def test_scripts_have_no_import_cycles():
@@ -262,8 +310,13 @@ ISSUE_REFERENCE = re.compile(r"\bissue #?\d+|\bstop \d+\b|\(#\d+\)|\bround \d+ o
 
 
 def issue_references(root: Path) -> list[str]:
-    return [f"{p.relative_to(root)}:{i}" for p in sorted(root.rglob("*")) if p.suffix in (".py", ".yaml")
-            for i, line in enumerate(p.read_text().splitlines(), 1) if ISSUE_REFERENCE.search(line)]
+    return [
+        f"{p.relative_to(root)}:{i}"
+        for p in sorted(root.rglob("*"))
+        if p.suffix in (".py", ".yaml")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if ISSUE_REFERENCE.search(line)
+    ]
 
 
 def test_no_issue_numbers_in_code_or_config_and_the_benchmarks_doc_is_short():

@@ -19,12 +19,20 @@ from harness.errors import ConfigError, DataError
 def test_top_logprobs_below_the_label_count_is_refused():
     from harness.judges.api import ApiJudge
 
-    with pytest.raises(ConfigError, match="backend.top_logprobs=1 lists fewer tokens than the 2 answer labels"):
+    with pytest.raises(
+        ConfigError, match="backend.top_logprobs=1 lists fewer tokens than the 2 answer labels"
+    ):
         ApiJudge("m", "http://127.0.0.1:9/v1", logprob_mode="top", top_logprobs=1, api_key_env=None)
     # control: two listed tokens for two labels, and exact mode (which lists the ids it asks for)
     ApiJudge("m", "http://127.0.0.1:9/v1", logprob_mode="top", top_logprobs=2, api_key_env=None)
-    ApiJudge("m", "http://127.0.0.1:9/v1", logprob_mode="exact", token_ids={"A": 1, "B": 2}, top_logprobs=1,
-             api_key_env=None)
+    ApiJudge(
+        "m",
+        "http://127.0.0.1:9/v1",
+        logprob_mode="exact",
+        token_ids={"A": 1, "B": 2},
+        top_logprobs=1,
+        api_key_env=None,
+    )
 
 
 def test_choices_are_read_by_index():
@@ -59,22 +67,42 @@ def test_a_lone_surrogate_in_zepos_instruction_file_is_one_line_naming_file_and_
     from harness.prompts import load_zepo_instructions
 
     bad = tmp_path / "init_prompts.json"
-    bad.write_text('{"coherence": "Judge the coherence \\ud800 of the summaries.", "fluency": "Judge fluency."}')
-    r = run_in_process(["experiment=zepo", "model=tiny_llama", "task.docs=3", "task.max_candidates=2",
-                        "experiment.search_docs=1", "experiment.instruction.source=zepo",
-                        f"experiment.instruction.path={bad}", "wandb.mode=disabled", "progress=false",
-                        f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    bad.write_text(
+        '{"coherence": "Judge the coherence \\ud800 of the summaries.", "fluency": "Judge fluency."}'
+    )
+    r = run_in_process(
+        [
+            "experiment=zepo",
+            "model=tiny_llama",
+            "task.docs=3",
+            "task.max_candidates=2",
+            "experiment.search_docs=1",
+            "experiment.instruction.source=zepo",
+            f"experiment.instruction.path={bad}",
+            "wandb.mode=disabled",
+            "progress=false",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        tmp_path,
+    )
     _assert_one_line_error(r, str(bad), "lone surrogate \\ud800 in field 'coherence'")
     assert "loading the judge's weights" not in r.stdout + r.stderr
     bad.write_text(bad.read_text().replace("\\ud800", "\\ud83d\\ude00"))
     assert "\U0001f600" in load_zepo_instructions(bad)["coherence"]
 
 
-@pytest.mark.parametrize("args", [
-    ["hydra.run.dir="], ["hydra.run.dir=''"], ["hydra.run.dir= "],
-    ["hydra.run.dir=${oc.env:NOPE_RUN_DIR,}"], ['hydra.run.dir=${oc.select:nonexistent.key,""}'],
-    ["-m", "hydra.sweep.dir=${oc.env:NOPE_SWEEP_DIR,}", "seed=0,1"],
-], ids=["empty", "quotes", "blank", "unset variable", "missing key", "sweep dir, unset variable"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["hydra.run.dir="],
+        ["hydra.run.dir=''"],
+        ["hydra.run.dir= "],
+        ["hydra.run.dir=${oc.env:NOPE_RUN_DIR,}"],
+        ['hydra.run.dir=${oc.select:nonexistent.key,""}'],
+        ["-m", "hydra.sweep.dir=${oc.env:NOPE_SWEEP_DIR,}", "seed=0,1"],
+    ],
+    ids=["empty", "quotes", "blank", "unset variable", "missing key", "sweep dir, unset variable"],
+)
 def test_an_empty_run_dir_is_refused_before_hydra(args, tmp_path):
     """The run or sweep folder as RESOLVED, whatever spelling gives ''. It used to be the argv's text
     only: an interpolation resolving to '' wrote run.log, config.json and results.json (with -m,
@@ -82,8 +110,12 @@ def test_an_empty_run_dir_is_refused_before_hydra(args, tmp_path):
     Hydra creates anything (harness.runtime.rundirs, a Hydra callback; control below)."""
     (tmp_path / "cwd").mkdir()
     key = "hydra.sweep.dir" if "-m" in args else "hydra.run.dir"
-    r = run_harness([*args, "experiment=judge", "model=tiny_llama", "wandb.mode=disabled"], tmp_path,
-                    cwd=tmp_path / "cwd", timeout=120)
+    r = run_harness(
+        [*args, "experiment=judge", "model=tiny_llama", "wandb.mode=disabled"],
+        tmp_path,
+        cwd=tmp_path / "cwd",
+        timeout=120,
+    )
     _assert_one_line_error(r, f"{key} resolves to an empty value", "current folder")
     assert list((tmp_path / "cwd").iterdir()) == []
 
@@ -92,8 +124,18 @@ def test_negative_control_the_default_run_dir_is_made_where_the_command_is_typed
     """What the check above keeps out of the current folder does land there when no check stops it:
     the default outputs/... (the run then stops at a missing data file, after Hydra made the folder)."""
     (tmp_path / "cwd").mkdir()
-    r = run_harness(["experiment=judge", "model=tiny_llama", "wandb.mode=disabled", "task=jsonl",
-                     f"task.path={tmp_path / 'none.jsonl'}"], tmp_path, cwd=tmp_path / "cwd", timeout=120)
+    r = run_harness(
+        [
+            "experiment=judge",
+            "model=tiny_llama",
+            "wandb.mode=disabled",
+            "task=jsonl",
+            f"task.path={tmp_path / 'none.jsonl'}",
+        ],
+        tmp_path,
+        cwd=tmp_path / "cwd",
+        timeout=120,
+    )
     _assert_one_line_error(r, "none.jsonl", "not found")
     assert [p.name for p in (tmp_path / "cwd").iterdir()] == ["outputs"]
 
@@ -122,11 +164,16 @@ def test_sigterm_and_sighup_end_the_attempt_and_exit_143(signum, tmp_path):
     import subprocess
 
     (tmp_path / "child").mkdir()
-    code = ("import os, signal, sys; from harness.runtime.attempts import record_attempt\n"
-            f"signal.signal({int(signum)}, signal.SIG_DFL)\n"
-            f"with record_attempt(sys.argv[1]):\n    os.kill(os.getpid(), {int(signum)})\n")
-    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "child")], capture_output=True,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = (
+        "import os, signal, sys; from harness.runtime.attempts import record_attempt\n"
+        f"signal.signal({int(signum)}, signal.SIG_DFL)\n"
+        f"with record_attempt(sys.argv[1]):\n    os.kill(os.getpid(), {int(signum)})\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "child")],
+        capture_output=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     assert r.returncode == -signum
     lines = [json.loads(x) for x in (tmp_path / "child" / "attempts.jsonl").read_text().splitlines()]
     assert [x["event"] for x in lines] == ["start"]
@@ -152,8 +199,10 @@ def test_an_ignored_sighup_stays_ignored_under_nohup():
             signal.signal(s, h)
 
 
-@pytest.mark.parametrize("raised,code,needle", [(KeyboardInterrupt, 130, "interrupted (Ctrl-C)"),
-                                                 (None, 143, "stopped by SIGTERM")])
+@pytest.mark.parametrize(
+    "raised,code,needle",
+    [(KeyboardInterrupt, 130, "interrupted (Ctrl-C)"), (None, 143, "stopped by SIGTERM")],
+)
 def test_sigint_and_sigterm_are_one_line_without_a_traceback(raised, code, needle, monkeypatch, capsys):
     from harness.runtime import entry
 
@@ -192,19 +241,34 @@ def sigterm_then_judge(cfg, out_dir):
     raise AssertionError("the SIGTERM did not stop the run")
 
 
-@pytest.mark.parametrize("entry, code, said", [
-    ("judge_then_sigterm", 0, "note: SIGTERM arrived after the run had finished"),
-    ("sigterm_then_judge", 143, "error: stopped by SIGTERM"),
-], ids=["after the run finished", "control: before"])
+@pytest.mark.parametrize(
+    "entry, code, said",
+    [
+        ("judge_then_sigterm", 0, "note: SIGTERM arrived after the run had finished"),
+        ("sigterm_then_judge", 143, "error: stopped by SIGTERM"),
+    ],
+    ids=["after the run finished", "control: before"],
+)
 def test_a_sigterm_after_the_run_finished_is_no_stop(entry, code, said, tmp_path):
     """A SIGTERM after ZEPO (any experiment) had written everything still said "stopped ... rerun to
     resume", exit 143. Now: attempts.jsonl records this process's attempt as completed, so one note
     and exit 0. The signal is sent from inside the run (experiment.entry wraps the shipped one) so
     it lands at that point every time. Control: a SIGTERM before the run: stopped, exit 143."""
     run = tmp_path / "run"
-    r = run_in_process(["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2",
-                        "wandb.mode=disabled", "progress=false", "metrics.bootstrap=0",
-                        f"experiment.entry=test_loud_inputs:{entry}", f"hydra.run.dir={run}"], tmp_path)
+    r = run_in_process(
+        [
+            "experiment=judge",
+            "model=tiny_llama",
+            "task.docs=1",
+            "task.max_candidates=2",
+            "wandb.mode=disabled",
+            "progress=false",
+            "metrics.bootstrap=0",
+            f"experiment.entry=test_loud_inputs:{entry}",
+            f"hydra.run.dir={run}",
+        ],
+        tmp_path,
+    )
     assert r.returncode == code and "Traceback" not in r.stderr, r.stderr[-2000:]
     lines = [x for x in r.stderr.splitlines() if x.startswith(("note:", "error:"))]
     assert len(lines) == 1 and lines[0].startswith(said)
@@ -248,19 +312,30 @@ def test_timeout_bounds_a_whole_attempt_and_redirects_are_refused(fixed, tiny_ju
         # A body dripped over ~2.4 s (a byte every 0.03 s): each read is well inside timeout_s=1,
         # the attempt is not.
         srv.inject("drip:0.03", "drip:0.03")
-        judge = ApiJudge("tiny-test", srv.url, token_ids=ids, api_key_env=None, max_retries=1,
-                         backoff_base_s=0.01, timeout_s=1.0)
+        judge = ApiJudge(
+            "tiny-test",
+            srv.url,
+            token_ids=ids,
+            api_key_env=None,
+            max_retries=1,
+            backoff_base_s=0.01,
+            timeout_s=1.0,
+        )
         start = time.monotonic()
         if not fixed:  # waited for both whole drips, then read their (empty) answers
             assert judge.score_pairs(req)[0].flags == ("unreadable",) and time.monotonic() - start > 4
             return
-        with pytest.raises(ApiError, match=r"2 attempts: every attempt timed out \(no whole answer within 1 s\)"):
+        with pytest.raises(
+            ApiError, match=r"2 attempts: every attempt timed out \(no whole answer within 1 s\)"
+        ):
             judge.score_pairs(req)
         assert time.monotonic() - start < 4
         # control: the same judge reads an undelayed answer
         assert 0 < judge.score_pairs(req)[0].p_a < 1
         srv.inject("redirect:http://127.0.0.2:9/v1/chat/completions")
-        with pytest.raises(ApiError, match=r"HTTP 307: the server redirects to http://127\.0\.0\.2:9/.*not followed"):
+        with pytest.raises(
+            ApiError, match=r"HTTP 307: the server redirects to http://127\.0\.0\.2:9/.*not followed"
+        ):
             judge.score_pairs(req)
         assert [r.outcome for r in srv.requests][-1] == "redirect:http://127.0.0.2:9/v1/chat/completions"
 

@@ -29,17 +29,48 @@ from harness.metrics import (
 from harness.records import Judgment
 
 SUMMARY_KEYS = {
-    "a_rate", "a_rate_prob", "fairness", "fairness_prob", "max_prob", "entropy", "ece", "brier",
-    "nll", "accuracy", "n_calibration", "spearman", "kendall", "spearman_pairs", "kendall_pairs",
-    "spearman_pairs_se", "spearman_whole", "kendall_whole", "n_judgments", "n_docs",
-    "order_consistency", "order_gap", "n_order_pairs", "answer_mass_median", "answer_mass_low_share",
-    "a_rate_upper", "bc", "prob_gap",  # as the official ZEPO code (harness/metrics/official.py)
+    "a_rate",
+    "a_rate_prob",
+    "fairness",
+    "fairness_prob",
+    "max_prob",
+    "entropy",
+    "ece",
+    "brier",
+    "nll",
+    "accuracy",
+    "n_calibration",
+    "spearman",
+    "kendall",
+    "spearman_pairs",
+    "kendall_pairs",
+    "spearman_pairs_se",
+    "spearman_whole",
+    "kendall_whole",
+    "n_judgments",
+    "n_docs",
+    "order_consistency",
+    "order_gap",
+    "n_order_pairs",
+    "answer_mass_median",
+    "answer_mass_low_share",
+    "a_rate_upper",
+    "bc",
+    "prob_gap",  # as the official ZEPO code (harness/metrics/official.py)
 }
 
 
 def J(doc, a, b, p, ha=None, hb=None, gold=None) -> Judgment:
-    return Judgment(doc, a, b, p, {"A:A": math.log(max(p, 1e-300)) if p == p else 0.0},
-                    human_a=ha, human_b=hb, gold_a=gold)
+    return Judgment(
+        doc,
+        a,
+        b,
+        p,
+        {"A:A": math.log(max(p, 1e-300)) if p == p else 0.0},
+        human_a=ha,
+        human_b=hb,
+        gold_a=gold,
+    )
 
 
 def from_matrix(doc: str, ids: list[str], m: dict, human: dict) -> list[Judgment]:
@@ -54,21 +85,20 @@ def from_matrix(doc: str, ids: list[str], m: dict, human: dict) -> list[Judgment
 #   A=z      0.5   0.2    -
 # x vs y is position-biased (A wins in both orders); z-x has a tie (0.5).
 HUMAN3 = {"x": 3.0, "y": 2.0, "z": 1.0}
-M3 = {("x", "y"): 0.9, ("y", "x"): 0.6, ("x", "z"): 0.8, ("z", "x"): 0.5,
-      ("y", "z"): 0.7, ("z", "y"): 0.2}
+M3 = {("x", "y"): 0.9, ("y", "x"): 0.6, ("x", "z"): 0.8, ("z", "x"): 0.5, ("y", "z"): 0.7, ("z", "y"): 0.2}
 DOC3 = from_matrix("d3", ["x", "y", "z"], M3, HUMAN3)
 
 
 def test_matrix_layout_and_human_vectors():
     extra = [J("d3", "x", "y", 0.7, 3.0, 2.0)]  # a repeat of (x, y): averaged with 0.9
-    (ids, m), = preference_matrices(DOC3 + extra).values()
+    ((ids, m),) = preference_matrices(DOC3 + extra).values()
     assert ids == ["x", "y", "z"]  # first-appearance order
     assert np.isnan(np.diag(m)).all()
     assert m[0, 1] == pytest.approx(0.8) and m[1, 0] == 0.6 and m[2, 1] == 0.2
-    (hids, h), = human_scores(DOC3).values()
+    ((hids, h),) = human_scores(DOC3).values()
     assert hids == ids and h.tolist() == [3.0, 2.0, 1.0]
     # Unjudged entries and NaN P(A) stay NaN.
-    (_, m2), = preference_matrices([J("d", "a", "b", 0.7), J("d", "b", "c", float("nan"))]).values()
+    ((_, m2),) = preference_matrices([J("d", "a", "b", 0.7), J("d", "b", "c", float("nan"))]).values()
     assert m2[0, 1] == 0.7 and np.isnan(m2[1, 0]) and np.isnan(m2[1, 2])
 
 
@@ -87,9 +117,13 @@ def test_a_rate_averages_documents_not_pairs():
     # Doc p: 2 entries, both A (rate 1). Doc q: 6 entries, 3 A and 3 B (rate 0.5). Mean 0.75,
     # whereas pooling all 8 entries would give 5/8.
     p = [J("p", "a", "b", 0.9), J("p", "b", "a", 0.8)]
-    q = [J("q", a, b, v) for (a, b), v in zip(
-        [("a", "b"), ("b", "a"), ("a", "c"), ("c", "a"), ("b", "c"), ("c", "b")],
-        [0.9, 0.1, 0.8, 0.2, 0.7, 0.3])]
+    q = [
+        J("q", a, b, v)
+        for (a, b), v in zip(
+            [("a", "b"), ("b", "a"), ("a", "c"), ("c", "a"), ("b", "c"), ("c", "b")],
+            [0.9, 0.1, 0.8, 0.2, 0.7, 0.3],
+        )
+    ]
     assert a_rate(p + q) == pytest.approx(0.75)
 
 
@@ -148,8 +182,12 @@ def test_nll_clips_saturated_probabilities():
 def _judge(doc: str, human: dict, better: float, worse: float) -> list[Judgment]:
     """Every ordered pair judged: P(A) = `better` when A's human score is higher, else `worse`."""
     ids = list(human)
-    return [J(doc, a, b, better if human[a] > human[b] else worse, human[a], human[b])
-            for a in ids for b in ids if a != b]
+    return [
+        J(doc, a, b, better if human[a] > human[b] else worse, human[a], human[b])
+        for a in ids
+        for b in ids
+        if a != b
+    ]
 
 
 HUMAN5 = {"c0": 1.0, "c1": 4.0, "c2": 2.5, "c3": 5.0, "c4": 3.0}
@@ -186,8 +224,7 @@ def test_position_bias_breaks_pairs_but_permutation_debias_repairs_it():
 
 def test_constant_humans_count_as_zero_and_unscored_docs_are_left_out():
     perfect = _judge("d", {"a": 1.0, "b": 2.0, "c": 3.0}, 0.8, 0.2)
-    flat = [J("f", a, b, 0.9 if a < b else 0.1, 2.0, 2.0)
-            for a in "abc" for b in "abc" if a != b]
+    flat = [J("f", a, b, 0.9 if a < b else 0.1, 2.0, 2.0) for a in "abc" for b in "abc" if a != b]
     unscored = [J("u", "a", "b", 0.9), J("u", "b", "a", 0.2)]
     for ranking in ("winrate", "pairs"):
         c = correlations(perfect + flat + unscored, ranking=ranking, shuffles=5)
@@ -203,8 +240,7 @@ def test_whole_set_correlation_by_hand():
     # Two docs, each perfectly ordered with win rates .2/.5/.8; humans 1,2,3 and 4,5,6.
     # Pooled: score ranks 1.5,3.5,5.5,1.5,3.5,5.5 vs 1..6 -> rho = 8/sqrt(16*17.5) = 0.478091;
     # Kendall tau-b: 9 concordant, 3 discordant, 3 score ties -> 6/sqrt(12*15) = 0.447214.
-    m = {("a", "b"): 0.2, ("a", "c"): 0.2, ("b", "a"): 0.8, ("b", "c"): 0.2,
-         ("c", "a"): 0.8, ("c", "b"): 0.8}
+    m = {("a", "b"): 0.2, ("a", "c"): 0.2, ("b", "a"): 0.8, ("b", "c"): 0.2, ("c", "a"): 0.8, ("c", "b"): 0.8}
     js = from_matrix("p", list("abc"), m, {"a": 1.0, "b": 2.0, "c": 3.0})
     js += from_matrix("q", list("abc"), m, {"a": 4.0, "b": 5.0, "c": 6.0})
     (_, mat), _ = preference_matrices(js).values()
@@ -246,8 +282,7 @@ def test_batch_calibration_centres_an_always_a_judge():
     per_doc = batch_calibrate([J("d", "a", "b", 0.9), J("e", "a", "b", 0.5)], by_doc=True)
     assert [j.p_a for j in per_doc] == pytest.approx([0.5, 0.5])
     # NaN stays NaN and is not in the mean; a saturated answer stays saturated.
-    mixed = batch_calibrate([J("d", "a", "b", 1.0), J("d", "b", "a", float("nan")),
-                             J("d", "a", "c", 0.5)])
+    mixed = batch_calibrate([J("d", "a", "b", 1.0), J("d", "b", "a", float("nan")), J("d", "a", "c", 0.5)])
     assert mixed[0].p_a == 1.0 and math.isnan(mixed[1].p_a) and 0 < mixed[2].p_a < 0.5
 
 
@@ -291,15 +326,32 @@ def test_summarize_survives_nan_only_and_empty_input():
 
 def test_rows_round_trip_through_json():
     js = [
-        Judgment("d1", "a", "b", 0.25, {"A:A": -1.5, "A: A": float("-inf"), "B:B": -0.3},
-                 human_a=3.5, human_b=None, gold_a=None),
+        Judgment(
+            "d1",
+            "a",
+            "b",
+            0.25,
+            {"A:A": -1.5, "A: A": float("-inf"), "B:B": -0.3},
+            human_a=3.5,
+            human_b=None,
+            gold_a=None,
+        ),
         Judgment("d1", "b", "a", 1.0, {}, gold_a=True),
         Judgment("d2", "a", "b", float("nan"), {}, flags=("unreadable",)),
     ]
     for j in js:
         row = json.loads(json.dumps(judgment_to_row(j)))
-        assert list(row) == ["doc_id", "a_id", "b_id", "p_a", "token_logprobs",
-                             "human_a", "human_b", "gold_a", "flags"]
+        assert list(row) == [
+            "doc_id",
+            "a_id",
+            "b_id",
+            "p_a",
+            "token_logprobs",
+            "human_a",
+            "human_b",
+            "gold_a",
+            "flags",
+        ]
         back = judgment_from_row(row)
         assert back == j or (math.isnan(back.p_a) and back.flags == j.flags == ("unreadable",))
 
@@ -309,8 +361,10 @@ def test_rows_round_trip_through_the_strict_jsonl_file(tmp_path):
     probability-0 answer token read back as they were written."""
     from harness.judging import load_judgments, write_judgments
 
-    js = [Judgment("d1", "a", "b", 0.25, {"A:A": -1.5, "A: A": float("-inf"), "B:B": -0.3}),
-          Judgment("d2", "a", "b", float("nan"), {}, flags=("unreadable",))]
+    js = [
+        Judgment("d1", "a", "b", 0.25, {"A:A": -1.5, "A: A": float("-inf"), "B:B": -0.3}),
+        Judgment("d2", "a", "b", float("nan"), {}, flags=("unreadable",)),
+    ]
     write_judgments(tmp_path / "j.jsonl", js, float("nan"))
     back, p_cf = load_judgments(tmp_path / "j.jsonl")
     assert back[0] == js[0] and math.isnan(back[1].p_a) and back[1].flags == ("unreadable",)
@@ -320,10 +374,19 @@ def test_rows_round_trip_through_the_strict_jsonl_file(tmp_path):
         judgment_from_row(row)
 
 
-@pytest.mark.parametrize("field,value", [
-    ("p_a", 1.2), ("p_a", "0.5"), ("doc_id", 7), ("human_a", "high"), ("gold_a", 1),
-    ("token_logprobs", {"A:A": "x"}), ("flags", "unreadable"), ("flags", [1]),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("p_a", 1.2),
+        ("p_a", "0.5"),
+        ("doc_id", 7),
+        ("human_a", "high"),
+        ("gold_a", 1),
+        ("token_logprobs", {"A:A": "x"}),
+        ("flags", "unreadable"),
+        ("flags", [1]),
+    ],
+)
 def test_bad_rows_name_file_record_and_field(field, value):
     row = judgment_to_row(J("d", "a", "b", 0.5, 1.0, 2.0))
     row[field] = value
@@ -378,8 +441,11 @@ def test_ranks_are_rounded_in_one_place():
     from harness.zepo import figure3, plots
 
     root = Path(__file__).resolve().parents[1] / "harness"
-    others = [str(f.relative_to(root)) for f in root.rglob("*.py")
-              if "RANK_DECIMALS" in f.read_text() and f.relative_to(root).as_posix() != "metrics/correlation.py"]
+    others = [
+        str(f.relative_to(root))
+        for f in root.rglob("*.py")
+        if "RANK_DECIMALS" in f.read_text() and f.relative_to(root).as_posix() != "metrics/correlation.py"
+    ]
     assert others == []
     x, y = [0.5 + 3e-15, 0.5 - 3e-15, 0.2, 0.9], [1.0, 2.0, 0.0, 3.0]
     rho = plots.spearman(x, y)["rho"]
@@ -397,16 +463,21 @@ def test_tied_win_rates_stay_tied_under_float_noise():
 
     from harness.metrics.correlation import RANK_DECIMALS
 
-    m = np.array([[np.nan, 0.7, 0.3, 0.5], [0.6, np.nan, 0.4, 0.5], [0.2, 0.3, np.nan, 0.4],
-                  [0.8, 0.9, 0.7, np.nan]])
+    m = np.array(
+        [[np.nan, 0.7, 0.3, 0.5], [0.6, np.nan, 0.4, 0.5], [0.2, 0.3, np.nan, 0.4], [0.8, 0.9, 0.7, np.nan]]
+    )
     human = [3.0, 2.0, 1.0, 4.0]
     ids = ["c0", "c1", "c2", "c3"]
 
     def judged(noise: float) -> list[Judgment]:
         p = m.copy()
         p[0, 1] += noise
-        return [Judgment("d", ids[i], ids[k], float(p[i, k]), {}, human[i], human[k])
-                for i in range(4) for k in range(4) if i != k]
+        return [
+            Judgment("d", ids[i], ids[k], float(p[i, k]), {}, human[i], human[k])
+            for i in range(4)
+            for k in range(4)
+            if i != k
+        ]
 
     up, down = judged(3e-15), judged(-3e-15)
     a, b = correlations(up, "winrate", 2), correlations(down, "winrate", 2)

@@ -18,7 +18,9 @@ GOLDEN = json.loads((Path(__file__).parent / "golden" / "zepo_metrics_official.j
 
 def judgments_of(case) -> list[Judgment]:
     n, m, h = case["n"], case["matrix"], case["human"]
-    return [Judgment("d", str(i), str(j), m[i][j], {}, h[i], h[j]) for i in range(n) for j in range(n) if i != j]
+    return [
+        Judgment("d", str(i), str(j), m[i][j], {}, h[i], h[j]) for i in range(n) for j in range(n) if i != j
+    ]
 
 
 @pytest.mark.parametrize("case", GOLDEN["cases"], ids=[f"{c['kind']}-{c['n']}" for c in GOLDEN["cases"]])
@@ -37,7 +39,10 @@ def test_decision_rates_as_the_official_code(case):
 
 @pytest.mark.parametrize("case", [c for c in GOLDEN["cases"] if c["kind"] == "consistent_order"])
 def test_pairs_spearman_is_exact_where_shuffles_cannot_matter(case):
-    for permutate, js in ((False, judgments_of(case)), (True, metrics.permutation_debias(judgments_of(case)))):
+    for permutate, js in (
+        (False, judgments_of(case)),
+        (True, metrics.permutation_debias(judgments_of(case))),
+    ):
         want = case[f"permutate_{permutate}"]["spearman_avg_100_shuffles_python_random_seed0"]
         assert metrics.correlations(js, "pairs", shuffles=20)["spearman"] == pytest.approx(want)
 
@@ -54,8 +59,12 @@ def test_bc_prior_and_prob_gap_as_the_official_code():
         js.append(Judgment("d", "a", f"b{k}", probs[0], lp))
     assert metrics.bc_prior(js) == pytest.approx(case["bc"])
     # Norm Gap from log-probabilities normalised over A, B, C.
-    js_p = [Judgment("d", "a", f"b{k}", p[0], {f"{lab}:{lab}": math.log(max(x, 1e-300)) for lab, x in zip("ABC", p)})
-            for k, p in enumerate(log["norm_prob_list"])]
+    js_p = [
+        Judgment(
+            "d", "a", f"b{k}", p[0], {f"{lab}:{lab}": math.log(max(x, 1e-300)) for lab, x in zip("ABC", p)}
+        )
+        for k, p in enumerate(log["norm_prob_list"])
+    ]
     assert metrics.prob_gap(js_p) == pytest.approx(case["norm_prob_gap"])
     # An unread pair (the official failure: logits 0, probabilities 0.5/0.5) shrinks both.
     unread = Judgment("d", "a", "bx", 0.5, {}, flags=("no_answer",))

@@ -47,8 +47,11 @@ def _random_judgments(seed: int, sizes=(5, 7, 16, 6), shuffles_safe: bool = True
                     tokens["C"] = -3.0
                 flags = ("unreadable",) if rng.random() < 0.03 else ()
                 gold = bool(rng.random() < 0.5) if gold_doc else None
-                out.append(Judgment(f"doc{seed}-{d}", f"c{i}", f"c{k}", p, tokens, _h(human[i]), _h(human[k]),
-                                    gold, flags))
+                out.append(
+                    Judgment(
+                        f"doc{seed}-{d}", f"c{i}", f"c{k}", p, tokens, _h(human[i]), _h(human[k]), gold, flags
+                    )
+                )
     order = rng.permutation(len(out))
     return [out[i] for i in order]
 
@@ -79,16 +82,23 @@ def test_summarize_equals_the_loop_implementation(seed):
 
 def test_debiased_judgments_and_single_metrics_equal_the_loop_implementation():
     js = _random_judgments(7)
-    for new, old in ((metrics.permutation_debias(js), ref.permutation_debias(js)),
-                     (metrics.batch_calibrate(js, by_doc=True), ref.batch_calibrate(js, by_doc=True)),
-                     (metrics.contextual_calibrate(js, 0.3), ref.contextual_calibrate(js, 0.3))):
+    for new, old in (
+        (metrics.permutation_debias(js), ref.permutation_debias(js)),
+        (metrics.batch_calibrate(js, by_doc=True), ref.batch_calibrate(js, by_doc=True)),
+        (metrics.contextual_calibrate(js, 0.3), ref.contextual_calibrate(js, 0.3)),
+    ):
         assert len(new) == len(old)
         for a, b in zip(new, old):
             assert (a.doc_id, a.a_id, a.b_id, a.flags) == (b.doc_id, b.a_id, b.b_id, b.flags)
             _assert_close(a.p_a, b.p_a, f"{a.doc_id} {a.a_id}>{a.b_id}")
-    for name in ("upper_a_rate", "confidence", "order_consistency", "calibration"):  # bc_prior, prob_gap: unchanged
+    for name in (
+        "upper_a_rate",
+        "confidence",
+        "order_consistency",
+        "calibration",
+    ):  # bc_prior, prob_gap: unchanged
         new, old = getattr(metrics, name)(js), getattr(ref, name)(js)
-        for key, value in (old.items() if isinstance(old, dict) else [(name, old)]):
+        for key, value in old.items() if isinstance(old, dict) else [(name, old)]:
             _assert_close(new[key] if isinstance(new, dict) else new, value, name)
     views_new, views_old = metrics.document_views(js), ref.document_views(js)
     assert list(views_new) == list(views_old)
@@ -112,8 +122,10 @@ def test_the_comparison_catches_a_difference():
 def _position_judge(n: int) -> list[Judgment]:
     """A judge whose decisions follow position only: P(A) = 0.9 for every ordered pair."""
     human = [1.0, 3.0, 2.0, 5.0][:n]
-    return [Judgment("d", f"c{i}", f"c{k}", 0.9, {"A": -0.1, "B": -2.4}, human[i], human[k])
-            for i, k in itertools.permutations(range(n), 2)]
+    return [
+        Judgment("d", f"c{i}", f"c{k}", 0.9, {"A": -0.1, "B": -2.4}, human[i], human[k])
+        for i, k in itertools.permutations(range(n), 2)
+    ]
 
 
 def test_pairs_is_exact_where_every_order_is_cheap():
@@ -162,10 +174,30 @@ def test_bench_metrics_times_write_run_and_the_bootstrap(tmp_path):
     timed in one run, the bootstrap's cost their difference, one JSON line with what the table printed."""
     from conftest import bench_json, run_bench
 
-    proc = run_bench(["metrics", "--docs", "3", "--candidates", "6", "--shuffles", "10", "--rounds", "2",
-                      "--bootstrap", "50"], tmp_path, timeout=300)
+    proc = run_bench(
+        [
+            "metrics",
+            "--docs",
+            "3",
+            "--candidates",
+            "6",
+            "--shuffles",
+            "10",
+            "--rounds",
+            "2",
+            "--bootstrap",
+            "50",
+        ],
+        tmp_path,
+        timeout=300,
+    )
     line = bench_json(proc)
-    assert line["pairs"] == 3 * 6 * 5 and line["shuffles"] == 10 and line["bootstrap"] == 50 and line["rounds"] == 2
+    assert (
+        line["pairs"] == 3 * 6 * 5
+        and line["shuffles"] == 10
+        and line["bootstrap"] == 50
+        and line["rounds"] == 2
+    )
     rows = line["rows"]
     assert set(rows) == {"write_run", "analyse", "analyse + bootstrap"}
     for r in rows.values():
@@ -179,8 +211,11 @@ def test_bench_metrics_times_write_run_and_the_bootstrap(tmp_path):
 def test_documents_without_usable_scores_equal_the_loop_implementation():
     """A document whose human-scored candidates have no judged pair (no win rate), beside a normal
     one: both rankings as the loop implementation (undefined correlations count 0)."""
-    js = [Judgment("d", "a", "b", math.nan, {}, 1.0, 2.0), Judgment("d", "b", "a", math.nan, {}, 2.0, 1.0),
-          Judgment("d", "a", "c", 0.7, {}, 1.0, None)] + _random_judgments(4, sizes=(5,))
+    js = [
+        Judgment("d", "a", "b", math.nan, {}, 1.0, 2.0),
+        Judgment("d", "b", "a", math.nan, {}, 2.0, 1.0),
+        Judgment("d", "a", "c", 0.7, {}, 1.0, None),
+    ] + _random_judgments(4, sizes=(5,))
     for ranking in ("winrate", "pairs"):
         new, old = metrics.correlations(js, ranking, shuffles=5), ref.correlations(js, ranking, shuffles=5)
         for key, value in old.items():

@@ -123,7 +123,8 @@ def test_apply_edit_structural_kinds():
         nb.apply_edit("hello", para)
     # harness.zepo.optimizers' Optimizers take the aspect as a 4th argument.
     assert nb.apply_edit("Rate it.", para, paraphraser=ScriptedAspectParaphraser(), aspect="coherence") == (
-        "Rate the coherence (seed 9): Rate it.")
+        "Rate the coherence (seed 9): Rate it."
+    )
     assert nb.apply_edit("hello", nb.Edit(0, "order", "swap", 1)) == "hello"
     fmt = nb.Edit(0, "answer", "capitalisation", 4)
     assert nb.apply_edit(ANSWER, fmt) == nb.apply_edit(ANSWER, fmt) != ANSWER
@@ -162,7 +163,9 @@ def test_answer_paraphraser_validates_and_asks_again():
 
     text = "Paris is the capital of France. It has about two million inhabitants."
     good = "France's capital is Paris; roughly two million people live there."
-    gen = Scripted([text, "Here is the rewritten text: " + text * 5, "Sure! Here is the rewritten text: " + good])
+    gen = Scripted(
+        [text, "Here is the rewritten text: " + text * 5, "Sure! Here is the rewritten text: " + good]
+    )
     assert AnswerParaphraser(gen).paraphrase(text, 1, seed=3) == [good] and gen.asked == [0, 1, 2]
     with pytest.raises(ConfigError, match="0 of 1 acceptable.*4.*stronger optimizer"):
         AnswerParaphraser(Scripted([text * 5])).paraphrase(text, 1, seed=0)

@@ -17,10 +17,22 @@ from test_silent_numbers import INJECTED
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-ZEPO = ["experiment=zepo", "model=tiny_llama", "optimizer.meta_prompt=zepo", "optimizer.max_new_tokens=8",
-        "experiment.population=2", "experiment.epochs=1", "task=summeval", "task.docs=2", "task.max_candidates=3",
-        "experiment.search_docs=1", "experiment.shuffles=5", "experiment.heldout_spearman=false",
-        "wandb.mode=disabled", "progress=false"]
+ZEPO = [
+    "experiment=zepo",
+    "model=tiny_llama",
+    "optimizer.meta_prompt=zepo",
+    "optimizer.max_new_tokens=8",
+    "experiment.population=2",
+    "experiment.epochs=1",
+    "task=summeval",
+    "task.docs=2",
+    "task.max_candidates=3",
+    "experiment.search_docs=1",
+    "experiment.shuffles=5",
+    "experiment.heldout_spearman=false",
+    "wandb.mode=disabled",
+    "progress=false",
+]
 """A ZEPO run of one paraphrase on the tiny model; the official meta-prompt takes the (random
 model's) reply verbatim, so every sample is a candidate."""
 
@@ -79,8 +91,9 @@ def test_an_optimizer_past_its_positions_is_one_line(tiny_llama, tmp_path):
     (short / "config.json").write_text(json.dumps(config))
     out = tmp_path / "run"
     r = _zepo(tmp_path, out, tmp_path / "cache" / "requests.sqlite", f"optimizer.path={short}")
-    _assert_one_line_error(r, "optimizer's meta-prompt", "plus 8 to generate", "context of 64",
-                           "optimizer.max_new_tokens")
+    _assert_one_line_error(
+        r, "optimizer's meta-prompt", "plus 8 to generate", "context of 64", "optimizer.max_new_tokens"
+    )
     assert not (out / "history.jsonl").exists()
 
 
@@ -92,23 +105,38 @@ def test_the_reply_counts_against_the_optimizers_context(tiny_judge, shared_data
     from harness.zepo.optimizers import LocalOptimizer
 
     instruction = load_zepo_instructions(shared_data / "zepo" / "init_prompts.json")["coherence"]
-    opt = LocalOptimizer("tiny-llama", model=tiny_judge.model, tokenizer=tiny_judge.tokenizer, device="cpu",
-                         max_new_tokens=4, meta_prompt="zepo")
+    opt = LocalOptimizer(
+        "tiny-llama",
+        model=tiny_judge.model,
+        tokenizer=tiny_judge.tokenizer,
+        device="cpu",
+        max_new_tokens=4,
+        meta_prompt="zepo",
+    )
     messages = opt.messages(instruction, "coherence")
     n = len(opt.prompt_ids(messages))
     opt.max_length = n + 5
     assert len(opt.complete(messages, [1])) == 1  # n + 4 new tokens fit n + 5 positions
     opt.max_tokens = 5
-    with pytest.raises(JudgeInputError, match=f"is {n} tokens plus 5 to generate, longer than the model's "
-                                              f"context of {n + 5}"):
+    with pytest.raises(
+        JudgeInputError, match=f"is {n} tokens plus 5 to generate, longer than the model's context of {n + 5}"
+    ):
         opt.complete(messages, [1])
 
 
 def _optimizer(tmp_path, *overrides):
     from harness.runtime.context import RunContext
 
-    cfg = compose(["experiment=zepo", "model=tiny_llama", f"data.mirror={SHARED_DATA}",
-                   f"cache.path={tmp_path / 'cache' / 'requests.sqlite'}", "wandb.mode=disabled", *overrides])
+    cfg = compose(
+        [
+            "experiment=zepo",
+            "model=tiny_llama",
+            f"data.mirror={SHARED_DATA}",
+            f"cache.path={tmp_path / 'cache' / 'requests.sqlite'}",
+            "wandb.mode=disabled",
+            *overrides,
+        ]
+    )
     ctx = RunContext(cfg, tmp_path / "ctx")
     return ctx, ctx.optimizer()
 
@@ -127,8 +155,15 @@ def test_control_tokens_in_the_instruction_stay_text_for_the_optimizer(tmp_path)
         return tok(s, add_special_tokens=False, split_special_tokens=True)["input_ids"]
 
     im_start, im_end = tok.convert_tokens_to_ids("<|im_start|>"), tok.convert_tokens_to_ids("<|im_end|>")
-    oracle = [tok.bos_token_id, im_start, *text_ids("user\n" + messages[0]["content"]), im_end, *text_ids("\n"),
-              im_start, *text_ids("assistant\n")]
+    oracle = [
+        tok.bos_token_id,
+        im_start,
+        *text_ids("user\n" + messages[0]["content"]),
+        im_end,
+        *text_ids("\n"),
+        im_start,
+        *text_ids("assistant\n"),
+    ]
     special = {int(i) for i in tok.added_tokens_decoder}
     assert opt.prompt_ids(messages) == oracle and sum(i in special for i in oracle) == 4
     old = tok(format_chat_messages(tok, messages), add_special_tokens=False)["input_ids"]

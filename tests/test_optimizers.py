@@ -30,17 +30,23 @@ def fluency(shared_data) -> str:
 
 
 def good(i: int) -> str:
-    return (f"Variant {i}: read both summary candidates and judge which one shows better fluency, "
-            f"meaning smoother and more grammatical sentences. If candidate A reads better, reply 'A'; "
-            f"if candidate B reads better, reply 'B'. Give only the letter.")
+    return (
+        f"Variant {i}: read both summary candidates and judge which one shows better fluency, "
+        f"meaning smoother and more grammatical sentences. If candidate A reads better, reply 'A'; "
+        f"if candidate B reads better, reply 'B'. Give only the letter."
+    )
 
 
 GARBAGE_EMPTY = "   "
-GARBAGE_LIST = ("1. Judge the fluency of A and B and answer 'A' or 'B'.\n"
-                "2. Which candidate, A or B, has better fluency? Answer A or B.\n"
-                "3. Compare fluency; reply 'A' if A wins, 'B' if B wins.")
-GARBAGE_NO_ASPECT = ("Read both summary candidates and decide which one is written better overall. If candidate A "
-                     "is better, reply 'A'; if candidate B is better, reply 'B'. Return only the letter.")
+GARBAGE_LIST = (
+    "1. Judge the fluency of A and B and answer 'A' or 'B'.\n"
+    "2. Which candidate, A or B, has better fluency? Answer A or B.\n"
+    "3. Compare fluency; reply 'A' if A wins, 'B' if B wins."
+)
+GARBAGE_NO_ASPECT = (
+    "Read both summary candidates and decide which one is written better overall. If candidate A "
+    "is better, reply 'A'; if candidate B is better, reply 'B'. Return only the letter."
+)
 
 
 def test_validation_rules(fluency):
@@ -52,15 +58,28 @@ def test_validation_rules(fluency):
     assert ok(GARBAGE_EMPTY)[1] == "empty"
     assert ok(GARBAGE_LIST)[1] == "a list of alternatives, not one instruction"
     assert ok(GARBAGE_NO_ASPECT)[1] == "missing the aspect word 'fluency'"
-    assert ok("Which candidate has better FLUENCY? If A is better, say 'A'. Otherwise reply with the other letter, "
-              "the one that is not A, and nothing else at all please.")[1] == "does not mention answer option(s) ['B']"
+    assert (
+        ok(
+            "Which candidate has better FLUENCY? If A is better, say 'A'. Otherwise reply with the other letter, "
+            "the one that is not A, and nothing else at all please."
+        )[1]
+        == "does not mention answer option(s) ['B']"
+    )
     # A sentence-initial article 'A' is not the answer label A.
-    assert "'A'" in ok("A summary with better fluency wins. Reply 'B' if candidate B has it; "
-                       "otherwise reply with the first letter of the alphabet, and only that letter.")[1]
+    assert (
+        "'A'"
+        in ok(
+            "A summary with better fluency wins. Reply 'B' if candidate B has it; "
+            "otherwise reply with the first letter of the alphabet, and only that letter."
+        )[1]
+    )
     assert ok("Fluency: A or B?")[1].startswith("length")
     assert ok(fluency * 4)[1].startswith("length")
     assert ok("  " + fluency.upper() + "  ")[1] == "same as the original"
-    assert ok(good(1).replace("Variant", "VARIANT").replace(" ", "  \n"))[1] == "duplicate of an earlier candidate"
+    assert (
+        ok(good(1).replace("Variant", "VARIANT").replace(" ", "  \n"))[1]
+        == "duplicate of an earlier candidate"
+    )
     assert clean("```\nInstruction: 'x'\n```") == "x"
 
 
@@ -72,9 +91,15 @@ def test_aspect_word_follows_the_instruction(shared_data):
 
 
 def test_reasks_garbage_dedupes_and_reports_metadata(fluency):
-    script = [good(1), GARBAGE_EMPTY, GARBAGE_LIST,     # round 1: slots 0, 1, 2
-              good(1), GARBAGE_NO_ASPECT,               # round 2: slots 1, 2 (a duplicate, no aspect)
-              good(2), good(3)]                         # round 3
+    script = [
+        good(1),
+        GARBAGE_EMPTY,
+        GARBAGE_LIST,  # round 1: slots 0, 1, 2
+        good(1),
+        GARBAGE_NO_ASPECT,  # round 2: slots 1, 2 (a duplicate, no aspect)
+        good(2),
+        good(3),
+    ]  # round 3
     with OpenAIServer(script=script) as srv:
         opt = ApiOptimizer("gpt-test", srv.url, concurrency=1, max_attempts=3, **FAST)
         assert isinstance(opt, Optimizer)
@@ -82,8 +107,10 @@ def test_reasks_garbage_dedupes_and_reports_metadata(fluency):
     assert prop.texts == [good(1), good(2), good(3)]
     assert [c.attempts for c in prop.candidates] == [1, 3, 3]
     assert [r.reason for r in prop.candidates[1].rejected] == ["empty", "duplicate of an earlier candidate"]
-    assert [r.reason for r in prop.candidates[2].rejected] == ["a list of alternatives, not one instruction",
-                                                               "missing the aspect word 'fluency'"]
+    assert [r.reason for r in prop.candidates[2].rejected] == [
+        "a list of alternatives, not one instruction",
+        "missing the aspect word 'fluency'",
+    ]
     assert [c.sample for c in prop.candidates] == [0, 5, 6] and prop.samples == 7 and opt.calls == 7
     bodies = [r.body for r in srv.requests]
     assert len(bodies) == 7 and all(b["model"] == "gpt-test" and b["temperature"] == 0.9 for b in bodies)
@@ -97,14 +124,20 @@ def test_avoid_list_counts_as_duplicates(fluency):
     with OpenAIServer(script=[good(1), good(2)]) as srv:
         opt = ApiOptimizer("gpt-test", srv.url, concurrency=1, **FAST)
         prop = opt.propose(fluency, n=1, seed=0, aspect="fluency", avoid=[good(1)])
-    assert prop.texts == [good(2)] and prop.candidates[0].rejected[0].reason == "duplicate of an earlier candidate"
+    assert (
+        prop.texts == [good(2)]
+        and prop.candidates[0].rejected[0].reason == "duplicate of an earlier candidate"
+    )
 
 
 def test_gives_up_with_a_clear_error_after_max_attempts(fluency):
     with OpenAIServer(script=[GARBAGE_NO_ASPECT, GARBAGE_LIST] * 3) as srv:
         opt = ApiOptimizer("gpt-test", srv.url, concurrency=2, max_attempts=2, **FAST)
-        with pytest.raises(ParaphraseError, match=r"no valid paraphrase for 2 of 2 slots after 2 attempts each; "
-                                                  r"reasons: a list of alternatives.*missing the aspect word"):
+        with pytest.raises(
+            ParaphraseError,
+            match=r"no valid paraphrase for 2 of 2 slots after 2 attempts each; "
+            r"reasons: a list of alternatives.*missing the aspect word",
+        ):
             opt.paraphrase(fluency, n=2, seed=0, aspect="fluency")
     assert len(srv.requests) == 4
 
@@ -125,10 +158,14 @@ def test_completion_cache_makes_a_resumed_run_send_nothing(fluency, tmp_path, mo
     by_seed = {sample_seed(3, i): t for i, t in enumerate([good(0), GARBAGE_LIST, good(1), good(2), good(3)])}
     by_seed.update({sample_seed(4, i): good(10 + i) for i in range(5)})
     kw = dict(concurrency=4, api_key_env=ENV, backoff_base_s=0.01, timeout_s=5.0)
-    with caplog.at_level(logging.DEBUG), OpenAIServer(script=lambda b: by_seed[b["seed"]], api_key=key) as srv:
+    with (
+        caplog.at_level(logging.DEBUG),
+        OpenAIServer(script=lambda b: by_seed[b["seed"]], api_key=key) as srv,
+    ):
         srv.inject("500")
         first = ApiOptimizer("gpt-test", srv.url, cache=tmp_path / "opt.sqlite", **kw).propose(
-            fluency, n=4, seed=3, aspect="fluency")
+            fluency, n=4, seed=3, aspect="fluency"
+        )
         sent = len(srv.requests)
         resumed = ApiOptimizer("gpt-test", srv.url, cache=tmp_path / "opt.sqlite", **kw)
         again = resumed.propose(fluency, n=4, seed=3, aspect="fluency")
@@ -157,44 +194,84 @@ def test_api_errors_propagate(fluency):
 # -- LocalOptimizer --------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_optimizer(tiny_judge):
-    return LocalOptimizer("tiny-llama", model=tiny_judge.model, tokenizer=tiny_judge.tokenizer, device="cpu",
-                          max_new_tokens=12, max_attempts=2)
+    return LocalOptimizer(
+        "tiny-llama",
+        model=tiny_judge.model,
+        tokenizer=tiny_judge.tokenizer,
+        device="cpu",
+        max_new_tokens=12,
+        max_attempts=2,
+    )
 
 
-def test_local_sampling_is_seeded_bounded_and_matches_plain_greedy_decoding(tiny_judge, tiny_optimizer, fluency):
+def test_local_sampling_is_seeded_bounded_and_matches_plain_greedy_decoding(
+    tiny_judge, tiny_optimizer, fluency
+):
     import torch
 
     model = tiny_judge.model
     prompt = tiny_optimizer.prompt_ids(tiny_optimizer.messages(fluency, "fluency"))[-48:]  # short: fast
     a = sample_tokens(model, prompt, [1, 2, 1], max_new_tokens=10, temperature=0.9, top_p=1.0, stop_ids=set())
     assert a[0] == a[2] and a[0] != a[1] and all(len(r) == 10 for r in a)
-    assert sample_tokens(model, prompt, [2], max_new_tokens=10, temperature=0.9, top_p=1.0, stop_ids=set())[0] == a[1]
+    assert (
+        sample_tokens(model, prompt, [2], max_new_tokens=10, temperature=0.9, top_p=1.0, stop_ids=set())[0]
+        == a[1]
+    )
     # Greedy with the KV cache equals greedy by full recomputation at every step.
-    greedy = sample_tokens(model, prompt, [0], max_new_tokens=6, temperature=0.0, top_p=1.0, stop_ids=set())[0]
+    greedy = sample_tokens(model, prompt, [0], max_new_tokens=6, temperature=0.0, top_p=1.0, stop_ids=set())[
+        0
+    ]
     ids = list(prompt)
     with torch.inference_mode():
         for _ in range(6):
             ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
-    assert greedy == ids[len(prompt):]
+    assert greedy == ids[len(prompt) :]
     # A stop token ends a row and is not returned.
-    stopped = sample_tokens(model, prompt, [0], max_new_tokens=6, temperature=0.0, top_p=1.0, stop_ids={greedy[2]})[0]
-    assert stopped == greedy[:greedy.index(greedy[2])]
+    stopped = sample_tokens(
+        model, prompt, [0], max_new_tokens=6, temperature=0.0, top_p=1.0, stop_ids={greedy[2]}
+    )[0]
+    assert stopped == greedy[: greedy.index(greedy[2])]
     # top_p this small keeps only the most likely token: sampling becomes greedy.
-    assert sample_tokens(model, prompt, [5], max_new_tokens=6, temperature=0.9, top_p=1e-6, stop_ids=set())[0] == greedy
+    assert (
+        sample_tokens(model, prompt, [5], max_new_tokens=6, temperature=0.9, top_p=1e-6, stop_ids=set())[0]
+        == greedy
+    )
 
 
 def test_local_optimizer_with_a_random_model_fails_clearly_and_caches(tiny_judge, fluency, tmp_path):
-    opt = LocalOptimizer("tiny-llama", model=tiny_judge.model, tokenizer=tiny_judge.tokenizer, device="cpu",
-                         max_new_tokens=12, max_attempts=2, cache=tmp_path / "local.sqlite")
-    assert opt.stop_ids == {tiny_judge.tokenizer.eos_token_id, tiny_judge.tokenizer.convert_tokens_to_ids("<|im_end|>")}
-    with pytest.raises(ParaphraseError, match=r"optimizer tiny-llama gave no valid paraphrase for 3 of 3 slots "
-                                              r"after 2 attempts each") as e:
+    opt = LocalOptimizer(
+        "tiny-llama",
+        model=tiny_judge.model,
+        tokenizer=tiny_judge.tokenizer,
+        device="cpu",
+        max_new_tokens=12,
+        max_attempts=2,
+        cache=tmp_path / "local.sqlite",
+    )
+    assert opt.stop_ids == {
+        tiny_judge.tokenizer.eos_token_id,
+        tiny_judge.tokenizer.convert_tokens_to_ids("<|im_end|>"),
+    }
+    with pytest.raises(
+        ParaphraseError,
+        match=r"optimizer tiny-llama gave no valid paraphrase for 3 of 3 slots "
+        r"after 2 attempts each",
+    ) as e:
         opt.paraphrase(fluency, n=3, seed=0, aspect="fluency")
     assert opt.calls == 6 and sorted(e.value.rejected) == [0, 1, 2]
-    assert all(len(r) == 2 and r[0].sample in range(3) and r[1].sample in range(3, 6)
-               for r in e.value.rejected.values())
-    again = LocalOptimizer("tiny-llama", model=tiny_judge.model, tokenizer=tiny_judge.tokenizer, device="cpu",
-                           max_new_tokens=12, max_attempts=2, cache=tmp_path / "local.sqlite")
+    assert all(
+        len(r) == 2 and r[0].sample in range(3) and r[1].sample in range(3, 6)
+        for r in e.value.rejected.values()
+    )
+    again = LocalOptimizer(
+        "tiny-llama",
+        model=tiny_judge.model,
+        tokenizer=tiny_judge.tokenizer,
+        device="cpu",
+        max_new_tokens=12,
+        max_attempts=2,
+        cache=tmp_path / "local.sqlite",
+    )
     with pytest.raises(ParaphraseError):
         again.paraphrase(fluency, n=3, seed=0, aspect="fluency")
     assert again.calls == 0  # every sample came from the cache
@@ -202,8 +279,14 @@ def test_local_optimizer_with_a_random_model_fails_clearly_and_caches(tiny_judge
 
 @pytest.mark.slow
 def test_smollm2_writes_one_paraphrase_attempt(smollm2_path, fluency):
-    opt = LocalOptimizer(smollm2_path, name="SmolLM2-135M-Instruct", device="cpu", dtype="float32",
-                         max_new_tokens=48, max_attempts=1)
+    opt = LocalOptimizer(
+        smollm2_path,
+        name="SmolLM2-135M-Instruct",
+        device="cpu",
+        dtype="float32",
+        max_new_tokens=48,
+        max_attempts=1,
+    )
     assert opt.stop_ids and opt.tokenizer.chat_template  # ChatML: <|im_end|> ends the turn
     try:
         prop = opt.propose(fluency, n=1, seed=0, aspect="fluency")
@@ -214,4 +297,6 @@ def test_smollm2_writes_one_paraphrase_attempt(smollm2_path, fluency):
         assert reason in str(e)
     print(f"SmolLM2 attempt ({reason or 'valid'}): {text!r}")
     assert opt.calls == 1 and text.strip() and "<|im" not in text
-    assert len(opt.tokenizer(text, add_special_tokens=False)["input_ids"]) <= 48 + 2  # re-tokenizing may split
+    assert (
+        len(opt.tokenizer(text, add_special_tokens=False)["input_ids"]) <= 48 + 2
+    )  # re-tokenizing may split

@@ -25,12 +25,21 @@ def _requests(n_docs: int = 3) -> list[PairRequest]:
     words = "the source text is about a summary of coherence and fluency in the answer".split()
     out = []
     for d in range(n_docs):
-        doc = Document(f"d{d}", " ".join(rng.choice(words) for _ in range(8 + 17 * d)),
-                       tuple(Candidate(f"s{c}", " ".join(rng.choice(words) for _ in range(rng.randint(1, 12))))
-                             for c in range(3)))
+        doc = Document(
+            f"d{d}",
+            " ".join(rng.choice(words) for _ in range(8 + 17 * d)),
+            tuple(
+                Candidate(f"s{c}", " ".join(rng.choice(words) for _ in range(rng.randint(1, 12))))
+                for c in range(3)
+            ),
+        )
         ins = default_instruction("coherence", "summarization")
-        out += [PairRequest(doc.id, a.id, b.id, render(doc, a, b, ins, "summarization"))
-                for a in doc.candidates for b in doc.candidates if a.id != b.id]
+        out += [
+            PairRequest(doc.id, a.id, b.id, render(doc, a, b, ins, "summarization"))
+            for a in doc.candidates
+            for b in doc.candidates
+            if a.id != b.id
+        ]
     return out
 
 
@@ -89,8 +98,13 @@ def test_prefix_scorer_packed_equals_hf_prefix_and_plain(hf_judge, batch_size):
     ids = hf_judge.encode(_requests())
     plain = hf_judge.answer_logprobs(ids)
     engine = PackedLlama(hf_judge.model)
-    common = dict(answer_ids=hf_judge._answer_ids, pad_id=hf_judge.pad_id, device="cpu",
-                  batch_size=batch_size, min_prefix=4)
+    common = dict(
+        answer_ids=hf_judge._answer_ids,
+        pad_id=hf_judge.pad_id,
+        device="cpu",
+        batch_size=batch_size,
+        min_prefix=4,
+    )
     via_hf = PrefixScorer(hf_judge.model, **common)
     via_packed = PrefixScorer(hf_judge.model, engine=engine, max_batch_tokens=60, **common)
     got_hf, got_packed = via_hf.answer_logprobs(ids), via_packed.answer_logprobs(ids)
@@ -108,8 +122,12 @@ def test_sliding_window_between_one_and_two_prompts(tiny_mistral):
 
     tok = AutoTokenizer.from_pretrained(tiny_mistral)
     reqs = _requests(2)
-    longest = max(len(r) for r in HFJudge("x", model=AutoModelForCausalLM.from_pretrained(tiny_mistral),
-                                         tokenizer=tok, device="cpu").encode(reqs))
+    longest = max(
+        len(r)
+        for r in HFJudge(
+            "x", model=AutoModelForCausalLM.from_pretrained(tiny_mistral), tokenizer=tok, device="cpu"
+        ).encode(reqs)
+    )
     for window, packed_runs in ((longest + 1, True), (16, False)):
         model = AutoModelForCausalLM.from_pretrained(tiny_mistral, sliding_window=window).eval()
         ref = HFJudge("w", model=model, tokenizer=tok, device="cpu", dtype="float32", engine="hf")
@@ -127,7 +145,9 @@ def test_unsupported_architecture_and_bad_engine(tmp_path, tiny_llama):
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
     tok = AutoTokenizer.from_pretrained(tiny_llama)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=512)).eval()
+    model = GPT2LMHeadModel(
+        GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=512)
+    ).eval()
     assert "gpt2" in unsupported(model)
     auto = HFJudge("g", model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=3)
     assert auto.packed is None
@@ -135,9 +155,13 @@ def test_unsupported_architecture_and_bad_engine(tmp_path, tiny_llama):
     assert len(scores) == 6 and all(0.0 < s.p_a < 1.0 for s in scores)
     with pytest.raises(ConfigError, match="engine=packed cannot run this model: architecture 'gpt2'"):
         HFJudge("g", model=model, tokenizer=tok, device="cpu", engine="packed")
-    with pytest.raises(ConfigError, match="backend.engine='fast' is invalid: must be one of auto, packed, hf"):
+    with pytest.raises(
+        ConfigError, match="backend.engine='fast' is invalid: must be one of auto, packed, hf"
+    ):
         HFJudge("g", model=model, tokenizer=tok, device="cpu", engine="fast")
-    with pytest.raises(ConfigError, match="backend.max_batch_tokens=0 is invalid: must be a finite number >= 1"):
+    with pytest.raises(
+        ConfigError, match="backend.max_batch_tokens=0 is invalid: must be a finite number >= 1"
+    ):
         HFJudge("g", model=model, tokenizer=tok, device="cpu", max_batch_tokens=0)
 
 
@@ -185,8 +209,17 @@ def test_smollm2_packed_equals_hf_on_summeval(smollm2_judge, shared_data):
 
     doc = load_task("summeval", data_dir=shared_data, limit=86)[85]  # a short article (162 words; doc 0: 364)
     cands = doc.candidates[:3]
-    reqs = [PairRequest(doc.id, a.id, b.id, render(doc, a, b, default_instruction("coherence", "summarization"),
-                                                   "summarization")) for a in cands for b in cands if a.id != b.id]
+    reqs = [
+        PairRequest(
+            doc.id,
+            a.id,
+            b.id,
+            render(doc, a, b, default_instruction("coherence", "summarization"), "summarization"),
+        )
+        for a in cands
+        for b in cands
+        if a.id != b.id
+    ]
     assert smollm2_judge.packed is not None  # engine auto picks it for SmolLM2 (a Llama)
     hf = _twin(smollm2_judge, engine="hf", batch_size=3)
     expected, got = hf.score_pairs(reqs), smollm2_judge.score_pairs(reqs)
@@ -205,6 +238,12 @@ def test_bf16_engines_agree_within_the_bf16_bound(tiny_llama):
         twin = HFJudge("twin", device="cpu", dtype="bfloat16", model=hf.model, tokenizer=hf.tokenizer, **kw)
         got = twin.score_pairs(reqs)
         dp = max(abs(e.p_a - g.p_a) for e, g in zip(want, got))
-        dlp = max(abs(e.token_logprobs[k] - g.token_logprobs[k]) for e, g in zip(want, got) for k in e.token_logprobs)
-        print(f"\nbf16 packed{' + prefix' if kw else ''} vs HF forward: max |dP(A)| {dp:.2e}, max |d logprob| {dlp:.2e}")
+        dlp = max(
+            abs(e.token_logprobs[k] - g.token_logprobs[k])
+            for e, g in zip(want, got)
+            for k in e.token_logprobs
+        )
+        print(
+            f"\nbf16 packed{' + prefix' if kw else ''} vs HF forward: max |dP(A)| {dp:.2e}, max |d logprob| {dlp:.2e}"
+        )
         assert twin.packed is not None and dp < P_A_BOUND["bfloat16"] and dlp < LOGPROB_BOUND["bfloat16"]

@@ -28,8 +28,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_prompt_is_the_official_one():
-    assert POINTWISE_TEMPLATE.replace("{instruction}", "{{instruction}}").replace("{source}", "{{ input }}") \
-        .replace("{output}", "{{ output }}") == GOLDEN["template"].replace("{adjective}", "{adjective}")
+    assert POINTWISE_TEMPLATE.replace("{instruction}", "{{instruction}}").replace(
+        "{source}", "{{ input }}"
+    ).replace("{output}", "{{ output }}") == GOLDEN["template"].replace("{adjective}", "{adjective}")
     assert POINTWISE_INSTRUCTIONS == GOLDEN["instructions"] and POINTWISE_ADJECTIVES == GOLDEN["adjectives"]
 
 
@@ -56,10 +57,21 @@ def test_scores_from_digit_probabilities():
 def _run(tmp_path, shared_data, overrides):
     from harness.runtime.entry import run
 
-    cfg = _compose(["task=newsroom", "task.aspect=coherence", "task.offset=28", "task.docs=2",
-                    "task.max_candidates=4", f"data.dir={tmp_path / 'data'}", f"data.mirror={shared_data}",
-                    f"cache.path={tmp_path / 'cache' / 'r.sqlite'}", "progress=false", "wandb.mode=disabled",
-                    *overrides])
+    cfg = _compose(
+        [
+            "task=newsroom",
+            "task.aspect=coherence",
+            "task.offset=28",
+            "task.docs=2",
+            "task.max_candidates=4",
+            f"data.dir={tmp_path / 'data'}",
+            f"data.mirror={shared_data}",
+            f"cache.path={tmp_path / 'cache' / 'r.sqlite'}",
+            "progress=false",
+            "wandb.mode=disabled",
+            *overrides,
+        ]
+    )
     out = tmp_path / "out"
     return out, run(cfg, out)
 
@@ -68,8 +80,10 @@ def _run(tmp_path, shared_data, overrides):
 def test_pointwise_experiment_end_to_end(tmp_path, shared_data, model):
     out, res = _run(tmp_path, shared_data, ["experiment=pointwise", f"model={model}", "task.format=zepo"])
     arch = model.removeprefix("tiny_")
-    assert res["experiment"] == "pointwise" and ";".join(f"{d}:{d}={i}" for d, i in
-                                                           zip(DIGITS, SCORE_IDS[arch])) in res["judge"]
+    assert (
+        res["experiment"] == "pointwise"
+        and ";".join(f"{d}:{d}={i}" for d, i in zip(DIGITS, SCORE_IDS[arch])) in res["judge"]
+    )
     rows = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
     assert len(rows) == res["n_scored"] == 8 and res["n_unread"] == 0
     for r in rows:
@@ -90,8 +104,11 @@ def test_pointwise_experiment_end_to_end(tmp_path, shared_data, model):
 def test_paper_pointwise_config_reads_as_the_official_code(tmp_path, shared_data):
     """The paper config: the official wrapping and generate read-out. This random-weight model never
     writes a digit, so every summary gets the official fallback (score 3, uniform 0.2)."""
-    out, res = _run(tmp_path, shared_data, ["experiment=paper/table1_pointwise", "model=tiny_llama3",
-                                            "model.max_new_tokens=3"])
+    out, res = _run(
+        tmp_path,
+        shared_data,
+        ["experiment=paper/table1_pointwise", "model=tiny_llama3", "model.max_new_tokens=3"],
+    )
     assert res["paper_table"] == 1 and "chat=zepo|readout=generate3" in res["judge"]
     rows = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
     assert res["n_unread"] == len(rows) == 8

@@ -50,7 +50,10 @@ def _docs() -> list[Document]:
 def _requests(instructions: list[str]) -> list[PairRequest]:
     return [
         PairRequest(doc.id, a.id, b.id, render(doc, a, b, ins, "summarization"))
-        for doc in _docs() for a in doc.candidates for b in doc.candidates if a.id != b.id
+        for doc in _docs()
+        for a in doc.candidates
+        for b in doc.candidates
+        if a.id != b.id
         for ins in instructions
     ]
 
@@ -63,8 +66,16 @@ def plain_judge(request, tiny_llama, tiny_mistral):
 
 def _twin(judge: HFJudge, batch_size: int, engine: str = "auto") -> HFJudge:
     """Prefix reuse over the same weights: engine 'auto' is the packed engine for these models."""
-    return HFJudge("twin", device="cpu", dtype="float32", batch_size=batch_size, model=judge.model,
-                   tokenizer=judge.tokenizer, prefix_reuse=True, engine=engine)
+    return HFJudge(
+        "twin",
+        device="cpu",
+        dtype="float32",
+        batch_size=batch_size,
+        model=judge.model,
+        tokenizer=judge.tokenizer,
+        prefix_reuse=True,
+        engine=engine,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +124,9 @@ def test_prefix_one_instruction_and_counters(plain_judge):
 def test_min_prefix_one_runs_exactly_the_trie(plain_judge):
     reqs = _requests(INSTRUCTIONS[:3])
     ids = plain_judge.encode(reqs)
-    scorer = PrefixScorer(plain_judge.model, plain_judge._answer_ids, plain_judge.pad_id, "cpu",
-                          batch_size=5, min_prefix=1)
+    scorer = PrefixScorer(
+        plain_judge.model, plain_judge._answer_ids, plain_judge.pad_id, "cpu", batch_size=5, min_prefix=1
+    )
     rows = scorer.answer_logprobs(ids)
     # With no push-down every distinct prefix is run exactly once.
     assert scorer.tokens_processed == trie_size(ids)
@@ -130,8 +142,15 @@ def test_duplicates_nested_prompts_and_chunks(plain_judge):
     rows = [base[0], base[0][:-7], base[1], base[0], base[2] + base[3][:9], base[2], base[3]]
     expected = [plain_judge.answer_logprobs([r])[0] for r in rows]
     for max_cached in (10**6, 40):
-        scorer = PrefixScorer(plain_judge.model, plain_judge._answer_ids, plain_judge.pad_id, "cpu",
-                              batch_size=3, min_prefix=4, max_cached_tokens=max_cached)
+        scorer = PrefixScorer(
+            plain_judge.model,
+            plain_judge._answer_ids,
+            plain_judge.pad_id,
+            "cpu",
+            batch_size=3,
+            min_prefix=4,
+            max_cached_tokens=max_cached,
+        )
         got = scorer.answer_logprobs(rows)
         for e, g in zip(expected, got):
             assert max(abs(x - y) for x, y in zip(e, g)) < 1e-3
@@ -148,8 +167,9 @@ def test_sliding_window_falls_back_or_matches(tiny_mistral, window):
     tok = AutoTokenizer.from_pretrained(tiny_mistral)
     reqs = _requests(INSTRUCTIONS[:2])[:12]
     plain = HFJudge("w", model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=4)
-    reuse = HFJudge("w", model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=3,
-                    prefix_reuse=True)
+    reuse = HFJudge(
+        "w", model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=3, prefix_reuse=True
+    )
     expected, got = plain.score_pairs(reqs), reuse.score_pairs(reqs)
     assert max(abs(e.p_a - g.p_a) for e, g in zip(expected, got)) < TOL
     if window == 16:
@@ -213,8 +233,16 @@ def test_streamed_subset_scores_bit_for_bit_like_the_whole_call(plain_judge, reu
     lacks), each needed request scores bit for bit as in the call that needs them all, and the
     work shrinks. Negative control: the same subset scored in its own call (its own tree and
     batches, as a run's resumed chunk was before) differs in the last bits."""
-    judge = HFJudge("twin", device="cpu", dtype="float32", batch_size=3, model=plain_judge.model,
-                    tokenizer=plain_judge.tokenizer, prefix_reuse=reuse, engine=engine)
+    judge = HFJudge(
+        "twin",
+        device="cpu",
+        dtype="float32",
+        batch_size=3,
+        model=plain_judge.model,
+        tokenizer=plain_judge.tokenizer,
+        prefix_reuse=reuse,
+        engine=engine,
+    )
     reqs = _requests(INSTRUCTIONS[:2])
     random.Random(2).shuffle(reqs)
     whole = {i: s for done in judge.stream_scores(reqs) for i, s in done}
@@ -279,16 +307,28 @@ def test_small_documents_share_forwards(plain_judge):
     ends GROUP_PROMPTS batches' worth of prompts, so their nodes share forwards; the scores stay
     the plain path's. Negative control: one group per document (GROUP_PROMPTS 0) runs each
     document's nodes alone, in more than twice the forwards."""
-    docs = [Document(f"d{k}", f"source number {k} " * (4 + k), (Candidate("a", f"first {k}"), Candidate("b", f"second {k} x")))
-            for k in range(8)]
-    reqs = [PairRequest(d.id, a.id, b.id, render(d, a, b, INSTRUCTIONS[0], "summarization"))
-            for d in docs for a in d.candidates for b in d.candidates if a.id != b.id]
+    docs = [
+        Document(
+            f"d{k}",
+            f"source number {k} " * (4 + k),
+            (Candidate("a", f"first {k}"), Candidate("b", f"second {k} x")),
+        )
+        for k in range(8)
+    ]
+    reqs = [
+        PairRequest(d.id, a.id, b.id, render(d, a, b, INSTRUCTIONS[0], "summarization"))
+        for d in docs
+        for a in d.candidates
+        for b in d.candidates
+        if a.id != b.id
+    ]
     expected = plain_judge.score_pairs(reqs)
     forwards = {}
     for group in (PrefixScorer.GROUP_PROMPTS, 0):
         judge = _twin(plain_judge, 4)
-        judge.prefix_scorer = PrefixScorer(judge.model, judge._answer_ids, judge.pad_id, "cpu", 4,
-                                           engine=judge.packed)
+        judge.prefix_scorer = PrefixScorer(
+            judge.model, judge._answer_ids, judge.pad_id, "cpu", 4, engine=judge.packed
+        )
         judge.prefix_scorer.GROUP_PROMPTS = group
         got = judge.score_pairs(reqs)
         assert max(abs(e.p_a - g.p_a) for e, g in zip(expected, got)) < TOL

@@ -50,9 +50,18 @@ def test_generate_readout_ticks_per_prompt(tiny_llama, tmp_path, capsys):
     """The official read-out (readout=generate) through the run's wrappers (PreemptibleJudge over
     CachedJudge, cache.chunk=16: all 4 requests in one call): the bar counts 0, 1, 2, 3, 4 and
     shows the decoding step; the old judge (negative control) drew 0 and then 4."""
-    cfg = compose(["experiment=judge", "model=tiny_llama", f"model.path={tiny_llama}", "backend.device=cpu",
-                   "model.readout=generate", "model.max_new_tokens=3", "backend.generate_batch_size=1",
-                   f"cache.path={tmp_path / 'requests.sqlite'}"])
+    cfg = compose(
+        [
+            "experiment=judge",
+            "model=tiny_llama",
+            f"model.path={tiny_llama}",
+            "backend.device=cpu",
+            "model.readout=generate",
+            "model.max_new_tokens=3",
+            "backend.generate_batch_size=1",
+            f"cache.path={tmp_path / 'requests.sqlite'}",
+        ]
+    )
     judge = RunContext(cfg, tmp_path / "run").judge
     reqs = [PairRequest("d", f"a{i}", "b", f"Summary {i}: " + "word " * (3 + i)) for i in range(4)]
     with _bar(4) as bar:
@@ -99,8 +108,16 @@ def test_local_sampling_ticks_each_sample_as_it_stops(tiny_judge, capsys):
     free = sample_tokens(model, prompt, [1, 2], max_new_tokens=8, temperature=0.9, top_p=1.0, stop_ids=set())
     k = next(k for k in range(1, 8) if free[1][k] not in free[0] and free[1][k] not in free[1][:k])
     with tqdm(total=2, desc="paraphrasing", unit="sample", mininterval=0, miniters=1) as bar:
-        rows = sample_tokens(model, prompt, [1, 2], max_new_tokens=8, temperature=0.9, top_p=1.0,
-                             stop_ids={free[1][k]}, progress=bar)
+        rows = sample_tokens(
+            model,
+            prompt,
+            [1, 2],
+            max_new_tokens=8,
+            temperature=0.9,
+            top_p=1.0,
+            stop_ids={free[1][k]},
+            progress=bar,
+        )
     err = capsys.readouterr().err
     assert rows == [free[0], free[1][:k]]
     states = re.findall(r"(\d)/2 \[[^\]]*step (\d)/8\]", err)
@@ -113,12 +130,15 @@ def test_paraphraser_opens_a_bar_unless_progress_is_off(tiny_judge, capsys):
     generates; `show_progress(optimizer, False)` (the run's progress=false) turns it off."""
     from harness.zepo.optimizers import LocalOptimizer, show_progress
 
-    opt = LocalOptimizer("tiny-llama", model=tiny_judge.model, tokenizer=tiny_judge.tokenizer, device="cpu",
-                         max_new_tokens=4)
+    opt = LocalOptimizer(
+        "tiny-llama", model=tiny_judge.model, tokenizer=tiny_judge.tokenizer, device="cpu", max_new_tokens=4
+    )
     msgs = [{"role": "user", "content": "Rewrite: be brief."}]
     assert len(opt.generate(msgs, 0, [0, 1, 2])) == 3
     err = capsys.readouterr().err
-    assert "paraphrasing (tiny-llama)" in err and re.search(r"3/3 \[[^\]]*(sample/s|s/sample), step 4/4\]", err)
+    assert "paraphrasing (tiny-llama)" in err and re.search(
+        r"3/3 \[[^\]]*(sample/s|s/sample), step 4/4\]", err
+    )
     show_progress(opt, False)
     opt.generate(msgs, 1, [0])
     assert "paraphrasing" not in capsys.readouterr().err
@@ -149,8 +169,17 @@ def test_generate_calls_hold_generate_batch_size_prompts_and_forwards_batch_size
     took batch_size: the negative control, run by hand)."""
     from harness.judges.settings import HFSettings
 
-    cfg = compose(["experiment=judge", "model=tiny_llama", f"model.path={tiny_llama}", "backend.device=cpu",
-                   "model.readout=generate", "model.max_new_tokens=2", f"cache.path={tmp_path / 'r.sqlite'}"])
+    cfg = compose(
+        [
+            "experiment=judge",
+            "model=tiny_llama",
+            f"model.path={tiny_llama}",
+            "backend.device=cpu",
+            "model.readout=generate",
+            "model.max_new_tokens=2",
+            f"cache.path={tmp_path / 'r.sqlite'}",
+        ]
+    )
     shipped = (HFSettings.batch_size, HFSettings.generate_batch_size)
     assert (cfg.backend.batch_size, cfg.backend.generate_batch_size) == shipped == (32, 8)
     judge = model_judge(RunContext(cfg, tmp_path / "run").judge)

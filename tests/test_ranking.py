@@ -37,7 +37,8 @@ def test_bt_recovers_known_ranking_and_intervals_cover_truth():
         assert boot[name]["lo"] < truth < boot[name]["hi"], (name, boot[name])
         assert boot[name]["hi"] - boot[name]["lo"] < 80
     assert ranking.bootstrap_elo(battles, "base", rounds=10, seed=1) == ranking.bootstrap_elo(
-        battles, "base", rounds=10, seed=1)
+        battles, "base", rounds=10, seed=1
+    )
 
 
 def test_pseudo_battles_from_scores():

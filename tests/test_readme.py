@@ -50,8 +50,10 @@ PRODUCERS = {
     "outputs/zepo_demo/": "python -m harness.run experiment=zepo_demo",
     "multirun/judge/": "python -m harness.run -m experiment=judge task.aspect=coherence,relevance",
     "outputs/zepo/": "python -m harness.run experiment=zepo task=summeval task.aspect=coherence",
-    "multirun/abb_zepo/": ("python -m harness.run -m experiment=abb_zepo task=summeval task.aspect=coherence "
-                           "experiment.instruction.path=outputs/zepo/<run>/best_instruction.txt"),
+    "multirun/abb_zepo/": (
+        "python -m harness.run -m experiment=abb_zepo task=summeval task.aspect=coherence "
+        "experiment.instruction.path=outputs/zepo/<run>/best_instruction.txt"
+    ),
 }
 """Folder a placeholder (<stamp>, <run>) stands in -> the documented command that makes it."""
 
@@ -59,13 +61,27 @@ SIZES = {
     "*": ["task.docs=1", "task.max_candidates=3", "progress=false", "wandb.mode=disabled"],
     "judge": ["experiment.shuffles=5"],
     "pointwise": [],
-    "zepo": ["task.docs=2", "experiment.search_docs=1", "experiment.population=2", "experiment.epochs=1",
-             "experiment.shuffles=5"],
+    "zepo": [
+        "task.docs=2",
+        "experiment.search_docs=1",
+        "experiment.population=2",
+        "experiment.epochs=1",
+        "experiment.shuffles=5",
+    ],
     "sensitivity": ["experiment.paraphrases=2", "experiment.shuffles=5"],
-    "abb": ["experiment.estimate=4", "experiment.verify=2", "experiment.jitter.samples=0", "experiment.bootstrap=10"],
+    "abb": [
+        "experiment.estimate=4",
+        "experiment.verify=2",
+        "experiment.jitter.samples=0",
+        "experiment.bootstrap=10",
+    ],
 }
 """Site overrides appended to a `python -m harness.run` command, by the experiment's schema name."""
-SHORT_DOCS = {"summeval": ["task.offset=85"], "newsroom": ["task.offset=28"], "arena_bench": ["task.offset=54"]}
+SHORT_DOCS = {
+    "summeval": ["task.offset=85"],
+    "newsroom": ["task.offset=28"],
+    "arena_bench": ["task.offset=54"],
+}
 """Site overrides by the composed task's name: the slice starts at short documents (SummEval 85-86:
 162 and 180 words, against 364 and 494 for the first two; NewsRoom 28-29: 117 and 266 words against
 995 and 949; arena-bench 54: 249 words of question and three answers against 554), so each pair
@@ -149,7 +165,10 @@ def all_commands() -> list[Command]:
 def _parts(cmd: Command) -> list[Command]:
     """`a && b` is two commands (the README's `bash scripts/setup.sh && ...`)."""
     parts = cmd.text.split(" && ")
-    return [Command(cmd.where if len(parts) == 1 else f"{cmd.where}.{i}", p.strip()) for i, p in enumerate(parts, 1)]
+    return [
+        Command(cmd.where if len(parts) == 1 else f"{cmd.where}.{i}", p.strip())
+        for i, p in enumerate(parts, 1)
+    ]
 
 
 # -- what each command needs -------------------------------------------------------------------------
@@ -159,15 +178,23 @@ def plan(cmd: Command) -> tuple[str, str]:
     if argv[:2] == ["bash", "scripts/setup.sh"]:
         return "listed", ".ci/run runs scripts/setup.sh itself before this suite (it built this environment)"
     if argv[:3] == ["python", "-m", "pytest"]:
-        return "listed", "the test suite itself: .ci/run runs it (running it from inside itself would recurse)"
+        return (
+            "listed",
+            "the test suite itself: .ci/run runs it (running it from inside itself would recurse)",
+        )
     if argv[:3] == ["python", "-m", "harness.judges.serve"]:
         return "serve", ""
     values = [a.partition("=")[2] for a in argv]
     if any(m in v.split(",") for v in values for m in GPU_MODELS):
-        return "compose", "GPU-only: 8B weights (model=llama3_8b_instruct / mistral_7b_instruct); composed and checked"
+        return (
+            "compose",
+            "GPU-only: 8B weights (model=llama3_8b_instruct / mistral_7b_instruct); composed and checked",
+        )
     if "hydra/launcher=slurm" in argv:
-        return "compose", ("SLURM launch of a GPU-sized sweep: composed and the launcher's class checked; "
-                           "tests/test_slurm.py runs the shipped launcher on the local cluster with site overrides")
+        return "compose", (
+            "SLURM launch of a GPU-sized sweep: composed and the launcher's class checked; "
+            "tests/test_slurm.py runs the shipped launcher on the local cluster with site overrides"
+        )
     if "experiment=paper/" in cmd.text or "experiment=abb_sweep" in cmd.text:
         return "compose", "GPU-only: a paper-scale grid on the experiment's 8B judges; composed and checked"
     for prefix in re.findall(r"((?:outputs|multirun)/[\w./-]*?/)(?:<[^>]+>|\*)", cmd.text):
@@ -229,19 +256,37 @@ def workspace(tmp_path_factory, shared_data):
 
 
 def _env(ws: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO), "HARNESS_DATA_MIRROR": str(SHARED_DATA),
-            "HARNESS_DATA_DIR": str(ws / ".data"), "HARNESS_CACHE": str(ws / ".cache"),
-            "HARNESS_MODEL_CACHE": os.environ.get("HARNESS_MODEL_CACHE", str(Path.home() / ".cache" / "harness")),
-            "WANDB_MODE": "offline", "WANDB_DATA_DIR": str(ws / ".wandb"), "HYDRA_FULL_ERROR": "0"}
+    return {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "HARNESS_DATA_MIRROR": str(SHARED_DATA),
+        "HARNESS_DATA_DIR": str(ws / ".data"),
+        "HARNESS_CACHE": str(ws / ".cache"),
+        "HARNESS_MODEL_CACHE": os.environ.get("HARNESS_MODEL_CACHE", str(Path.home() / ".cache" / "harness")),
+        "WANDB_MODE": "offline",
+        "WANDB_DATA_DIR": str(ws / ".wandb"),
+        "HYDRA_FULL_ERROR": "0",
+    }
 
 
 def _write_user_files(ws: Path) -> None:
     """my.jsonl (README: one JSON line per candidate, a `quality` score) and mine.jsonl (abb.yaml:
     a user's 1-10 scores with neighbour rows, docs/abb.md's file format)."""
-    rows = [{"doc_id": f"d{d}", "source": f"The council voted {d + 3} to 2 to reopen the library on Sundays.",
-             "candidate_id": f"sys{c}", "text": ["The library reopens on Sundays.", "A vote happened.",
-                                                 "The council closed the library."][c],
-             "scores": {"quality": float(3 - c)}} for d in range(2) for c in range(3)]
+    rows = [
+        {
+            "doc_id": f"d{d}",
+            "source": f"The council voted {d + 3} to 2 to reopen the library on Sundays.",
+            "candidate_id": f"sys{c}",
+            "text": [
+                "The library reopens on Sundays.",
+                "A vote happened.",
+                "The council closed the library.",
+            ][c],
+            "scores": {"quality": float(3 - c)},
+        }
+        for d in range(2)
+        for c in range(3)
+    ]
     (ws / "my.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     from test_abb_experiment import _likert_file
 
@@ -251,7 +296,9 @@ def _write_user_files(ws: Path) -> None:
 _RAN: dict[str, Path] = {}
 
 
-def run_command(cmd: Command, ws: Path, extra: list[str] = (), timeout: int = 900) -> subprocess.CompletedProcess:
+def run_command(
+    cmd: Command, ws: Path, extra: list[str] = (), timeout: int = 900
+) -> subprocess.CompletedProcess:
     """The command as written (placeholders filled), site overrides appended, in the workspace."""
     argv = [_fill(a, ws) for a in cmd.argv]
     overrides = harness_overrides(argv)
@@ -300,8 +347,10 @@ def server(served_smollm2):
     """The README's serve line (+ a free port), up for the API lines: the session's one served
     engine (conftest `served_smollm2`), which runs exactly the README's arguments."""
     serve = next(c for c in all_commands() if plan(c)[0] == "serve")
-    assert serve.argv[3:] == SERVED_SMOLLM2, (f"{serve.where}: the README serves {serve.argv[3:]}; set "
-                                              "conftest.SERVED_SMOLLM2 to the README's arguments")
+    assert serve.argv[3:] == SERVED_SMOLLM2, (
+        f"{serve.where}: the README serves {serve.argv[3:]}; set "
+        "conftest.SERVED_SMOLLM2 to the README's arguments"
+    )
     return served_smollm2
 
 
@@ -320,9 +369,15 @@ VLLM_INFO = re.compile(r"^\(\w+ pid=\d+\) INFO |\]\[vllm[.\w]*\]\[INFO\]", re.M)
 def test_the_vllm_info_check_catches_both_formats():
     """Negative control of the check on the backend=vllm command: the two shapes a vLLM INFO line had
     in a run's console before VLLM_LOGGING_LEVEL was set; a WARNING line passes."""
-    assert VLLM_INFO.search("x\n(MainProcess pid=3259) INFO 12-04 11:50:38 [model.py:733] Resolved architecture\n")
-    assert VLLM_INFO.search("[2026-12-04 11:50:30,508][vllm.triton_utils.importing][INFO] - Triton is installed")
-    assert not VLLM_INFO.search("(MainProcess pid=6309) WARNING 12-04 11:52:22 [vllm.py:1703] Enforce eager set")
+    assert VLLM_INFO.search(
+        "x\n(MainProcess pid=3259) INFO 12-04 11:50:38 [model.py:733] Resolved architecture\n"
+    )
+    assert VLLM_INFO.search(
+        "[2026-12-04 11:50:30,508][vllm.triton_utils.importing][INFO] - Triton is installed"
+    )
+    assert not VLLM_INFO.search(
+        "(MainProcess pid=6309) WARNING 12-04 11:52:22 [vllm.py:1703] Enforce eager set"
+    )
 
 
 def _chain_root(command: str) -> str:
@@ -377,8 +432,11 @@ def test_documented_command(cmd, workspace, request):
         return
     if kind == "api" and "optimizer=api" in cmd.argv:  # the paper's GPT-3.5: here the served SmolLM2
         url = request.getfixturevalue("server")
-        run_command(cmd, workspace, [f"optimizer.base_url={url}", "optimizer.model=smollm2",
-                                     "optimizer.api_key_env=null"])
+        run_command(
+            cmd,
+            workspace,
+            [f"optimizer.base_url={url}", "optimizer.model=smollm2", "optimizer.api_key_env=null"],
+        )
         return
     if kind == "api":
         url = request.getfixturevalue("server")
@@ -391,16 +449,24 @@ def test_documented_command(cmd, workspace, request):
         # The bound of the dtype backend=hf ran (results.json numerics; the served judge runs the
         # same `dtype: auto`): float32 on every CPU, so 1e-4 (conftest P_A_BOUND).
         dtype = json.loads((workspace / "outputs/readme_hf/results.json").read_text())["numerics"]["dtype"]
-        print(f"\n{cmd.where}: served judge vs backend=hf ({dtype}), {len(want)} pairs: max |dP(A)| {worst:.2e}")
+        print(
+            f"\n{cmd.where}: served judge vs backend=hf ({dtype}), {len(want)} pairs: max |dP(A)| {worst:.2e}"
+        )
         assert worst < P_A_BOUND[dtype]
         return
     before = time.time()
     done = run_command(cmd, workspace)
-    if "backend=vllm" in cmd.argv:  # vLLM's INFO lines stay out of a run's console (harness.runtime.entry.quiet_vllm)
+    if (
+        "backend=vllm" in cmd.argv
+    ):  # vLLM's INFO lines stay out of a run's console (harness.runtime.entry.quiet_vllm)
         assert not VLLM_INFO.search(done.stdout + done.stderr), VLLM_INFO.search(done.stdout + done.stderr)
     if overrides is not None:
-        made = [p for r in ("outputs", "multirun") for p in (workspace / r).rglob("results.json")
-                if p.stat().st_mtime >= before]
+        made = [
+            p
+            for r in ("outputs", "multirun")
+            for p in (workspace / r).rglob("results.json")
+            if p.stat().st_mtime >= before
+        ]
         assert made, f"{cmd.where}: the run wrote no results.json"
         if "experiment=sensitivity_demo" in cmd.argv:
             results = json.loads(made[0].read_text())
@@ -421,14 +487,22 @@ python scripts/report.py outputs/x
 
 def test_the_extractor_joins_continuations_and_drops_comments():
     cmds = readme_commands(BROKEN)
-    assert [c.text for c in cmds] == ["python -m harness.run experiment=judge task.aspec=coherence",
-                                      "python scripts/report.py outputs/x"]
+    assert [c.text for c in cmds] == [
+        "python -m harness.run experiment=judge task.aspec=coherence",
+        "python scripts/report.py outputs/x",
+    ]
     assert cmds[0].where == "README.md:5"
     found = {c.where for c in all_commands()}
     main_job = 1 + (REPO / "README.md").read_text().splitlines().index(
-        "bash scripts/setup.sh && python -m harness.run experiment=zepo_demo")
-    assert {f"README.md:{main_job}.1", f"README.md:{main_job}.2"} <= found  # `bash scripts/setup.sh && <the main job>`
-    assert any(w.startswith("conf/experiment/paper/") for w in found) and any(w.startswith("conf/sweep/") for w in found)
+        "bash scripts/setup.sh && python -m harness.run experiment=zepo_demo"
+    )
+    assert {
+        f"README.md:{main_job}.1",
+        f"README.md:{main_job}.2",
+    } <= found  # `bash scripts/setup.sh && <the main job>`
+    assert any(w.startswith("conf/experiment/paper/") for w in found) and any(
+        w.startswith("conf/sweep/") for w in found
+    )
 
 
 def test_a_broken_command_fails_the_check_and_the_runner(tmp_path):
@@ -460,7 +534,8 @@ def test_each_command_shares_a_work_unit_with_what_it_reads():
         for prefix, producer in PRODUCERS.items():
             if re.search(re.escape(prefix) + r"<[^>]+>", cmd.text) and plan(cmd)[0] == "run":
                 assert unit(cmd) == unit(by_text[producer]) != "engines", cmd.where
-    assert {c.where for c in COMMANDS if unit(c) == "engines"} == {c.where for c in COMMANDS
-                                                                  if plan(c)[0] in ("serve", "api")}
+    assert {c.where for c in COMMANDS if unit(c) == "engines"} == {
+        c.where for c in COMMANDS if plan(c)[0] in ("serve", "api")
+    }
     runs = [c for c in COMMANDS if plan(c)[0] == "run"]
     assert len({unit(c) for c in runs}) > len(runs) // 2  # independent commands are split, not one unit

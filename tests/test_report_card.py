@@ -57,8 +57,12 @@ class PositionBiasedScriptedJudge:
         for r in requests:
             qa, qb = self.q.get((r.doc_id, r.a_id), 0.0), self.q.get((r.doc_id, r.b_id), 0.0)
             p, m = _sigmoid(qa - qb + self.bias), self.mass(r)
-            lp = {"A:A": math.log(m * p * 0.8), "A: A": math.log(m * p * 0.2), "B:B": math.log(m * (1 - p) * 0.7),
-                  "B: B": math.log(m * (1 - p) * 0.3)}
+            lp = {
+                "A:A": math.log(m * p * 0.8),
+                "A: A": math.log(m * p * 0.2),
+                "B:B": math.log(m * (1 - p) * 0.7),
+                "B: B": math.log(m * (1 - p) * 0.3),
+            }
             out.append(PairScore(lp, p))
         return out
 
@@ -68,9 +72,14 @@ QUALITIES = ([0.0, 1.0, 2.0, 3.0], [3.0, 1.0, 0.0, 2.0])
 
 
 def _docs() -> list[Document]:
-    return [Document(f"d{k}", "source", tuple(Candidate(f"c{i}", f"text {i}", {"coherence": q})
-                                              for i, q in enumerate(qs)))
-            for k, qs in enumerate(QUALITIES)]
+    return [
+        Document(
+            f"d{k}",
+            "source",
+            tuple(Candidate(f"c{i}", f"text {i}", {"coherence": q}) for i, q in enumerate(qs)),
+        )
+        for k, qs in enumerate(QUALITIES)
+    ]
 
 
 def _designed(bias: float) -> dict[str, float]:
@@ -78,9 +87,11 @@ def _designed(bias: float) -> dict[str, float]:
     |d| = 1, 1, 1, 2, 2, 3 among its 6 unordered pairs."""
     gaps = [1, 1, 1, 2, 2, 3]
     ordered = [g for d in gaps for g in (d, -d)]
-    return {"order_consistency": sum(d > bias for d in gaps) / 6,
-            "order_gap": sum(abs(_sigmoid(d + bias) + _sigmoid(-d + bias) - 1) for d in gaps) / 6,
-            "a_rate": sum(d + bias > 0 for d in ordered) / 12}
+    return {
+        "order_consistency": sum(d > bias for d in gaps) / 6,
+        "order_gap": sum(abs(_sigmoid(d + bias) + _sigmoid(-d + bias) - 1) for d in gaps) / 6,
+        "a_rate": sum(d + bias > 0 for d in ordered) / 12,
+    }
 
 
 def _c3_low(r) -> float:
@@ -93,8 +104,17 @@ def test_scripted_position_bias_gives_the_designed_card(tmp_path, bias, caplog):
     """bias 1.5: consistency 3/6, A-rate 9/12; bias 0 (the negative control): 6/6 and 6/12."""
     docs = _docs()
     judge = PositionBiasedScriptedJudge(docs, bias, _c3_low)
-    results = run_judge(judge, docs, task="scripted", aspect="coherence", instruction="x", family="summarization",
-                        out_dir=tmp_path, shuffles=5, progress=False)
+    results = run_judge(
+        judge,
+        docs,
+        task="scripted",
+        aspect="coherence",
+        instruction="x",
+        family="summarization",
+        out_dir=tmp_path,
+        shuffles=5,
+        progress=False,
+    )
     want = _designed(bias)
     m = results["metrics"]["none"]
     assert m["order_consistency"] == pytest.approx(want["order_consistency"])
@@ -135,8 +155,15 @@ def test_order_consistency_counts_ties_and_skips_one_order_pairs():
 
     # (x, y): 0.7 / 0.2 -> x wins both ways; (x, z): 0.6 / 0.6 -> flips; (y, z): tie both ways;
     # (w, x): only one order judged -> not counted.
-    js = [j("x", "y", 0.7), j("y", "x", 0.2), j("x", "z", 0.6), j("z", "x", 0.6), j("y", "z", 0.5),
-          j("z", "y", 0.5), j("w", "x", 0.9)]
+    js = [
+        j("x", "y", 0.7),
+        j("y", "x", 0.2),
+        j("x", "z", 0.6),
+        j("z", "x", 0.6),
+        j("y", "z", 0.5),
+        j("z", "y", 0.5),
+        j("w", "x", 0.9),
+    ]
     got = order_consistency(js)
     assert got["n_order_pairs"] == 3
     assert got["order_consistency"] == pytest.approx(2 / 3)
@@ -150,8 +177,17 @@ def test_low_mass_run_warns_once_naming_every_low_set(tmp_path, caplog):
     docs = _docs()
     for name, mass in (("eval_initial", 1e-9), ("eval_best", 1e-9), ("healthy", 0.9)):
         judge = PositionBiasedScriptedJudge(docs, 1.5, lambda r, m=mass: m)
-        run_judge(judge, docs, task="scripted", aspect="coherence", instruction="x", family="summarization",
-                  out_dir=tmp_path / name, shuffles=5, progress=False)
+        run_judge(
+            judge,
+            docs,
+            task="scripted",
+            aspect="coherence",
+            instruction="x",
+            family="summarization",
+            out_dir=tmp_path / name,
+            shuffles=5,
+            progress=False,
+        )
     with caplog.at_level(logging.WARNING, logger="harness.metrics.card"):
         cards = render_cards(tmp_path, echo=lambda _: None)
     assert [c.name for c in cards] == ["eval_best", "eval_initial", "healthy"]
@@ -169,14 +205,19 @@ def test_chat_template_off_is_refused_on_the_chat_endpoint():
     from harness.judges import api
 
     with pytest.raises(ConfigError, match="endpoint=completions"):
-        api.build({"name": "m", "path": "x", "chat_template": False}, base_url="http://127.0.0.1:9/v1",
-                  logprob_mode="top", endpoint="chat")
+        api.build(
+            {"name": "m", "path": "x", "chat_template": False},
+            base_url="http://127.0.0.1:9/v1",
+            logprob_mode="top",
+            endpoint="chat",
+        )
 
 
 # -- a real model: SmolLM2 with and without its chat template -----------------------------------
 @pytest.mark.slow
-def test_smollm2_without_chat_template_loses_mass_and_warns(smollm2_path, smollm2_judge, shared_data, tmp_path,
-                                                            caplog):
+def test_smollm2_without_chat_template_loses_mass_and_warns(
+    smollm2_path, smollm2_judge, shared_data, tmp_path, caplog
+):
     """SmolLM2-135M-Instruct on 2 SummEval documents x 3 systems (12 pairs), default instruction.
     With its template the label is its top token; without, 'Answer: ' is continued by a newline."""
     import torch
@@ -185,11 +226,23 @@ def test_smollm2_without_chat_template_loses_mass_and_warns(smollm2_path, smollm
     from harness.judges.hf import HFJudge
     from harness.prompts import default_instruction
 
-    docs = load_task("summeval", data_dir=shared_data, limit=87)[85:87]  # short: 162 and 180 words (83-84: 365, 316)
+    docs = load_task("summeval", data_dir=shared_data, limit=87)[
+        85:87
+    ]  # short: 162 and 180 words (83-84: 365, 316)
     # The session's SmolLM2 weights, twice: prefix reuse runs each document's source once.
-    template, plain = (HFJudge(smollm2_path, name="SmolLM2-135M-Instruct", batch_size=4, device="cpu",
-                               model=smollm2_judge.model, tokenizer=smollm2_judge.tokenizer, prefix_reuse=True,
-                               chat_template=on) for on in (True, False))
+    template, plain = (
+        HFJudge(
+            smollm2_path,
+            name="SmolLM2-135M-Instruct",
+            batch_size=4,
+            device="cpu",
+            model=smollm2_judge.model,
+            tokenizer=smollm2_judge.tokenizer,
+            prefix_reuse=True,
+            chat_template=on,
+        )
+        for on in (True, False)
+    )
     # The cache keeps them apart; weights handed over in memory are fingerprinted from memory
     # ("|w=mem:..."), so only the rest of the identity equals the folder-loaded judge's.
     assert template.identity != plain.identity and template.legacy_identity == smollm2_judge.legacy_identity
@@ -199,9 +252,15 @@ def test_smollm2_without_chat_template_loses_mass_and_warns(smollm2_path, smollm
     torch.set_num_threads(1)
     try:
         for name, judge in (("template", template), ("plain", plain)):
-            judgments, p_cf = judge_documents(judge, docs, aspect="coherence", family="summarization",
-                                              instruction=default_instruction("coherence", "summarization"),
-                                              max_candidates=3, progress=False)
+            judgments, p_cf = judge_documents(
+                judge,
+                docs,
+                aspect="coherence",
+                family="summarization",
+                instruction=default_instruction("coherence", "summarization"),
+                max_candidates=3,
+                progress=False,
+            )
             out = tmp_path / name
             out.mkdir()
             write_judgments(out / "judgments.jsonl", judgments, p_cf)
@@ -212,8 +271,10 @@ def test_smollm2_without_chat_template_loses_mass_and_warns(smollm2_path, smollm
             warnings[name] = [r.getMessage() for r in caplog.records]
     finally:
         torch.set_num_threads(threads)
-    print(f"\nSmolLM2 answer mass median: with chat template {medians['template']:.3f}, "
-          f"without {medians['plain']:.3f}")
+    print(
+        f"\nSmolLM2 answer mass median: with chat template {medians['template']:.3f}, "
+        f"without {medians['plain']:.3f}"
+    )
     assert medians["template"] > MIN_ANSWER_MASS > medians["plain"]
     assert medians["template"] > 2 * medians["plain"]
     assert warnings["template"] == [] and len(warnings["plain"]) == 1
@@ -223,17 +284,32 @@ def test_smollm2_without_chat_template_loses_mass_and_warns(smollm2_path, smollm
 # -- end to end: harness.run, W&B offline, scripts/report.py ------------------------------------
 def _report(args: list[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout's harness, not an installed one
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "report.py"), *args], env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "report.py"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_every_run_gets_a_card_in_the_run_dir_wandb_and_report(tmp_path):
     """A judge run through `python -m harness.run` with model.chat_template=false. The tiny random
     model's mass is meaningless (random weights): here it only drives the plumbing."""
     out = tmp_path / "run"
-    r = run_in_process(["experiment=judge", "model=tiny_llama3", "model.chat_template=false", "task.docs=2",
-                     "task.max_candidates=3", "experiment.shuffles=5", "progress=false",
-                     f"hydra.run.dir={out}"], tmp_path)
+    r = run_in_process(
+        [
+            "experiment=judge",
+            "model=tiny_llama3",
+            "model.chat_template=false",
+            "task.docs=2",
+            "task.max_candidates=3",
+            "experiment.shuffles=5",
+            "progress=false",
+            f"hydra.run.dir={out}",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert f"tmpl={template_fingerprint(None)}" in results["judge"]
@@ -244,8 +320,11 @@ def test_every_run_gets_a_card_in_the_run_dir_wandb_and_report(tmp_path):
     records = wandb_records(out)
     logged = {k for rec in records if rec.get("type") == "history" for k in rec["history"]["item"]}
     assert {f"card/run/{kind}" for kind in PICTURES} <= {k.split(".")[0] for k in logged}
-    (art,) = [rec["artifact"] for rec in records if rec.get("type") == "artifact"
-              and rec["artifact"]["type"] == "run-outputs"]
+    (art,) = [
+        rec["artifact"]
+        for rec in records
+        if rec.get("type") == "artifact" and rec["artifact"]["type"] == "run-outputs"
+    ]
     assert set(PICTURES.values()) | {"card.md"} <= {e["path"] for e in art["manifest"]["contents"]}
     # scripts/report.py from judgments.jsonl alone: results.json's numbers, key for key.
     rep = _report([str(out), "--json", "--out", str(tmp_path / "cards")])
@@ -259,22 +338,32 @@ def test_every_run_gets_a_card_in_the_run_dir_wandb_and_report(tmp_path):
     old = tmp_path / "old"
     old.mkdir()
     rows = [json.loads(x) for x in (out / "judgments.jsonl").read_text().splitlines()]
-    (old / "judgments.jsonl").write_text("".join(json.dumps({k: v for k, v in row.items() if k != "flags"}) + "\n"
-                                                 for row in rows))
-    new_keys = {"order_consistency", "order_gap", "n_order_pairs", "answer_mass_median", "answer_mass_low_share"}
+    (old / "judgments.jsonl").write_text(
+        "".join(json.dumps({k: v for k, v in row.items() if k != "flags"}) + "\n" for row in rows)
+    )
+    new_keys = {
+        "order_consistency",
+        "order_gap",
+        "n_order_pairs",
+        "answer_mass_median",
+        "answer_mass_low_share",
+    }
     shutil.copy(out / "results.json", old / "results.json")
     rep = _report([str(old), "--json"])
     assert rep.returncode == 0, rep.stderr
     numbers = json.loads(rep.stdout)["run"]
     assert {k: numbers[k] for k in CARD_KEYS if k not in new_keys} == pytest.approx(
-        {k: saved[k] for k in CARD_KEYS if k not in new_keys}, nan_ok=True)
+        {k: saved[k] for k in CARD_KEYS if k not in new_keys}, nan_ok=True
+    )
     assert all((old / name).is_file() for name in PICTURES.values())
     assert _report([str(tmp_path / "nothing-here")]).returncode == 2
 
 
 def test_card_numbers_of_an_empty_set_are_nan_not_errors():
     n = card_numbers([])
-    assert n["n_judgments"] == 0 and math.isnan(n["answer_mass_median"]) and math.isnan(n["order_consistency"])
+    assert (
+        n["n_judgments"] == 0 and math.isnan(n["answer_mass_median"]) and math.isnan(n["order_consistency"])
+    )
 
 
 def test_picture_titles_say_leaky_or_held_out(tmp_path):
@@ -286,12 +375,26 @@ def test_picture_titles_say_leaky_or_held_out(tmp_path):
     docs = _docs()
     for name, documents in (("eval_best", "held-out: all 3 documents, no search document"), ("plain", None)):
         folder = tmp_path / name
-        run_judge(PositionBiasedScriptedJudge(docs, 1.5, _c3_low), docs, task="scripted", aspect="coherence",
-                  instruction="x", family="summarization", out_dir=folder, shuffles=5, progress=False)
+        run_judge(
+            PositionBiasedScriptedJudge(docs, 1.5, _c3_low),
+            docs,
+            task="scripted",
+            aspect="coherence",
+            instruction="x",
+            family="summarization",
+            out_dir=folder,
+            shuffles=5,
+            progress=False,
+        )
         if documents:
             (folder / "set.json").write_text(json.dumps({"documents": documents}))
     cards = {c.name: c for c in render_cards(tmp_path, echo=lambda _: None)}
     title = {n: {k: Image.open(p).text["Title"] for k, p in c.pictures.items()} for n, c in cards.items()}
-    assert title["eval_best"]["p_a_by_order"].startswith("eval_best [held-out: all 3 documents]: A-rate 0.750")
+    assert title["eval_best"]["p_a_by_order"].startswith(
+        "eval_best [held-out: all 3 documents]: A-rate 0.750"
+    )
     assert title["eval_best"]["answer_mass"] == "eval_best [held-out: all 3 documents]: answer-token mass"
-    assert title["plain"]["p_a_by_order"].startswith("plain: A-rate") and "[" not in title["plain"]["answer_mass"]
+    assert (
+        title["plain"]["p_a_by_order"].startswith("plain: A-rate")
+        and "[" not in title["plain"]["answer_mass"]
+    )

@@ -27,11 +27,20 @@ from harness.judging import load_judgments
 from harness.prompts import render
 
 
-pytestmark = pytest.mark.skipif(find_chromium() is None, reason="chromium is not installed (Debian: apt-get install "
-                                "-y chromium; .ci/run installs it): the report page cannot be tested in a browser")
+pytestmark = pytest.mark.skipif(
+    find_chromium() is None,
+    reason="chromium is not installed (Debian: apt-get install "
+    "-y chromium; .ci/run installs it): the report page cannot be tested in a browser",
+)
 
-ARGS = ["experiment=judge", "model=tiny_llama", "task.docs=2", "task.max_candidates=3", "experiment.shuffles=5",
-        "metrics.bootstrap=50"]
+ARGS = [
+    "experiment=judge",
+    "model=tiny_llama",
+    "task.docs=2",
+    "task.max_candidates=3",
+    "experiment.shuffles=5",
+    "metrics.bootstrap=50",
+]
 CONSOLE: dict[str, str] = {}
 """What the judge run printed (stdout + stderr), for the progress line's test."""
 
@@ -120,9 +129,11 @@ def test_a_page_without_prompts_says_why(judge_run, shared_data, tmp_path):
         (prompt,) = [s["prompt"] for s in page_data(write_report(run, given, None))["sets"]]
         assert prompt["skeletons"] is None
         notes[case] = prompt["note"]
-    assert notes == {"no view": "the judge's chat wrapping was not given to this page: prompts are not shown; "
-                                "harness-report RUN_DIR rebuilds it from config.json",
-                     "no documents": "the documents' texts are not available: prompts are not shown"}
+    assert notes == {
+        "no view": "the judge's chat wrapping was not given to this page: prompts are not shown; "
+        "harness-report RUN_DIR rebuilds it from config.json",
+        "no documents": "the documents' texts are not available: prompts are not shown",
+    }
 
 
 def test_filters_count_what_the_metrics_count(judge_run, browser):
@@ -132,7 +143,9 @@ def test_filters_count_what_the_metrics_count(judge_run, browser):
     flips = round(results["n_order_pairs"] * (1 - results["order_consistency"]))
     browser.evaluate("document.getElementById('tag-flip').click()")
     assert len(browser.evaluate(ROWS_JS)) == flips
-    assert browser.evaluate("document.getElementById('pairs-status').textContent").startswith(f"{flips} of 6 pairs")
+    assert browser.evaluate("document.getElementById('pairs-status').textContent").startswith(
+        f"{flips} of 6 pairs"
+    )
 
 
 def test_the_checks_catch_an_error_and_a_request(browser, tmp_path):
@@ -149,15 +162,42 @@ def test_the_checks_catch_an_error_and_a_request(browser, tmp_path):
 def test_markup_in_a_candidate_is_shown_as_text(tmp_path, browser, tiny_llama):
     """Candidate texts are untrusted: a run on a user's JSONL whose candidates hold a <script>, an
     onerror handler and a closing </script> shows them as text, runs none of them."""
-    hostile = ["<script>document.title='owned'</script>", "<img src=x onerror=\"document.title='owned'\">",
-               "</script><b>bold?</b>"]
+    hostile = [
+        "<script>document.title='owned'</script>",
+        "<img src=x onerror=\"document.title='owned'\">",
+        "</script><b>bold?</b>",
+    ]
     data = tmp_path / "mine.jsonl"
-    data.write_text("".join(json.dumps({"doc_id": "d1", "source": "A source <i>text</i>.", "candidate_id": f"c{k}",
-                                        "text": t, "scores": {"quality": k}}) + "\n" for k, t in enumerate(hostile)))
+    data.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "doc_id": "d1",
+                    "source": "A source <i>text</i>.",
+                    "candidate_id": f"c{k}",
+                    "text": t,
+                    "scores": {"quality": k},
+                }
+            )
+            + "\n"
+            for k, t in enumerate(hostile)
+        )
+    )
     out = tmp_path / "run"
-    r = run_in_process(["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={data}",
-                        "experiment.shuffles=2", "metrics.bootstrap=0", "progress=false", "wandb.mode=disabled",
-                        f"hydra.run.dir={out}"], tmp_path)
+    r = run_in_process(
+        [
+            "experiment=judge",
+            "model=tiny_llama",
+            "task=jsonl",
+            f"task.path={data}",
+            "experiment.shuffles=2",
+            "metrics.bootstrap=0",
+            "progress=false",
+            "wandb.mode=disabled",
+            f"hydra.run.dir={out}",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     got = browser.load(out / "report.html")
     assert got.errors == [] and got.requests == []
@@ -165,8 +205,13 @@ def test_markup_in_a_candidate_is_shown_as_text(tmp_path, browser, tiny_llama):
     text = browser.evaluate("document.body.textContent")
     assert all(t in text for t in hostile)
     assert browser.evaluate("document.title") != "owned"
-    assert browser.evaluate("document.querySelectorAll('script').length") == 2  # the page's data and its script
-    assert browser.evaluate("document.querySelectorAll('#pairs-body img, #pairs-body b, #pairs-body i').length") == 0
+    assert (
+        browser.evaluate("document.querySelectorAll('script').length") == 2
+    )  # the page's data and its script
+    assert (
+        browser.evaluate("document.querySelectorAll('#pairs-body img, #pairs-body b, #pairs-body i').length")
+        == 0
+    )
 
 
 def test_harness_report_refreshes_an_old_run_and_a_sweep_index(judge_run, tmp_path, browser):
@@ -178,11 +223,17 @@ def test_harness_report_refreshes_an_old_run_and_a_sweep_index(judge_run, tmp_pa
     sweep = tmp_path / "sweep"
     for k in (0, 1):
         shutil.copytree(judge_run, sweep / str(k), ignore=shutil.ignore_patterns("wandb", "report.html"))
-    (sweep / "1" / "overrides.json").write_text(json.dumps([*json.loads((judge_run / "overrides.json").read_text()),
-                                                             "seed=1"]))
+    (sweep / "1" / "overrides.json").write_text(
+        json.dumps([*json.loads((judge_run / "overrides.json").read_text()), "seed=1"])
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    r = subprocess.run([sys.executable, "-m", "harness.report.cli", str(sweep)], env=env, capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "harness.report.cli", str(sweep)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert (sweep / "0" / "report.html").is_file() and (sweep / "1" / "report.html").is_file()
     got = browser.load(sweep / "index.html")
@@ -200,7 +251,9 @@ METRIC_ROWS_JS = """Object.fromEntries(Array.from(document.querySelectorAll('sec
   .map(tr => Array.from(tr.children).map(td => td.textContent)).map(r => [r[0].split(' ')[0], r.slice(1)]))"""
 
 
-def test_each_interval_says_its_documents_and_method_or_why_there_is_none(judge_run, browser, tmp_path, tiny_llama):
+def test_each_interval_says_its_documents_and_method_or_why_there_is_none(
+    judge_run, browser, tmp_path, tiny_llama
+):
     """The agreement line and the table "every metric, each variant, with intervals" showed [lo, hi]
     without documents or method, and on 2 documents bare numbers (results.json's interval_basis
     unread). Now each value has its interval or why it has none, and each metric says what its
@@ -211,8 +264,10 @@ def test_each_interval_says_its_documents_and_method_or_why_there_is_none(judge_
     browser.load(judge_run / "report.html")
     text = browser.evaluate("document.body.textContent")
     none = json.loads((judge_run / "results.json").read_text())["metrics"]["none"]
-    assert (f"agreement with humans: spearman {plain(none['spearman'])} (too few documents to tell); kendall "
-            f"{plain(none['kendall'])} (too few documents to tell);") in text
+    assert (
+        f"agreement with humans: spearman {plain(none['spearman'])} (too few documents to tell); kendall "
+        f"{plain(none['kendall'])} (too few documents to tell);"
+    ) in text
     assert "accuracy" in text and "(intervals: 2 documents: too few documents to tell)" in text
     assert "every metric, each variant (intervals: 2 documents: too few documents to tell)" in text
     rows = browser.evaluate(METRIC_ROWS_JS)
@@ -238,8 +293,11 @@ def test_wandb_gets_the_texts_flags_gold_and_the_page(judge_run):
     """The offline W&B run: the judgments table carries both texts, the flags and the gold label;
     report.html is a file of the run's artifact."""
     records = wandb_records(judge_run)
-    (art,) = [rec["artifact"] for rec in records if rec.get("type") == "artifact"
-              and rec["artifact"]["type"] == "run-outputs"]
+    (art,) = [
+        rec["artifact"]
+        for rec in records
+        if rec.get("type") == "artifact" and rec["artifact"]["type"] == "run-outputs"
+    ]
     assert "report.html" in {e["path"] for e in art["manifest"]["contents"]}
     (table,) = sorted((judge_run / "wandb").glob("offline-run-*/files/media/table/judgments_*.table.json"))
     logged = json.loads(table.read_text())
@@ -261,10 +319,25 @@ def test_a_zepo_page_shows_the_candidates_and_counts_one_document_as_one(tmp_pat
     candidates with their fairness and held-out Spearman, its texts say "1 document" (never
     "1 documents"), and the browser sees no error."""
     out = tmp_path / "zepo"
-    r = run_in_process(["experiment=zepo", "model=tiny_llama", "task=usr_zepo", "task.aspect=overall",
-                        "task.offset=27", "task.docs=2", "task.max_candidates=3", "experiment.search_docs=1",
-                        "experiment.population=2", "experiment.epochs=1", "experiment.shuffles=5",
-                        "metrics.bootstrap=20", "wandb.mode=disabled", f"hydra.run.dir={out}"], tmp_path)
+    r = run_in_process(
+        [
+            "experiment=zepo",
+            "model=tiny_llama",
+            "task=usr_zepo",
+            "task.aspect=overall",
+            "task.offset=27",
+            "task.docs=2",
+            "task.max_candidates=3",
+            "experiment.search_docs=1",
+            "experiment.population=2",
+            "experiment.epochs=1",
+            "experiment.shuffles=5",
+            "metrics.bootstrap=20",
+            "wandb.mode=disabled",
+            f"hydra.run.dir={out}",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "content-free probe" in r.stderr
     said = [r.stdout, (out / "summary.md").read_text(), *(p.read_text() for p in out.rglob("set.json"))]
@@ -275,9 +348,13 @@ def test_a_zepo_page_shows_the_candidates_and_counts_one_document_as_one(tmp_pat
     text = browser.evaluate("document.body.textContent")
     assert not any("1 documents" in t or "1 search documents" in t for t in [*said, text])
     history = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()]
-    cells = browser.evaluate("Array.from(document.querySelectorAll('#zepo ~ table tbody tr')).map(tr => "
-                             "Array.from(tr.children).map(td => td.textContent))")
-    assert len(cells) >= len(history) and all(c["text"][:40] in " ".join(row) for c, row in zip(history, cells))
+    cells = browser.evaluate(
+        "Array.from(document.querySelectorAll('#zepo ~ table tbody tr')).map(tr => "
+        "Array.from(tr.children).map(td => td.textContent))"
+    )
+    assert len(cells) >= len(history) and all(
+        c["text"][:40] in " ".join(row) for c, row in zip(history, cells)
+    )
     assert f"{history[0]['objectives']['fairness']:.3f}" in cells[0][3]
 
 
@@ -286,7 +363,11 @@ def test_harness_bench_page_measures_a_synthetic_run(tmp_path, shared_data):
     written and opened in Chromium with no console error and no request, the first page of rows drawn."""
     from conftest import bench_json, run_bench
 
-    got = bench_json(run_bench(["page", "--docs", "2", "--candidates", "3", "--data-dir", str(shared_data)], tmp_path))
+    got = bench_json(
+        run_bench(["page", "--docs", "2", "--candidates", "3", "--data-dir", str(shared_data)], tmp_path)
+    )
     assert got["pairs"] == 2 * 3 * 2 and got["errors"] == [] and got["requests"] == []
-    assert got["first_page"] == "6 of 6 pairs; page 1 of 1" and got["page_mb"] > 0 and got["chromium_load_s"] > 0
+    assert (
+        got["first_page"] == "6 of 6 pairs; page 1 of 1" and got["page_mb"] > 0 and got["chromium_load_s"] > 0
+    )
     assert got["machine"]["nproc"] >= 1

@@ -41,22 +41,51 @@ class _HotterOptimizer(ScriptedOptimizer):
     top_p = 0.5
 
 
-def _search(tmp_path, *, docs=None, initial=INITIAL, judge_cls=ScriptedBiasJudge, opt_cls=ScriptedOptimizer,
-            epochs=1, **kw):
+def _search(
+    tmp_path,
+    *,
+    docs=None,
+    initial=INITIAL,
+    judge_cls=ScriptedBiasJudge,
+    opt_cls=ScriptedOptimizer,
+    epochs=1,
+    **kw,
+):
     docs = docs if docs is not None else _docs()
     judge = CachedJudge(judge_cls(), ScoreCache(tmp_path / "c.sqlite"))
     settings = zepo.SearchSettings(**{"population": 3, "epochs": epochs, "shuffles": 5, **kw})
-    return zepo.Search(judge, opt_cls(), initial, "coherence", "summarization", docs[:1], docs[1:], settings,
-                       state_path=tmp_path / "state.json")
+    return zepo.Search(
+        judge,
+        opt_cls(),
+        initial,
+        "coherence",
+        "summarization",
+        docs[:1],
+        docs[1:],
+        settings,
+        state_path=tmp_path / "state.json",
+    )
 
 
 CHANGES = {
     "search document candidate text": (lambda: {"docs": _edit_candidate(_docs(), 0)}, "documents"),
     "held-out candidate text": (lambda: {"docs": _edit_candidate(_docs(), 2, 3)}, "documents"),
-    "source text": (lambda: {"docs": [dataclasses.replace(_docs()[0], source="source 0, edited"), *_docs()[1:]]},
-                    "documents"),
-    "human score": (lambda: {"docs": [dataclasses.replace(_docs()[0], candidates=(
-        Candidate("c0", "q0", {"coherence": 4.0}), *_docs()[0].candidates[1:])), *_docs()[1:]]}, "documents"),
+    "source text": (
+        lambda: {"docs": [dataclasses.replace(_docs()[0], source="source 0, edited"), *_docs()[1:]]},
+        "documents",
+    ),
+    "human score": (
+        lambda: {
+            "docs": [
+                dataclasses.replace(
+                    _docs()[0],
+                    candidates=(Candidate("c0", "q0", {"coherence": 4.0}), *_docs()[0].candidates[1:]),
+                ),
+                *_docs()[1:],
+            ]
+        },
+        "documents",
+    ),
     "instruction": (lambda: {"initial": INITIAL + " Be strict."}, "instruction"),
     "judge": (lambda: {"judge_cls": _OtherJudge}, "judge"),
     "optimizer setting": (lambda: {"opt_cls": _HotterOptimizer}, "optimizer"),
@@ -99,14 +128,26 @@ def test_judge_cache_serves_unchanged_pairs_and_reasks_edited_ones(tmp_path):
     candidate edited under the same id misses for each of its 2 * (n - 1) ordered pairs."""
     judge = CachedJudge(ScriptedBiasJudge(), ScoreCache(tmp_path / "c.sqlite"))
     docs = _docs(1)
-    judge_documents(judge, docs, aspect="coherence", instruction=INITIAL, family="summarization", progress=False)
+    judge_documents(
+        judge, docs, aspect="coherence", instruction=INITIAL, family="summarization", progress=False
+    )
     first = judge.calls
     assert first == 4 * 3 + 1  # ordered pairs + the content-free prompt
-    judge_documents(judge, docs, aspect="coherence", instruction=INITIAL, family="summarization", progress=False)
+    judge_documents(
+        judge, docs, aspect="coherence", instruction=INITIAL, family="summarization", progress=False
+    )
     assert judge.calls == first  # unchanged: everything from the cache
-    judge_documents(judge, _edit_candidate(docs, 0, 1), aspect="coherence", instruction=INITIAL,
-                    family="summarization", progress=False)
+    judge_documents(
+        judge,
+        _edit_candidate(docs, 0, 1),
+        aspect="coherence",
+        instruction=INITIAL,
+        family="summarization",
+        progress=False,
+    )
     assert judge.calls - first == 2 * 3
     other = CachedJudge(_OtherJudge(), judge.cache)
-    judge_documents(other, docs, aspect="coherence", instruction=INITIAL, family="summarization", progress=False)
+    judge_documents(
+        other, docs, aspect="coherence", instruction=INITIAL, family="summarization", progress=False
+    )
     assert other.calls == first  # another judge identity shares no answer

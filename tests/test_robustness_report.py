@@ -21,8 +21,9 @@ def _junit(path: Path, *, drop: str | None = None, fail: str | None = None) -> P
         for fn in funcs:
             if fn == drop:
                 continue
-            case = ET.SubElement(suite, "testcase", classname=file.removesuffix(".py").replace("/", "."),
-                                 name=f"{fn}[case]")
+            case = ET.SubElement(
+                suite, "testcase", classname=file.removesuffix(".py").replace("/", "."), name=f"{fn}[case]"
+            )
             if fn == fail:
                 ET.SubElement(case, "failure", message="boom")
     root = ET.Element("testsuites")
@@ -32,8 +33,12 @@ def _junit(path: Path, *, drop: str | None = None, fail: str | None = None) -> P
 
 
 def _report(junit: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "robustness_report.py"), "--from-junit", str(junit)],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "robustness_report.py"), "--from-junit", str(junit)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_a_complete_passing_junit_passes_and_counts_every_case(tmp_path):

@@ -51,8 +51,12 @@ def wandb_records(run_dir: Path) -> list[dict]:
     """Every record of a run directory's offline W&B run, read with W&B's own log reader."""
     offline = sorted((run_dir / "wandb").glob("offline-run-*"))
     assert offline, f"no offline W&B run under {run_dir}"
-    r = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline[-1])],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline[-1])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
 
@@ -63,14 +67,29 @@ TINY_KERNELS = "torch (head size 16 not run by vLLM's CPU attention)"
 
 def test_judge_run_tiny_model(tmp_path):
     out = tmp_path / "run"
-    r = run_in_process(["experiment=judge", "model=tiny_llama", "task.docs=2", "task.max_candidates=3",
-                     f"hydra.run.dir={out}", "experiment.shuffles=10"], tmp_path)
+    r = run_in_process(
+        [
+            "experiment=judge",
+            "model=tiny_llama",
+            "task.docs=2",
+            "task.max_candidates=3",
+            f"hydra.run.dir={out}",
+            "experiment.shuffles=10",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     results = _check_run_dir(out, 2, 3)
     assert results["judge"].startswith("hf|tiny-llama|")
     # The run says its numerics (issue #28): results.json, card.md and the console's first lines.
-    assert results["numerics"] == {"dtype": "float32", "dtype_source": "auto", "engine": "transformers",
-                                   "device": "cpu", "answer_logits": "float32", "kernels": TINY_KERNELS}
+    assert results["numerics"] == {
+        "dtype": "float32",
+        "dtype_source": "auto",
+        "engine": "transformers",
+        "device": "cpu",
+        "answer_logits": "float32",
+        "kernels": TINY_KERNELS,
+    }
     line = "float32 (auto), transformers on cpu, answer logits float32"
     assert f"numerics      {line}" in (out / "card.md").read_text()
     assert f"numerics: {line}" in r.stdout + r.stderr
@@ -79,8 +98,11 @@ def test_judge_run_tiny_model(tmp_path):
     assert list((out / "wandb").glob("offline-run-*")), "W&B offline run missing"
     # The offline W&B run, read back from its transaction log: the run's files are one artifact
     # whose entries are byte-for-byte the files in the run directory.
-    arts = [r["artifact"] for r in wandb_records(out) if r.get("type") == "artifact"
-            and r["artifact"]["type"] == "run-outputs"]
+    arts = [
+        r["artifact"]
+        for r in wandb_records(out)
+        if r.get("type") == "artifact" and r["artifact"]["type"] == "run-outputs"
+    ]
     run_id = next(r["run"]["run_id"] for r in wandb_records(out) if r.get("type") == "run")
     assert len(arts) == 1 and arts[0]["name"] == f"judge-summeval-coherence-tiny-llama-outputs-{run_id}"
     entries = {e["path"]: e["digest"] for e in arts[0]["manifest"]["contents"]}
@@ -91,13 +113,29 @@ def test_judge_run_tiny_model(tmp_path):
     assert any(h.get("none/a_rate") == results["metrics"]["none"]["a_rate"] for h in history)
     # bf16 set in the config: its source says so, and its answer logits are still float32.
     bf16 = tmp_path / "bf16"
-    r = run_in_process(["experiment=judge", "model=tiny_llama", "backend.dtype=bfloat16", "task.docs=1",
-                        "task.max_candidates=2", f"hydra.run.dir={bf16}", "experiment.shuffles=2", "wandb.mode=disabled"],
-                       tmp_path)
+    r = run_in_process(
+        [
+            "experiment=judge",
+            "model=tiny_llama",
+            "backend.dtype=bfloat16",
+            "task.docs=1",
+            "task.max_candidates=2",
+            f"hydra.run.dir={bf16}",
+            "experiment.shuffles=2",
+            "wandb.mode=disabled",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads((bf16 / "results.json").read_text())
-    assert got["numerics"] == {"dtype": "bfloat16", "dtype_source": "config", "engine": "transformers",
-                               "device": "cpu", "answer_logits": "float32", "kernels": TINY_KERNELS}
+    assert got["numerics"] == {
+        "dtype": "bfloat16",
+        "dtype_source": "config",
+        "engine": "transformers",
+        "device": "cpu",
+        "answer_logits": "float32",
+        "kernels": TINY_KERNELS,
+    }
     assert "|bfloat16|" in got["judge"] and "|logits=float32|" in got["judge"]
     assert "numerics      bfloat16 (config), transformers on cpu" in (bf16 / "card.md").read_text()
 
@@ -111,16 +149,29 @@ def test_judge_run_records_its_work_within_5pc_of_the_trie(tmp_path):
     work = {}
     for reuse in (None, "false"):
         out = tmp_path / f"reuse{reuse}"
-        args = ["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=6",
-                "backend.threads=1", f"hydra.run.dir={out}", "experiment.shuffles=10", "wandb.mode=disabled"]
-        r = run_in_process([*args, *([] if reuse is None else [f"backend.prefix_reuse={reuse}"])], out,
-                        env={"HARNESS_DATA_DIR": str(tmp_path / "data")})  # fetched once, own caches
+        args = [
+            "experiment=judge",
+            "model=tiny_llama",
+            "task.docs=1",
+            "task.max_candidates=6",
+            "backend.threads=1",
+            f"hydra.run.dir={out}",
+            "experiment.shuffles=10",
+            "wandb.mode=disabled",
+        ]
+        r = run_in_process(
+            [*args, *([] if reuse is None else [f"backend.prefix_reuse={reuse}"])],
+            out,
+            env={"HARNESS_DATA_DIR": str(tmp_path / "data")},
+        )  # fetched once, own caches
         assert r.returncode == 0, r.stderr[-3000:]
         results = json.loads((out / "results.json").read_text())
         work[reuse] = w = results["judge_work"]
         assert w["prompts"] == results["judge_calls"] == 31  # 30 ordered pairs + the content-free prompt
         assert w["prompts_per_s"] == pytest.approx(w["prompts"] / w["seconds"])
-        assert 0 < w["seconds"] <= w["judging_s"] and w["judge_share"] == pytest.approx(w["seconds"] / w["judging_s"])
+        assert 0 < w["seconds"] <= w["judging_s"] and w["judge_share"] == pytest.approx(
+            w["seconds"] / w["judging_s"]
+        )
     shipped, control = work[None], work["false"]
     assert shipped["trie_minimum"] == control["trie_minimum"] > 0
     assert shipped["trie_minimum"] <= shipped["tokens_processed"] <= 1.05 * shipped["trie_minimum"]
@@ -132,8 +183,18 @@ def test_judge_run_smollm2_summeval(tmp_path):
     """The issue's must-show: SmolLM2 on SummEval coherence over 2 documents."""
     out = tmp_path / "run"
     # Documents 85-86: two short articles (162 and 180 words; the first two have 364 and 494).
-    r = run_in_process(["experiment=judge", "task=summeval", "task.aspect=coherence", "task.offset=85", "task.docs=2",
-                        "task.max_candidates=4", f"hydra.run.dir={out}"], tmp_path)
+    r = run_in_process(
+        [
+            "experiment=judge",
+            "task=summeval",
+            "task.aspect=coherence",
+            "task.offset=85",
+            "task.docs=2",
+            "task.max_candidates=4",
+            f"hydra.run.dir={out}",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     results = _check_run_dir(out, 2, 4)
     assert results["judge"].startswith("hf|SmolLM2-135M-Instruct|")
@@ -147,10 +208,20 @@ def test_killed_run_resumes_without_rescoring(tmp_path, smollm2_path):
     """Kill a SmolLM2 run half-way (SIGKILL), restart: nothing scored twice, and every score bit
     for bit the unbroken run's (the streamed call plans its forwards over all requests, cached
     ones included; tests/test_prefix.py shows a subset's own call would differ)."""
-    args = ["experiment=judge", "task.offset=85", "task.docs=1", "task.max_candidates=4", "cache.chunk=2",
-            "backend.batch_size=2", "experiment.shuffles=10", "wandb.mode=disabled"]
+    args = [
+        "experiment=judge",
+        "task.offset=85",
+        "task.docs=1",
+        "task.max_candidates=4",
+        "cache.chunk=2",
+        "backend.batch_size=2",
+        "experiment.shuffles=10",
+        "wandb.mode=disabled",
+    ]
     cache = tmp_path / "cache" / "requests.sqlite"
-    proc, done_before = killed_after_commits([*args, f"hydra.run.dir={tmp_path / 'a'}"], tmp_path, 2, timeout=300)
+    proc, done_before = killed_after_commits(
+        [*args, f"hydra.run.dir={tmp_path / 'a'}"], tmp_path, 2, timeout=300
+    )
     total = 4 * 3 + 1  # ordered pairs + the content-free prompt
     assert 0 < done_before < total, "the kill did not land half-way"
 

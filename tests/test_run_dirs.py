@@ -21,18 +21,26 @@ def _files(root):
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
-@pytest.mark.parametrize("subdir, said", [
-    ("", "resolves to '' for job 0 (seed=0)"),
-    (".", "resolves to '.' for job 0 (seed=0)"),
-    ("same", "the same folder 'same' for job 0 (seed=0) and job 1 (seed=1)"),
-], ids=["empty", "dot", "constant"])
+@pytest.mark.parametrize(
+    "subdir, said",
+    [
+        ("", "resolves to '' for job 0 (seed=0)"),
+        (".", "resolves to '.' for job 0 (seed=0)"),
+        ("same", "the same folder 'same' for job 0 (seed=0) and job 1 (seed=1)"),
+    ],
+    ids=["empty", "dot", "constant"],
+)
 def test_a_sweep_subdir_that_is_not_one_per_job_is_refused(subdir, said, tmp_path):
     """`-m seed=0,1 hydra.sweep.subdir=` put both jobs in the sweep folder (rc 0, job 0's results
     replaced by job 1's). Now one line before Hydra creates the sweep folder."""
     (tmp_path / "cwd").mkdir()
     sweep = tmp_path / "sweep"
-    r = run_harness(["-m", *BASE, f"hydra.sweep.dir={sweep}", "seed=0,1", f"hydra.sweep.subdir={subdir}"], tmp_path,
-                    cwd=tmp_path / "cwd", timeout=120)
+    r = run_harness(
+        ["-m", *BASE, f"hydra.sweep.dir={sweep}", "seed=0,1", f"hydra.sweep.subdir={subdir}"],
+        tmp_path,
+        cwd=tmp_path / "cwd",
+        timeout=120,
+    )
     _assert_one_line_error(r, "hydra.sweep.subdir", said, "${hydra.job.num}")
     assert not sweep.exists() and list((tmp_path / "cwd").iterdir()) == []
 
@@ -42,8 +50,19 @@ def test_negative_control_a_subdir_that_differs_per_job_is_accepted(tmp_path):
     Hydra makes the sweep and each job's folder, and each job stops at its missing data file (one
     line per job, then the sweep's summary line: harness.runtime.sweep)."""
     sweep = tmp_path / "sweep"
-    r = run_harness(["-m", *BASE, f"hydra.sweep.dir={sweep}", "seed=0,1", "hydra.sweep.subdir=s${seed}", "task=jsonl",
-                     f"task.path={tmp_path / 'none.jsonl'}"], tmp_path, timeout=120)
+    r = run_harness(
+        [
+            "-m",
+            *BASE,
+            f"hydra.sweep.dir={sweep}",
+            "seed=0,1",
+            "hydra.sweep.subdir=s${seed}",
+            "task=jsonl",
+            f"task.path={tmp_path / 'none.jsonl'}",
+        ],
+        tmp_path,
+        timeout=120,
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
     assert [e.split(":")[1].strip() for e in errors[:2]] == ["job 0 (seed=0)", "job 1 (seed=1)"], errors
@@ -63,10 +82,20 @@ def test_a_secret_that_does_not_look_like_a_key_is_refused_by_its_variables_name
     read = "${oc.env:AZURE_OPENAI_API_KEY}"
     args, key = {
         "run dir": ([f"hydra.run.dir={tmp_path / 'runs' / read}"], "hydra.run.dir"),
-        "sweep subdir": (["-m", f"hydra.sweep.dir={tmp_path / 'runs'}", "seed=0,1",
-                          f"hydra.sweep.subdir={read}_${{seed}}"], "hydra.sweep.subdir"),
+        "sweep subdir": (
+            [
+                "-m",
+                f"hydra.sweep.dir={tmp_path / 'runs'}",
+                "seed=0,1",
+                f"hydra.sweep.subdir={read}_${{seed}}",
+            ],
+            "hydra.sweep.subdir",
+        ),
         "W&B run name": ([f"hydra.run.dir={tmp_path / 'runs' / 'x'}", f"wandb.name={read}"], "wandb.name"),
-        "log file name": ([f"hydra.run.dir={tmp_path / 'runs' / 'x'}", f"hydra.job.name={read}"], "hydra.job.name"),
+        "log file name": (
+            [f"hydra.run.dir={tmp_path / 'runs' / 'x'}", f"hydra.job.name={read}"],
+            "hydra.job.name",
+        ),
     }[where]
     args = ["-m", *BASE, *args[1:]] if args[0] == "-m" else [*BASE, *args]
     r = run_harness(args, tmp_path, env=env, cwd=tmp_path / "cwd", timeout=120)
@@ -97,12 +126,17 @@ def test_another_experiment_is_refused_in_an_existing_run_dir(tmp_path):
     data file, past the check."""
     run = tmp_path / "run"
     missing = ["task=jsonl", f"task.path={tmp_path / 'none.jsonl'}", "task.aspect=quality"]
-    first = run_harness(["experiment=zepo", *BASE[1:], *missing, f"hydra.run.dir={run}"], tmp_path, timeout=120)
+    first = run_harness(
+        ["experiment=zepo", *BASE[1:], *missing, f"hydra.run.dir={run}"], tmp_path, timeout=120
+    )
     _assert_one_line_error(first, "none.jsonl", "not found")
     assert (run / "config.json").is_file()  # what a ZEPO run leaves first
-    other = run_harness([*BASE, "task.docs=1", "task.max_candidates=2", f"hydra.run.dir={run}"], tmp_path,
-                        timeout=300)
+    other = run_harness(
+        [*BASE, "task.docs=1", "task.max_candidates=2", f"hydra.run.dir={run}"], tmp_path, timeout=300
+    )
     _assert_one_line_error(other, f"the run directory {run} holds a zepo run", "hydra.run.dir=")
     assert not (run / "results.json").exists()
-    again = run_harness(["experiment=zepo", *BASE[1:], *missing, f"hydra.run.dir={run}"], tmp_path, timeout=120)
+    again = run_harness(
+        ["experiment=zepo", *BASE[1:], *missing, f"hydra.run.dir={run}"], tmp_path, timeout=120
+    )
     _assert_one_line_error(again, "none.jsonl", "not found")

@@ -34,21 +34,34 @@ from harness.redaction import RedactingFilter, install_redaction
 from harness.runtime.tracking import redacted_argv
 
 ENV = "HARNESS_MARKER_API_KEY"
-TINY = ["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2", "progress=false",
-        "wandb.mode=offline"]
+TINY = [
+    "experiment=judge",
+    "model=tiny_llama",
+    "task.docs=1",
+    "task.max_candidates=2",
+    "progress=false",
+    "wandb.mode=offline",
+]
 
 
 def _env(tmp: Path, **extra: str) -> dict[str, str]:
     """Every W&B folder inside tmp, so the search covers all of them."""
-    return {"WANDB_CACHE_DIR": str(tmp / "wandb-cache"), "WANDB_CONFIG_DIR": str(tmp / "wandb-config"),
-            "WANDB_ARTIFACT_DIR": str(tmp / "wandb-artifacts"), **extra}
+    return {
+        "WANDB_CACHE_DIR": str(tmp / "wandb-cache"),
+        "WANDB_CONFIG_DIR": str(tmp / "wandb-config"),
+        "WANDB_ARTIFACT_DIR": str(tmp / "wandb-artifacts"),
+        **extra,
+    }
 
 
 def _hits(tmp: Path, needle: str, *streams: str) -> list[str]:
     """Every file under tmp (and every stream) holding `needle`, searched as bytes."""
     data = needle.encode()
-    found = [str(p.relative_to(tmp)) for p in sorted(tmp.rglob("*")) if p.is_file() and not p.is_symlink()
-             and data in p.read_bytes()]
+    found = [
+        str(p.relative_to(tmp))
+        for p in sorted(tmp.rglob("*"))
+        if p.is_file() and not p.is_symlink() and data in p.read_bytes()
+    ]
     return found + [f"<stream {i}>" for i, s in enumerate(streams) if needle in s]
 
 
@@ -64,7 +77,10 @@ REFUSED = {
     "a key in api_key_env": lambda m: ["backend=api", f"backend.api_key_env={m}"],
     "base_url with user:KEY@": lambda m: ["backend=api", f"backend.base_url=http://user:{m}@127.0.0.1:9/v1"],
     "hydra env_set": lambda m: [f"+hydra.job.env_set.OPENAI_API_KEY={m}"],
-    "base_url with ?api-key=KEY": lambda m: ["backend=api", f'backend.base_url="http://127.0.0.1:9/v1?api-key={m}"'],
+    "base_url with ?api-key=KEY": lambda m: [
+        "backend=api",
+        f'backend.base_url="http://127.0.0.1:9/v1?api-key={m}"',
+    ],
     "a misspelt key name": lambda m: [f"backend.api_kee={m}"],
 }
 
@@ -74,15 +90,21 @@ MULTIRUN = {
     "a misspelt key name": lambda m: [f"backend.api_kee={m}"],
     "a misspelt added key": lambda m: [f"+backend.api_kee={m}"],
     "base_url with ?x=1&access_token=KEY": lambda m: [
-        "backend=api", f'backend.base_url="http://127.0.0.1:9/v1?x=1&access_token={m}"'],
+        "backend=api",
+        f'backend.base_url="http://127.0.0.1:9/v1?x=1&access_token={m}"',
+    ],
 }
 
 
 @pytest.mark.parametrize("path", list(REFUSED))
 def test_secret_on_the_command_line_is_refused_and_written_nowhere(tmp_path, path):
     marker = _marker()
-    r = run_in_process([*TINY, *REFUSED[path](marker), f"hydra.run.dir={tmp_path / 'run'}"], tmp_path,
-                    env=_env(tmp_path), timeout=180)
+    r = run_in_process(
+        [*TINY, *REFUSED[path](marker), f"hydra.run.dir={tmp_path / 'run'}"],
+        tmp_path,
+        env=_env(tmp_path),
+        timeout=180,
+    )
     _assert_one_line_error(r, "environment variable")
     assert _hits(tmp_path, marker, r.stdout, r.stderr) == []
 
@@ -93,9 +115,18 @@ def test_secret_in_a_multirun_is_refused_before_hydra_writes_anything(tmp_path, 
     """With -m Hydra writes every override to multirun.yaml and logs it before any job runs, and its
     errors (HYDRA_FULL_ERROR=1: a traceback) repeat the value: the overrides are checked first."""
     marker = _marker()
-    r = run_in_process(["-m", *TINY, *MULTIRUN[path](marker), f"hydra.sweep.dir={tmp_path / 'sweep'}",
-                     f"hydra.run.dir={tmp_path / 'run'}"], tmp_path,
-                    env=_env(tmp_path, HYDRA_FULL_ERROR=full_error), timeout=180)
+    r = run_in_process(
+        [
+            "-m",
+            *TINY,
+            *MULTIRUN[path](marker),
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        tmp_path,
+        env=_env(tmp_path, HYDRA_FULL_ERROR=full_error),
+        timeout=180,
+    )
     _assert_one_line_error(r, "environment variable")
     assert not (tmp_path / "sweep").exists()
     assert _hits(tmp_path, marker, r.stdout, r.stderr) == []
@@ -105,12 +136,23 @@ def test_negative_control_a_multirun_writes_its_overrides_where_the_search_looks
     """The same search over a multirun that is not refused finds an innocent canary override in
     multirun.yaml, the job's overrides.json and Hydra's launch line on stdout/stderr."""
     canary = "canary-" + uuid.uuid4().hex
-    r = run_in_process(["-m", *TINY, "experiment.instruction.source=text",
-                     f"experiment.instruction.text='Which is better ({canary})? Answer A or B.'",
-                     f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path, env=_env(tmp_path), timeout=300)
+    r = run_in_process(
+        [
+            "-m",
+            *TINY,
+            "experiment.instruction.source=text",
+            f"experiment.instruction.text='Which is better ({canary})? Answer A or B.'",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
+        tmp_path,
+        env=_env(tmp_path),
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     found = _hits(tmp_path, canary, r.stdout + r.stderr)
-    assert "sweep/multirun.yaml" in found and "sweep/0/overrides.json" in found and "<stream 0>" in found, found
+    assert "sweep/multirun.yaml" in found and "sweep/0/overrides.json" in found and "<stream 0>" in found, (
+        found
+    )
 
 
 @pytest.fixture(scope="module")
@@ -119,14 +161,28 @@ def api_runs(tmp_path_factory, tiny_judge):
     it rejects with a 401 that echoes the key."""
     tmp = tmp_path_factory.mktemp("marker")
     good, wrong, canary = _marker(), _marker(), "canary-" + uuid.uuid4().hex
-    base = [*TINY, "backend=api", f"backend.api_key_env={ENV}", "backend.tokenizer=tiny:llama",
-            "backend.max_retries=0", "experiment.instruction.source=text",
-            f"experiment.instruction.text='Which summary is better ({canary})? Answer A or B.'"]
+    base = [
+        *TINY,
+        "backend=api",
+        f"backend.api_key_env={ENV}",
+        "backend.tokenizer=tiny:llama",
+        "backend.max_retries=0",
+        "experiment.instruction.source=text",
+        f"experiment.instruction.text='Which summary is better ({canary})? Answer A or B.'",
+    ]
     with OpenAIServer(judge=tiny_judge, api_key=good, model="tiny-llama") as srv:
-        ok = run_in_process([*base, f"backend.base_url={srv.url}", f"hydra.run.dir={tmp / 'ok' / 'run'}"], tmp / "ok",
-                         env=_env(tmp / "ok", **{ENV: good}), timeout=600)
-        bad = run_in_process([*base, f"backend.base_url={srv.url}", f"hydra.run.dir={tmp / 'bad' / 'run'}"],
-                          tmp / "bad", env=_env(tmp / "bad", **{ENV: wrong}), timeout=600)
+        ok = run_in_process(
+            [*base, f"backend.base_url={srv.url}", f"hydra.run.dir={tmp / 'ok' / 'run'}"],
+            tmp / "ok",
+            env=_env(tmp / "ok", **{ENV: good}),
+            timeout=600,
+        )
+        bad = run_in_process(
+            [*base, f"backend.base_url={srv.url}", f"hydra.run.dir={tmp / 'bad' / 'run'}"],
+            tmp / "bad",
+            env=_env(tmp / "bad", **{ENV: wrong}),
+            timeout=600,
+        )
         sent = list(srv.requests)
     return tmp, good, wrong, canary, ok, bad, sent
 
@@ -193,8 +249,16 @@ def test_log_records_and_tracebacks_lose_secret_values(monkeypatch, capsys):
 
 def test_wandb_sees_a_redacted_command_line(monkeypatch):
     marker = _marker()
-    monkeypatch.setattr(sys, "argv", ["harness", "task=summeval", f"+backend.auth_token={marker}",
-                                      f"backend.base_url=http://u:{marker}@h/v1"])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "harness",
+            "task=summeval",
+            f"+backend.auth_token={marker}",
+            f"backend.base_url=http://u:{marker}@h/v1",
+        ],
+    )
     with redacted_argv():
         seen = list(sys.argv)
     assert marker not in " ".join(seen) and seen[1] == "task=summeval" and sys.argv[2].endswith(marker)

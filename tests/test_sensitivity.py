@@ -41,8 +41,9 @@ def test_figures_are_written(tmp_path):
     rates = rng.uniform(0.1, 0.9, 12)
     sp = 0.4 - (rates - 0.5) ** 2 + rng.normal(0, 0.01, 12)
     p2 = plots.plot_rate_vs_spearman(rates, sp, tmp_path / "f2.png")
-    p3 = plots.plot_objectives_vs_spearman({"fairness": -abs(rates - 0.5), "confidence": rates}, sp,
-                                           tmp_path / "f3.png")
+    p3 = plots.plot_objectives_vs_spearman(
+        {"fairness": -abs(rates - 0.5), "confidence": rates}, sp, tmp_path / "f3.png"
+    )
     p4 = plots.plot_debias(rates, sp, 0.5 + (rates - 0.5) / 4, sp + 0.1, tmp_path / "f4.png")
     for p in (p2, p3, p4):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -68,9 +69,19 @@ def test_load_paraphrases_from_text_and_history(tmp_path):
 def test_analyse_recovers_a_designed_correlation():
     rows = []
     for k, r in enumerate(np.linspace(0.2, 0.8, 7)):
-        m = {"a_rate": r, "a_rate_prob": r, "fairness": -abs(r - 0.5), "fairness_prob": -abs(r - 0.5),
-             "max_prob": 0.6 + 0.01 * k, "ece": 0.1, "spearman_pairs": 0.5 - abs(r - 0.5), "spearman": 0.0,
-             "prob_gap": 0.2 + 0.01 * k, "bc": 1.0 - 0.1 * k, "a_rate_upper": r}
+        m = {
+            "a_rate": r,
+            "a_rate_prob": r,
+            "fairness": -abs(r - 0.5),
+            "fairness_prob": -abs(r - 0.5),
+            "max_prob": 0.6 + 0.01 * k,
+            "ece": 0.1,
+            "spearman_pairs": 0.5 - abs(r - 0.5),
+            "spearman": 0.0,
+            "prob_gap": 0.2 + 0.01 * k,
+            "bc": 1.0 - 0.1 * k,
+            "a_rate_upper": r,
+        }
         rows.append({"index": k, "text": str(k), "none": m, "permutation": m})
     out = analyse(rows, "spearman_pairs")
     assert out["none"]["pearson_with_spearman"]["fairness"] == pytest.approx(1.0)
@@ -83,10 +94,22 @@ def test_analyse_recovers_a_designed_correlation():
 
 
 def _overrides(tmp, data, *extra, docs=1):
-    return ["experiment=sensitivity", "model=tiny_llama", "task=usr_zepo", "task.aspect=overall", "task.offset=27",
-            f"task.docs={docs}", "task.max_candidates=3", "experiment.shuffles=5", f"data.dir={tmp / 'data'}",
-            f"data.mirror={data}", f"cache.path={tmp / 'cache' / 'requests.sqlite'}", "progress=false",
-            "wandb.mode=disabled", *extra]
+    return [
+        "experiment=sensitivity",
+        "model=tiny_llama",
+        "task=usr_zepo",
+        "task.aspect=overall",
+        "task.offset=27",
+        f"task.docs={docs}",
+        "task.max_candidates=3",
+        "experiment.shuffles=5",
+        f"data.dir={tmp / 'data'}",
+        f"data.mirror={data}",
+        f"cache.path={tmp / 'cache' / 'requests.sqlite'}",
+        "progress=false",
+        "wandb.mode=disabled",
+        *extra,
+    ]
 
 
 def test_sensitivity_from_a_zepo_history(tmp_path, shared_data, tiny_llama, capsys, caplog):
@@ -97,14 +120,21 @@ def test_sensitivity_from_a_zepo_history(tmp_path, shared_data, tiny_llama, caps
     hist = tmp_path / "history.jsonl"
     hist.write_text("\n".join(json.dumps({"text": t}) for t in INSTRUCTIONS) + "\n")
     with caplog.at_level(logging.INFO, logger="harness.zepo.study"):
-        res = run(_compose(_overrides(tmp_path, shared_data, f"experiment.from_file={hist}", docs=2)), tmp_path / "run")
+        res = run(
+            _compose(_overrides(tmp_path, shared_data, f"experiment.from_file={hist}", docs=2)),
+            tmp_path / "run",
+        )
     # Issue 31: every Spearman printed says which it is (win rate or PairS).
     printed = capsys.readouterr().out
-    assert "PairS Spearman range over instructions: raw " in printed and "with the PairS Spearman, raw" in printed
+    assert (
+        "PairS Spearman range over instructions: raw " in printed
+        and "with the PairS Spearman, raw" in printed
+    )
     assert "\nSpearman range raw" not in printed
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("instruction ")]
-    assert len(logged) == 3 and all("win-rate Spearman" in m and "PairS Spearman" in m or "no_answer" in m
-                                    for m in logged), logged
+    assert len(logged) == 3 and all(
+        "win-rate Spearman" in m and "PairS Spearman" in m or "no_answer" in m for m in logged
+    ), logged
     out = tmp_path / "run"
     rows = [json.loads(x) for x in (out / "sensitivity.jsonl").read_text().splitlines()]
     assert [r["text"] for r in rows] == INSTRUCTIONS
@@ -114,7 +144,9 @@ def test_sensitivity_from_a_zepo_history(tmp_path, shared_data, tiny_llama, caps
             assert key in r["none"]
         # Permutation debiasing balances A and B by construction: its mean P(A) is exactly 0.5.
         assert r["permutation"]["a_rate_prob"] == pytest.approx(0.5)
-    assert res["n_instructions"] == 3 and set(res["analysis"]["none"]["pearson_with_spearman"]) == set(OBJECTIVES)
+    assert res["n_instructions"] == 3 and set(res["analysis"]["none"]["pearson_with_spearman"]) == set(
+        OBJECTIVES
+    )
     for name in res["figures"].values():
         assert (out / name).stat().st_size > 0
     assert (out / "paraphrases.txt").read_text().splitlines() == INSTRUCTIONS
@@ -127,7 +159,13 @@ def test_sensitivity_from_a_zepo_history(tmp_path, shared_data, tiny_llama, caps
         numbers = card_numbers(load_judgments(folder / "judgments.jsonl")[0])
         drawn = {k for k, name in PICTURES.items() if (folder / name).is_file()}
         assert drawn == set(PICTURES) - ({"reliability"} if numbers["n_calibration"] == 0 else set())
-        for key in ("a_rate", "order_consistency", "order_gap", "answer_mass_median", "answer_mass_low_share"):
+        for key in (
+            "a_rate",
+            "order_consistency",
+            "order_gap",
+            "answer_mass_median",
+            "answer_mass_low_share",
+        ):
             assert numbers[key] == pytest.approx(r["none"][key], nan_ok=True)
     _check_versus_reference(res, rows, out, printed)
     # Figure 3 with its interval (tests/test_figure3.py): the points are the analysis's rho, every
@@ -136,7 +174,9 @@ def test_sensitivity_from_a_zepo_history(tmp_path, shared_data, tiny_llama, caps
     assert f3["rounds"] == 1000 and f3["n_instructions"] == 3 and f3["n_docs"] == 2
     for mode in ("none", "permutation"):
         for name, e in f3["spearman_pairs"][mode].items():
-            assert e["rho"] == pytest.approx(res["analysis"][mode]["spearman_with_spearman"][name]["rho"], nan_ok=True)
+            assert e["rho"] == pytest.approx(
+                res["analysis"][mode]["spearman_with_spearman"][name]["rho"], nan_ok=True
+            )
             assert f"- {e['sentence']}" in printed
     assert res["candidate_order"]["shuffled"] is False and "Candidate order: the dataset's order" in printed
 
@@ -154,33 +194,60 @@ def _check_versus_reference(res, rows, out, printed):
     meta = res["interval"]
     assert meta["rounds"] == 1000 and meta["level"] == 0.95 and meta["n_documents"] == res["n_docs"] == 2
     assert json.loads((out / "results.json").read_text())["versus_reference"] == json.loads(
-        json.dumps(res["versus_reference"]))
+        json.dumps(res["versus_reference"])
+    )
     for r, shown in zip(rows, res["instructions"]):
         for key in ("a_rate", "spearman", "spearman_pairs", "fairness"):
             assert shown["intervals"]["none"][key] == r["intervals"]["none"][key] is None
-            assert shown["interval_basis"]["none"][key] == {"n_documents": 2, "method": METHOD,
-                                                            "note": "too few documents to tell"}
+            assert shown["interval_basis"]["none"][key] == {
+                "n_documents": 2,
+                "method": METHOD,
+                "note": "too few documents to tell",
+            }
     assert [v["index"] for v in res["versus_reference"]] == [1, 2] and "versus_reference" not in rows[0]
-    summaries = [analyse(*load_judgments(out / "instructions" / f"{i:03d}" / "judgments.jsonl"), shuffles=5,
-                         seed=meta["seed"], rounds=1000, level=0.95) for i in range(3)]
+    summaries = [
+        analyse(
+            *load_judgments(out / "instructions" / f"{i:03d}" / "judgments.jsonl"),
+            shuffles=5,
+            seed=meta["seed"],
+            rounds=1000,
+            level=0.95,
+        )
+        for i in range(3)
+    ]
     for v in res["versus_reference"]:
         assert {k: x for k, x in v.items() if k != "index"} == json.loads(
-            json.dumps(rows[v["index"]]["versus_reference"]))
+            json.dumps(rows[v["index"]]["versus_reference"])
+        )
         for mode in ("none", "permutation"):
             assert set(v[mode]) == set(VERSUS)
             for key, d in v[mode].items():
-                assert d["diff"] == pytest.approx(rows[v["index"]][mode][key] - rows[0][mode][key], nan_ok=True)
-                assert d["sentence"].startswith(f"instruction {v['index']} - instruction 0 (the first of "
-                                                f"experiment.from_file): {'' if mode == 'none' else mode + '-debiased '}{key}")
+                assert d["diff"] == pytest.approx(
+                    rows[v["index"]][mode][key] - rows[0][mode][key], nan_ok=True
+                )
+                assert d["sentence"].startswith(
+                    f"instruction {v['index']} - instruction 0 (the first of "
+                    f"experiment.from_file): {'' if mode == 'none' else mode + '-debiased '}{key}"
+                )
         # The paired difference rests on both arms' rows with the same document left out; 2 are too few.
         assert summaries[0].loo.ids == summaries[v["index"]].loo.ids
         d = v["none"]["spearman"]
-        assert d["interval"] is None and d["n_documents"] == 2 and "(2 documents: too few documents to tell)" in \
-            d["sentence"] and "distinguishable" not in d["sentence"]
-    assert "Each paraphrase minus instruction 0 (the first of experiment.from_file), paired on the same documents:" \
+        assert (
+            d["interval"] is None
+            and d["n_documents"] == 2
+            and "(2 documents: too few documents to tell)" in d["sentence"]
+            and "distinguishable" not in d["sentence"]
+        )
+    assert (
+        "Each paraphrase minus instruction 0 (the first of experiment.from_file), paired on the same documents:"
         in printed
-    assert "- instruction 2 - instruction 0 (the first of experiment.from_file): PairS Spearman (permutation-debiased) " \
-        in printed and "(2 documents: too few documents to tell)" in printed and "| 0 | " in printed
+    )
+    assert (
+        "- instruction 2 - instruction 0 (the first of experiment.from_file): PairS Spearman (permutation-debiased) "
+        in printed
+        and "(2 documents: too few documents to tell)" in printed
+        and "| 0 | " in printed
+    )
     assert "distinguishable" not in printed.replace("not distinguishable", "")
     assert (out / "summary.md").read_text().strip() in printed
 
@@ -191,12 +258,23 @@ def test_sensitivity_generates_paraphrases_with_the_optimizer(tmp_path, shared_d
     from harness.runtime.entry import run
 
     with OpenAIServer(script=scripted_completion) as srv:
-        cfg = _compose(_overrides(tmp_path, shared_data, "optimizer=api", f"optimizer.base_url={srv.url}",
-                                  "optimizer.model=scripted-loopback", "experiment.paraphrases=3"))
+        cfg = _compose(
+            _overrides(
+                tmp_path,
+                shared_data,
+                "optimizer=api",
+                f"optimizer.base_url={srv.url}",
+                "optimizer.model=scripted-loopback",
+                "experiment.paraphrases=3",
+            )
+        )
         res = run(cfg, tmp_path / "run")
     texts = (tmp_path / "run" / "paraphrases.txt").read_text().splitlines()
     assert res["n_instructions"] == len(texts) == 4  # the initial + 3 paraphrases
-    assert texts[0].startswith("Compare response candidate A and response candidate B overall.") and len(set(texts)) == 4
+    assert (
+        texts[0].startswith("Compare response candidate A and response candidate B overall.")
+        and len(set(texts)) == 4
+    )
     assert all("overall" in t for t in texts[1:])
 
 
@@ -208,10 +286,25 @@ def test_no_valid_paraphrase_is_one_line_and_exit_2_before_any_judging(tmp_path)
     from test_cli_errors import _assert_one_line_error
 
     out = tmp_path / "run"
-    r = run_in_process(["experiment=sensitivity", "model=tiny_llama", "task.docs=1", "task.max_candidates=2",
-                     "experiment.paraphrases=2", "optimizer.max_attempts=1", "optimizer.max_new_tokens=2",
-                     "progress=false", "wandb.mode=disabled", f"hydra.run.dir={out}"], tmp_path, timeout=600)
-    _assert_one_line_error(r, "no valid paraphrase came back", "all 2 requested paraphrases", "rejections.jsonl")
+    r = run_in_process(
+        [
+            "experiment=sensitivity",
+            "model=tiny_llama",
+            "task.docs=1",
+            "task.max_candidates=2",
+            "experiment.paraphrases=2",
+            "optimizer.max_attempts=1",
+            "optimizer.max_new_tokens=2",
+            "progress=false",
+            "wandb.mode=disabled",
+            f"hydra.run.dir={out}",
+        ],
+        tmp_path,
+        timeout=600,
+    )
+    _assert_one_line_error(
+        r, "no valid paraphrase came back", "all 2 requested paraphrases", "rejections.jsonl"
+    )
     assert (out / "rejections.jsonl").is_file()  # where the reasons are, as the line says
     assert not (out / "results.json").exists() and not (out / "instructions").exists()
 
@@ -234,16 +327,28 @@ def test_sensitivity_judges_every_instruction_in_one_call(tmp_path, shared_data,
     model = HFJudge(tiny_llama, device="cpu", dtype="float32", threads=1, prefix_reuse=True)
     log = CallLog(model)
     judge = CachedJudge(log, ScoreCache(tmp_path / "one.sqlite"), chunk=10**6)
-    rows = score_instructions(judge, docs, INSTRUCTIONS, aspect="overall", family="dialogue", max_candidates=4,
-                              shuffles=5, seed=0)
+    rows = score_instructions(
+        judge, docs, INSTRUCTIONS, aspect="overall", family="dialogue", max_candidates=4, shuffles=5, seed=0
+    )
     assert len(log.sizes) == 1 and log.sizes[0] == len(INSTRUCTIONS) * (12 + 1)
     alone = CachedJudge(model, ScoreCache(tmp_path / "each.sqlite"))
     for row, text in zip(rows, INSTRUCTIONS):
-        judgments, p_cf = judge_documents(alone, docs, aspect="overall", instruction=text, family="dialogue",
-                                          max_candidates=4, progress=False)
+        judgments, p_cf = judge_documents(
+            alone,
+            docs,
+            aspect="overall",
+            instruction=text,
+            family="dialogue",
+            max_candidates=4,
+            progress=False,
+        )
         summary = summarize(judgments, p_cf=p_cf, shuffles=5, seed=0)
-        _close({mode: {k: row[mode][k] for k in KEEP} for mode in summary},
-               {mode: {k: m[k] for k in KEEP} for mode, m in summary.items()})
-    keys = [{k for (k,) in sqlite3.connect(tmp_path / name).execute("SELECT key FROM scores")}
-            for name in ("one.sqlite", "each.sqlite")]
+        _close(
+            {mode: {k: row[mode][k] for k in KEEP} for mode in summary},
+            {mode: {k: m[k] for k in KEEP} for mode, m in summary.items()},
+        )
+    keys = [
+        {k for (k,) in sqlite3.connect(tmp_path / name).execute("SELECT key FROM scores")}
+        for name in ("one.sqlite", "each.sqlite")
+    ]
     assert keys[0] == keys[1] and len(keys[0]) == len(INSTRUCTIONS) * 13

@@ -42,8 +42,13 @@ def test_shard_spec_defaults_and_errors():
     assert shard_spec({}) == ShardSpec(0, 1)
     assert shard_spec({"num_shards": None, "shard_index": None}) == ShardSpec(0, 1)
     assert shard_spec({"num_shards": 4, "shard_index": 3}) == ShardSpec(3, 4)
-    for bad in ({"num_shards": 4, "shard_index": 4}, {"num_shards": 0}, {"num_shards": "2"},
-                {"num_shards": 2, "shard_index": -1}, {"num_shards": True}):
+    for bad in (
+        {"num_shards": 4, "shard_index": 4},
+        {"num_shards": 0},
+        {"num_shards": "2"},
+        {"num_shards": 2, "shard_index": -1},
+        {"num_shards": True},
+    ):
         with pytest.raises(ConfigError, match="task."):
             shard_spec(bad)
     with pytest.raises(ConfigError, match="holds no documents.*num_shards <= 2"):
@@ -57,8 +62,18 @@ def _judge_run(judge, docs, out, task_cfg):
 
     out.mkdir(parents=True)
     write_json_atomic(out / "config.json", {"task": task_cfg, "experiment": {"name": "judge"}})
-    return run_judge(judge, docs, task="summeval", aspect="coherence", instruction="Which is better? A or B.",
-                     family="summarization", out_dir=out, max_candidates=3, shuffles=5, progress=False)
+    return run_judge(
+        judge,
+        docs,
+        task="summeval",
+        aspect="coherence",
+        instruction="Which is better? A or B.",
+        family="summarization",
+        out_dir=out,
+        max_candidates=3,
+        shuffles=5,
+        progress=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +94,12 @@ def test_merged_shards_equal_the_unsharded_run(bs1_judge, shared_data, tmp_path)
     dirs = []
     for i in (2, 0, 1):  # any order on the command line
         spec = ShardSpec(i, 3)
-        _judge_run(bs1_judge, select_shard(docs, spec), tmp_path / f"shard-{i}",
-                   {**task, "num_shards": 3, "shard_index": i})
+        _judge_run(
+            bs1_judge,
+            select_shard(docs, spec),
+            tmp_path / f"shard-{i}",
+            {**task, "num_shards": 3, "shard_index": i},
+        )
         dirs.append(tmp_path / f"shard-{i}")
     merged = merge_shards(dirs, tmp_path / "merged")
     merged_rows = (tmp_path / "merged" / "judgments.jsonl").read_bytes()
@@ -101,8 +120,12 @@ def test_merged_shards_equal_the_unsharded_run(bs1_judge, shared_data, tmp_path)
         merge_shards([tmp_path / "nothing"], tmp_path / "m5")
     # A document in two shards: shard 1 judged with shard 0's first document as well.
     spec = ShardSpec(1, 3)
-    _judge_run(bs1_judge, [docs[0], *select_shard(docs, spec)], tmp_path / "overlap-1",
-               {**task, "num_shards": 3, "shard_index": 1})
+    _judge_run(
+        bs1_judge,
+        [docs[0], *select_shard(docs, spec)],
+        tmp_path / "overlap-1",
+        {**task, "num_shards": 3, "shard_index": 1},
+    )
     with pytest.raises(DataError, match=f"document {docs[0].id!r} is in shard 0 and shard 1"):
         merge_shards([tmp_path / "shard-0", tmp_path / "overlap-1", tmp_path / "shard-2"], tmp_path / "m6")
     assert not (tmp_path / "m6" / "results.json").exists()  # nothing written that looks complete
@@ -160,6 +183,7 @@ def test_children_started_while_held_never_act_on_the_preemption_signals(tmp_pat
     parent = os.getpid()
     old = signal.signal(signal.SIGUSR2, handler)
     try:
+
         def start() -> tuple[subprocess.Popen, int]:
             return subprocess.Popen(["sleep", "3"]), _forked_child(marker)
 

@@ -42,8 +42,13 @@ REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
 TINY = ["experiment=judge", "model=tiny_llama", "task=summeval", "progress=false", "experiment.shuffles=10"]
 # conf/hydra/launcher/slurm.yaml as shipped, with this cluster's site settings (1 node, 2 CPUs, no GPUs).
-SLURM = ["hydra/launcher=slurm", "hydra.launcher.partition=debug", "hydra.launcher.gpus_per_node=null",
-         "hydra.launcher.mem_gb=2", "hydra.launcher.cpus_per_task=1"]
+SLURM = [
+    "hydra/launcher=slurm",
+    "hydra.launcher.partition=debug",
+    "hydra.launcher.gpus_per_node=null",
+    "hydra.launcher.mem_gb=2",
+    "hydra.launcher.cpus_per_task=1",
+]
 OMP_LINE = "export OMP_NUM_THREADS=$((SLURM_CPUS_PER_TASK > 0 ? SLURM_CPUS_PER_TASK : 1))"
 SRUN_LINE = 'if [ -n "$SLURM_CPUS_PER_TASK" ]; then export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK; fi'
 
@@ -110,11 +115,17 @@ def test_sweep_configs_compose_with_their_grid_and_wandb_group():
         print("sweep configs not composed:", "; ".join(missing))
 
 
-
-@pytest.mark.parametrize("overrides,gpus", [
-    (["backend=vllm"], 1), (["backend=vllm", "backend.tensor_parallel_size=2"], 2),
-    (["backend=vllm", "backend.tensor_parallel_size=8"], 8), (["backend=hf"], 1), (["backend=api"], None),
-    (["backend=vllm", "backend.tensor_parallel_size=8", "hydra.launcher.gpus_per_node=null"], None)])
+@pytest.mark.parametrize(
+    "overrides,gpus",
+    [
+        (["backend=vllm"], 1),
+        (["backend=vllm", "backend.tensor_parallel_size=2"], 2),
+        (["backend=vllm", "backend.tensor_parallel_size=8"], 8),
+        (["backend=hf"], 1),
+        (["backend=api"], None),
+        (["backend=vllm", "backend.tensor_parallel_size=8", "hydra.launcher.gpus_per_node=null"], None),
+    ],
+)
 def test_slurm_launcher_gpus_follow_tensor_parallelism(overrides, gpus):
     """The launcher as instantiated (its sbatch parameters): GPUs per node = the engine's tensor
     parallel size (none for the API backend, whose model runs behind a server), and 8 CPUs / 64 GB of
@@ -130,6 +141,7 @@ def test_per_gpu_resolver_refuses_what_is_not_a_count():
     assert (per_gpu(8, 2), per_gpu("64", None), per_gpu(8, 0)) == (16, 64, 8)
     with pytest.raises(ConfigError, match="whole numbers"):
         per_gpu(8, "two")
+
 
 def _job_requests(overrides: list[str]) -> list[tuple[dict, list[int]]]:
     """What the login node submits for `-m <overrides>` under the shipped slurm launcher: the real
@@ -148,7 +160,9 @@ def _job_requests(overrides: list[str]) -> list[tuple[dict, list[int]]]:
         cfg = hydra.compose_config("config", ["hydra/launcher=slurm", *overrides], run_mode=RunMode.MULTIRUN)
         launcher = Plugins.instance().instantiate_launcher(
             hydra_context=HydraContext(config_loader=hydra.config_loader, callbacks=Callbacks(cfg)),
-            task_function=lambda c: None, config=cfg)
+            task_function=lambda c: None,
+            config=cfg,
+        )
         return job_requests(launcher, sweep_jobs(cfg))
 
 
@@ -157,12 +171,21 @@ def test_launcher_asks_each_job_for_its_own_gpus():
     job, so a sweep over tensor parallelism or over backends asks each job for what it needs, one job
     array per request. Control: a sweep whose jobs need the same goes out as one array."""
     tp = _job_requests(["experiment=judge", "backend=vllm", "backend.tensor_parallel_size=1,2"])
-    assert [(r["gpus_per_node"], r["cpus_per_task"], r["mem_gb"], jobs) for r, jobs in tp] == \
-        [(1, 8, 64, [0]), (2, 16, 128, [1])]
+    assert [(r["gpus_per_node"], r["cpus_per_task"], r["mem_gb"], jobs) for r, jobs in tp] == [
+        (1, 8, 64, [0]),
+        (2, 16, 128, [1]),
+    ]
     backends = _job_requests(["experiment=judge", "backend=api,vllm"])
     assert [(r["gpus_per_node"], jobs) for r, jobs in backends] == [(None, [0]), (1, [1])]
-    shards = _job_requests(["experiment=judge", "backend=vllm", "task.num_shards=3", "task.shard_index=range(3)",
-                            "task.aspect=coherence,fluency"])
+    shards = _job_requests(
+        [
+            "experiment=judge",
+            "backend=vllm",
+            "task.num_shards=3",
+            "task.shard_index=range(3)",
+            "task.aspect=coherence,fluency",
+        ]
+    )
     assert [(r["gpus_per_node"], jobs) for r, jobs in shards] == [(1, [0, 1, 2, 3, 4, 5])]
 
 
@@ -174,7 +197,9 @@ def test_docs_hub_commands_are_the_installed_hf_cli():
     if hf is None:
         pytest.skip("the hf CLI (huggingface_hub) is not installed")
     doc = (REPO / "docs" / "slurm.md").read_text()
-    lines = [line.split("#")[0].split() for line in doc.splitlines() if re.match(r"^(hf|huggingface-cli) ", line)]
+    lines = [
+        line.split("#")[0].split() for line in doc.splitlines() if re.match(r"^(hf|huggingface-cli) ", line)
+    ]
     assert lines and all(words[0] == "hf" for words in lines), lines
     assert "huggingface-cli" not in doc.replace("no `huggingface-cli`", "")
     for words in lines:
@@ -219,8 +244,10 @@ configuration is not available" (alone, without xdist, the node had both cores a
 
 
 def _slurm_conf_from_tool() -> None:
-    m = re.search(r"SLURM_CONF=(\S+)", subprocess.run(["bash", str(SLURM_TOOL), "env"], capture_output=True,
-                                                     text=True).stdout)
+    m = re.search(
+        r"SLURM_CONF=(\S+)",
+        subprocess.run(["bash", str(SLURM_TOOL), "env"], capture_output=True, text=True).stdout,
+    )
     if m and Path(m.group(1)).is_file():
         os.environ["SLURM_CONF"] = m.group(1)
 
@@ -236,10 +263,13 @@ def slurm_cluster():
             if not SLURM_TOOL.is_file():
                 pytest.skip(f"no SLURM cluster ({problem}) and no {SLURM_TOOL} to start one")
             env = {k: v for k, v in os.environ.items() if k not in START_ENV_DROPPED}
-            r = subprocess.run(["bash", str(SLURM_TOOL), "start"], capture_output=True, text=True, timeout=900,
-                               env=env)
+            r = subprocess.run(
+                ["bash", str(SLURM_TOOL), "start"], capture_output=True, text=True, timeout=900, env=env
+            )
             if r.returncode != 0:
-                pytest.skip(f"no SLURM cluster ({problem}); slurm-local.sh start failed: {r.stderr.strip()[-300:]}")
+                pytest.skip(
+                    f"no SLURM cluster ({problem}); slurm-local.sh start failed: {r.stderr.strip()[-300:]}"
+                )
             SLURM_STARTED.write_text("started by a test session\n")
             _slurm_conf_from_tool()
             problem = _cluster_problem()
@@ -257,15 +287,29 @@ def job_env(tmp_path, tiny_llama, shared_data) -> dict[str, str]:
 
     data = tmp_path / "data"
     ensure_data(data, mirror=shared_data, only=["summeval"])
-    return {**os.environ, "HARNESS_CACHE": str(tmp_path / "cache"), "HARNESS_DATA_DIR": str(data),
-            "HARNESS_DATA_MIRROR": str(shared_data), "HARNESS_MODEL_CACHE": str(Path(tiny_llama).parents[1]),
-            "WANDB_MODE": "offline", "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1", "PYTHON": sys.executable,
-            "HYDRA_FULL_ERROR": "1"}
+    return {
+        **os.environ,
+        "HARNESS_CACHE": str(tmp_path / "cache"),
+        "HARNESS_DATA_DIR": str(data),
+        "HARNESS_DATA_MIRROR": str(shared_data),
+        "HARNESS_MODEL_CACHE": str(Path(tiny_llama).parents[1]),
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "OMP_NUM_THREADS": "1",
+        "PYTHON": sys.executable,
+        "HYDRA_FULL_ERROR": "1",
+    }
 
 
 def _harness(args: list[str], env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "harness.run", *args], cwd=REPO, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness.run", *args],
+        cwd=REPO,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def _finish(proc: subprocess.Popen, what: str, timeout: int = 240) -> str:
@@ -286,8 +330,10 @@ def _reference_run(overrides: list[str], env: dict[str, str], out: Path, monkeyp
 
     for key in ("HARNESS_DATA_DIR", "HARNESS_DATA_MIRROR", "HARNESS_MODEL_CACHE"):
         monkeypatch.setenv(key, env[key])
-    return run(_compose([*overrides, "backend.threads=1", f"cache.path={out}.sqlite", "wandb.mode=disabled"], False),
-               out)
+    return run(
+        _compose([*overrides, "backend.threads=1", f"cache.path={out}.sqlite", "wandb.mode=disabled"], False),
+        out,
+    )
 
 
 def _cancel(sweep: Path, *procs: subprocess.Popen) -> None:
@@ -302,7 +348,9 @@ def _cancel(sweep: Path, *procs: subprocess.Popen) -> None:
         subprocess.run(["scancel", *arrays], capture_output=True, timeout=60)
 
 
-def _sweeps(grid: list[str], job_env: dict[str, str], tmp_path: Path, timeout: int = 600) -> tuple[Path, Path]:
+def _sweeps(
+    grid: list[str], job_env: dict[str, str], tmp_path: Path, timeout: int = 600
+) -> tuple[Path, Path]:
     """The same multirun through hydra/launcher=slurm and through the basic launcher, side by side,
     each with its own request cache (by environment, so both runs' overrides are the same). The SLURM
     multirun is a login-node process, as a user starts it; the basic launcher's is the same command
@@ -311,8 +359,12 @@ def _sweeps(grid: list[str], job_env: dict[str, str], tmp_path: Path, timeout: i
     env = {name: {**job_env, "HARNESS_CACHE": str(tmp_path / f"cache-{name}")} for name in dirs}
     slurm = _harness(["-m", *SLURM, *grid, f"hydra.sweep.dir={dirs['slurm']}"], env["slurm"])
     try:
-        local = run_in_process(["-m", *grid, f"hydra.sweep.dir={dirs['local']}"], tmp_path / "local-process",
-                               env=env["local"], timeout=timeout)
+        local = run_in_process(
+            ["-m", *grid, f"hydra.sweep.dir={dirs['local']}"],
+            tmp_path / "local-process",
+            env=env["local"],
+            timeout=timeout,
+        )
         assert local.returncode == 0, f"local multirun failed:\n{(local.stdout + local.stderr)[-3000:]}"
         log = _finish(slurm, "SLURM multirun", timeout)
     finally:
@@ -329,8 +381,9 @@ def _sbatch_wait(args: list[str], env: dict[str, str], timeout: int = 300) -> su
     itself polls after 2, 10 and then every 32 s (slurm's sbatch.c, MinJobAge 300 s): a 9 s job cost
     the test 10 s, a 12 s one 42 s. This polls `scontrol show job` every 0.25 s. A timeout cancels the
     job and raises subprocess.TimeoutExpired, as subprocess.run(timeout=...) did."""
-    r = subprocess.run(["sbatch", "--parsable", *args], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        ["sbatch", "--parsable", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
     if r.returncode != 0:
         return r
     job = r.stdout.strip().split(";")[0]
@@ -346,7 +399,16 @@ def _sbatch_wait(args: list[str], env: dict[str, str], timeout: int = 300) -> su
         time.sleep(0.25)
 
 
-_ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+_ENDED = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+}
 
 
 def _job_state(job: str) -> tuple[str, str]:
@@ -355,8 +417,12 @@ def _job_state(job: str) -> tuple[str, str]:
     fields = dict(f.split("=", 1) for f in r.stdout.split() if "=" in f) if r.returncode == 0 else {}
     if "JobState" in fields:
         return fields["JobState"], fields.get("ExitCode", "0:0")
-    r = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job, "-o", "State,ExitCode"], capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", job, "-o", "State,ExitCode"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     line = r.stdout.strip().splitlines()[:1]
     state, _, code = line[0].partition("|") if line else ("UNKNOWN", "", "0:0")
     return state.split()[0] if state else "UNKNOWN", code or "0:0"
@@ -379,9 +445,13 @@ def _collected(sweep: Path, env: dict[str, str]) -> str:
 
 def _shell_threads(setup: str, **env: str) -> str:
     """OMP_NUM_THREADS and SRUN_CPUS_PER_TASK after the setup lines, in bash with `env`."""
-    r = subprocess.run(["bash", "-c", f"{setup}\necho $OMP_NUM_THREADS ${{SRUN_CPUS_PER_TASK:-unset}}"],
-                       env={"PATH": os.environ["PATH"], **env},
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        ["bash", "-c", f"{setup}\necho $OMP_NUM_THREADS ${{SRUN_CPUS_PER_TASK:-unset}}"],
+        env={"PATH": os.environ["PATH"], **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()
 
@@ -389,8 +459,9 @@ def _shell_threads(setup: str, **env: str) -> str:
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_judge_sweep_on_slurm_equals_the_local_sweep(slurm_cluster, job_env, tmp_path):
-    slurm, local = _sweeps([*TINY, "task.docs=1", "task.max_candidates=3", "task.aspect=coherence,fluency"],
-                           job_env, tmp_path)
+    slurm, local = _sweeps(
+        [*TINY, "task.docs=1", "task.max_candidates=3", "task.aspect=coherence,fluency"], job_env, tmp_path
+    )
     table = _collected(slurm, job_env)
     assert table == _collected(local, job_env)
     assert [line.split("|")[1].strip() for line in table.splitlines()[2:4]] == ["coherence", "fluency"]
@@ -398,7 +469,9 @@ def test_judge_sweep_on_slurm_equals_the_local_sweep(slurm_cluster, job_env, tmp
     assert (slurm / "collect" / "table.csv").read_text() == (local / "collect" / "table.csv").read_text()
     assert (slurm / "collect" / "figures" / "none_spearman.png").stat().st_size > 0
     for job in ("0", "1"):
-        assert (slurm / job / "judgments.jsonl").read_bytes() == (local / job / "judgments.jsonl").read_bytes()
+        assert (slurm / job / "judgments.jsonl").read_bytes() == (
+            local / job / "judgments.jsonl"
+        ).read_bytes()
         assert list((slurm / job / "wandb").glob("offline-run-*")), "W&B offline run missing"
     # The sbatch script submitit wrote: the setup line as slurm.yaml has it, which the job's shell
     # expands to the CPUs SLURM gave the job (1 when it sets none).
@@ -417,10 +490,23 @@ def test_judge_sweep_on_slurm_equals_the_local_sweep(slurm_cluster, job_env, tmp
 def test_zepo_sweep_on_slurm_equals_the_local_sweep(slurm_cluster, job_env, tmp_path):
     # The default optimizer (local: the judge's own weights) paraphrases; the tiny random model's
     # paraphrases are rejected, which still exercises sampling, validation and the search's state.
-    slurm, local = _sweeps(["experiment=zepo", "model=tiny_llama", "task=summeval", "task.docs=2",
-                            "task.max_candidates=3", "experiment.search_docs=1", "experiment.population=2",
-                            "experiment.epochs=1", "experiment.shuffles=5", "progress=false",
-                            "task.aspect=coherence,fluency"], job_env, tmp_path)
+    slurm, local = _sweeps(
+        [
+            "experiment=zepo",
+            "model=tiny_llama",
+            "task=summeval",
+            "task.docs=2",
+            "task.max_candidates=3",
+            "experiment.search_docs=1",
+            "experiment.population=2",
+            "experiment.epochs=1",
+            "experiment.shuffles=5",
+            "progress=false",
+            "task.aspect=coherence,fluency",
+        ],
+        job_env,
+        tmp_path,
+    )
     table = _collected(slurm, job_env)
     assert table == _collected(local, job_env) and "initial/none/a_rate" in table.splitlines()[0]
     for job in ("0", "1"):
@@ -434,20 +520,38 @@ def test_abb_sweep_on_slurm_equals_the_local_sweep(slurm_cluster, job_env, tmp_p
     from harness.data.fetch import ensure_data
 
     ensure_data(job_env["HARNESS_DATA_DIR"], mirror=shared_data, only=["arena_bench"])  # as on a login node
-    slurm, local = _sweeps(["experiment=abb", "model=tiny_llama", "task=arena_bench", "task.offset=69", "task.docs=3",
-                            "experiment.models=[llama-13b,palm-2-chat-bison-001,claude-2.1]",
-                            "experiment.kinds=[formatting,swap]", "experiment.estimate=6", "experiment.verify=6",
-                            "experiment.jitter.samples=2", "experiment.bootstrap=20", "progress=false",
-                            "experiment.tau_fraction=0.0625,0.125"], job_env, tmp_path)
+    slurm, local = _sweeps(
+        [
+            "experiment=abb",
+            "model=tiny_llama",
+            "task=arena_bench",
+            "task.offset=69",
+            "task.docs=3",
+            "experiment.models=[llama-13b,palm-2-chat-bison-001,claude-2.1]",
+            "experiment.kinds=[formatting,swap]",
+            "experiment.estimate=6",
+            "experiment.verify=6",
+            "experiment.jitter.samples=2",
+            "experiment.bootstrap=20",
+            "progress=false",
+            "experiment.tau_fraction=0.0625,0.125",
+        ],
+        job_env,
+        tmp_path,
+    )
     for sweep in (slurm, local):  # the A-BB collect step, as docs/abb.md runs it
         _tool("harness.runtime.abb_sweep", [str(sweep)], job_env)
     table = (slurm / "collect" / "table.md").read_text()
     assert table == (local / "collect" / "table.md").read_text()
     assert table.startswith("| experiment.tau_fraction |")
     assert [line.split("|")[1].strip() for line in table.splitlines()[2:4]] == ["0.0625", "0.125"]
-    for job in ("0", "1"):  # judge_calls differ: local job 1 finds job 0's requests in its cache, SLURM's ran alongside
-        assert results_only(json.loads((slurm / job / "abb.json").read_text())) == \
-            results_only(json.loads((local / job / "abb.json").read_text()))
+    for job in (
+        "0",
+        "1",
+    ):  # judge_calls differ: local job 1 finds job 0's requests in its cache, SLURM's ran alongside
+        assert results_only(json.loads((slurm / job / "abb.json").read_text())) == results_only(
+            json.loads((local / job / "abb.json").read_text())
+        )
 
 
 def _cache_rows(path: Path) -> int:
@@ -466,11 +570,20 @@ def _job_cache(args: list[str], cache: Path, job: int = 0) -> Path:
     from harness.runtime.sweep import job_cache_path, sweep_jobs
 
     task = [a for a in args if a != "-m" and not a.startswith(("hydra.", "hydra/"))]
-    return job_cache_path(cache, "judge", sweep_jobs(OmegaConf.create({"hydra": {"overrides": {"task": task}}}))[job])
+    return job_cache_path(
+        cache, "judge", sweep_jobs(OmegaConf.create({"hydra": {"overrides": {"task": task}}}))[job]
+    )
 
 
-def _preempt_mid_run(args: list[str], env: dict[str, str], cache: Path, sweep: Path, what: str,
-                     start_s: int, finish_s: int = 240) -> int:
+def _preempt_mid_run(
+    args: list[str],
+    env: dict[str, str],
+    cache: Path,
+    sweep: Path,
+    what: str,
+    start_s: int,
+    finish_s: int = 240,
+) -> int:
     """Launch a multirun, send its SLURM job USR2 once its first chunk is committed to the job's own
     cache file beside `cache` (mid-run), let it finish; that file's rows at the signal. (The sweep's
     end folds it into `cache`.)"""
@@ -498,8 +611,14 @@ def test_preempted_job_requeues_and_resumes_from_its_cache(slurm_cluster, job_en
     # 3 docs x 20 ordered pairs + the content-free prompt = 61 requests, committed 2 at a time.
     cfg = [*TINY, "task.docs=3", "task.max_candidates=5", "backend.batch_size=1", "cache.chunk=2"]
     cache, sweep = tmp_path / "pre.sqlite", tmp_path / "pre"
-    rows_at_signal = _preempt_mid_run(["-m", *SLURM, *cfg, f"cache.path={cache}", f"hydra.sweep.dir={sweep}",
-                                       "wandb.mode=disabled"], job_env, cache, sweep, "multirun", 180)
+    rows_at_signal = _preempt_mid_run(
+        ["-m", *SLURM, *cfg, f"cache.path={cache}", f"hydra.sweep.dir={sweep}", "wandb.mode=disabled"],
+        job_env,
+        cache,
+        sweep,
+        "multirun",
+        180,
+    )
 
     attempts = read_attempts(sweep / "0")
     assert [a["status"] for a in attempts] == ["interrupted", "completed"], attempts
@@ -509,7 +628,9 @@ def test_preempted_job_requeues_and_resumes_from_its_cache(slurm_cluster, job_en
     assert sum(a["calls"] for a in attempts) == 61 == _cache_rows(cache)  # folded from the job's own file
     # Losing nothing: the resumed run wrote what an uninterrupted run writes.
     ref = _reference_run(cfg, job_env, tmp_path / "ref", monkeypatch)
-    assert (sweep / "0" / "judgments.jsonl").read_bytes() == (tmp_path / "ref" / "judgments.jsonl").read_bytes()
+    assert (sweep / "0" / "judgments.jsonl").read_bytes() == (
+        tmp_path / "ref" / "judgments.jsonl"
+    ).read_bytes()
     assert results_only(json.loads((sweep / "0" / "results.json").read_text())) == results_only(ref)
 
 
@@ -533,17 +654,40 @@ def test_preempted_vllm_job_requeues_once_and_resumes_equal(slurm_cluster, job_e
     # 6 docs x 30 ordered pairs + the content-free prompt (fewer distinct: equal candidate texts); the
     # judge hands the engine all of them, which schedules one a step and 32 of its tokens (chunked
     # prefill), so the run takes many steps and the signal lands mid-run.
-    cfg = [*(o if not o.startswith("model=") else "model=tiny_llama3" for o in TINY), "backend=vllm",
-           "backend.in_process=false", "task.docs=6", "task.max_candidates=6", "backend.engine_args.max_num_seqs=1",
-           "backend.engine_args.max_num_batched_tokens=32"]
+    cfg = [
+        *(o if not o.startswith("model=") else "model=tiny_llama3" for o in TINY),
+        "backend=vllm",
+        "backend.in_process=false",
+        "task.docs=6",
+        "task.max_candidates=6",
+        "backend.engine_args.max_num_seqs=1",
+        "backend.engine_args.max_num_batched_tokens=32",
+    ]
     cache, sweep = tmp_path / "pre.sqlite", tmp_path / "pre"
-    rows_at_signal = _preempt_mid_run(["-m", *SLURM, "hydra.launcher.mem_gb=4", *cfg, f"cache.path={cache}",
-                                       f"hydra.sweep.dir={sweep}", "wandb.mode=disabled"], job_env, cache, sweep,
-                                      "vLLM multirun", 300, 420)
+    rows_at_signal = _preempt_mid_run(
+        [
+            "-m",
+            *SLURM,
+            "hydra.launcher.mem_gb=4",
+            *cfg,
+            f"cache.path={cache}",
+            f"hydra.sweep.dir={sweep}",
+            "wandb.mode=disabled",
+        ],
+        job_env,
+        cache,
+        sweep,
+        "vLLM multirun",
+        300,
+        420,
+    )
 
     attempts = read_attempts(sweep / "0")
     assert [a["status"] for a in attempts] == ["interrupted", "completed"], attempts
-    assert [a["restart_count"] for a in attempts] == [0, 1]  # ONE requeue: the engine core did not requeue too
+    assert [a["restart_count"] for a in attempts] == [
+        0,
+        1,
+    ]  # ONE requeue: the engine core did not requeue too
     assert rows_at_signal <= attempts[0]["calls"] < _cache_rows(cache)
     assert sum(a["calls"] for a in attempts) == _cache_rows(cache)  # nothing scored twice
     for key in ("HARNESS_DATA_DIR", "HARNESS_DATA_MIRROR", "HARNESS_MODEL_CACHE"):
@@ -551,10 +695,18 @@ def test_preempted_vllm_job_requeues_once_and_resumes_equal(slurm_cluster, job_e
     ref_dir = tmp_path / "ref"
     # The unbroken run in this process with the engine in it too (the same model, dtype and settings
     # but where the engine runs: the same numbers, without the two engine processes' ~30 s start).
-    ref = run(_compose([*cfg, "backend.in_process=true", f"cache.path={tmp_path / 'ref.sqlite'}", "wandb.mode=disabled"],
-                       False), ref_dir)
+    ref = run(
+        _compose(
+            [*cfg, "backend.in_process=true", f"cache.path={tmp_path / 'ref.sqlite'}", "wandb.mode=disabled"],
+            False,
+        ),
+        ref_dir,
+    )
     assert ref["judge_calls"] == _cache_rows(cache)  # the unbroken run's distinct requests, all scored
-    (got, got_cf), (want, want_cf) = load_judgments(sweep / "0" / "judgments.jsonl"), load_judgments(ref_dir / "judgments.jsonl")
+    (got, got_cf), (want, want_cf) = (
+        load_judgments(sweep / "0" / "judgments.jsonl"),
+        load_judgments(ref_dir / "judgments.jsonl"),
+    )
     assert [(j.doc_id, j.a_id, j.b_id) for j in got] == [(j.doc_id, j.a_id, j.b_id) for j in want]
     worst = max(abs(g.p_a - w.p_a) for g, w in zip(got, want))
     assert worst < P_A_BOUND["float32"] and abs(got_cf - want_cf) < P_A_BOUND["float32"], worst
@@ -564,7 +716,10 @@ def test_preempted_vllm_job_requeues_once_and_resumes_equal(slurm_cluster, job_e
     for mode, metrics in ref["metrics"].items():
         for name, value in metrics.items():
             if isinstance(value, float):
-                assert resumed["metrics"][mode][name] == pytest.approx(value, abs=1e-3, nan_ok=True), (mode, name)
+                assert resumed["metrics"][mode][name] == pytest.approx(value, abs=1e-3, nan_ok=True), (
+                    mode,
+                    name,
+                )
 
 
 def _cache_files(cache: Path) -> list[Path]:
@@ -574,7 +729,8 @@ def _cache_files(cache: Path) -> list[Path]:
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_shard_sweep_names_a_failed_shard_reruns_only_it_and_merges_to_the_unsharded_run(
-        slurm_cluster, job_env, tmp_path, monkeypatch):
+    slurm_cluster, job_env, tmp_path, monkeypatch
+):
     """The one command: a 3-shard sweep on the shipped launcher. Shard 1's own cache file is blocked
     (a folder where the file goes): its job FAILED, one line naming the job, its log and its error;
     the sweep ends with one line naming it, exit 2, no traceback, no merged run. With the folder
@@ -592,8 +748,10 @@ def test_shard_sweep_names_a_failed_shard_reruns_only_it_and_merges_to_the_unsha
         _cancel(sweep, proc)
     assert proc.returncode == 2 and "Traceback" not in out, out[-3000:]
     failed = [line for line in out.splitlines() if re.search(r"\[job \d+_1 #1\] FAILED", line)]
-    assert failed and failed[-1].endswith(f"| error: job 1 (task.shard_index=1): {blocker}: is a folder, not a "
-                                          "SQLite file; set cache.path=... to a file path"), out[-3000:]
+    assert failed and failed[-1].endswith(
+        f"| error: job 1 (task.shard_index=1): {blocker}: is a folder, not a "
+        "SQLite file; set cache.path=... to a file path"
+    ), out[-3000:]
     log = re.search(r"log: (\S+)", failed[-1]).group(1)
     summary = out.rstrip().splitlines()[-1]
     assert summary.startswith("error: 1 of 3 jobs failed: job 1 (task.shard_index=1) FAILED (job ")
@@ -627,9 +785,20 @@ def test_jobs_that_need_other_resources_go_out_as_arrays_of_their_own(slurm_clus
     per request, and both jobs run."""
     sweep = tmp_path / "sweep"
     site = [o for o in SLURM if not o.startswith("hydra.launcher.cpus_per_task")]
-    proc = _harness(["-m", *site, "hydra.launcher.cpus_per_task=${backend.threads}", *TINY, "task.docs=1",
-                     "task.max_candidates=2", "backend.threads=1,2", "wandb.mode=disabled",
-                     f"hydra.sweep.dir={sweep}"], job_env)
+    proc = _harness(
+        [
+            "-m",
+            *site,
+            "hydra.launcher.cpus_per_task=${backend.threads}",
+            *TINY,
+            "task.docs=1",
+            "task.max_candidates=2",
+            "backend.threads=1,2",
+            "wandb.mode=disabled",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        job_env,
+    )
     try:
         _finish(proc, "sweep over backend.threads")
     finally:
@@ -649,10 +818,12 @@ def _site_dir(root: Path, model_folder: Path) -> Path:
     (site / "model").mkdir()
     (site / "hydra" / "launcher" / "mysite.yaml").write_text(
         "defaults:\n  - slurm        # the shipped conf/hydra/launcher/slurm.yaml\n  - _self_\n"
-        "partition: debug\ngpus_per_node: null\nmem_gb: 2\ncpus_per_task: 1\ncomment: mysite\n")
+        "partition: debug\ngpus_per_node: null\nmem_gb: 2\ncpus_per_task: 1\ncomment: mysite\n"
+    )
     (site / "model" / "mymodel.yaml").write_text(
         f"defaults:\n  - tiny_llama   # the shipped conf/model/tiny_llama.yaml\n  - _self_\n"
-        f"name: my-model\npath: {model_folder}\n")
+        f"name: my-model\npath: {model_folder}\n"
+    )
     return site
 
 
@@ -666,8 +837,9 @@ def test_site_config_dir_adds_a_launcher_and_a_model(tmp_path):
     site = _site_dir(tmp_path, tmp_path / "weights")
     overrides = ["hydra/launcher=mysite", "model=mymodel"]
     with initialize_config_dir(str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=[*overrides, f"hydra.searchpath=[file://{site}]"],
-                      return_hydra_config=True)
+        cfg = compose(
+            "config", overrides=[*overrides, f"hydra.searchpath=[file://{site}]"], return_hydra_config=True
+        )
         with pytest.raises(MissingConfigException, match="mymodel|mysite"):
             compose("config", overrides=overrides, return_hydra_config=True)
     launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
@@ -688,9 +860,22 @@ def test_site_config_dir_runs_a_sweep_on_slurm(slurm_cluster, job_env, tmp_path,
     prolog = tmp_path / "prolog.sh"
     prolog.write_text("#!/bin/sh\nsleep 6\n")
     prolog.chmod(0o755)
-    proc = _harness(["--config-dir", str(site), "-m", "hydra/launcher=mysite", *TINY, "model=mymodel,tiny_llama",
-                     "task.docs=1", "task.max_candidates=3", f"hydra.sweep.dir={sweep}", "wandb.mode=disabled",
-                     f"+hydra.launcher.srun_args=['--task-prolog={prolog}']"], job_env)
+    proc = _harness(
+        [
+            "--config-dir",
+            str(site),
+            "-m",
+            "hydra/launcher=mysite",
+            *TINY,
+            "model=mymodel,tiny_llama",
+            "task.docs=1",
+            "task.max_candidates=3",
+            f"hydra.sweep.dir={sweep}",
+            "wandb.mode=disabled",
+            f"+hydra.launcher.srun_args=['--task-prolog={prolog}']",
+        ],
+        job_env,
+    )
     try:
         log = _finish(proc, "site-config SLURM multirun", 300)
     finally:
@@ -723,14 +908,31 @@ def test_node_sbatch_requests_gpus(slurm_cluster, tmp_path):
     """On this GPU-less cluster the shipped script is refused for its GPU request (so it makes one),
     and the same submission with the GPU request set to 0 is accepted (`sbatch --test-only`, which
     needs the node up: `slurm_cluster` keeps other sessions from stopping it meanwhile)."""
-    base = ["sbatch", "--test-only", "--partition=debug", "--cpus-per-task=1", f"--output={tmp_path}/%j.out",
-            "--ntasks-per-node=2", "--mem-per-cpu=1G"]
-    r = subprocess.run([*base, str(REPO / "slurm" / "node.sbatch")], capture_output=True, text=True, timeout=60)
+    base = [
+        "sbatch",
+        "--test-only",
+        "--partition=debug",
+        "--cpus-per-task=1",
+        f"--output={tmp_path}/%j.out",
+        "--ntasks-per-node=2",
+        "--mem-per-cpu=1G",
+    ]
+    r = subprocess.run(
+        [*base, str(REPO / "slurm" / "node.sbatch")], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode != 0 and "Invalid generic resource" in r.stderr, r.stderr
-    r = subprocess.run([*base, "--gpus-per-task=0", str(REPO / "slurm" / "node.sbatch")], capture_output=True,
-                       text=True, timeout=60)
-    cpus = subprocess.run(["sinfo", "-h", "-o", "%c"], capture_output=True, text=True, timeout=60).stdout.split()
-    assert r.returncode == 0 and "to start at" in r.stderr, f"{r.stderr.strip()} (node CPUs: {cpus}; 2 tasks need 2)"
+    r = subprocess.run(
+        [*base, "--gpus-per-task=0", str(REPO / "slurm" / "node.sbatch")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    cpus = subprocess.run(
+        ["sinfo", "-h", "-o", "%c"], capture_output=True, text=True, timeout=60
+    ).stdout.split()
+    assert r.returncode == 0 and "to start at" in r.stderr, (
+        f"{r.stderr.strip()} (node CPUs: {cpus}; 2 tasks need 2)"
+    )
 
 
 @pytest.mark.slow
@@ -742,9 +944,20 @@ def test_node_job_runs_its_shards_side_by_side_and_merges(slurm_cluster, job_env
     out, log = tmp_path / "node", tmp_path / "node.out"
     env = {**job_env, "OUT": str(out), "WANDB_MODE": "disabled"}
     try:
-        r = _sbatch_wait(["--partition=debug", "--ntasks-per-node=2", "--cpus-per-task=1", "--mem-per-cpu=1G",
-                          "--gpus-per-task=0", "--time=10", f"--output={log}", str(REPO / "slurm" / "node.sbatch"),
-                          *cfg], env)
+        r = _sbatch_wait(
+            [
+                "--partition=debug",
+                "--ntasks-per-node=2",
+                "--cpus-per-task=1",
+                "--mem-per-cpu=1G",
+                "--gpus-per-task=0",
+                "--time=10",
+                f"--output={log}",
+                str(REPO / "slurm" / "node.sbatch"),
+                *cfg,
+            ],
+            env,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("node.sbatch did not finish in 300 s")
     text = log.read_text() if log.is_file() else ""
@@ -755,24 +968,40 @@ def test_node_job_runs_its_shards_side_by_side_and_merges(slurm_cluster, job_env
         shard_cfg = json.loads((out / f"shard-{i}" / "config.json").read_text())
         assert (shard_cfg["task"]["shard_index"], shard_cfg["task"]["num_shards"]) == (i, 2)
     ref = _reference_run(cfg, job_env, tmp_path / "ref", monkeypatch)
-    assert (out / "merged" / "judgments.jsonl").read_bytes() == (tmp_path / "ref" / "judgments.jsonl").read_bytes()
+    assert (out / "merged" / "judgments.jsonl").read_bytes() == (
+        tmp_path / "ref" / "judgments.jsonl"
+    ).read_bytes()
     assert results_only(json.loads((out / "merged" / "results.json").read_text())) == results_only(ref)
 
 
 @pytest.mark.slurm
-@pytest.mark.parametrize("site,said,advice", [
-    (["hydra.launcher.partition=debug"], "Invalid generic resource",
-     "partition debug has no GPUs for gpus_per_node=1: set hydra.launcher.partition=<a GPU partition>"),
-    (["hydra.launcher.gpus_per_node=null"], "invalid partition",  # the shipped `gpu`, not a partition here
-     "hydra.launcher.partition=gpu is not a partition here: set hydra.launcher.partition=<one of `sinfo -s`>")],
-    ids=["no-gpus", "no-such-partition"])
-def test_refused_sbatch_is_one_error_line_naming_the_setting(slurm_cluster, job_env, tmp_path, site, said, advice):
+@pytest.mark.parametrize(
+    "site,said,advice",
+    [
+        (
+            ["hydra.launcher.partition=debug"],
+            "Invalid generic resource",
+            "partition debug has no GPUs for gpus_per_node=1: set hydra.launcher.partition=<a GPU partition>",
+        ),
+        (
+            ["hydra.launcher.gpus_per_node=null"],
+            "invalid partition",  # the shipped `gpu`, not a partition here
+            "hydra.launcher.partition=gpu is not a partition here: set hydra.launcher.partition=<one of `sinfo -s`>",
+        ),
+    ],
+    ids=["no-gpus", "no-such-partition"],
+)
+def test_refused_sbatch_is_one_error_line_naming_the_setting(
+    slurm_cluster, job_env, tmp_path, site, said, advice
+):
     """sbatch refuses the array (the shipped GPU request on this GPU-less partition; a partition
     that does not exist): the login node prints one `error:` line (no traceback) with sbatch's words
     and the launcher setting to change, naming the value in use and never advising what is already
     set (gpus_per_node=null for a wrong partition name)."""
-    proc = _harness(["-m", "hydra/launcher=slurm", *site, *TINY, "task.docs=1",
-                     f"hydra.sweep.dir={tmp_path / 'sweep'}"], {**job_env, "HYDRA_FULL_ERROR": "0"})  # as a user has it
+    proc = _harness(
+        ["-m", "hydra/launcher=slurm", *site, *TINY, "task.docs=1", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+        {**job_env, "HYDRA_FULL_ERROR": "0"},
+    )  # as a user has it
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 2, out[-3000:]
     assert "Traceback" not in out

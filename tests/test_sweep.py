@@ -27,15 +27,31 @@ from harness.runtime.attempts import read_attempts
 from harness.runtime.sweep import job_cache_path, sweep_jobs
 
 REPO = Path(__file__).resolve().parents[1]
-SHARDED = ["experiment=judge", "model=tiny_llama", "task.docs=3", "task.max_candidates=3", "experiment.shuffles=5",
-           "backend.batch_size=1", "progress=false"]
+SHARDED = [
+    "experiment=judge",
+    "model=tiny_llama",
+    "task.docs=3",
+    "task.max_candidates=3",
+    "experiment.shuffles=5",
+    "backend.batch_size=1",
+    "progress=false",
+]
 """A tiny judge run; backend.batch_size=1 so a prompt's score cannot depend on its batch, which
 differs by shard: sharded equals unsharded bit for bit."""
 
 
 def _rows(path: Path, n: int = 3) -> list[dict]:
-    rows = [{"doc_id": f"d{d}", "source": f"source text {d}", "candidate_id": f"c{c}", "text": f"summary {d}{c}",
-             "scores": {"q": float(c + d)}} for d in range(2) for c in range(n)]
+    rows = [
+        {
+            "doc_id": f"d{d}",
+            "source": f"source text {d}",
+            "candidate_id": f"c{c}",
+            "text": f"summary {d}{c}",
+            "scores": {"q": float(c + d)},
+        }
+        for d in range(2)
+        for c in range(n)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return rows
 
@@ -49,9 +65,20 @@ def test_a_failing_job_is_named_the_others_run_and_collect_marks_the_table_parti
     _rows(ok), _rows(ok2)
     bad.write_text(ok.read_text().splitlines()[0] + "\n{not json\n")
     sweep = tmp_path / "sweep"
-    r = run_in_process(["-m", "experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={ok},{bad},{ok2}",
-                        "experiment.shuffles=5", "wandb.mode=disabled", "progress=false",
-                        f"hydra.sweep.dir={sweep}"], tmp_path)
+    r = run_in_process(
+        [
+            "-m",
+            "experiment=judge",
+            "model=tiny_llama",
+            "task=jsonl",
+            f"task.path={ok},{bad},{ok2}",
+            "experiment.shuffles=5",
+            "wandb.mode=disabled",
+            "progress=false",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 2, (r.stdout + r.stderr)[-3000:]
     assert "Traceback" not in r.stdout + r.stderr
     job_line, summary = _error_lines(r)  # the job's line as it failed, the sweep's last line
@@ -68,7 +95,10 @@ def test_a_failing_job_is_named_the_others_run_and_collect_marks_the_table_parti
     assert main(["table", str(sweep), "--out", str(out), "--no-figures"]) == 1  # partial: not 0
     table = (out / "table.md").read_text()
     assert len([line for line in table.splitlines() if line.startswith(f"| {tmp_path}")]) == 2
-    assert f"PARTIAL: 1 job(s) of the sweep have no row: job 1 (task.path={bad}): failed (its attempts.jsonl)" in table
+    assert (
+        f"PARTIAL: 1 job(s) of the sweep have no row: job 1 (task.path={bad}): failed (its attempts.jsonl)"
+        in table
+    )
     # harness-report's index.html: the same table, cell for cell, and the same PARTIAL caption; each
     # job's state from its own run directory; no shared setting the failed job did not have.
     from harness.report.cli import main as report
@@ -79,15 +109,21 @@ def test_a_failing_job_is_named_the_others_run_and_collect_marks_the_table_parti
     assert index["caption"] == lines[-1] and lines[-1].startswith("PARTIAL: 1 job(s)")
     assert f"partial table: 1 job(s) listed in {sweep / 'multirun.yaml'} have no row: job 1" in index["text"]
     assert [row[:3] for row in index["jobs"][1:]] == [
-        [str(k), f"task.path={path}", state] for k, path, state in
-        ((0, ok, "finished"), (1, bad, "failed (its attempts.jsonl)"), (2, ok2, "finished"))]
+        [str(k), f"task.path={path}", state]
+        for k, path, state in (
+            (0, ok, "finished"),
+            (1, bad, "failed (its attempts.jsonl)"),
+            (2, ok2, "finished"),
+        )
+    ]
     assert "3 jobs, 2 finished; shared settings:" in index["text"] and "task.path=" not in index["shared"]
     # The sweep of jobs 0 and 1 alone: task.path=ok is no shared setting, the failed job had bad.
     two = tmp_path / "two"
     shutil.copytree(sweep, two, ignore=shutil.ignore_patterns("2"))
     spec = OmegaConf.load(two / "multirun.yaml")
-    spec.hydra.overrides.task = [f"task.path={ok},{bad}" if o.startswith("task.path=") else o
-                                 for o in spec.hydra.overrides.task]
+    spec.hydra.overrides.task = [
+        f"task.path={ok},{bad}" if o.startswith("task.path=") else o for o in spec.hydra.overrides.task
+    ]
     OmegaConf.save(spec, two / "multirun.yaml")
     assert report([str(two)]) == 0
     assert "2 jobs, 1 finished" in index_page(two)["text"] and "task.path" not in index_page(two)["shared"]
@@ -105,9 +141,13 @@ def index_page(root: Path) -> dict:
     got = {"text": text(page), "shared": text(page.split("shared settings:", 1)[1].split("</p>", 1)[0])}
     for part in ("jobs", "collect"):
         block = page.split(f"<div id='{part}'>", 1)[1].split("</div>", 1)[0]
-        got[part] = [[text(c) for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", tr)]
-                     for tr in re.findall("<tr>(.*?)</tr>", block)]
-        got["caption"] = text(block.split("<p class='note'>", 1)[1].split("</p>", 1)[0]) if "class='note'" in block else ""
+        got[part] = [
+            [text(c) for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", tr)]
+            for tr in re.findall("<tr>(.*?)</tr>", block)
+        ]
+        got["caption"] = (
+            text(block.split("<p class='note'>", 1)[1].split("</p>", 1)[0]) if "class='note'" in block else ""
+        )
     return got
 
 
@@ -125,11 +165,21 @@ def _wandb(run_dir: Path) -> dict:
         elif kind == "config":
             config.update({k: v for k, v in rec["config"]["update"].items() if not k.startswith("_")})
         elif kind == "summary":
-            summary.update({k: v for k, v in rec["summary"]["update"].items()
-                            if not k.startswith("_") and not isinstance(v, str) and "artifact" not in k})
+            summary.update(
+                {
+                    k: v
+                    for k, v in rec["summary"]["update"].items()
+                    if not k.startswith("_") and not isinstance(v, str) and "artifact" not in k
+                }
+            )
         elif kind == "history":
-            history.append({k: v for k, v in rec["history"]["item"].items() if not k.startswith("_")
-                            and isinstance(v, int | float)})
+            history.append(
+                {
+                    k: v
+                    for k, v in rec["history"]["item"].items()
+                    if not k.startswith("_") and isinstance(v, int | float)
+                }
+            )
         elif kind == "artifact" and rec["artifact"]["type"] == "run-outputs":
             files = sorted(e["path"] for e in rec["artifact"]["manifest"]["contents"])
     return {"config": config, "summary": summary, "history": history, "files": files}
@@ -141,10 +191,16 @@ def shard_sweep(tmp_path_factory) -> Path:
     ends into <sweep>/merged. Its data dir is <sweep>/../data."""
     tmp = tmp_path_factory.mktemp("shards")
     sweep = tmp / "sweep"
-    r = run_in_process(["-m", *SHARDED, "task.num_shards=3", "task.shard_index=range(3)", f"hydra.sweep.dir={sweep}"],
-                       tmp / "sharded", env={"HARNESS_DATA_DIR": str(tmp / "data")})
+    r = run_in_process(
+        ["-m", *SHARDED, "task.num_shards=3", "task.shard_index=range(3)", f"hydra.sweep.dir={sweep}"],
+        tmp / "sharded",
+        env={"HARNESS_DATA_DIR": str(tmp / "data")},
+    )
     assert r.returncode == 0, r.stderr[-3000:]
-    assert f"merged shards 0..2 (jobs 0,1,2): 3 documents, 18 judgments -> {sweep / 'merged'}" in r.stdout + r.stderr
+    assert (
+        f"merged shards 0..2 (jobs 0,1,2): 3 documents, 18 judgments -> {sweep / 'merged'}"
+        in r.stdout + r.stderr
+    )
     return sweep
 
 
@@ -180,9 +236,14 @@ def test_shard_sweep_merges_at_its_end_into_the_unsharded_run(shard_sweep, tmp_p
     got_page, want_page = page_data(merged / "report.html"), page_data(full / "report.html")
     assert got_page["sets"] == want_page["sets"] and want_page["sets"][0]["prompt"]["skeletons"]
     # The unsharded command's overrides (as Hydra's sweeper spells them: `progress=False`).
-    keys = [[o.partition("=")[0] for o in json.loads((d / "overrides.json").read_text())] for d in (merged, full)]
+    keys = [
+        [o.partition("=")[0] for o in json.loads((d / "overrides.json").read_text())] for d in (merged, full)
+    ]
     assert keys[0] == keys[1]
-    assert json.loads((merged / "config.json").read_text())["task"] == json.loads((full / "config.json").read_text())["task"]
+    assert (
+        json.loads((merged / "config.json").read_text())["task"]
+        == json.loads((full / "config.json").read_text())["task"]
+    )
     # The W&B run: the same config (but where the caches are, and its name: `-merged`), summary,
     # history and files.
     got, ref = _wandb(merged), _wandb(full)
@@ -201,7 +262,9 @@ def test_shard_sweep_merges_at_its_end_into_the_unsharded_run(shard_sweep, tmp_p
     assert table.splitlines()[2].startswith("| merged |") and len(table.splitlines()) == 5
 
 
-def test_the_merged_run_shows_its_prompts_says_it_is_a_merge_and_joins_the_sweeps_group(shard_sweep, tmp_path):
+def test_the_merged_run_shows_its_prompts_says_it_is_a_merge_and_joins_the_sweeps_group(
+    shard_sweep, tmp_path
+):
     """merged/report.html holds every pair's prompt as harness-report renders it from the run's
     config.json; its header says the model calls are the shards', not an attempt's; its W&B run is
     in the shards' group, named as theirs with `-merged`."""
@@ -213,12 +276,17 @@ def test_the_merged_run_shows_its_prompts_says_it_is_a_merge_and_joins_the_sweep
 
     assert report([str(merged), "--out", str(tmp_path / "again")]) == 0
     assert page_data(tmp_path / "again" / "report.html")["sets"] == shown["sets"]
-    calls = sum(json.loads((shard_sweep / str(i) / "results.json").read_text())["judge_calls"] for i in range(3))
+    calls = sum(
+        json.loads((shard_sweep / str(i) / "results.json").read_text())["judge_calls"] for i in range(3)
+    )
     html = (merged / "report.html").read_text()
     assert "the model scored" not in html and "this run&#x27;s last attempt" not in html
     assert f"merged from 3 shards (merge.json); the shards&#x27; model calls together: {calls}" in html
     shard, whole = run_record(shard_sweep / "0"), run_record(merged)
-    assert shard["run_group"] == "/".join(shard_sweep.parts[-2:]) and whole.get("run_group") == shard["run_group"]
+    assert (
+        shard["run_group"] == "/".join(shard_sweep.parts[-2:])
+        and whole.get("run_group") == shard["run_group"]
+    )
     assert whole["display_name"] == shard["display_name"] + "-merged"
 
 
@@ -232,7 +300,8 @@ def test_the_sweep_index_counts_merged_shards_as_finished_jobs(shard_sweep):
     assert "3 jobs, 3 finished, 1 merged run of their shards; shared settings:" in index["text"]
     assert [row[:3] for row in index["jobs"][1:]] == [
         *([str(i), f"task.num_shards=3, task.shard_index={i}", "finished"] for i in range(3)),
-        ["merged", "–", "merged run"]]
+        ["merged", "–", "merged run"],
+    ]
     assert [row[0] for row in index["collect"]] == ["run", "merged"]
 
 
@@ -261,8 +330,15 @@ def test_failed_shard_is_named_nothing_merged_and_a_rerun_judges_only_it(tmp_pat
     Shard 1's file is blocked by a folder: the job fails in one line, the sweep names it, no merged
     run is written. With the folder gone, the same command judges only shard 1."""
     sweep = tmp_path / "sweep"
-    args = ["-m", *SHARDED, "task.num_shards=3", "task.shard_index=range(3)", "cache.per_job=true",
-            "wandb.mode=disabled", f"hydra.sweep.dir={sweep}"]
+    args = [
+        "-m",
+        *SHARDED,
+        "task.num_shards=3",
+        "task.shard_index=range(3)",
+        "cache.per_job=true",
+        "wandb.mode=disabled",
+        f"hydra.sweep.dir={sweep}",
+    ]
     # Job 1's overrides as Hydra's basic sweeper expands the command line, hence its cache file.
     task_overrides = [a for a in args[1:] if not a.startswith("hydra.")]
     job1 = sweep_jobs(OmegaConf.create({"hydra": {"overrides": {"task": task_overrides}}}))[1]
@@ -271,7 +347,9 @@ def test_failed_shard_is_named_nothing_merged_and_a_rerun_judges_only_it(tmp_pat
     r = run_in_process(args, tmp_path)
     assert r.returncode == 2, (r.stdout + r.stderr)[-3000:]
     summary = _error_lines(r)[-1]
-    assert summary.startswith(f"error: 1 of 3 jobs failed: job 1 (task.shard_index=1): {blocker}: is a folder"), summary
+    assert summary.startswith(
+        f"error: 1 of 3 jobs failed: job 1 (task.shard_index=1): {blocker}: is a folder"
+    ), summary
     assert not (sweep / "merged").exists()
     blocker.rmdir()
     r = run_in_process(args, tmp_path)
@@ -291,16 +369,38 @@ def test_experiments_whose_shards_cannot_merge_refuse_num_shards(tmp_path):
     """Refused with the config checks, before any file is written: no run folder is left behind."""
     for experiment, extra in (("zepo", []), ("abb", ["task=arena_bench", "task.shard_index=1"])):
         run_dir = tmp_path / experiment
-        r = run_in_process([f"experiment={experiment}", "model=tiny_llama", *extra, "task.num_shards=2",
-                            "wandb.mode=disabled", f"hydra.run.dir={run_dir}"], tmp_path)
+        r = run_in_process(
+            [
+                f"experiment={experiment}",
+                "model=tiny_llama",
+                *extra,
+                "task.num_shards=2",
+                "wandb.mode=disabled",
+                f"hydra.run.dir={run_dir}",
+            ],
+            tmp_path,
+        )
         assert r.returncode == 2 and _error_lines(r) == [
             "error: task.num_shards=2: only experiment=judge is split into document shards and merged back; run "
-            f"experiment={experiment} whole (task.num_shards=1) - docs/slurm.md says why"], (r.stdout + r.stderr)[-2000:]
+            f"experiment={experiment} whole (task.num_shards=1) - docs/slurm.md says why"
+        ], (r.stdout + r.stderr)[-2000:]
         assert not run_dir.exists(), sorted(p.name for p in run_dir.iterdir())
     # Before any job: the multirun is refused as a whole (the sweep-end callback's start).
-    r = run_in_process(["-m", "experiment=abb", "model=tiny_llama", "task=arena_bench", "task.num_shards=2",
-                        "task.shard_index=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
-    assert r.returncode == 2 and _error_lines(r)[-1].startswith("error: refused before any job: task.num_shards=2: only")
+    r = run_in_process(
+        [
+            "-m",
+            "experiment=abb",
+            "model=tiny_llama",
+            "task=arena_bench",
+            "task.num_shards=2",
+            "task.shard_index=0,1",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
+        tmp_path,
+    )
+    assert r.returncode == 2 and _error_lines(r)[-1].startswith(
+        "error: refused before any job: task.num_shards=2: only"
+    )
     assert not (tmp_path / "sweep" / "0").exists()
 
 
@@ -308,6 +408,11 @@ def test_override_key_reads_every_spelling_of_a_key():
     """The one parse every sweep helper uses (job names, shard groups, cache files, launcher requests)."""
     from harness.runtime.sweep import override_key, varying
 
-    assert [override_key(o) for o in ("task.docs=3", "+task.x=1", "++task.x=a=b", "~task.y", "seed")] == \
-        ["task.docs", "task.x", "task.x", "task.y", "seed"]
+    assert [override_key(o) for o in ("task.docs=3", "+task.x=1", "++task.x=a=b", "~task.y", "seed")] == [
+        "task.docs",
+        "task.x",
+        "task.x",
+        "task.y",
+        "seed",
+    ]
     assert varying([["+seed=0", "task.docs=3"], ["++seed=1", "task.docs=3"]]) == {"seed"}

@@ -9,8 +9,10 @@ from harness.runtime.tracking import Tracker
 
 
 def test_redact_hides_secret_values_but_keeps_names_and_counts():
-    cfg = {"backend": {"api_key": "sk-live-123", "api_key_env": "OPENAI_API_KEY", "hf_token": "hf_abc"},
-           "optimizer": {"max_new_tokens": 160, "top_logprobs": 20}}
+    cfg = {
+        "backend": {"api_key": "sk-live-123", "api_key_env": "OPENAI_API_KEY", "hf_token": "hf_abc"},
+        "optimizer": {"max_new_tokens": 160, "top_logprobs": 20},
+    }
     out = redact(cfg)
     assert out["backend"]["api_key"] == "<redacted>" and out["backend"]["hf_token"] == "<redacted>"
     assert out["backend"]["api_key_env"] == "OPENAI_API_KEY"

@@ -12,18 +12,27 @@ import pytest
 from conftest import run_in_process
 from test_cli_errors import _assert_one_line_error
 
-BASE = ["experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2", "wandb.mode=disabled",
-        "progress=false"]
+BASE = [
+    "experiment=judge",
+    "model=tiny_llama",
+    "task.docs=1",
+    "task.max_candidates=2",
+    "wandb.mode=disabled",
+    "progress=false",
+]
 
 
-@pytest.mark.parametrize("extra, key", [
-    (["+task.doc=77123"], "task.doc"),
-    (["+experiment.foo=77123"], "experiment.foo"),
-    (["+experiment.instruction.tex=77123"], "experiment.instruction.tex"),
-    (["backend=api", "+backend.api_kye_env=77123"], "backend.api_kye_env"),
-    (["+cache.chunks=77123"], "cache.chunks"),
-    (["+seeds=77123"], "seeds"),
-])
+@pytest.mark.parametrize(
+    "extra, key",
+    [
+        (["+task.doc=77123"], "task.doc"),
+        (["+experiment.foo=77123"], "experiment.foo"),
+        (["+experiment.instruction.tex=77123"], "experiment.instruction.tex"),
+        (["backend=api", "+backend.api_kye_env=77123"], "backend.api_kye_env"),
+        (["+cache.chunks=77123"], "cache.chunks"),
+        (["+seeds=77123"], "seeds"),
+    ],
+)
 def test_an_unknown_key_added_with_plus_is_one_line_and_exit_2(tmp_path, extra, key):
     out = tmp_path / "run"
     r = run_in_process([*BASE, *extra, f"hydra.run.dir={out}"], tmp_path, timeout=300)
@@ -38,8 +47,9 @@ def test_without_plus_hydra_refuses_it_and_known_keys_with_plus_plus_still_run(t
     r = run_in_process([*BASE, "task.doc=5", f"hydra.run.dir={tmp_path / 'typo'}"], tmp_path, timeout=300)
     _assert_one_line_error(r, "task.doc")
     out = tmp_path / "run"
-    r = run_in_process([*BASE, "++task.docs=1", "experiment.shuffles=3", f"hydra.run.dir={out}"], tmp_path,
-                    timeout=300)
+    r = run_in_process(
+        [*BASE, "++task.docs=1", "experiment.shuffles=3", f"hydra.run.dir={out}"], tmp_path, timeout=300
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert (out / "results.json").is_file()
 
@@ -52,8 +62,14 @@ def _in_folder(args: list[str], folder: Path):
     return run(args, folder, timeout=300, repo=folder, base_env=_run_env(folder, None))
 
 
-@pytest.mark.parametrize("typo, meant", [("task.doc=5", "task.docs"), ("+task.doc=5", "task.docs"),
-                                         ("experiment.shufles=3", "experiment.shuffles")])
+@pytest.mark.parametrize(
+    "typo, meant",
+    [
+        ("task.doc=5", "task.docs"),
+        ("+task.doc=5", "task.docs"),
+        ("experiment.shufles=3", "experiment.shuffles"),
+    ],
+)
 def test_a_typo_gets_the_key_it_meant_and_leaves_no_outputs_folder(tmp_path, typo, meant):
     """Typed in a folder: one line with "did you mean <key>?" (not Hydra's advice to add the key with
     '+', which only moves the refusal), exit 2, and no outputs/ left behind by the refused run.

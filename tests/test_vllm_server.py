@@ -65,15 +65,23 @@ def serve_judge(args: list[str], port: int, log) -> Iterator[str]:
     yields its /v1 URL and stops it (its whole process group) afterwards."""
     cmd = [sys.executable, "-m", "harness.judges.serve", *args]
     with log.open("w") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO,
-                                preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=REPO,
+            preexec_fn=_die_with_parent,
+        )
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _healthy(f"http://127.0.0.1:{port}/health"):
             if proc.poll() is not None:
                 pytest.fail(f"the vLLM server exited with {proc.returncode}: {log.read_text()[-2000:]}")
             if time.monotonic() > deadline:
-                pytest.fail(f"the vLLM server did not come up within {START_TIMEOUT_S} s: {log.read_text()[-2000:]}")
+                pytest.fail(
+                    f"the vLLM server did not come up within {START_TIMEOUT_S} s: {log.read_text()[-2000:]}"
+                )
             time.sleep(2)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
@@ -87,13 +95,24 @@ def serve_judge(args: list[str], port: int, log) -> Iterator[str]:
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_api_judge_on_vllms_server_equals_the_offline_engine(vllm_server, vllm_judge, smollm2_path, coherence_pairs):
-    judge = ApiJudge("smollm2", vllm_server, logprob_mode="exact", tokenizer=str(smollm2_path), api_key_env=None,
-                     concurrency=4, timeout_s=120)
+def test_api_judge_on_vllms_server_equals_the_offline_engine(
+    vllm_server, vllm_judge, smollm2_path, coherence_pairs
+):
+    judge = ApiJudge(
+        "smollm2",
+        vllm_server,
+        logprob_mode="exact",
+        tokenizer=str(smollm2_path),
+        api_key_env=None,
+        concurrency=4,
+        timeout_s=120,
+    )
     got, want = judge.score_pairs(coherence_pairs), vllm_judge.score_pairs(coherence_pairs)
     # The same answer ids; the server does not tell its vocabulary size, so the uniform-logits check
     # (AnswerTokens.vocab_size) is the offline engine's alone.
-    assert judge.mode == "exact" and replace(judge.answers, vocab_size=None) == replace(vllm_judge.answers, vocab_size=None)
+    assert judge.mode == "exact" and replace(judge.answers, vocab_size=None) == replace(
+        vllm_judge.answers, vocab_size=None
+    )
     worst = max(abs(g.p_a - w.p_a) for g, w in zip(got, want))
     print(f"\nvLLM server vs offline engine, {len(coherence_pairs)} prompts: max |dP(A)| {worst:.2e}")
     # Both float32 (the CPU default); measured 5e-6: batches differ between the two.
@@ -106,8 +125,11 @@ def test_api_judge_on_vllms_server_equals_the_offline_engine(vllm_server, vllm_j
     # The server's own prefix cache served the documents' shared chat header + source.
     with urllib.request.urlopen(vllm_server.removesuffix("/v1") + "/metrics", timeout=10) as r:
         metrics = r.read().decode()
-    hits = sum(float(line.split()[-1]) for line in metrics.splitlines()
-               if line.startswith("vllm:prefix_cache_hits_total"))
+    hits = sum(
+        float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith("vllm:prefix_cache_hits_total")
+    )
     assert hits > 0
 
 
@@ -115,7 +137,9 @@ def test_api_judge_on_vllms_server_equals_the_offline_engine(vllm_server, vllm_j
 @pytest.mark.slow
 def test_top_logprobs_mode_on_vllms_server(vllm_server, vllm_judge, coherence_pairs):
     """Plain OpenAI top_logprobs (no vLLM extension): labels looked up by text in the top 20."""
-    judge = ApiJudge("smollm2", vllm_server, logprob_mode="top", api_key_env=None, concurrency=4, timeout_s=120)
+    judge = ApiJudge(
+        "smollm2", vllm_server, logprob_mode="top", api_key_env=None, concurrency=4, timeout_s=120
+    )
     got, want = judge.score_pairs(coherence_pairs[:6]), vllm_judge.score_pairs(coherence_pairs[:6])
     for g, w in zip(got, want):
         for key, value in g.token_logprobs.items():  # whatever the top 20 held is the exact value
@@ -129,20 +153,42 @@ def test_top_logprobs_mode_on_vllms_server(vllm_server, vllm_judge, coherence_pa
 def test_a_server_that_never_comes_up_is_one_line_through_the_cli(tmp_path):
     port = _free_port()  # nothing listens there
     out = tmp_path / "run"
-    r = run_harness(["experiment=judge", "model=tiny_llama", "backend=api", f"backend.base_url=http://127.0.0.1:{port}/v1",
-                     "backend.api_key_env=null", "backend.max_retries=1", "backend.timeout_s=5", "task.docs=1",
-                     "task.max_candidates=2", f"hydra.run.dir={out}", "wandb.mode=disabled"], tmp_path, timeout=300)
+    r = run_harness(
+        [
+            "experiment=judge",
+            "model=tiny_llama",
+            "backend=api",
+            f"backend.base_url=http://127.0.0.1:{port}/v1",
+            "backend.api_key_env=null",
+            "backend.max_retries=1",
+            "backend.timeout_s=5",
+            "task.docs=1",
+            "task.max_candidates=2",
+            f"hydra.run.dir={out}",
+            "wandb.mode=disabled",
+        ],
+        tmp_path,
+        timeout=300,
+    )
     _assert_one_line_error(r, f"127.0.0.1:{port}", "cannot connect", "is the server up?")
     assert not (out / "results.json").exists() and not (out / "judgments.jsonl").exists()
-    attempts = [json.loads(line) for line in (out / "attempts.jsonl").read_text().splitlines()] \
-        if (out / "attempts.jsonl").exists() else []
+    attempts = (
+        [json.loads(line) for line in (out / "attempts.jsonl").read_text().splitlines()]
+        if (out / "attempts.jsonl").exists()
+        else []
+    )
     assert all(a.get("status") != "completed" for a in attempts)
 
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HARNESS_MODEL_CACHE": os.environ.get("HARNESS_MODEL_CACHE", str(Path.home() / ".cache" / "harness")),
-           **(env or {})}
-    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "HARNESS_MODEL_CACHE": os.environ.get("HARNESS_MODEL_CACHE", str(Path.home() / ".cache" / "harness")),
+        **(env or {}),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_resolve_prints_a_conf_models_folder_and_refuses_an_unknown_name(tiny_llama):
@@ -176,13 +222,17 @@ def test_serve_settings_on_cpu_and_on_gpu(smollm2_path):
     assert "--gpu-memory-utilization" not in cpu.stdout.split()
 
 
-@pytest.mark.parametrize("args, said", [
-    (["--port", "99999"], "--port 99999 is not a TCP port"),
-    (["--port", "-1"], "--port -1 is not a TCP port"),
-    (["--print", "--port", "99999"], "--port 99999 is not a TCP port"),
-    (["--print", "--", "--port", "70000"], "-- --port 70000 is not a TCP port"),
-    (["--print", "--", "--api-key", "sk-servekey0123456789"], "export VLLM_API_KEY"),
-], ids=["port", "negative port", "port, --print", "port after --, --print", "api key after --, --print"])
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--port", "99999"], "--port 99999 is not a TCP port"),
+        (["--port", "-1"], "--port -1 is not a TCP port"),
+        (["--print", "--port", "99999"], "--port 99999 is not a TCP port"),
+        (["--print", "--", "--port", "70000"], "-- --port 70000 is not a TCP port"),
+        (["--print", "--", "--api-key", "sk-servekey0123456789"], "export VLLM_API_KEY"),
+    ],
+    ids=["port", "negative port", "port, --print", "port after --, --print", "api key after --, --print"],
+)
 def test_serve_refuses_a_port_out_of_range_and_a_key_on_the_command_line(args, said):
     """`--port 99999` failed once vLLM had loaded, with its OverflowError traceback; `--print` printed
     commands that cannot run (ports 99999 and -1) or that hold the key (`-- --api-key sk-...`). Now
@@ -191,6 +241,14 @@ def test_serve_refuses_a_port_out_of_range_and_a_key_on_the_command_line(args, s
     r = _cli("harness.judges.serve", "smollm2", "--device", "cpu", *args)
     _assert_one_line_error(r, said)
     assert r.stdout == "" and "sk-servekey" not in r.stderr
-    ok = _cli("harness.judges.serve", "smollm2", "--device", "cpu", "--print", "--port", "65535",
-              env={"VLLM_API_KEY": "sk-servekey0123456789"})
+    ok = _cli(
+        "harness.judges.serve",
+        "smollm2",
+        "--device",
+        "cpu",
+        "--print",
+        "--port",
+        "65535",
+        env={"VLLM_API_KEY": "sk-servekey0123456789"},
+    )
     assert ok.returncode == 0 and "--port 65535" in ok.stdout and "sk-servekey" not in ok.stdout + ok.stderr

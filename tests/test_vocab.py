@@ -13,8 +13,14 @@ from harness.judging import build_requests
 from harness.models.vocab import llama3_tokenizer, mistral_v01_tokenizer
 from harness.prompts import default_instruction
 
-TEXTS = ["Hello world!", "  leading spaces\n\n\ttabs and newlines\r\n", "Numbers 1234567 and 3.14159",
-         "Unicode: café, naïve, 日本語, emoji 🙂", "don't won't I'LL we've", "a" * 40 + " " + "b" * 30]
+TEXTS = [
+    "Hello world!",
+    "  leading spaces\n\n\ttabs and newlines\r\n",
+    "Numbers 1234567 and 3.14159",
+    "Unicode: café, naïve, 日本語, emoji 🙂",
+    "don't won't I'LL we've",
+    "a" * 40 + " " + "b" * 30,
+]
 
 
 @pytest.fixture(scope="module")
@@ -22,8 +28,13 @@ def prompts(shared_data):
     from harness.data import load_task
 
     docs = load_task("summeval", data_dir=shared_data, limit=2)
-    requests, _ = build_requests(docs, default_instruction("coherence", "summarization"), "summarization",
-                                 "coherence", max_candidates=3)
+    requests, _ = build_requests(
+        docs,
+        default_instruction("coherence", "summarization"),
+        "summarization",
+        "coherence",
+        max_candidates=3,
+    )
     return [r.prompt for r in requests]
 
 
@@ -38,13 +49,25 @@ def test_llama3_matches_metas_tokenizer(prompts):
         assert tok.encode(text, add_special_tokens=False) == meta.encode(text, bos=False, eos=False), text
 
     def header(role: str) -> list[int]:
-        return [128006, *meta.encode(role, bos=False, eos=False), 128007, *meta.encode("\n\n", bos=False, eos=False)]
+        return [
+            128006,
+            *meta.encode(role, bos=False, eos=False),
+            128007,
+            *meta.encode("\n\n", bos=False, eos=False),
+        ]
 
     for prompt in prompts:
-        text = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                       tokenize=False)
+        text = tok.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+        )
         ids = tok(text, add_special_tokens=False)["input_ids"]
-        ref = [128000, *header("user"), *meta.encode(prompt.strip(), bos=False, eos=False), 128009, *header("assistant")]
+        ref = [
+            128000,
+            *header("user"),
+            *meta.encode(prompt.strip(), bos=False, eos=False),
+            128009,
+            *header("assistant"),
+        ]
         assert ids == ref
 
 
@@ -62,7 +85,9 @@ def test_mistral_matches_mistral_common(prompts):
         for content in (prompt.rstrip(), prompt):
             text = tok.apply_chat_template([{"role": "user", "content": content}], tokenize=False)
             ids = tok(text, add_special_tokens=False)["input_ids"]
-            ref = ref_tok.encode_chat_completion(ChatCompletionRequest(messages=[UserMessage(content=content)])).tokens
+            ref = ref_tok.encode_chat_completion(
+                ChatCompletionRequest(messages=[UserMessage(content=content)])
+            ).tokens
             assert ids == ref
         assert tok.convert_ids_to_tokens(ids[-5:-3]) == ["▁", "▁["]
 
@@ -102,7 +127,10 @@ def test_a_wrong_setting_is_caught():
     wrong = LlamaTokenizerFast.from_pretrained(str(src), legacy=False)
     wrong.chat_template = mistral_v01_tokenizer().chat_template
     text = wrong.apply_chat_template([{"role": "user", "content": "Which is better?"}], tokenize=False)
-    ref = MistralTokenizer.v1().encode_chat_completion(
-        ChatCompletionRequest(messages=[UserMessage(content="Which is better?")])).tokens
+    ref = (
+        MistralTokenizer.v1()
+        .encode_chat_completion(ChatCompletionRequest(messages=[UserMessage(content="Which is better?")]))
+        .tokens
+    )
     assert wrong(text, add_special_tokens=False)["input_ids"] != ref
     shutil.rmtree(src)

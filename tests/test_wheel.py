@@ -40,8 +40,11 @@ def test_pyproject_lists_every_package():
     folder of harness/ with Python files must be in the list, or the wheel silently lacks it."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     listed = set(project["tool"]["setuptools"]["packages"])
-    found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "harness").rglob("*.py")
-             if "__pycache__" not in p.parts}
+    found = {
+        ".".join(p.parent.relative_to(REPO).parts)
+        for p in (REPO / "harness").rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
     assert found - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
     assert project["tool"]["setuptools"]["package-dir"]["harness.conf"] == "conf"
     assert project["project"]["name"] != "harness"  # PyPI's `harness` is another project
@@ -79,10 +82,14 @@ def test_wheel_installs_and_runs_from_an_empty_directory(tmp_path):
     env.pop("PYTHONPATH", None)  # the tests' checkout must not shadow the wheel
     env.pop("HARNESS_DATA_MIRROR", None)  # the row names the mirror itself
     env["PIP_NO_INDEX"] = "1"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300
+    )
     py = venv / "bin" / "python"
     # The venv's bundled setuptools would shadow the system's newer one, which torch's metadata needs.
-    subprocess.run([str(py), "-m", "pip", "uninstall", "-q", "-y", "setuptools"], env=env, check=True, timeout=300)
+    subprocess.run(
+        [str(py), "-m", "pip", "uninstall", "-q", "-y", "setuptools"], env=env, check=True, timeout=300
+    )
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     for step in readme_wheel_row():
         words = step.replace("'", "").split()
@@ -93,8 +100,14 @@ def test_wheel_installs_and_runs_from_an_empty_directory(tmp_path):
         words = [str(SHARED_DATA) if w == "DIR" else w for w in words]
         r = subprocess.run(words, cwd=src, env=env, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, f"{step}: {r.stderr[-3000:]}"
-    r = subprocess.run([str(py), "-c", "import harness.confdir as c; print(c.__file__); print(c.conf_dir())"],
-                       cwd=empty, env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [str(py), "-c", "import harness.confdir as c; print(c.__file__); print(c.conf_dir())"],
+        cwd=empty,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     module, conf = r.stdout.split()
     site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
@@ -110,16 +123,32 @@ def test_wheel_installs_and_runs_from_an_empty_directory(tmp_path):
 
     # A first result: the default judge (SmolLM2) on one document, then a tiny run to compare with.
     sweep = tmp_path / "sweep"
-    first = run("harness-run", "experiment=judge", "task.docs=1", "task.max_candidates=2", "experiment.shuffles=2",
-                f"hydra.run.dir={sweep / '0'}")
+    first = run(
+        "harness-run",
+        "experiment=judge",
+        "task.docs=1",
+        "task.max_candidates=2",
+        "experiment.shuffles=2",
+        f"hydra.run.dir={sweep / '0'}",
+    )
     assert f"run directory: {sweep / '0'}" in first.stdout
-    run("harness-run", "experiment=judge", "model=tiny_llama", "task.docs=1", "task.max_candidates=2",
-        "experiment.shuffles=2", f"hydra.run.dir={sweep / '1'}")
+    run(
+        "harness-run",
+        "experiment=judge",
+        "model=tiny_llama",
+        "task.docs=1",
+        "task.max_candidates=2",
+        "experiment.shuffles=2",
+        f"hydra.run.dir={sweep / '1'}",
+    )
     for job in ("0", "1"):
         assert (sweep / job / "results.json").is_file() and (sweep / job / "report.html").is_file()
     assert list(empty.iterdir()) == [], "a run wrote into the current folder"
     (sweep / "0" / "report.html").unlink()
-    assert "report:" in run("harness-report", str(sweep / "0")).stdout and (sweep / "0" / "report.html").is_file()
+    assert (
+        "report:" in run("harness-report", str(sweep / "0")).stdout
+        and (sweep / "0" / "report.html").is_file()
+    )
     assert "B - A" in run("harness-compare", str(sweep / "0"), str(sweep / "1"), "--bootstrap", "20").stdout
     run("harness-collect", "table", str(sweep), "--no-figures")
     assert (sweep / "collect" / "table.md").is_file()
@@ -131,17 +160,33 @@ def test_wheel_installs_and_runs_from_an_empty_directory(tmp_path):
     # The benchmarks ship too: the console script lists every subcommand (harness.bench.cli).
     from harness.bench.cli import SUBCOMMANDS
 
-    r = subprocess.run(["harness-bench", "--help"], cwd=empty, env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        ["harness-bench", "--help"], cwd=empty, env=env, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     listed = {line.split()[0] for line in r.stdout.splitlines() if line.startswith("    ") and line.split()}
     assert set(SUBCOMMANDS) <= listed, r.stdout
-    r = subprocess.run([str(py), "-c", "import harness.bench.cli as c; print(c.__file__)"], cwd=empty, env=env,
-                       capture_output=True, text=True, timeout=120)
-    assert Path(r.stdout.strip()) == site / "harness" / "bench" / "cli.py", "harness-bench runs the checkout's copy"
+    r = subprocess.run(
+        [str(py), "-c", "import harness.bench.cli as c; print(c.__file__)"],
+        cwd=empty,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert Path(r.stdout.strip()) == site / "harness" / "bench" / "cli.py", (
+        "harness-bench runs the checkout's copy"
+    )
 
     pytest.importorskip("vllm")
-    r = subprocess.run([str(py), "-m", "harness.judges.serve", "tiny_mistral7b", "--print"],
-                       cwd=empty, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [str(py), "-m", "harness.judges.serve", "tiny_mistral7b", "--print"],
+        cwd=empty,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     cmd = r.stdout.split()
     assert cmd[:3] == [str(py), "-m", "vllm.entrypoints.openai.api_server"]
@@ -156,8 +201,19 @@ def test_a_missing_gguf_reader_names_the_extra(tmp_path):
     hidden = tmp_path / "hide" / "gguf"
     hidden.mkdir(parents=True)
     (hidden / "__init__.py").write_text("raise ImportError('No module named gguf')\n")
-    env = {**os.environ, "PYTHONPATH": f"{hidden.parent}{os.pathsep}{REPO}", "HARNESS_MODEL_CACHE": str(tmp_path / "m")}
-    r = subprocess.run([sys.executable, "-m", "harness.models.resolve", "smollm2"], env=env, capture_output=True,
-                       text=True, timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{hidden.parent}{os.pathsep}{REPO}",
+        "HARNESS_MODEL_CACHE": str(tmp_path / "m"),
+    }
+    r = subprocess.run(
+        [sys.executable, "-m", "harness.models.resolve", "smollm2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr[-2000:]
-    assert r.stderr.startswith("error: reading a GGUF file needs the gguf extra: pip install 'zepo-abb-harness[gguf]'")
+    assert r.stderr.startswith(
+        "error: reading a GGUF file needs the gguf extra: pip install 'zepo-abb-harness[gguf]'"
+    )

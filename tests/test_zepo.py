@@ -73,11 +73,19 @@ class ScriptedBiasJudge:
         out = []
         for r in requests:
             self.calls += 1
-            qa, qb = (float(re.search(rf"candidate {x}: q(\d+)", r.prompt).group(1)) if f"candidate {x}: q" in r.prompt
-                      else 0.0 for x in "AB")
+            qa, qb = (
+                float(re.search(rf"candidate {x}: q(\d+)", r.prompt).group(1))
+                if f"candidate {x}: q" in r.prompt
+                else 0.0
+                for x in "AB"
+            )
             z = (qa - qb) * 0.4 + self.bias(r.prompt)
-            out.append(PairScore({"A:A": -math.log1p(math.exp(-z)), "B:B": -math.log1p(math.exp(z))},
-                                 1 / (1 + math.exp(-z))))
+            out.append(
+                PairScore(
+                    {"A:A": -math.log1p(math.exp(-z)), "B:B": -math.log1p(math.exp(z))},
+                    1 / (1 + math.exp(-z)),
+                )
+            )
         return out
 
 
@@ -95,8 +103,14 @@ class ScriptedOptimizer:
 
 
 def _docs(n: int = 3) -> list[Document]:
-    return [Document(f"d{k}", f"source {k}", tuple(Candidate(f"c{i}", f"q{i}", {"coherence": float(i)})
-                                                   for i in range(4))) for k in range(n)]
+    return [
+        Document(
+            f"d{k}",
+            f"source {k}",
+            tuple(Candidate(f"c{i}", f"q{i}", {"coherence": float(i)}) for i in range(4)),
+        )
+        for k in range(n)
+    ]
 
 
 def _search(tmp_path, cache_name="c.sqlite", state="state.json", **kw):
@@ -104,8 +118,17 @@ def _search(tmp_path, cache_name="c.sqlite", state="state.json", **kw):
     opt = ScriptedOptimizer()
     docs = _docs()
     settings = zepo.SearchSettings(**{"population": 3, "epochs": 3, "shuffles": 5, **kw})
-    s = zepo.Search(judge, opt, "Which summary is more coherent? Answer 'A' or 'B'.", "coherence",
-                    "summarization", docs[:1], docs[1:], settings, state_path=tmp_path / state)
+    s = zepo.Search(
+        judge,
+        opt,
+        "Which summary is more coherent? Answer 'A' or 'B'.",
+        "coherence",
+        "summarization",
+        docs[:1],
+        docs[1:],
+        settings,
+        state_path=tmp_path / state,
+    )
     return s, judge, opt
 
 
@@ -182,8 +205,10 @@ class PerCandidateSearch(zepo.Search):
 
     def judge_texts(self, texts):
         held = self.settings.heldout_spearman and bool(self.heldout_docs)
-        return {t: (self.judge_on(self.search_docs, t), self.judge_on(self.heldout_docs, t) if held else None)
-                for t in dict.fromkeys(texts)}
+        return {
+            t: (self.judge_on(self.search_docs, t), self.judge_on(self.heldout_docs, t) if held else None)
+            for t in dict.fromkeys(texts)
+        }
 
 
 class CallLog:
@@ -234,13 +259,27 @@ def test_epoch_in_one_call_equals_per_candidate_judging(tmp_path, tiny_llama, sh
         log = CallLog(model)
         judge = PreemptibleJudge(CachedJudge(log, ScoreCache(out / "requests.sqlite"), chunk=16), chunk=16)
         settings = zepo.SearchSettings(population=3, epochs=2, shuffles=5, max_candidates=4)
-        search = cls(judge, ScriptedOptimizer(), "Which summary is more coherent? Answer 'A' or 'B'.", "coherence",
-                     "summarization", docs[:1], docs[1:], settings, state_path=out / "state.json")
+        search = cls(
+            judge,
+            ScriptedOptimizer(),
+            "Which summary is more coherent? Answer 'A' or 'B'.",
+            "coherence",
+            "summarization",
+            docs[:1],
+            docs[1:],
+            settings,
+            state_path=out / "state.json",
+        )
         result = search.run()
         with sqlite3.connect(out / "requests.sqlite") as db:
             keys = {k for (k,) in db.execute("SELECT key FROM scores")}
-        runs[kind] = {"state": json.loads((out / "state.json").read_text()), "keys": keys, "sizes": log.sizes,
-                      "history": zepo.history_rows(result), "tokens": model.tokens_processed}
+        runs[kind] = {
+            "state": json.loads((out / "state.json").read_text()),
+            "keys": keys,
+            "sizes": log.sizes,
+            "history": zepo.history_rows(result),
+            "tokens": model.tokens_processed,
+        }
     batched, single = runs["batched"], runs["per_candidate"]
     _close(batched["state"], single["state"])
     _close(batched["history"], single["history"], "history")
@@ -262,13 +301,32 @@ def _compose(overrides):
 
 
 def e2e_overrides(tmp: Path, url: str, data: Path, *extra: str) -> list[str]:
-    return ["experiment=zepo", "model=tiny_llama", "optimizer=api", f"optimizer.base_url={url}",
-            "optimizer.model=scripted-loopback", "optimizer.timeout_s=1", "optimizer.max_retries=6",
-            "optimizer.backoff_base_s=0.01", "optimizer.backoff_max_s=0.05",
-            "task=usr_zepo", "task.aspect=overall", "task.offset=27", "task.docs=2", "task.max_candidates=3",
-            "experiment.search_docs=1", "experiment.population=3", "experiment.epochs=2", "experiment.shuffles=5",
-            f"data.dir={tmp / 'data'}", f"data.mirror={data}", f"cache.path={tmp / 'cache' / 'requests.sqlite'}",
-            "progress=false", "wandb.mode=disabled", *extra]
+    return [
+        "experiment=zepo",
+        "model=tiny_llama",
+        "optimizer=api",
+        f"optimizer.base_url={url}",
+        "optimizer.model=scripted-loopback",
+        "optimizer.timeout_s=1",
+        "optimizer.max_retries=6",
+        "optimizer.backoff_base_s=0.01",
+        "optimizer.backoff_max_s=0.05",
+        "task=usr_zepo",
+        "task.aspect=overall",
+        "task.offset=27",
+        "task.docs=2",
+        "task.max_candidates=3",
+        "experiment.search_docs=1",
+        "experiment.population=3",
+        "experiment.epochs=2",
+        "experiment.shuffles=5",
+        f"data.dir={tmp / 'data'}",
+        f"data.mirror={data}",
+        f"cache.path={tmp / 'cache' / 'requests.sqlite'}",
+        "progress=false",
+        "wandb.mode=disabled",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -283,9 +341,15 @@ def e2e(tmp_path_factory, shared_data, tiny_llama):
         srv.inject("429", "500", "hang", "malformed", "no_choices")
         cfg = _compose(e2e_overrides(tmp, srv.url, shared_data, "wandb.mode=offline"))
         results = run(cfg, tmp / "run")
-        yield {"tmp": tmp, "srv": srv, "results": results, "ok": len(srv.ok_requests()),
-               "faults_left": srv.faults_left, "outcomes": [r.outcome for r in srv.requests],
-               "replies": [scripted_completion(r.body) for r in srv.ok_requests()]}
+        yield {
+            "tmp": tmp,
+            "srv": srv,
+            "results": results,
+            "ok": len(srv.ok_requests()),
+            "faults_left": srv.faults_left,
+            "outcomes": [r.outcome for r in srv.requests],
+            "replies": [scripted_completion(r.body) for r in srv.ok_requests()],
+        }
 
 
 def test_e2e_history_selection_and_faults(e2e):
@@ -293,8 +357,17 @@ def test_e2e_history_selection_and_faults(e2e):
     rows = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()]
     assert len(rows) == 6 and [r["epoch"] for r in rows] == [0, 0, 0, 1, 1, 1]
     for r in rows:
-        for k in ("text", "epoch", "index", "parent", "objectives", "a_rate", "fairness", "confidence",
-                  "spearman_heldout"):
+        for k in (
+            "text",
+            "epoch",
+            "index",
+            "parent",
+            "objectives",
+            "a_rate",
+            "fairness",
+            "confidence",
+            "spearman_heldout",
+        ):
             assert k in r
         assert set(r["objectives"]) == set(zepo.OBJECTIVES)
         assert r["spearman_heldout"] is not None and r["text"] not in GARBAGE
@@ -305,7 +378,9 @@ def test_e2e_history_selection_and_faults(e2e):
     assert selected[0]["index"] == min(r["index"] for r in rows if r["fairness"] == best_fair)
     assert (out / "best_instruction.txt").read_text().strip() == selected[0]["text"]
     # Every injected fault was served and survived; garbage completions were asked again.
-    assert e2e["faults_left"] == 0 and {"429", "500", "hang", "malformed", "no_choices"} <= set(e2e["outcomes"])
+    assert e2e["faults_left"] == 0 and {"429", "500", "hang", "malformed", "no_choices"} <= set(
+        e2e["outcomes"]
+    )
     assert set(GARBAGE) & set(e2e["replies"])
     res = json.loads((out / "results.json").read_text())
     assert res["search_doc_ids"] and not set(res["search_doc_ids"]) & set(res["eval_doc_ids"])
@@ -330,12 +405,19 @@ def test_e2e_report_cards_for_both_evaluations(e2e):
     n_search, n_held = len(res["search_doc_ids"]), res["initial"]["n_heldout_docs"]
     for label in ("initial", "best"):
         for folder, split, first in (
-                (out / f"eval_{label}", "metrics_leaky",
-                 f"report card eval_{label} [leaky: all {counted(n_search + n_held, 'document')}, the "
-                 f"{counted(n_search, 'search document')} included]:"),
-                (out / f"eval_{label}" / "heldout", "metrics_heldout",
-                 f"report card eval_{label}/heldout [held-out: {counted(n_held, 'document')}, search documents "
-                 "excluded]:")):
+            (
+                out / f"eval_{label}",
+                "metrics_leaky",
+                f"report card eval_{label} [leaky: all {counted(n_search + n_held, 'document')}, the "
+                f"{counted(n_search, 'search document')} included]:",
+            ),
+            (
+                out / f"eval_{label}" / "heldout",
+                "metrics_heldout",
+                f"report card eval_{label}/heldout [held-out: {counted(n_held, 'document')}, search documents "
+                "excluded]:",
+            ),
+        ):
             assert all((folder / name).stat().st_size > 0 for name in PICTURES.values())
             assert (folder / "card.md").read_text().startswith(first)
             # ... and so do the pictures' titles (the PNG's Title chunk, harness.figures.save)
@@ -344,9 +426,13 @@ def test_e2e_report_cards_for_both_evaluations(e2e):
             assert png.startswith(f"{folder.relative_to(out).as_posix()} [{tag}]: A-rate"), png
             numbers = card_numbers(load_judgments(folder / "judgments.jsonl")[0])
             saved = res[label][split]["none"]
-            assert {k: numbers[k] for k in CARD_KEYS} == pytest.approx({k: saved[k] for k in CARD_KEYS}, nan_ok=True)
+            assert {k: numbers[k] for k in CARD_KEYS} == pytest.approx(
+                {k: saved[k] for k in CARD_KEYS}, nan_ok=True
+            )
         # The two sets differ (negative control: comparing one card with the other set's numbers fails).
-        assert res[label]["metrics_leaky"]["none"]["n_docs"] != res[label]["metrics_heldout"]["none"]["n_docs"]
+        assert (
+            res[label]["metrics_leaky"]["none"]["n_docs"] != res[label]["metrics_heldout"]["none"]["n_docs"]
+        )
 
 
 def test_e2e_killed_after_epoch0_resumes_without_repeats(e2e, shared_data, tmp_path):
@@ -391,18 +477,32 @@ def test_smollm2_search_moves_decision_rate_toward_half(shared_data, smollm2_pat
     candidates (the initial + 2 paraphrases)."""
     from harness.runtime.entry import run
 
-    cfg = _compose(["experiment=zepo_demo", f"data.dir={tmp_path / 'data'}", f"data.mirror={shared_data}",
-                    f"cache.path={tmp_path / 'cache' / 'requests.sqlite'}", "progress=false", "wandb.mode=disabled",
-                    "task.offset=85", "task.docs=2", "experiment.search_docs=1", "experiment.epochs=1",
-                    "experiment.heldout_spearman=false", "optimizer.max_new_tokens=100"])
+    cfg = _compose(
+        [
+            "experiment=zepo_demo",
+            f"data.dir={tmp_path / 'data'}",
+            f"data.mirror={shared_data}",
+            f"cache.path={tmp_path / 'cache' / 'requests.sqlite'}",
+            "progress=false",
+            "wandb.mode=disabled",
+            "task.offset=85",
+            "task.docs=2",
+            "experiment.search_docs=1",
+            "experiment.epochs=1",
+            "experiment.heldout_spearman=false",
+            "optimizer.max_new_tokens=100",
+        ]
+    )
     res = run(cfg, tmp_path / "run")
     assert res["objective"] == "fairness_prob"
     init, best = res["initial"], res["best"]
     rate = [r["search"]["a_rate_prob"] for r in (init, best)]
     held = [r["metrics"]["none"]["a_rate_prob"] for r in (init, best)]
     sp = [r["metrics"]["none"]["spearman_pairs"] for r in (init, best)]
-    print(f"\nsearch mean P(A) {rate[0]:.3f} -> {rate[1]:.3f}; held-out mean P(A) {held[0]:.3f} -> {held[1]:.3f}; "
-          f"held-out Spearman (PairS) {sp[0]:.3f} -> {sp[1]:.3f}")
+    print(
+        f"\nsearch mean P(A) {rate[0]:.3f} -> {rate[1]:.3f}; held-out mean P(A) {held[0]:.3f} -> {held[1]:.3f}; "
+        f"held-out Spearman (PairS) {sp[0]:.3f} -> {sp[1]:.3f}"
+    )
     assert res["n_candidates"] >= 2  # the local optimizer produced usable paraphrases
     assert abs(rate[1] - 0.5) < abs(rate[0] - 0.5)  # strictly fairer on the search document
     assert all(0 <= x <= 1 for x in held) and all(-1 <= x <= 1 for x in sp)

@@ -41,8 +41,13 @@ class CallSpy:
         model = model_judge(self.judge)
         before = (model.tokens_processed, model.prompts)
         out = self.judge.score_pairs(requests, progress=progress)
-        self.log.append({"requests": list(requests), "tokens": model.tokens_processed - before[0],
-                         "prompts": model.prompts - before[1]})
+        self.log.append(
+            {
+                "requests": list(requests),
+                "tokens": model.tokens_processed - before[0],
+                "prompts": model.prompts - before[1],
+            }
+        )
         return out
 
 
@@ -53,8 +58,11 @@ def _run(tmp, url, data, *extra):
     from harness.runtime.context import RunContext
     from harness.zepo.run import run_zepo
 
-    cfg = _compose(e2e_overrides(tmp, url, data, "experiment.heldout_spearman=false",
-                                 "experiment.objective=fairness_prob", *extra))
+    cfg = _compose(
+        e2e_overrides(
+            tmp, url, data, "experiment.heldout_spearman=false", "experiment.objective=fairness_prob", *extra
+        )
+    )
     parts = zexp.prepare(RunContext(cfg, tmp / "run"))
     spy = parts["judge"] = CallSpy(parts["judge"])
     cache, snapshot = tmp / "cache" / "requests.sqlite", tmp / "before_eval.sqlite"
@@ -77,8 +85,18 @@ def _previous_path(parts, snapshot, texts):
     evaluated = {d.id for d in parts["eval_docs"]}
     judged = [*(d for d in parts["search_docs"] if d.id not in evaluated), *parts["eval_docs"]]
     before = model.tokens_processed
-    out = {t: judge_documents(judge, judged, aspect=parts["aspect"], instruction=t, family=parts["family"],
-                              max_candidates=parts["settings"].max_candidates, progress=False) for t in texts}
+    out = {
+        t: judge_documents(
+            judge,
+            judged,
+            aspect=parts["aspect"],
+            instruction=t,
+            family=parts["family"],
+            max_candidates=parts["settings"].max_candidates,
+            progress=False,
+        )
+        for t in texts
+    }
     return out, log.sizes, model.tokens_processed - before
 
 
@@ -119,21 +137,27 @@ def test_initial_and_best_are_evaluated_in_one_call_as_the_separate_calls_did(im
     for label, text in (("initial", initial), ("best", best)):
         judgments, p_cf = ref[text]
         got, got_cf = load_judgments(out / f"eval_{label}" / "judgments.jsonl")
-        assert [(j.doc_id, j.a_id, j.b_id, j.flags, j.p_a > 0.5) for j in got] == \
-               [(j.doc_id, j.a_id, j.b_id, j.flags, j.p_a > 0.5) for j in judgments]
-        _close([[j.p_a, j.token_logprobs] for j in got], [[j.p_a, j.token_logprobs] for j in judgments], label)
+        assert [(j.doc_id, j.a_id, j.b_id, j.flags, j.p_a > 0.5) for j in got] == [
+            (j.doc_id, j.a_id, j.b_id, j.flags, j.p_a > 0.5) for j in judgments
+        ]
+        _close(
+            [[j.p_a, j.token_logprobs] for j in got], [[j.p_a, j.token_logprobs] for j in judgments], label
+        )
         assert got_cf == p_cf
         held = [j for j in judgments if j.doc_id not in res["search_doc_ids"]]
         got_held, _ = load_judgments(out / f"eval_{label}" / "heldout" / "judgments.jsonl")
         assert [(j.doc_id, j.a_id, j.b_id) for j in got_held] == [(j.doc_id, j.a_id, j.b_id) for j in held]
         shuffles, seed = res["settings"]["shuffles"], res["settings"]["seed"]
-        _close(res[label]["metrics_leaky"], summarize(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed), label)
+        _close(
+            res[label]["metrics_leaky"], summarize(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed), label
+        )
         _close(res[label]["metrics_heldout"], summarize(held, p_cf=p_cf, shuffles=shuffles, seed=seed), label)
         assert res[label]["metrics"] == res[label]["metrics_heldout"]
     # The two instructions judged differently (else sharing or mixing them up would go unseen).
     assert [j.p_a for j in ref[initial][0]] != [j.p_a for j in ref[best][0]]
-    assert json.loads((out / "results.json").read_text())["judge_calls"] == len(ScoreCache(tmp / "cache" /
-                                                                                          "requests.sqlite"))
+    assert json.loads((out / "results.json").read_text())["judge_calls"] == len(
+        ScoreCache(tmp / "cache" / "requests.sqlite")
+    )
 
 
 def test_shipped_zepo_results_carry_intervals_and_the_paired_heldout_gain(improved):
@@ -152,8 +176,10 @@ def test_shipped_zepo_results_carry_intervals_and_the_paired_heldout_gain(improv
             assert set(intervals["none"]) == {k for k in metrics["none"] if k not in NO_INTERVAL}
         assert saved[label]["interval_basis_heldout"]["none"]["a_rate"]["note"] == "too few documents to tell"
     gain = saved["gains"]["heldout"]["none"]["spearman_pairs"]
-    want = (saved["best"]["metrics_heldout"]["none"]["spearman_pairs"]
-            - saved["initial"]["metrics_heldout"]["none"]["spearman_pairs"])
+    want = (
+        saved["best"]["metrics_heldout"]["none"]["spearman_pairs"]
+        - saved["initial"]["metrics_heldout"]["none"]["spearman_pairs"]
+    )
     assert gain["diff"] == pytest.approx(want) and gain["interval"] is None
     assert gain["note"] == "too few documents to tell"
     leaky = saved["gains"]["leaky"]["none"]["a_rate"]
@@ -171,15 +197,23 @@ def test_best_equal_to_initial_is_judged_once_with_identical_outputs(tmp_path, s
     from openai_server import OpenAIServer
 
     with OpenAIServer(script=scripted_completion) as srv:
-        res, spy, parts, snapshot, _ = _run(tmp_path, srv.url, shared_data, "experiment.population=1",
-                                            "experiment.epochs=1")
+        res, spy, parts, snapshot, _ = _run(
+            tmp_path, srv.url, shared_data, "experiment.population=1", "experiment.epochs=1"
+        )
     assert not res["improved"] and res["initial"]["instruction"] == res["best"]["instruction"]
     assert len(spy.log) == 2 and len(spy.log[-1]["requests"]) == res["initial"]["n_judgments"] + 1
     out = tmp_path / "run"
     for name in ("judgments.jsonl", "set.json", "heldout/judgments.jsonl", "heldout/set.json"):
         assert (out / "eval_best" / name).read_bytes() == (out / "eval_initial" / name).read_bytes(), name
-    keys = ("instruction", "p_content_free", "n_judgments", "metrics", "metrics_leaky", "metrics_heldout",
-            "n_heldout_docs")
+    keys = (
+        "instruction",
+        "p_content_free",
+        "n_judgments",
+        "metrics",
+        "metrics_leaky",
+        "metrics_heldout",
+        "n_heldout_docs",
+    )
     assert {k: res["best"][k] for k in keys} == {k: res["initial"][k] for k in keys}
     ref, sizes, _ = _previous_path(parts, snapshot, [res["initial"]["instruction"]])
     got, _ = load_judgments(out / "eval_best" / "judgments.jsonl")
@@ -205,7 +239,9 @@ class KillOnCall:
         return self.judge.score_pairs(requests)
 
 
-def test_run_interrupted_inside_the_evaluation_resumes_to_the_unbroken_outputs(tmp_path, shared_data, tiny_llama):
+def test_run_interrupted_inside_the_evaluation_resumes_to_the_unbroken_outputs(
+    tmp_path, shared_data, tiny_llama
+):
     """cache.chunk=4 cuts the evaluation's 12 held-out prompts into 3 model calls; a run stopped at
     the second (one chunk committed) and rerun into its directory ends with the unbroken run's
     files byte for byte, and judges no prompt twice."""
@@ -217,8 +253,16 @@ def test_run_interrupted_inside_the_evaluation_resumes_to_the_unbroken_outputs(t
     from harness.zepo.run import run_zepo
 
     def start(tmp, kill_at=None):
-        cfg = _compose(e2e_overrides(tmp, srv.url, shared_data, "experiment.heldout_spearman=false",
-                                     "experiment.objective=fairness_prob", "cache.chunk=4"))
+        cfg = _compose(
+            e2e_overrides(
+                tmp,
+                srv.url,
+                shared_data,
+                "experiment.heldout_spearman=false",
+                "experiment.objective=fairness_prob",
+                "cache.chunk=4",
+            )
+        )
         parts = zexp.prepare(RunContext(cfg, tmp / "run"))
         cached = parts["judge"].judge
         killer = cached.judge = KillOnCall(cached.judge, kill_at or 0)
@@ -236,7 +280,10 @@ def test_run_interrupted_inside_the_evaluation_resumes_to_the_unbroken_outputs(t
         with pytest.raises(Killed):
             run_zepo(**parts, out_dir=killed / "run", after_epoch=arm)
         calls_1 = cached.calls
-        assert not (killed / "run" / "results.json").exists() and (killed / "run" / "best_instruction.txt").exists()
+        assert (
+            not (killed / "run" / "results.json").exists()
+            and (killed / "run" / "best_instruction.txt").exists()
+        )
         parts, cached, arm = start(killed)
         got = run_zepo(**parts, out_dir=killed / "run", after_epoch=arm)
         calls_2 = cached.calls
@@ -245,8 +292,13 @@ def test_run_interrupted_inside_the_evaluation_resumes_to_the_unbroken_outputs(t
     same = [{k: v for k, v in results_only(r).items() if k != "optimizer_rejections"} for r in (got, want)]
     assert json.dumps(same[0], sort_keys=True) == json.dumps(same[1], sort_keys=True)
     names = ["history.jsonl", "summary.md", "best_instruction.txt", "state.json"] + [
-        f"eval_{label}/{f}" for label in ("initial", "best") for f in ("judgments.jsonl", "heldout/judgments.jsonl")]
+        f"eval_{label}/{f}"
+        for label in ("initial", "best")
+        for f in ("judgments.jsonl", "heldout/judgments.jsonl")
+    ]
     for name in names:
         assert (killed / "run" / name).read_bytes() == (ref / "run" / name).read_bytes(), name
     n = len(ScoreCache(ref / "cache" / "requests.sqlite"))
-    assert calls_2 == 12 - 4 and calls_1 + calls_2 == n == len(ScoreCache(killed / "cache" / "requests.sqlite"))
+    assert calls_2 == 12 - 4 and calls_1 + calls_2 == n == len(
+        ScoreCache(killed / "cache" / "requests.sqlite")
+    )

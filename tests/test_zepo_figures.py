@@ -20,11 +20,14 @@ def _instructions(shared_data) -> list[str]:
     from harness.prompts import load_zepo_instructions
 
     raw = load_zepo_instructions(shared_data / "zepo" / "init_prompts.json", raw=True)["coherence"]
-    return [raw, " ".join(raw.split()),
-            "Which summary candidate has better coherence? If the candidate A is better, please return 'A'. "
-            "If the candidate B is better, please return 'B'. You must return the choice only.",
-            "Compare the two summaries for coherence: logical flow and clarity. Return 'A' or 'B' only.",
-            "Read the source text, then decide which summary candidate is more coherent. Answer A or B."]
+    return [
+        raw,
+        " ".join(raw.split()),
+        "Which summary candidate has better coherence? If the candidate A is better, please return 'A'. "
+        "If the candidate B is better, please return 'B'. You must return the choice only.",
+        "Compare the two summaries for coherence: logical flow and clarity. Return 'A' or 'B' only.",
+        "Read the source text, then decide which summary candidate is more coherent. Answer A or B.",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -36,11 +39,26 @@ def studies(tmp_path_factory, shared_data):
     lines.write_text("\n".join(t.replace("\n", " ") for t in _instructions(shared_data)) + "\n")
     out = {}
     for model in ("tiny_llama3", "tiny_mistral7b"):
-        cfg = _compose(["experiment=sensitivity", f"model={model}", "model.chat_format=zepo", "task=newsroom",
-                        "task.format=zepo", "task.aspect=coherence", "task.offset=28", "task.docs=2",
-                        "task.max_candidates=4", f"experiment.from_file={lines}", "experiment.shuffles=10",
-                        f"data.dir={tmp / 'data'}", f"data.mirror={shared_data}",
-                        f"cache.path={tmp / 'cache' / 'requests.sqlite'}", "progress=false", "wandb.mode=disabled"])
+        cfg = _compose(
+            [
+                "experiment=sensitivity",
+                f"model={model}",
+                "model.chat_format=zepo",
+                "task=newsroom",
+                "task.format=zepo",
+                "task.aspect=coherence",
+                "task.offset=28",
+                "task.docs=2",
+                "task.max_candidates=4",
+                f"experiment.from_file={lines}",
+                "experiment.shuffles=10",
+                f"data.dir={tmp / 'data'}",
+                f"data.mirror={shared_data}",
+                f"cache.path={tmp / 'cache' / 'requests.sqlite'}",
+                "progress=false",
+                "wandb.mode=disabled",
+            ]
+        )
         run_dir = tmp / "multirun" / model
         out[model] = (run_dir, run(cfg, run_dir))
     return tmp, out
@@ -86,8 +104,15 @@ def test_upper_rate_recomputed_from_judgments(studies, shared_data):
     judge = HFJudge(ensure_tiny_model("llama3"), device="cpu", chat_format="zepo")
     docs = load_task("newsroom", shared_data, limit=30, fmt="zepo")[28:30]
     text = _instructions(shared_data)[2]
-    js, _ = judge_documents(judge, docs, aspect="coherence", instruction=text, family="summarization",
-                            max_candidates=4, progress=False)
+    js, _ = judge_documents(
+        judge,
+        docs,
+        aspect="coherence",
+        instruction=text,
+        family="summarization",
+        max_candidates=4,
+        progress=False,
+    )
     row = [json.loads(x) for x in (run_dir / "sensitivity.jsonl").read_text().splitlines()][2]
     assert upper_a_rate(permutation_debias(js)) == pytest.approx(row["permutation"]["a_rate_upper"])
 
@@ -117,8 +142,10 @@ def _overlapping_titles(fig) -> list[tuple[str, str]]:
     """Pairs of panel titles whose drawn boxes intersect."""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()  # Agg (harness.figures.pyplot)
-    boxes = [(ax.title.get_text(), ax.title.get_window_extent(renderer)) for ax in fig.axes if ax.title.get_text()]
-    return [(a, b) for i, (a, ba) in enumerate(boxes) for b, bb in boxes[i + 1:] if ba.overlaps(bb)]
+    boxes = [
+        (ax.title.get_text(), ax.title.get_window_extent(renderer)) for ax in fig.axes if ax.title.get_text()
+    ]
+    return [(a, b) for i, (a, ba) in enumerate(boxes) for b, bb in boxes[i + 1 :] if ba.overlaps(bb)]
 
 
 def test_figure3_panel_titles_do_not_overlap(studies):
@@ -136,10 +163,16 @@ def test_figure3_panel_titles_do_not_overlap(studies):
     obj = figure3.objective_values(rows)
     rng = np.random.default_rng(0)
     full = {name: rng.uniform(-1, 0, 20) for name in figure3.FIGURE3}
-    for values, sp, control in (({k: obj[k] for k in figure3.FIGURE3}, [r["none"]["spearman_pairs"] for r in rows], False),
-                                (full, rng.uniform(0.2, 0.45, 20), True)):
-        fig = plots.objectives_figure({v: values[k] for k, v in figure3.FIGURE3.items()}, sp, "newsroom/coherence",
-                                      needs_labels=(figure3.FIGURE3["calibration_ece"],))
+    for values, sp, control in (
+        ({k: obj[k] for k in figure3.FIGURE3}, [r["none"]["spearman_pairs"] for r in rows], False),
+        (full, rng.uniform(0.2, 0.45, 20), True),
+    ):
+        fig = plots.objectives_figure(
+            {v: values[k] for k, v in figure3.FIGURE3.items()},
+            sp,
+            "newsroom/coherence",
+            needs_labels=(figure3.FIGURE3["calibration_ece"],),
+        )
         try:
             assert len([ax for ax in fig.axes if ax.title.get_text()]) == 4
             assert _overlapping_titles(fig) == []
@@ -166,10 +199,18 @@ def test_figure4_colours_and_curves_match_the_paper(studies):
     rows = _rows(run_dir)
     red, blue = to_rgba(plots.RAW_COLOUR), to_rgba(plots.DEBIASED_COLOUR)
     rng = np.random.default_rng(1)
-    synthetic = (rng.uniform(0.2, 0.9, 20), rng.uniform(0.2, 0.4, 20), rng.uniform(0.35, 0.7, 20),
-                 rng.uniform(0.35, 0.5, 20))
-    study_rows = (figure3.decision_rates(rows, "none"), [r["none"]["spearman_pairs"] for r in rows],
-                  figure3.decision_rates(rows, "permutation"), [r["permutation"]["spearman_pairs"] for r in rows])
+    synthetic = (
+        rng.uniform(0.2, 0.9, 20),
+        rng.uniform(0.2, 0.4, 20),
+        rng.uniform(0.35, 0.7, 20),
+        rng.uniform(0.35, 0.5, 20),
+    )
+    study_rows = (
+        figure3.decision_rates(rows, "none"),
+        [r["none"]["spearman_pairs"] for r in rows],
+        figure3.decision_rates(rows, "permutation"),
+        [r["permutation"]["spearman_pairs"] for r in rows],
+    )
     for data, curves_expected in ((study_rows, None), (synthetic, {red, blue})):
         fig = plots.debias_figure(*data)
         try:
@@ -177,7 +218,10 @@ def test_figure4_colours_and_curves_match_the_paper(studies):
             colour = {c.get_label(): tuple(c.get_facecolor()[0][:3]) for c in ax.collections}
             assert colour == {"pairwise (raw)": red[:3], "permutation debiased": blue[:3]}
             # Negative control: the previous colours (raw C0 = blue, debiased C1 = orange) differ.
-            assert colour["pairwise (raw)"] != to_rgba("C0")[:3] and colour["permutation debiased"] != to_rgba("C1")[:3]
+            assert (
+                colour["pairwise (raw)"] != to_rgba("C0")[:3]
+                and colour["permutation debiased"] != to_rgba("C1")[:3]
+            )
             curves = {to_rgba(line.get_color()) for line in ax.get_lines() if len(line.get_xdata()) > 2}
             if curves_expected is not None:
                 assert curves == curves_expected

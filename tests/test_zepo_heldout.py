@@ -23,15 +23,30 @@ INITIAL = "Which summary is more coherent? Answer 'A' or 'B'."
 def _mixed_docs(n: int = 2) -> list[Document]:
     """Qualities not in file order, so the debiased upper-triangle rate is neither 0 nor 1."""
     order = [2, 0, 3, 1]
-    return [Document(f"m{k}", f"source {k}", tuple(Candidate(f"c{i}", f"q{q}", {"coherence": float(q)})
-                                                   for i, q in enumerate(order))) for k in range(n)]
+    return [
+        Document(
+            f"m{k}",
+            f"source {k}",
+            tuple(Candidate(f"c{i}", f"q{q}", {"coherence": float(q)}) for i, q in enumerate(order)),
+        )
+        for k in range(n)
+    ]
 
 
 def _search(tmp_path, **kw):
     judge = CachedJudge(ScriptedBiasJudge(), ScoreCache(tmp_path / "c.sqlite"))
     settings = zepo.SearchSettings(**{"population": 3, "epochs": 2, "shuffles": 5, **kw})
-    return zepo.Search(judge, ScriptedOptimizer(), INITIAL, "coherence", "summarization", _mixed_docs(), (),
-                       settings, state_path=tmp_path / "state.json")
+    return zepo.Search(
+        judge,
+        ScriptedOptimizer(),
+        INITIAL,
+        "coherence",
+        "summarization",
+        _mixed_docs(),
+        (),
+        settings,
+        state_path=tmp_path / "state.json",
+    )
 
 
 def test_debiased_search_scores_the_upper_triangle_of_debiased_judgments(tmp_path):
@@ -51,10 +66,20 @@ def test_debiased_search_scores_the_upper_triangle_of_debiased_judgments(tmp_pat
 
 
 def test_debiased_rate_is_not_trivially_half(tmp_path):
-    docs = [Document("s", "src", tuple(Candidate(f"c{i}", f"q{i}", {"coherence": float(i)}) for i in range(4)))]
+    docs = [
+        Document("s", "src", tuple(Candidate(f"c{i}", f"q{i}", {"coherence": float(i)}) for i in range(4)))
+    ]
     judge = CachedJudge(ScriptedBiasJudge(), ScoreCache(tmp_path / "c.sqlite"))
-    s = zepo.Search(judge, ScriptedOptimizer(), INITIAL, "coherence", "summarization", docs, (),
-                    zepo.SearchSettings(population=1, epochs=1, debias="permutation"))
+    s = zepo.Search(
+        judge,
+        ScriptedOptimizer(),
+        INITIAL,
+        "coherence",
+        "summarization",
+        docs,
+        (),
+        zepo.SearchSettings(population=1, epochs=1, debias="permutation"),
+    )
     assert s.run().best.a_rate == 0.0  # quality rises with file order: the later candidate always wins
 
 
@@ -71,8 +96,18 @@ def test_results_hold_leaky_and_heldout_metrics(tmp_path):
     inner = ScriptedBiasJudge()
     judge = CachedJudge(inner, ScoreCache(tmp_path / "c.sqlite"))
     settings = zepo.SearchSettings(population=2, epochs=1, shuffles=5, heldout_spearman=False)
-    res = run_zepo(judge, ScriptedOptimizer(), docs[:1], docs[1:], initial=INITIAL, task="t", aspect="coherence",
-                   family="summarization", settings=settings, out_dir=tmp_path / "run")
+    res = run_zepo(
+        judge,
+        ScriptedOptimizer(),
+        docs[:1],
+        docs[1:],
+        initial=INITIAL,
+        task="t",
+        aspect="coherence",
+        family="summarization",
+        settings=settings,
+        out_dir=tmp_path / "run",
+    )
     per_doc = 4 * 3  # ordered pairs of 4 candidates
     for label in ("initial", "best"):
         r = res[label]
@@ -97,15 +132,16 @@ def test_results_hold_leaky_and_heldout_metrics(tmp_path):
     # to tell, in each cell, in the gain's sentence and in one plain line under the table.
     assert rows[0].count(" [") >= 2 and rows[0].count("(2 docs: too few to tell)") >= 4
     gain = res["gains"]["heldout"]["none"]["spearman_pairs"]
-    assert gain["diff"] == pytest.approx(res["best"]["metrics_heldout"]["none"]["spearman_pairs"]
-                                         - res["initial"]["metrics_heldout"]["none"]["spearman_pairs"])
+    assert gain["diff"] == pytest.approx(
+        res["best"]["metrics_heldout"]["none"]["spearman_pairs"]
+        - res["initial"]["metrics_heldout"]["none"]["spearman_pairs"]
+    )
     assert "- held-out Spearman (PairS) " in table and "(2 documents: too few documents to tell)" in table
     assert "The held-out part (2 documents) is too small to tell whether the best instruction" in table
     assert res["best"]["intervals_heldout"]["none"]["a_rate"] is None
     assert res["best"]["interval_basis_heldout"]["none"]["a_rate"]["n_documents"] == 2
     lo, hi = res["best"]["intervals_leaky"]["none"]["a_rate"]
     assert lo <= res["best"]["metrics_leaky"]["none"]["a_rate"] <= hi
-
 
 
 class NoAnswerJudge:
@@ -120,8 +156,16 @@ class NoAnswerJudge:
 
 def test_all_no_answer_candidate_is_logged_as_such_not_as_nan(caplog):
     """Issue 31: a candidate whose pairs were all no_answer logged `fairness nan a_rate nan`."""
-    s = zepo.Search(NoAnswerJudge(), ScriptedOptimizer(), INITIAL, "coherence", "summarization", _mixed_docs(1), (),
-                    zepo.SearchSettings(population=1, epochs=1))
+    s = zepo.Search(
+        NoAnswerJudge(),
+        ScriptedOptimizer(),
+        INITIAL,
+        "coherence",
+        "summarization",
+        _mixed_docs(1),
+        (),
+        zepo.SearchSettings(population=1, epochs=1),
+    )
     with caplog.at_level(logging.INFO, logger="harness.zepo.search"):
         best = s.run().best
     text = caplog.text
@@ -131,7 +175,9 @@ def test_all_no_answer_candidate_is_logged_as_such_not_as_nan(caplog):
     assert "fairness nan" not in text and "a_rate nan" not in text
     # The sensitivity study's per-instruction line: labelled Spearmans, and the same plain statement.
     judged = s.judge_on(s.search_docs, INITIAL)
-    assert candidate_line(judged, {"a_rate": float("nan")}) == "all 12 pairs no_answer (no fairness, no A-rate, " \
+    assert (
+        candidate_line(judged, {"a_rate": float("nan")}) == "all 12 pairs no_answer (no fairness, no A-rate, "
         "no Spearman)"
+    )
     line = candidate_line(judged[:0], {"a_rate": 0.25, "spearman": -0.683, "spearman_pairs": 0.0})
     assert line == "a_rate 0.250, win-rate Spearman -0.683, PairS Spearman 0.000"

@@ -34,13 +34,26 @@ def _start(tmp: Path, url: str, data: Path, model_cache: Path) -> subprocess.Pop
     """One run in its own session (process group), logs in tmp/, caches in tmp/cache/."""
     args = e2e_overrides(tmp, url, data, f"cache.chunk={CHUNK}", f"hydra.run.dir={tmp / 'run'}")
     # One thread each: two runs share the machine's cores; same setting in every run, same floats.
-    env = {**os.environ, "WANDB_MODE": "disabled", "HARNESS_DATA_DIR": str(tmp / "data"),
-           "HARNESS_CACHE": str(tmp / "cache"), "HARNESS_MODEL_CACHE": str(model_cache),
-           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {
+        **os.environ,
+        "WANDB_MODE": "disabled",
+        "HARNESS_DATA_DIR": str(tmp / "data"),
+        "HARNESS_CACHE": str(tmp / "cache"),
+        "HARNESS_MODEL_CACHE": str(model_cache),
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     log = (tmp / "log.txt").open("a")
     try:
-        return subprocess.Popen([sys.executable, "-m", "harness.run", *args], cwd=REPO, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "harness.run", *args],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     finally:
         log.close()  # the child holds its own copy
 
@@ -66,7 +79,9 @@ def _wait(what: str, done, proc: subprocess.Popen, tmp: Path) -> None:
 
 
 @pytest.mark.slow
-def test_sigkilled_zepo_resumes_with_the_unbroken_history_and_no_repeated_call(tmp_path, shared_data, tiny_llama):
+def test_sigkilled_zepo_resumes_with_the_unbroken_history_and_no_repeated_call(
+    tmp_path, shared_data, tiny_llama
+):
     from openai_server import OpenAIServer
 
     ref_tmp, tmp = tmp_path / "unbroken", tmp_path / "killed"
@@ -123,5 +138,7 @@ def test_sigkilled_zepo_resumes_with_the_unbroken_history_and_no_repeated_call(t
     # (only the step running at the kill had been computed); never more than the run's requests.
     assert killed["calls"] + killed["in_flight"] <= n_ref
     assert resumed["calls"] == n_ref - before_kill  # nothing the killed run had cached was judged again
-    assert summed_calls(run)["calls"] + trailing == n_ref == len(ScoreCache(tmp / "cache" / "requests.sqlite"))
+    assert (
+        summed_calls(run)["calls"] + trailing == n_ref == len(ScoreCache(tmp / "cache" / "requests.sqlite"))
+    )
     assert json.loads((run / "results.json").read_text())["judge_calls"] == resumed["calls"]

@@ -43,6 +43,7 @@ def refusal(msg: str, field: str) -> Refusal:
     """A one-line Refusal located at the A-BB settings, field `field`."""
     return Refusal(msg, where=located(_WHERE, field=field))
 
+
 REL_TOL = 1e-12
 """The ONE float tolerance of every bound and verdict: x exceeds a limit only beyond rounding."""
 
@@ -72,7 +73,9 @@ def neighbour_mode(k: int, d: int) -> str:
     return "one_item" if k == 1 else "whole_set" if k == d else f"hamming_{k}"
 
 
-def distance_bounds(mode: str, d: int, scale: tuple[float, float], items_changed: int | None = None) -> tuple[float, float]:
+def distance_bounds(
+    mode: str, d: int, scale: tuple[float, float], items_changed: int | None = None
+) -> tuple[float, float]:
     """(B, B_par): sure bounds on ||v||^2 and ||Pv||^2 for scores in [lo, hi], r = hi - lo.
 
     A neighbour changes k items (k = 1 for one_item, k = d for whole_set, k for hamming_<k>), each
@@ -82,8 +85,8 @@ def distance_bounds(mode: str, d: int, scale: tuple[float, float], items_changed
     if not hi > lo:
         raise _err(f"score scale must have hi > lo, got {scale}", "scale")
     named = {"one_item": 1, "whole_set": d}.get(mode)
-    if named is None and mode.startswith("hamming_") and mode[len("hamming_"):].isdigit():
-        named = int(mode[len("hamming_"):])
+    if named is None and mode.startswith("hamming_") and mode[len("hamming_") :].isdigit():
+        named = int(mode[len("hamming_") :])
     k = items_changed if items_changed is not None else named
     if named is None or k is None or not 1 <= k <= d or (mode.startswith("hamming_") and k != named):
         raise _err(f"bad mode {mode!r} or items_changed {k} for d={d}", "mode")
@@ -151,7 +154,9 @@ def quantile_rank(m: int, delta_m: float, delta_est: float) -> int | None:
     Pr[X_(k) < q_{1-delta_m}] <= Pr[Bin(m, 1 - delta_m) >= k] for i.i.d. X (atoms included).
     """
     if not (0 < delta_m < 1 and 0 < delta_est < 1) or m < 1:
-        raise _err(f"need 0 < delta_m, delta_est < 1 and m >= 1, got {delta_m}, {delta_est}, {m}", "delta_split")
+        raise _err(
+            f"need 0 < delta_m, delta_est < 1 and m >= 1, got {delta_m}, {delta_est}, {m}", "delta_split"
+        )
     from scipy import stats
 
     ks = np.arange(1, m + 1)
@@ -206,10 +211,14 @@ def bernstein_can_win(n: int, delta: float) -> bool:
     Bernstein's width is smallest at V = 0; if even that exceeds Hoeffding's width at the full delta,
     Hoeffding alone with the whole budget dominates. Depends on (n, delta) only: no union-bound cost.
     """
-    return n >= 2 and 7.0 * math.log(4.0 / delta) / (3.0 * (n - 1)) < math.sqrt(math.log(1.0 / delta) / (2.0 * n))
+    return n >= 2 and 7.0 * math.log(4.0 / delta) / (3.0 * (n - 1)) < math.sqrt(
+        math.log(1.0 / delta) / (2.0 * n)
+    )
 
 
-def mean_ucb(x: np.ndarray, bound: float, delta: float, method: str = "best", side: str = "upper") -> tuple[float, str]:
+def mean_ucb(
+    x: np.ndarray, bound: float, delta: float, method: str = "best", side: str = "upper"
+) -> tuple[float, str]:
     """(value, what was used): a (1 - delta) one-sided confidence bound on E[X], X in [0, bound] i.i.d.
 
     best: Hoeffding at delta when Bernstein cannot win for any data (`bernstein_can_win`), else the
@@ -220,17 +229,25 @@ def mean_ucb(x: np.ndarray, bound: float, delta: float, method: str = "best", si
     if n == 0 or not 0 < delta < 1:
         raise _err(f"need samples and 0 < delta < 1, got n={n}, delta={delta}", "delta_split")
     if np.any(x < -1e-12) or np.any(exceeds(x, bound)):
-        raise _err(f"samples must lie in [0, B={bound:g}] (B bounds one neighbour surely): found "
-                   f"[{x.min():.4g}, {x.max():.4g}]", "neighbours")
+        raise _err(
+            f"samples must lie in [0, B={bound:g}] (B bounds one neighbour surely): found "
+            f"[{x.min():.4g}, {x.max():.4g}]",
+            "neighbours",
+        )
     mean, var = float(x.mean()), float(x.var(ddof=1)) if n > 1 else 0.0
     if method in ("hoeffding", "bernstein"):
-        f = hoeffding_ucb(mean, n, bound, delta, side) if method == "hoeffding" else \
-            bernstein_ucb(mean, var, n, bound, delta, side)
+        f = (
+            hoeffding_ucb(mean, n, bound, delta, side)
+            if method == "hoeffding"
+            else bernstein_ucb(mean, var, n, bound, delta, side)
+        )
         return f, f"{method}@{delta:.3g}"
     if method != "best":
         raise _err(f"mean_ucb must be one of {MEAN_METHODS}, got {method!r}", "mean_ucb")
     if not bernstein_can_win(n, delta):
-        return hoeffding_ucb(mean, n, bound, delta, side), f"hoeffding@{delta:.3g} (bernstein cannot win at n={n})"
+        return hoeffding_ucb(
+            mean, n, bound, delta, side
+        ), f"hoeffding@{delta:.3g} (bernstein cannot win at n={n})"
     h = hoeffding_ucb(mean, n, bound, delta / 2, side)
     b = bernstein_ucb(mean, var, n, bound, delta / 2, side)
     pick = min(h, b) if side == "upper" else max(h, b)

@@ -121,14 +121,20 @@ def _feasible(b: str, m: int, B: float, delta_m: float, share: float, method: st
     return not beat_cap or mean_ucb(np.zeros(m), B, share, method)[0] < delta_m * B
 
 
-def kept_bounds(allowed, m, B, delta_m, delta_est, method, *, data_mu=False, context=False) -> tuple[list[str], float]:
+def kept_bounds(
+    allowed, m, B, delta_m, delta_est, method, *, data_mu=False, context=False
+) -> tuple[list[str], float]:
     """Pre-data rule: which data-driven families share delta_est (a function of m, B and the deltas only).
 
     Greedy in the order quantile, markov, dkw: a family joins if every member stays feasible at
     delta_est / (members). No data are looked at, so the split needs no further union bound.
     Quantiles bound ||v|| only: not with a data mu, and they do not subtract jitter (context claim).
     """
-    order = [b for b in ("quantile", "markov", "dkw") if b in allowed and not ((context or data_mu) and b != "markov")]
+    order = [
+        b
+        for b in ("quantile", "markov", "dkw")
+        if b in allowed and not ((context or data_mu) and b != "markov")
+    ]
     beat_cap = "certain_cap" in allowed
     kept: list[str] = []
     if delta_est <= 0:
@@ -148,15 +154,36 @@ def _markov(sq, par, B, B_par, delta_m, share, method, r_star, jitter_sq) -> Bou
         lcb, h2 = mean_ucb(jitter_sq, B, share / parts, method, side="lower")
         u, how = max(0.0, u - lcb), f"{how} minus jitter LCB {lcb:.4g} ({h2})"
     u_par = mean_ucb(par, B_par, share / parts, method)[0] if par is not None else 0.0
-    return _bound(f"markov_{method}", math.sqrt(u / delta_m), math.sqrt(u_par / delta_m), r_star, delta_m, share,
-                  note=f"U={u:.4g} ({how})" + (f", U_par={u_par:.4g}" if par is not None else ""))
+    return _bound(
+        f"markov_{method}",
+        math.sqrt(u / delta_m),
+        math.sqrt(u_par / delta_m),
+        r_star,
+        delta_m,
+        share,
+        note=f"U={u:.4g} ({how})" + (f", U_par={u_par:.4g}" if par is not None else ""),
+    )
 
 
-def choose_alpha(tau: float, B: float, norms_sq: np.ndarray, *, delta_m: float, delta_est: float,
-                 allowed: tuple[str, ...] = BOUNDS, method: str = "best", sigma: float = 0.0, d: int = 1,
-                 delta_b: float = 0.0, parallel_sq: np.ndarray | None = None, B_par: float | None = None,
-                 jitter_sq: np.ndarray | None = None, jitter_coords: int | None = None,
-                 neighbour_coords: int | None = None, all_noop: bool = False) -> Choice:
+def choose_alpha(
+    tau: float,
+    B: float,
+    norms_sq: np.ndarray,
+    *,
+    delta_m: float,
+    delta_est: float,
+    allowed: tuple[str, ...] = BOUNDS,
+    method: str = "best",
+    sigma: float = 0.0,
+    d: int = 1,
+    delta_b: float = 0.0,
+    parallel_sq: np.ndarray | None = None,
+    B_par: float | None = None,
+    jitter_sq: np.ndarray | None = None,
+    jitter_coords: int | None = None,
+    neighbour_coords: int | None = None,
+    all_noop: bool = False,
+) -> Choice:
     """The largest certified alpha over the allowed families, and which bound won.
 
     norms_sq: ||f(D) - f(D'_i)||^2 of m i.i.d. estimation neighbours, each <= B surely.
@@ -168,35 +195,67 @@ def choose_alpha(tau: float, B: float, norms_sq: np.ndarray, *, delta_m: float, 
     """
     sq = np.asarray(norms_sq, dtype=float)
     if sq.size == 0 or not np.all(np.isfinite(sq)) or np.any(sq < 0) or np.any(exceeds(sq, B)):
-        raise config_error(f"need finite squared distances in [0, B={B:g}] (B bounds every neighbour surely); "
-                           f"got {sq.size} in [{np.min(sq, initial=0):.4g}, {np.max(sq, initial=0):.4g}]", "neighbours")
+        raise config_error(
+            f"need finite squared distances in [0, B={B:g}] (B bounds every neighbour surely); "
+            f"got {sq.size} in [{np.min(sq, initial=0):.4g}, {np.max(sq, initial=0):.4g}]",
+            "neighbours",
+        )
     bad = [b for b in allowed if b not in (*BOUNDS, "plugin")]
     if bad or not allowed:
         raise config_error(f"bound must be one of {CHOICES}, got {bad or allowed}", "bound")
     context, data_mu = jitter_sq is not None, parallel_sq is not None
     if context and (jitter_coords is None or jitter_coords != neighbour_coords):
-        raise config_error(f"jitter re-judged {jitter_coords} coordinates per sample, a neighbour {neighbour_coords}: "
-                           "subtract only jitter measured on the coordinates a neighbour re-judges", "jitter")
+        raise config_error(
+            f"jitter re-judged {jitter_coords} coordinates per sample, a neighbour {neighbour_coords}: "
+            "subtract only jitter measured on the coordinates a neighbour re-judges",
+            "jitter",
+        )
     if context and data_mu:
-        raise config_error("jitter removal (the context claim) is not supported with mu=data", "jitter.remove")
+        raise config_error(
+            "jitter removal (the context claim) is not supported with mu=data", "jitter.remove"
+        )
     par = np.asarray(parallel_sq, dtype=float) if data_mu else None
     b_par = float(B_par if B_par is not None else B) if data_mu else 0.0
     r_star = radius_budget(tau, sigma, d, delta_b)
     mean_par = float(par.mean()) if data_mu else 0.0
-    plug = _bound("plugin", math.sqrt(sq.mean() / delta_m), math.sqrt(mean_par / delta_m), r_star, delta_m, 0.0,
-                  certified=False, note="Markov on the plug-in mean: an estimate, not a bound")
+    plug = _bound(
+        "plugin",
+        math.sqrt(sq.mean() / delta_m),
+        math.sqrt(mean_par / delta_m),
+        r_star,
+        delta_m,
+        0.0,
+        certified=False,
+        note="Markov on the plug-in mean: an estimate, not a bound",
+    )
     cap = _bound("certain_cap", math.sqrt(B), math.sqrt(b_par), r_star, 0.0, 0.0, note="||v||^2 <= B surely")
     cands = [plug, cap]
-    stats = {"m": int(sq.size), "allowed": tuple(allowed), "rms": math.sqrt(float(sq.mean())),
-             "rms_ucb": math.sqrt(mean_ucb(sq, B, delta_est, method)[0]) if 0 < delta_est < 1 else None}
+    stats = {
+        "m": int(sq.size),
+        "allowed": tuple(allowed),
+        "rms": math.sqrt(float(sq.mean())),
+        "rms_ucb": math.sqrt(mean_ucb(sq, B, delta_est, method)[0]) if 0 < delta_est < 1 else None,
+    }
     if all_noop:
-        note = (f"all {sq.size} estimation neighbours left their inputs unchanged (e.g. swap with orders=both): "
-                "they measured nothing, so nothing about T(D) is certified; the cap's alpha is applied")
+        note = (
+            f"all {sq.size} estimation neighbours left their inputs unchanged (e.g. swap with orders=both): "
+            "they measured nothing, so nothing about T(D) is certified; the cap's alpha is applied"
+        )
         return Choice(cap.alpha, cap, tuple(cands), "none", "total", 0.0, note=note, **stats)
     if tuple(allowed) == ("plugin",):
-        return Choice(plug.alpha, plug, tuple(cands), "estimate", "context" if context else "total", 0.0,
-                      note="estimate (no confidence bound)", **stats)
-    kept, share = kept_bounds(allowed, sq.size, B, delta_m, delta_est, method, data_mu=data_mu, context=context)
+        return Choice(
+            plug.alpha,
+            plug,
+            tuple(cands),
+            "estimate",
+            "context" if context else "total",
+            0.0,
+            note="estimate (no confidence bound)",
+            **stats,
+        )
+    kept, share = kept_bounds(
+        allowed, sq.size, B, delta_m, delta_est, method, data_mu=data_mu, context=context
+    )
     norms = np.sqrt(sq)
     for b in kept:
         if b == "markov":
@@ -210,25 +269,53 @@ def choose_alpha(tau: float, B: float, norms_sq: np.ndarray, *, delta_m: float, 
     # ties go to the bound that spends least (the cap: delta_m = 0)
     win = max(eligible, key=lambda c: (c.feasible, c.alpha, -c.delta_m, -c.delta_est, -c.threshold))
     # The cap subtracts nothing: it holds surely for realised re-judgments too, so its claim is "total".
-    return Choice(win.alpha, win, tuple(cands), "certified", "context" if context and win is not cap else "total",
-                  delta_est if kept else 0.0, **stats)
+    return Choice(
+        win.alpha,
+        win,
+        tuple(cands),
+        "certified",
+        "context" if context and win is not cap else "total",
+        delta_est if kept else 0.0,
+        **stats,
+    )
 
 
 def _why_none(allowed, m, delta_m, delta_est, data_mu, context) -> str:
     if "quantile" in allowed and (data_mu or context):
         return "the quantile bound bounds ||v|| only: it works with mu=fixed and without jitter removal"
     if "quantile" in allowed and delta_est > 0:
-        return (f"the quantile bound needs m >= {quantile_min_samples(delta_m, delta_est)} estimation neighbours "
-                f"at delta_m={delta_m:.3g}, delta_est={delta_est:.3g}; got {m} (or use bound=auto)")
+        return (
+            f"the quantile bound needs m >= {quantile_min_samples(delta_m, delta_est)} estimation neighbours "
+            f"at delta_m={delta_m:.3g}, delta_est={delta_est:.3g}; got {m} (or use bound=auto)"
+        )
     return f"no certified bound among {list(allowed)} at m={m}, delta_est={delta_est:.3g}; use bound=auto"
 
 
 def choice_json(c: Choice) -> dict:
     """The record of a choice for abb.json (every candidate with what it spent)."""
+
     def one(b: Bound) -> dict:
-        return {"name": b.name, "alpha": b.alpha, "threshold": b.threshold, "threshold_parallel": b.threshold_parallel,
-                "delta_m": b.delta_m, "delta_est": b.delta_est, "certified": b.certified, "feasible": b.feasible,
-                "note": b.note}
-    return {"kind": c.kind, "claim": c.claim, "winner": one(c.winner), "candidates": [one(b) for b in c.candidates],
-            "allowed": list(c.allowed), "delta_est_spent": c.delta_est, "m": c.m, "note": c.note,
-            "rms": c.rms, "rms_ucb": c.rms_ucb}
+        return {
+            "name": b.name,
+            "alpha": b.alpha,
+            "threshold": b.threshold,
+            "threshold_parallel": b.threshold_parallel,
+            "delta_m": b.delta_m,
+            "delta_est": b.delta_est,
+            "certified": b.certified,
+            "feasible": b.feasible,
+            "note": b.note,
+        }
+
+    return {
+        "kind": c.kind,
+        "claim": c.claim,
+        "winner": one(c.winner),
+        "candidates": [one(b) for b in c.candidates],
+        "allowed": list(c.allowed),
+        "delta_est_spent": c.delta_est,
+        "m": c.m,
+        "note": c.note,
+        "rms": c.rms,
+        "rms_ucb": c.rms_ucb,
+    }

@@ -219,9 +219,13 @@ def plan_neighbours(
     is the instruction, all items share one seed, because the set has ONE instruction text.
     """
     if mode not in MODES:
-        raise ConfigError(f"mode must be one of {MODES}, got {mode!r}", where=located("neighbours", field="mode"))
+        raise ConfigError(
+            f"mode must be one of {MODES}, got {mode!r}", where=located("neighbours", field="mode")
+        )
     if d < 1 or m < 1:
-        raise ConfigError(f"need d >= 1 items and m >= 1 neighbours (d={d}, m={m})", where=located("neighbours", field="m"))
+        raise ConfigError(
+            f"need d >= 1 items and m >= 1 neighbours (d={d}, m={m})", where=located("neighbours", field="m")
+        )
     if not kinds or not fields:
         raise ConfigError("kinds and fields must be non-empty", where=located("neighbours", field="kinds"))
     _check_kinds(kinds, KINDS)
@@ -271,7 +275,9 @@ def apply_edit(
         return others[int(np.random.default_rng(edit.seed).integers(len(others)))]
     if edit.kind == "llm_paraphrase":
         if paraphraser is None or not hasattr(paraphraser, "paraphrase"):
-            raise ConfigError("'llm_paraphrase' neighbours need an object with paraphrase(text, n, seed)", where=where)
+            raise ConfigError(
+                "'llm_paraphrase' neighbours need an object with paraphrase(text, n, seed)", where=where
+            )
         extra = () if aspect is None else (aspect,)
         out = paraphraser.paraphrase(text, 1, int(edit.seed % 2**31), *extra)
         if not out or not out[0].strip():
@@ -292,7 +298,10 @@ def splice(baseline: np.ndarray, plan: NeighbourPlan, rejudged: Mapping[int, flo
     out = base.copy()
     for i, s in rejudged.items():
         if not np.isfinite(s):
-            raise ConfigError(f"re-judged score {s!r} is not finite", where=located("neighbours", record=plan.index, field=str(i)))
+            raise ConfigError(
+                f"re-judged score {s!r} is not finite",
+                where=located("neighbours", record=plan.index, field=str(i)),
+            )
         out[int(i)] = float(s)
     return out
 

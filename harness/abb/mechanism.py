@@ -40,7 +40,9 @@ def split_delta(delta: float, *, noise_fraction: float = 0.45, est_fraction: flo
     if not 0 < delta < 1:
         raise _err(f"delta must be in (0, 1), got {delta}", "delta")
     if not (0 <= noise_fraction <= 1 and 0 <= est_fraction <= 1 and noise_fraction + est_fraction < 1):
-        raise _err(f"fractions noise={noise_fraction}, est={est_fraction} leave nothing for the bound", "delta_split")
+        raise _err(
+            f"fractions noise={noise_fraction}, est={est_fraction} leave nothing for the bound", "delta_split"
+        )
     noise, est = delta * noise_fraction, delta * est_fraction
     return DeltaSplit(total=delta, markov=delta - noise - est, noise=noise, est=est)
 
@@ -92,10 +94,24 @@ class AbbParams:
         return math.sqrt(a * a * max(self.B - par, 0.0) + par) if par else a * math.sqrt(self.B)
 
 
-def calibrate(choice: Choice, *, tau: float, split: DeltaSplit, d: int, B: float, B_parallel: float = 0.0,
-              scale: tuple[float, float] | None = None, mu: str = "fixed", mu_value: float | None = None,
-              alpha: float | None = None, alpha_fraction: float | None = None, alpha_min: float = 0.0,
-              sigma_mode: str = "zero", sigma_fraction: float = 0.5, dp_epsilon: float | None = None) -> AbbParams:
+def calibrate(
+    choice: Choice,
+    *,
+    tau: float,
+    split: DeltaSplit,
+    d: int,
+    B: float,
+    B_parallel: float = 0.0,
+    scale: tuple[float, float] | None = None,
+    mu: str = "fixed",
+    mu_value: float | None = None,
+    alpha: float | None = None,
+    alpha_fraction: float | None = None,
+    alpha_min: float = 0.0,
+    sigma_mode: str = "zero",
+    sigma_fraction: float = 0.5,
+    dp_epsilon: float | None = None,
+) -> AbbParams:
     """alpha and sigma for (tau, delta) from the chosen bound; ConfigError when (tau, delta) cannot be met.
 
     alpha defaults to alpha_max (then the noise room is 0); alpha_fraction f gives f * alpha_max (a
@@ -109,17 +125,31 @@ def calibrate(choice: Choice, *, tau: float, split: DeltaSplit, d: int, B: float
         raise _err(f"d must be >= 1, got {d}", "d")
     mu_value = _resolve_mu(mu, mu_value, scale)
     win = choice.winner
-    common = dict(tau=tau, split=split, d=d, mu_mode=mu, mu_value=mu_value, choice=choice, B=float(B),
-                  B_parallel=float(B_parallel))
+    common = dict(
+        tau=tau,
+        split=split,
+        d=d,
+        mu_mode=mu,
+        mu_value=mu_value,
+        choice=choice,
+        B=float(B),
+        B_parallel=float(B_parallel),
+    )
     if dp_epsilon is not None:
         return _calibrate_dp(common, win, alpha, float(dp_epsilon))
     if not win.feasible:
-        raise refusal(f"no alpha meets tau={tau}: the all-ones part of the bias (t_par={win.threshold_parallel:.4g} "
-                   f"from {win.name}) escapes a data-dependent mu and alone exceeds tau; use mu=fixed", "tau")
+        raise refusal(
+            f"no alpha meets tau={tau}: the all-ones part of the bias (t_par={win.threshold_parallel:.4g} "
+            f"from {win.name}) escapes a data-dependent mu and alone exceeds tau; use mu=fixed",
+            "tau",
+        )
     a_max = choice.alpha
     if a_max < alpha_min:
-        raise refusal(f"(tau={tau}, delta={split.total}) needs alpha <= {a_max:.4g} ({win.name}: t={win.threshold:.4g}, "
-                   f"delta_m={win.delta_m:.3g}), below alpha_min={alpha_min}", "alpha_min")
+        raise refusal(
+            f"(tau={tau}, delta={split.total}) needs alpha <= {a_max:.4g} ({win.name}: t={win.threshold:.4g}, "
+            f"delta_m={win.delta_m:.3g}), below alpha_min={alpha_min}",
+            "alpha_min",
+        )
     if alpha is None and alpha_fraction is not None:
         if not 0 < alpha_fraction <= 1:
             raise _err(f"alpha_fraction must be in (0, 1], got {alpha_fraction}", "alpha_fraction")
@@ -132,8 +162,17 @@ def calibrate(choice: Choice, *, tau: float, split: DeltaSplit, d: int, B: float
     sigma_max = sigma_room(radius, tau, d, split.noise)
     sigma = _choose_sigma(sigma_mode, sigma_fraction, sigma_max)
     tail = noise_tail(radius, sigma, d, tau)
-    return AbbParams(alpha=float(alpha), alpha_max=a_max, sigma=sigma, sigma_max=sigma_max, sigma_mode=sigma_mode,
-                     radius=radius, noise_tail=tail, delta_claimed=win.delta_m + tail, **common)
+    return AbbParams(
+        alpha=float(alpha),
+        alpha_max=a_max,
+        sigma=sigma,
+        sigma_max=sigma_max,
+        sigma_mode=sigma_mode,
+        radius=radius,
+        noise_tail=tail,
+        delta_claimed=win.delta_m + tail,
+        **common,
+    )
 
 
 def _calibrate_dp(common: dict, win, alpha: float | None, eps: float) -> AbbParams:
@@ -146,12 +185,31 @@ def _calibrate_dp(common: dict, win, alpha: float | None, eps: float) -> AbbPara
         raise _err(f"alpha must be in (0, 1], got {alpha}", "alpha")
     radius = win.radius(alpha)
     sigma = radius * math.sqrt(2 * math.log(1.25 / common["split"].noise)) / eps
-    return AbbParams(alpha=alpha, alpha_max=common["choice"].alpha, sigma=sigma, sigma_max=None, sigma_mode="dp",
-                     radius=radius, dp_epsilon=eps, **common)
+    return AbbParams(
+        alpha=alpha,
+        alpha_max=common["choice"].alpha,
+        sigma=sigma,
+        sigma_max=None,
+        sigma_mode="dp",
+        radius=radius,
+        dp_epsilon=eps,
+        **common,
+    )
 
 
-def preflight(*, tau: float, split: DeltaSplit, n: int, B: float, B_parallel: float, allowed: tuple[str, ...] = BOUNDS,
-              method: str = "best", mu: str = "fixed", alpha_min: float = 0.0, context: bool = False) -> float:
+def preflight(
+    *,
+    tau: float,
+    split: DeltaSplit,
+    n: int,
+    B: float,
+    B_parallel: float,
+    allowed: tuple[str, ...] = BOUNDS,
+    method: str = "best",
+    mu: str = "fixed",
+    alpha_min: float = 0.0,
+    context: bool = False,
+) -> float:
     """The best alpha_max any neighbour data could give; refuse (tau, delta) before judging.
 
     Every bound is monotone in the distances, so all-zero distances (no neighbour moved anything)
@@ -161,15 +219,31 @@ def preflight(*, tau: float, split: DeltaSplit, n: int, B: float, B_parallel: fl
         raise _err(f"tau must be > 0 (raw score units), got {tau}", "tau")
     zeros = np.zeros(max(n, 1))
     jitter = dict(jitter_sq=zeros[:1], jitter_coords=1, neighbour_coords=1) if context else {}
-    c = choose_alpha(tau, B, zeros, delta_m=split.markov, delta_est=split.est, allowed=allowed, method=method,
-                     parallel_sq=zeros if mu == "data" else None, B_par=B_parallel, **jitter)
+    c = choose_alpha(
+        tau,
+        B,
+        zeros,
+        delta_m=split.markov,
+        delta_est=split.est,
+        allowed=allowed,
+        method=method,
+        parallel_sq=zeros if mu == "data" else None,
+        B_par=B_parallel,
+        **jitter,
+    )
     why = f"even if no neighbour moved any score, the best bound from {n} neighbours ({c.winner.name}) allows"
     if not c.winner.feasible:
-        raise refusal(f"no alpha meets tau={tau}, delta={split.total} with mu='data': {why} none; use mu='fixed', "
-                   "more neighbours, or a larger tau/delta", "tau")
+        raise refusal(
+            f"no alpha meets tau={tau}, delta={split.total} with mu='data': {why} none; use mu='fixed', "
+            "more neighbours, or a larger tau/delta",
+            "tau",
+        )
     if c.alpha < alpha_min:
-        raise refusal(f"(tau={tau}, delta={split.total}) allows alpha <= {c.alpha:.4g} < alpha_min={alpha_min}: {why} "
-                   f"alpha={c.alpha:.4g}; use more neighbours or a larger tau/delta", "alpha_min")
+        raise refusal(
+            f"(tau={tau}, delta={split.total}) allows alpha <= {c.alpha:.4g} < alpha_min={alpha_min}: {why} "
+            f"alpha={c.alpha:.4g}; use more neighbours or a larger tau/delta",
+            "alpha_min",
+        )
     return c.alpha
 
 
@@ -208,8 +282,9 @@ def contract(f: np.ndarray, params: AbbParams) -> np.ndarray:
     return params.alpha * f + (1 - params.alpha) * mu
 
 
-def bounded_scores(f: np.ndarray, params: AbbParams, rng: np.random.Generator,
-                   clip: tuple[float, float] | None = None) -> np.ndarray:
+def bounded_scores(
+    f: np.ndarray, params: AbbParams, rng: np.random.Generator, clip: tuple[float, float] | None = None
+) -> np.ndarray:
     """M(D) = g(f(D)) + Z. Clipping to a box is a projection (non-expansive), so it keeps the claim."""
     out = contract(f, params) + params.sigma * rng.standard_normal(np.shape(f))
     return np.clip(out, clip[0], clip[1]) if clip is not None else out

@@ -60,9 +60,20 @@ class Neighbours:
 class EditMaker:
     """Materialises a plan's edits as Views (memoising paraphrases: whole-set plans share seeds)."""
 
-    def __init__(self, scorer: PairwiseScorer, instructions: Sequence[str], paraphraser: Any, aspect: str,
-                 rewriter: Any = None) -> None:
-        self.scorer, self.instructions, self.paraphraser, self.aspect = scorer, instructions, paraphraser, aspect
+    def __init__(
+        self,
+        scorer: PairwiseScorer,
+        instructions: Sequence[str],
+        paraphraser: Any,
+        aspect: str,
+        rewriter: Any = None,
+    ) -> None:
+        self.scorer, self.instructions, self.paraphraser, self.aspect = (
+            scorer,
+            instructions,
+            paraphraser,
+            aspect,
+        )
         self.rewriter = rewriter
         """Paraphrases answers/questions (harness.abb.paraphrase.AnswerParaphraser); `paraphraser` the instruction."""
         self._memo: dict[tuple[str, str, int], str] = {}
@@ -79,25 +90,42 @@ class EditMaker:
                 text = self.scorer.original(e.item, e.field)
                 key = (e.kind, text, e.seed)
                 if key not in self._memo:
-                    para = (self.paraphraser, self.aspect) if e.field == "instruction" else (self.rewriter, None)
-                    self._memo[key] = apply_edit(text, e, instructions=self.instructions, paraphraser=para[0],
-                                                 aspect=para[1])
+                    para = (
+                        (self.paraphraser, self.aspect) if e.field == "instruction" else (self.rewriter, None)
+                    )
+                    self._memo[key] = apply_edit(
+                        text, e, instructions=self.instructions, paraphraser=para[0], aspect=para[1]
+                    )
                 v = dataclasses.replace(v, **{FIELDS[e.field]: self._memo[key]})
                 noop &= self._memo[key] == text
                 wording = self._memo[key] if e.field == "instruction" else wording  # short: kept for audit
             views[e.item] = v
         edits = [dataclasses.asdict(e) for e in plan.edits]
-        return views, {"index": plan.index, "edits": edits if len(edits) <= 50 else edits[:50],
-                       "n_edits": len(edits), "noop": bool(noop),
-                       **({"instruction": wording} if wording is not None else {})}
+        return views, {
+            "index": plan.index,
+            "edits": edits if len(edits) <= 50 else edits[:50],
+            "n_edits": len(edits),
+            "noop": bool(noop),
+            **({"instruction": wording} if wording is not None else {}),
+        }
 
 
-def judge_neighbours(scorer: PairwiseScorer, base: np.ndarray, maker: EditMaker, spec: NeighbourSpec) -> Neighbours:
+def judge_neighbours(
+    scorer: PairwiseScorer, base: np.ndarray, maker: EditMaker, spec: NeighbourSpec
+) -> Neighbours:
     """spec.m neighbours, planned from the split's own seed (a fresh set never repeats a plan)."""
     plans = plan_neighbours(scorer.d, spec.m, spec.kinds, mode=spec.mode, fields=spec.fields, seed=spec.seed)
     # Making a view can ask the optimizer model for paraphrases (seconds to minutes each on a CPU).
-    made = [maker.views(p) for p in tqdm(plans, desc=f"{spec.split} neighbours: edits", unit="neighbour",
-                                         disable=not scorer.progress, dynamic_ncols=True)]
+    made = [
+        maker.views(p)
+        for p in tqdm(
+            plans,
+            desc=f"{spec.split} neighbours: edits",
+            unit="neighbour",
+            disable=not scorer.progress,
+            dynamic_ncols=True,
+        )
+    ]
     vectors = scorer.score_many([v for v, _ in made], base=base, desc=f"{spec.split} neighbours")
     return Neighbours(spec.split, np.array(vectors).reshape(len(made), scorer.d), tuple(r for _, r in made))
 
@@ -109,7 +137,15 @@ def neighbour_rows(base: np.ndarray, sets: Sequence[Neighbours]) -> list[dict[st
         sq, par = squared_distances(base, ns.vectors) if len(ns.vectors) else ([], [])
         for vec, rec, q, p in zip(ns.vectors, ns.records, sq, par):
             changed = {int(i): float(vec[i]) for i in np.flatnonzero(vec != base)}
-            rows.append({"split": ns.split, **rec, "sq_distance": float(q), "parallel_sq": float(p), "changed": changed})
+            rows.append(
+                {
+                    "split": ns.split,
+                    **rec,
+                    "sq_distance": float(q),
+                    "parallel_sq": float(p),
+                    "changed": changed,
+                }
+            )
     return rows
 
 
@@ -122,6 +158,11 @@ def summarise(ns: Neighbours | None, base: np.ndarray) -> dict[str, Any] | None:
         for e in r.get("edits", []):
             kinds[e["kind"]] = kinds.get(e["kind"], 0) + 1
     known = all("noop" in r for r in ns.records)  # a file's neighbour rows do not say what was edited
-    return {"n": len(ns.vectors), "noop": sum(bool(r["noop"]) for r in ns.records) if known else None,
-            "unchanged_scores": int(np.sum(sq == 0)), "rms": float(np.sqrt(np.mean(sq))),
-            "max": float(np.sqrt(np.max(sq))), "edit_kinds": kinds}
+    return {
+        "n": len(ns.vectors),
+        "noop": sum(bool(r["noop"]) for r in ns.records) if known else None,
+        "unchanged_scores": int(np.sum(sq == 0)),
+        "rms": float(np.sqrt(np.mean(sq))),
+        "max": float(np.sqrt(np.max(sq))),
+        "edit_kinds": kinds,
+    }

@@ -25,8 +25,11 @@ only: no title, no quotation marks, no comment.
 Text:
 {text}"""
 
-_PREFIX = re.compile(r"^\s*(?:(?:sure|certainly|of course)[!,.]?\s*)?(?:here(?:'s| is)[^:\n]{0,60}:|"
-                     r"(?:rewritten|paraphrased|new) (?:text|answer|version)\s*:)\s*", re.IGNORECASE)
+_PREFIX = re.compile(
+    r"^\s*(?:(?:sure|certainly|of course)[!,.]?\s*)?(?:here(?:'s| is)[^:\n]{0,60}:|"
+    r"(?:rewritten|paraphrased|new) (?:text|answer|version)\s*:)\s*",
+    re.IGNORECASE,
+)
 
 
 @runtime_checkable
@@ -40,7 +43,9 @@ def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def check_rewrite(text: str, original: str, *, min_ratio: float = 0.5, max_ratio: float = 2.0) -> tuple[str, str | None]:
+def check_rewrite(
+    text: str, original: str, *, min_ratio: float = 0.5, max_ratio: float = 2.0
+) -> tuple[str, str | None]:
     """(cleaned text, None) when acceptable, else (cleaned text, why not)."""
     t = _PREFIX.sub("", text.strip(), count=1).strip()
     if not t:
@@ -56,11 +61,20 @@ def check_rewrite(text: str, original: str, *, min_ratio: float = 0.5, max_ratio
 class AnswerParaphraser:
     """`paraphrase(text, n, seed)` for answers and questions, from a TextGenerator."""
 
-    def __init__(self, generator: TextGenerator, *, max_attempts: int = 4, min_ratio: float = 0.5,
-                 max_ratio: float = 2.0) -> None:
+    def __init__(
+        self,
+        generator: TextGenerator,
+        *,
+        max_attempts: int = 4,
+        min_ratio: float = 0.5,
+        max_ratio: float = 2.0,
+    ) -> None:
         if not isinstance(generator, TextGenerator):
-            raise ConfigError(f"{type(generator).__name__} has no generate(messages, seed, samples): it cannot "
-                              "paraphrase answers", where=located("optimizer", field="_target_"))
+            raise ConfigError(
+                f"{type(generator).__name__} has no generate(messages, seed, samples): it cannot "
+                "paraphrase answers",
+                where=located("optimizer", field="_target_"),
+            )
         self.generator, self.max_attempts = generator, int(max_attempts)
         self.min_ratio, self.max_ratio = float(min_ratio), float(max_ratio)
         self.identity = f"answer-paraphrase via {getattr(generator, 'identity', type(generator).__name__)}"
@@ -80,11 +94,18 @@ class AnswerParaphraser:
                     out.append(t)
                 else:
                     reasons.append(why or "duplicate")
-                    cut |= 0 < len(t) < self.min_ratio * len(text)  # too short: probably cut at the token limit
+                    cut |= (
+                        0 < len(t) < self.min_ratio * len(text)
+                    )  # too short: probably cut at the token limit
         if len(out) < n:
-            hint = ("; raise optimizer.max_tokens (api) or optimizer.max_new_tokens (local)" if cut else
-                    "; a stronger optimizer model (optimizer=api) may be needed")
-            raise ConfigError(f"the optimizer gave {len(out)} of {n} acceptable paraphrases in {sample} samples "
-                              f"({'; '.join(sorted(set(reasons)))}){hint}",
-                              where=located("neighbours", field="llm_paraphrase"))
+            hint = (
+                "; raise optimizer.max_tokens (api) or optimizer.max_new_tokens (local)"
+                if cut
+                else "; a stronger optimizer model (optimizer=api) may be needed"
+            )
+            raise ConfigError(
+                f"the optimizer gave {len(out)} of {n} acceptable paraphrases in {sample} samples "
+                f"({'; '.join(sorted(set(reasons)))}){hint}",
+                where=located("neighbours", field="llm_paraphrase"),
+            )
         return out[:n]

@@ -27,7 +27,9 @@ def model_means(scores: Sequence[float], models: Sequence[str]) -> dict[str, flo
     s = np.asarray(scores, dtype=float)
     names = list(models)
     if s.shape[0] != len(names):
-        raise ConfigError(f"{s.shape[0]} scores for {len(names)} model labels", where=located("ranking", field="models"))
+        raise ConfigError(
+            f"{s.shape[0]} scores for {len(names)} model labels", where=located("ranking", field="models")
+        )
     out: dict[str, list[float]] = {}
     for name, v in zip(names, s):
         out.setdefault(name, []).append(float(v))
@@ -62,9 +64,22 @@ def make_battles(
     idx = {n: i for i, n in enumerate(names)}
     yy = np.asarray(y, dtype=float)
     if not (len(a) == len(b) == yy.size) or np.any((yy < 0) | (yy > 1)):
-        raise ConfigError("battles need equal-length a, b, y with y in [0, 1]", where=located("ranking", field="y"))
-    g = np.arange(yy.size) if groups is None else np.unique(np.asarray(groups, dtype=object).astype(str), return_inverse=True)[1]
-    return Battles(names, np.array([idx[n] for n in a]), np.array([idx[n] for n in b]), yy, np.asarray(g), np.ones(yy.size))
+        raise ConfigError(
+            "battles need equal-length a, b, y with y in [0, 1]", where=located("ranking", field="y")
+        )
+    g = (
+        np.arange(yy.size)
+        if groups is None
+        else np.unique(np.asarray(groups, dtype=object).astype(str), return_inverse=True)[1]
+    )
+    return Battles(
+        names,
+        np.array([idx[n] for n in a]),
+        np.array([idx[n] for n in b]),
+        yy,
+        np.asarray(g),
+        np.ones(yy.size),
+    )
 
 
 def pseudo_battles(
@@ -80,7 +95,9 @@ def pseudo_battles(
     p = np.clip((s - lo) / (hi - lo), 0.0, 1.0)  # noise may push a bounded score off the scale
     keep = [i for i, m in enumerate(models) if m != baseline]
     return make_battles(
-        [models[i] for i in keep], [baseline] * len(keep), p[keep],
+        [models[i] for i in keep],
+        [baseline] * len(keep),
+        p[keep],
         None if groups is None else [groups[i] for i in keep],
     )
 
@@ -127,12 +144,18 @@ def bootstrap_elo(
     draws = []
     for _ in range(rounds):
         counts = np.bincount(rng.integers(0, n_groups, n_groups), minlength=n_groups)
-        draws.append(fit_bradley_terry(battles, anchor, weight=battles.weight * counts[battles.groups], **fit))
+        draws.append(
+            fit_bradley_terry(battles, anchor, weight=battles.weight * counts[battles.groups], **fit)
+        )
     tail = (1 - confidence) / 2 * 100
     out = {}
     for n in battles.names:
         vals = np.array([dr[n] for dr in draws])
-        out[n] = {"elo": point[n], "lo": float(np.percentile(vals, tail)), "hi": float(np.percentile(vals, 100 - tail))}
+        out[n] = {
+            "elo": point[n],
+            "lo": float(np.percentile(vals, tail)),
+            "hi": float(np.percentile(vals, 100 - tail)),
+        }
     return out
 
 
@@ -147,8 +170,10 @@ def retained_signal(original: Sequence[float], bounded: Sequence[float]) -> dict
 
     x, y = np.asarray(original, dtype=float), np.asarray(bounded, dtype=float)
     if x.shape != y.shape or x.size < 2:
-        raise ConfigError(f"need two equal-length vectors of >= 2 values, got {x.shape} and {y.shape}",
-                          where=located("ranking", field="bounded"))
+        raise ConfigError(
+            f"need two equal-length vectors of >= 2 values, got {x.shape} and {y.shape}",
+            where=located("ranking", field="bounded"),
+        )
     flat = np.std(x) == 0 or np.std(y) == 0
     var_x = float(np.var(x))
     ratio = float(np.var(y) / var_x) if var_x > 0 else math.nan

@@ -21,8 +21,9 @@ import numpy as np
 from harness.abb import ranking
 
 
-def pairwise_battles(scores: Sequence[float], models: Sequence[str], groups: Sequence[str],
-                     scale: tuple[float, float]) -> ranking.Battles:
+def pairwise_battles(
+    scores: Sequence[float], models: Sequence[str], groups: Sequence[str], scale: tuple[float, float]
+) -> ranking.Battles:
     """One soft battle per (question, model pair) from the score difference on that question."""
     lo, hi = scale
     s = np.asarray(scores, dtype=float)
@@ -41,8 +42,15 @@ def pairwise_battles(scores: Sequence[float], models: Sequence[str], groups: Seq
     return ranking.make_battles(a, b, y, grp)
 
 
-def bootstrap_means(scores: Sequence[float], models: Sequence[str], groups: Sequence[str], *,
-                    rounds: int, seed: int, confidence: float = 0.95) -> dict[str, dict[str, float]]:
+def bootstrap_means(
+    scores: Sequence[float],
+    models: Sequence[str],
+    groups: Sequence[str],
+    *,
+    rounds: int,
+    seed: int,
+    confidence: float = 0.95,
+) -> dict[str, dict[str, float]]:
     """Mean score per model with percentile intervals from resampling groups (questions)."""
     s = np.asarray(scores, dtype=float)
     names = list(dict.fromkeys(models))
@@ -62,7 +70,9 @@ def bootstrap_means(scores: Sequence[float], models: Sequence[str], groups: Sequ
     out = {}
     for k, n in enumerate(names):
         col = draws[:, k][np.isfinite(draws[:, k])]
-        lo, hi = (np.percentile(col, tail), np.percentile(col, 100 - tail)) if col.size else (math.nan, math.nan)
+        lo, hi = (
+            (np.percentile(col, tail), np.percentile(col, 100 - tail)) if col.size else (math.nan, math.nan)
+        )
         out[n] = {"mean": point[n], "lo": float(lo), "hi": float(hi)}
     return out
 
@@ -72,8 +82,16 @@ def _with_ranks(table: Mapping[str, Mapping[str, float]], key: str) -> dict[str,
     return {n: {**table[n], "rank": ordered.index(n) + 1} for n in table}
 
 
-def rank_models(scores: Sequence[float], models: Sequence[str], groups: Sequence[str], *,
-                scale: tuple[float, float], baseline: str | None, rounds: int, seed: int) -> dict[str, Any]:
+def rank_models(
+    scores: Sequence[float],
+    models: Sequence[str],
+    groups: Sequence[str],
+    *,
+    scale: tuple[float, float],
+    baseline: str | None,
+    rounds: int,
+    seed: int,
+) -> dict[str, Any]:
     """{"mean": {model: {mean, lo, hi, rank}}, "elo": {model: {elo, lo, hi, rank}}, "anchor": name}."""
     means = _with_ranks(bootstrap_means(scores, models, groups, rounds=rounds, seed=seed), "mean")
     if baseline is not None:
@@ -92,8 +110,13 @@ def _safe_signal(x: Sequence[float], y: Sequence[float]) -> dict[str, float] | N
     return ranking.retained_signal(x, y) if len(x) >= 2 else None  # one model has no correlation
 
 
-def retained(original: Sequence[float], bounded: Sequence[float], models: Sequence[str],
-             before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+def retained(
+    original: Sequence[float],
+    bounded: Sequence[float],
+    models: Sequence[str],
+    before: Mapping[str, Any],
+    after: Mapping[str, Any],
+) -> dict[str, Any]:
     """Correlations and variance change, original vs bounded: per model, per item, Elo."""
     names = list(dict.fromkeys(models))
     mo, mb = ranking.model_means(original, models), ranking.model_means(bounded, models)
@@ -102,14 +125,21 @@ def retained(original: Sequence[float], bounded: Sequence[float], models: Sequen
         "per_item": ranking.retained_signal(original, bounded),
     }
     common = [n for n in before["elo"] if n in after["elo"]]
-    out["elo"] = _safe_signal([before["elo"][n]["elo"] for n in common], [after["elo"][n]["elo"] for n in common])
-    out["top_model_kept"] = bool(names) and min(names, key=lambda n: before["mean"][n]["rank"]) == \
-        min(names, key=lambda n: after["mean"][n]["rank"])
+    out["elo"] = _safe_signal(
+        [before["elo"][n]["elo"] for n in common], [after["elo"][n]["elo"] for n in common]
+    )
+    out["top_model_kept"] = bool(names) and min(names, key=lambda n: before["mean"][n]["rank"]) == min(
+        names, key=lambda n: after["mean"][n]["rank"]
+    )
     return out
 
 
-def reference_agreement(reference: Sequence[float | None], original: Sequence[float], bounded: Sequence[float],
-                        models: Sequence[str]) -> dict[str, Any] | None:
+def reference_agreement(
+    reference: Sequence[float | None],
+    original: Sequence[float],
+    bounded: Sequence[float],
+    models: Sequence[str],
+) -> dict[str, Any] | None:
     """Per-model agreement of judge means with an external reference (e.g. GPT-4 grades), before
     and after bounding, over items that have a reference; None when fewer than 2 models do."""
     keep = [i for i, r in enumerate(reference) if r is not None and math.isfinite(r)]
@@ -129,28 +159,57 @@ def reference_agreement(reference: Sequence[float | None], original: Sequence[fl
 # --- flat records for tables, sweeps and W&B ---------------------------------------------------
 
 
-def flat_metrics(bj: Mapping[str, Any], sig: Mapping[str, Any], ref: Mapping[str, Any] | None) -> dict[str, Any]:
+def flat_metrics(
+    bj: Mapping[str, Any], sig: Mapping[str, Any], ref: Mapping[str, Any] | None
+) -> dict[str, Any]:
     """The numbers a sweep table and the plots read (harness.runtime.collect: results.json 'metrics')."""
     v, g, bd = bj.get("verification") or {}, bj["guarantee"], bj["bounds"]
     cand = {c["name"]: c for c in bd["candidates"]}
     est = (bj.get("neighbours") or {}).get("estimate") or {}
     fresh = (bj.get("neighbours") or {}).get("verify") or {}
-    out = {"tau": bj["tau"], "tau_fraction": bj.get("tau_fraction"), "delta": bj["delta"]["total"],
-           "delta_markov": bj["delta"]["markov"], "delta_noise": bj["delta"]["noise"], "delta_est": bj["delta"]["est"],
-           "delta_claimed": g["delta_claimed"], "d": bj["d"], "n_estimate": bj["n_neighbours"],
-           "noop_estimate": est.get("noop"), "unchanged_estimate": est.get("unchanged_scores"),
-           "noop_verify": fresh.get("noop"), "status": g["status"], "guarantee_kind": g["kind"],
-           "cell": g["kind"], "mode": bj["mode"], "check_tests": v.get("tests"),
-           "assumption_held": (v.get("assumption") or {}).get("held"),
-           "claimed": g["claimed"], "bound_winner": bd["winner"]["name"], "threshold": bd["winner"]["threshold"],
-           "alpha": bj["alpha"], "alpha_max": bj["alpha_max"], "alpha_cap": cand["certain_cap"]["alpha"],
-           "alpha_plugin": cand["plugin"]["alpha"], "sigma": bj["sigma"], "sigma_max": bj["sigma_max"],
-           "mu_value": bj["mu"]["value"], "radius": g["radius"], "sensitivity_plugin": bd["rms"],
-           "sensitivity_ucb": bd["rms_ucb"], "verdict": v.get("verdict"),
-           "verdict_text": v.get("verdict_text") or v.get("verdict"), "violations": v.get("violations"),
-           "trials": v.get("trials"), "violation_rate": v.get("rate"), "violation_cp_low": v.get("cp_low"),
-           "violation_cp_high": v.get("cp_high"), "worst_case": v.get("worst_case"),
-           "verify_mean_distance": v.get("mean_distance"), "verify_max_distance": v.get("max_distance")}
+    out = {
+        "tau": bj["tau"],
+        "tau_fraction": bj.get("tau_fraction"),
+        "delta": bj["delta"]["total"],
+        "delta_markov": bj["delta"]["markov"],
+        "delta_noise": bj["delta"]["noise"],
+        "delta_est": bj["delta"]["est"],
+        "delta_claimed": g["delta_claimed"],
+        "d": bj["d"],
+        "n_estimate": bj["n_neighbours"],
+        "noop_estimate": est.get("noop"),
+        "unchanged_estimate": est.get("unchanged_scores"),
+        "noop_verify": fresh.get("noop"),
+        "status": g["status"],
+        "guarantee_kind": g["kind"],
+        "cell": g["kind"],
+        "mode": bj["mode"],
+        "check_tests": v.get("tests"),
+        "assumption_held": (v.get("assumption") or {}).get("held"),
+        "claimed": g["claimed"],
+        "bound_winner": bd["winner"]["name"],
+        "threshold": bd["winner"]["threshold"],
+        "alpha": bj["alpha"],
+        "alpha_max": bj["alpha_max"],
+        "alpha_cap": cand["certain_cap"]["alpha"],
+        "alpha_plugin": cand["plugin"]["alpha"],
+        "sigma": bj["sigma"],
+        "sigma_max": bj["sigma_max"],
+        "mu_value": bj["mu"]["value"],
+        "radius": g["radius"],
+        "sensitivity_plugin": bd["rms"],
+        "sensitivity_ucb": bd["rms_ucb"],
+        "verdict": v.get("verdict"),
+        "verdict_text": v.get("verdict_text") or v.get("verdict"),
+        "violations": v.get("violations"),
+        "trials": v.get("trials"),
+        "violation_rate": v.get("rate"),
+        "violation_cp_low": v.get("cp_low"),
+        "violation_cp_high": v.get("cp_high"),
+        "worst_case": v.get("worst_case"),
+        "verify_mean_distance": v.get("mean_distance"),
+        "verify_max_distance": v.get("max_distance"),
+    }
     for scope, key in (("per_model", "model"), ("per_item", "item"), ("elo", "elo")):
         block = sig.get(scope) or {}
         for stat in ("pearson", "spearman", "kendall", "variance_reduction"):
@@ -172,14 +231,40 @@ def numeric_leaves(obj: Any, prefix: str) -> dict[str, float]:
 
 def model_rows(rank: Mapping[str, Any]) -> tuple[list[str], list[list[Any]]]:
     """The models table (W&B): mean and Elo with intervals and ranks, before and after."""
-    cols = ["model", "mean_before", "mean_after", "mean_rank_before", "mean_rank_after",
-            "elo_before", "elo_lo_before", "elo_hi_before", "elo_after", "elo_lo_after", "elo_hi_after",
-            "elo_rank_before", "elo_rank_after"]
+    cols = [
+        "model",
+        "mean_before",
+        "mean_after",
+        "mean_rank_before",
+        "mean_rank_after",
+        "elo_before",
+        "elo_lo_before",
+        "elo_hi_before",
+        "elo_after",
+        "elo_lo_after",
+        "elo_hi_after",
+        "elo_rank_before",
+        "elo_rank_after",
+    ]
     b, a = rank["before"], rank["after"]
     names = list(dict.fromkeys([*b["mean"], *b["elo"]]))
     get = lambda t, n, k: t.get(n, {}).get(k)  # noqa: E731 - the baseline has an Elo but no mean
-    rows = [[n, get(b["mean"], n, "mean"), get(a["mean"], n, "mean"), get(b["mean"], n, "rank"),
-             get(a["mean"], n, "rank"), get(b["elo"], n, "elo"), get(b["elo"], n, "lo"), get(b["elo"], n, "hi"),
-             get(a["elo"], n, "elo"), get(a["elo"], n, "lo"), get(a["elo"], n, "hi"), get(b["elo"], n, "rank"),
-             get(a["elo"], n, "rank")] for n in names]
+    rows = [
+        [
+            n,
+            get(b["mean"], n, "mean"),
+            get(a["mean"], n, "mean"),
+            get(b["mean"], n, "rank"),
+            get(a["mean"], n, "rank"),
+            get(b["elo"], n, "elo"),
+            get(b["elo"], n, "lo"),
+            get(b["elo"], n, "hi"),
+            get(a["elo"], n, "elo"),
+            get(a["elo"], n, "lo"),
+            get(a["elo"], n, "hi"),
+            get(b["elo"], n, "rank"),
+            get(a["elo"], n, "rank"),
+        ]
+        for n in names
+    ]
     return cols, rows

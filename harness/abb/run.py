@@ -74,8 +74,14 @@ class Settings:
 
     def plan(self, split: str, m: int) -> NeighbourSpec:
         """What `judge_neighbours` draws for one split; each split has a seed of its own."""
-        return NeighbourSpec(split, m, self.kinds, self.mode, self.fields,
-                             int(np.random.SeedSequence([self.seed, SPLIT_SEEDS[split]]).generate_state(1)[0]))
+        return NeighbourSpec(
+            split,
+            m,
+            self.kinds,
+            self.mode,
+            self.fields,
+            int(np.random.SeedSequence([self.seed, SPLIT_SEEDS[split]]).generate_state(1)[0]),
+        )
 
     def tau_for(self, scale: tuple[float, float]) -> float:
         """tau in raw units: given, or tau_fraction of the scale's range."""
@@ -89,8 +95,11 @@ def _kinds(value: Any) -> tuple[str, ...]:
         out += KIND_GROUPS.get(str(n), (str(n),))
     bad = [k for k in out if k not in KINDS]
     if not out or bad:
-        raise ConfigError(f"unknown neighbour kind {bad[0] if bad else None!r}; choose from "
-                          f"{list(KIND_GROUPS) + list(KINDS)}", where=where("kinds"))
+        raise ConfigError(
+            f"unknown neighbour kind {bad[0] if bad else None!r}; choose from "
+            f"{list(KIND_GROUPS) + list(KINDS)}",
+            where=where("kinds"),
+        )
     return tuple(dict.fromkeys(out))
 
 
@@ -102,17 +111,24 @@ def _allowed(bound: str) -> tuple[str, ...]:
 
 def settings_from(exp: Mapping[str, Any], seed: int) -> Settings:
     """Validated settings; the delta split gives nothing to an unused noise or estimation term."""
-    allowed, sigma_mode, dp = _allowed(str(exp.get("bound", "auto"))), str(exp.get("sigma_mode", "zero")), \
-        exp.get("dp_epsilon")
+    allowed, sigma_mode, dp = (
+        _allowed(str(exp.get("bound", "auto"))),
+        str(exp.get("sigma_mode", "zero")),
+        exp.get("dp_epsilon"),
+    )
     tau, frac_tau = exp.get("tau"), exp.get("tau_fraction")
     if tau is not None:
         frac_tau = None  # a raw tau given on the command line wins over the default fraction
     elif frac_tau is None:
-        raise ConfigError("set experiment.tau (raw units) or experiment.tau_fraction (of the score range)",
-                          where=where("tau"))
+        raise ConfigError(
+            "set experiment.tau (raw units) or experiment.tau_fraction (of the score range)",
+            where=where("tau"),
+        )
     frac = dict(exp.get("delta_split") or {})
     noise = frac.get("noise", "auto")
-    noise = (0.0 if sigma_mode == "zero" and dp is None else 0.45) if noise in (None, "auto") else float(noise)
+    noise = (
+        (0.0 if sigma_mode == "zero" and dp is None else 0.45) if noise in (None, "auto") else float(noise)
+    )
     est = 0.0 if allowed in (("plugin",), ("certain_cap",)) else float(frac.get("est", 0.1))
     split = abb.split_delta(float(exp.get("delta", 0.05)), noise_fraction=noise, est_fraction=est)
     mode = str(exp.get("mode", "one_item"))
@@ -122,35 +138,69 @@ def settings_from(exp: Mapping[str, Any], seed: int) -> Settings:
     if any(f not in FIELDS for f in fields):
         raise ConfigError(f"fields must be among {sorted(FIELDS)}, got {list(fields)}", where=where("fields"))
     cal = {k: exp.get(k) for k in ("mu_value", "alpha", "alpha_fraction", "dp_epsilon")}
-    cal.update(mu=str(exp.get("mu", "fixed")), alpha_min=float(exp.get("alpha_min") or 0.0),
-               sigma_mode=sigma_mode, sigma_fraction=float(exp.get("sigma_fraction", 0.5)))
+    cal.update(
+        mu=str(exp.get("mu", "fixed")),
+        alpha_min=float(exp.get("alpha_min") or 0.0),
+        sigma_mode=sigma_mode,
+        sigma_fraction=float(exp.get("sigma_fraction", 0.5)),
+    )
     jit = dict(exp.get("jitter") or {})
     return Settings(
-        tau=None if tau is None else float(tau), tau_fraction=None if frac_tau is None else float(frac_tau),
-        split=split, allowed=allowed, mean_ucb=str(exp.get("mean_ucb", "best")), calibration=cal,
-        clip=bool(exp.get("clip", True)), mode=mode, kinds=_kinds(exp.get("kinds")), fields=fields,
-        estimate=int(exp.get("estimate", 40)), verify=int(exp.get("verify", 100)),
+        tau=None if tau is None else float(tau),
+        tau_fraction=None if frac_tau is None else float(frac_tau),
+        split=split,
+        allowed=allowed,
+        mean_ucb=str(exp.get("mean_ucb", "best")),
+        calibration=cal,
+        clip=bool(exp.get("clip", True)),
+        mode=mode,
+        kinds=_kinds(exp.get("kinds")),
+        fields=fields,
+        estimate=int(exp.get("estimate", 40)),
+        verify=int(exp.get("verify", 100)),
         jitter={"samples": int(jit.get("samples", 0) or 0), "remove": bool(jit.get("remove", False))},
-        bootstrap=int(exp.get("bootstrap", 100)), seed=int(seed))
+        bootstrap=int(exp.get("bootstrap", 100)),
+        seed=int(seed),
+    )
 
 
 def check_feasible(s: Settings, scale: tuple[float, float], bounds: tuple[float, float]) -> float:
     """abb.preflight with these settings: refuse before any model is loaded or judged."""
     if s.jitter["remove"] and s.jitter["samples"] < 1:
-        raise ConfigError("jitter.remove needs jitter.samples >= 1 (identity neighbours to subtract)",
-                          where=where("jitter.samples"))
-    return abb.preflight(tau=s.tau_for(scale), split=s.split, n=s.estimate, B=bounds[0], B_parallel=bounds[1],
-                         allowed=s.allowed, method=s.mean_ucb, mu=s.calibration["mu"],
-                         alpha_min=s.calibration["alpha_min"],
-                         context=s.jitter["remove"] and s.calibration["dp_epsilon"] is None)
+        raise ConfigError(
+            "jitter.remove needs jitter.samples >= 1 (identity neighbours to subtract)",
+            where=where("jitter.samples"),
+        )
+    return abb.preflight(
+        tau=s.tau_for(scale),
+        split=s.split,
+        n=s.estimate,
+        B=bounds[0],
+        B_parallel=bounds[1],
+        allowed=s.allowed,
+        method=s.mean_ucb,
+        mu=s.calibration["mu"],
+        alpha_min=s.calibration["alpha_min"],
+        context=s.jitter["remove"] and s.calibration["dp_epsilon"] is None,
+    )
 
 
 # --- the A-BB step and its record --------------------------------------------------------------
 
 
-def apply_abb(vector: ScoreVector, est: Neighbours, fresh: Neighbours | None, jitter: Neighbours | None,
-              s: Settings, bounds: tuple[float, float], mode: str, *, coords: tuple[int, int] | None = None,
-              all_noop: bool = False, coords_allowed: int | None = None) -> tuple[abb.AbbResult, np.ndarray]:
+def apply_abb(
+    vector: ScoreVector,
+    est: Neighbours,
+    fresh: Neighbours | None,
+    jitter: Neighbours | None,
+    s: Settings,
+    bounds: tuple[float, float],
+    mode: str,
+    *,
+    coords: tuple[int, int] | None = None,
+    all_noop: bool = False,
+    coords_allowed: int | None = None,
+) -> tuple[abb.AbbResult, np.ndarray]:
     """Choose the bound, calibrate (ConfigError when (tau, delta) cannot be met), apply M(D), verify.
 
     coords = (coordinates a jitter sample re-judged, coordinates a neighbour re-judges): they must
@@ -159,52 +209,101 @@ def apply_abb(vector: ScoreVector, est: Neighbours, fresh: Neighbours | None, ji
     remove = jitter is not None and s.jitter["remove"] and len(jitter.vectors) > 0
     rng = np.random.default_rng([s.seed, 3])
     return abb.run_abb(
-        vector.values, est.vectors, tau=s.tau_for(vector.scale), split=s.split, mode=mode, scale=vector.scale,
-        rng=rng, allowed=s.allowed, method=s.mean_ucb, intrinsic=jitter.vectors if remove else None, coords=coords,
-        fresh=fresh.vectors if fresh is not None and len(fresh.vectors) else None, bounds=bounds,
-        clip=vector.scale if s.clip else None, all_noop=all_noop, coords_allowed=coords_allowed, **s.calibration)
+        vector.values,
+        est.vectors,
+        tau=s.tau_for(vector.scale),
+        split=s.split,
+        mode=mode,
+        scale=vector.scale,
+        rng=rng,
+        allowed=s.allowed,
+        method=s.mean_ucb,
+        intrinsic=jitter.vectors if remove else None,
+        coords=coords,
+        fresh=fresh.vectors if fresh is not None and len(fresh.vectors) else None,
+        bounds=bounds,
+        clip=vector.scale if s.clip else None,
+        all_noop=all_noop,
+        coords_allowed=coords_allowed,
+        **s.calibration,
+    )
 
 
-def jitter_report(jitter: Neighbours | None, base: np.ndarray, info: Mapping[str, Any], removed: bool) -> dict:
+def jitter_report(
+    jitter: Neighbours | None, base: np.ndarray, info: Mapping[str, Any], removed: bool
+) -> dict:
     """What re-judging unchanged input where a neighbour re-judges measured, in neighbour units
     (rms = sqrt(mean ||f(D) - f(D)_rejudged||^2) per sample); `measured: false` if not measured."""
     if jitter is None or not len(jitter.vectors):
         return {"measured": False, **info}
     sq, _ = abb.squared_distances(base, jitter.vectors)
-    return {"measured": True, "rms": float(np.sqrt(np.mean(sq))),
-            "max_abs": float(np.max(np.abs(jitter.vectors - base))), "removed": removed, **info}
+    return {
+        "measured": True,
+        "rms": float(np.sqrt(np.mean(sq))),
+        "max_abs": float(np.max(np.abs(jitter.vectors - base))),
+        "removed": removed,
+        **info,
+    }
 
 
-def write_outputs(out: Path, vector: ScoreVector, bounded: np.ndarray, result: abb.AbbResult,
-                  extra: Mapping[str, Any], s: Settings, tracker: Tracker | None) -> dict[str, Any]:
+def write_outputs(
+    out: Path,
+    vector: ScoreVector,
+    bounded: np.ndarray,
+    result: abb.AbbResult,
+    extra: Mapping[str, Any],
+    s: Settings,
+    tracker: Tracker | None,
+) -> dict[str, Any]:
     """bounded_scores.jsonl, abb.json, results.json and the W&B record; returns results.json."""
     models = [it.model for it in vector.items]
     groups = [it.doc_id for it in vector.items]
     kw = {"scale": vector.scale, "baseline": vector.baseline, "rounds": s.bootstrap, "seed": s.seed}
-    rank = {"before": retained.rank_models(vector.values, models, groups, **kw),
-            "after": retained.rank_models(bounded, models, groups, **kw)}
+    rank = {
+        "before": retained.rank_models(vector.values, models, groups, **kw),
+        "after": retained.rank_models(bounded, models, groups, **kw),
+    }
     sig = retained.retained(vector.values, bounded, models, rank["before"], rank["after"])
-    ref = retained.reference_agreement(vector.reference, vector.values, bounded, models) if vector.reference else None
-    write_jsonl_atomic(out / "bounded_scores.jsonl", [
-        {"item": it.id, "doc_id": it.doc_id, "model": it.model, "original": float(o), "bounded": float(b)}
-        for it, o, b in zip(vector.items, vector.values, bounded)])
+    ref = (
+        retained.reference_agreement(vector.reference, vector.values, bounded, models)
+        if vector.reference
+        else None
+    )
+    write_jsonl_atomic(
+        out / "bounded_scores.jsonl",
+        [
+            {"item": it.id, "doc_id": it.doc_id, "model": it.model, "original": float(o), "bounded": float(b)}
+            for it, o, b in zip(vector.items, vector.values, bounded)
+        ],
+    )
     bj = {**result.to_json(), **extra, "retained_signal": sig, "reference_agreement": ref}
     abb.write_json(out / "abb.json", bj)
     metrics = retained.flat_metrics(bj, sig, ref)
-    results = {"experiment": "abb", "summary": bj["summary"],
-               **{k: extra[k] for k in ("task", "judge", "numerics", "instruction") if k in extra},
-               "scores": extra.get("scores"), "guarantee": {k: bj["guarantee"][k] for k in
-                                                            ("kind", "claimed", "status", "statement")},
-               "verdict": (bj["verification"] or {}).get("verdict"), "metrics": metrics,
-               "rankings": rank, "retained_signal": sig,
-               "reference_agreement": ref, "judge_calls": extra.get("judge_calls")}
+    results = {
+        "experiment": "abb",
+        "summary": bj["summary"],
+        **{k: extra[k] for k in ("task", "judge", "numerics", "instruction") if k in extra},
+        "scores": extra.get("scores"),
+        "guarantee": {k: bj["guarantee"][k] for k in ("kind", "claimed", "status", "statement")},
+        "verdict": (bj["verification"] or {}).get("verdict"),
+        "metrics": metrics,
+        "rankings": rank,
+        "retained_signal": sig,
+        "reference_agreement": ref,
+        "judge_calls": extra.get("judge_calls"),
+    }
     write_json_atomic(out / "results.json", results)
     if tracker is not None:
-        tracker.log({**metrics, **retained.numeric_leaves(bj, "abb"), **retained.numeric_leaves(rank, "rank")})
+        tracker.log(
+            {**metrics, **retained.numeric_leaves(bj, "abb"), **retained.numeric_leaves(rank, "rank")}
+        )
         tracker.summary({k: v for k, v in metrics.items() if v is not None})
         tracker.log_table("models", *retained.model_rows(rank))
-        tracker.log_table("bounded_scores", ["item", "model", "original", "bounded"],
-                          [[it.id, it.model, float(o), float(b)] for it, o, b in zip(vector.items, vector.values, bounded)])
+        tracker.log_table(
+            "bounded_scores",
+            ["item", "model", "original", "bounded"],
+            [[it.id, it.model, float(o), float(b)] for it, o, b in zip(vector.items, vector.values, bounded)],
+        )
     return results
 
 
@@ -213,10 +312,12 @@ def report(results: Mapping[str, Any]) -> str:
     m = results["metrics"]
     fmt = lambda x: "–" if x is None else f"{x:.4g}"  # noqa: E731
     noop = f", {m['noop_estimate']} no-op" if m.get("noop_estimate") else ""
-    return (f"A-BB [{m['status']}]: d={m['d']} tau={fmt(m['tau'])} delta_claimed={fmt(m['delta_claimed'])} "
-            f"alpha={fmt(m['alpha'])} ({m['bound_winner']}, t={fmt(m['threshold'])}; cap {fmt(m['alpha_cap'])}, "
-            f"plug-in {fmt(m['alpha_plugin'])}) sigma={fmt(m['sigma'])}; Delta-hat {fmt(m['sensitivity_plugin'])} "
-            f"from {m['n_estimate']} neighbours ({m['unchanged_estimate']} unchanged{noop}); fresh check "
-            f"{m['violations']}/{m['trials']} > tau: {m.get('verdict_text') or m['verdict']} ({m['check_tests']} check); "
-            "retained per-model Pearson "
-            f"{fmt(m['model_pearson'])}, Spearman {fmt(m['model_spearman'])}")
+    return (
+        f"A-BB [{m['status']}]: d={m['d']} tau={fmt(m['tau'])} delta_claimed={fmt(m['delta_claimed'])} "
+        f"alpha={fmt(m['alpha'])} ({m['bound_winner']}, t={fmt(m['threshold'])}; cap {fmt(m['alpha_cap'])}, "
+        f"plug-in {fmt(m['alpha_plugin'])}) sigma={fmt(m['sigma'])}; Delta-hat {fmt(m['sensitivity_plugin'])} "
+        f"from {m['n_estimate']} neighbours ({m['unchanged_estimate']} unchanged{noop}); fresh check "
+        f"{m['violations']}/{m['trials']} > tau: {m.get('verdict_text') or m['verdict']} ({m['check_tests']} check); "
+        "retained per-model Pearson "
+        f"{fmt(m['model_pearson'])}, Spearman {fmt(m['model_spearman'])}"
+    )

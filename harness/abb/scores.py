@@ -88,8 +88,13 @@ class View:
     """A/B positions reversed (a no-op when both orders are averaged)."""
 
 
-def select_items(docs: Sequence[Document], *, baseline: str | None, models: Sequence[str] | None = None,
-                 max_candidates: int | None = None) -> tuple[list[Item], list[str]]:
+def select_items(
+    docs: Sequence[Document],
+    *,
+    baseline: str | None,
+    models: Sequence[str] | None = None,
+    max_candidates: int | None = None,
+) -> tuple[list[Item], list[str]]:
     """Items in document order, and the ids of documents skipped (no baseline / < 2 candidates)."""
     items, skipped = [], []
     wanted = None if models is None else [str(m) for m in models]
@@ -114,13 +119,16 @@ def select_items(docs: Sequence[Document], *, baseline: str | None, models: Sequ
         seen = {it.model for it in items}
         missing = [m for m in wanted if m not in seen]
         if missing:
-            raise ConfigError(f"model {missing[0]!r} answers none of the documents",
-                              where=located("experiment", field="models"))
+            raise ConfigError(
+                f"model {missing[0]!r} answers none of the documents",
+                where=located("experiment", field="models"),
+            )
     return items, skipped
 
 
-def reference_scores(docs: Sequence[Document], items: Sequence[Item], aspect: str | None,
-                     baseline: str | None) -> tuple[float | None, ...]:
+def reference_scores(
+    docs: Sequence[Document], items: Sequence[Item], aspect: str | None, baseline: str | None
+) -> tuple[float | None, ...]:
     """Each item's external score (minus the baseline's on the same question, when comparing)."""
     if not aspect:
         return ()
@@ -139,14 +147,28 @@ def reference_scores(docs: Sequence[Document], items: Sequence[Item], aspect: st
 class PairwiseScorer:
     """f(D) and f(D') from a pairwise A/B judge (see the module docstring)."""
 
-    def __init__(self, judge: Judge | None, docs: Sequence[Document], items: Sequence[Item], *, instruction: str,
-                 family: str, baseline: str | None, orders: str = "both", progress: bool = False) -> None:
+    def __init__(
+        self,
+        judge: Judge | None,
+        docs: Sequence[Document],
+        items: Sequence[Item],
+        *,
+        instruction: str,
+        family: str,
+        baseline: str | None,
+        orders: str = "both",
+        progress: bool = False,
+    ) -> None:
         if orders not in ("both", "single"):
-            raise ConfigError(f"orders must be 'both' or 'single', got {orders!r}",
-                              where=located("experiment", field="orders"))
+            raise ConfigError(
+                f"orders must be 'both' or 'single', got {orders!r}",
+                where=located("experiment", field="orders"),
+            )
         if baseline is None and orders != "both":
-            raise ConfigError("win rates always use both orders; orders='single' needs a baseline",
-                              where=located("experiment", field="orders"))
+            raise ConfigError(
+                "win rates always use both orders; orders='single' needs a baseline",
+                where=located("experiment", field="orders"),
+            )
         self.judge = judge  # may be set later: items and bounds are known before any model loads
         self.instruction, self.family = instruction, family
         self.baseline, self.orders, self.progress = baseline, orders, progress
@@ -174,8 +196,10 @@ class PairwiseScorer:
             return doc.source
         if field == "instruction":
             return self.instruction
-        raise ConfigError(f"cannot edit field {field!r}; choose from {sorted(FIELDS)}",
-                          where=located("experiment", field="fields"))
+        raise ConfigError(
+            f"cannot edit field {field!r}; choose from {sorted(FIELDS)}",
+            where=located("experiment", field="fields"),
+        )
 
     def bounds(self, mode: str) -> tuple[float, float]:
         """(B, B_par): the largest ||f(D) - f(D')||^2 and (sum v)^2 / d one neighbour can cause.
@@ -200,7 +224,9 @@ class PairwiseScorer:
             return self.d
         return 1 if self.kind == "vs_baseline" else max(len(v) for v in self.by_doc.values())
 
-    def _requests(self, doc_id: str, views: Mapping[int, View]) -> tuple[list[PairRequest], list[tuple[int, ...]], Callable]:
+    def _requests(
+        self, doc_id: str, views: Mapping[int, View]
+    ) -> tuple[list[PairRequest], list[tuple[int, ...]], Callable]:
         """(requests, the items owning each request, combine(P(A) per request) -> {item: score})."""
         doc = self.docs[doc_id]
         idx = self.by_doc[doc_id]
@@ -241,12 +267,19 @@ class PairwiseScorer:
 
         def combine_wr(p: Sequence[float]) -> dict[int, float]:
             pa = dict(zip(pairs, p))
-            return {i: float(np.mean([0.5 * (pa[(i, j)] + 1 - pa[(j, i)]) for j in idx if j != i])) for i in idx}
+            return {
+                i: float(np.mean([0.5 * (pa[(i, j)] + 1 - pa[(j, i)]) for j in idx if j != i])) for i in idx
+            }
 
         return reqs, pairs, combine_wr
 
-    def score_many(self, neighbours: Sequence[Mapping[int, View]], base: np.ndarray | None = None,
-                   desc: str = "judging", judge: Judge | None = None) -> list[np.ndarray]:
+    def score_many(
+        self,
+        neighbours: Sequence[Mapping[int, View]],
+        base: np.ndarray | None = None,
+        desc: str = "judging",
+        judge: Judge | None = None,
+    ) -> list[np.ndarray]:
         """f(D') per neighbour in one judge call (all documents are scored when `base` is None).
 
         With `base` (f(D) from `vector()`), only the requests that involve an edited item are re-judged;
@@ -259,17 +292,27 @@ class PairwiseScorer:
             raise ValueError("score_many(base=...) needs the baseline request scores: call vector() first")
         jobs, requests = [], []
         for n, views in enumerate(neighbours):
-            doc_ids = list(self.by_doc) if base is None else list(dict.fromkeys(self.items[i].doc_id for i in views))
+            doc_ids = (
+                list(self.by_doc)
+                if base is None
+                else list(dict.fromkeys(self.items[i].doc_id for i in views))
+            )
             for doc_id in doc_ids:
                 reqs, owners, combine = self._requests(doc_id, views)
-                redo = range(len(reqs)) if base is None else [k for k, o in enumerate(owners) if set(o) & set(views)]
-                jobs.append((n, doc_id, len(requests), list(redo), combine, {i for k in redo for i in owners[k]}))
+                redo = (
+                    range(len(reqs))
+                    if base is None
+                    else [k for k, o in enumerate(owners) if set(o) & set(views)]
+                )
+                jobs.append(
+                    (n, doc_id, len(requests), list(redo), combine, {i for k in redo for i in owners[k]})
+                )
                 requests += [reqs[k] for k in redo]
         results = score(judge or self.judge, requests, self.progress, desc) if requests else []
         out = [np.full(self.d, np.nan) if base is None else np.array(base, dtype=float) for _ in neighbours]
         for n, doc_id, start, redo, combine, moved in jobs:
             p = [math.nan] * len(redo) if base is None else list(self.base_p[doc_id])
-            for k, s in zip(redo, results[start:start + len(redo)]):
+            for k, s in zip(redo, results[start : start + len(redo)]):
                 p[k] = s.p_a
             for i, v in combine(p).items():
                 if base is None or i in moved:
@@ -278,7 +321,9 @@ class PairwiseScorer:
                 self._last_p[doc_id] = p
         for vec in out:
             if not np.all(np.isfinite(vec)):
-                raise DataError("the judge returned a non-finite P(A)", where=located("experiment", field="scores"))
+                raise DataError(
+                    "the judge returned a non-finite P(A)", where=located("experiment", field="scores")
+                )
         return out
 
     def vector(self, reference: tuple[float | None, ...] = ()) -> ScoreVector:
@@ -301,7 +346,9 @@ class PairwiseScorer:
             raise ValueError("jitter() needs the baseline request scores: call vector() first")
         inner = innermost(self.judge)  # under the cache and chunking wrappers: the judge itself
         rng = np.random.default_rng(seed)
-        chosen = [set(range(self.d)) if mode == "whole_set" else {int(rng.integers(self.d))} for _ in range(samples)]
+        chosen = [
+            set(range(self.d)) if mode == "whole_set" else {int(rng.integers(self.d))} for _ in range(samples)
+        ]
         jobs, fresh = [], []
         for s, items in enumerate(chosen):
             for doc_id in dict.fromkeys(self.items[i].doc_id for i in sorted(items)):
@@ -320,11 +367,18 @@ class PairwiseScorer:
             for i, v in combine(q).items():
                 if i in moved:
                     out[s, i] = v
-        how = (f"{samples} identity neighbours ({mode}): the requests a neighbour re-judges went through the "
-               f"uncached judge ({getattr(inner, 'identity', type(inner).__name__)}) in shuffled batch order, "
-               "every other request kept its baseline score")
-        return out, {"route": how, "samples": samples, "requests": len(fresh),
-                     "coords": self.d if mode == "whole_set" else 1}
+        how = (
+            f"{samples} identity neighbours ({mode}): the requests a neighbour re-judges went through the "
+            f"uncached judge ({getattr(inner, 'identity', type(inner).__name__)}) in shuffled batch order, "
+            "every other request kept its baseline score"
+        )
+        return out, {
+            "route": how,
+            "samples": samples,
+            "requests": len(fresh),
+            "coords": self.d if mode == "whole_set" else 1,
+        }
+
 
 # --- scores from a file ------------------------------------------------------------------------
 
@@ -360,8 +414,11 @@ class FileScores:
 
     def outside_budget(self, k: int, split: str = "verify") -> list[tuple[str, int, str]]:
         """(neighbour id, items listed, where) of every `split` neighbour listing more than k items."""
-        return [(nid, len(c), self.lines.get((split, nid), "")) for nid, c in self.neighbours.get(split, [])
-                if len(c) > k]
+        return [
+            (nid, len(c), self.lines.get((split, nid), ""))
+            for nid, c in self.neighbours.get(split, [])
+            if len(c) > k
+        ]
 
 
 def _read_rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
@@ -392,8 +449,10 @@ def load_file_scores(path: str | Path, scale: Sequence[float], baseline: str | N
     """Rows {item, model, score[, neighbour, split]}; rows without `neighbour` are f(D)."""
     path = Path(path)
     if scale is None or len(scale) != 2 or not float(scale[1]) > float(scale[0]):
-        raise ConfigError(f"file scores need a scale [lo, hi] with hi > lo, got {scale}",
-                          where=located("experiment", field="file.scale"))
+        raise ConfigError(
+            f"file scores need a scale [lo, hi] with hi > lo, got {scale}",
+            where=located("experiment", field="file.scale"),
+        )
     lo, hi = float(scale[0]), float(scale[1])
     base: dict[Item, float] = {}
     neigh: dict[str, dict[str, dict[Item, float]]] = {}
@@ -403,9 +462,13 @@ def load_file_scores(path: str | Path, scale: Sequence[float], baseline: str | N
         try:
             s = float(_field(rec, "score", path, where))
         except ValueError:
-            raise DataError(f"score {rec.get('score')!r} is not a number", where=located(path, where, "score")) from None
+            raise DataError(
+                f"score {rec.get('score')!r} is not a number", where=located(path, where, "score")
+            ) from None
         if not (math.isfinite(s) and lo <= s <= hi):
-            raise DataError(f"score {s} is outside the scale [{lo}, {hi}]", where=located(path, where, "score"))
+            raise DataError(
+                f"score {s} is outside the scale [{lo}, {hi}]", where=located(path, where, "score")
+            )
         nid = rec.get("neighbour")
         if nid is None or str(nid).strip() == "":
             if item in base:
@@ -414,7 +477,9 @@ def load_file_scores(path: str | Path, scale: Sequence[float], baseline: str | N
             continue
         split = str(rec.get("split") or "estimate")
         if split not in SPLITS:
-            raise DataError(f"split must be one of {SPLITS}, got {split!r}", where=located(path, where, "split"))
+            raise DataError(
+                f"split must be one of {SPLITS}, got {split!r}", where=located(path, where, "split")
+            )
         neigh.setdefault(split, {}).setdefault(str(nid), {})[item] = s
         lines.setdefault((split, str(nid)), where)
     if not base:
@@ -426,8 +491,10 @@ def load_file_scores(path: str | Path, scale: Sequence[float], baseline: str | N
         for nid, rows in by_id.items():
             unknown = [it for it in rows if it not in index]
             if unknown:
-                raise DataError(f"neighbour {nid!r} scores {unknown[0].id}, which has no baseline row",
-                                where=located(path, field="item"))
+                raise DataError(
+                    f"neighbour {nid!r} scores {unknown[0].id}, which has no baseline row",
+                    where=located(path, field="item"),
+                )
             out.setdefault(split, []).append((nid, {index[it]: v for it, v in rows.items()}))
     values = np.array([base[it] for it in items])
     return FileScores(ScoreVector(items, values, (lo, hi), "file", baseline), out, lines)

@@ -51,8 +51,9 @@ TESTS = ("sure", "rate", "context", "none")
 """What a check tests, by claim kind (module docstring)."""
 
 
-def verdict(violations: int, trials: int, delta_claimed: float | None, worst_case: float,
-            confidence: float = 0.95) -> tuple[str, float, float]:
+def verdict(
+    violations: int, trials: int, delta_claimed: float | None, worst_case: float, confidence: float = 0.95
+) -> tuple[str, float, float]:
     """(verdict, cp_low, cp_high) of a RATE claim, one-sided Clopper-Pearson; trials must be independent."""
     lo, hi = clopper_pearson(violations, trials, confidence, sided="one")
     if delta_claimed is None:
@@ -113,51 +114,87 @@ class Verification:
     (scores in [lo, hi])" for by_construction."""
 
 
-def _assumption(moved: np.ndarray, coords: np.ndarray, radius: float, allowed: int | None, mag: float) -> dict:
+def _assumption(
+    moved: np.ndarray, coords: np.ndarray, radius: float, allowed: int | None, mag: float
+) -> dict:
     beyond = int(np.sum(exceeds(moved, radius, mag)))
     many = int(np.sum(coords > allowed)) if allowed is not None else 0
-    return {"radius": radius, "max_moved": float(moved.max()), "beyond_radius": beyond, "coords_allowed": allowed,
-            "max_coords": int(coords.max()), "too_many_coords": many, "held": beyond == 0 and many == 0}
+    return {
+        "radius": radius,
+        "max_moved": float(moved.max()),
+        "beyond_radius": beyond,
+        "coords_allowed": allowed,
+        "max_coords": int(coords.max()),
+        "too_many_coords": many,
+        "held": beyond == 0 and many == 0,
+    }
 
 
-def _could_show(tests: str, worst: float, claimed: float | None, n: int, construction: str | None = None) -> str:
+def _could_show(
+    tests: str, worst: float, claimed: float | None, n: int, construction: str | None = None
+) -> str:
     if construction:
-        return (f"the claim {construction}: whole-set neighbours may move every coordinate and B = d r^2 "
-                f"covers any scores in the scale, so no in-range judge could fail this check; the {n} fresh "
-                "neighbours were looked at, but nothing about the judge was tested")
+        return (
+            f"the claim {construction}: whole-set neighbours may move every coordinate and B = d r^2 "
+            f"covers any scores in the scale, so no in-range judge could fail this check; the {n} fresh "
+            "neighbours were looked at, but nothing about the judge was tested"
+        )
     if tests == "sure":
-        return (f"the claim holds surely if every neighbour keeps its scores in the scale and moves at most the "
-                f"allowed coordinates; the check tested exactly that on {n} fresh neighbours: a counterexample "
-                "would refute it, but no rate of bias is estimated (the claim does not depend on the judge)")
+        return (
+            f"the claim holds surely if every neighbour keeps its scores in the scale and moves at most the "
+            f"allowed coordinates; the check tested exactly that on {n} fresh neighbours: a counterexample "
+            "would refute it, but no rate of bias is estimated (the claim does not depend on the judge)"
+        )
     if tests == "context":
-        return ("the claim is about the judge's MEAN score (jitter removed); single raw re-judgments do not test "
-                "it, so only the sure bound's assumption was checked")
+        return (
+            "the claim is about the judge's MEAN score (jitter removed); single raw re-judgments do not test "
+            "it, so only the sure bound's assumption was checked"
+        )
     if tests == "none":
         return "the DP variant makes no tau claim; only the sure bound's assumption was checked"
     if worst <= (claimed or 0):
-        return (f"no judge within the score scale could push the rate above delta_claimed={claimed:.3g} (worst case "
-                f"{worst:.3g}), so only a broken assumption could fail it: the rate part says nothing")
+        return (
+            f"no judge within the score scale could push the rate above delta_claimed={claimed:.3g} (worst case "
+            f"{worst:.3g}), so only a broken assumption could fail it: the rate part says nothing"
+        )
     need = min_trials_to_confirm(claimed) if claimed else None
-    return (f"a violation rate above delta_claimed={claimed:.3g} shows once its Clopper-Pearson lower bound exceeds "
-            f"it; confirming needs >= {need} fresh neighbours with no violation (here {n})")
+    return (
+        f"a violation rate above delta_claimed={claimed:.3g} shows once its Clopper-Pearson lower bound exceeds "
+        f"it; confirming needs >= {need} fresh neighbours with no violation (here {n})"
+    )
 
 
-def by_construction(f: np.ndarray, fresh: np.ndarray, params: AbbParams, coords_allowed: int | None,
-                    scale: tuple[float, float] | None) -> bool:
+def by_construction(
+    f: np.ndarray,
+    fresh: np.ndarray,
+    params: AbbParams,
+    coords_allowed: int | None,
+    scale: tuple[float, float] | None,
+) -> bool:
     """True when a sure check cannot fail: every coordinate may move (whole set), B = d r^2, alpha sqrt(B)
     <= tau and every score lies in [lo, hi], so ||M(D) - M(D')|| <= tau for ANY in-range scores."""
     if scale is None or claim_tested(params) != "sure":
         return False
     lo, hi = float(scale[0]), float(scale[1])
     whole = coords_allowed is None or coords_allowed >= params.d
-    full_b = not exceeds(params.d * (hi - lo) ** 2, params.B, params.B)  # B covers every coordinate's full range
+    full_b = not exceeds(
+        params.d * (hi - lo) ** 2, params.B, params.B
+    )  # B covers every coordinate's full range
     inside = bool(np.all((fresh >= lo) & (fresh <= hi)) and np.all((f >= lo) & (f <= hi)))
     return whole and full_b and inside and not exceeds(params.worst_radius(), params.tau)
 
 
-def verify(baseline: np.ndarray, fresh: np.ndarray, params: AbbParams, rng: np.random.Generator, *,
-           confidence: float = 0.95, coords_allowed: int | None = None, tests: str | None = None,
-           scale: tuple[float, float] | None = None) -> Verification:
+def verify(
+    baseline: np.ndarray,
+    fresh: np.ndarray,
+    params: AbbParams,
+    rng: np.random.Generator,
+    *,
+    confidence: float = 0.95,
+    coords_allowed: int | None = None,
+    tests: str | None = None,
+    scale: tuple[float, float] | None = None,
+) -> Verification:
     """Check the claim on fresh neighbours, one fresh noise pair each (see the module docstring).
 
     coords_allowed: the most coordinates one neighbour may move (1 for one-item vs-baseline scores);
@@ -176,7 +213,7 @@ def verify(baseline: np.ndarray, fresh: np.ndarray, params: AbbParams, rng: np.r
     mag = float(np.max(np.abs(np.concatenate([f, fresh.ravel(), [params.mu_value or 0.0]]))))
     dists, moves = [], []
     for start in range(0, fresh.shape[0], 512):  # bounded memory for d ~ 10^4
-        diff = gf - contract(fresh[start:start + 512], params)
+        diff = gf - contract(fresh[start : start + 512], params)
         moves.append(np.linalg.norm(diff, axis=1))
         if params.sigma > 0:
             diff = diff + params.sigma * (rng.standard_normal(diff.shape) - rng.standard_normal(diff.shape))
@@ -194,20 +231,41 @@ def verify(baseline: np.ndarray, fresh: np.ndarray, params: AbbParams, rng: np.r
     elif tests == "sure":
         v = "by_construction" if by_construction(f, fresh, params, coords_allowed, scale) else "confirmed"
     text = f"holds by construction (scores in [{scale[0]:g}, {scale[1]:g}])" if v == "by_construction" else v
-    what = (f"{k} of {n} fresh neighbours (one noise draw each) had ||M(D) - M(D')|| > {params.tau:.4g}; "
-            f"{assume['beyond_radius']} moved beyond alpha sqrt(B) = {assume['radius']:.4g}"
-            + (f" and {assume['too_many_coords']} moved more than {coords_allowed} coordinate(s)"
-               if coords_allowed is not None else "")
-            + f"; claim tested: {tests}, one-sided {confidence:.0%} Clopper-Pearson [{lo:.3g}, {hi:.3g}] against "
-            + ("delta_claimed=none (DP variant)" if claimed is None
-               else f"delta_claimed={claimed:.3g}; worst case over all judges {worst:.3g}"))
-    return Verification(trials=n, violations=k, rate=k / n, cp_low=lo, cp_high=hi, confidence=confidence,
-                        delta_claimed=claimed, worst_case=worst, verdict=v,
-                        min_trials=min_trials_to_confirm(claimed, confidence) if claimed else None,
-                        unchanged=int(np.sum(np.all(fresh == f, axis=1))), mean_distance=float(dist.mean()),
-                        max_distance=float(dist.max()), checked=what, tests=tests, assumption=assume,
-                        could_show=_could_show(tests, worst, claimed, n, text if v == "by_construction" else None),
-                        verdict_text=text)
+    what = (
+        f"{k} of {n} fresh neighbours (one noise draw each) had ||M(D) - M(D')|| > {params.tau:.4g}; "
+        f"{assume['beyond_radius']} moved beyond alpha sqrt(B) = {assume['radius']:.4g}"
+        + (
+            f" and {assume['too_many_coords']} moved more than {coords_allowed} coordinate(s)"
+            if coords_allowed is not None
+            else ""
+        )
+        + f"; claim tested: {tests}, one-sided {confidence:.0%} Clopper-Pearson [{lo:.3g}, {hi:.3g}] against "
+        + (
+            "delta_claimed=none (DP variant)"
+            if claimed is None
+            else f"delta_claimed={claimed:.3g}; worst case over all judges {worst:.3g}"
+        )
+    )
+    return Verification(
+        trials=n,
+        violations=k,
+        rate=k / n,
+        cp_low=lo,
+        cp_high=hi,
+        confidence=confidence,
+        delta_claimed=claimed,
+        worst_case=worst,
+        verdict=v,
+        min_trials=min_trials_to_confirm(claimed, confidence) if claimed else None,
+        unchanged=int(np.sum(np.all(fresh == f, axis=1))),
+        mean_distance=float(dist.mean()),
+        max_distance=float(dist.max()),
+        checked=what,
+        tests=tests,
+        assumption=assume,
+        could_show=_could_show(tests, worst, claimed, n, text if v == "by_construction" else None),
+        verdict_text=text,
+    )
 
 
 # --- result record ---------------------------------------------------------------------------
@@ -217,21 +275,31 @@ def statement(p: AbbParams) -> str:
     """What the run claims, in words (an estimate and a missing certificate say so)."""
     c, win = p.choice, p.choice.winner
     if p.kind == "dp":
-        return (f"DP-style: sigma={p.sigma:.4g} for epsilon={p.dp_epsilon} with sensitivity bound {p.radius:.4g} "
-                f"(from {win.name}); the tau-distance claim is not made")
+        return (
+            f"DP-style: sigma={p.sigma:.4g} for epsilon={p.dp_epsilon} with sensitivity bound {p.radius:.4g} "
+            f"(from {win.name}); the tau-distance claim is not made"
+        )
     if p.kind == "none":
         return f"no certificate: {c.note}"
-    who = ("the judge's MEAN score (jitter removed; a fresh check on single re-judgments does not test this)"
-           if c.claim == "context" else "realised re-judgments (the judge's jitter included)")
+    who = (
+        "the judge's MEAN score (jitter removed; a fresh check on single re-judgments does not test this)"
+        if c.claim == "context"
+        else "realised re-judgments (the judge's jitter included)"
+    )
     bound = f"Pr_{{D',Z,Z'}}[||M(D) - M(D')|| > {p.tau:.4g}] <= {p.delta_claimed:.4g}"
     tail = f"alpha={p.alpha:.5g} from {win.name} (t={win.threshold:.4g})"
     if p.kind == "estimate":
         return f"estimate (no confidence bound): the plug-in suggests {bound} for {who}; {tail}; nothing is certified"
     if win.delta_est == 0 and p.delta_claimed == 0:
-        return (f"surely: ||M(D) - M(D')|| <= {p.tau:.4g} for every neighbour whose scores stay in the scale "
-                f"(alpha sqrt(B) = {p.worst_radius():.4g}); {tail}")
-    head = "for any estimation data" if win.delta_est == 0 else \
-        f"w.p. >= {1 - c.delta_est:.4g} over the estimation neighbours"
+        return (
+            f"surely: ||M(D) - M(D')|| <= {p.tau:.4g} for every neighbour whose scores stay in the scale "
+            f"(alpha sqrt(B) = {p.worst_radius():.4g}); {tail}"
+        )
+    head = (
+        "for any estimation data"
+        if win.delta_est == 0
+        else f"w.p. >= {1 - c.delta_est:.4g} over the estimation neighbours"
+    )
     return f"{head}: {bound} for {who}; {tail}"
 
 
@@ -251,30 +319,42 @@ class AbbResult:
         kind, v = self.params.kind, self.verification
         if kind == "certified" and v is not None and v.verdict == "violated":
             broke = v.assumption and not v.assumption["held"]
-            why = ("the sure bound's assumption broke (a neighbour moved beyond alpha sqrt(B) or more coordinates "
-                   "than one neighbour may)" if broke else
-                   f"CP low {v.cp_low:.3g} > {v.delta_claimed:.3g}" if v.tests == "rate" else
-                   "a counterexample to a sure claim")
-            return False, (f"refuted: {v.violations}/{v.trials} fresh neighbours exceed tau; {why}; the claim, its "
-                           "1 - delta_est data event, or an assumption (i.i.d. neighbours, scores within the scale, "
-                           "one item per neighbour) failed")
-        return {"certified": (True, f"certified by {self.params.choice.winner.name}"),
-                "estimate": (False, "estimate (no confidence bound)"),
-                "none": (False, "no certificate (every estimation neighbour was a no-op)"),
-                "dp": (False, "DP-style variant: no tau claim")}[kind]
+            why = (
+                "the sure bound's assumption broke (a neighbour moved beyond alpha sqrt(B) or more coordinates "
+                "than one neighbour may)"
+                if broke
+                else f"CP low {v.cp_low:.3g} > {v.delta_claimed:.3g}"
+                if v.tests == "rate"
+                else "a counterexample to a sure claim"
+            )
+            return False, (
+                f"refuted: {v.violations}/{v.trials} fresh neighbours exceed tau; {why}; the claim, its "
+                "1 - delta_est data event, or an assumption (i.i.d. neighbours, scores within the scale, "
+                "one item per neighbour) failed"
+            )
+        return {
+            "certified": (True, f"certified by {self.params.choice.winner.name}"),
+            "estimate": (False, "estimate (no confidence bound)"),
+            "none": (False, "no certificate (every estimation neighbour was a no-op)"),
+            "dp": (False, "DP-style variant: no tau claim"),
+        }[kind]
 
     def summary(self) -> str:
         """One plain sentence: what was proven, by what (cap / bound / data), and what the check could show."""
         p, v, win = self.params, self.verification, self.params.choice.winner
         if p.kind == "certified" and win.name == "certain_cap":
-            proof = (f"proven without data by the certain cap: every neighbour moves ||f(D) - f(D')|| by at most "
-                     f"sqrt(B) = {p.B ** 0.5:.4g} when scores stay in the scale, so alpha = {p.alpha:.4g} keeps "
-                     f"||M(D) - M(D')|| <= {p.tau:.4g}" + (" surely" if p.delta_claimed == 0 else
-                                                          f" except w.p. {p.delta_claimed:.3g} (noise)"))
+            proof = (
+                f"proven without data by the certain cap: every neighbour moves ||f(D) - f(D')|| by at most "
+                f"sqrt(B) = {p.B**0.5:.4g} when scores stay in the scale, so alpha = {p.alpha:.4g} keeps "
+                f"||M(D) - M(D')|| <= {p.tau:.4g}"
+                + (" surely" if p.delta_claimed == 0 else f" except w.p. {p.delta_claimed:.3g} (noise)")
+            )
         elif p.kind == "certified":
-            proof = (f"proven from {self.n_neighbours} estimation neighbours by the {win.name} bound: "
-                     f"Pr[||M(D) - M(D')|| > {p.tau:.4g}] <= {p.delta_claimed:.3g}, on an event of probability "
-                     f">= {1 - p.choice.delta_est:.4g} over those neighbours")
+            proof = (
+                f"proven from {self.n_neighbours} estimation neighbours by the {win.name} bound: "
+                f"Pr[||M(D) - M(D')|| > {p.tau:.4g}] <= {p.delta_claimed:.3g}, on an event of probability "
+                f">= {1 - p.choice.delta_est:.4g} over those neighbours"
+            )
         elif p.kind == "estimate":
             proof = "nothing is proven: the plug-in is an estimate (no confidence bound)"
         elif p.kind == "none":
@@ -284,13 +364,17 @@ class AbbResult:
         if v is None:
             check = "no fresh check was run (verify: 0)"
         else:
-            check = (f"the fresh check ({v.tests}, {v.trials} neighbours) says {v.verdict_text or v.verdict}: "
-                     f"{v.could_show}")
+            check = (
+                f"the fresh check ({v.tests}, {v.trials} neighbours) says {v.verdict_text or v.verdict}: "
+                f"{v.could_show}"
+            )
         units = ""
         if p.sigma == 0 and p.kind != "dp":
-            units = (f"; at sigma = 0 this is a change of units, not a de-biasing: M(D) = {p.alpha:.4g} f(D) + "
-                     f"(1 - {p.alpha:.4g}) mu is an increasing affine map of the raw scores, so every ranking by score "
-                     "(and each flip between D and D') is exactly that of the raw scores")
+            units = (
+                f"; at sigma = 0 this is a change of units, not a de-biasing: M(D) = {p.alpha:.4g} f(D) + "
+                f"(1 - {p.alpha:.4g}) mu is an increasing affine map of the raw scores, so every ranking by score "
+                "(and each flip between D and D') is exactly that of the raw scores"
+            )
         return f"{proof}; {check}{units}."
 
     def to_json(self) -> dict:
@@ -299,17 +383,32 @@ class AbbResult:
         return {
             "summary": self.summary(),
             "units": "raw judge score units throughout (tau, mu, sigma, thresholds)",
-            "tau": p.tau, "delta": asdict(p.split), "d": p.d, "mode": self.mode,
-            "scale": list(self.scale) if self.scale else None, "n_neighbours": self.n_neighbours,
-            "alpha": p.alpha, "alpha_max": p.alpha_max, "mu": {"mode": p.mu_mode, "value": p.mu_value},
-            "sigma": p.sigma, "sigma_max": p.sigma_max, "sigma_mode": p.sigma_mode,
+            "tau": p.tau,
+            "delta": asdict(p.split),
+            "d": p.d,
+            "mode": self.mode,
+            "scale": list(self.scale) if self.scale else None,
+            "n_neighbours": self.n_neighbours,
+            "alpha": p.alpha,
+            "alpha_max": p.alpha_max,
+            "mu": {"mode": p.mu_mode, "value": p.mu_value},
+            "sigma": p.sigma,
+            "sigma_max": p.sigma_max,
+            "sigma_mode": p.sigma_mode,
             "bounds": {**choice_json(p.choice), "B": p.B, "B_parallel": p.B_parallel},
             "guarantee": {
-                "kind": p.kind, "claim": p.choice.claim, "claimed": claimed, "status": status,
-                "statement": statement(p), "certified_by": p.choice.winner.name if p.kind == "certified" else None,
-                "radius": p.radius, "noise_tail": p.noise_tail if p.kind != "dp" else None,
-                "delta_claimed": p.delta_claimed, "delta_est": p.choice.delta_est,
-                "worst_case_radius": p.worst_radius(), "dp_epsilon": p.dp_epsilon,
+                "kind": p.kind,
+                "claim": p.choice.claim,
+                "claimed": claimed,
+                "status": status,
+                "statement": statement(p),
+                "certified_by": p.choice.winner.name if p.kind == "certified" else None,
+                "radius": p.radius,
+                "noise_tail": p.noise_tail if p.kind != "dp" else None,
+                "delta_claimed": p.delta_claimed,
+                "delta_est": p.choice.delta_est,
+                "worst_case_radius": p.worst_radius(),
+                "dp_epsilon": p.dp_epsilon,
                 "noise_note": "noise never helps the distance claim; sigma = 0 has the most margin",
             },
             "verification": asdict(self.verification) if self.verification else None,
@@ -322,12 +421,26 @@ def write_json(path: str | Path, data: dict) -> None:
     write_json_atomic(path, data)
 
 
-def run_abb(baseline: np.ndarray, neighbours: np.ndarray, *, tau: float, split: DeltaSplit, mode: str,
-            scale: tuple[float, float], rng: np.random.Generator, allowed: tuple[str, ...] = BOUNDS,
-            method: str = "best", intrinsic: np.ndarray | None = None, coords: tuple[int, int] | None = None,
-            fresh: np.ndarray | None = None, bounds: tuple[float, float] | None = None,
-            clip: tuple[float, float] | None = None, all_noop: bool = False, coords_allowed: int | None = None,
-            **calibration) -> tuple[AbbResult, np.ndarray]:
+def run_abb(
+    baseline: np.ndarray,
+    neighbours: np.ndarray,
+    *,
+    tau: float,
+    split: DeltaSplit,
+    mode: str,
+    scale: tuple[float, float],
+    rng: np.random.Generator,
+    allowed: tuple[str, ...] = BOUNDS,
+    method: str = "best",
+    intrinsic: np.ndarray | None = None,
+    coords: tuple[int, int] | None = None,
+    fresh: np.ndarray | None = None,
+    bounds: tuple[float, float] | None = None,
+    clip: tuple[float, float] | None = None,
+    all_noop: bool = False,
+    coords_allowed: int | None = None,
+    **calibration,
+) -> tuple[AbbResult, np.ndarray]:
     """The whole A-BB step: choose the bound, calibrate, apply M(D), verify on fresh neighbours.
 
     `neighbours` (m x d): f(D'_i) for estimation, i.i.d. from T(D); `intrinsic` (r x d): re-judgments of
@@ -341,14 +454,34 @@ def run_abb(baseline: np.ndarray, neighbours: np.ndarray, *, tau: float, split: 
     d = f.shape[0]
     b, b_par = bounds if bounds is not None else distance_bounds(mode, d, scale)
     sq, par = squared_distances(f, neighbours)
-    jitter = {} if intrinsic is None else {"jitter_sq": squared_distances(f, intrinsic)[0],
-                                           "jitter_coords": coords[0] if coords else None,
-                                           "neighbour_coords": coords[1] if coords else None}
+    jitter = (
+        {}
+        if intrinsic is None
+        else {
+            "jitter_sq": squared_distances(f, intrinsic)[0],
+            "jitter_coords": coords[0] if coords else None,
+            "neighbour_coords": coords[1] if coords else None,
+        }
+    )
     data_mu = calibration.get("mu") == "data"
-    choice = choose_alpha(tau, b, sq, delta_m=split.markov, delta_est=split.est, allowed=allowed, method=method,
-                          parallel_sq=par if data_mu else None, B_par=b_par, all_noop=all_noop, **jitter)
+    choice = choose_alpha(
+        tau,
+        b,
+        sq,
+        delta_m=split.markov,
+        delta_est=split.est,
+        allowed=allowed,
+        method=method,
+        parallel_sq=par if data_mu else None,
+        B_par=b_par,
+        all_noop=all_noop,
+        **jitter,
+    )
     params = calibrate(choice, tau=tau, split=split, d=d, B=b, B_parallel=b_par, scale=scale, **calibration)
     scores = bounded_scores(f, params, rng, clip=clip)
-    check = verify(f, fresh, params, rng, coords_allowed=coords_allowed, scale=tuple(scale)) \
-        if fresh is not None and len(fresh) else None
+    check = (
+        verify(f, fresh, params, rng, coords_allowed=coords_allowed, scale=tuple(scale))
+        if fresh is not None and len(fresh)
+        else None
+    )
     return AbbResult(params, mode, int(sq.size), tuple(scale), check), scores

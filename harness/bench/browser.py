@@ -49,7 +49,9 @@ class Loaded:
 class Chromium:
     """One headless Chromium with one tab."""
 
-    def __init__(self, binary: str | None = None, width: int = 1400, height: int = 1000, timeout: float = 60) -> None:
+    def __init__(
+        self, binary: str | None = None, width: int = 1400, height: int = 1000, timeout: float = 60
+    ) -> None:
         self.binary = binary or find_chromium()
         if self.binary is None:
             raise FileNotFoundError("no chromium binary on PATH (Debian: apt-get install -y chromium)")
@@ -61,9 +63,19 @@ class Chromium:
         self._profile = tempfile.mkdtemp(prefix="cdp-")
         to_chrome, self._out = os.pipe()
         self._in, from_chrome = os.pipe()
-        args = [self.binary, "--headless", "--disable-gpu", "--remote-debugging-pipe", "--no-first-run",
-                "--no-default-browser-check", f"--user-data-dir={self._profile}", "--host-resolver-rules=MAP * ~NOTFOUND",
-                "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>", "about:blank"]
+        args = [
+            self.binary,
+            "--headless",
+            "--disable-gpu",
+            "--remote-debugging-pipe",
+            "--no-first-run",
+            "--no-default-browser-check",
+            f"--user-data-dir={self._profile}",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            "--proxy-server=http://127.0.0.1:9",
+            "--proxy-bypass-list=<-loopback>",
+            "about:blank",
+        ]
         if os.geteuid() == 0:
             args.insert(1, "--no-sandbox")  # Chromium refuses to run its sandbox as root
 
@@ -71,8 +83,15 @@ class Chromium:
             ends = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (to_chrome, from_chrome)]
             os.dup2(ends[0], 3)
             os.dup2(ends[1], 4)
-        self._proc = subprocess.Popen(args, close_fds=False, preexec_fn=pipe_fds, stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        self._proc = subprocess.Popen(
+            args,
+            close_fds=False,
+            preexec_fn=pipe_fds,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         os.close(to_chrome)
         os.close(from_chrome)
         self._buf = b""
@@ -80,8 +99,11 @@ class Chromium:
         self._session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Runtime", "Log", "Page", "Network"):
             self.send(f"{domain}.enable", session=True)
-        self.send("Emulation.setDeviceMetricsOverride", {"width": self.size[0], "height": self.size[1],
-                                                        "deviceScaleFactor": 1, "mobile": False}, session=True)
+        self.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": self.size[0], "height": self.size[1], "deviceScaleFactor": 1, "mobile": False},
+            session=True,
+        )
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -102,7 +124,9 @@ class Chromium:
         shutil.rmtree(self._profile, ignore_errors=True)
 
     # -- the protocol ------------------------------------------------------------------------------
-    def send(self, method: str, params: dict[str, Any] | None = None, session: bool = False) -> dict[str, Any]:
+    def send(
+        self, method: str, params: dict[str, Any] | None = None, session: bool = False
+    ) -> dict[str, Any]:
         self._id += 1
         msg: dict[str, Any] = {"id": self._id, "method": method, "params": params or {}}
         if session:
@@ -148,16 +172,23 @@ class Chromium:
         self.send("Page.navigate", {"url": url}, session=True)
         self._wait_event("Page.loadEventFired")
         self.evaluate("1")  # drain what the load queued
-        got = Loaded(load_ms=float(self.evaluate(
-            "performance.getEntriesByType('navigation')[0].loadEventEnd")))
+        got = Loaded(
+            load_ms=float(self.evaluate("performance.getEntriesByType('navigation')[0].loadEventEnd"))
+        )
         for e in self._events:
             method, p = e.get("method"), e.get("params") or {}
             if method == "Runtime.exceptionThrown":
                 d = p.get("exceptionDetails") or {}
-                got.errors.append(f"exception: {(d.get('exception') or {}).get('description') or d.get('text')}")
+                got.errors.append(
+                    f"exception: {(d.get('exception') or {}).get('description') or d.get('text')}"
+                )
             elif method == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
-                got.errors.append("console." + p["type"] + ": " + " ".join(str(a.get("value", a.get("description")))
-                                                                         for a in p.get("args") or []))
+                got.errors.append(
+                    "console."
+                    + p["type"]
+                    + ": "
+                    + " ".join(str(a.get("value", a.get("description"))) for a in p.get("args") or [])
+                )
             elif method == "Log.entryAdded" and (p.get("entry") or {}).get("level") == "error":
                 got.errors.append(f"log: {p['entry'].get('text')} {p['entry'].get('url') or ''}".strip())
             elif method == "Network.requestWillBeSent":
@@ -168,8 +199,11 @@ class Chromium:
 
     def evaluate(self, expression: str) -> Any:
         """A JavaScript expression's value in the page (awaited when it is a promise)."""
-        got = self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True},
-                        session=True)
+        got = self.send(
+            "Runtime.evaluate",
+            {"expression": expression, "returnByValue": True, "awaitPromise": True},
+            session=True,
+        )
         if "exceptionDetails" in got:
             raise RuntimeError(f"{expression[:80]}: {got['exceptionDetails'].get('text')}")
         return (got.get("result") or {}).get("value")

@@ -16,17 +16,32 @@ except ModuleNotFoundError as e:
         raise
     vllm_path = None  # type: ignore[assignment]
 
-SUBCOMMANDS = {"speed": speed, "profile": profiling, "numerics": numerics, "run": runs, "metrics": metrics_cost,
-               "page": page, "gpu": gpu, **({"vllm-path": vllm_path} if vllm_path is not None else {})}
+SUBCOMMANDS = {
+    "speed": speed,
+    "profile": profiling,
+    "numerics": numerics,
+    "run": runs,
+    "metrics": metrics_cost,
+    "page": page,
+    "gpu": gpu,
+    **({"vllm-path": vllm_path} if vllm_path is not None else {}),
+}
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="harness-bench", description=__doc__.splitlines()[0],
-                                epilog="docs/benchmarks.md: the current numbers and the command behind each")
+    p = argparse.ArgumentParser(
+        prog="harness-bench",
+        description=__doc__.splitlines()[0],
+        epilog="docs/benchmarks.md: the current numbers and the command behind each",
+    )
     subs = p.add_subparsers(dest="command", required=True, metavar="{" + ",".join(SUBCOMMANDS) + "}")
     for name, module in SUBCOMMANDS.items():
-        sub = subs.add_parser(name, help=module.HELP, description=module.__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub = subs.add_parser(
+            name,
+            help=module.HELP,
+            description=module.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         module.add_cli_args(sub)
         sub.set_defaults(main=module.main, check=getattr(module, "check_args", None), parser=sub)
     return p

@@ -23,8 +23,11 @@ def agree(ref: Sequence[float], other: Sequence[float]) -> dict:
         raise ValueError(f"compare P(A) lists of one non-zero length, got {len(ref)} and {len(other)}")
     same = sum(decision(x) == decision(y) for x, y in zip(ref, other))
     diffs = [abs(x - y) for x, y in zip(ref, other) if math.isfinite(x) and math.isfinite(y)]
-    return {"agree": [same, len(ref)], "max_abs_dp": max(diffs, default=math.nan),
-            "mean_abs_dp": sum(diffs) / len(diffs) if diffs else math.nan}
+    return {
+        "agree": [same, len(ref)],
+        "max_abs_dp": max(diffs, default=math.nan),
+        "mean_abs_dp": sum(diffs) / len(diffs) if diffs else math.nan,
+    }
 
 
 def first_instruction(p_a: Sequence[float], n_instructions: int) -> list[float]:

@@ -46,10 +46,20 @@ OFFICIAL = {"readout": "generate", "max_new_tokens": 32, "generate_batch_size": 
 """The official read-out's settings, as ZEPO's code runs it."""
 
 SHAPES = {
-    "llama3-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                      num_attention_heads=32, num_key_value_heads=8),
-    "llama3-tiny": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                        num_attention_heads=8, num_key_value_heads=2),
+    "llama3-8b": dict(
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+    ),
+    "llama3-tiny": dict(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+    ),
 }
 """Random-weight models built in place (no download): Llama-3-8B's published shape, and a tiny
 one with its vocabulary and GQA layout to try the shape path on a CPU."""
@@ -82,8 +92,14 @@ def load(spec: str, device: str, dtype: str | None, shape: str | None = None) ->
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = dtype or ("float32" if device == "cpu" else "bfloat16")
-    config = LlamaConfig(vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0,
-                         rms_norm_eps=1e-5, tie_word_embeddings=False, **SHAPES[shape])
+    config = LlamaConfig(
+        vocab_size=128256,
+        max_position_embeddings=8192,
+        rope_theta=500000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        **SHAPES[shape],
+    )
     torch.manual_seed(0)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(getattr(torch, dtype))
@@ -92,8 +108,13 @@ def load(spec: str, device: str, dtype: str | None, shape: str | None = None) ->
             model = LlamaForCausalLM(config).eval()
     finally:
         torch.set_default_dtype(previous)
-    return Model(folder, HFJudge(folder, tokenizer=AutoTokenizer.from_pretrained(folder), model=model, device=device,
-                                 dtype=dtype), shape)
+    return Model(
+        folder,
+        HFJudge(
+            folder, tokenizer=AutoTokenizer.from_pretrained(folder), model=model, device=device, dtype=dtype
+        ),
+        shape,
+    )
 
 
 def in_dtype(model: Model, dtype: str) -> Model:
@@ -106,17 +127,31 @@ def in_dtype(model: Model, dtype: str) -> Model:
     import torch
 
     weights = copy.deepcopy(model.judge.model).to(getattr(torch, dtype))
-    return Model(model.folder, HFJudge(model.folder, model=weights, tokenizer=model.judge.tokenizer,
-                                       device=model.judge.device, dtype=dtype), model.shape)
+    return Model(
+        model.folder,
+        HFJudge(
+            model.folder,
+            model=weights,
+            tokenizer=model.judge.tokenizer,
+            device=model.judge.device,
+            dtype=dtype,
+        ),
+        model.shape,
+    )
 
 
 def judge(model: Model, engine: str, kernels: str | None = None, batch_size: int | None = None) -> HFJudge:
     """An in-process engine over `model`'s weights, with fresh counters."""
     base = model.judge
-    options: dict[str, Any] = {"model": base.model, "tokenizer": base.tokenizer, "device": base.device,
-                               "dtype": model.dtype, "kernels": kernels or "auto",
-                               "engine": "hf" if engine == "batched-hf" else "auto",
-                               "prefix_reuse": engine == "prefix"}
+    options: dict[str, Any] = {
+        "model": base.model,
+        "tokenizer": base.tokenizer,
+        "device": base.device,
+        "dtype": model.dtype,
+        "kernels": kernels or "auto",
+        "engine": "hf" if engine == "batched-hf" else "auto",
+        "prefix_reuse": engine == "prefix",
+    }
     if batch_size is not None:
         options["batch_size"] = batch_size
     if engine != "official":
@@ -180,8 +215,14 @@ def vllm_rows(job: dict[str, Any]) -> dict[str, Any]:
     if job["threads"]:
         torch.set_num_threads(job["threads"])
     apc, eager = VLLM_ENGINES[job["engine"]]
-    vj = VLLMJudge(job["folder"], dtype=job["dtype"], enable_prefix_caching=apc, max_model_len=job["max_len"],
-                   cpu_threads=job["threads"], enforce_eager=eager)
+    vj = VLLMJudge(
+        job["folder"],
+        dtype=job["dtype"],
+        enable_prefix_caching=apc,
+        max_model_len=job["max_len"],
+        cpu_threads=job["threads"],
+        enforce_eager=eager,
+    )
     try:
         rows = {}
         for name, (reqs, ids) in job["loads"].items():
@@ -196,17 +237,33 @@ def vllm_rows(job: dict[str, Any]) -> dict[str, Any]:
 
             times, scores = rounds(timed, job["rounds"], warmup=lambda reqs=reqs: vj.score_pairs(reqs[:2]))
             prompt, cached = vj.prompt_tokens - before["prompt"], vj.cached_tokens - before["cached"]
-            rows[name] = {**summary(times), "p_a": [s.p_a for s in scores], "prefix_hit_rate": cached / prompt,
-                          "work": {"tokens": prompt - cached, "heads": len(reqs), "pairs": causal_pairs(ids)}}
+            rows[name] = {
+                **summary(times),
+                "p_a": [s.p_a for s in scores],
+                "prefix_hit_rate": cached / prompt,
+                "work": {"tokens": prompt - cached, "heads": len(reqs), "pairs": causal_pairs(ids)},
+            }
         return {"rows": rows, "settings": dict(vj.engine_settings)}
     finally:
         vj.close()
 
 
-def vllm_engine(engine: str, model: Model, loads: dict[str, list[PairRequest]], n_rounds: int,
-                threads: int | None, max_len: int) -> dict[str, Any]:
+def vllm_engine(
+    engine: str,
+    model: Model,
+    loads: dict[str, list[PairRequest]],
+    n_rounds: int,
+    threads: int | None,
+    max_len: int,
+) -> dict[str, Any]:
     """`vllm_rows` for `engine` in `model`'s dtype, in a spawned process."""
-    job = {"engine": engine, "folder": model.folder, "dtype": model.dtype, "rounds": n_rounds,
-           "threads": threads, "max_len": max_len,
-           "loads": {name: (reqs, model.judge.encode(reqs)) for name, reqs in loads.items()}}
+    job = {
+        "engine": engine,
+        "folder": model.folder,
+        "dtype": model.dtype,
+        "rounds": n_rounds,
+        "threads": threads,
+        "max_len": max_len,
+        "loads": {name: (reqs, model.judge.encode(reqs)) for name, reqs in loads.items()},
+    }
     return spawned(vllm_rows, job)

@@ -57,14 +57,28 @@ NAMES = {"devices": "devices", "prefix": "prefix", "vllm": "vLLM", "bench": "ben
 def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the JSON line here (atomically)")
     p.add_argument("--dry-run", action="store_true", help="the same code on CPU with tiny sizes")
-    p.add_argument("--tokenizer", help="HF tokenizer folder for the 8B-shaped bench's prompts (default: tiny Llama's)")
-    p.add_argument("--data-dir", type=Path, default=None,
-                   help="folder with summeval/data.pkl and zepo/init_prompts.json (default: the fetched data)")
-    p.add_argument("--checks", type=choices_list(CHECKS), default=list(CHECKS),
-                   help=f"a subset of {','.join(CHECKS)} (a subset exits {PARTIAL}: partial)")
-    p.add_argument("--prepare-carry", type=Path, metavar="DIR",
-                   help="copy what the device machine lacks (data, SmolLM2's and Llama-3's tokenizers) into DIR "
-                   "and exit")
+    p.add_argument(
+        "--tokenizer", help="HF tokenizer folder for the 8B-shaped bench's prompts (default: tiny Llama's)"
+    )
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="folder with summeval/data.pkl and zepo/init_prompts.json (default: the fetched data)",
+    )
+    p.add_argument(
+        "--checks",
+        type=choices_list(CHECKS),
+        default=list(CHECKS),
+        help=f"a subset of {','.join(CHECKS)} (a subset exits {PARTIAL}: partial)",
+    )
+    p.add_argument(
+        "--prepare-carry",
+        type=Path,
+        metavar="DIR",
+        help="copy what the device machine lacks (data, SmolLM2's and Llama-3's tokenizers) into DIR "
+        "and exit",
+    )
 
 
 def _requests(folder: Path | None, docs: int, cands: int, workload: str) -> list:
@@ -97,17 +111,30 @@ def check_prefix(device: str, reqs: list) -> dict[str, Any]:
     path = ensure_tiny_model("llama")
     for dtype, tol in (("float32", 1e-4), ("bfloat16", 0.05)):
         plain = HFJudge(path, device=device, dtype=dtype, batch_size=8)
-        reuse = HFJudge(path, device=device, dtype=dtype, batch_size=8, model=plain.model,
-                        tokenizer=plain.tokenizer, prefix_reuse=True)
+        reuse = HFJudge(
+            path,
+            device=device,
+            dtype=dtype,
+            batch_size=8,
+            model=plain.model,
+            tokenizer=plain.tokenizer,
+            prefix_reuse=True,
+        )
         t0 = time.perf_counter()
         a = plain.score_pairs(reqs)
         t1 = time.perf_counter()
         b = reuse.score_pairs(reqs)
         t2 = time.perf_counter()
         d = _diff(a, b)
-        out[dtype] = {**d, "ok": d["max_abs_dp"] < tol, "plain_s": t1 - t0, "prefix_s": t2 - t1,
-                      "tokens_plain": plain.tokens_processed, "tokens_prefix": reuse.tokens_processed,
-                      "trie_min": trie_work(plain.encode(reqs))["tokens"]}
+        out[dtype] = {
+            **d,
+            "ok": d["max_abs_dp"] < tol,
+            "plain_s": t1 - t0,
+            "prefix_s": t2 - t1,
+            "tokens_plain": plain.tokens_processed,
+            "tokens_prefix": reuse.tokens_processed,
+            "trie_min": trie_work(plain.encode(reqs))["tokens"],
+        }
     return out
 
 
@@ -126,9 +153,14 @@ def check_vllm(device: str, reqs: list) -> dict[str, Any]:
         loaded = time.perf_counter()
         got = judge.score_pairs(reqs)
         d = _diff(ref, got)
-        out[f"llama3_vllm_{dtype}"] = {**d, "ok": d["max_abs_dp"] < tol and d["decisions_equal"] == d["n"],
-                                       "load_s": loaded - start, "score_s": time.perf_counter() - loaded,
-                                       "settings": judge.engine_settings, "prefix_hit_rate": judge.prefix_hit_rate}
+        out[f"llama3_vllm_{dtype}"] = {
+            **d,
+            "ok": d["max_abs_dp"] < tol and d["decisions_equal"] == d["n"],
+            "load_s": loaded - start,
+            "score_s": time.perf_counter() - loaded,
+            "settings": judge.engine_settings,
+            "prefix_hit_rate": judge.prefix_hit_rate,
+        }
         judge.close()
     return out
 
@@ -137,11 +169,46 @@ def check_bench(dry_run: bool, tokenizer: str | None, folder: Path | None) -> di
     """`harness-bench speed` on the 8B shape (the tiny one in a dry run), one round."""
     p = argparse.ArgumentParser()
     speed.add_cli_args(p)
-    sizes = (["--device", "cpu", "--shape", "llama3-tiny", "--docs", "1", "--candidates", "3", "--batch-sizes", "4"]
-             if dry_run else
-             ["--device", "cuda", "--shape", "llama3-8b", "--docs", "3", "--candidates", "6", "--batch-sizes", "16"])
-    argv = [*sizes, "--model", tokenizer or "tiny:llama", "--engines", "official,batched-hf,batched,prefix",
-            "--reference", "batched", "--versus", "official,batched", "--rounds", "1"]
+    sizes = (
+        [
+            "--device",
+            "cpu",
+            "--shape",
+            "llama3-tiny",
+            "--docs",
+            "1",
+            "--candidates",
+            "3",
+            "--batch-sizes",
+            "4",
+        ]
+        if dry_run
+        else [
+            "--device",
+            "cuda",
+            "--shape",
+            "llama3-8b",
+            "--docs",
+            "3",
+            "--candidates",
+            "6",
+            "--batch-sizes",
+            "16",
+        ]
+    )
+    argv = [
+        *sizes,
+        "--model",
+        tokenizer or "tiny:llama",
+        "--engines",
+        "official,batched-hf,batched,prefix",
+        "--reference",
+        "batched",
+        "--versus",
+        "official,batched",
+        "--rounds",
+        "1",
+    ]
     args = p.parse_args(argv + (["--data-dir", str(folder)] if folder is not None else []))
     speed.check_args(p, args)
     result = speed.run(args)
@@ -187,19 +254,28 @@ def main(args: argparse.Namespace) -> int:
         return 1
     small = args.dry_run
     reqs = _requests(args.data_dir, 1 if small else 2, 3 if small else 4, "1instr")
-    result: dict[str, Any] = {"command": "gpu", "torch": torch.__version__,
-                              "device": torch.cuda.get_device_name() if device == "cuda" else "cpu (dry run)"}
-    runs = {"devices": lambda: check_devices(device, reqs),
-            "prefix": lambda: check_prefix(device, _requests(args.data_dir, 1 if small else 2, 3, "5instr")),
-            "vllm": lambda: check_vllm(device, reqs),
-            "bench": lambda: check_bench(args.dry_run, args.tokenizer, args.data_dir)}
+    result: dict[str, Any] = {
+        "command": "gpu",
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu (dry run)",
+    }
+    runs = {
+        "devices": lambda: check_devices(device, reqs),
+        "prefix": lambda: check_prefix(device, _requests(args.data_dir, 1 if small else 2, 3, "5instr")),
+        "vllm": lambda: check_vllm(device, reqs),
+        "bench": lambda: check_bench(args.dry_run, args.tokenizer, args.data_dir),
+    }
     for name in CHECKS:
         result[name] = runs[name]() if name in args.checks else {"not_run": "not chosen (--checks)"}
     if "rows" in result["bench"]:
         result["projection"] = projection(result["bench"]["rows"])
         print("\n".join(projection_lines(result["projection"])))
-    result["checks"] = {name: status(result[name] if name != "bench" else
-                                     {k: v for k, v in result[name].items() if k == "not_run"}) for name in CHECKS}
+    result["checks"] = {
+        name: status(
+            result[name] if name != "bench" else {k: v for k, v in result[name].items() if k == "not_run"}
+        )
+        for name in CHECKS
+    }
     failed = [n for n, s in result["checks"].items() if s.startswith("FAILED")]
     not_run = [n for n, s in result["checks"].items() if s.startswith("NOT RUN")]
     result["status"] = "failed" if failed else "partial" if not_run else "ok"
@@ -207,7 +283,11 @@ def main(args: argparse.Namespace) -> int:
     result["seconds"] = time.perf_counter() - start
     for name in CHECKS:
         print(f"{NAMES[name]}: {result['checks'][name]}")
-    print(f"harness-bench gpu: {result['status'].upper()}" + (f" (not run: {', '.join(not_run)})" if not_run else "")
-          + (f" (failed: {', '.join(failed)})" if failed else ""), flush=True)
+    print(
+        f"harness-bench gpu: {result['status'].upper()}"
+        + (f" (not run: {', '.join(not_run)})" if not_run else "")
+        + (f" (failed: {', '.join(failed)})" if failed else ""),
+        flush=True,
+    )
     emit(result, args.json)
     return 1 if failed else PARTIAL if not_run else 0

@@ -43,16 +43,27 @@ def projection(rows: Mapping[str, Mapping[str, Any]], prompts: int = SUMMEVAL_PR
     out = {}
     for row in rows.values():
         engine, rate = row.get("engine"), row.get("prompts_per_s")
-        if engine in PATHS and row.get("label") == engine and row.get("workload") == WORKLOAD and rate \
-                and engine not in out:
-            out[engine] = {"what": PATHS[engine], "row": row.get("name"), "prompts_per_s": rate,
-                           "projected_s": prompts / rate}
+        if (
+            engine in PATHS
+            and row.get("label") == engine
+            and row.get("workload") == WORKLOAD
+            and rate
+            and engine not in out
+        ):
+            out[engine] = {
+                "what": PATHS[engine],
+                "row": row.get("name"),
+                "prompts_per_s": rate,
+                "projected_s": prompts / rate,
+            }
     return {"prompts": prompts, "floor_s": list(FLOOR_S), "paths": out}
 
 
 def projection_lines(proj: Mapping[str, Any]) -> list[str]:
     """One printed line per projected path."""
     low, high = proj["floor_s"]
-    return [f"projection: {proj['prompts']:,} SummEval prompts at {row['prompts_per_s']:.1f} prompts/s ({name}, "
-            f"{row['what']}): {row['projected_s']:,.0f} s; the compute floor on one H200: {low:.0f}-{high:.0f} s"
-            for name, row in proj["paths"].items()]
+    return [
+        f"projection: {proj['prompts']:,} SummEval prompts at {row['prompts_per_s']:.1f} prompts/s ({name}, "
+        f"{row['what']}): {row['projected_s']:,.0f} s; the compute floor on one H200: {low:.0f}-{high:.0f} s"
+        for name, row in proj["paths"].items()
+    ]

@@ -36,8 +36,9 @@ def now(device: str = "cpu") -> float:
     return time.perf_counter()
 
 
-def rounds(fn: Callable[[], Any], n: int, warmup: Callable[[], Any] | None = None,
-           device: str = "cpu") -> tuple[list[float], Any]:
+def rounds(
+    fn: Callable[[], Any], n: int, warmup: Callable[[], Any] | None = None, device: str = "cpu"
+) -> tuple[list[float], Any]:
     """(seconds of each of `n` timed calls of fn, the last call's result), after `warmup` once."""
     if warmup is not None:
         warmup()
@@ -107,7 +108,9 @@ def linear_peak(model: Any, dtype: Any, device: str = "cpu", reps: int = 5) -> f
     import torch
     import torch.nn.functional as F
 
-    shapes = {tuple(m.weight.shape) for m in model.model.layers[0].modules() if isinstance(m, torch.nn.Linear)}
+    shapes = {
+        tuple(m.weight.shape) for m in model.model.layers[0].modules() if isinstance(m, torch.nn.Linear)
+    }
     best = 0.0
     for n in LINEAR_ROWS:
         for out_f, in_f in sorted(shapes):
@@ -162,7 +165,9 @@ def floor_flops(model: Any, work: dict[str, int]) -> float:
     body, head, attn = model_dims(model)
     last = model.model.layers[-1]
     kv = {id(last.self_attn.k_proj), id(last.self_attn.v_proj)}
-    spared = sum(m.weight.numel() for m in last.modules() if isinstance(m, torch.nn.Linear) and id(m) not in kv)
+    spared = sum(
+        m.weight.numel() for m in last.modules() if isinstance(m, torch.nn.Linear) and id(m) not in kv
+    )
     layers = model.config.num_hidden_layers
     heads = work["heads"] if model.get_output_embeddings().weight.dtype == torch.float32 else 0
     linear = 2 * body * work["tokens"] - 2 * spared * (work["tokens"] - work["heads"]) + 2 * head * heads
@@ -179,16 +184,27 @@ def machine(device: str = "cpu") -> dict[str, Any]:
         lines = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout.splitlines()
     except OSError:
         lines = []
-    cpu = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Model name")),
-               platform.processor() or platform.machine())
+    cpu = next(
+        (ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Model name")),
+        platform.processor() or platform.machine(),
+    )
     here, commit = Path(__file__).resolve().parents[2], ""
     if (here / ".git").exists():  # a checkout, not an installed wheel
         try:
-            commit = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                    text=True, check=False).stdout.strip()
+            commit = subprocess.run(
+                ["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout.strip()
         except OSError:
             pass
-    return {"cpu": cpu, "nproc": os.cpu_count(), "load_1min": os.getloadavg()[0],
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "commit": commit or "not a git checkout", "torch": torch.__version__,
-            "gpu": torch.cuda.get_device_name() if device.startswith("cuda") else None}
+    return {
+        "cpu": cpu,
+        "nproc": os.cpu_count(),
+        "load_1min": os.getloadavg()[0],
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit or "not a git checkout",
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name() if device.startswith("cuda") else None,
+    }

@@ -33,7 +33,9 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--docs", type=positive, default=100, help="documents (default 100: SummEval)")
     p.add_argument("--candidates", type=positive, default=16, help="candidates per document (default 16)")
     p.add_argument("--shuffles", type=positive, default=100, help="PairS shuffles (default 100)")
-    p.add_argument("--bootstrap", type=positive, default=1000, help="bootstrap rounds over documents (default 1000)")
+    p.add_argument(
+        "--bootstrap", type=positive, default=1000, help="bootstrap rounds over documents (default 1000)"
+    )
 
 
 def cpu_and_wall(n: int, fn: Callable[[], Any]) -> dict[str, Any]:
@@ -50,24 +52,56 @@ def cpu_and_wall(n: int, fn: Callable[[], Any]) -> dict[str, Any]:
 
 def main(args: argparse.Namespace) -> int:
     judgments = instant_judgments(args.docs, args.candidates)
-    facts = dict(task="summeval", aspect="coherence", family="summary", instruction="instant judge",
-                 judge_identity="instant", n_docs=args.docs, shuffles=args.shuffles, seed=0)
+    facts = dict(
+        task="summeval",
+        aspect="coherence",
+        family="summary",
+        instruction="instant judge",
+        judge_identity="instant",
+        n_docs=args.docs,
+        shuffles=args.shuffles,
+        seed=0,
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        rows = {"write_run": cpu_and_wall(args.rounds, lambda: write_run(Path(tmp), judgments, 0.5, **facts,
-                                                                              bootstrap=0))}
+        rows = {
+            "write_run": cpu_and_wall(
+                args.rounds, lambda: write_run(Path(tmp), judgments, 0.5, **facts, bootstrap=0)
+            )
+        }
     rows["analyse"] = cpu_and_wall(args.rounds, lambda: analyse(judgments, 0.5, args.shuffles, 0))
     rows["analyse + bootstrap"] = cpu_and_wall(
-        args.rounds, lambda: analyse(judgments, 0.5, args.shuffles, 0, rounds=args.bootstrap))
-    boot = {"median_s": rows["analyse + bootstrap"]["median_s"] - rows["analyse"]["median_s"],
-            "median_cpu_s": rows["analyse + bootstrap"]["median_cpu_s"] - rows["analyse"]["median_cpu_s"]}
-    out = {"command": "metrics", "docs": args.docs, "candidates": args.candidates, "pairs": len(judgments),
-           "shuffles": args.shuffles, "bootstrap": args.bootstrap, "rounds": args.rounds, "machine": machine(),
-           "rows": rows, "bootstrap_cost": boot}
-    print(f"{len(judgments):,} ordered pairs ({args.docs} docs x {args.candidates} candidates), {args.shuffles} "
-          f"PairS shuffles, {args.bootstrap} bootstrap rounds; median of {args.rounds}")
-    print(table([("what", lambda kv: kv[0]), ("wall s", lambda kv: f"{kv[1]['median_s']:.2f}"),
-                 ("CPU s", lambda kv: f"{kv[1]['median_cpu_s']:.2f}")],
-                [*rows.items(), ("the bootstrap (difference)", boot)]))
+        args.rounds, lambda: analyse(judgments, 0.5, args.shuffles, 0, rounds=args.bootstrap)
+    )
+    boot = {
+        "median_s": rows["analyse + bootstrap"]["median_s"] - rows["analyse"]["median_s"],
+        "median_cpu_s": rows["analyse + bootstrap"]["median_cpu_s"] - rows["analyse"]["median_cpu_s"],
+    }
+    out = {
+        "command": "metrics",
+        "docs": args.docs,
+        "candidates": args.candidates,
+        "pairs": len(judgments),
+        "shuffles": args.shuffles,
+        "bootstrap": args.bootstrap,
+        "rounds": args.rounds,
+        "machine": machine(),
+        "rows": rows,
+        "bootstrap_cost": boot,
+    }
+    print(
+        f"{len(judgments):,} ordered pairs ({args.docs} docs x {args.candidates} candidates), {args.shuffles} "
+        f"PairS shuffles, {args.bootstrap} bootstrap rounds; median of {args.rounds}"
+    )
+    print(
+        table(
+            [
+                ("what", lambda kv: kv[0]),
+                ("wall s", lambda kv: f"{kv[1]['median_s']:.2f}"),
+                ("CPU s", lambda kv: f"{kv[1]['median_cpu_s']:.2f}"),
+            ],
+            [*rows.items(), ("the bootstrap (difference)", boot)],
+        )
+    )
     m = out["machine"]
     print(f"load {m['load_1min']:.1f} on {m['nproc']} CPUs ({m['cpu']}), {m['date']}")
     emit(out, args.json)

@@ -42,8 +42,13 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
 
 def pairs(args: argparse.Namespace, task: str) -> list:
     docs = load_task(task, data_dir=data_dir(args.data_dir, task), limit=8)
-    reqs, _ = build_requests(docs, default_instruction("coherence", "summarization"), "summarization", "coherence",
-                             max_candidates=4)
+    reqs, _ = build_requests(
+        docs,
+        default_instruction("coherence", "summarization"),
+        "summarization",
+        "coherence",
+        max_candidates=4,
+    )
     return reqs[: args.pairs]
 
 
@@ -58,12 +63,18 @@ def judges(args: argparse.Namespace) -> dict[str, Any]:
 def row(task: str, name: str, times: list[float], scores: list, ref: list) -> dict[str, Any]:
     diffs = [logit_difference(s.token_logprobs) for s in scores]
     step = lattice_step(diffs)
-    return {"task": task, "judge": name, "pairs": len(scores), **summary(times),
-            "prompts_per_s": len(scores) / summary(times)["median_s"],
-            "distinct_p_a": len({round(s.p_a, 9) for s in scores}), "logit_step": step,
-            "p_a_step_at_half": None if step is None else step / 4,
-            "share_on_bf16_lattice": sum(on_lattice(d, BF16_LATTICE) for d in diffs) / len(diffs),
-            **agree([r.p_a for r in ref], [s.p_a for s in scores])}
+    return {
+        "task": task,
+        "judge": name,
+        "pairs": len(scores),
+        **summary(times),
+        "prompts_per_s": len(scores) / summary(times)["median_s"],
+        "distinct_p_a": len({round(s.p_a, 9) for s in scores}),
+        "logit_step": step,
+        "p_a_step_at_half": None if step is None else step / 4,
+        "share_on_bf16_lattice": sum(on_lattice(d, BF16_LATTICE) for d in diffs) / len(diffs),
+        **agree([r.p_a for r in ref], [s.p_a for s in scores]),
+    }
 
 
 def main(args: argparse.Namespace) -> int:
@@ -75,22 +86,44 @@ def main(args: argparse.Namespace) -> int:
     rows = []
     for task in args.tasks:
         reqs = pairs(args, task)
-        got = {name: rounds(lambda j=j: j.score_pairs(reqs), args.rounds, warmup=lambda j=j: j.score_pairs(reqs[:2]))
-               for name, j in found.items()}
+        got = {
+            name: rounds(
+                lambda j=j: j.score_pairs(reqs), args.rounds, warmup=lambda j=j: j.score_pairs(reqs[:2])
+            )
+            for name, j in found.items()
+        }
         rows += [row(task, name, times, scores, got["float32"][1]) for name, (times, scores) in got.items()]
-    out = {"command": "numerics", "model": args.model, "threads": torch.get_num_threads(), "rounds": args.rounds,
-           "machine": machine(), "rows": rows}
-    print(table([("task", lambda r: r["task"]), ("judge", lambda r: r["judge"]), ("pairs", lambda r: str(r["pairs"])),
-                 ("decisions", lambda r: "{}/{}".format(*r["agree"])),
-                 ("max|dP(A)|", lambda r: num(r["max_abs_dp"], ".4f")),
-                 ("mean|dP(A)|", lambda r: num(r["mean_abs_dp"], ".4f")),
-                 ("distinct", lambda r: str(r["distinct_p_a"])), ("logit step", lambda r: _power(r["logit_step"])),
-                 ("P(A) step", lambda r: num(r["p_a_step_at_half"], ".4f")),
-                 ("on 2^-7", lambda r: f"{r['share_on_bf16_lattice']:.0%}"),
-                 ("prompts/s", lambda r: num(r["prompts_per_s"], ".2f"))], rows))
+    out = {
+        "command": "numerics",
+        "model": args.model,
+        "threads": torch.get_num_threads(),
+        "rounds": args.rounds,
+        "machine": machine(),
+        "rows": rows,
+    }
+    print(
+        table(
+            [
+                ("task", lambda r: r["task"]),
+                ("judge", lambda r: r["judge"]),
+                ("pairs", lambda r: str(r["pairs"])),
+                ("decisions", lambda r: "{}/{}".format(*r["agree"])),
+                ("max|dP(A)|", lambda r: num(r["max_abs_dp"], ".4f")),
+                ("mean|dP(A)|", lambda r: num(r["mean_abs_dp"], ".4f")),
+                ("distinct", lambda r: str(r["distinct_p_a"])),
+                ("logit step", lambda r: _power(r["logit_step"])),
+                ("P(A) step", lambda r: num(r["p_a_step_at_half"], ".4f")),
+                ("on 2^-7", lambda r: f"{r['share_on_bf16_lattice']:.0%}"),
+                ("prompts/s", lambda r: num(r["prompts_per_s"], ".2f")),
+            ],
+            rows,
+        )
+    )
     m = out["machine"]
-    print(f"(decisions and |dP(A)| against float32 on the same prompts; logit step: the coarsest 2^-k the A-B "
-          f"logit differences sit on within {LATTICE_TOL:g}, -: none coarser than 2^-10)")
+    print(
+        f"(decisions and |dP(A)| against float32 on the same prompts; logit step: the coarsest 2^-k the A-B "
+        f"logit differences sit on within {LATTICE_TOL:g}, -: none coarser than 2^-10)"
+    )
     print(f"{m['date']}, commit {m['commit']}, {m['cpu']}, nproc {m['nproc']}, load {m['load_1min']:.1f}")
     emit(out, args.json)
     return 0

@@ -41,16 +41,21 @@ HELP = "report.html's size and load time in headless Chromium for a synthetic ru
 
 def add_cli_args(p: argparse.ArgumentParser) -> None:
     add_common(p, rounds=None, model=False)
-    p.add_argument("--task", default="summeval", help="the real task whose texts fill the page (default %(default)s)")
+    p.add_argument(
+        "--task", default="summeval", help="the real task whose texts fill the page (default %(default)s)"
+    )
     p.add_argument("--aspect", default="coherence")
     p.add_argument("--docs", type=positive, default=100, help="documents (default 100: SummEval)")
     p.add_argument("--candidates", type=positive, default=16, help="candidates per document (default 16)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=None, help="keep the run folder here (default: a temporary one)")
+    p.add_argument(
+        "--out", type=Path, default=None, help="keep the run folder here (default: a temporary one)"
+    )
 
 
-def synthetic_run(out: Path, task: str, aspect: str, n_docs: int, n_cands: int, seed: int,
-                  data_dir: Path | None = None) -> list:
+def synthetic_run(
+    out: Path, task: str, aspect: str, n_docs: int, n_cands: int, seed: int, data_dir: Path | None = None
+) -> list:
     """A judge run's files (config.json, results.json, judgments.jsonl) over a real slice."""
     data = Path(data_dir or os.environ.get("HARNESS_DATA_DIR") or default_data_dir())
     ensure_data(data, mirror=os.environ.get("HARNESS_DATA_MIRROR"), only=[task])
@@ -62,17 +67,53 @@ def synthetic_run(out: Path, task: str, aspect: str, n_docs: int, n_cands: int, 
             p = rng.random()
             mass = rng.uniform(0.05, 0.9)
             lp = {"A:A": math.log(mass * p), "B:B": math.log(mass * (1 - p))}
-            judgments.append(Judgment(doc.id, a.id, b.id, p, lp, a.scores.get(aspect), b.scores.get(aspect),
-                                      flags=("low_answer_mass",) if mass < 0.2 else ()))
+            judgments.append(
+                Judgment(
+                    doc.id,
+                    a.id,
+                    b.id,
+                    p,
+                    lp,
+                    a.scores.get(aspect),
+                    b.scores.get(aspect),
+                    flags=("low_answer_mass",) if mass < 0.2 else (),
+                )
+            )
     write_judgments(out / "judgments.jsonl", judgments, 0.5)
-    task_cfg = {"name": task, "aspect": aspect, "offset": 0, "docs": n_docs, "max_candidates": n_cands,
-                "num_shards": 1, "shard_index": 0, "family": None, "path": None, "format": "default"}
-    write_json_atomic(out / "config.json", {"task": task_cfg, "data": {"dir": str(data), "mirror": None},
-                                            "model": model_spec("smollm2"), "backend": {"name": "hf"}})
-    write_json_atomic(out / "results.json", {
-        "experiment": "judge", "task": task, "aspect": aspect, "family": "summarization",
-        "instruction": default_instruction(aspect, "summarization"), "judge": "synthetic (seeded random P(A))",
-        "n_docs": len(docs), "n_judgments": len(judgments)})
+    task_cfg = {
+        "name": task,
+        "aspect": aspect,
+        "offset": 0,
+        "docs": n_docs,
+        "max_candidates": n_cands,
+        "num_shards": 1,
+        "shard_index": 0,
+        "family": None,
+        "path": None,
+        "format": "default",
+    }
+    write_json_atomic(
+        out / "config.json",
+        {
+            "task": task_cfg,
+            "data": {"dir": str(data), "mirror": None},
+            "model": model_spec("smollm2"),
+            "backend": {"name": "hf"},
+        },
+    )
+    write_json_atomic(
+        out / "results.json",
+        {
+            "experiment": "judge",
+            "task": task,
+            "aspect": aspect,
+            "family": "summarization",
+            "instruction": default_instruction(aspect, "summarization"),
+            "judge": "synthetic (seeded random P(A))",
+            "n_docs": len(docs),
+            "n_judgments": len(judgments),
+        },
+    )
     return docs
 
 
@@ -82,7 +123,9 @@ def main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.out or tmp)
         out.mkdir(parents=True, exist_ok=True)
-        docs = synthetic_run(out, args.task, args.aspect, args.docs, args.candidates, args.seed, args.data_dir)
+        docs = synthetic_run(
+            out, args.task, args.aspect, args.docs, args.candidates, args.seed, args.data_dir
+        )
         render_cards(out, echo=lambda _: None, rounds=0)
         start = time.perf_counter()
         page = write_report(out, docs, config_view(json.loads((out / "config.json").read_text())))
@@ -98,14 +141,30 @@ def main(args: argparse.Namespace) -> int:
             page_s = time.perf_counter() - t0
         result: dict[str, Any] = {
             "pairs": sum(1 for _ in (out / "judgments.jsonl").open()) - 1,
-            "page_mb": round(page.stat().st_size / 1e6, 2), "write_s": round(write_s, 1),
-            "chromium_load_s": round(loaded.load_ms / 1000, 2), "filter_s": round(filter_s, 2),
-            "next_page_s": round(page_s, 2), "errors": loaded.errors, "requests": loaded.requests,
-            "first_page": status, "machine": machine()}
-    print(table([("pairs", lambda r: str(r["pairs"])), ("page MB", lambda r: f"{r['page_mb']:.2f}"),
-                 ("write s", lambda r: f"{r['write_s']:.1f}"), ("load s", lambda r: f"{r['chromium_load_s']:.2f}"),
-                 ("filter s", lambda r: f"{r['filter_s']:.2f}"), ("next page s", lambda r: f"{r['next_page_s']:.2f}"),
-                 ("errors", lambda r: str(len(r["errors"]))), ("requests", lambda r: str(len(r["requests"])))],
-                [result]))
+            "page_mb": round(page.stat().st_size / 1e6, 2),
+            "write_s": round(write_s, 1),
+            "chromium_load_s": round(loaded.load_ms / 1000, 2),
+            "filter_s": round(filter_s, 2),
+            "next_page_s": round(page_s, 2),
+            "errors": loaded.errors,
+            "requests": loaded.requests,
+            "first_page": status,
+            "machine": machine(),
+        }
+    print(
+        table(
+            [
+                ("pairs", lambda r: str(r["pairs"])),
+                ("page MB", lambda r: f"{r['page_mb']:.2f}"),
+                ("write s", lambda r: f"{r['write_s']:.1f}"),
+                ("load s", lambda r: f"{r['chromium_load_s']:.2f}"),
+                ("filter s", lambda r: f"{r['filter_s']:.2f}"),
+                ("next page s", lambda r: f"{r['next_page_s']:.2f}"),
+                ("errors", lambda r: str(len(r["errors"]))),
+                ("requests", lambda r: str(len(r["requests"]))),
+            ],
+            [result],
+        )
+    )
     emit(result, args.json)
     return 0 if not result["errors"] and not result["requests"] else 1

@@ -22,8 +22,10 @@ def table(columns: Sequence[Column], rows: Sequence[Any]) -> str:
     """Right-aligned columns (the first left-aligned), each as wide as its widest cell."""
     cells = [[head for head, _ in columns]] + [[cell(r) for _, cell in columns] for r in rows]
     widths = [max(len(line[k]) for line in cells) for k in range(len(columns))]
-    return "\n".join("  ".join(c.ljust(w) if k == 0 else c.rjust(w) for k, (c, w) in enumerate(zip(line, widths)))
-                     for line in cells)
+    return "\n".join(
+        "  ".join(c.ljust(w) if k == 0 else c.rjust(w) for k, (c, w) in enumerate(zip(line, widths)))
+        for line in cells
+    )
 
 
 def num(value: Any, fmt: str) -> str:
@@ -55,6 +57,7 @@ def positive(text: str) -> int:
 
 def choices_list(allowed: Sequence[str], kind: Callable[[str], Any] = str):
     """An argparse type: "a,b" -> [a, b], each in `allowed` (empty: any `kind`), none twice."""
+
     def parse(text: str) -> list:
         items = [x for x in text.split(",") if x]
         bad = [x for x in items if allowed and x not in allowed]
@@ -65,6 +68,7 @@ def choices_list(allowed: Sequence[str], kind: Callable[[str], Any] = str):
             return [kind(x) for x in items]
         except (ValueError, argparse.ArgumentTypeError):
             raise argparse.ArgumentTypeError(f"{text!r}: each item must be an integer >= 1") from None
+
     return parse
 
 
@@ -72,10 +76,21 @@ def add_common(p: argparse.ArgumentParser, rounds: int | None = 3, model: bool =
     """--json, and where the subcommand has them: --rounds (timing rounds), --model, --data-dir."""
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the JSON line here (atomically)")
     if rounds is not None:
-        p.add_argument("--rounds", type=positive, default=rounds,
-                       help=f"timed rounds after a warm-up; the median is reported (default {rounds})")
+        p.add_argument(
+            "--rounds",
+            type=positive,
+            default=rounds,
+            help=f"timed rounds after a warm-up; the median is reported (default {rounds})",
+        )
     if model:
-        p.add_argument("--model", default=DEFAULT_MODEL,
-                       help="a conf/model name or a model spec: tiny:llama, pkg:..., a folder (default %(default)s)")
-    p.add_argument("--data-dir", type=Path, default=None,
-                   help="folder with summeval/ and zepo/ (default: $HARNESS_DATA_DIR or ~/.cache/harness/data)")
+        p.add_argument(
+            "--model",
+            default=DEFAULT_MODEL,
+            help="a conf/model name or a model spec: tiny:llama, pkg:..., a folder (default %(default)s)",
+        )
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="folder with summeval/ and zepo/ (default: $HARNESS_DATA_DIR or ~/.cache/harness/data)",
+    )

@@ -37,8 +37,12 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
     add_common(p, rounds=1)
     p.add_argument("--docs", type=positive, default=2, help="SummEval documents of the judge run (default 2)")
     p.add_argument("--candidates", type=positive, default=16, help="candidates per document (default 16)")
-    p.add_argument("--chunk", type=positive, default=16, help="requests per call of the chunked row (cache.chunk)")
-    p.add_argument("--instructions", type=positive, default=5, help="instructions of the ZEPO epoch (default 5)")
+    p.add_argument(
+        "--chunk", type=positive, default=16, help="requests per call of the chunked row (cache.chunk)"
+    )
+    p.add_argument(
+        "--instructions", type=positive, default=5, help="instructions of the ZEPO epoch (default 5)"
+    )
     p.add_argument("--epoch-candidates", type=positive, default=8, help="candidates of the epoch's document")
     p.add_argument("--threads", type=positive, default=1, help="torch threads (default 1)")
 
@@ -72,32 +76,58 @@ def judge_rows(args: argparse.Namespace, model: eng.Model, tmp: Path) -> dict[st
 
     def chunked(j, cache):
         w = wrapped(j, chunk, cache)
-        return [s for i in range(0, len(reqs), chunk) for s in w.score_pairs(reqs[i: i + chunk])]
+        return [s for i in range(0, len(reqs), chunk) for s in w.score_pairs(reqs[i : i + chunk])]
 
-    calls = {BARE: lambda j, cache: j.score_pairs(reqs),
-             "run: as shipped (one streamed call)": lambda j, cache: wrapped(j, chunk, cache).score_pairs(reqs),
-             f"run: {chunk} requests per call": chunked}
+    calls = {
+        BARE: lambda j, cache: j.score_pairs(reqs),
+        "run: as shipped (one streamed call)": lambda j, cache: wrapped(j, chunk, cache).score_pairs(reqs),
+        f"run: {chunk} requests per call": chunked,
+    }
     got = {name: timed(model, args.rounds, tmp / _slug(name), call) for name, call in calls.items()}
     bare = got[BARE]
-    rows = {name: {"prompts": len(reqs), "tokens": r["tokens"], "x_trie": r["tokens"] / least,
-                   "median_s": r["median_s"], "rounds_s": r["rounds_s"], "prompts_per_s": len(reqs) / r["median_s"],
-                   "x_engine": bare["median_s"] / r["median_s"],
-                   **agree([s.p_a for s in bare["out"]], [s.p_a for s in r["out"]])} for name, r in got.items()}
+    rows = {
+        name: {
+            "prompts": len(reqs),
+            "tokens": r["tokens"],
+            "x_trie": r["tokens"] / least,
+            "median_s": r["median_s"],
+            "rounds_s": r["rounds_s"],
+            "prompts_per_s": len(reqs) / r["median_s"],
+            "x_engine": bare["median_s"] / r["median_s"],
+            **agree([s.p_a for s in bare["out"]], [s.p_a for s in r["out"]]),
+        }
+        for name, r in got.items()
+    }
     return {"trie_minimum": least, "rows": rows}
 
 
 def epoch_rows(args: argparse.Namespace, model: eng.Model, tmp: Path) -> dict[str, Any]:
     jobs = epoch_jobs(args.data_dir, args.instructions)
-    kw = {"aspect": "coherence", "family": "summarization", "max_candidates": args.epoch_candidates,
-          "progress": False}
-    calls = {"one call per instruction": lambda j, cache: [
-                 judge_instructions(wrapped(j, args.chunk, cache), [job], **kw)[0] for job in jobs],
-             "one call per epoch": lambda j, cache: judge_instructions(wrapped(j, args.chunk, cache), jobs, **kw)}
+    kw = {
+        "aspect": "coherence",
+        "family": "summarization",
+        "max_candidates": args.epoch_candidates,
+        "progress": False,
+    }
+    calls = {
+        "one call per instruction": lambda j, cache: [
+            judge_instructions(wrapped(j, args.chunk, cache), [job], **kw)[0] for job in jobs
+        ],
+        "one call per epoch": lambda j, cache: judge_instructions(wrapped(j, args.chunk, cache), jobs, **kw),
+    }
     got = {name: timed(model, args.rounds, tmp / _slug(name), call) for name, call in calls.items()}
     p_a = {name: [x.p_a for js, _ in r["out"] for x in js] for name, r in got.items()}
     n = sum(len(js) + 1 for js, _ in got["one call per epoch"]["out"])
-    rows = {name: {"prompts": n, "tokens": r["tokens"], "median_s": r["median_s"], "rounds_s": r["rounds_s"],
-                   "prompts_per_s": n / r["median_s"]} for name, r in got.items()}
+    rows = {
+        name: {
+            "prompts": n,
+            "tokens": r["tokens"],
+            "median_s": r["median_s"],
+            "rounds_s": r["rounds_s"],
+            "prompts_per_s": n / r["median_s"],
+        }
+        for name, r in got.items()
+    }
     per_instruction, per_epoch = (rows[k]["prompts_per_s"] for k in calls)
     return {"rows": rows, "speedup": per_epoch / per_instruction, **agree(*p_a.values())}
 
@@ -109,21 +139,47 @@ def main(args: argparse.Namespace) -> int:
     model = eng.load(args.model, "cpu", None)
     eng.judge(model, "prefix").score_pairs(run_requests(args.data_dir, 1, 2))  # warm-up
     with tempfile.TemporaryDirectory() as tmp:
-        out = {"command": "run", "model": args.model, "threads": args.threads, "rounds": args.rounds,
-               "dtype": model.dtype, "machine": machine(), "judge": judge_rows(args, model, Path(tmp)),
-               "epoch": epoch_rows(args, model, Path(tmp))}
+        out = {
+            "command": "run",
+            "model": args.model,
+            "threads": args.threads,
+            "rounds": args.rounds,
+            "dtype": model.dtype,
+            "machine": machine(),
+            "judge": judge_rows(args, model, Path(tmp)),
+            "epoch": epoch_rows(args, model, Path(tmp)),
+        }
     j, e = out["judge"], out["epoch"]
     print(f"(1) a judge run's requests, trie minimum {j['trie_minimum']} tokens; median of {args.rounds}")
-    print(table([("how", lambda kv: kv[0]), ("prompts", lambda kv: str(kv[1]["prompts"])),
-                 ("tokens", lambda kv: str(kv[1]["tokens"])), ("x trie", lambda kv: f"{kv[1]['x_trie']:.3f}"),
-                 ("prompts/s", lambda kv: f"{kv[1]['prompts_per_s']:.2f}"),
-                 ("x engine", lambda kv: f"{kv[1]['x_engine']:.2f}"),
-                 ("max|dP(A)| vs engine", lambda kv: num(kv[1]["max_abs_dp"], ".1e"))], list(j["rows"].items())))
+    print(
+        table(
+            [
+                ("how", lambda kv: kv[0]),
+                ("prompts", lambda kv: str(kv[1]["prompts"])),
+                ("tokens", lambda kv: str(kv[1]["tokens"])),
+                ("x trie", lambda kv: f"{kv[1]['x_trie']:.3f}"),
+                ("prompts/s", lambda kv: f"{kv[1]['prompts_per_s']:.2f}"),
+                ("x engine", lambda kv: f"{kv[1]['x_engine']:.2f}"),
+                ("max|dP(A)| vs engine", lambda kv: num(kv[1]["max_abs_dp"], ".1e")),
+            ],
+            list(j["rows"].items()),
+        )
+    )
     print(f"(2) one ZEPO epoch of {args.instructions} instructions")
-    print(table([("how", lambda kv: kv[0]), ("prompts", lambda kv: str(kv[1]["prompts"])),
-                 ("tokens", lambda kv: str(kv[1]["tokens"])),
-                 ("prompts/s", lambda kv: f"{kv[1]['prompts_per_s']:.2f}")], list(e["rows"].items())))
-    print(f"one call per epoch: {e['speedup']:.2f}x the prompts/s, decisions {e['agree'][0]}/{e['agree'][1]} equal, "
-          f"max |dP(A)| {e['max_abs_dp']:.1e}")
+    print(
+        table(
+            [
+                ("how", lambda kv: kv[0]),
+                ("prompts", lambda kv: str(kv[1]["prompts"])),
+                ("tokens", lambda kv: str(kv[1]["tokens"])),
+                ("prompts/s", lambda kv: f"{kv[1]['prompts_per_s']:.2f}"),
+            ],
+            list(e["rows"].items()),
+        )
+    )
+    print(
+        f"one call per epoch: {e['speedup']:.2f}x the prompts/s, decisions {e['agree'][0]}/{e['agree'][1]} equal, "
+        f"max |dP(A)| {e['max_abs_dp']:.1e}"
+    )
     emit(out, args.json)
     return 0

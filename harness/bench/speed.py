@@ -38,27 +38,57 @@ PEER = ["prefix", "vllm-eager", "vllm-compiled"]
 
 def add_cli_args(p: argparse.ArgumentParser) -> None:
     add_common(p, rounds=3)
-    p.add_argument("--engines", type=choices_list(eng.ENGINES), default=PEER,
-                   help=f"comma list of {', '.join(eng.ENGINES)} (default {','.join(PEER)})")
+    p.add_argument(
+        "--engines",
+        type=choices_list(eng.ENGINES),
+        default=PEER,
+        help=f"comma list of {', '.join(eng.ENGINES)} (default {','.join(PEER)})",
+    )
     p.add_argument("--workloads", type=choices_list(list(WORKLOADS)), default=list(WORKLOADS))
-    p.add_argument("--dtypes", type=choices_list(DTYPES), default=None,
-                   help="e.g. float32,bfloat16 (default: the judge's own: float32 on CPU, bfloat16 on CUDA)")
-    p.add_argument("--kernels", type=choices_list(KERNELS), default=["auto"],
-                   help="backend.kernels of batched/prefix; torch,vllm times both, round by round")
-    p.add_argument("--batch-sizes", type=choices_list((), positive), default=None,
-                   help="backend.batch_size of batched/prefix, e.g. 8,32 (default: the shipped one)")
-    p.add_argument("--reference", choices=eng.ENGINES,
-                   help="decisions are compared with it (default: the first engine)")
-    p.add_argument("--versus", type=choices_list(eng.ENGINES), default=None,
-                   help="prompts/s ratio columns (default: the vLLM engines run, else the reference)")
+    p.add_argument(
+        "--dtypes",
+        type=choices_list(DTYPES),
+        default=None,
+        help="e.g. float32,bfloat16 (default: the judge's own: float32 on CPU, bfloat16 on CUDA)",
+    )
+    p.add_argument(
+        "--kernels",
+        type=choices_list(KERNELS),
+        default=["auto"],
+        help="backend.kernels of batched/prefix; torch,vllm times both, round by round",
+    )
+    p.add_argument(
+        "--batch-sizes",
+        type=choices_list((), positive),
+        default=None,
+        help="backend.batch_size of batched/prefix, e.g. 8,32 (default: the shipped one)",
+    )
+    p.add_argument(
+        "--reference", choices=eng.ENGINES, help="decisions are compared with it (default: the first engine)"
+    )
+    p.add_argument(
+        "--versus",
+        type=choices_list(eng.ENGINES),
+        default=None,
+        help="prompts/s ratio columns (default: the vLLM engines run, else the reference)",
+    )
     p.add_argument("--docs", type=positive, default=2, help="SummEval documents (default 2)")
     p.add_argument("--candidates", type=positive, default=4, help="candidates per document (default 4)")
-    p.add_argument("--threads", type=positive, default=None, help="torch threads, ours and each vLLM engine's")
+    p.add_argument(
+        "--threads", type=positive, default=None, help="torch threads, ours and each vLLM engine's"
+    )
     p.add_argument("--device", default="auto", help="cpu, cuda (default: cuda where there is one)")
-    p.add_argument("--shape", choices=sorted(eng.SHAPES),
-                   help="a random-weight model of this shape (--model's tokenizer)")
-    p.add_argument("--vllm-max-len", type=positive, default=2048, help="vLLM's max_model_len (sizes its KV cache)")
-    p.add_argument("--peak-size", type=positive, default=None, help="side of the square matmuls of the GEMM rate")
+    p.add_argument(
+        "--shape",
+        choices=sorted(eng.SHAPES),
+        help="a random-weight model of this shape (--model's tokenizer)",
+    )
+    p.add_argument(
+        "--vllm-max-len", type=positive, default=2048, help="vLLM's max_model_len (sizes its KV cache)"
+    )
+    p.add_argument(
+        "--peak-size", type=positive, default=None, help="side of the square matmuls of the GEMM rate"
+    )
 
 
 def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -87,13 +117,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     first = eng.load(args.model, args.device, args.dtypes[0] if args.dtypes else None, args.shape)
     dtypes = args.dtypes or [first.dtype]
     out: dict[str, Any] = {
-        "command": "speed", "model": args.model, "shape": args.shape, "device": first.judge.device,
-        "threads": torch.get_num_threads(), "rounds": args.rounds, "docs": args.docs, "candidates": args.candidates,
-        "prompts": {w: len(r) for w, r in loads.items()}, "engines": args.engines, "dtypes": dtypes,
-        "reference": args.reference, "versus": args.versus, "kernels": args.kernels,
+        "command": "speed",
+        "model": args.model,
+        "shape": args.shape,
+        "device": first.judge.device,
+        "threads": torch.get_num_threads(),
+        "rounds": args.rounds,
+        "docs": args.docs,
+        "candidates": args.candidates,
+        "prompts": {w: len(r) for w, r in loads.items()},
+        "engines": args.engines,
+        "dtypes": dtypes,
+        "reference": args.reference,
+        "versus": args.versus,
+        "kernels": args.kernels,
         "batch_size": first.judge.batch_size if args.batch_sizes is None else args.batch_sizes,
         "machine": {**machine(first.judge.device), "cpu_flags": _flags()},
-        "gemm_rate": {}, "floor_s": {}, "trie_work": {}, "rows": {}, "vllm_settings": {}, "refused": {}}
+        "gemm_rate": {},
+        "floor_s": {},
+        "trie_work": {},
+        "rows": {},
+        "vllm_settings": {},
+        "refused": {},
+    }
     for k, dtype in enumerate(dtypes):
         model = eng.in_dtype(first, dtype)
         rows = hf_rows(args, model, loads, official=k == 0)
@@ -102,7 +148,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for name, reqs in loads.items():
             least = trie_work(model.judge.encode(reqs))
             out["trie_work"][name] = least
-            out["floor_s"][f"{name}_{dtype}"] = floor_flops(model.judge.model, least) / out["gemm_rate"][dtype]["used"]
+            out["floor_s"][f"{name}_{dtype}"] = (
+                floor_flops(model.judge.model, least) / out["gemm_rate"][dtype]["used"]
+            )
         out["rows"].update({r["name"]: r for r in rows})
     compare_rows(out, args)
     return out
@@ -133,8 +181,13 @@ def variants(args: argparse.Namespace, engine: str) -> list[tuple[str, dict[str,
 def hf_rows(args: argparse.Namespace, model: eng.Model, loads: dict, official: bool) -> list[dict[str, Any]]:
     """The in-process engines' rows in `model`'s dtype, each workload's rows timed round by round
     in turn. The official read-out (generating) runs on the first workload of the first dtype only."""
-    judges = [(label, engine, eng.judge(model, engine, **opts)) for engine in args.engines if engine in eng.HF_ENGINES
-              for label, opts in variants(args, engine) if engine != "official" or official]
+    judges = [
+        (label, engine, eng.judge(model, engine, **opts))
+        for engine in args.engines
+        if engine in eng.HF_ENGINES
+        for label, opts in variants(args, engine)
+        if engine != "official" or official
+    ]
     rows = []
     for w, (name, reqs) in enumerate(loads.items()):
         ids = model.judge.encode(reqs)
@@ -159,7 +212,9 @@ def hf_rows(args: argparse.Namespace, model: eng.Model, loads: dict, official: b
     return rows
 
 
-def vllm_rows(args: argparse.Namespace, model: eng.Model, loads: dict, out: dict, refusable: bool) -> list[dict]:
+def vllm_rows(
+    args: argparse.Namespace, model: eng.Model, loads: dict, out: dict, refusable: bool
+) -> list[dict]:
     """Each vLLM engine's rows in `model`'s dtype; outside the first dtype an engine that fails
     (a dtype it refuses) is recorded under "refused" with its error line and the run goes on."""
     rows = []
@@ -175,18 +230,37 @@ def vllm_rows(args: argparse.Namespace, model: eng.Model, loads: dict, out: dict
         out["vllm_settings"][f"{engine}_{model.dtype}"] = got["settings"]
         for name, r in got["rows"].items():
             row = _row(engine, engine, name, model.dtype, r["rounds_s"], r["p_a"], r["work"])
-            row.update(prefix_hit_rate=r["prefix_hit_rate"], threads=got["settings"].get("threads"),
-                       enforce_eager=got["settings"].get("enforce_eager"))
+            row.update(
+                prefix_hit_rate=r["prefix_hit_rate"],
+                threads=got["settings"].get("threads"),
+                enforce_eager=got["settings"].get("enforce_eager"),
+            )
             rows.append(row)
     return rows
 
 
-def _row(label: str, engine: str, workload: str, dtype: str, times: list[float], p_a: list[float],
-         work: dict[str, int]) -> dict[str, Any]:
+def _row(
+    label: str,
+    engine: str,
+    workload: str,
+    dtype: str,
+    times: list[float],
+    p_a: list[float],
+    work: dict[str, int],
+) -> dict[str, Any]:
     s = summary(times)
-    return {"name": f"{label}_{workload}_{dtype}", "label": label, "engine": engine, "workload": workload,
-            "dtype": dtype, "prompts": len(p_a), **s, "prompts_per_s": len(p_a) / s["median_s"], "work": work,
-            "p_a": p_a}
+    return {
+        "name": f"{label}_{workload}_{dtype}",
+        "label": label,
+        "engine": engine,
+        "workload": workload,
+        "dtype": dtype,
+        "prompts": len(p_a),
+        **s,
+        "prompts_per_s": len(p_a) / s["median_s"],
+        "work": work,
+        "p_a": p_a,
+    }
 
 
 # -- comparisons ---------------------------------------------------------------------------------
@@ -202,17 +276,25 @@ def compare_rows(out: dict[str, Any], args: argparse.Namespace) -> None:
         r["tokens_over_min"] = r["work"]["tokens"] / out["trie_work"][r["workload"]]["tokens"]
         r["floor_s"] = out["floor_s"][f"{r['workload']}_{r['dtype']}"]
         r["of_roofline"] = r["floor_s"] / r["median_s"]
-        r["versus"] = {e: speedup(r["prompts_per_s"], rows[key]["prompts_per_s"]) for e in args.versus
-                       if e in firsts and (key := f"{firsts[e]}_{r['workload']}_{r['dtype']}") in rows}
+        r["versus"] = {
+            e: speedup(r["prompts_per_s"], rows[key]["prompts_per_s"])
+            for e in args.versus
+            if e in firsts and (key := f"{firsts[e]}_{r['workload']}_{r['dtype']}") in rows
+        }
         ref = _reference(rows, firsts.get(args.reference), r)
         if ref is not None:
             r["vs_reference"] = {"row": ref[0], **agree(ref[1], ref[2])}
         twin = rows.get(f"{r['label']}_{r['workload']}_{ref_dtype}")
         if twin is not None and r["dtype"] != ref_dtype:
-            r["vs_dtype"] = {"row": twin["name"], **agree(twin["p_a"], r["p_a"]),
-                             "speedup": speedup(r["prompts_per_s"], twin["prompts_per_s"])}
+            r["vs_dtype"] = {
+                "row": twin["name"],
+                **agree(twin["p_a"], r["p_a"]),
+                "speedup": speedup(r["prompts_per_s"], twin["prompts_per_s"]),
+            }
     out["over_the_floor"] = [name for name, r in rows.items() if r["of_roofline"] > 1]
-    checked = [r["vs_reference"]["agree"] for r in rows.values() if "vs_reference" in r and r["engine"] != "official"]
+    checked = [
+        r["vs_reference"]["agree"] for r in rows.values() if "vs_reference" in r and r["engine"] != "official"
+    ]
     out["all_decisions_equal"] = all(same == n for same, n in checked)
     for r in rows.values():
         del r["p_a"]
@@ -236,29 +318,47 @@ def _reference(rows: dict, label: str | None, r: dict) -> tuple[str, list[float]
 
 def print_result(out: dict[str, Any]) -> None:
     """The table, the GEMM rates, and the cross-dtype lines."""
-    cols = [("row", lambda r: r["name"]), ("prompts", lambda r: str(r["prompts"])),
-            ("median s", lambda r: num(r["median_s"], ".2f")), ("best s", lambda r: num(r["best_s"], ".2f")),
-            ("prompts/s", lambda r: num(r["prompts_per_s"], ".3f")), ("tokens", lambda r: str(r["work"]["tokens"])),
-            ("x trie", lambda r: num(r["tokens_over_min"], ".2f")), ("floor s", lambda r: num(r["floor_s"], ".2f")),
-            ("%roof", lambda r: num(100 * r["of_roofline"], ".0f"))]
+    cols = [
+        ("row", lambda r: r["name"]),
+        ("prompts", lambda r: str(r["prompts"])),
+        ("median s", lambda r: num(r["median_s"], ".2f")),
+        ("best s", lambda r: num(r["best_s"], ".2f")),
+        ("prompts/s", lambda r: num(r["prompts_per_s"], ".3f")),
+        ("tokens", lambda r: str(r["work"]["tokens"])),
+        ("x trie", lambda r: num(r["tokens_over_min"], ".2f")),
+        ("floor s", lambda r: num(r["floor_s"], ".2f")),
+        ("%roof", lambda r: num(100 * r["of_roofline"], ".0f")),
+    ]
     cols += [(f"x {e}", lambda r, e=e: num(r["versus"].get(e), ".2f")) for e in out["versus"]]
-    cols += [("decisions", lambda r: "{}/{}".format(*r["vs_reference"]["agree"]) if "vs_reference" in r else "-"),
-             ("max|dP(A)|", lambda r: num(r.get("vs_reference", {}).get("max_abs_dp"), ".1e"))]
-    print(f"{out['model']}{' (' + out['shape'] + ' shape)' if out['shape'] else ''} on {out['device']}, "
-          f"{out['threads']} threads, median of {out['rounds']} rounds; decisions against {out['reference']}")
+    cols += [
+        ("decisions", lambda r: "{}/{}".format(*r["vs_reference"]["agree"]) if "vs_reference" in r else "-"),
+        ("max|dP(A)|", lambda r: num(r.get("vs_reference", {}).get("max_abs_dp"), ".1e")),
+    ]
+    print(
+        f"{out['model']}{' (' + out['shape'] + ' shape)' if out['shape'] else ''} on {out['device']}, "
+        f"{out['threads']} threads, median of {out['rounds']} rounds; decisions against {out['reference']}"
+    )
     print(table(cols, list(out["rows"].values())))
     for dtype, rate in out["gemm_rate"].items():
-        print(f"GEMM rate {dtype}: {rate['used'] / 1e9:.0f} GFLOP/s ({rate['from']}; square "
-              f"{rate['square'] / 1e9:.0f}, the model's linear shapes {rate['linear'] / 1e9:.0f})")
+        print(
+            f"GEMM rate {dtype}: {rate['used'] / 1e9:.0f} GFLOP/s ({rate['from']}; square "
+            f"{rate['square'] / 1e9:.0f}, the model's linear shapes {rate['linear'] / 1e9:.0f})"
+        )
     for r in out["rows"].values():
         if "vs_dtype" in r:
             d = r["vs_dtype"]
-            print(f"{r['name']} against {d['row']}: decisions {d['agree'][0]}/{d['agree'][1]} equal, max |dP(A)| "
-                  f"{d['max_abs_dp']:.2e}, mean {d['mean_abs_dp']:.2e}, prompts/s {d['speedup']:.2f}x")
+            print(
+                f"{r['name']} against {d['row']}: decisions {d['agree'][0]}/{d['agree'][1]} equal, max |dP(A)| "
+                f"{d['max_abs_dp']:.2e}, mean {d['mean_abs_dp']:.2e}, prompts/s {d['speedup']:.2f}x"
+            )
     for key, line in out["refused"].items():
         print(f"{key}: refused: {line}")
     if out["over_the_floor"]:
-        print(f"NOTE: {', '.join(out['over_the_floor'])} ran faster than the floor: the GEMM rate was measured "
-              "below what the engine reached (other load at that moment?); the floors and %roof of this run are void")
-    print("floor: the FLOPs no exact engine can skip on these prompts at the GEMM rate above (an estimate); "
-          "%roof: floor over the row's median; x ENGINE: prompts/s over that engine's row")
+        print(
+            f"NOTE: {', '.join(out['over_the_floor'])} ran faster than the floor: the GEMM rate was measured "
+            "below what the engine reached (other load at that moment?); the floors and %roof of this run are void"
+        )
+    print(
+        "floor: the FLOPs no exact engine can skip on these prompts at the GEMM rate above (an estimate); "
+        "%roof: floor over the row's median; x ENGINE: prompts/s over that engine's row"
+    )

@@ -84,11 +84,22 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
     add_common(p, rounds=3)
     p.add_argument("--task", default="summeval", help="conf/task name (default summeval)")
     p.add_argument("--docs", type=positive, default=2, help="documents judged (task.docs; default 2)")
-    p.add_argument("--candidates", type=positive, default=8,
-                   help="candidates per document (task.max_candidates; default 8)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed rounds first (the engine's first shapes; default 1)")
-    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                   help="another config override (repeatable), e.g. backend.engine_args.max_num_seqs=64")
+    p.add_argument(
+        "--candidates",
+        type=positive,
+        default=8,
+        help="candidates per document (task.max_candidates; default 8)",
+    )
+    p.add_argument(
+        "--warmup", type=int, default=1, help="untimed rounds first (the engine's first shapes; default 1)"
+    )
+    p.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another config override (repeatable), e.g. backend.engine_args.max_num_seqs=64",
+    )
 
 
 def compose(overrides: Sequence[str]) -> Any:
@@ -119,21 +130,36 @@ def vllm_round(judge: Any, prompts: list[list[int]]) -> tuple[float, EngineWatch
         outputs = llm.generate([{"prompt_token_ids": ids} for ids in prompts], judge.params, use_tqdm=False)
         seconds = time.perf_counter() - start
     if len(outputs) != len(prompts) or not all(o.finished for o in outputs):
-        raise RuntimeError(f"LLM.generate returned {len(outputs)} finished outputs for {len(prompts)} prompts")
+        raise RuntimeError(
+            f"LLM.generate returned {len(outputs)} finished outputs for {len(prompts)} prompts"
+        )
     return seconds, watch
 
 
 def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Every round of both sides (module docstring) and their summary."""
-    common = ["experiment=judge", f"model={args.model}", "backend=vllm", f"task={args.task}",
-              f"task.docs={args.docs}", f"task.max_candidates={args.candidates}", "wandb.mode=disabled",
-              *([f"data.dir={args.data_dir}"] if args.data_dir is not None else []), *args.override]
+    common = [
+        "experiment=judge",
+        f"model={args.model}",
+        "backend=vllm",
+        f"task={args.task}",
+        f"task.docs={args.docs}",
+        f"task.max_candidates={args.candidates}",
+        "wandb.mode=disabled",
+        *([f"data.dir={args.data_dir}"] if args.data_dir is not None else []),
+        *args.override,
+    ]
     cfg = compose(common)
     check(cfg)  # as a run checks it, before the engine starts
     judge = build_judge(cfg.model, cfg.backend)  # the run's own judge: one per process (runtime.context)
     judge.llm  # noqa: B018 (the engine starts here, outside every timed round)
-    rows: dict[str, list[Any]] = {"harness_s": [], "vllm_s": [], "requests": [], "harness_in_flight": [],
-                                  "vllm_in_flight": []}
+    rows: dict[str, list[Any]] = {
+        "harness_s": [],
+        "vllm_s": [],
+        "requests": [],
+        "harness_in_flight": [],
+        "vllm_in_flight": [],
+    }
     for k in range(args.warmup + args.rounds):
         cfg = compose([*common, f"cache.path={work / f'cache-{k}.sqlite'}"])
         judge.llm.reset_prefix_cache()
@@ -142,10 +168,17 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         if len(seen.added) != n:
             raise RuntimeError(f"the harness judged {n} requests but the engine was given {len(seen.added)}")
         alone, bare = vllm_round(judge, seen.added)
-        name = f"warm-up {k + 1}/{args.warmup}" if k < args.warmup else f"round {k + 1 - args.warmup}/{args.rounds}"
-        print(f"{name}: {n} requests; harness {seconds:.2f} s ({n / seconds:.2f} prompts/s, "
-              f"{seen.most_in_flight} in flight at most), vLLM alone {alone:.2f} s ({n / alone:.2f} prompts/s, "
-              f"{bare.most_in_flight} in flight)", flush=True)
+        name = (
+            f"warm-up {k + 1}/{args.warmup}"
+            if k < args.warmup
+            else f"round {k + 1 - args.warmup}/{args.rounds}"
+        )
+        print(
+            f"{name}: {n} requests; harness {seconds:.2f} s ({n / seconds:.2f} prompts/s, "
+            f"{seen.most_in_flight} in flight at most), vLLM alone {alone:.2f} s ({n / alone:.2f} prompts/s, "
+            f"{bare.most_in_flight} in flight)",
+            flush=True,
+        )
         if k < args.warmup:
             continue
         rows["harness_s"].append(seconds)
@@ -154,20 +187,37 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         rows["harness_in_flight"].append(seen.most_in_flight)
         rows["vllm_in_flight"].append(bare.most_in_flight)
     ratios = [v / h for h, v in zip(rows["harness_s"], rows["vllm_s"])]
-    return {**rows, "ratios": ratios, "ratio": statistics.median(ratios), "threads": judge.threads,
-            "engine": judge.engine_settings, "identity": judge.identity}
+    return {
+        **rows,
+        "ratios": ratios,
+        "ratio": statistics.median(ratios),
+        "threads": judge.threads,
+        "engine": judge.engine_settings,
+        "identity": judge.identity,
+    }
 
 
 def main(args: argparse.Namespace) -> int:
     command = "harness-bench " + shlex.join(getattr(args, "argv", None) or ["vllm-path"])
     with tempfile.TemporaryDirectory(prefix="vllm-path-") as tmp:
-        result = {"command": command, "bench": "vllm-path", "model": args.model, "task": args.task,
-                  "docs": args.docs, "candidates": args.candidates, "rounds": args.rounds,
-                  "overrides": list(args.override), **measure(args, Path(tmp))}
+        result = {
+            "command": command,
+            "bench": "vllm-path",
+            "model": args.model,
+            "task": args.task,
+            "docs": args.docs,
+            "candidates": args.candidates,
+            "rounds": args.rounds,
+            "overrides": list(args.override),
+            **measure(args, Path(tmp)),
+        }
     result["machine"] = machine()
-    print(f"harness / vLLM alone: {result['ratio']:.3f}x (median of {args.rounds} rounds; prompts/s, "
-          f"{result['requests'][0]} requests, in flight at most {max(result['harness_in_flight'])} in the harness's "
-          f"run and {max(result['vllm_in_flight'])} in LLM.generate; {result['machine']['cpu']}, "
-          f"{result['machine']['date']})", flush=True)
+    print(
+        f"harness / vLLM alone: {result['ratio']:.3f}x (median of {args.rounds} rounds; prompts/s, "
+        f"{result['requests'][0]} requests, in flight at most {max(result['harness_in_flight'])} in the harness's "
+        f"run and {max(result['vllm_in_flight'])} in LLM.generate; {result['machine']['cpu']}, "
+        f"{result['machine']['date']})",
+        flush=True,
+    )
     emit(result, args.json)
     return 0

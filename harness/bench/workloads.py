@@ -39,8 +39,10 @@ def data_dir(given: Path | None, *tasks: str) -> Path:
 
 def documents(folder: Path | None, docs: int, candidates: int) -> list[Document]:
     """The first `docs` SummEval documents with their first `candidates` candidates each."""
-    return [Document(d.id, d.source, d.candidates[:candidates], d.context)
-            for d in load_task("summeval", data_dir=data_dir(folder, "summeval"), limit=docs)]
+    return [
+        Document(d.id, d.source, d.candidates[:candidates], d.context)
+        for d in load_task("summeval", data_dir=data_dir(folder, "summeval"), limit=docs)
+    ]
 
 
 def instructions(folder: Path | None) -> list[str]:
@@ -55,7 +57,9 @@ def pair_workload(docs: list[Document], instrs: list[str]) -> list[PairRequest]:
     return [reqs[k] for k in range(len(per_instruction[0])) for reqs in per_instruction]
 
 
-def workloads(folder: Path | None, docs: int, candidates: int, names: list[str]) -> dict[str, list[PairRequest]]:
+def workloads(
+    folder: Path | None, docs: int, candidates: int, names: list[str]
+) -> dict[str, list[PairRequest]]:
     """The named `WORKLOADS` on the same documents."""
     found, instrs = documents(folder, docs, candidates), instructions(folder)
     return {name: pair_workload(found, instrs[: WORKLOADS[name]]) for name in names}
@@ -89,7 +93,15 @@ def instant_judgments(docs: int, candidates: int, seed: int = 0) -> list[Judgmen
                     continue
                 z = bias + 0.5 * (human[i] - human[k]) + rng.normal()
                 la, lb = -math.log1p(math.exp(-z)) - 0.4, -math.log1p(math.exp(z)) - 0.4
-                out.append(Judgment(f"doc{d}", f"M{i}", f"M{k}", 1 / (1 + math.exp(-z)),
-                                    {"A": la, "A: A": la - 3, "B": lb, "B: B": lb - 3},
-                                    float(human[i]), float(human[k])))
+                out.append(
+                    Judgment(
+                        f"doc{d}",
+                        f"M{i}",
+                        f"M{k}",
+                        1 / (1 + math.exp(-z)),
+                        {"A": la, "A: A": la - 3, "B": lb, "B: B": lb - 3},
+                        float(human[i]),
+                        float(human[k]),
+                    )
+                )
     return out

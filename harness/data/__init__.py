@@ -21,8 +21,14 @@ from harness.records import Document
 __all__ = ["JSONL", "TASKS", "TaskSpec", "default_data_dir", "load_jsonl", "load_task", "task_spec"]
 
 
-def load_task(name: str, data_dir: str | Path | None = None, limit: int | None = None, *,
-              path: str | Path | None = None, fmt: str = "default") -> list[Document]:
+def load_task(
+    name: str,
+    data_dir: str | Path | None = None,
+    limit: int | None = None,
+    *,
+    path: str | Path | None = None,
+    fmt: str = "default",
+) -> list[Document]:
     """The documents of task `name` in file order, the first `limit` of them when given.
 
     data_dir: where the pinned files are (layout = sources.tsv `file` column); default
@@ -35,13 +41,16 @@ def load_task(name: str, data_dir: str | Path | None = None, limit: int | None =
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ConfigError(f"limit must be a positive integer or None, got {limit!r}")
     if fmt not in spec.formats:
-        raise ConfigError(f"task {name!r} has no {fmt!r} format (it has {', '.join(spec.formats)}); "
-                          "set task.format=default")
+        raise ConfigError(
+            f"task {name!r} has no {fmt!r} format (it has {', '.join(spec.formats)}); set task.format=default"
+        )
     if name == JSONL:
         docs = spec.loader(None, path=path)
     else:
         if path is not None:
-            raise ConfigError(f"path is only for task {JSONL!r}; task {name!r} reads its pinned files from data_dir")
+            raise ConfigError(
+                f"path is only for task {JSONL!r}; task {name!r} reads its pinned files from data_dir"
+            )
         root = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
         _check_files(spec, root)
         docs = spec.loader(root) if fmt == "default" else spec.loader(root, fmt=fmt)

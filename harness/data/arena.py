@@ -39,14 +39,19 @@ def hard_files() -> tuple[str, ...]:
 
 
 def bench_files() -> tuple[str, ...]:
-    return (f"{BENCH_DIR}/question.jsonl", *files_under(f"{BENCH_DIR}/model_answer/"),
-            *files_under(f"{BENCH_DIR}/model_judgment/"))
+    return (
+        f"{BENCH_DIR}/question.jsonl",
+        *files_under(f"{BENCH_DIR}/model_answer/"),
+        *files_under(f"{BENCH_DIR}/model_judgment/"),
+    )
 
 
 def _first_turn(rec: Any, path: Path, where: object, name: str = "turns") -> str:
     value = get(rec, name, path, where)
     if not isinstance(value, list) or not value:
-        raise DataError(f"expected a non-empty array of turns, got {kind(value)}", where=loc(path, where, name))
+        raise DataError(
+            f"expected a non-empty array of turns, got {kind(value)}", where=loc(path, where, name)
+        )
     if not isinstance(value[0], str):
         raise DataError(f"expected a string, got {kind(value[0])}", where=loc(path, where, f"{name}[0]"))
     return value[0]
@@ -63,8 +68,9 @@ def _questions(path: Path, id_field: str, text_of: TextOf) -> dict[str, str]:
     return out
 
 
-def _answers(path: Path, questions: dict[str, str], id_field: str, model_field: str,
-             text_of: TextOf) -> tuple[str, dict[str, str]]:
+def _answers(
+    path: Path, questions: dict[str, str], id_field: str, model_field: str, text_of: TextOf
+) -> tuple[str, dict[str, str]]:
     """(model name in the records, {question id: answer}); answers whose text is None are left out."""
     model, out, seen = None, {}, set()
     for where, rec in iter_jsonl(path):
@@ -76,8 +82,9 @@ def _answers(path: Path, questions: dict[str, str], id_field: str, model_field: 
         seen.add(qid)
         name = as_id(get(rec, model_field, path, where), path, where, model_field)
         if model is not None and name != model:
-            raise DataError(f"model {name!r} differs from {model!r} on earlier lines",
-                            where=loc(path, where, model_field))
+            raise DataError(
+                f"model {name!r} differs from {model!r} on earlier lines", where=loc(path, where, model_field)
+            )
         model = name
         text = text_of(rec, path, where)
         if text is not None:
@@ -94,7 +101,9 @@ def _hard_prompt(rec: Any, path: Path, where: Line) -> str:
 def _hard_answer(rec: Any, path: Path, where: Line) -> str:
     messages = get(rec, "messages", path, where)
     if not isinstance(messages, list):
-        raise DataError(f"expected an array of messages, got {kind(messages)}", where=loc(path, where, "messages"))
+        raise DataError(
+            f"expected an array of messages, got {kind(messages)}", where=loc(path, where, "messages")
+        )
     for k, msg in enumerate(messages):
         if isinstance(msg, dict) and msg.get("role") == "assistant":
             content = get(msg, "content", path, where)
@@ -110,8 +119,10 @@ def load_arena_hard(root: Path) -> list[Document]:
     qpath, *answer_files = (root / f for f in hard_files())
     questions = _questions(qpath, "uid", _hard_prompt)
     answers = [_answers(p, questions, "uid", "model", _hard_answer) for p in answer_files]
-    docs = [make_document(qid, text, [Candidate(id=m, text=a[qid]) for m, a in answers if qid in a], qpath, qid)
-            for qid, text in questions.items()]
+    docs = [
+        make_document(qid, text, [Candidate(id=m, text=a[qid]) for m, a in answers if qid in a], qpath, qid)
+        for qid, text in questions.items()
+    ]
     return check_unique_docs(docs, qpath)
 
 
@@ -138,12 +149,16 @@ def _bench_score(value: Any, path: Path, where: Line) -> float | None:
         except ValueError:
             raise DataError(f"score {value!r} is not a number", where=loc(path, where, "score")) from None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= 10:
-        raise DataError(f"score must be a number from 1 to 10 (or null/-1 for none), got {value!r}",
-                        where=loc(path, where, "score"))
+        raise DataError(
+            f"score must be a number from 1 to 10 (or null/-1 for none), got {value!r}",
+            where=loc(path, where, "score"),
+        )
     return float(value)
 
 
-def _judgments(paths: list[Path], questions: dict[str, str], models: set[str]) -> dict[tuple[str, str], float | None]:
+def _judgments(
+    paths: list[Path], questions: dict[str, str], models: set[str]
+) -> dict[tuple[str, str], float | None]:
     """{(model, question id): score}. Files are named loosely (gpt-4-turbo.jsonl grades
     gpt-4-1106-preview, arena-bench-judgment_judge_any.jsonl grades llama-13b): the records'
     `model` field, which equals the answers' model_id, is what counts."""
@@ -153,10 +168,13 @@ def _judgments(paths: list[Path], questions: dict[str, str], models: set[str]) -
             qid = as_id(get(rec, "question_id", path, where), path, where, "question_id")
             model = as_id(get(rec, "model", path, where), path, where, "model")
             if qid not in questions:
-                raise DataError(f"judgment of unknown question {qid!r}", where=loc(path, where, "question_id"))
+                raise DataError(
+                    f"judgment of unknown question {qid!r}", where=loc(path, where, "question_id")
+                )
             if model not in models:
-                raise DataError(f"judgment of model {model!r}, which has no answer file",
-                                where=loc(path, where, "model"))
+                raise DataError(
+                    f"judgment of model {model!r}, which has no answer file", where=loc(path, where, "model")
+                )
             if (model, qid) in out:
                 raise DataError(f"second judgment of {model!r} on {qid!r}", where=loc(path, where))
             out[(model, qid)] = _bench_score(rec.get("score"), path, where)
@@ -177,14 +195,19 @@ def load_arena_bench(root: Path) -> list[Document]:
         path = root / rel
         model_id, texts = _answers(path, questions, "question_id", "model_id", _bench_answer)
         answers.append((path.name.removesuffix(".jsonl"), model_id, texts))
-    grades = _judgments([root / f for f in files_under(f"{BENCH_DIR}/model_judgment/")], questions,
-                        {model_id for _, model_id, _ in answers})
+    grades = _judgments(
+        [root / f for f in files_under(f"{BENCH_DIR}/model_judgment/")],
+        questions,
+        {model_id for _, model_id, _ in answers},
+    )
     docs = []
     for qid, text in questions.items():
         cands = []
         for name, model_id, texts in answers:
             if qid in texts:
                 score = grades.get((model_id, qid))
-                cands.append(Candidate(id=name, text=texts[qid], scores={} if score is None else {SCORE: score}))
+                cands.append(
+                    Candidate(id=name, text=texts[qid], scores={} if score is None else {SCORE: score})
+                )
         docs.append(make_document(qid, as_text(text, qpath, qid, "turns[0]"), cands, qpath, qid))
     return check_unique_docs(docs, qpath)

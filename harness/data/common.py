@@ -64,7 +64,9 @@ def _raw_lines(path: Path) -> Iterator[tuple[int, bytes]]:
         with check_file(path).open("rb") as f:
             yield from enumerate(f, start=1)
     except OSError as e:
-        raise DataError(f"cannot read it ({e.strerror}); check the file and its disk", where=str(path)) from None
+        raise DataError(
+            f"cannot read it ({e.strerror}); check the file and its disk", where=str(path)
+        ) from None
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[Line, Any]]:
@@ -126,31 +128,47 @@ def as_score(value: Any, path: Path, record: object, name: str) -> float:
     return number
 
 
-def as_scores(value: Any, path: Path, record: object, name: str = "scores",
-              required: Sequence[str] = ()) -> dict[str, float]:
+def as_scores(
+    value: Any, path: Path, record: object, name: str = "scores", required: Sequence[str] = ()
+) -> dict[str, float]:
     """An object {aspect: finite number}, holding at least the `required` aspects."""
     if not isinstance(value, dict):
-        raise DataError(f"expected an object {{aspect: number}}, got {kind(value)}", where=loc(path, record, name))
+        raise DataError(
+            f"expected an object {{aspect: number}}, got {kind(value)}", where=loc(path, record, name)
+        )
     for aspect in required:
         if aspect not in value:
             raise DataError("missing field", where=loc(path, record, f"{name}.{aspect}"))
     return {str(k): as_score(v, path, record, f"{name}.{k}") for k, v in value.items()}
 
 
-def make_document(doc_id: str, source: str, candidates: Sequence[Candidate], path: Path, record: object,
-                  context: str = "", gold: str | None = None) -> Document:
+def make_document(
+    doc_id: str,
+    source: str,
+    candidates: Sequence[Candidate],
+    path: Path,
+    record: object,
+    context: str = "",
+    gold: str | None = None,
+) -> Document:
     """A Document after the checks every dataset shares: >= 2 candidates, unique ids, known gold."""
     if len(candidates) < 2:
-        raise DataError(f"document {doc_id!r} has {len(candidates)} candidate(s); pairwise judging needs at least 2",
-                        where=loc(path, record))
+        raise DataError(
+            f"document {doc_id!r} has {len(candidates)} candidate(s); pairwise judging needs at least 2",
+            where=loc(path, record),
+        )
     seen: set[str] = set()
     for c in candidates:
         if c.id in seen:
-            raise DataError(f"document {doc_id!r} has two candidates with id {c.id!r}", where=loc(path, record))
+            raise DataError(
+                f"document {doc_id!r} has two candidates with id {c.id!r}", where=loc(path, record)
+            )
         seen.add(c.id)
     if gold is not None and gold not in seen:
-        raise DataError(f"gold {gold!r} is not a candidate id of document {doc_id!r} ({', '.join(sorted(seen))})",
-                        where=loc(path, record, "gold"))
+        raise DataError(
+            f"gold {gold!r} is not a candidate id of document {doc_id!r} ({', '.join(sorted(seen))})",
+            where=loc(path, record, "gold"),
+        )
     return Document(id=doc_id, source=source, candidates=tuple(candidates), context=context, gold=gold)
 
 

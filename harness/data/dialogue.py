@@ -63,12 +63,17 @@ def load_topicalchat(root: Path, fmt: str = "default") -> list[Document]:
     groups: list[tuple[tuple[str, str], int, list[Candidate]]] = []
     seen: set[tuple[str, str]] = set()
     for i, rec in enumerate(records):
-        key = (turns(as_text(get(rec, "source", path, i), path, i, "source")),
-               as_text(get(rec, "context", path, i), path, i, "context"))
+        key = (
+            turns(as_text(get(rec, "source", path, i), path, i, "source")),
+            as_text(get(rec, "context", path, i), path, i, "context"),
+        )
         if not groups or groups[-1][0] != key:
             if key in seen:
-                raise DataError("this dialogue appears again after another one; responses to a dialogue "
-                                "must be consecutive", where=loc(path, i, "source"))
+                raise DataError(
+                    "this dialogue appears again after another one; responses to a dialogue "
+                    "must be consecutive",
+                    where=loc(path, i, "source"),
+                )
             seen.add(key)
             groups.append((key, i, []))
         cid = as_id(get(rec, "system_id", path, i), path, i, "system_id")
@@ -76,16 +81,22 @@ def load_topicalchat(root: Path, fmt: str = "default") -> list[Document]:
         scores = as_scores(get(rec, "scores", path, i), path, i, required=ASPECTS)
         groups[-1][2].append(Candidate(id=cid, text=text, scores={a: scores[a] for a in ASPECTS}))
     if fmt == "zepo":
-        return [_zepo_layout(make_document(str(n), source, cands, path, first)) for n, ((source, _), first, cands)
-                in enumerate(groups)]
-    return [make_document(str(n), source, cands, path, first, context=context)
-            for n, ((source, context), first, cands) in enumerate(groups)]
+        return [
+            _zepo_layout(make_document(str(n), source, cands, path, first))
+            for n, ((source, _), first, cands) in enumerate(groups)
+        ]
+    return [
+        make_document(str(n), source, cands, path, first, context=context)
+        for n, ((source, context), first, cands) in enumerate(groups)
+    ]
 
 
 def _zepo_layout(doc: Document) -> Document:
     source, speaker = zepo_dialogue(doc.source)
-    cands = tuple(Candidate(c.id, speaker + c.text, {a: float(round(v, 0)) for a, v in c.scores.items()})
-                  for c in doc.candidates)
+    cands = tuple(
+        Candidate(c.id, speaker + c.text, {a: float(round(v, 0)) for a, v in c.scores.items()})
+        for c in doc.candidates
+    )
     return Document(doc.id, source, cands)
 
 
@@ -120,14 +131,18 @@ def load_usr_zepo(root: Path, fmt: str = "default") -> list[Document]:
             fact = ""
         responses = get(rec, "responses", path, i)
         if not isinstance(responses, list):
-            raise DataError(f"expected an array of responses, got {kind(responses)}",
-                            where=loc(path, i, "responses"))
+            raise DataError(
+                f"expected an array of responses, got {kind(responses)}", where=loc(path, i, "responses")
+            )
         candidates: list[Candidate] = []
         for j, resp in enumerate(responses):
             cand = _usr_candidate(resp, path, f"{i}/responses[{j}]", {c.id for c in candidates})
             if fmt == "zepo":
-                cand = Candidate(id=cand.id, text=speaker + resp["response"].strip(),
-                                 scores={a: float(round(v, 0)) for a, v in cand.scores.items()})
+                cand = Candidate(
+                    id=cand.id,
+                    text=speaker + resp["response"].strip(),
+                    scores={a: float(round(v, 0)) for a, v in cand.scores.items()},
+                )
             candidates.append(cand)
         docs.append(make_document(str(i), source, candidates, path, i, context=fact))
     return docs
@@ -144,8 +159,10 @@ def _usr_candidate(resp: Any, path: Path, where: str, taken: set[str]) -> Candid
     for key, aspect in USR_KEYS.items():
         votes = get(resp, key, path, where)
         if not isinstance(votes, list) or not votes:
-            raise DataError(f"expected a non-empty array of annotator scores, got {kind(votes)}",
-                            where=loc(path, where, key))
+            raise DataError(
+                f"expected a non-empty array of annotator scores, got {kind(votes)}",
+                where=loc(path, where, key),
+            )
         values = [as_score(v, path, where, f"{key}[{k}]") for k, v in enumerate(votes)]
         scores[aspect] = sum(values) / len(values)
     return Candidate(id=cid, text=text, scores=scores)

@@ -77,7 +77,9 @@ def select(only: Iterable[str] | None) -> list[Source]:
             wanted += [s.file for s in table if s.file == name or s.file.startswith(name + "/")]
         else:
             known = sorted({*TASKS, *EXTRA_FILES} - {"jsonl"})
-            raise ConfigError(f"--only: {name!r} is no task, folder or file of sources.tsv; tasks: {', '.join(known)}")
+            raise ConfigError(
+                f"--only: {name!r} is no task, folder or file of sources.tsv; tasks: {', '.join(known)}"
+            )
     keep = set(wanted)
     return [s for s in table if s.file in keep]
 
@@ -87,8 +89,11 @@ def _verify(tmp: Path, src: Source, origin: str) -> None:
     got = sha256_of(tmp)
     if got != src.sha256:
         tmp.unlink(missing_ok=True)
-        raise DataError(f"sha256 mismatch: expected {src.sha256}, got {got} (from {origin}); "
-                        "the copy is corrupt or not the pinned version", where=src.file)
+        raise DataError(
+            f"sha256 mismatch: expected {src.sha256}, got {got} (from {origin}); "
+            "the copy is corrupt or not the pinned version",
+            where=src.file,
+        )
 
 
 def _tmp_beside(target: Path) -> Path:
@@ -120,8 +125,10 @@ def _copy(src: Source, mirror: Path, target: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-OFFLINE = ("without network, copy the files from a data mirror (a folder laid out like the data dir): "
-           "harness-fetch --mirror DIR or HARNESS_DATA_MIRROR=DIR")
+OFFLINE = (
+    "without network, copy the files from a data mirror (a folder laid out like the data dir): "
+    "harness-fetch --mirror DIR or HARNESS_DATA_MIRROR=DIR"
+)
 """The way out of a failed download, named in its error."""
 
 
@@ -137,13 +144,19 @@ def _download(src: Source, target: Path, base_url: str, timeout: float, retries:
             except urllib.error.HTTPError as e:
                 # 4xx will not change on retry (wrong path or commit); 5xx and 429 may.
                 if (e.code < 500 and e.code != 429) or attempt == retries:
-                    raise DataError(f"download failed: HTTP {e.code} {e.reason} for {url}; {OFFLINE}",
-                                    where=src.file) from None
-            except (urllib.error.URLError, OSError, http.client.HTTPException) as e:  # incl. timeouts, cut streams
+                    raise DataError(
+                        f"download failed: HTTP {e.code} {e.reason} for {url}; {OFFLINE}", where=src.file
+                    ) from None
+            except (
+                urllib.error.URLError,
+                OSError,
+                http.client.HTTPException,
+            ) as e:  # incl. timeouts, cut streams
                 if attempt == retries:
                     reason = getattr(e, "reason", e)
-                    raise DataError(f"download failed after {retries} tries: {reason} ({url}); {OFFLINE}",
-                                    where=src.file) from None
+                    raise DataError(
+                        f"download failed after {retries} tries: {reason} ({url}); {OFFLINE}", where=src.file
+                    ) from None
             time.sleep(min(BACKOFF_S * 2 ** (attempt - 1), 10.0))
         _verify(tmp, src, url)
         os.replace(tmp, target)
@@ -151,9 +164,16 @@ def _download(src: Source, target: Path, base_url: str, timeout: float, retries:
         tmp.unlink(missing_ok=True)
 
 
-def ensure_data(dest: str | Path | None = None, mirror: str | Path | None = None, only: Iterable[str] | None = None,
-                *, base_url: str = RAW_BASE, timeout: float = TIMEOUT_S, retries: int = RETRIES,
-                log: bool = False) -> list[FetchResult]:
+def ensure_data(
+    dest: str | Path | None = None,
+    mirror: str | Path | None = None,
+    only: Iterable[str] | None = None,
+    *,
+    base_url: str = RAW_BASE,
+    timeout: float = TIMEOUT_S,
+    retries: int = RETRIES,
+    log: bool = False,
+) -> list[FetchResult]:
     """Make `dest` hold verified copies of the selected pinned files (all when `only` is None).
 
     mirror: a folder laid out like dest (e.g. ../shared/data) to copy from instead of
@@ -197,11 +217,17 @@ def cli_mirror(arg: str | None) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry (also the `harness-fetch` script). Exit 0 when every file is verified, 2 on error."""
     parser = argparse.ArgumentParser(prog="python -m harness.data.fetch", description=__doc__.split("\n")[0])
-    parser.add_argument("--dest", default=None,
-                        help="data directory (default: $HARNESS_DATA_DIR or ~/.cache/harness/data)")
-    parser.add_argument("--mirror", default=None,
-                        help="offline mirror folder to copy from instead of downloading (default: $HARNESS_DATA_MIRROR)")
-    parser.add_argument("--only", default=None, help="comma-separated task names, folders or files (default: all)")
+    parser.add_argument(
+        "--dest", default=None, help="data directory (default: $HARNESS_DATA_DIR or ~/.cache/harness/data)"
+    )
+    parser.add_argument(
+        "--mirror",
+        default=None,
+        help="offline mirror folder to copy from instead of downloading (default: $HARNESS_DATA_MIRROR)",
+    )
+    parser.add_argument(
+        "--only", default=None, help="comma-separated task names, folders or files (default: all)"
+    )
     parser.add_argument("--base-url", default=RAW_BASE, help=f"download base (default {RAW_BASE})")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per HTTP request")
     parser.add_argument("--retries", type=int, default=RETRIES, help="tries per file for network errors")
@@ -211,8 +237,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.retries < 1 or args.timeout <= 0:
             raise ConfigError("--retries must be >= 1 and --timeout > 0")
         only = args.only.split(",") if args.only else None
-        results = ensure_data(args.dest, cli_mirror(args.mirror), only, base_url=args.base_url, timeout=args.timeout,
-                              retries=args.retries, log=not args.quiet)
+        results = ensure_data(
+            args.dest,
+            cli_mirror(args.mirror),
+            only,
+            base_url=args.base_url,
+            timeout=args.timeout,
+            retries=args.retries,
+            log=not args.quiet,
+        )
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -64,13 +64,17 @@ def load_jsonl(path: str | Path) -> list[Document]:
         else:
             _check_same(prev, group, doc_id, path, where)
         if any(c.id == cand.id for c in prev.candidates):
-            raise DataError(f"document {doc_id!r} already has a candidate {cand.id!r}",
-                            where=loc(path, where, "candidate_id"))
+            raise DataError(
+                f"document {doc_id!r} already has a candidate {cand.id!r}",
+                where=loc(path, where, "candidate_id"),
+            )
         prev.candidates.append(cand)
     if not groups:
         raise DataError("no records (the file is empty)", where=str(path))
-    return [make_document(doc_id, g.source, g.candidates, path, g.first_line, context=g.context, gold=g.gold)
-            for doc_id, g in groups.items()]
+    return [
+        make_document(doc_id, g.source, g.candidates, path, g.first_line, context=g.context, gold=g.gold)
+        for doc_id, g in groups.items()
+    ]
 
 
 def _parse_line(rec: Any, path: Path, where: Line) -> tuple[str, _Group, Candidate]:
@@ -78,8 +82,10 @@ def _parse_line(rec: Any, path: Path, where: Line) -> tuple[str, _Group, Candida
         get(rec, name, path, where)  # names the first missing field (and refuses non-objects)
     unknown = sorted(set(rec) - set(REQUIRED) - set(OPTIONAL))
     if unknown:
-        raise DataError(f"unknown field(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(REQUIRED + OPTIONAL)}",
-                        where=loc(path, where))
+        raise DataError(
+            f"unknown field(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(REQUIRED + OPTIONAL)}",
+            where=loc(path, where),
+        )
     doc_id = as_id(rec["doc_id"], path, where, "doc_id")
     context = rec.get("context")
     gold = rec.get("gold")
@@ -90,9 +96,11 @@ def _parse_line(rec: Any, path: Path, where: Line) -> tuple[str, _Group, Candida
         gold=None if gold is None else as_id(gold, path, where, "gold"),
     )
     scores = rec.get("scores")
-    cand = Candidate(id=as_id(rec["candidate_id"], path, where, "candidate_id"),
-                     text=as_text(rec["text"], path, where, "text"),
-                     scores={} if scores is None else as_scores(scores, path, where))
+    cand = Candidate(
+        id=as_id(rec["candidate_id"], path, where, "candidate_id"),
+        text=as_text(rec["text"], path, where, "text"),
+        scores={} if scores is None else as_scores(scores, path, where),
+    )
     return doc_id, group, cand
 
 
@@ -100,15 +108,21 @@ def _check_same(prev: _Group, new: _Group, doc_id: str, path: Path, where: Line)
     """Every line of a document must repeat the same source/context/gold (or omit gold)."""
     first = str(prev.first_line)
     if new.source != prev.source:
-        raise DataError(f"source differs from {first}, the first line of document {doc_id!r}",
-                        where=loc(path, where, "source"))
+        raise DataError(
+            f"source differs from {first}, the first line of document {doc_id!r}",
+            where=loc(path, where, "source"),
+        )
     if new.context != prev.context:
-        raise DataError(f"context differs from {first}, the first line of document {doc_id!r}",
-                        where=loc(path, where, "context"))
+        raise DataError(
+            f"context differs from {first}, the first line of document {doc_id!r}",
+            where=loc(path, where, "context"),
+        )
     if new.gold is not None:
         if prev.gold is not None and new.gold != prev.gold:
-            raise DataError(f"gold {new.gold!r} differs from {prev.gold!r} given earlier for document {doc_id!r}",
-                            where=loc(path, where, "gold"))
+            raise DataError(
+                f"gold {new.gold!r} differs from {prev.gold!r} given earlier for document {doc_id!r}",
+                where=loc(path, where, "gold"),
+            )
         prev.gold = new.gold
 
 
@@ -126,12 +140,17 @@ def file_aspect(docs: Sequence[Document], aspect: str | None, path: str | Path) 
         return aspect
     listed = ", ".join(keys)
     if aspect is not None:
-        raise ConfigError(f"no candidate has a score for task.aspect={aspect!r}; its scores are for {listed}: "
-                          "set task.aspect to one of them (or drop the scores to judge without human metrics)",
-                          where=str(path))
+        raise ConfigError(
+            f"no candidate has a score for task.aspect={aspect!r}; its scores are for {listed}: "
+            "set task.aspect to one of them (or drop the scores to judge without human metrics)",
+            where=str(path),
+        )
     if len(keys) > 1:
-        raise ConfigError(f"task.aspect is not set and the scores are for several aspects ({listed}); "
-                          "set task.aspect to one of them", where=str(path))
+        raise ConfigError(
+            f"task.aspect is not set and the scores are for several aspects ({listed}); "
+            "set task.aspect to one of them",
+            where=str(path),
+        )
     log.info("task.aspect not set: judging %r, the only score key in %s", keys[0], path)
     return keys[0]
 

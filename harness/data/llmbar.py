@@ -36,8 +36,10 @@ def load_file(path: Path) -> list[Document]:
     docs = []
     for i, rec in enumerate(expect_list(read_json(path), path)):
         source = as_text(get(rec, "input", path, i), path, i, "input")
-        candidates = [Candidate(id=k, text=as_text(get(rec, f"output_{k}", path, i), path, i, f"output_{k}"))
-                      for k in ("1", "2")]
+        candidates = [
+            Candidate(id=k, text=as_text(get(rec, f"output_{k}", path, i), path, i, f"output_{k}"))
+            for k in ("1", "2")
+        ]
         gold = _label(get(rec, "label", path, i), path, i)
         docs.append(make_document(str(i), source, candidates, path, i, gold=gold))
     return docs

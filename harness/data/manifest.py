@@ -57,10 +57,20 @@ def parse_sources(text: str, where: str = "sources.tsv") -> tuple[Source, ...]:
     out = []
     for i, row in enumerate(reader, start=1):
         try:
-            out.append(Source(row["file"], row["upstream_repo"], row["commit"], row["upstream_path"],
-                              row["sha256"].lower(), int(row["bytes"])))
+            out.append(
+                Source(
+                    row["file"],
+                    row["upstream_repo"],
+                    row["commit"],
+                    row["upstream_path"],
+                    row["sha256"].lower(),
+                    int(row["bytes"]),
+                )
+            )
         except (TypeError, ValueError):
-            raise DataError("bad row (bytes must be an integer, six columns)", where=located(where, i)) from None
+            raise DataError(
+                "bad row (bytes must be an integer, six columns)", where=located(where, i)
+            ) from None
     return tuple(out)
 
 

@@ -55,15 +55,20 @@ def load(root: Path, fmt: str = "default") -> list[Document]:
         doc_id = as_id(get(rec, "doc_id", path, i), path, i, "doc_id")
         if not blocks or blocks[-1][0] != doc_id:
             if doc_id in seen:
-                raise DataError(f"doc_id {doc_id!r} appears again after another document; "
-                                "records of a document must be consecutive", where=loc(path, i, "doc_id"))
+                raise DataError(
+                    f"doc_id {doc_id!r} appears again after another document; "
+                    "records of a document must be consecutive",
+                    where=loc(path, i, "doc_id"),
+                )
             seen.add(doc_id)
             blocks.append((doc_id, i, []))
         blocks[-1][2].append((i, rec))
     return [_document(doc_id, first, recs, path, fmt == "zepo") for doc_id, first, recs in blocks]
 
 
-def _document(doc_id: str, first: int, recs: list[tuple[int, dict]], path: Path, zepo: bool = False) -> Document:
+def _document(
+    doc_id: str, first: int, recs: list[tuple[int, dict]], path: Path, zepo: bool = False
+) -> Document:
     # as_text validates (a non-empty string) and strips; the zepo format keeps the raw bytes.
     def text_of(rec: dict, i: int, name: str) -> str:
         checked = as_text(get(rec, name, path, i), path, i, name)
@@ -73,10 +78,17 @@ def _document(doc_id: str, first: int, recs: list[tuple[int, dict]], path: Path,
     candidates = []
     for j, (i, rec) in enumerate(recs):
         if text_of(rec, i, "source") != source:
-            raise DataError(f"source differs from record {first}, the first of document {doc_id!r}",
-                            where=loc(path, i, "source"))
+            raise DataError(
+                f"source differs from record {first}, the first of document {doc_id!r}",
+                where=loc(path, i, "source"),
+            )
         scores = as_scores(get(rec, "scores", path, i), path, i, required=ASPECTS)
         cid = as_id(rec["system"], path, i, "system") if "system" in rec else str(j)
-        candidates.append(Candidate(id=cid, text=text_of(rec, i, "system_output"),
-                                    scores={a: round(scores[a], 1) if zepo else scores[a] for a in ASPECTS}))
+        candidates.append(
+            Candidate(
+                id=cid,
+                text=text_of(rec, i, "system_output"),
+                scores={a: round(scores[a], 1) if zepo else scores[a] for a in ASPECTS},
+            )
+        )
     return make_document(doc_id, source, candidates, path, first)

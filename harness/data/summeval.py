@@ -44,8 +44,11 @@ class _NoGlobalsUnpickler(pickle.Unpickler):
         self._where = where
 
     def find_class(self, module: str, name: str) -> Any:
-        raise DataError(f"pickle refers to the global {module}.{name}; only built-in data is allowed "
-                        "(the file is corrupt or was tampered with)", where=self._where)
+        raise DataError(
+            f"pickle refers to the global {module}.{name}; only built-in data is allowed "
+            "(the file is corrupt or was tampered with)",
+            where=self._where,
+        )
 
 
 def load_pickle(path: Path) -> Any:
@@ -57,8 +60,18 @@ def load_pickle(path: Path) -> Any:
         except DataError:
             raise
         # Truncated or garbage bytes surface as any of these, depending on the opcode hit.
-        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError,
-                AttributeError, MemoryError, UnicodeDecodeError, OverflowError) as e:
+        except (
+            pickle.UnpicklingError,
+            EOFError,
+            ValueError,
+            TypeError,
+            KeyError,
+            IndexError,
+            AttributeError,
+            MemoryError,
+            UnicodeDecodeError,
+            OverflowError,
+        ) as e:
             raise DataError(f"not a valid pickle ({type(e).__name__}: {e})", where=str(path)) from None
 
 
@@ -76,8 +89,10 @@ def _document(key: Any, rec: Any, path: Path, zepo: bool = False) -> Document:
     source = as_text(get(rec, "src", path, doc_id), path, doc_id, "src")
     systems = get(rec, "sys_summs", path, doc_id)
     if not isinstance(systems, dict):
-        raise DataError(f"expected a dict {{system: summary}}, got {type(systems).__name__}",
-                        where=loc(path, doc_id, "sys_summs"))
+        raise DataError(
+            f"expected a dict {{system: summary}}, got {type(systems).__name__}",
+            where=loc(path, doc_id, "sys_summs"),
+        )
     candidates = []
     for system, summ in systems.items():
         where = f"{doc_id}/{system}"

@@ -45,16 +45,26 @@ def _load_user_jsonl(data_dir: Path, path: str | Path | None = None) -> list[Doc
     # working directory), never inside the pinned-data directory.
     del data_dir
     if path is None or str(path) in ("", "???"):
-        raise ConfigError("task jsonl needs a path to the .jsonl file (task.path=... or load_task('jsonl', path=...))")
+        raise ConfigError(
+            "task jsonl needs a path to the .jsonl file (task.path=... or load_task('jsonl', path=...))"
+        )
     return load_jsonl(path)
 
 
 _SPECS = (
     TaskSpec("summeval", "summarization", summeval.ASPECTS, summeval.load, (summeval.FILE,), FORMATS),
     TaskSpec("newsroom", "summarization", newsroom.ASPECTS, newsroom.load, (newsroom.FILE,), FORMATS),
-    TaskSpec("topicalchat", "dialogue", dialogue.ASPECTS, dialogue.load_topicalchat, (dialogue.TOPICALCHAT_FILE,),
-             FORMATS),
-    TaskSpec("usr_zepo", "dialogue", dialogue.ASPECTS, dialogue.load_usr_zepo, (dialogue.USR_ZEPO_FILE,), FORMATS),
+    TaskSpec(
+        "topicalchat",
+        "dialogue",
+        dialogue.ASPECTS,
+        dialogue.load_topicalchat,
+        (dialogue.TOPICALCHAT_FILE,),
+        FORMATS,
+    ),
+    TaskSpec(
+        "usr_zepo", "dialogue", dialogue.ASPECTS, dialogue.load_usr_zepo, (dialogue.USR_ZEPO_FILE,), FORMATS
+    ),
     TaskSpec("llmbar_natural", "instruction", (), llmbar.load_natural, (llmbar.NATURAL_FILE,)),
     TaskSpec("llmbar_mtbench", "instruction", (), llmbar.load_mtbench, (llmbar.MTBENCH_FILE,)),
     TaskSpec("arena_hard", "instruction", (), arena.load_arena_hard, arena.hard_files()),

@@ -72,8 +72,10 @@ def resolve_instructions(ctx: RunContext, aspect: str) -> tuple[str, list[str]]:
     if spec.get("source") == "file":
         path = Path(str(spec.get("path") or ""))
         if not path.is_file():
-            raise ConfigError(f"instruction file {str(path)!r} not found; set experiment.instruction.path=...",
-                              where=where("instruction.path"))
+            raise ConfigError(
+                f"instruction file {str(path)!r} not found; set experiment.instruction.path=...",
+                where=where("instruction.path"),
+            )
         text = read_text(path).strip()
     else:
         text = ctx.instruction(spec, aspect)
@@ -90,11 +92,21 @@ def run_judged(ctx: RunContext, s: Settings) -> dict[str, Any]:
     base_name = exp.get("baseline", "auto")
     baseline = BASELINES.get(task.name) if base_name == "auto" else base_name
     models = None if exp.get("models") is None else list(exp.models)
-    items, skipped = select_items(docs, baseline=baseline, models=models, max_candidates=task.get("max_candidates"))
+    items, skipped = select_items(
+        docs, baseline=baseline, models=models, max_candidates=task.get("max_candidates")
+    )
     aspect = exp.get("aspect") or ("helpfulness" if family == "instruction" else ctx.aspect)
     instruction, wordings = resolve_instructions(ctx, aspect)
-    scorer = PairwiseScorer(None, docs, items, instruction=instruction, family=family, baseline=baseline,
-                            orders=str(exp.orders), progress=bool(cfg.progress))
+    scorer = PairwiseScorer(
+        None,
+        docs,
+        items,
+        instruction=instruction,
+        family=family,
+        baseline=baseline,
+        orders=str(exp.orders),
+        progress=bool(cfg.progress),
+    )
     bounds = scorer.bounds(s.mode)
     check_feasible(s, UNIT, bounds)  # before any model is loaded
     scorer.judge = ctx.judge
@@ -102,19 +114,45 @@ def run_judged(ctx: RunContext, s: Settings) -> dict[str, Any]:
     para, rewriter = paraphrasers(ctx, s)
     maker = EditMaker(scorer, wordings, para, aspect, rewriter)
     est = judge_neighbours(scorer, vector.values, maker, s.plan("estimate", s.estimate))
-    fresh = judge_neighbours(scorer, vector.values, maker, s.plan("verify", s.verify)) if s.verify > 0 else None
+    fresh = (
+        judge_neighbours(scorer, vector.values, maker, s.plan("verify", s.verify)) if s.verify > 0 else None
+    )
     jitter, how = None, {"route": "not measured (experiment.jitter.samples=0)"}
     if s.jitter["samples"] > 0:
         rows, how = scorer.jitter(vector.values, samples=s.jitter["samples"], mode=s.mode, seed=s.seed)
         jitter = Neighbours("jitter", rows, tuple({"index": k} for k in range(len(rows))))
-    extra = {"task": task.name, "judge": ctx.judge.identity, "numerics": getattr(ctx.judge, "numerics", None),
-             "instruction": instruction,
-             "scores": {"kind": vector.kind, "scale": list(vector.scale), "d": scorer.d, "baseline": baseline,
-                        "orders": scorer.orders, "n_docs": len(scorer.by_doc), "skipped_docs": skipped,
-                        "models": list(dict.fromkeys(it.model for it in items))}}
+    extra = {
+        "task": task.name,
+        "judge": ctx.judge.identity,
+        "numerics": getattr(ctx.judge, "numerics", None),
+        "instruction": instruction,
+        "scores": {
+            "kind": vector.kind,
+            "scale": list(vector.scale),
+            "d": scorer.d,
+            "baseline": baseline,
+            "orders": scorer.orders,
+            "n_docs": len(scorer.by_doc),
+            "skipped_docs": skipped,
+            "models": list(dict.fromkeys(it.model for it in items)),
+        },
+    }
     coords = (how.get("coords"), scorer.d if s.mode == "whole_set" else 1)
-    return finish(ctx, vector, est, fresh, jitter, how, s, bounds, s.mode, extra, coords=coords,
-                  all_noop=all(r.get("noop") for r in est.records), coords_allowed=scorer.coords_allowed(s.mode))
+    return finish(
+        ctx,
+        vector,
+        est,
+        fresh,
+        jitter,
+        how,
+        s,
+        bounds,
+        s.mode,
+        extra,
+        coords=coords,
+        all_noop=all(r.get("noop") for r in est.records),
+        coords_allowed=scorer.coords_allowed(s.mode),
+    )
 
 
 def paraphrasers(ctx: RunContext, s: Settings) -> tuple[Any, Any]:
@@ -134,54 +172,124 @@ def run_file(ctx: RunContext, s: Settings) -> dict[str, Any]:
     spec = exp.get("file") or {}
     if not spec.get("path"):
         raise ConfigError("experiment.scores=file needs experiment.file.path=...", where=where("file.path"))
-    fs = load_file_scores(spec["path"], spec.get("scale"),
-                          exp.get("baseline") if exp.get("baseline") not in (None, "auto") else None)
+    fs = load_file_scores(
+        spec["path"],
+        spec.get("scale"),
+        exp.get("baseline") if exp.get("baseline") not in (None, "auto") else None,
+    )
     vector, d = fs.vector, fs.vector.values.size
     k = fs.items_changed()  # the claim's edit budget: from the estimation rows only, never the fresh ones
     outside = fs.outside_budget(k)
     if outside:
         nid, n, at = outside[0]
         more = f" (and {len(outside) - 1} more)" if len(outside) > 1 else ""
-        raise DataError(f"fresh neighbour {nid!r} (split=verify) lists {n} items{more}, outside the claim's edit "
-                        f"budget of {k} item(s) per neighbour set by the split=estimate rows; fresh rows are checked "
-                        "against the claim and never re-size it: drop them, or estimate with neighbours of the "
-                        f"same size", where=located(spec["path"], at or None, "neighbour"))
+        raise DataError(
+            f"fresh neighbour {nid!r} (split=verify) lists {n} items{more}, outside the claim's edit "
+            f"budget of {k} item(s) per neighbour set by the split=estimate rows; fresh rows are checked "
+            "against the claim and never re-size it: drop them, or estimate with neighbours of the "
+            f"same size",
+            where=located(spec["path"], at or None, "neighbour"),
+        )
     mode = abb.neighbour_mode(k, d)
     bounds = abb.distance_bounds(mode, d, vector.scale, items_changed=k)
     s = dataclasses.replace(s, estimate=len(fs.neighbours.get("estimate", [])))
     if not s.estimate:
-        raise ConfigError(f"{spec['path']} has no neighbour rows with split=estimate", where=where("file.path"))
+        raise ConfigError(
+            f"{spec['path']} has no neighbour rows with split=estimate", where=where("file.path")
+        )
     check_feasible(s, vector.scale, bounds)
 
     def split(name: str) -> Neighbours | None:
         rows = fs.neighbours.get(name, [])
-        return Neighbours(name, fs.rows(name), tuple({"index": j, "id": nid} for j, (nid, _) in enumerate(rows))) \
-            if rows else None
+        return (
+            Neighbours(name, fs.rows(name), tuple({"index": j, "id": nid} for j, (nid, _) in enumerate(rows)))
+            if rows
+            else None
+        )
 
     jit = fs.neighbours.get("jitter", [])
-    how = {"route": f"split=jitter rows of {spec['path']}", "coords": max((len(c) for _, c in jit), default=None)}
-    extra = {"task": "file", "judge": None, "numerics": None, "instruction": None,
-             "scores": {"kind": "file", "path": str(spec["path"]), "scale": list(vector.scale), "d": d,
-                        "baseline": vector.baseline, "items_changed": k}}
-    return finish(ctx, vector, split("estimate"), split("verify"), split("jitter"), how, s, bounds, mode, extra,
-                  coords=(how["coords"], k), coords_allowed=k)
+    how = {
+        "route": f"split=jitter rows of {spec['path']}",
+        "coords": max((len(c) for _, c in jit), default=None),
+    }
+    extra = {
+        "task": "file",
+        "judge": None,
+        "numerics": None,
+        "instruction": None,
+        "scores": {
+            "kind": "file",
+            "path": str(spec["path"]),
+            "scale": list(vector.scale),
+            "d": d,
+            "baseline": vector.baseline,
+            "items_changed": k,
+        },
+    }
+    return finish(
+        ctx,
+        vector,
+        split("estimate"),
+        split("verify"),
+        split("jitter"),
+        how,
+        s,
+        bounds,
+        mode,
+        extra,
+        coords=(how["coords"], k),
+        coords_allowed=k,
+    )
 
 
-def finish(ctx: RunContext, vector: ScoreVector, est: Neighbours, fresh: Neighbours | None,
-           jitter: Neighbours | None, how: Mapping[str, Any], s: Settings, bounds: tuple[float, float], mode: str,
-           extra: dict[str, Any], *, coords: tuple[Any, int], all_noop: bool = False,
-           coords_allowed: int | None = None) -> dict[str, Any]:
+def finish(
+    ctx: RunContext,
+    vector: ScoreVector,
+    est: Neighbours,
+    fresh: Neighbours | None,
+    jitter: Neighbours | None,
+    how: Mapping[str, Any],
+    s: Settings,
+    bounds: tuple[float, float],
+    mode: str,
+    extra: dict[str, Any],
+    *,
+    coords: tuple[Any, int],
+    all_noop: bool = False,
+    coords_allowed: int | None = None,
+) -> dict[str, Any]:
     """neighbours.jsonl first (kept when calibration refuses), then A-BB and every output."""
     out = ctx.out_dir
-    write_jsonl_atomic(out / "neighbours.jsonl", neighbour_rows(vector.values, [n for n in (est, fresh, jitter) if n]))
-    result, bounded = apply_abb(vector, est, fresh, jitter, s, bounds, mode, coords=coords, all_noop=all_noop,
-                                coords_allowed=coords_allowed)
+    write_jsonl_atomic(
+        out / "neighbours.jsonl", neighbour_rows(vector.values, [n for n in (est, fresh, jitter) if n])
+    )
+    result, bounded = apply_abb(
+        vector,
+        est,
+        fresh,
+        jitter,
+        s,
+        bounds,
+        mode,
+        coords=coords,
+        all_noop=all_noop,
+        coords_allowed=coords_allowed,
+    )
     removed = result.params.choice.claim == "context"
-    extra = {**extra, "tau_fraction": s.tau_fraction,
-             "neighbours": {"mode": mode, "kinds": list(s.kinds), "fields": list(s.fields),
-                            "bounds": {"B": bounds[0], "B_parallel": bounds[1]},
-                            "estimate": summarise(est, vector.values), "verify": summarise(fresh, vector.values)},
-             "jitter": jitter_report(jitter, vector.values, how, removed), "judge_calls": ctx.calls}
+    extra = {
+        **extra,
+        "tau_fraction": s.tau_fraction,
+        "neighbours": {
+            "mode": mode,
+            "kinds": list(s.kinds),
+            "fields": list(s.fields),
+            "bounds": {"B": bounds[0], "B_parallel": bounds[1]},
+            "estimate": summarise(est, vector.values),
+            "verify": summarise(fresh, vector.values),
+        },
+        "jitter": jitter_report(jitter, vector.values, how, removed),
+        "judge_calls": ctx.calls,
+    }
     results = write_outputs(out, vector, bounded, result, extra, s, ctx.tracker)
     print(report(results), flush=True)
     print(f"A-BB in one sentence: {results['summary']}", flush=True)
@@ -198,16 +306,40 @@ def record_refusal(cfg: Any, out_dir: Path, s: Settings, err: abb.Refusal) -> di
     exp = cfg.experiment
     scale = tuple(exp.file.scale) if exp.scores == "file" and exp.file.get("scale") else UNIT
     reason = str(err)
-    metrics = {"tau": s.tau_for(scale), "tau_fraction": s.tau_fraction, "delta": s.split.total, "cell": "refused",
-               "guarantee_kind": "refused", "status": f"refused: {reason}", "claimed": False, "verdict": None,
-               "mode": s.mode, "refused": reason}
-    summary = f"nothing is proven: this (tau, delta, mu, bound) cannot be met ({reason}); nothing was checked."
+    metrics = {
+        "tau": s.tau_for(scale),
+        "tau_fraction": s.tau_fraction,
+        "delta": s.split.total,
+        "cell": "refused",
+        "guarantee_kind": "refused",
+        "status": f"refused: {reason}",
+        "claimed": False,
+        "verdict": None,
+        "mode": s.mode,
+        "refused": reason,
+    }
+    summary = (
+        f"nothing is proven: this (tau, delta, mu, bound) cannot be met ({reason}); nothing was checked."
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out_dir / "abb.json", {"summary": summary, "refused": reason, "tau": metrics["tau"],
-                                             "tau_fraction": s.tau_fraction, "delta": s.split.total})
-    results = {"experiment": "abb", "summary": summary, "refused": reason,
-               "guarantee": {"kind": "refused", "claimed": False, "status": metrics["status"], "statement": summary},
-               "verdict": None, "metrics": metrics}
+    write_json_atomic(
+        out_dir / "abb.json",
+        {
+            "summary": summary,
+            "refused": reason,
+            "tau": metrics["tau"],
+            "tau_fraction": s.tau_fraction,
+            "delta": s.split.total,
+        },
+    )
+    results = {
+        "experiment": "abb",
+        "summary": summary,
+        "refused": reason,
+        "guarantee": {"kind": "refused", "claimed": False, "status": metrics["status"], "statement": summary},
+        "verdict": None,
+        "metrics": metrics,
+    }
     write_json_atomic(out_dir / "results.json", results)
     print(f"A-BB [refused, recorded; the multirun goes on]: {reason}", flush=True)
     return results

@@ -36,26 +36,63 @@ from harness.runtime.context import experiment
 from harness.runtime.tracking import log_judge_results
 
 
-def run_judge(judge: Judge, docs: Sequence[Document], *, task: str, aspect: str | None, instruction: str,
-              family: str, out_dir: str | Path, tracker: Tracker | None = None,
-              max_candidates: int | None = None, shuffles: int = 100, seed: int = 0,
-              progress: bool = True, bootstrap: int = 1000, level: float = 0.95) -> dict[str, Any]:
+def run_judge(
+    judge: Judge,
+    docs: Sequence[Document],
+    *,
+    task: str,
+    aspect: str | None,
+    instruction: str,
+    family: str,
+    out_dir: str | Path,
+    tracker: Tracker | None = None,
+    max_candidates: int | None = None,
+    shuffles: int = 100,
+    seed: int = 0,
+    progress: bool = True,
+    bootstrap: int = 1000,
+    level: float = 0.95,
+) -> dict[str, Any]:
     """Judge every ordered pair, write judgments.jsonl and results.json, log the metrics (and their
     `bootstrap`-round intervals over the documents at `level`: metrics.bootstrap, metrics.level)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     before, start = work_counters(judge), time.perf_counter()
-    judgments, p_cf = judge_documents(judge, docs, aspect=aspect, instruction=instruction, family=family,
-                                      max_candidates=max_candidates, progress=progress)
+    judgments, p_cf = judge_documents(
+        judge,
+        docs,
+        aspect=aspect,
+        instruction=instruction,
+        family=family,
+        max_candidates=max_candidates,
+        progress=progress,
+    )
     requests = build_requests(docs, instruction, family, aspect, max_candidates)[0]
-    work = judge_work(judge, [*requests, content_free_request(instruction, family)], before,
-                      time.perf_counter() - start)
-    results = write_run(out, judgments, p_cf, task=task, aspect=aspect, family=family, instruction=instruction,
-                        judge_identity=judge.identity, numerics=getattr(judge, "numerics", None),
-                        n_docs=len(docs), shuffles=shuffles, seed=seed,
-                        bootstrap=bootstrap, level=level, lengths=candidate_lengths(docs),
-                        extra={"judge_calls": getattr(judge, "calls", None),
-                               "judge_calls_all_attempts": _all_attempts_calls(out), "judge_work": work})
+    work = judge_work(
+        judge, [*requests, content_free_request(instruction, family)], before, time.perf_counter() - start
+    )
+    results = write_run(
+        out,
+        judgments,
+        p_cf,
+        task=task,
+        aspect=aspect,
+        family=family,
+        instruction=instruction,
+        judge_identity=judge.identity,
+        numerics=getattr(judge, "numerics", None),
+        n_docs=len(docs),
+        shuffles=shuffles,
+        seed=seed,
+        bootstrap=bootstrap,
+        level=level,
+        lengths=candidate_lengths(docs),
+        extra={
+            "judge_calls": getattr(judge, "calls", None),
+            "judge_calls_all_attempts": _all_attempts_calls(out),
+            "judge_work": work,
+        },
+    )
     if tracker is not None:
         log_judge_results(tracker, results, judgments, docs)
     return results
@@ -72,8 +109,19 @@ def main(cfg: Any, out_dir: Path) -> dict[str, Any]:
     with experiment(cfg, out_dir) as ctx:
         instruction = ctx.instruction()
         docs = ctx.docs
-        return run_judge(ctx.judge, docs, task=cfg.task.name, aspect=ctx.aspect, instruction=instruction,
-                         family=ctx.family, out_dir=out_dir, tracker=ctx.tracker,
-                         max_candidates=cfg.task.get("max_candidates"), shuffles=int(cfg.experiment.shuffles),
-                         seed=int(cfg.seed), progress=bool(cfg.progress),
-                         bootstrap=int(cfg.metrics.bootstrap), level=float(cfg.metrics.level))
+        return run_judge(
+            ctx.judge,
+            docs,
+            task=cfg.task.name,
+            aspect=ctx.aspect,
+            instruction=instruction,
+            family=ctx.family,
+            out_dir=out_dir,
+            tracker=ctx.tracker,
+            max_candidates=cfg.task.get("max_candidates"),
+            shuffles=int(cfg.experiment.shuffles),
+            seed=int(cfg.seed),
+            progress=bool(cfg.progress),
+            bootstrap=int(cfg.metrics.bootstrap),
+            level=float(cfg.metrics.level),
+        )

@@ -28,7 +28,15 @@ def main(cfg: Any, out_dir: Path) -> dict[str, Any]:
     with experiment(cfg, out_dir) as ctx:
         if ctx.aspect is None:
             raise ConfigError("pointwise scoring needs the aspect it rates: set task.aspect=...")
-        return run_pointwise(ctx.judge, ctx.docs, task=cfg.task.name, aspect=ctx.aspect, out_dir=out_dir,
-                             instruction=cfg.experiment.get("instruction"), tracker=ctx.tracker,
-                             max_candidates=cfg.task.get("max_candidates"), progress=bool(cfg.progress),
-                             extra={"model": cfg.model.get("name"), "paper_table": cfg.experiment.get("paper_table")})
+        return run_pointwise(
+            ctx.judge,
+            ctx.docs,
+            task=cfg.task.name,
+            aspect=ctx.aspect,
+            out_dir=out_dir,
+            instruction=cfg.experiment.get("instruction"),
+            tracker=ctx.tracker,
+            max_candidates=cfg.task.get("max_candidates"),
+            progress=bool(cfg.progress),
+            extra={"model": cfg.model.get("name"), "paper_table": cfg.experiment.get("paper_table")},
+        )

@@ -29,15 +29,37 @@ def main(cfg: Any, out_dir: Path) -> dict[str, Any]:
             optimizer = ctx.optimizer()
             log_rejections(optimizer, Path(out_dir) / "rejections.jsonl")
             show_progress(optimizer, bool(cfg.progress))
-            paraphrases = generate_paraphrases(optimizer, initial, int(exp.paraphrases), int(cfg.seed), ctx.aspect,
-                                               progress=bool(cfg.progress))
+            paraphrases = generate_paraphrases(
+                optimizer,
+                initial,
+                int(exp.paraphrases),
+                int(cfg.seed),
+                ctx.aspect,
+                progress=bool(cfg.progress),
+            )
             instructions = ([initial] if exp.include_initial else []) + paraphrases
-            reference = ("the initial instruction" if exp.include_initial else
-                         "paraphrase 0 (experiment.include_initial=false: the initial instruction is not judged)")
-        return run_sensitivity(ctx.judge, ctx.docs, instructions, task=cfg.task.name, aspect=ctx.aspect,
-                               family=ctx.family, out_dir=out_dir, tracker=ctx.tracker,
-                               max_candidates=cfg.task.get("max_candidates"), shuffles=int(exp.shuffles),
-                               seed=int(cfg.seed), ranking=str(exp.ranking), progress=bool(cfg.progress),
-                               extra={"model": cfg.model.get("name")}, bootstrap=int(cfg.metrics.bootstrap),
-                               level=float(cfg.metrics.level), reference=reference,
-                               shuffle=bool(exp.get("shuffle_candidates", False)))
+            reference = (
+                "the initial instruction"
+                if exp.include_initial
+                else "paraphrase 0 (experiment.include_initial=false: the initial instruction is not judged)"
+            )
+        return run_sensitivity(
+            ctx.judge,
+            ctx.docs,
+            instructions,
+            task=cfg.task.name,
+            aspect=ctx.aspect,
+            family=ctx.family,
+            out_dir=out_dir,
+            tracker=ctx.tracker,
+            max_candidates=cfg.task.get("max_candidates"),
+            shuffles=int(exp.shuffles),
+            seed=int(cfg.seed),
+            ranking=str(exp.ranking),
+            progress=bool(cfg.progress),
+            extra={"model": cfg.model.get("name")},
+            bootstrap=int(cfg.metrics.bootstrap),
+            level=float(cfg.metrics.level),
+            reference=reference,
+            shuffle=bool(exp.get("shuffle_candidates", False)),
+        )

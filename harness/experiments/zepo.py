@@ -32,13 +32,26 @@ def prepare(ctx: RunContext) -> dict[str, Any]:
     if ctx.aspect is None:
         raise ConfigError("ZEPO needs the aspect the instruction asks about: set task.aspect=...")
     leak = bool(exp.leak_search_docs)
-    search_docs, eval_docs = search.split_documents(ctx.docs, int(exp.search_docs), exp.get("eval_docs"), leak)
+    search_docs, eval_docs = search.split_documents(
+        ctx.docs, int(exp.search_docs), exp.get("eval_docs"), leak
+    )
     initial = ctx.instruction()  # a bad instruction file is refused before any weights load
-    return {"judge": ctx.judge, "optimizer": ctx.optimizer(), "search_docs": search_docs, "eval_docs": eval_docs,
-            "initial": initial, "task": cfg.task.name, "aspect": ctx.aspect, "family": ctx.family,
-            "settings": settings_from(cfg), "progress": bool(cfg.progress), "leak_search_docs": leak,
-            "bootstrap": int(cfg.metrics.bootstrap), "level": float(cfg.metrics.level),
-            "extra": {"model": cfg.model.get("name"), "paper_table": exp.get("paper_table")}}
+    return {
+        "judge": ctx.judge,
+        "optimizer": ctx.optimizer(),
+        "search_docs": search_docs,
+        "eval_docs": eval_docs,
+        "initial": initial,
+        "task": cfg.task.name,
+        "aspect": ctx.aspect,
+        "family": ctx.family,
+        "settings": settings_from(cfg),
+        "progress": bool(cfg.progress),
+        "leak_search_docs": leak,
+        "bootstrap": int(cfg.metrics.bootstrap),
+        "level": float(cfg.metrics.level),
+        "extra": {"model": cfg.model.get("name"), "paper_table": exp.get("paper_table")},
+    }
 
 
 def main(cfg: Any, out_dir: Path) -> dict[str, Any]:

@@ -47,7 +47,9 @@ class AnswerTokens:
         return [f"{label}:{text}" for label in self.labels for text, _ in self.variants[label]]
 
     def describe(self) -> str:
-        return ";".join(f"{k}={i}" for k, i in zip(self.keys, self.all_ids)) + (f";tie={self.tie}" if self.tie else "")
+        return ";".join(f"{k}={i}" for k, i in zip(self.keys, self.all_ids)) + (
+            f";tie={self.tie}" if self.tie else ""
+        )
 
     def label_logprobs(self, logprobs: Sequence[float]) -> list[float]:
         """Per-label log-probability (log of the summed variant probabilities), in label order."""
@@ -80,8 +82,11 @@ def readable_logprobs(values: Sequence[float]) -> bool:
     """Whether answer log-probs hold a probability: none NaN or +inf (NaN/inf logits, e.g.
     broken weights or an fp16 overflow) and not every one -inf (no answer mass at all). Anything
     else would be renormalised into a made-up P(A) (0.5, or exactly 0 or 1)."""
-    return (bool(values) and not any(math.isnan(x) or x == math.inf for x in values)
-            and any(x > -math.inf for x in values))
+    return (
+        bool(values)
+        and not any(math.isnan(x) or x == math.inf for x in values)
+        and any(x > -math.inf for x in values)
+    )
 
 
 UNIFORM = "uniform_logits"
@@ -120,8 +125,9 @@ def renormalise(lp_a: float, lp_others: Sequence[float]) -> float:
     return num / sum(math.exp(x - m) for x in allv)
 
 
-def resolve_answer_tokens(tokenizer: Any, labels: Sequence[str] = ("A", "B"),
-                          tie: str | None = None, vocab_size: int | None = None) -> AnswerTokens:
+def resolve_answer_tokens(
+    tokenizer: Any, labels: Sequence[str] = ("A", "B"), tie: str | None = None, vocab_size: int | None = None
+) -> AnswerTokens:
     """Find the single-token spellings of each label: the label as a vocabulary entry ('A') and
     with a word-start marker (' A': 'ĠA' in byte-level BPE, '▁A' in SentencePiece).
 
@@ -148,22 +154,29 @@ def resolve_answer_tokens(tokenizer: Any, labels: Sequence[str] = ("A", "B"),
             if tid in seen:
                 raise JudgeInputError(f"answer labels {seen[tid]!r} and {label!r} share token id {tid}")
             seen[tid] = label
-        variants[label] = tuple(sorted(((_token_text(tokenizer, tid), tid) for tid in ids),
-                                       key=lambda v: (v[0] != label, v[1])))
+        variants[label] = tuple(
+            sorted(((_token_text(tokenizer, tid), tid) for tid in ids), key=lambda v: (v[0] != label, v[1]))
+        )
     return AnswerTokens(labels=tuple(labels), variants=variants, tie=tie, vocab_size=vocab_size)
 
 
 def _not_one_token(tokenizer: Any, label: str) -> str:
     """Why `label` has no single-token spelling, in words that do not contradict themselves."""
     if label != label.strip():
-        return (f"answer label {label!r} has surrounding whitespace; each label is read with and without a "
-                f"leading space already, so use {label.strip()!r}")
+        return (
+            f"answer label {label!r} has surrounding whitespace; each label is read with and without a "
+            f"leading space already, so use {label.strip()!r}"
+        )
     enc = tokenizer.encode(label, add_special_tokens=False)
     if len(enc) == 1:
-        return (f"answer label {label!r} is not a vocabulary entry of its own (it encodes to token {enc[0]}, "
-                f"which decodes to {tokenizer.decode(enc)!r}); choose labels that are single tokens")
-    return (f"answer label {label!r} is not a single token for this tokenizer (it encodes to {len(enc)} tokens "
-            f"{enc}); choose single-token labels")
+        return (
+            f"answer label {label!r} is not a vocabulary entry of its own (it encodes to token {enc[0]}, "
+            f"which decodes to {tokenizer.decode(enc)!r}); choose labels that are single tokens"
+        )
+    return (
+        f"answer label {label!r} is not a single token for this tokenizer (it encodes to {len(enc)} tokens "
+        f"{enc}); choose single-token labels"
+    )
 
 
 _MARKERS = ("\u0120", "\u2581")  # 'Ġ' (byte-level BPE) and '▁' (SentencePiece): a word-start space
@@ -174,8 +187,11 @@ def _single_token_ids(tokenizer: Any, label: str) -> list[int]:
     found: list[int] = []
     for text in (label, " " + label):
         ids = tokenizer.encode(text, add_special_tokens=False)
-        if len(ids) == 1 and tokenizer.decode(ids).strip() == label and (text == label or _token_text(
-                tokenizer, ids[0]) == text):
+        if (
+            len(ids) == 1
+            and tokenizer.decode(ids).strip() == label
+            and (text == label or _token_text(tokenizer, ids[0]) == text)
+        ):
             found.append(int(ids[0]))
     unk = getattr(tokenizer, "unk_token_id", None)
     for entry in (label, *(m + label for m in _MARKERS)):

@@ -60,8 +60,10 @@ def answer_tokens_from_ids(token_ids: Mapping[str, int], labels: Sequence[str]) 
     known = {v for label in labels for v in (label, " " + label)}
     extra = sorted(set(token_ids) - known)
     if extra:
-        raise ConfigError(f"token_ids keys {extra} are not answer-label variants of {list(labels)} "
-                          "(use the label and the label with a leading space)")
+        raise ConfigError(
+            f"token_ids keys {extra} are not answer-label variants of {list(labels)} "
+            "(use the label and the label with a leading space)"
+        )
     variants: dict[str, tuple[tuple[str, int], ...]] = {}
     for label in labels:
         if label not in token_ids:
@@ -80,8 +82,10 @@ def _load_tokenizer(spec: str) -> Any:
     try:
         return AutoTokenizer.from_pretrained(path, **({"gguf_file": gguf} if gguf else {}))
     except (OSError, ValueError) as e:
-        raise ConfigError(f"cannot load tokenizer {spec!r} to find answer-token ids: "
-                          f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
+        raise ConfigError(
+            f"cannot load tokenizer {spec!r} to find answer-token ids: "
+            f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
+        ) from None
 
 
 def answer_tokens_from_tokenizer(spec: str, labels: Sequence[str]) -> AnswerTokens:
@@ -99,24 +103,42 @@ def check_ids_in_vocabulary(answers: AnswerTokens, spec: str) -> None:
         allowed = {i for _, i in expected.variants[label]}
         for text, tid in pairs:
             if not 0 <= tid < size:
-                raise ConfigError(f"backend.token_ids[{text!r}]={tid} is outside the vocabulary of {spec} "
-                                  f"({size} tokens); its ids for {label!r} are {sorted(allowed)}: fix token_ids "
-                                  "or drop it (backend.token_ids={}) to take them from the tokenizer")
+                raise ConfigError(
+                    f"backend.token_ids[{text!r}]={tid} is outside the vocabulary of {spec} "
+                    f"({size} tokens); its ids for {label!r} are {sorted(allowed)}: fix token_ids "
+                    "or drop it (backend.token_ids={}) to take them from the tokenizer"
+                )
             if tid not in allowed:
-                raise ConfigError(f"backend.token_ids[{text!r}]={tid} is {tok.convert_ids_to_tokens(tid)!r} in "
-                                  f"{spec}, not a spelling of {label!r} (its ids: {sorted(allowed)}); fix token_ids "
-                                  "or drop it (backend.token_ids={}) to take them from the tokenizer")
+                raise ConfigError(
+                    f"backend.token_ids[{text!r}]={tid} is {tok.convert_ids_to_tokens(tid)!r} in "
+                    f"{spec}, not a spelling of {label!r} (its ids: {sorted(allowed)}); fix token_ids "
+                    "or drop it (backend.token_ids={}) to take them from the tokenizer"
+                )
 
 
 class ApiJudge:
     """A judge served over an OpenAI-compatible HTTP API."""
 
-    def __init__(self, model: str, base_url: str, *, labels: Sequence[str] = ("A", "B"), logprob_mode: str = "auto",
-                 token_ids: Mapping[str, int] | None = None, tokenizer: str | None = None,
-                 top_logprobs: int = 20, system_prompt: str | None = None, endpoint: str = "chat",
-                 api_key_env: str | None = "OPENAI_API_KEY", timeout_s: float = 60.0, max_retries: int = 6,
-                 backoff_base_s: float = 1.0, backoff_max_s: float = 60.0, concurrency: int = 8,
-                 client: ApiClient | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        *,
+        labels: Sequence[str] = ("A", "B"),
+        logprob_mode: str = "auto",
+        token_ids: Mapping[str, int] | None = None,
+        tokenizer: str | None = None,
+        top_logprobs: int = 20,
+        system_prompt: str | None = None,
+        endpoint: str = "chat",
+        api_key_env: str | None = "OPENAI_API_KEY",
+        timeout_s: float = 60.0,
+        max_retries: int = 6,
+        backoff_base_s: float = 1.0,
+        backoff_max_s: float = 60.0,
+        concurrency: int = 8,
+        client: ApiClient | None = None,
+    ) -> None:
         mode = logprob_mode
         if mode not in MODES:
             raise ConfigError(f"unknown logprob_mode {mode!r}; use one of {', '.join(MODES)}")
@@ -127,11 +149,15 @@ class ApiJudge:
         if mode != "exact" and int(top_logprobs) < len(labels):
             # With fewer listed tokens than labels one label is never listed: read as -inf, P(A) is
             # exactly 0 or 1.
-            raise ConfigError(f"backend.top_logprobs={top_logprobs} lists fewer tokens than the {len(labels)} answer "
-                              f"labels {list(labels)}, so a label would read as probability 0; set "
-                              f"backend.top_logprobs={max(len(labels), 5)} or more (at most 20)")
+            raise ConfigError(
+                f"backend.top_logprobs={top_logprobs} lists fewer tokens than the {len(labels)} answer "
+                f"labels {list(labels)}, so a label would read as probability 0; set "
+                f"backend.top_logprobs={max(len(labels), 5)} or more (at most 20)"
+            )
         if endpoint == "completions" and system_prompt:
-            raise ConfigError("system_prompt needs endpoint=chat (the completions endpoint sends the prompt raw)")
+            raise ConfigError(
+                "system_prompt needs endpoint=chat (the completions endpoint sends the prompt raw)"
+            )
         self.model, self.labels = model, tuple(labels)
         self.endpoint, self.system_prompt, self.top_logprobs = endpoint, system_prompt, int(top_logprobs)
         self.answers: AnswerTokens | None = None
@@ -142,17 +168,31 @@ class ApiJudge:
         elif tokenizer and mode != "top":
             self.answers = answer_tokens_from_tokenizer(tokenizer, self.labels)
         if mode == "exact" and self.answers is None:
-            raise ConfigError("logprob_mode=exact needs the answer token ids: set token_ids or tokenizer "
-                              "(the served model's tokenizer: an HF dir/id, tiny:*, pkg:*)")
+            raise ConfigError(
+                "logprob_mode=exact needs the answer token ids: set token_ids or tokenizer "
+                "(the served model's tokenizer: an HF dir/id, tiny:*, pkg:*)"
+            )
         self.mode = "exact" if (mode != "top" and self.answers is not None) else "top"
-        self.client = client or ApiClient(HttpSettings(
-            base_url=base_url, api_key_env=api_key_env, timeout_s=timeout_s, max_retries=max_retries,
-            backoff_base_s=backoff_base_s, backoff_max_s=backoff_max_s, concurrency=concurrency))
+        self.client = client or ApiClient(
+            HttpSettings(
+                base_url=base_url,
+                api_key_env=api_key_env,
+                timeout_s=timeout_s,
+                max_retries=max_retries,
+                backoff_base_s=backoff_base_s,
+                backoff_max_s=backoff_max_s,
+                concurrency=concurrency,
+            )
+        )
         self.base_url = self.client.settings.base_url.rstrip("/")
-        readout = (self.answers.describe() if self.mode == "exact" and self.answers
-                   else f"top{self.top_logprobs}:{','.join(self.labels)}")
-        self.legacy_identity = "|".join(["api", self.base_url, model, endpoint, readout,
-                                         f"sys={template_fingerprint(system_prompt)}"])
+        readout = (
+            self.answers.describe()
+            if self.mode == "exact" and self.answers
+            else f"top{self.top_logprobs}:{','.join(self.labels)}"
+        )
+        self.legacy_identity = "|".join(
+            ["api", self.base_url, model, endpoint, readout, f"sys={template_fingerprint(system_prompt)}"]
+        )
         """The identity cache keys had before the served model was part of it (CachedJudge)."""
         self._identity: str | None = None
         self.numerics = numerics("unknown (server)", "server", "api", "unknown (server)")
@@ -182,14 +222,25 @@ class ApiJudge:
             if e.status is None:
                 raise  # no server: one clear error line, as a request would give
             listed = None
-        entry = next((m for m in listed if isinstance(m, dict) and m.get("id") == self.model), None) \
-            if isinstance(listed, list) else None
+        entry = (
+            next((m for m in listed if isinstance(m, dict) and m.get("id") == self.model), None)
+            if isinstance(listed, list)
+            else None
+        )
         if entry is None:
-            log.warning("%s/models does not list model %r: the judge identity cannot name the served weights, "
-                        "so cached answers are keyed on the model name alone", self.base_url, self.model)
+            log.warning(
+                "%s/models does not list model %r: the judge identity cannot name the served weights, "
+                "so cached answers are keyed on the model name alone",
+                self.base_url,
+                self.model,
+            )
             return "unreported"
         root = entry.get("root")
-        return f"{self.model}@{root}" if isinstance(root, str) and root and root != self.model else str(self.model)
+        return (
+            f"{self.model}@{root}"
+            if isinstance(root, str) and root and root != self.model
+            else str(self.model)
+        )
 
     def __repr__(self) -> str:
         return f"ApiJudge(identity={self.identity!r})"
@@ -224,8 +275,14 @@ class ApiJudge:
         out = []
         for r, resp in zip(requests, responses):
             if isinstance(resp, Unusable):
-                log.warning("%s: document %r pair (%s, %s) unreadable after every retry: %s", self.base_url,
-                            r.doc_id, r.a_id, r.b_id, resp.reason)
+                log.warning(
+                    "%s: document %r pair (%s, %s) unreadable after every retry: %s",
+                    self.base_url,
+                    r.doc_id,
+                    r.a_id,
+                    r.b_id,
+                    resp.reason,
+                )
                 out.append(self._unreadable())
             else:
                 out.append(self._score(first_position(resp, self.endpoint)))
@@ -241,15 +298,19 @@ class ApiJudge:
             if left_out:
                 if not self._warned:
                     self._warned = True
-                    log.warning("%s: the server left out requested answer-token ids; it may not support "
-                                "logprob_token_ids (use logprob_mode=top for such servers)", self.base_url)
+                    log.warning(
+                        "%s: the server left out requested answer-token ids; it may not support "
+                        "logprob_token_ids (use logprob_mode=top for such servers)",
+                        self.base_url,
+                    )
                 raise MalformedResponse(f"answer-token ids {left_out} missing from the logprobs")
             if all(by_id[tid] == -math.inf for tid in self.answers.all_ids):
                 raise MalformedResponse("every answer token has probability 0: P(A) cannot be renormalised")
         elif not any(text in entries for label in self.labels for text, _ in self._variants(label)):
             # top mode: no label among the K listed tokens may be a transient answer: ask again
-            raise MalformedResponse(f"no answer label ({', '.join(self.labels)}) among the top "
-                                    f"{len(entries)} tokens")
+            raise MalformedResponse(
+                f"no answer label ({', '.join(self.labels)}) among the top {len(entries)} tokens"
+            )
 
     def _unreadable(self) -> PairScore:
         self.stats["unreadable"] += 1
@@ -286,10 +347,15 @@ class ApiJudge:
         self.stats["unreadable"] += 1
         self.stats["unlisted"] += 1
         if self.stats["unlisted"] == 1:
-            log.warning("%s: the top %d log-probs list no spelling of label %s: its probability is unknown (only "
-                        "below the listed ones'), so P(A) is not read there; such pairs are flagged unreadable "
-                        "and counted. Raise backend.top_logprobs (at most 20) or use backend.logprob_mode=exact "
-                        "(vLLM's logprob_token_ids)", self.base_url, self.top_logprobs, " and ".join(map(repr, labels)))
+            log.warning(
+                "%s: the top %d log-probs list no spelling of label %s: its probability is unknown (only "
+                "below the listed ones'), so P(A) is not read there; such pairs are flagged unreadable "
+                "and counted. Raise backend.top_logprobs (at most 20) or use backend.logprob_mode=exact "
+                "(vLLM's logprob_token_ids)",
+                self.base_url,
+                self.top_logprobs,
+                " and ".join(map(repr, labels)),
+            )
 
     def _variants(self, label: str) -> list[tuple[str, int | None]]:
         if self.mode == "exact" and self.answers is not None:
@@ -298,8 +364,11 @@ class ApiJudge:
 
 
 def _by_id(entries: Mapping[str, float]) -> dict[int, float]:
-    return {int(k[len(_ID_PREFIX):]): v for k, v in entries.items()
-            if k.startswith(_ID_PREFIX) and k[len(_ID_PREFIX):].isdigit()}
+    return {
+        int(k[len(_ID_PREFIX) :]): v
+        for k, v in entries.items()
+        if k.startswith(_ID_PREFIX) and k[len(_ID_PREFIX) :].isdigit()
+    }
 
 
 def _logprob(value: Any, token: Any) -> float:
@@ -314,7 +383,9 @@ def check_logprobs(entries: Mapping[str, float]) -> None:
         raise MalformedResponse("the top_logprobs list is empty")
     for token, v in entries.items():
         if math.isnan(v) or v > LOGPROB_TOLERANCE:
-            raise MalformedResponse(f"logprob {v!r} of token {token!r} is not a log-probability (a number <= 0)")
+            raise MalformedResponse(
+                f"logprob {v!r} of token {token!r} is not a log-probability (a number <= 0)"
+            )
     total = sum(math.exp(v) for v in entries.values())
     if total > 1 + LOGPROB_TOLERANCE:
         raise MalformedResponse(f"the listed tokens' probabilities sum to {total:.4f} > 1")
@@ -369,13 +440,19 @@ def build(judge_model: Mapping[str, Any], name: str = "api", **options: Any) -> 
     del name
     settings = from_config(ModelSettings, judge_model)
     if not settings.chat_template and options.get("endpoint", "chat") == "chat":
-        raise ConfigError("model.chat_template=false needs backend.endpoint=completions: the chat endpoint "
-                          "always applies the server's chat template")
+        raise ConfigError(
+            "model.chat_template=false needs backend.endpoint=completions: the chat endpoint "
+            "always applies the server's chat template"
+        )
     if settings.chat_format != "default" or settings.readout != "next_token" or settings.tie_label:
-        raise ConfigError("model.chat_format=zepo, model.readout=generate and model.tie_label need the model's "
-                          "tokens and logits: use backend=hf or backend=vllm (the server applies its own chat "
-                          "template and returns top log-probs only)")
+        raise ConfigError(
+            "model.chat_format=zepo, model.readout=generate and model.tie_label need the model's "
+            "tokens and logits: use backend=hf or backend=vllm (the server applies its own chat "
+            "template and returns top log-probs only)"
+        )
     served = options.pop("model", None) or judge_model.get("name")
     if options.get("logprob_mode", "auto") != "top" and not options.get("tokenizer"):
         options["tokenizer"] = str(judge_model["path"])  # gives the ids, or checks configured token_ids
-    return ApiJudge(model=served, labels=tuple(settings.labels), system_prompt=settings.system_prompt, **options)
+    return ApiJudge(
+        model=served, labels=tuple(settings.labels), system_prompt=settings.system_prompt, **options
+    )

@@ -35,8 +35,9 @@ class StreamingJudge(Judge, Protocol):
         """Whether `stream_scores` serves this judge as configured (False: call `score_pairs`)."""
         ...
 
-    def stream_scores(self, requests: Sequence[PairRequest], needed: Collection[int] | None = None
-                      ) -> Iterator[list[tuple[int, PairScore]]]:
+    def stream_scores(
+        self, requests: Sequence[PairRequest], needed: Collection[int] | None = None
+    ) -> Iterator[list[tuple[int, PairScore]]]:
         """(i, score) lists for `requests[i]`, i in `needed` (all by default), each list as soon as
         the forwards that finish it have run; the scores must not depend on `needed`."""
         ...
@@ -106,7 +107,6 @@ def innermost(judge: Any) -> Any:
         seen.add(id(judge))
         judge = judge.judge
     return judge
-
 
 
 def template_fingerprint(template: str | None) -> str:

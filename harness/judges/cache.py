@@ -44,8 +44,14 @@ def _valid_score(p_a: object, logprobs: object) -> PairScore | None:
         lp = json.loads(logprobs) if isinstance(logprobs, str) else None
     except ValueError:
         return None
-    if not isinstance(lp, dict) or not lp or not all(isinstance(v, float | int) and v <= 1e-6 for v in lp.values()):
-        return None  # no answer-token logprob is no score; NaN compares False with everything, so it fails too
+    if (
+        not isinstance(lp, dict)
+        or not lp
+        or not all(isinstance(v, float | int) and v <= 1e-6 for v in lp.values())
+    ):
+        return (
+            None  # no answer-token logprob is no score; NaN compares False with everything, so it fails too
+        )
     if not _agrees(float(p_a), lp):
         return None
     return PairScore(token_logprobs=lp, p_a=float(p_a))
@@ -69,7 +75,9 @@ def _agrees(p_a: float, lp: dict[str, float]) -> bool:
 
 CACHEABLE_FLAGS = ("no_answer",)
 """Flags whose answer is deterministic for the judge identity and so kept (module docstring)."""
-FLAGGED_SCHEMA = "CREATE TABLE IF NOT EXISTS flagged (key TEXT PRIMARY KEY, identity TEXT, p_a REAL, flags TEXT)"
+FLAGGED_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS flagged (key TEXT PRIMARY KEY, identity TEXT, p_a REAL, flags TEXT)"
+)
 
 
 def cacheable(score: PairScore) -> bool:
@@ -87,7 +95,9 @@ def _valid_flagged(p_a: object, flags: object) -> PairScore | None:
         return None
     if not names or not all(isinstance(f, str) for f in names):
         return None
-    score = PairScore(token_logprobs={}, p_a=float(p_a) if isinstance(p_a, float | int) else -1.0, flags=names)
+    score = PairScore(
+        token_logprobs={}, p_a=float(p_a) if isinstance(p_a, float | int) else -1.0, flags=names
+    )
     return score if cacheable(score) else None
 
 
@@ -108,7 +118,8 @@ class ScoreCache:
         self.invalid = 0
         """Rows read back that failed validation (not trusted, asked again)."""
         self._db = open_sqlite(
-            self.path, "CREATE TABLE IF NOT EXISTS scores (key TEXT PRIMARY KEY, identity TEXT, p_a REAL, logprobs TEXT)"
+            self.path,
+            "CREATE TABLE IF NOT EXISTS scores (key TEXT PRIMARY KEY, identity TEXT, p_a REAL, logprobs TEXT)",
         )
         self._flagged = False
         """Whether the `flagged` table exists (created with the first no_answer row, so a cache
@@ -124,7 +135,10 @@ class ScoreCache:
             for i in range(0, len(keys), 500):
                 chunk = list(keys[i : i + 500])
                 # scores first; a key they lack may be a flagged row (no_answer), in its own table
-                for table, column, valid in (("scores", "logprobs", _valid_score), ("flagged", "flags", _valid_flagged)):
+                for table, column, valid in (
+                    ("scores", "logprobs", _valid_score),
+                    ("flagged", "flags", _valid_flagged),
+                ):
                     rest = [k for k in chunk if k not in out]
                     if not rest or (table == "flagged" and not self._has_flagged()):
                         continue
@@ -139,8 +153,11 @@ class ScoreCache:
                             out[key] = score
         if bad:
             self.invalid += bad
-            log.warning("%s: %d cached rows are not valid scores (e.g. a NaN stored as NULL); asking again",
-                        self.path, bad)
+            log.warning(
+                "%s: %d cached rows are not valid scores (e.g. a NaN stored as NULL); asking again",
+                self.path,
+                bad,
+            )
         return out
 
     def put_many(self, identity: str, items: Sequence[tuple[str, PairScore]]) -> None:
@@ -158,14 +175,20 @@ class ScoreCache:
             if flagged:
                 self._db.execute(FLAGGED_SCHEMA)
                 self._flagged = True
-                self._db.executemany("INSERT OR REPLACE INTO flagged VALUES (?, ?, ?, ?)",
-                                     [(k, identity, s.p_a, json.dumps(list(s.flags))) for k, s in flagged])
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO flagged VALUES (?, ?, ?, ?)",
+                    [(k, identity, s.p_a, json.dumps(list(s.flags))) for k, s in flagged],
+                )
 
     def _has_flagged(self) -> bool:
         """Does the `flagged` table exist (callers hold the lock)?"""
         if not self._flagged:
-            self._flagged = self._db.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'flagged'").fetchone() is not None
+            self._flagged = (
+                self._db.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'flagged'"
+                ).fetchone()
+                is not None
+            )
         return self._flagged
 
     def __len__(self) -> int:
@@ -177,7 +200,9 @@ class ScoreCache:
     def count_identity(self, identity: str) -> int:
         """Rows stored under `identity` (one scan: asked once per judge, only when a request misses)."""
         with self._lock, sqlite_errors(self.path):
-            return self._db.execute("SELECT COUNT(*) FROM scores WHERE identity = ?", (identity,)).fetchone()[0]
+            return self._db.execute("SELECT COUNT(*) FROM scores WHERE identity = ?", (identity,)).fetchone()[
+                0
+            ]
 
     def close(self) -> None:
         self._db.close()
@@ -188,8 +213,13 @@ class CachedJudge:
     the judge streams (`stream_scores`, the transformers judge), all in one call whose every
     finished forward is committed as it comes."""
 
-    def __init__(self, judge: Judge, cache: ScoreCache, chunk: int = 64,
-                 on_progress: Callable[[int, int], None] | None = None) -> None:
+    def __init__(
+        self,
+        judge: Judge,
+        cache: ScoreCache,
+        chunk: int = 64,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> None:
         self.judge = judge
         self.cache = cache
         self.chunk = chunk
@@ -218,15 +248,22 @@ class CachedJudge:
         for key, why in legacy.items():
             old = self.cache.count_identity(key) if key != self.identity else 0
             if old:
-                log.warning("%s: %d cached rows of %s were %s; they are not served: asking the model again",
-                            self.cache.path, old, key.split("|")[1], why)
+                log.warning(
+                    "%s: %d cached rows of %s were %s; they are not served: asking the model again",
+                    self.cache.path,
+                    old,
+                    key.split("|")[1],
+                    why,
+                )
 
     @property
     def streaming(self) -> bool:
         """Whether the wrapped judge streams: then `stream_scores` serves a whole call."""
         return streams(self.judge)
 
-    def stream_scores(self, requests: Sequence[PairRequest], progress=None) -> Iterator[list[tuple[int, PairScore]]]:
+    def stream_scores(
+        self, requests: Sequence[PairRequest], progress=None
+    ) -> Iterator[list[tuple[int, PairScore]]]:
         """(index, score) lists for `requests`: the cached ones first, then each list the model
         finishes, committed before it is handed on (so a kill loses at most the step in
         flight). The model is handed every distinct request, cached ones included, and told which
@@ -288,8 +325,11 @@ class CachedJudge:
             # A judge that takes the bar ticks each of `part` as it is scored (within the call);
             # what is left to tick here is the duplicates, the requests served by the same key.
             ticks = supports_progress(self.judge) and progress is not None
-            scores = self.judge.score_pairs([r for _, r in part], progress=progress) if ticks else \
-                self.judge.score_pairs([r for _, r in part])
+            scores = (
+                self.judge.score_pairs([r for _, r in part], progress=progress)
+                if ticks
+                else self.judge.score_pairs([r for _, r in part])
+            )
             self.calls += len(part)
             # A flagged answer is returned but not cached (a rerun asks again), except a deterministic
             # no_answer, which is kept with its flag (module docstring).

@@ -27,6 +27,7 @@ from harness.judges.settings import CHAT_FORMATS, ModelSettings
 from harness.models.fingerprint import module_fingerprint, weights_fingerprint
 from harness.records import PairRequest, PairScore
 
+
 def check_chat_format(chat_format: str) -> str:
     if chat_format not in CHAT_FORMATS:
         raise ConfigError(f"unknown chat_format {chat_format!r}; use {', '.join(CHAT_FORMATS)}")
@@ -50,7 +51,9 @@ def system_role(tokenizer: Any) -> tuple[bool, str]:
     if key not in _ROLES:
         user = [{"role": "user", "content": "\ue001"}]
         try:
-            both = tokenizer.apply_chat_template([{"role": "system", "content": SENTINEL}, *user], tokenize=False)
+            both = tokenizer.apply_chat_template(
+                [{"role": "system", "content": SENTINEL}, *user], tokenize=False
+            )
         except Exception as e:  # noqa: BLE001 (only jinja2's TemplateError is caught: _refused)
             if not _refused(e):
                 raise
@@ -69,8 +72,12 @@ def fold_system(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> list[d
     """`messages` as the template can take them: a leading system message folded into the first
     user turn (FOLD between them) when the template has no system role."""
     out = [dict(m) for m in messages]
-    if len(out) > 1 and out[0].get("role") == "system" and out[1].get("role") == "user" \
-            and not system_role(tokenizer)[0]:
+    if (
+        len(out) > 1
+        and out[0].get("role") == "system"
+        and out[1].get("role") == "user"
+        and not system_role(tokenizer)[0]
+    ):
         out[1]["content"] = out[0]["content"] + FOLD + out[1]["content"]
         out.pop(0)
     return out
@@ -85,17 +92,26 @@ def _refused(e: Exception) -> bool:
 def _render(tokenizer: Any, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool) -> str:
     """The chat template applied; a template that refuses the conversation is one ConfigError."""
     try:
-        return tokenizer.apply_chat_template(list(messages), tokenize=False,
-                                             add_generation_prompt=add_generation_prompt)
+        return tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
+        )
     except Exception as e:  # noqa: BLE001 (only jinja2's TemplateError is caught: _refused)
         if not _refused(e):
             raise
-        raise ConfigError(f"the chat template of {getattr(tokenizer, 'name_or_path', '') or 'the model'} refuses "
-                          f"the conversation ({e}); set model.chat_template=false to send plain text") from None
+        raise ConfigError(
+            f"the chat template of {getattr(tokenizer, 'name_or_path', '') or 'the model'} refuses "
+            f"the conversation ({e}); set model.chat_template=false to send plain text"
+        ) from None
 
 
-def format_chat(tokenizer: Any, prompt: str, system_prompt: str | None = None, chat_format: str = "default", *,
-                chat_template: bool = True) -> str:
+def format_chat(
+    tokenizer: Any,
+    prompt: str,
+    system_prompt: str | None = None,
+    chat_format: str = "default",
+    *,
+    chat_template: bool = True,
+) -> str:
     """The exact text a judge model reads: its chat template, with the generation prompt unless
     `chat_format="zepo"` (a system prompt goes into the first user turn where the template has no
     system role: fold_system); or the prompt as plain text when the tokenizer has no template or
@@ -105,9 +121,11 @@ def format_chat(tokenizer: Any, prompt: str, system_prompt: str | None = None, c
     """
     if not chat_template or not getattr(tokenizer, "chat_template", None):
         if system_prompt:
-            raise ConfigError("model.system_prompt is set, but the tokenizer has no chat template to put it in "
-                              "(plain text has no system turn): leave model.system_prompt null, or use a model with a "
-                              "chat template")
+            raise ConfigError(
+                "model.system_prompt is set, but the tokenizer has no chat template to put it in "
+                "(plain text has no system turn): leave model.system_prompt null, or use a model with a "
+                "chat template"
+            )
         return prompt
     messages = [{"role": "user", "content": prompt}]
     if system_prompt:
@@ -143,7 +161,9 @@ def longest_token_chars(tokenizer: Any) -> int:
     return _LONGEST[key]
 
 
-def refuse_overlong_texts(tokenizer: Any, texts: Sequence[str], max_length: int, where: Callable[[int], str]) -> None:
+def refuse_overlong_texts(
+    tokenizer: Any, texts: Sequence[str], max_length: int, where: Callable[[int], str]
+) -> None:
     """Refuse, before tokenizing, a text with more characters than `max_length` tokens of the
     longest vocabulary entry could cover: it cannot fit, and tokenizing a 20 MB text takes minutes
     and gigabytes. `where(k)` names text k in the error ("prompt for document 'd1' pair (a, b)")."""
@@ -153,7 +173,8 @@ def refuse_overlong_texts(tokenizer: Any, texts: Sequence[str], max_length: int,
             raise JudgeInputError(
                 f"{where(k)} is {len(text):,} characters, at least "
                 f"{len(text) // (most // max_length):,} tokens, longer than the model's context of {max_length}; "
-                "judge shorter texts (or raise model.max_length up to what the model supports)")
+                "judge shorter texts (or raise model.max_length up to what the model supports)"
+            )
 
 
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length")
@@ -195,16 +216,23 @@ def context_length(max_length: int | None, config: Any, where: str) -> int:
         raise ConfigError(
             f"model.max_length={max_length} is more than the {positions} positions the weights in {where} "
             f"declare (max_position_embeddings in its config): prompts past them would be scored at positions "
-            f"the model never saw; set model.max_length={positions} or less")
+            f"the model never saw; set model.max_length={positions} or less"
+        )
     return int(max_length)
 
 
 # -- text -> token ids --------------------------------------------------------------------------
-def encode_texts(tokenizer: Any, texts: Sequence[str], messages: Sequence[Sequence[str | None]],
-                 frame: Callable[[], str], add_special_tokens: bool, max_length: int,
-                 where: Callable[[int], str], new_tokens: int = 0,
-                 fix: str = "raise model.max_length (up to what the model supports) or judge shorter texts",
-                 ) -> list[list[int]]:
+def encode_texts(
+    tokenizer: Any,
+    texts: Sequence[str],
+    messages: Sequence[Sequence[str | None]],
+    frame: Callable[[], str],
+    add_special_tokens: bool,
+    max_length: int,
+    where: Callable[[int], str],
+    new_tokens: int = 0,
+    fix: str = "raise model.max_length (up to what the model supports) or judge shorter texts",
+) -> list[list[int]]:
     """Token ids of chat-formatted `texts`, each text's `messages` kept plain text (prompt_ids;
     `frame()` renders the template around SENTINEL); refuses a text that cannot fit `max_length`
     with `new_tokens` generated after it (by its characters before tokenizing, by its ids after)
@@ -215,33 +243,54 @@ def encode_texts(tokenizer: Any, texts: Sequence[str], messages: Sequence[Sequen
     return ids
 
 
-def check_ids(ids: Sequence[Sequence[int]], max_length: int, where: Callable[[int], str], new_tokens: int = 0,
-              fix: str = "raise model.max_length (up to what the model supports) or judge shorter texts") -> None:
+def check_ids(
+    ids: Sequence[Sequence[int]],
+    max_length: int,
+    where: Callable[[int], str],
+    new_tokens: int = 0,
+    fix: str = "raise model.max_length (up to what the model supports) or judge shorter texts",
+) -> None:
     """Refuse a row of token ids that cannot fit `max_length` with `new_tokens` generated after it,
     or an empty one, `where(k)` naming row k and `fix` saying what to do."""
     for k, row in enumerate(ids):
         if len(row) + new_tokens >= max_length:
             more = f" plus {new_tokens} to generate" if new_tokens else ""
             raise JudgeInputError(
-                f"{where(k)} is {len(row)} tokens{more}, longer than the model's context of {max_length}; {fix}")
+                f"{where(k)} is {len(row)} tokens{more}, longer than the model's context of {max_length}; {fix}"
+            )
         if not row:
             raise JudgeInputError(f"empty {where(k)}")
 
 
-def encode_prompts(tokenizer: Any, requests: Sequence[PairRequest], system_prompt: str | None,
-                   max_length: int, chat_format: str = "default", *,
-                   chat_template: bool = True) -> list[list[int]]:
+def encode_prompts(
+    tokenizer: Any,
+    requests: Sequence[PairRequest],
+    system_prompt: str | None,
+    max_length: int,
+    chat_format: str = "default",
+    *,
+    chat_template: bool = True,
+) -> list[list[int]]:
     """Chat-formatted token ids per request; refuses empty prompts and prompts over `max_length`.
 
     The default format adds no special tokens (the template holds the BOS); "zepo" lets the
     tokenizer add its BOS too, as `tokenizer(text)` does in the official code. Control-token
     strings inside the prompt or system prompt stay plain text (harness.judges.prompt_ids)."""
-    texts = [format_chat(tokenizer, r.prompt, system_prompt, chat_format, chat_template=chat_template)
-             for r in requests]
+    texts = [
+        format_chat(tokenizer, r.prompt, system_prompt, chat_format, chat_template=chat_template)
+        for r in requests
+    ]
     return encode_texts(
-        tokenizer, texts, [(r.prompt, system_prompt) for r in requests],
-        lambda: format_chat(tokenizer, SENTINEL, system_prompt and SENTINEL, chat_format, chat_template=chat_template),
-        chat_format == "zepo", max_length, lambda k: request_name(requests[k]))
+        tokenizer,
+        texts,
+        [(r.prompt, system_prompt) for r in requests],
+        lambda: format_chat(
+            tokenizer, SENTINEL, system_prompt and SENTINEL, chat_format, chat_template=chat_template
+        ),
+        chat_format == "zepo",
+        max_length,
+        lambda k: request_name(requests[k]),
+    )
 
 
 def request_name(request: PairRequest) -> str:
@@ -249,17 +298,30 @@ def request_name(request: PairRequest) -> str:
     return f"prompt for document {request.doc_id!r} pair ({request.a_id}, {request.b_id})"
 
 
-def encode_messages(tokenizer: Any, messages: Sequence[Mapping[str, str]], max_length: int,
-                    where: str = "chat prompt", new_tokens: int = 0, fix: str = "use shorter texts") -> list[int]:
+def encode_messages(
+    tokenizer: Any,
+    messages: Sequence[Mapping[str, str]],
+    max_length: int,
+    where: str = "chat prompt",
+    new_tokens: int = 0,
+    fix: str = "use shorter texts",
+) -> list[int]:
     """Token ids of a whole conversation as `format_chat_messages` renders it, through the judges'
     path: message texts stay plain text, and a conversation that cannot fit `max_length` with
     `new_tokens` generated after it is refused. For a chat user that is not a pairwise judge (an
     optimizer). The template writes its own BOS; plain text (no template) gets the tokenizer's."""
     text = format_chat_messages(tokenizer, messages)
     return encode_texts(
-        tokenizer, [text], [[m["content"] for m in messages]],
+        tokenizer,
+        [text],
+        [[m["content"] for m in messages]],
         lambda: format_chat_messages(tokenizer, [{**m, "content": SENTINEL} for m in messages]),
-        not getattr(tokenizer, "chat_template", None), max_length, lambda _: where, new_tokens, fix)[0]
+        not getattr(tokenizer, "chat_template", None),
+        max_length,
+        lambda _: where,
+        new_tokens,
+        fix,
+    )[0]
 
 
 # -- identity and read-out settings -------------------------------------------------------------
@@ -288,8 +350,10 @@ def effective_system(chat: ChatPrompts) -> str:
 def chat_identity(chat: ChatPrompts, system: str | None = None) -> list[str]:
     """Identity parts of how a chat model wraps its prompts: its template and the system text it
     reads (`system`: another, for the identities an older harness wrote)."""
-    return [f"tmpl={template_fingerprint(used_template(chat.tokenizer, chat.chat_template))}",
-            f"sys={template_fingerprint(effective_system(chat) if system is None else system)}"]
+    return [
+        f"tmpl={template_fingerprint(used_template(chat.tokenizer, chat.chat_template))}",
+        f"sys={template_fingerprint(effective_system(chat) if system is None else system)}",
+    ]
 
 
 def weights_part(path: str | Path, gguf_file: str | None = None, model: Any = None) -> str:
@@ -299,10 +363,14 @@ def weights_part(path: str | Path, gguf_file: str | None = None, model: Any = No
     return weights_fingerprint(path, gguf_file) if model is None else f"mem:{module_fingerprint(model)}"
 
 
-OLD_SYSTEM = ("keyed before the identity recorded the system prompt the chat template adds (an older harness; "
-              "the same prompts)")
-NO_WEIGHTS = ("keyed without the judge's weights (an older harness), so they may be another model's answers "
-              "under this name")
+OLD_SYSTEM = (
+    "keyed before the identity recorded the system prompt the chat template adds (an older harness; "
+    "the same prompts)"
+)
+NO_WEIGHTS = (
+    "keyed without the judge's weights (an older harness), so they may be another model's answers "
+    "under this name"
+)
 """Why a legacy identity's rows are not served (CachedJudge names it once)."""
 
 
@@ -336,8 +404,9 @@ class ChatPrompts:
 
     def format_prompt(self, prompt: str) -> str:
         """The exact text the model reads (chat template; see CHAT_FORMATS)."""
-        return format_chat(self.tokenizer, prompt, self.system_prompt, self.chat_format,
-                           chat_template=self.chat_template)
+        return format_chat(
+            self.tokenizer, prompt, self.system_prompt, self.chat_format, chat_template=self.chat_template
+        )
 
     def encode(self, requests: Sequence[PairRequest]) -> list[list[int]]:
         """Token ids per request, each prompt tokenized once per judge (`PromptIds`): the request
@@ -353,8 +422,19 @@ class ChatPrompts:
                     fresh[r.prompt] = r
                 else:
                     rows[r.prompt] = row
-        rows.update(zip(fresh, encode_prompts(self.tokenizer, list(fresh.values()), self.system_prompt,
-                                              self.max_length, self.chat_format, chat_template=self.chat_template)))
+        rows.update(
+            zip(
+                fresh,
+                encode_prompts(
+                    self.tokenizer,
+                    list(fresh.values()),
+                    self.system_prompt,
+                    self.max_length,
+                    self.chat_format,
+                    chat_template=self.chat_template,
+                ),
+            )
+        )
         for prompt in fresh:
             kept.put(prompt, rows[prompt])
         ids = [list(rows[r.prompt]) for r in requests]
@@ -367,8 +447,12 @@ class ChatPrompts:
 
     def _kept_ids(self) -> PromptIds:
         """This judge's PromptIds, emptied when the tokenizer or the chat settings it was made under change."""
-        key = (id(self.tokenizer), used_template(self.tokenizer, self.chat_template), self.system_prompt,
-               self.chat_format)
+        key = (
+            id(self.tokenizer),
+            used_template(self.tokenizer, self.chat_template),
+            self.system_prompt,
+            self.chat_format,
+        )
         if getattr(self, "_ids_key", None) != key:
             self._ids_key, self._ids = key, PromptIds()
         return self._ids
@@ -377,14 +461,16 @@ class ChatPrompts:
         """JudgeInputError for a prompt this model cannot read (see judges.base.check_requests)."""
         self.encode(requests)
 
-    def encode_conversation(self, messages: Sequence[Mapping[str, str]], new_tokens: int, where: str,
-                            fix: str) -> list[int]:
+    def encode_conversation(
+        self, messages: Sequence[Mapping[str, str]], new_tokens: int, where: str, fix: str
+    ) -> list[int]:
         """Token ids of a conversation this model continues for `new_tokens` (an optimizer's
         meta-prompt): the judges' encoding and context check (`encode_messages`)."""
         return encode_messages(self.tokenizer, messages, self.max_length, where, int(new_tokens), fix)
 
-    def set_model_identity(self, backend: str, name: str, revision: str | None, gguf_file: str | None,
-                           dtype: str, weights: str) -> str:
+    def set_model_identity(
+        self, backend: str, name: str, revision: str | None, gguf_file: str | None, dtype: str, weights: str
+    ) -> str:
         """`model_identity`: what decides this model's text whatever it is asked (backend, name,
         revision, quantisation file, dtype, template, system text, `|w=<weights fingerprint>`). A
         judge's identity is it plus the read-out; an optimizer's, plus its sampling: one model's
@@ -394,8 +480,16 @@ class ChatPrompts:
         self.model_identity = "|".join([*self.model_parts, *chat_identity(self), f"w={weights}"])
         return self.model_identity
 
-    def set_identity(self, backend: str, name: str, revision: str | None, gguf_file: str | None, dtype: str,
-                     weights: str, float_logits: bool = False) -> None:
+    def set_identity(
+        self,
+        backend: str,
+        name: str,
+        revision: str | None,
+        gguf_file: str | None,
+        dtype: str,
+        weights: str,
+        float_logits: bool = False,
+    ) -> None:
         """A local judge's `identity` (the request cache's key): `model_identity`'s parts with the
         answer tokens and read-out before `|w=`; with `float_logits` (a bf16/fp16 transformers judge)
         also `logits=float32` (harness.judges.head), so rows of the old bf16 head are not served.
@@ -403,8 +497,11 @@ class ChatPrompts:
         not served (CachedJudge says so once and asks again): without the weights (`legacy_identity`),
         and with the configured system prompt where the template adds its own."""
         self.set_model_identity(backend, name, revision, gguf_file, dtype, weights)
-        readout = [self.answers.describe(), *readout_identity(self.chat_format, self.readout, self.max_new_tokens),
-                   *([LOGITS_SUFFIX] if float_logits else [])]
+        readout = [
+            self.answers.describe(),
+            *readout_identity(self.chat_format, self.readout, self.max_new_tokens),
+            *([LOGITS_SUFFIX] if float_logits else []),
+        ]
 
         def key(system: str | None) -> str:
             return "|".join([*self.model_parts, *chat_identity(self, system), *readout])

@@ -77,8 +77,11 @@ def numerics_line(n: dict | None) -> str:
     """One line of `numerics`: "float32 (auto), transformers on cpu, answer logits float32"."""
     if not n:
         return "not recorded (scores from a file, or a judge that does not say)"
-    rest = "".join(f", {k.replace('_', ' ')} {v}" for k, v in n.items()
-                   if k not in ("dtype", "dtype_source", "engine", "device"))
+    rest = "".join(
+        f", {k.replace('_', ' ')} {v}"
+        for k, v in n.items()
+        if k not in ("dtype", "dtype_source", "engine", "device")
+    )
     return f"{n.get('dtype')} ({n.get('dtype_source')}), {n.get('engine')} on {n.get('device')}{rest}"
 
 

@@ -67,7 +67,10 @@ def _library() -> tuple[str | None, str]:
     name = _library_name()
     path = os.path.join(next(iter(spec.submodule_search_locations)), f"{name}.abi3.so")
     if not os.path.isfile(path):
-        return None, f"vLLM's kernel library {name}.abi3.so is not in the installed wheel (a GPU build of vLLM?)"
+        return (
+            None,
+            f"vLLM's kernel library {name}.abi3.so is not in the installed wheel (a GPU build of vLLM?)",
+        )
     return path, ""
 
 
@@ -85,8 +88,18 @@ def _load() -> str | None:
             torch.ops.load_library(path)
         except (OSError, RuntimeError) as e:
             return f"vLLM's kernel library {name} did not load: {str(e).splitlines()[0][:200]}"
-    missing = [op for op in ("cpu_attention_with_kv_cache", "cpu_attn_reshape_and_cache", "get_scheduler_metadata",
-                             "rms_norm", "fused_add_rms_norm", "rotary_embedding") if not hasattr(torch.ops._C, op)]
+    missing = [
+        op
+        for op in (
+            "cpu_attention_with_kv_cache",
+            "cpu_attn_reshape_and_cache",
+            "get_scheduler_metadata",
+            "rms_norm",
+            "fused_add_rms_norm",
+            "rotary_embedding",
+        )
+        if not hasattr(torch.ops._C, op)
+    ]
     if missing:
         return f"vLLM's kernel library {name} lacks {', '.join(missing)}"
     if torch.cpu._is_amx_tile_supported():
@@ -194,12 +207,25 @@ class Attention:
     """One forward's attention over all rows, every layer: the rows' block tables, slots and the
     kernel's schedule, computed once, then one kernel call per layer."""
 
-    def __init__(self, pool: KVPool, rows: list[tuple[PagedKV | None, int, int]], heads: int, kv_heads: int,
-                 head_dim: int, scale: float) -> None:
+    def __init__(
+        self,
+        pool: KVPool,
+        rows: list[tuple[PagedKV | None, int, int]],
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        scale: float,
+    ) -> None:
         """`rows`: (the parent's PagedKV or None, start, own tokens) per row, in the forward's order."""
         import torch
 
-        self.pool, self.heads, self.kv_heads, self.head_dim, self.scale = pool, heads, kv_heads, head_dim, scale
+        self.pool, self.heads, self.kv_heads, self.head_dim, self.scale = (
+            pool,
+            heads,
+            kv_heads,
+            head_dim,
+            scale,
+        )
         dtype = pool.data.dtype
         self.isa = isa(dtype)
         tables, slots, src, dst, self.own = [], [], [], [], []
@@ -207,8 +233,10 @@ class Attention:
             if parent is not None and parent.pool is not pool:
                 raise ValueError("a row's past is in another KV pool than its forward's")
             if (parent.length if parent is not None else 0) != start:
-                raise ValueError(f"a row starting at {start} continues a past of "
-                                 f"{parent.length if parent is not None else 0} tokens")
+                raise ValueError(
+                    f"a row starting at {start} continues a past of "
+                    f"{parent.length if parent is not None else 0} tokens"
+                )
             first = start // BLOCK_SIZE
             mine = pool.take(blocks_of(start, n))
             if start % BLOCK_SIZE:  # the first block holds the parent's last tokens: this row's own copy
@@ -216,7 +244,9 @@ class Attention:
                 dst.append(mine[0])
             table = (parent.blocks[:first] if parent is not None else ()) + tuple(mine)
             tables.append(table)
-            slots.extend(table[t // BLOCK_SIZE] * BLOCK_SIZE + t % BLOCK_SIZE for t in range(start, start + n))
+            slots.extend(
+                table[t // BLOCK_SIZE] * BLOCK_SIZE + t % BLOCK_SIZE for t in range(start, start + n)
+            )
             self.own.append(mine)
         self.copy_on_write(src, dst)
         self.tables = tables
@@ -241,8 +271,20 @@ class Attention:
         import torch
 
         return torch.ops._C.get_scheduler_metadata(
-            len(self.lengths), self.heads, self.kv_heads, self.head_dim, self.seq_lens, self.pool.data.dtype,
-            starts, True, -1, self.isa, True, None, "auto")
+            len(self.lengths),
+            self.heads,
+            self.kv_heads,
+            self.head_dim,
+            self.seq_lens,
+            self.pool.data.dtype,
+            starts,
+            True,
+            -1,
+            self.isa,
+            True,
+            None,
+            "auto",
+        )
 
     def __call__(self, li: int, q: Any, k: Any, v: Any, last_only: bool = False) -> Any:
         """Layer li: write the rows' keys and values (tokens, kv heads, dim) into their slots, then
@@ -254,9 +296,25 @@ class Attention:
         torch.ops._C.cpu_attn_reshape_and_cache(k, v, kc, vc, self.slots, self.isa, 1.0, 1.0, "auto")
         out = torch.empty_like(q)
         torch.ops._C.cpu_attention_with_kv_cache(
-            q, kc, vc, out, self.last_starts if last_only else self.starts, self.seq_lens, self.scale, True, None,
-            -1, self.block_table, 0.0, self.last_schedule if last_only else self.schedule, None, None, 1.0, 1.0,
-            "auto")
+            q,
+            kc,
+            vc,
+            out,
+            self.last_starts if last_only else self.starts,
+            self.seq_lens,
+            self.scale,
+            True,
+            None,
+            -1,
+            self.block_table,
+            0.0,
+            self.last_schedule if last_only else self.schedule,
+            None,
+            None,
+            1.0,
+            1.0,
+            "auto",
+        )
         return out.view(q.shape[0], -1)
 
     def kept(self, r: int) -> PagedKV:
@@ -295,7 +353,10 @@ class Rotary:
             probe = torch.zeros((1, n, self.head_dim), dtype=self.dtype)
             cos, sin = self.rotary(probe, torch.arange(n)[None])
             half = self.head_dim // 2
-            if not (torch.equal(cos[..., :half], cos[..., half:]) and torch.equal(sin[..., :half], sin[..., half:])):
+            if not (
+                torch.equal(cos[..., :half], cos[..., half:])
+                and torch.equal(sin[..., :half], sin[..., half:])
+            ):
                 raise ValueError("the model's RoPE is not rotate-half shaped")
             self.cache = torch.cat([cos[0, :, :half], sin[0, :, :half]], dim=-1).to(self.dtype).contiguous()
         return self.cache
@@ -304,8 +365,9 @@ class Rotary:
         """x (tokens, heads, head_dim) rotated at `positions` (int64), in place; returns x."""
         import torch
 
-        torch.ops._C.rotary_embedding(positions, x.view(x.shape[0], -1), None, self.head_dim,
-                                      self.table(int(positions.max()) + 1), True)
+        torch.ops._C.rotary_embedding(
+            positions, x.view(x.shape[0], -1), None, self.head_dim, self.table(int(positions.max()) + 1), True
+        )
         return x
 
 

@@ -11,14 +11,20 @@ from pathlib import Path
 from harness.errors import ConfigError
 from harness.judges.cpu import auto_dtype
 
-_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-           "float16": "float16", "fp16": "float16"}
+_DTYPES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+}
 DTYPES = ("auto", *_DTYPES)
 """The dtype names a transformers judge or optimizer takes (auto: float32 on CPU, bfloat16 on GPU)."""
 
 
 def pick_device(device: str) -> str:
-    """"auto": cuda where torch sees a GPU, else cpu. Decided without importing torch (seconds) when
+    """ "auto": cuda where torch sees a GPU, else cpu. Decided without importing torch (seconds) when
     the installed torch is a CPU-only build (`cpu_only_torch`): a fully cached run needs none."""
     if device == "cpu" or (device == "auto" and cpu_only_torch()):
         return "cpu"
@@ -50,8 +56,13 @@ def cpu_only_build(version_file: Path) -> bool:
         return False
     values = {}
     for node in tree.body:
-        target = node.target if isinstance(node, ast.AnnAssign) else \
-            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        target = (
+            node.target
+            if isinstance(node, ast.AnnAssign)
+            else node.targets[0]
+            if isinstance(node, ast.Assign) and len(node.targets) == 1
+            else None
+        )
         if isinstance(target, ast.Name) and isinstance(node.value, ast.Constant):
             values[target.id] = node.value.value
     return all(k in values and values[k] is None for k in ("cuda", "hip"))

@@ -51,8 +51,11 @@ class AnswerTicker:
 
     def put(self, tokens: Any) -> None:
         self.steps += 1
-        settled = [] if self.steps == 0 else \
-            [r for r, t in enumerate(tokens.view(-1).tolist()) if r in self.open and t in self.settling]
+        settled = (
+            []
+            if self.steps == 0
+            else [r for r, t in enumerate(tokens.view(-1).tolist()) if r in self.open and t in self.settling]
+        )
         self.open.difference_update(settled)
         show_step(self.progress, self.steps, self.max_new_tokens)
         if settled:
@@ -65,10 +68,18 @@ class AnswerTicker:
         self.open.clear()
 
 
-def generate_answer_logprobs(model: Any, rows: Sequence[Sequence[int]], answer_ids: Sequence[int],
-                             trigger_ids: set[int], *, max_new_tokens: int, pad_id: int,
-                             batch_size: int, progress: Any = None, head: FloatHead | None = None
-                             ) -> list[GeneratedAnswer]:
+def generate_answer_logprobs(
+    model: Any,
+    rows: Sequence[Sequence[int]],
+    answer_ids: Sequence[int],
+    trigger_ids: set[int],
+    *,
+    max_new_tokens: int,
+    pad_id: int,
+    batch_size: int,
+    progress: Any = None,
+    head: FloatHead | None = None,
+) -> list[GeneratedAnswer]:
     """Greedy `generate` per batch (left padding, pad = `pad_id`), then the official scan;
     `progress` (a tqdm bar) is ticked once per row as its answer is settled (AnswerTicker).
     The answer's log-probs come from float32 logits whatever the model's dtype (`head`,
@@ -76,18 +87,30 @@ def generate_answer_logprobs(model: Any, rows: Sequence[Sequence[int]], answer_i
     head = head if head is not None else FloatHead(model)
     out: list[GeneratedAnswer] = []
     for start in range(0, len(rows), batch_size):
-        part = rows[start:start + batch_size]
-        ticker = None if progress is None else \
-            AnswerTicker(len(part), set(trigger_ids) | _stop_ids(model), progress, max_new_tokens)
-        out.extend(_generate_batch(model, part, answer_ids, trigger_ids, max_new_tokens, pad_id, ticker, head))
+        part = rows[start : start + batch_size]
+        ticker = (
+            None
+            if progress is None
+            else AnswerTicker(len(part), set(trigger_ids) | _stop_ids(model), progress, max_new_tokens)
+        )
+        out.extend(
+            _generate_batch(model, part, answer_ids, trigger_ids, max_new_tokens, pad_id, ticker, head)
+        )
         if ticker is not None:
             ticker.end()  # generate calls end() itself; again here is a no-op, and safe if it did not
     return out
 
 
-def _generate_batch(model: Any, rows: Sequence[Sequence[int]], answer_ids: Sequence[int], trigger_ids: set[int],
-                    max_new_tokens: int, pad_id: int, streamer: Any = None, head: FloatHead | None = None
-                    ) -> list[GeneratedAnswer]:
+def _generate_batch(
+    model: Any,
+    rows: Sequence[Sequence[int]],
+    answer_ids: Sequence[int],
+    trigger_ids: set[int],
+    max_new_tokens: int,
+    pad_id: int,
+    streamer: Any = None,
+    head: FloatHead | None = None,
+) -> list[GeneratedAnswer]:
     import torch
 
     device = next(model.parameters()).device
@@ -95,17 +118,28 @@ def _generate_batch(model: Any, rows: Sequence[Sequence[int]], answer_ids: Seque
     input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for k, r in enumerate(rows):
-        input_ids[k, width - len(r):] = torch.tensor(list(r), dtype=torch.long)
-        mask[k, width - len(r):] = 1
+        input_ids[k, width - len(r) :] = torch.tensor(list(r), dtype=torch.long)
+        mask[k, width - len(r) :] = 1
     head = head if head is not None else FloatHead(model)
     with torch.inference_mode(), head.capture() as hidden:  # one last-position state per step
-        gen = model.generate(input_ids=input_ids.to(device), attention_mask=mask.to(device),
-                             max_new_tokens=int(max_new_tokens), do_sample=False, temperature=None, top_p=None,
-                             top_k=None, pad_token_id=int(pad_id), output_logits=True, return_dict_in_generate=True,
-                             streamer=streamer)
+        gen = model.generate(
+            input_ids=input_ids.to(device),
+            attention_mask=mask.to(device),
+            max_new_tokens=int(max_new_tokens),
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            pad_token_id=int(pad_id),
+            output_logits=True,
+            return_dict_in_generate=True,
+            streamer=streamer,
+        )
     if head.upcast and len(hidden) != len(gen.logits):
-        raise RuntimeError(f"generate ran {len(hidden)} forwards for {len(gen.logits)} steps: the float32 "
-                           f"read-out cannot tell which hidden state is which step's")
+        raise RuntimeError(
+            f"generate ran {len(hidden)} forwards for {len(gen.logits)} steps: the float32 "
+            f"read-out cannot tell which hidden state is which step's"
+        )
     new = gen.sequences[:, width:].cpu().tolist()
     index = torch.tensor(list(answer_ids), device=gen.logits[0].device)
     stops = _stop_ids(model)

@@ -99,8 +99,10 @@ class FloatHead:
             out = x @ self._weight32.T
             bias = self._bias32
         else:
-            out = torch.cat([x @ weight[r : r + CHUNK_ROWS].float().T for r in range(0, weight.shape[0], CHUNK_ROWS)],
-                            dim=-1)
+            out = torch.cat(
+                [x @ weight[r : r + CHUNK_ROWS].float().T for r in range(0, weight.shape[0], CHUNK_ROWS)],
+                dim=-1,
+            )
             bias = getattr(self.head, "bias", None)
             bias = None if bias is None else bias.float()
         if bias is not None:
@@ -149,7 +151,7 @@ class FloatHead:
 LATTICE_TOL = 1e-4
 """How far from a lattice point an A-minus-B logit difference may be and still count as on it: the
 log-softmax's float32 rounding of logit - logsumexp is ~1e-6 at these magnitudes."""
-BF16_LATTICE = 2.0 ** -7
+BF16_LATTICE = 2.0**-7
 """bf16 keeps 8 significant bits, so bf16 numbers of magnitude >= 1 are multiples of 2^-7 (or of a
 coarser power of two), and so is the difference of two of them."""
 
@@ -164,14 +166,15 @@ def lattice_step(diffs: list[float], tol: float = LATTICE_TOL) -> float | None:
     A number fits a lattice of step s by chance with probability 2 x tol / s (20% at 2^-10 and
     1e-4, every number at 2^-13), so finer lattices say nothing and are not tried."""
     for k in range(11):
-        if all(on_lattice(d, 2.0 ** -k, tol) for d in diffs):
-            return 2.0 ** -k
+        if all(on_lattice(d, 2.0**-k, tol) for d in diffs):
+            return 2.0**-k
     return None
 
 
 def logit_difference(token_logprobs: dict[str, float], a: str = "A", b: str = "B") -> float:
     """logit a - logit b of one read-out, each label's first variant (keys "A:A", "A: A", ...:
     AnswerTokens.keys); log-probs of one softmax, so the logsumexp cancels."""
+
     def first(label: str) -> float:
         return next(v for k, v in token_logprobs.items() if k.split(":", 1)[0] == label)
 

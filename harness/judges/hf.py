@@ -66,11 +66,20 @@ class HFJudge(ChatPrompts):
     code, `prefix_reuse` is off (one forward per prompt: the reference path the tests compare
     against); the shipped `backend=hf` config turns it on (harness.runtime.schema.HFBackendConf)."""
 
-    def __init__(self, path: str | Path, *, name: str | None = None, model: Any = None, tokenizer: Any = None,
-                 judge_model: ModelSettings | None = None, backend: HFSettings | None = None,
-                 **options: Any) -> None:
-        (backend, judge_model), unknown = with_options(options, backend or HFSettings(),
-                                                       judge_model or ModelSettings())
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        name: str | None = None,
+        model: Any = None,
+        tokenizer: Any = None,
+        judge_model: ModelSettings | None = None,
+        backend: HFSettings | None = None,
+        **options: Any,
+    ) -> None:
+        (backend, judge_model), unknown = with_options(
+            options, backend or HFSettings(), judge_model or ModelSettings()
+        )
         if unknown:
             raise TypeError(f"HFJudge got unexpected keyword arguments {sorted(unknown)}")
         judge_model.check()  # built in code too (scripts, tests): the schema's checks, before any weights load
@@ -93,7 +102,8 @@ class HFJudge(ChatPrompts):
         self.max_batch_tokens = int(backend.max_batch_tokens)
         self.max_length = context_length(judge_model.max_length, self.config, str(path))
         self.answers: AnswerTokens = resolve_answer_tokens(
-            self.tokenizer, judge_model.labels, judge_model.tie_label, model_vocab_size(self.config))
+            self.tokenizer, judge_model.labels, judge_model.tie_label, model_vocab_size(self.config)
+        )
         self._answer_id_tensor: Any = None
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
@@ -110,10 +120,23 @@ class HFJudge(ChatPrompts):
         """Times this judge loaded its weights: 0 while every request came from the cache, then 1."""
         self.prefix_scorer = None
         """The PrefixScorer once prefix reuse has run (its counters say how the work split)."""
-        self.set_identity("hf", name or Path(str(path)).name, revision, gguf_file, self.dtype_name,
-                          weights_part(path, gguf_file, self._model), float_logits=upcasts(self.dtype_name))
-        self.numerics = numerics(self.dtype_name, dtype_source(dtype), "transformers", self.device,
-                                 answer_logits="float32", kernels=self._kernels_note())
+        self.set_identity(
+            "hf",
+            name or Path(str(path)).name,
+            revision,
+            gguf_file,
+            self.dtype_name,
+            weights_part(path, gguf_file, self._model),
+            float_logits=upcasts(self.dtype_name),
+        )
+        self.numerics = numerics(
+            self.dtype_name,
+            dtype_source(dtype),
+            "transformers",
+            self.device,
+            answer_logits="float32",
+            kernels=self._kernels_note(),
+        )
         if self._model is not None:  # a model handed in: what its engine runs
             self.numerics["kernels"] = self._engine_kernels()
         """What produced this judge's numbers (results.json "numerics", the card, the run's first lines)."""
@@ -128,9 +151,13 @@ class HFJudge(ChatPrompts):
         self.engine, self.kernels = backend.engine, backend.kernels
         arch = config_value(self.config, "model_type")
         if self.engine == "packed" and arch not in ARCHITECTURES:
-            raise ConfigError(f"engine=packed cannot run this model: architecture {arch!r} is not one of "
-                              f"{', '.join(ARCHITECTURES)}")
-        self._packed: Any = None if self._model is None else _packed_engine(self._model, self.engine, self.kernels)
+            raise ConfigError(
+                f"engine=packed cannot run this model: architecture {arch!r} is not one of "
+                f"{', '.join(ARCHITECTURES)}"
+            )
+        self._packed: Any = (
+            None if self._model is None else _packed_engine(self._model, self.engine, self.kernels)
+        )
         self._float_head: FloatHead | None = None
 
     def _kernels_note(self) -> str:
@@ -145,8 +172,9 @@ class HFJudge(ChatPrompts):
             return "torch (kernels: torch)"
         else:
             heads = config_value(self.config, "num_attention_heads")
-            head_dim = config_value(self.config, "head_dim") or (config_value(self.config, "hidden_size") // heads
-                                                                 if heads else 0)
+            head_dim = config_value(self.config, "head_dim") or (
+                config_value(self.config, "hidden_size") // heads if heads else 0
+            )
             why = cpu_kernels.expected(self.device, self.dtype_name, int(head_dim or 0))
             note = cpu_kernels.NOTE if why is None else f"torch ({why})"
         if why is not None and self.kernels == "vllm":
@@ -228,20 +256,25 @@ class HFJudge(ChatPrompts):
             with torch_threads(self.threads if self.device == "cpu" else None):
                 ids = self.encode(requests)
                 self.prompts += len(ids)
-                return [self.answers.score(g.logprobs) if g.logprobs is not None else no_answer(self.answers)
-                        for g in self.generate(ids, progress)]
+                return [
+                    self.answers.score(g.logprobs) if g.logprobs is not None else no_answer(self.answers)
+                    for g in self.generate(ids, progress)
+                ]
         finally:
             self.seconds += time.perf_counter() - start
 
-    def stream_scores(self, requests: Sequence[PairRequest], needed: Collection[int] | None = None
-                      ) -> Iterator[list[tuple[int, PairScore]]]:
+    def stream_scores(
+        self, requests: Sequence[PairRequest], needed: Collection[int] | None = None
+    ) -> Iterator[list[tuple[int, PairScore]]]:
         """The scores of `requests[i]` for i in `needed` (all by default), as (i, score) lists, one
         after every forward that finishes any. The forwards are planned over ALL the requests
         (harness.judges.prefix.PrefixScorer.stream), so a request scores bit for bit alike
         whichever others are needed: a request cache that commits each list and, after a kill,
         asks only for what it lacks gets exactly the unbroken run's scores."""
         if not self.streaming:
-            raise ConfigError("stream_scores needs the next-token read-out (readout: generate is scored in calls)")
+            raise ConfigError(
+                "stream_scores needs the next-token read-out (readout: generate is scored in calls)"
+            )
         start = time.perf_counter()
         ids = self.encode(requests)
         want = set(range(len(ids))) if needed is None else set(needed)
@@ -272,9 +305,15 @@ class HFJudge(ChatPrompts):
             packed = self._packed_for(ids)
             if packed is not None or supports_prefix_reuse(self.model, ids):
                 if self.prefix_scorer is None:
-                    self.prefix_scorer = PrefixScorer(self.model, self._answer_ids, self.pad_id, self.device,
-                                                      self.batch_size, max_batch_tokens=self.max_batch_tokens,
-                                                      head=self.float_head)
+                    self.prefix_scorer = PrefixScorer(
+                        self.model,
+                        self._answer_ids,
+                        self.pad_id,
+                        self.device,
+                        self.batch_size,
+                        max_batch_tokens=self.max_batch_tokens,
+                        head=self.float_head,
+                    )
                 scorer = self.prefix_scorer
                 scorer.engine = packed
                 before = scorer.tokens_processed
@@ -284,13 +323,19 @@ class HFJudge(ChatPrompts):
                     yield done
                 self.tokens_processed += scorer.tokens_processed - before
                 return
-            log.warning("prefix reuse skipped (plain path used): the model's sliding window is shorter "
-                        "than the longest prompt (packed engine) or twice it (HF forward), or its "
-                        "attention is neither full nor sliding")
+            log.warning(
+                "prefix reuse skipped (plain path used): the model's sliding window is shorter "
+                "than the longest prompt (packed engine) or twice it (HF forward), or its "
+                "attention is neither full nor sliding"
+            )
         # One forward per batch of whole prompts, planned over all of them like the tree above.
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
-        for batch in row_batches([len(ids[i]) for i in order], self.batch_size, self.max_batch_tokens,
-                                 padded=self._packed_for(ids) is None):
+        for batch in row_batches(
+            [len(ids[i]) for i in order],
+            self.batch_size,
+            self.max_batch_tokens,
+            padded=self._packed_for(ids) is None,
+        ):
             rows = [order[k] for k in batch]
             if want.isdisjoint(rows):
                 continue
@@ -302,10 +347,17 @@ class HFJudge(ChatPrompts):
         """The official ZEPO read-out on token ids: greedy generation, the answer at the first
         generated A/B token (harness.judges.generate), `progress` ticked per row as it settles."""
         self.tokens_processed += sum(len(r) for r in rows)
-        return generate_answer_logprobs(self.model, rows, self.answers.all_ids, self.answers.trigger_ids,
-                                        max_new_tokens=self.max_new_tokens, pad_id=self.pad_id,
-                                        batch_size=self.generate_batch_size, progress=progress,
-                                        head=self.float_head)
+        return generate_answer_logprobs(
+            self.model,
+            rows,
+            self.answers.all_ids,
+            self.answers.trigger_ids,
+            max_new_tokens=self.max_new_tokens,
+            pad_id=self.pad_id,
+            batch_size=self.generate_batch_size,
+            progress=progress,
+            head=self.float_head,
+        )
 
     def answer_logprobs(self, rows: Sequence[Sequence[int]]) -> list[list[float]]:
         """Full-vocabulary log-probs of the answer ids at the next position, one row per prompt."""
@@ -335,20 +387,29 @@ class HFJudge(ChatPrompts):
         input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for k, r in enumerate(rows):
-            input_ids[k, width - len(r):] = torch.tensor(r, dtype=torch.long)
-            mask[k, width - len(r):] = 1
+            input_ids[k, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+            mask[k, width - len(r) :] = 1
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
         head = self.float_head
         with head.capture() as got:
             logits = self.model(
-                input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
-                position_ids=position_ids.to(self.device), logits_to_keep=1, use_cache=False,
+                input_ids=input_ids.to(self.device),
+                attention_mask=mask.to(self.device),
+                position_ids=position_ids.to(self.device),
+                logits_to_keep=1,
+                use_cache=False,
             ).logits[:, -1, :]
         return head.read(got[-1] if got else None, logits)
 
 
-def _without_weights(path: str | Path, gguf_file: str | None, revision: str | None, trust_remote_code: bool,
-                     model: Any, tokenizer: Any) -> tuple[Any, Any, Any]:
+def _without_weights(
+    path: str | Path,
+    gguf_file: str | None,
+    revision: str | None,
+    trust_remote_code: bool,
+    model: Any,
+    tokenizer: Any,
+) -> tuple[Any, Any, Any]:
     """(model or None, tokenizer, config): the tokenizer and config read from `path`, the weights
     not (HFJudge.model loads them on first use); a given model and tokenizer are used as they are."""
     model = model if tokenizer is not None else None

@@ -77,8 +77,11 @@ class PackedLlama:
         config = model.config
         types = set(getattr(config, "layer_types", None) or [])
         window = getattr(config, "sliding_window", None)
-        self.window = window if isinstance(window, int) and window > 0 and (
-            not types or "sliding_attention" in types) else None
+        self.window = (
+            window
+            if isinstance(window, int) and window > 0 and (not types or "sliding_attention" in types)
+            else None
+        )
         """Tokens a query may look back (None: unlimited); rows longer than this are not run here."""
         self.rope = sys.modules[type(self.inner.layers[0].self_attn).__module__].apply_rotary_pos_emb
         attn = self.inner.layers[0].self_attn
@@ -90,8 +93,11 @@ class PackedLlama:
         """The final norm and LM head: float32 logits whatever the model's dtype (harness.judges.head)."""
         device = model.lm_head.weight.device
         dtype = str(model.lm_head.weight.dtype).removeprefix("torch.")
-        why = "kernels: torch" if kernels == "torch" else cpu_kernels.unavailable(
-            device.type, dtype, self.head_dim)
+        why = (
+            "kernels: torch"
+            if kernels == "torch"
+            else cpu_kernels.unavailable(device.type, dtype, self.head_dim)
+        )
         if why is not None and kernels == "vllm":
             raise ValueError(f"kernels: vllm cannot run here: {why}")
         self.paged = why is None
@@ -101,13 +107,18 @@ class PackedLlama:
         """RoPE through vLLM's kernel (kernel path, rotate-half RoPE), else the model's own function."""
         if self.paged:
             try:
-                self.rotary = cpu_kernels.Rotary(self.inner.rotary_emb, self.head_dim, model.lm_head.weight.dtype)
+                self.rotary = cpu_kernels.Rotary(
+                    self.inner.rotary_emb, self.head_dim, model.lm_head.weight.dtype
+                )
             except ValueError:
                 pass
         self._pool: cpu_kernels.KVPool | None = None
         """The kernel path's pool for calls that bring none (plain rows), kept for the next such call."""
-        self.kernels_note = (cpu_kernels.NOTE if self.rotary is not None else cpu_kernels.NOTE.replace(", RoPE", "")
-                             ) if self.paged else f"torch ({why})"
+        self.kernels_note = (
+            (cpu_kernels.NOTE if self.rotary is not None else cpu_kernels.NOTE.replace(", RoPE", ""))
+            if self.paged
+            else f"torch ({why})"
+        )
         """The `kernels` entry of the judge's numerics."""
 
     def fits(self, longest: int) -> bool:
@@ -116,15 +127,17 @@ class PackedLlama:
 
     def new_pool(self, blocks: int) -> cpu_kernels.KVPool:
         """A paged KV pool of `blocks` blocks for the kernel path (it grows if a forward needs more)."""
-        return cpu_kernels.KVPool(len(self.inner.layers), blocks, self.kv_heads, self.head_dim,
-                                  self.model.lm_head.weight.dtype)
+        return cpu_kernels.KVPool(
+            len(self.inner.layers), blocks, self.kv_heads, self.head_dim, self.model.lm_head.weight.dtype
+        )
 
     def pool_blocks(self, segments: Sequence[Segment]) -> int:
         """Blocks a pool needs to run these rows (none kept) on the kernel path."""
         return sum(cpu_kernels.blocks_of(s.start, len(s.tokens)) for s in segments)
 
-    def forward(self, segments: Sequence[Segment], pool: cpu_kernels.KVPool | None = None
-                ) -> tuple[Any, list[Any]]:
+    def forward(
+        self, segments: Sequence[Segment], pool: cpu_kernels.KVPool | None = None
+    ) -> tuple[Any, list[Any]]:
         """Last-token logits (rows, vocab; float32 whatever the model's dtype, harness.judges.head)
         and, for rows with `keep`, their KV for their children: their own per-layer KV (torch
         path), or a `cpu_kernels.PagedKV` in `pool` (kernel path; a pool of its own when None)."""
@@ -206,8 +219,14 @@ class PackedLlama:
         table). The last layer as in `forward`: only the rows' last tokens get a query and an MLP."""
         lengths, ids, pos, last_at = self._inputs(segments)
         d, nh, nkv = self.head_dim, self.heads, self.kv_heads
-        attend = cpu_kernels.Attention(pool, [(s.past[-1] if s.past else None, s.start, n)
-                                              for s, n in zip(segments, lengths)], nh, nkv, d, self.scaling)
+        attend = cpu_kernels.Attention(
+            pool,
+            [(s.past[-1] if s.past else None, s.start, n) for s, n in zip(segments, lengths)],
+            nh,
+            nkv,
+            d,
+            self.scaling,
+        )
         h = self.inner.embed_tokens(ids)
         rope = self._rope(h, pos, last_at)
         layers = self.inner.layers
@@ -272,19 +291,30 @@ class PackedLlama:
                 kr, vr = kr.repeat_interleave(nh // nkv, dim=0), vr.repeat_interleave(nh // nkv, dim=0)
             if last_only:
                 o = F.scaled_dot_product_attention(
-                    q[r : r + 1].transpose(0, 1)[None], kr[None], vr[None], scale=self.scaling,
-                    enable_gqa=native_gqa and nkv != nh)
+                    q[r : r + 1].transpose(0, 1)[None],
+                    kr[None],
+                    vr[None],
+                    scale=self.scaling,
+                    enable_gqa=native_gqa and nkv != nh,
+                )
                 out[r] = o[0, :, 0].reshape(nh * d)
             else:
                 o = F.scaled_dot_product_attention(
-                    q[at : at + n].transpose(0, 1)[None], kr[None], vr[None], attn_mask=masks[r],
-                    is_causal=masks[r] is None, scale=self.scaling, enable_gqa=native_gqa and nkv != nh)
+                    q[at : at + n].transpose(0, 1)[None],
+                    kr[None],
+                    vr[None],
+                    attn_mask=masks[r],
+                    is_causal=masks[r] is None,
+                    scale=self.scaling,
+                    enable_gqa=native_gqa and nkv != nh,
+                )
                 out[at : at + n] = o[0].transpose(0, 1).reshape(n, nh * d)
             at += n
 
 
-def row_batches(lengths: Sequence[int], max_rows: int, max_tokens: int | None,
-                padded: bool = False) -> list[list[int]]:
+def row_batches(
+    lengths: Sequence[int], max_rows: int, max_tokens: int | None, padded: bool = False
+) -> list[list[int]]:
     """Consecutive index groups of at most `max_rows` rows and, when given, `max_tokens` tokens: the
     rows' own tokens back to back (the packed engine), or with `padded` the positions of a padded
     batch, rows x its longest row (HF's forward); a longer row runs alone."""

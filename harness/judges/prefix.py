@@ -108,8 +108,9 @@ class PrefixNode:
         return out[::-1]
 
 
-def build_tree(rows: Sequence[Sequence[int]], indices: Sequence[int] | None = None,
-               min_prefix: int = 16) -> list[PrefixNode]:
+def build_tree(
+    rows: Sequence[Sequence[int]], indices: Sequence[int] | None = None, min_prefix: int = 16
+) -> list[PrefixNode]:
     """Radix tree over `rows[i]` for i in `indices` (all by default); returns the top-level nodes."""
     idx = list(range(len(rows))) if indices is None else list(indices)
     order = sorted(idx, key=lambda i: list(rows[i]))
@@ -120,8 +121,15 @@ def build_tree(rows: Sequence[Sequence[int]], indices: Sequence[int] | None = No
     return top
 
 
-def _grow(rows, order: list[int], start: int, seg_start: int, parent: PrefixNode | None,
-          out: list[PrefixNode], min_prefix: int) -> None:
+def _grow(
+    rows,
+    order: list[int],
+    start: int,
+    seg_start: int,
+    parent: PrefixNode | None,
+    out: list[PrefixNode],
+    min_prefix: int,
+) -> None:
     """Add nodes for `order` (sorted; all share rows[i][:start] and are longer than start)."""
     k = 0
     while k < len(order):
@@ -177,9 +185,19 @@ class PrefixScorer:
     GROUP_PROMPTS = 4
     """`_schedule`: subtrees are grouped until a group ends this many batches' worth of prompts."""
 
-    def __init__(self, model: Any, answer_ids: Any, pad_id: int, device: str, batch_size: int,
-                 min_prefix: int = 16, max_cached_tokens: int = 32768, engine: Any = None,
-                 max_batch_tokens: int = 4096, head: FloatHead | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        answer_ids: Any,
+        pad_id: int,
+        device: str,
+        batch_size: int,
+        min_prefix: int = 16,
+        max_cached_tokens: int = 32768,
+        engine: Any = None,
+        max_batch_tokens: int = 4096,
+        head: FloatHead | None = None,
+    ) -> None:
         self.model = model
         self.head = head if head is not None else FloatHead(model)
         """The final norm and LM head in float32 whatever the model's dtype (harness.judges.head);
@@ -205,8 +223,9 @@ class PrefixScorer:
         """Answer-token log-probs for every prompt, in input order."""
         return gather(self.stream(rows), len(rows))
 
-    def stream(self, rows: Sequence[Sequence[int]], needed: Collection[int] | None = None
-               ) -> Iterator[list[tuple[int, list[float]]]]:
+    def stream(
+        self, rows: Sequence[Sequence[int]], needed: Collection[int] | None = None
+    ) -> Iterator[list[tuple[int, list[float]]]]:
         """The answer log-probs of the `needed` prompts (all by default), as (index, row) lists,
         one list after every forward that finishes any. The batches are those of the call that
         needs every prompt (see the module docstring), so a prompt scores bit for bit alike
@@ -251,8 +270,12 @@ class PrefixScorer:
                     # rows x its longest row against max_batch_tokens, as on the plain padded path.
                     level.sort(key=lambda n: (len(n.tokens), n.start), reverse=True)
                 # Unpadded, tree order: a batch holds neighbours (one candidate A's pairs).
-                batches += [[level[k] for k in b] for b in row_batches(
-                    [len(n.tokens) for n in level], self.batch_size, self.max_batch_tokens, padded=padded)]
+                batches += [
+                    [level[k] for k in b]
+                    for b in row_batches(
+                        [len(n.tokens) for n in level], self.batch_size, self.max_batch_tokens, padded=padded
+                    )
+                ]
                 level = [c for n in level for c in n.children]
         return batches
 
@@ -263,9 +286,16 @@ class PrefixScorer:
         leaves (given back after their forward)."""
         if self.engine is None or not getattr(self.engine, "paged", False):
             return None
-        inner = sum(self.engine.pool_blocks([Segment(n.tokens, n.start)]) for b in batches for n in b if n.keeps_kv())
-        leaves = max((self.engine.pool_blocks([Segment(n.tokens, n.start) for n in b if not n.keeps_kv()])
-                      for b in batches), default=0)
+        inner = sum(
+            self.engine.pool_blocks([Segment(n.tokens, n.start)]) for b in batches for n in b if n.keeps_kv()
+        )
+        leaves = max(
+            (
+                self.engine.pool_blocks([Segment(n.tokens, n.start) for n in b if not n.keeps_kv()])
+                for b in batches
+            ),
+            default=0,
+        )
         if pool is None or pool.capacity < inner + leaves:
             return self.engine.new_pool(inner + leaves)
         pool.reset()
@@ -282,11 +312,11 @@ class PrefixScorer:
         pos = torch.zeros((n_rows, width), dtype=torch.long)
         for k, n in enumerate(nodes):
             m = len(n.tokens)
-            input_ids[k, width - m:] = torch.tensor(n.tokens, dtype=torch.long)
+            input_ids[k, width - m :] = torch.tensor(n.tokens, dtype=torch.long)
             mask[k, past - n.start : past] = 1
-            mask[k, past + width - m:] = 1
+            mask[k, past + width - m :] = 1
             pos[k, :] = n.start  # padding positions: any valid value, they are masked out
-            pos[k, width - m:] = torch.arange(n.start, n.start + m)
+            pos[k, width - m :] = torch.arange(n.start, n.start + m)
         keep_kv = any(n.keeps_kv() for n in nodes)
         cache = self._gather_cache(nodes, past) if past > 0 else None
         if cache is None and keep_kv:
@@ -295,9 +325,12 @@ class PrefixScorer:
             cache = DynamicCache()
         with torch.inference_mode(), self.head.capture() as got:
             result = self.model(
-                input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
-                position_ids=pos.to(self.device), past_key_values=cache,
-                use_cache=cache is not None, logits_to_keep=1,
+                input_ids=input_ids.to(self.device),
+                attention_mask=mask.to(self.device),
+                position_ids=pos.to(self.device),
+                past_key_values=cache,
+                use_cache=cache is not None,
+                logits_to_keep=1,
             )
             logits = self.head.read(got[-1] if got else None, result.logits[:, -1, :])
             logp = torch.log_softmax(logits.float(), dim=-1)[:, self.answer_ids].cpu().tolist()
@@ -306,8 +339,10 @@ class PrefixScorer:
                 for k, n in enumerate(nodes):
                     if n.keeps_kv():
                         m = len(n.tokens)
-                        n.kv = [(key[k, :, past + width - m:].clone(), val[k, :, past + width - m:].clone())
-                                for key, val in layers]
+                        n.kv = [
+                            (key[k, :, past + width - m :].clone(), val[k, :, past + width - m :].clone())
+                            for key, val in layers
+                        ]
         self._record(nodes, n_rows * width)
         return logp
 
@@ -333,8 +368,9 @@ class PrefixScorer:
     def _record(self, nodes: list[PrefixNode], positions: int) -> None:
         """Count the forward's work."""
         self.tokens_processed += sum(len(n.tokens) for n in nodes)
-        self.attention_pairs += sum(len(n.tokens) * n.start + len(n.tokens) * (len(n.tokens) + 1) // 2
-                                    for n in nodes)
+        self.attention_pairs += sum(
+            len(n.tokens) * n.start + len(n.tokens) * (len(n.tokens) + 1) // 2 for n in nodes
+        )
         self.tokens_padded += positions
         self.forwards += 1
 

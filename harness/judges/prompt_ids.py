@@ -34,7 +34,9 @@ def control_pattern(tokenizer: Any) -> re.Pattern[str] | None:
     key = hash((id(tokenizer), len(tokenizer)))
     if key not in _PATTERNS:
         added = getattr(tokenizer, "added_tokens_decoder", None) or {}
-        strings = sorted({str(getattr(t, "content", t)) for t in added.values()} - {""}, key=len, reverse=True)
+        strings = sorted(
+            {str(getattr(t, "content", t)) for t in added.values()} - {""}, key=len, reverse=True
+        )
         _PATTERNS[key] = re.compile("|".join(map(re.escape, strings))) if strings else None
     return _PATTERNS[key]
 
@@ -52,7 +54,8 @@ def encode_as_text(tokenizer: Any, text: str, frame: str, add_special_tokens: bo
     if pieces is None:  # the template changes message text beyond recognition: never guess
         raise JudgeInputError(
             f"{where} holds a chat control-token string and the chat template rewrites message text, so it "
-            "cannot be kept as plain text; remove the control-token strings from the data")
+            "cannot be kept as plain text; remove the control-token strings from the data"
+        )
     pattern = control_pattern(tokenizer)
     runs: list[str | int] = []
     buf = ""
@@ -62,7 +65,7 @@ def encode_as_text(tokenizer: Any, text: str, frame: str, add_special_tokens: bo
             continue
         pos = 0
         for m in pattern.finditer(piece):
-            buf += piece[pos:m.start()]
+            buf += piece[pos : m.start()]
             if buf:
                 runs.append(buf)
             buf = ""
@@ -73,15 +76,20 @@ def encode_as_text(tokenizer: Any, text: str, frame: str, add_special_tokens: bo
         runs.append(buf)
     ids = list(tokenizer("", add_special_tokens=True)["input_ids"]) if add_special_tokens else []
     for run in runs:
-        ids += [run] if isinstance(run, int) else tokenizer(run, add_special_tokens=False,
-                                                             split_special_tokens=True)["input_ids"]
+        ids += (
+            [run]
+            if isinstance(run, int)
+            else tokenizer(run, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        )
     return ids
 
 
 def _cut(frame: str, text: str) -> list[tuple[str, bool]] | None:
     """`text` as (piece, is_message) pieces, the template pieces being `frame`'s around SENTINEL."""
     parts = frame.split(SENTINEL)
-    m = re.fullmatch("(.*?)".join(map(re.escape, parts)) if len(parts) > 1 else re.escape(frame), text, re.DOTALL)
+    m = re.fullmatch(
+        "(.*?)".join(map(re.escape, parts)) if len(parts) > 1 else re.escape(frame), text, re.DOTALL
+    )
     if m is None:
         return None
     out, pos = [], 0
@@ -92,12 +100,21 @@ def _cut(frame: str, text: str) -> list[tuple[str, bool]] | None:
     return out + [(text[pos:], False)]
 
 
-def encode_chat(tokenizer: Any, texts: Sequence[str], messages: Sequence[Sequence[str | None]],
-                frame: Callable[[], str], add_special_tokens: bool, where: Callable[[int], str]) -> list[list[int]]:
+def encode_chat(
+    tokenizer: Any,
+    texts: Sequence[str],
+    messages: Sequence[Sequence[str | None]],
+    frame: Callable[[], str],
+    add_special_tokens: bool,
+    where: Callable[[int], str],
+) -> list[list[int]]:
     """Ids of every text: one batched call, then the rows whose messages hold control-token strings
     again as plain text (`encode_as_text`; `frame()` renders the template around SENTINEL)."""
-    ids = [list(row) for row in tokenizer(list(texts), add_special_tokens=add_special_tokens)["input_ids"]] \
-        if texts else []
+    ids = (
+        [list(row) for row in tokenizer(list(texts), add_special_tokens=add_special_tokens)["input_ids"]]
+        if texts
+        else []
+    )
     forged = [k for k, m in enumerate(messages) if holds_control_text(tokenizer, m)]
     if forged:
         shape = frame()

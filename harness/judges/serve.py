@@ -53,19 +53,45 @@ def on_cpu() -> bool:
     return bool(current_platform.is_cpu())
 
 
-def server_command(model: str, *, host: str, port: int, name: str | None, cpu: bool,
-                   extra: Sequence[str] = ()) -> list[str]:
+def server_command(
+    model: str, *, host: str, port: int, name: str | None, cpu: bool, extra: Sequence[str] = ()
+) -> list[str]:
     """The api_server command line for a conf/model name or model spec."""
     spec = model_spec(model)
     folder = model_folder(model)
     config_file = Path(folder) / "config.json"
     config = json.loads(config_file.read_text()) if config_file.is_file() else {}
     max_len = spec.get("max_length")
-    settings = engine_settings(folder, on_cpu=cpu, dtype=str(spec.get("dtype") or "auto"), max_model_len=max_len,
-                               block_size=None, kv_cache_memory_bytes=None, enforce_eager=None, model_config=config)
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", folder,
-           "--served-model-name", name or model, "--host", host, "--port", str(port),
-           "--dtype", settings["dtype"], "--tokenizer-mode", "hf", "--enable-prefix-caching", "--seed", "0"]
+    settings = engine_settings(
+        folder,
+        on_cpu=cpu,
+        dtype=str(spec.get("dtype") or "auto"),
+        max_model_len=max_len,
+        block_size=None,
+        kv_cache_memory_bytes=None,
+        enforce_eager=None,
+        model_config=config,
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        folder,
+        "--served-model-name",
+        name or model,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--dtype",
+        settings["dtype"],
+        "--tokenizer-mode",
+        "hf",
+        "--enable-prefix-caching",
+        "--seed",
+        "0",
+    ]
     if max_len:
         cmd += ["--max-model-len", str(max_len)]
     if settings.get("enforce_eager"):
@@ -97,29 +123,38 @@ def check_command(port: int, extra: Sequence[str]) -> None:
     for i, arg in enumerate(extra):
         name, sep, value = arg.partition("=")
         if name == "--api-key":
-            raise ConfigError("-- --api-key puts the key on the command line (ps, shell history, this command's "
-                              "printout); export VLLM_API_KEY=... instead (vLLM reads it) and run the judge with "
-                              "backend.api_key_env=VLLM_API_KEY")
+            raise ConfigError(
+                "-- --api-key puts the key on the command line (ps, shell history, this command's "
+                "printout); export VLLM_API_KEY=... instead (vLLM reads it) and run the judge with "
+                "backend.api_key_env=VLLM_API_KEY"
+            )
         if name == "--port":
             value = value if sep else (extra[i + 1] if i + 1 < len(extra) else "")
             given.append((f"-- --port {value}", value))
     for flag, value in given:
         if not (value.lstrip("-").isdigit() and int(value) in PORTS):
-            raise ConfigError(f"{flag} is not a TCP port: use one in 1-65535 (and the same in the judge's "
-                              "backend.base_url)")
+            raise ConfigError(
+                f"{flag} is not a TCP port: use one in 1-65535 (and the same in the judge's backend.base_url)"
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    own = argv[:argv.index("--")] if "--" in argv else argv
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    own = argv[: argv.index("--")] if "--" in argv else argv
     p = argparse.ArgumentParser(prog="python -m harness.judges.serve", description=__doc__.split("\n\n")[0])
-    p.add_argument("model", help="a conf/model name (smollm2, llama3_8b_instruct, ...) or a model folder/spec")
+    p.add_argument(
+        "model", help="a conf/model name (smollm2, llama3_8b_instruct, ...) or a model folder/spec"
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--name", default=None, help="served model name (backend.model=...); default: MODEL")
-    p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
-                   help="whose settings: auto = the installed vLLM's platform")
+    p.add_argument(
+        "--device",
+        choices=("auto", "cpu", "gpu"),
+        default="auto",
+        help="whose settings: auto = the installed vLLM's platform",
+    )
     p.add_argument("--print", action="store_true", help="print the command instead of starting the server")
     args = p.parse_args(own)
     try:

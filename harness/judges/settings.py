@@ -76,15 +76,29 @@ class ModelSettings:
             one_of("model.dtype", self.dtype, DTYPES)
         one_of("model.chat_format", self.chat_format, CHAT_FORMATS)
         if self.chat_format == "zepo" and not self.chat_template:
-            raise bad("model.chat_format", self.chat_format, "wraps the prompt in the chat template: "
-                      "set model.chat_template=true, or model.chat_format=default for plain text")
+            raise bad(
+                "model.chat_format",
+                self.chat_format,
+                "wraps the prompt in the chat template: "
+                "set model.chat_template=true, or model.chat_format=default for plain text",
+            )
         one_of("model.readout", self.readout, READOUTS)
         at_least("model.max_new_tokens", self.max_new_tokens, 1)
         if self.tie_label is not None and self.tie_label not in self.labels:
-            raise bad("model.tie_label", self.tie_label, f"must be one of model.labels {list(self.labels)} (or null)")
-        if self.system_prompt and not self.chat_template:  # plain text has no place for it: never dropped silently
-            raise bad("model.system_prompt", self.system_prompt, "is read through the chat template, which "
-                      "model.chat_template=false turns off: set model.chat_template=true, or leave model.system_prompt null")
+            raise bad(
+                "model.tie_label",
+                self.tie_label,
+                f"must be one of model.labels {list(self.labels)} (or null)",
+            )
+        if (
+            self.system_prompt and not self.chat_template
+        ):  # plain text has no place for it: never dropped silently
+            raise bad(
+                "model.system_prompt",
+                self.system_prompt,
+                "is read through the chat template, which "
+                "model.chat_template=false turns off: set model.chat_template=true, or leave model.system_prompt null",
+            )
 
 
 @dataclass
@@ -159,8 +173,13 @@ class VLLMSettings:
         check_engine_args(self.engine_args)
 
 
-MODEL_ENGINE_ARGS = {"model": "model.path", "tokenizer": "model.path", "revision": "model.revision",
-                     "max_model_len": "model.max_length", "trust_remote_code": "model.trust_remote_code"}
+MODEL_ENGINE_ARGS = {
+    "model": "model.path",
+    "tokenizer": "model.path",
+    "revision": "model.revision",
+    "max_model_len": "model.max_length",
+    "trust_remote_code": "model.trust_remote_code",
+}
 """vLLM engine arguments the judge sets from conf/model (and those named like a VLLMSettings field,
 from conf/backend): backend.engine_args may not set them a second time."""
 
@@ -169,11 +188,26 @@ READOUT_ENGINE_ARGS = ("logprobs_mode", "hf_overrides", "skip_tokenizer_init", "
 """vLLM engine arguments that would change what the read-out assumes (raw log-softmax of the model
 and tokenizer the judge checked): refused in backend.engine_args."""
 
-SCHEDULING_ENGINE_ARGS = frozenset({
-    "max_num_seqs", "max_num_batched_tokens", "long_prefill_token_threshold", "enable_chunked_prefill",
-    "scheduling_policy", "async_scheduling", "data_parallel_size", "pipeline_parallel_size",
-    "distributed_executor_backend", "compilation_config", "disable_log_stats", "cpu_offload_gb",
-    "max_parallel_loading_workers", "disable_custom_all_reduce", "worker_cls", "enable_expert_parallel"})
+SCHEDULING_ENGINE_ARGS = frozenset(
+    {
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "long_prefill_token_threshold",
+        "enable_chunked_prefill",
+        "scheduling_policy",
+        "async_scheduling",
+        "data_parallel_size",
+        "pipeline_parallel_size",
+        "distributed_executor_backend",
+        "compilation_config",
+        "disable_log_stats",
+        "cpu_offload_gb",
+        "max_parallel_loading_workers",
+        "disable_custom_all_reduce",
+        "worker_cls",
+        "enable_expert_parallel",
+    }
+)
 """Engine arguments that change how requests are batched and placed, not which numbers a request
 gets beyond the float order of its batch (the same bound as a resume: docs/slurm.md): left out of
 the judge's identity, so changing them (a resubmission with fewer sequences) keeps the cache."""
@@ -185,12 +219,18 @@ def check_engine_args(args: Mapping[str, Any]) -> None:
     Where vLLM is not importable the names are checked when the judge is built (where it must be)."""
     if not args:
         return  # vLLM is imported only to check names given
-    own = {**{k: f"from {v}; set {v}=... instead" for k, v in MODEL_ENGINE_ARGS.items()},
-           "tokenizer_mode": "itself: it tokenizes every prompt (prompts reach vLLM as token ids)",
-           **{k: "itself: the read-out depends on it (raw log-probabilities of the model it checked)"
-              for k in READOUT_ENGINE_ARGS},
-           **{f.name: f"from backend.{f.name}; set backend.{f.name}=... instead"
-              for f in dataclasses.fields(VLLMSettings)}}
+    own = {
+        **{k: f"from {v}; set {v}=... instead" for k, v in MODEL_ENGINE_ARGS.items()},
+        "tokenizer_mode": "itself: it tokenizes every prompt (prompts reach vLLM as token ids)",
+        **{
+            k: "itself: the read-out depends on it (raw log-probabilities of the model it checked)"
+            for k in READOUT_ENGINE_ARGS
+        },
+        **{
+            f.name: f"from backend.{f.name}; set backend.{f.name}=... instead"
+            for f in dataclasses.fields(VLLMSettings)
+        },
+    }
     for key in args:
         if key in own:
             raise ConfigError(f"backend.engine_args.{key} is set by the harness {own[key]}")
@@ -201,9 +241,11 @@ def check_engine_args(args: Mapping[str, Any]) -> None:
     for key in args:
         if key not in names:
             near = difflib.get_close_matches(str(key), sorted(names), n=3, cutoff=0.6)
-            raise ConfigError(f"backend.engine_args.{key} is not an engine argument of vLLM {version} (EngineArgs); "
-                              + (f"nearest: {', '.join(near)}; " if near else "")
-                              + "fix the spelling or drop it")
+            raise ConfigError(
+                f"backend.engine_args.{key} is not an engine argument of vLLM {version} (EngineArgs); "
+                + (f"nearest: {', '.join(near)}; " if near else "")
+                + "fix the spelling or drop it"
+            )
 
 
 def engine_arg_names() -> tuple[str, set[str]] | None:

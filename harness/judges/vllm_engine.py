@@ -52,7 +52,9 @@ def engine_threads(on_cpu: bool, in_process: bool, cpu_threads: int | None, core
     return cpu_threads or max(1, (cores or 2) - 1)
 
 
-def started(vllm: Any, kwargs: dict[str, Any], threads: int | None, environment: Mapping[str, str | None]) -> Any:
+def started(
+    vllm: Any, kwargs: dict[str, Any], threads: int | None, environment: Mapping[str, str | None]
+) -> Any:
     """A new vllm.LLM(**kwargs) under `environment` and `threads`, this process left as it was:
     its environment and torch's thread count (and set_num_threads, which vLLM's in-process CPU
     worker replaces with a no-op)."""
@@ -83,8 +85,13 @@ def started(vllm: Any, kwargs: dict[str, Any], threads: int | None, environment:
                 os.environ[name] = value
 
 
-def stream_outputs(engine: Any, rows: Sequence[tuple[int, list[int]]], params: Any, threads: int | None,
-                   window: int | None = None) -> Iterator[list[tuple[int, Any]]]:
+def stream_outputs(
+    engine: Any,
+    rows: Sequence[tuple[int, list[int]]],
+    params: Any,
+    threads: int | None,
+    window: int | None = None,
+) -> Iterator[list[tuple[int, Any]]]:
     """(key, RequestOutput) lists from `engine` (an LLMEngine) for every (key, token ids) in
     `rows`, added in their order (vLLM schedules first come first served): all before the first
     step, or `window` at most in the engine at once, topped up after every step; one list per step
@@ -109,14 +116,17 @@ def stream_outputs(engine: Any, rows: Sequence[tuple[int, list[int]]], params: A
             for _, o in done:
                 reason = o.outputs[0].finish_reason if o.outputs else None
                 if reason not in ("length", "stop", "repetition"):
-                    raise JudgeOutputError(f"the vLLM engine ended a judge request with {reason!r} (not a "
-                                           "finished answer); nothing of it is kept: run again")
+                    raise JudgeOutputError(
+                        f"the vLLM engine ended a judge request with {reason!r} (not a "
+                        "finished answer); nothing of it is kept: run again"
+                    )
             top_up()
             if done:
                 yield done
             elif not engine.has_unfinished_requests():
-                raise JudgeOutputError(f"the vLLM engine stopped with {len(pending)} of the judge's requests "
-                                       "unanswered")
+                raise JudgeOutputError(
+                    f"the vLLM engine stopped with {len(pending)} of the judge's requests unanswered"
+                )
     finally:
         if pending:  # closed early (preempted, interrupted, an error): the engine drops the rest
             try:

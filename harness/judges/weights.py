@@ -23,8 +23,14 @@ from harness.models.paths import broken_weight_file, cache_dir
 log = logging.getLogger(__name__)
 
 
-def load_model_and_tokenizer(path: str | Path, gguf_file: str | None, dtype, device: str,
-                             revision: str | None = None, trust_remote_code: bool = False):
+def load_model_and_tokenizer(
+    path: str | Path,
+    gguf_file: str | None,
+    dtype,
+    device: str,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+):
     """Load an HF directory (or a GGUF file inside one) for causal-LM scoring."""
     tok = load_tokenizer(path, gguf_file, revision, trust_remote_code)
     return load_weights(path, gguf_file, dtype, device, revision, trust_remote_code), tok
@@ -52,8 +58,12 @@ def _load_error(e: Exception) -> bool:
     return isinstance(e, OSError | ValueError) or type(e).__name__ == "SafetensorError"
 
 
-def load_tokenizer(path: str | Path, gguf_file: str | None = None, revision: str | None = None,
-                   trust_remote_code: bool = False) -> Any:
+def load_tokenizer(
+    path: str | Path,
+    gguf_file: str | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+) -> Any:
     """The model's tokenizer alone (what a cached run needs: prompts are encoded, weights are not).
 
     AutoTokenizer picks the class; importing it imports torch and most of transformers (about 6 CPU
@@ -77,8 +87,14 @@ def load_tokenizer(path: str | Path, gguf_file: str | None = None, revision: str
     except (OSError, ValueError) as e:
         raise _cannot_load(path, gguf_file, e) from None
     if key and type(tok).__module__.startswith("transformers."):
-        _remember_tokenizer(key, {"class": f"{type(tok).__module__}:{type(tok).__qualname__}",
-                                  "check": tokenizer_summary(tok), "folder": os.path.realpath(path)})
+        _remember_tokenizer(
+            key,
+            {
+                "class": f"{type(tok).__module__}:{type(tok).__qualname__}",
+                "check": tokenizer_summary(tok),
+                "folder": os.path.realpath(path),
+            },
+        )
     return tok
 
 
@@ -151,7 +167,9 @@ def _remember_tokenizer(key: str, value: dict[str, str]) -> None:
             except DataError:
                 pass
         # Folders that are gone (a test's copy, a deleted fine-tune) are dropped.
-        merged = {k: v for k, v in merged.items() if isinstance(v, dict) and os.path.isdir(str(v.get("folder")))}
+        merged = {
+            k: v for k, v in merged.items() if isinstance(v, dict) and os.path.isdir(str(v.get("folder")))
+        }
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, merged)
     except OSError as e:
@@ -161,8 +179,12 @@ def _remember_tokenizer(key: str, value: dict[str, str]) -> None:
 TOKENIZER_CLASSES = "tokenizer_classes.json"
 
 
-def load_config(path: str | Path, gguf_file: str | None = None, revision: str | None = None,
-                trust_remote_code: bool = False) -> Any:
+def load_config(
+    path: str | Path,
+    gguf_file: str | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+) -> Any:
     """The model's config alone (its context length and architecture, without the weights).
 
     A local folder whose config.json names its `model_type` and declares its positions is read as
@@ -203,14 +225,21 @@ WEIGHT_LOADS: Counter[str] = Counter()
 """Weight loads in this process per model path (a run whose requests are all cached makes none)."""
 
 
-def load_weights(path: str | Path, gguf_file: str | None, dtype, device: str, revision: str | None = None,
-                 trust_remote_code: bool = False) -> Any:
+def load_weights(
+    path: str | Path,
+    gguf_file: str | None,
+    dtype,
+    device: str,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+) -> Any:
     """The model's weights, on `device`, in eval mode (counted in WEIGHT_LOADS)."""
     from transformers import AutoModelForCausalLM
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype,
-                                                     **_load_kwargs(gguf_file, revision, trust_remote_code))
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=dtype, **_load_kwargs(gguf_file, revision, trust_remote_code)
+        )
     except Exception as e:
         if not _load_error(e):
             raise

@@ -120,8 +120,11 @@ class PreemptibleJudge:
         window = stream_window(self.judge, self.STREAM_WINDOW) or max(1, len(requests))
         for at in range(0, len(requests), window):
             part = requests[at : at + window]
-            steps = self.judge.stream_scores(part, progress=progress) if takes_progress else \
-                self.judge.stream_scores(part)
+            steps = (
+                self.judge.stream_scores(part, progress=progress)
+                if takes_progress
+                else self.judge.stream_scores(part)
+            )
             try:
                 out.extend(gather(_held(steps, None if takes_progress else progress), len(part)))
             finally:

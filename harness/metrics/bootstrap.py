@@ -50,15 +50,19 @@ from harness.metrics.views import EPS, Frame
 
 NO_INTERVAL = ("n_judgments", "n_docs", "n_calibration", "n_order_pairs", "spearman_pairs_se")
 """metric_set keys without an interval: counts, and the shuffle standard error (itself a spread)."""
-CONDITIONAL = ("batch calibration's logit shift and the content-free P(A) are held at their full-data values "
-               "(intervals of the batch and contextual variants are conditional on them)")
+CONDITIONAL = (
+    "batch calibration's logit shift and the content-free P(A) are held at their full-data values "
+    "(intervals of the batch and contextual variants are conditional on them)"
+)
 
 
 def check_settings(rounds: int, level: float) -> None:
     """metrics.bootstrap (0: no intervals; else intervals, and this many bootstrap rounds for the
     statistics that take their RMSE from them) and metrics.level."""
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
-        raise ConfigError(f"metrics.bootstrap must be an integer >= 0 (0 turns intervals off), got {rounds!r}")
+        raise ConfigError(
+            f"metrics.bootstrap must be an integer >= 0 (0 turns intervals off), got {rounds!r}"
+        )
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
         raise ConfigError(f"metrics.level must lie strictly between 0 and 1 (e.g. 0.95), got {level!r}")
 
@@ -118,10 +122,19 @@ class LeaveOneOut:
         return out
 
     def meta(self) -> dict[str, object]:
-        return {"method": METHOD, "level": self.level, "unit": "document", "n_documents": len(self.ids),
-                "rounds": self.boot_rounds, "seed": self.seed, "bootstrapped": list(BOOTSTRAPPED),
-                "min_documents": MIN_DOCUMENTS, "min_documents_of": dict(MIN_DOCUMENTS_OF),
-                "fisher_z": sorted(FISHER), "held_fixed": CONDITIONAL}
+        return {
+            "method": METHOD,
+            "level": self.level,
+            "unit": "document",
+            "n_documents": len(self.ids),
+            "rounds": self.boot_rounds,
+            "seed": self.seed,
+            "bootstrapped": list(BOOTSTRAPPED),
+            "min_documents": MIN_DOCUMENTS,
+            "min_documents_of": dict(MIN_DOCUMENTS_OF),
+            "fisher_z": sorted(FISHER),
+            "held_fixed": CONDITIONAL,
+        }
 
 
 def no_interval_meta() -> dict[str, object]:
@@ -163,7 +176,9 @@ def _cell_layout(frame: Frame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return cell_doc, row < col, frame.start[cell_doc] + col * n + row
 
 
-def _decisions(flat: np.ndarray, keep: np.ndarray, cell_doc: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
+def _decisions(
+    flat: np.ndarray, keep: np.ndarray, cell_doc: np.ndarray, d: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-document A-rate (argmax) and whether it is defined, over the cells `keep`."""
     with np.errstate(invalid="ignore"):
         n_a = _bincount(cell_doc[keep & (flat > 0.5)], None, d)
@@ -172,8 +187,13 @@ def _decisions(flat: np.ndarray, keep: np.ndarray, cell_doc: np.ndarray, d: int)
     return np.nan_to_num(rate), np.isfinite(rate).astype(float)
 
 
-def doc_stats(frame: Frame, win: Mapping[str, tuple[float, float]], pairs: Mapping[str, tuple[float, float]],
-              upper_p: np.ndarray | None = None, bins: int = 10) -> DocStats:
+def doc_stats(
+    frame: Frame,
+    win: Mapping[str, tuple[float, float]],
+    pairs: Mapping[str, tuple[float, float]],
+    upper_p: np.ndarray | None = None,
+    bins: int = 10,
+) -> DocStats:
     """Per-document statistics of `frame`'s P(A) column; `win`/`pairs`: per-document (Spearman,
     Kendall) of the documents the correlations kept (view_correlations' per_doc_out); `upper_p`:
     the column whose upper-triangle decision rate is a_rate_upper (metric_set's official_p)."""
@@ -217,8 +237,11 @@ def doc_stats(frame: Frame, win: Mapping[str, tuple[float, float]], pairs: Mappi
     b = np.minimum((pl * bins).astype(int), bins - 1)
     key = dl * bins + b
     shape = (d, bins)
-    ece = (_bincount(key, None, d * bins).reshape(shape), _bincount(key, yl, d * bins).reshape(shape),
-           _bincount(key, pl, d * bins).reshape(shape))
+    ece = (
+        _bincount(key, None, d * bins).reshape(shape),
+        _bincount(key, yl, d * bins).reshape(shape),
+        _bincount(key, pl, d * bins).reshape(shape),
+    )
     # Answer mass of the readable judgments (not P(A)-dependent).
     mass, mdoc = tokens.mass[tokens.readable], doc[tokens.readable]
     order = np.argsort(mass, kind="stable")
@@ -229,27 +252,37 @@ def doc_stats(frame: Frame, win: Mapping[str, tuple[float, float]], pairs: Mappi
         vals = np.array([per.get(x, (0.0, 0.0)) for x in frame.doc_ids]).reshape(d, 2)
         s[f"{name}_def"] = np.array([x in per for x in frame.doc_ids], dtype=float)
         s[f"{name}_rho"], s[f"{name}_tau"] = vals[:, 0], vals[:, 1]
-    return DocStats(s, ece, (mass[order], mdoc[order]), bool((tokens.bc_mismatch & ok).any()),
-                    _whole_inputs(frame, flat, set(win)))
+    return DocStats(
+        s,
+        ece,
+        (mass[order], mdoc[order]),
+        bool((tokens.bc_mismatch & ok).any()),
+        _whole_inputs(frame, flat, set(win)),
+    )
 
 
-def _whole_inputs(frame: Frame, flat: np.ndarray, kept: set[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _whole_inputs(
+    frame: Frame, flat: np.ndarray, kept: set[str]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     xs, hs, ds = [], [], []
     for k, doc_id in enumerate(frame.doc_ids):
         if doc_id not in kept:
             continue
         n = len(frame.ids[k])
-        m = flat[frame.start[k]:frame.start[k] + n * n].reshape(n, n)
+        m = flat[frame.start[k] : frame.start[k] + n * n].reshape(n, n)
         judged = np.isfinite(m)
         with np.errstate(invalid="ignore"):
-            x = rankable(np.where(judged.any(axis=1), np.where(judged, m, 0.0).sum(axis=1) / judged.sum(axis=1),
-                                  np.nan))
+            x = rankable(
+                np.where(
+                    judged.any(axis=1), np.where(judged, m, 0.0).sum(axis=1) / judged.sum(axis=1), np.nan
+                )
+            )
         h = frame.human[k]
         good = np.isfinite(x) & np.isfinite(h)
         xs.append(x[good])
         hs.append(h[good])
         ds.append(np.full(int(good.sum()), k))
-    cat = (lambda a: np.concatenate(a) if a else np.zeros(0))  # noqa: E731
+    cat = lambda a: np.concatenate(a) if a else np.zeros(0)  # noqa: E731
     return cat(xs), cat(hs), cat(ds).astype(np.int64)
 
 
@@ -270,18 +303,29 @@ def replicate(stats: DocStats, w: np.ndarray, mass_median: np.ndarray | None = N
     bc = np.full(len(w), np.nan) if stats.bc_undefined else np.abs(ratio("bc", "judged")) / 2
     rho_w, tau_w = whole_correlations(*stats.whole, w)
     return {
-        "a_rate": rate, "a_rate_prob": rate_prob,
-        "order_consistency": ratio("order_same", "order_n"), "order_gap": ratio("order_gap", "order_n"),
+        "a_rate": rate,
+        "a_rate_prob": rate_prob,
+        "order_consistency": ratio("order_same", "order_n"),
+        "order_gap": ratio("order_gap", "order_n"),
         "answer_mass_median": weighted_median(*stats.masses, w) if mass_median is None else mass_median,
         "answer_mass_low_share": ratio("mass_low", "mass_n"),
-        "fairness": -np.abs(rate - 0.5), "fairness_prob": -np.abs(rate_prob - 0.5),
-        "max_prob": ratio("max_prob", "judged"), "entropy": ratio("entropy", "judged"),
-        "ece": ece, "brier": ratio("brier", "cal_n"), "nll": ratio("nll", "cal_n"),
+        "fairness": -np.abs(rate - 0.5),
+        "fairness_prob": -np.abs(rate_prob - 0.5),
+        "max_prob": ratio("max_prob", "judged"),
+        "entropy": ratio("entropy", "judged"),
+        "ece": ece,
+        "brier": ratio("brier", "cal_n"),
+        "nll": ratio("nll", "cal_n"),
         "accuracy": ratio("correct", "cal_n"),
-        "spearman": ratio("win_rho", "win_def"), "kendall": ratio("win_tau", "win_def"),
-        "spearman_pairs": ratio("pairs_rho", "pairs_def"), "kendall_pairs": ratio("pairs_tau", "pairs_def"),
-        "spearman_whole": rho_w, "kendall_whole": tau_w,
-        "a_rate_upper": ratio("upper", "upper_def"), "bc": bc, "prob_gap": ratio("gap", "judged"),
+        "spearman": ratio("win_rho", "win_def"),
+        "kendall": ratio("win_tau", "win_def"),
+        "spearman_pairs": ratio("pairs_rho", "pairs_def"),
+        "kendall_pairs": ratio("pairs_tau", "pairs_def"),
+        "spearman_whole": rho_w,
+        "kendall_whole": tau_w,
+        "a_rate_upper": ratio("upper", "upper_def"),
+        "bc": bc,
+        "prob_gap": ratio("gap", "judged"),
     }
 
 
@@ -292,13 +336,13 @@ def weighted_median(sorted_values: np.ndarray, doc: np.ndarray, w: np.ndarray, c
         return out
     wi = w.astype(np.int32)
     for lo in range(0, len(w), chunk):
-        c = np.cumsum(wi[lo:lo + chunk][:, doc], axis=1, dtype=np.int32)  # (chunk, values)
+        c = np.cumsum(wi[lo : lo + chunk][:, doc], axis=1, dtype=np.int32)  # (chunk, values)
         total = c[:, -1]
         # np.median: the mean of the values at 0-based positions floor((T-1)/2) and floor(T/2).
         first = (c > np.floor((total - 1) / 2)[:, None]).argmax(axis=1)
         second = (c > np.floor(total / 2)[:, None]).argmax(axis=1)
         med = (sorted_values[first] + sorted_values[second]) / 2
-        out[lo:lo + chunk] = np.where(total > 0, med, np.nan)
+        out[lo : lo + chunk] = np.where(total > 0, med, np.nan)
     return out
 
 
@@ -312,7 +356,9 @@ def _midranks(values: np.ndarray, doc: np.ndarray, w: np.ndarray, n_docs: int) -
     return (below + (wg + 1) / 2)[:, inv]
 
 
-def whole_correlations(x: np.ndarray, h: np.ndarray, doc: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def whole_correlations(
+    x: np.ndarray, h: np.ndarray, doc: np.ndarray, w: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Pooled Spearman and Kendall tau-b of (x, h) per round, each candidate weighted by its
     document's count; NaN where undefined (fewer than two, or constant x or h), as _whole_corr."""
     rounds, n_docs = w.shape
@@ -352,12 +398,29 @@ def percentile_interval(reps: np.ndarray, level: float) -> list[float] | None:
     return [float(lo), float(hi)]
 
 
-SUPPORT = {"a_rate": "rate_def", "fairness": "rate_def", "a_rate_prob": "rate_prob_def",
-           "fairness_prob": "rate_prob_def", "a_rate_upper": "upper_def", "order_consistency": "order_n",
-           "order_gap": "order_n", "answer_mass_median": "mass_n", "answer_mass_low_share": "mass_n",
-           "max_prob": "judged", "entropy": "judged", "bc": "judged", "prob_gap": "judged", "ece": "cal_n",
-           "brier": "cal_n", "nll": "cal_n", "accuracy": "cal_n", "spearman": "win_def", "kendall": "win_def",
-           "spearman_pairs": "pairs_def", "kendall_pairs": "pairs_def"}
+SUPPORT = {
+    "a_rate": "rate_def",
+    "fairness": "rate_def",
+    "a_rate_prob": "rate_prob_def",
+    "fairness_prob": "rate_prob_def",
+    "a_rate_upper": "upper_def",
+    "order_consistency": "order_n",
+    "order_gap": "order_n",
+    "answer_mass_median": "mass_n",
+    "answer_mass_low_share": "mass_n",
+    "max_prob": "judged",
+    "entropy": "judged",
+    "bc": "judged",
+    "prob_gap": "judged",
+    "ece": "cal_n",
+    "brier": "cal_n",
+    "nll": "cal_n",
+    "accuracy": "cal_n",
+    "spearman": "win_def",
+    "kendall": "win_def",
+    "spearman_pairs": "pairs_def",
+    "kendall_pairs": "pairs_def",
+}
 """Each replicated metric -> the per-document count that says whether a document contributes to it."""
 
 
@@ -375,8 +438,14 @@ BOOTSTRAPPED = ("answer_mass_median",)
 leaves): their interval's RMSE comes from percentile-bootstrap rounds instead."""
 
 
-def interval_of(key: str, value: float | int | None, rows: np.ndarray, mask: np.ndarray, level: float,
-                boot: np.ndarray | None = None) -> Interval | None:
+def interval_of(
+    key: str,
+    value: float | int | None,
+    rows: np.ndarray,
+    mask: np.ndarray,
+    level: float,
+    boot: np.ndarray | None = None,
+) -> Interval | None:
     """The interval of one metric from its leave-one-out rows over the documents `mask` keeps (its
     bootstrap rounds `boot` for BOOTSTRAPPED); None where the value itself is undefined."""
     if value is None or not math.isfinite(float(value)):
@@ -386,8 +455,13 @@ def interval_of(key: str, value: float | int | None, rows: np.ndarray, mask: np.
     return jackknife_interval(float(value), np.asarray(rows, dtype=float)[mask], level, key)
 
 
-def intervals(point: Mapping[str, float | int], reps: Mapping[str, np.ndarray], masks: Mapping[str, np.ndarray],
-              level: float, boot: Mapping[str, np.ndarray] | None = None) -> dict[str, Interval | None]:
+def intervals(
+    point: Mapping[str, float | int],
+    reps: Mapping[str, np.ndarray],
+    masks: Mapping[str, np.ndarray],
+    level: float,
+    boot: Mapping[str, np.ndarray] | None = None,
+) -> dict[str, Interval | None]:
     """{metric: Interval} for every replicated metric; None where the value itself is undefined."""
     return {k: interval_of(k, point.get(k), r, masks[k], level, (boot or {}).get(k)) for k, r in reps.items()}
 
@@ -397,9 +471,17 @@ def as_lists(ivs: Mapping[str, Interval | None]) -> dict[str, list[float] | None
     return {k: None if iv is None else iv.as_list() for k, iv in ivs.items()}
 
 
-def paired(label: str, a: float, b: float, reps_a: np.ndarray | None, reps_b: np.ndarray | None,
-           level: float, mask: np.ndarray | None = None, metric: str | None = None,
-           boots: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, object]:
+def paired(
+    label: str,
+    a: float,
+    b: float,
+    reps_a: np.ndarray | None,
+    reps_b: np.ndarray | None,
+    level: float,
+    mask: np.ndarray | None = None,
+    metric: str | None = None,
+    boots: tuple[np.ndarray, np.ndarray] | None = None,
+) -> dict[str, object]:
     """B - A on the same documents, its interval from the same rows' B - A (a paired jackknife over
     the documents `mask` keeps: those either arm rests on; for BOOTSTRAPPED metrics the same
     bootstrap rounds' B - A, `boots`), its documents and method, and its sentence."""
@@ -412,18 +494,35 @@ def paired(label: str, a: float, b: float, reps_a: np.ndarray | None, reps_b: np
             n = len(rows) if mask is None else int(np.sum(mask))
             iv = bootstrap_interval(diff, boots[1] - boots[0], n, level, metric, difference=True)
         else:
-            iv = jackknife_interval(diff, rows if mask is None else rows[mask], level, metric, difference=True)
-    return {"a": a, "b": b, "diff": diff, "interval": None if iv is None else iv.as_list(),
-            **(iv.basis() if iv is not None else {}), "sentence": sentence(label, diff, iv, level)}
+            iv = jackknife_interval(
+                diff, rows if mask is None else rows[mask], level, metric, difference=True
+            )
+    return {
+        "a": a,
+        "b": b,
+        "diff": diff,
+        "interval": None if iv is None else iv.as_list(),
+        **(iv.basis() if iv is not None else {}),
+        "sentence": sentence(label, diff, iv, level),
+    }
 
 
-def paired_all(reps_a: Mapping[str, np.ndarray] | None, reps_b: Mapping[str, np.ndarray] | None,
-               point_a: Mapping[str, float | int], point_b: Mapping[str, float | int], level: float,
-               prefix: str = "", masks_a: Mapping[str, np.ndarray] | None = None,
-               masks_b: Mapping[str, np.ndarray] | None = None, boot_a: Mapping[str, np.ndarray] | None = None,
-               boot_b: Mapping[str, np.ndarray] | None = None) -> dict[str, dict[str, object]]:
+def paired_all(
+    reps_a: Mapping[str, np.ndarray] | None,
+    reps_b: Mapping[str, np.ndarray] | None,
+    point_a: Mapping[str, float | int],
+    point_b: Mapping[str, float | int],
+    level: float,
+    prefix: str = "",
+    masks_a: Mapping[str, np.ndarray] | None = None,
+    masks_b: Mapping[str, np.ndarray] | None = None,
+    boot_a: Mapping[str, np.ndarray] | None = None,
+    boot_b: Mapping[str, np.ndarray] | None = None,
+) -> dict[str, dict[str, object]]:
     """`paired` for every metric both arms have; a document counts when either arm rests on it."""
-    keys = [k for k in point_a if k in point_b and k not in NO_INTERVAL and isinstance(point_a[k], (int, float))]
+    keys = [
+        k for k in point_a if k in point_b and k not in NO_INTERVAL and isinstance(point_a[k], (int, float))
+    ]
 
     def mask(k: str) -> np.ndarray | None:
         got = [m[k] for m in (masks_a, masks_b) if m is not None and k in m]
@@ -432,8 +531,20 @@ def paired_all(reps_a: Mapping[str, np.ndarray] | None, reps_b: Mapping[str, np.
     def boots(k: str) -> tuple[np.ndarray, np.ndarray] | None:
         return (boot_a[k], boot_b[k]) if boot_a is not None and boot_b is not None and k in boot_a else None
 
-    return {k: paired(f"{prefix}{k}", point_a[k], point_b[k], None if reps_a is None else reps_a.get(k),
-                      None if reps_b is None else reps_b.get(k), level, mask(k), k, boots(k)) for k in keys}
+    return {
+        k: paired(
+            f"{prefix}{k}",
+            point_a[k],
+            point_b[k],
+            None if reps_a is None else reps_a.get(k),
+            None if reps_b is None else reps_b.get(k),
+            level,
+            mask(k),
+            k,
+            boots(k),
+        )
+        for k in keys
+    }
 
 
 def interval_summary(intervals: Mapping[str, Mapping[str, Any]] | None, prefix: str = "") -> dict[str, float]:
@@ -443,5 +554,8 @@ def interval_summary(intervals: Mapping[str, Mapping[str, Any]] | None, prefix: 
     for group, values in (intervals or {}).items():
         for key, iv in (values or {}).items():
             if iv is not None:
-                out[f"{prefix}{group}/{key}_lo"], out[f"{prefix}{group}/{key}_hi"] = float(iv[0]), float(iv[1])
+                out[f"{prefix}{group}/{key}_lo"], out[f"{prefix}{group}/{key}_hi"] = (
+                    float(iv[0]),
+                    float(iv[1]),
+                )
     return out

@@ -55,7 +55,4 @@ def calibration_arrays(p: np.ndarray, y: np.ndarray, bins: int = 10) -> dict[str
     # A 0.5 answer picks neither side: it earns the expected score of a coin flip.
     correct = np.where(p == 0.5, 0.5, ((p > 0.5) == (y == 1)).astype(float))
     brier = float(((p - y) ** 2).mean())
-    return {"ece": float(ece), "brier": brier, "nll": float(nll),
-            "accuracy": float(correct.mean()), "n": n}
-
-
+    return {"ece": float(ece), "brier": brier, "nll": float(nll), "accuracy": float(correct.mean()), "n": n}

@@ -46,8 +46,11 @@ from harness.records import Judgment, Tracker
 
 log = logging.getLogger(__name__)
 
-PICTURES = {"reliability": "card_reliability.png", "p_a_by_order": "card_p_a_by_order.png",
-            "answer_mass": "card_answer_mass.png"}
+PICTURES = {
+    "reliability": "card_reliability.png",
+    "p_a_by_order": "card_p_a_by_order.png",
+    "answer_mass": "card_answer_mass.png",
+}
 """Picture kind -> file name, written beside each judgments.jsonl."""
 
 SET_FILE = "set.json"
@@ -57,13 +60,28 @@ SET_FILE = "set.json"
 SKIP = ("wandb", "tables")
 """Folders of a run directory that hold no judged set."""
 
-CARD_KEYS = ("n_judgments", "n_docs", "answer_mass_median", "answer_mass_low_share", "a_rate", "a_rate_prob",
-             "order_consistency", "order_gap", "n_order_pairs", "ece", "accuracy", "n_calibration",
-             "spearman", "kendall")
+CARD_KEYS = (
+    "n_judgments",
+    "n_docs",
+    "answer_mass_median",
+    "answer_mass_low_share",
+    "a_rate",
+    "a_rate_prob",
+    "order_consistency",
+    "order_gap",
+    "n_order_pairs",
+    "ece",
+    "accuracy",
+    "n_calibration",
+    "spearman",
+    "kendall",
+)
 """The card's numbers: each is a key of metric_set (results.json's metrics["none"])."""
 
-CAUSES = ("no chat template (model.chat_template=false, or a tokenizer without one), a base model that is not "
-          "instruction-tuned, or a prompt whose ending does not lead into the answer")
+CAUSES = (
+    "no chat template (model.chat_template=false, or a tokenizer without one), a base model that is not "
+    "instruction-tuned, or a prompt whose ending does not lead into the answer"
+)
 
 
 @dataclass(frozen=True)
@@ -93,28 +111,48 @@ class Card:
     @property
     def intervals(self) -> dict[str, list[float] | None] | None:
         """CARD_KEYS with an interval -> [lo, hi] or None (results.json's "intervals"["none"] form)."""
-        return None if self.bounds is None else {k: None if v is None else v.as_list() for k, v in self.bounds.items()}
+        return (
+            None
+            if self.bounds is None
+            else {k: None if v is None else v.as_list() for k, v in self.bounds.items()}
+        )
 
     @property
     def low_mass(self) -> bool:
         return self.numbers["answer_mass_median"] < self.numbers["threshold"]
 
 
-def card_numbers(judgments: Sequence[Judgment], threshold: float = MIN_ANSWER_MASS,
-                 bins: int = 10) -> dict[str, float | int]:
+def card_numbers(
+    judgments: Sequence[Judgment], threshold: float = MIN_ANSWER_MASS, bins: int = 10
+) -> dict[str, float | int]:
     """The card's numbers, computed as metric_set computes them (no correlations: no shuffles)."""
     views = document_views(judgments)
     cal = calibration(judgments, bins=bins)
     win = view_correlations(views, "winrate", 1, 0)  # the win rate draws no shuffles
-    values = {"n_judgments": len(judgments), "n_docs": len(views), **answer_mass_stats(judgments, threshold),
-              "a_rate": view_a_rate(views, "argmax"), "a_rate_prob": view_a_rate(views, "prob"),
-              **view_order_consistency(views), "ece": cal["ece"], "accuracy": cal["accuracy"],
-              "n_calibration": int(cal["n"]), "spearman": win["spearman"], "kendall": win["kendall"]}
+    values = {
+        "n_judgments": len(judgments),
+        "n_docs": len(views),
+        **answer_mass_stats(judgments, threshold),
+        "a_rate": view_a_rate(views, "argmax"),
+        "a_rate_prob": view_a_rate(views, "prob"),
+        **view_order_consistency(views),
+        "ece": cal["ece"],
+        "accuracy": cal["accuracy"],
+        "n_calibration": int(cal["n"]),
+        "spearman": win["spearman"],
+        "kendall": win["kendall"],
+    }
     return {**{k: values[k] for k in CARD_KEYS}, "threshold": threshold}
 
 
-def card_intervals(judgments: Sequence[Judgment], numbers: Mapping[str, Any], rounds: int, level: float,
-                   seed: int, bins: int = 10) -> dict[str, Interval | None] | None:
+def card_intervals(
+    judgments: Sequence[Judgment],
+    numbers: Mapping[str, Any],
+    rounds: int,
+    level: float,
+    seed: int,
+    bins: int = 10,
+) -> dict[str, Interval | None] | None:
     """The card's numbers' intervals over documents, as `summary.analyse` makes them (None when
     rounds is 0)."""
     if not rounds:
@@ -127,11 +165,18 @@ def card_intervals(judgments: Sequence[Judgment], numbers: Mapping[str, Any], ro
     reps = replicate(stats, np.vstack([loo.columns(frame.doc_ids), loo.boot_columns(frame.doc_ids)]))
     masks = {k: loo.row_mask(frame.doc_ids, v) for k, v in support(stats).items()}
     keep = [k for k in CARD_KEYS if k in reps]
-    return intervals(numbers, {k: reps[k][:loo.rounds] for k in keep}, masks, level,
-                     {k: reps[k][loo.rounds:] for k in keep})
+    return intervals(
+        numbers,
+        {k: reps[k][: loo.rounds] for k in keep},
+        masks,
+        level,
+        {k: reps[k][loo.rounds :] for k in keep},
+    )
 
 
-def split_by_order(judgments: Sequence[Judgment], views: Mapping[str, DocView]) -> tuple[list[float], list[float]]:
+def split_by_order(
+    judgments: Sequence[Judgment], views: Mapping[str, DocView]
+) -> tuple[list[float], list[float]]:
     """P(A) of the pairs shown in listed order (A listed before B) and of the swapped ones."""
     pos = {d: {c: n for n, c in enumerate(v.ids)} for d, v in views.items()}
     listed, swapped = [], []
@@ -146,8 +191,14 @@ def set_tag(documents: str | None) -> str:
     return documents.split(",")[0].strip() if documents else ""
 
 
-def draw(judgments: Sequence[Judgment], numbers: Mapping[str, Any], folder: Path, label: str,
-         documents: str | None = None, about: str | None = None) -> dict[str, Path]:
+def draw(
+    judgments: Sequence[Judgment],
+    numbers: Mapping[str, Any],
+    folder: Path,
+    label: str,
+    documents: str | None = None,
+    about: str | None = None,
+) -> dict[str, Path]:
     """The three pictures into `folder` (the reliability diagram only with human labels); their
     titles name the set, when its writer said (SET_FILE) whether it is leaky or held-out, and on a
     second line what the run was (`about`: task, aspect, model, backend), so a picture seen alone
@@ -157,14 +208,25 @@ def draw(judgments: Sequence[Judgment], numbers: Mapping[str, Any], folder: Path
     label = f"{label} [{tag}]" if tag else label
     second = f"\n{about}" if about else ""
     p, y = calibration_pairs(judgments)
-    out = {"reliability": plot_reliability(p, y, folder / PICTURES["reliability"],
-                                           title=f"{label}: ECE {_f(n['ece'])}, n={n['n_calibration']}{second}"),
-           "p_a_by_order": plot_p_a_by_order(*split_by_order(judgments, document_views(judgments)),
-                                             folder / PICTURES["p_a_by_order"],
-                                             title=f"{label}: A-rate {_f(n['a_rate'])}, "
-                                                   f"consistent {_f(n['order_consistency'])}{second}"),
-           "answer_mass": plot_answer_mass(answer_masses(judgments), n["threshold"], folder / PICTURES["answer_mass"],
-                                           title=f"{label}: answer-token mass{second}")}
+    out = {
+        "reliability": plot_reliability(
+            p,
+            y,
+            folder / PICTURES["reliability"],
+            title=f"{label}: ECE {_f(n['ece'])}, n={n['n_calibration']}{second}",
+        ),
+        "p_a_by_order": plot_p_a_by_order(
+            *split_by_order(judgments, document_views(judgments)),
+            folder / PICTURES["p_a_by_order"],
+            title=f"{label}: A-rate {_f(n['a_rate'])}, consistent {_f(n['order_consistency'])}{second}",
+        ),
+        "answer_mass": plot_answer_mass(
+            answer_masses(judgments),
+            n["threshold"],
+            folder / PICTURES["answer_mass"],
+            title=f"{label}: answer-token mass{second}",
+        ),
+    }
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -172,13 +234,23 @@ def find_judgments(run_dir: str | Path) -> list[Path]:
     """Every judgments.jsonl under a run directory, sorted; W&B's folder, hidden folders and the
     tracker's `tables/` (its copy of a logged table is not a judged set) are skipped."""
     root = Path(run_dir)
-    return sorted(p for p in root.rglob("judgments.jsonl")
-                  if not any(part in SKIP or part.startswith(".") for part in p.relative_to(root).parts[:-1]))
+    return sorted(
+        p
+        for p in root.rglob("judgments.jsonl")
+        if not any(part in SKIP or part.startswith(".") for part in p.relative_to(root).parts[:-1])
+    )
 
 
-def render_card(path: Path, run_dir: Path, out_dir: Path | None = None, tracker: Tracker | None = None,
-                threshold: float = MIN_ANSWER_MASS, rounds: int = 1000, level: float = 0.95,
-                seed: int = 0) -> Card:
+def render_card(
+    path: Path,
+    run_dir: Path,
+    out_dir: Path | None = None,
+    tracker: Tracker | None = None,
+    threshold: float = MIN_ANSWER_MASS,
+    rounds: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> Card:
     """One judgments.jsonl's card: numbers (with intervals unless `rounds` is 0; `rounds` and `seed`
     also draw the answer-mass median's bootstrap rounds), pictures and
     card.md in the matching folder of `out_dir` (default: beside the file), images to the tracker."""
@@ -192,9 +264,18 @@ def render_card(path: Path, run_dir: Path, out_dir: Path | None = None, tracker:
     beside = path.parent / "results.json"
     length = read_json(beside).get("length_bias") if beside.is_file() else None
     about = run_about(run_dir)
-    card = Card(path, name, numbers, draw(judgments, numbers, folder, name, documents, about), documents,
-                card_intervals(judgments, numbers, rounds, level, seed), level, length, run_numerics(path, run_dir),
-                about)
+    card = Card(
+        path,
+        name,
+        numbers,
+        draw(judgments, numbers, folder, name, documents, about),
+        documents,
+        card_intervals(judgments, numbers, rounds, level, seed),
+        level,
+        length,
+        run_numerics(path, run_dir),
+        about,
+    )
     write_text_atomic(folder / "card.md", card_text(card, out_dir or run_dir) + "\n")
     if tracker is not None:
         for kind, png in card.pictures.items():
@@ -203,7 +284,7 @@ def render_card(path: Path, run_dir: Path, out_dir: Path | None = None, tracker:
 
 
 def run_about(run_dir: Path) -> str | None:
-    """"summeval coherence, tiny-llama on hf": the task, aspect, model and backend of the run whose
+    """ "summeval coherence, tiny-llama on hf": the task, aspect, model and backend of the run whose
     config.json is in `run_dir` (None without one)."""
     path = run_dir / "config.json"
     try:
@@ -212,7 +293,9 @@ def run_about(run_dir: Path) -> str | None:
         config = None
     if not isinstance(config, Mapping):
         return None
-    part = lambda group, key: (config.get(group) or {}).get(key) if isinstance(config.get(group), Mapping) else None  # noqa: E731
+    part = lambda group, key: (
+        (config.get(group) or {}).get(key) if isinstance(config.get(group), Mapping) else None
+    )  # noqa: E731
     what = " ".join(str(x) for x in (part("task", "name"), part("task", "aspect")) if x)
     who = " on ".join(str(x) for x in (part("model", "name"), part("backend", "name")) if x)
     return ", ".join(x for x in (what, who) if x) or None
@@ -236,15 +319,24 @@ def run_numerics(path: Path, run_dir: Path) -> Mapping[str, Any] | None:
         folder = folder.parent
 
 
-def render_cards(run_dir: str | Path, tracker: Tracker | None = None, out_dir: str | Path | None = None,
-                 threshold: float = MIN_ANSWER_MASS, echo: Callable[[str], None] = print,
-                 rounds: int = 1000, level: float = 0.95, seed: int = 0) -> list[Card]:
+def render_cards(
+    run_dir: str | Path,
+    tracker: Tracker | None = None,
+    out_dir: str | Path | None = None,
+    threshold: float = MIN_ANSWER_MASS,
+    echo: Callable[[str], None] = print,
+    rounds: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> list[Card]:
     """The card of every judged set in a run: rendered, echoed, and one warning when the answer
     mass is low anywhere. `rounds`, `level`, `seed`: the intervals' bootstrap (metrics.bootstrap,
     metrics.level, the run's seed)."""
     run_dir = Path(run_dir)
     out = None if out_dir is None else Path(out_dir)
-    cards = [render_card(p, run_dir, out, tracker, threshold, rounds, level, seed) for p in find_judgments(run_dir)]
+    cards = [
+        render_card(p, run_dir, out, tracker, threshold, rounds, level, seed) for p in find_judgments(run_dir)
+    ]
     for card in cards:
         echo(card_text(card, out or run_dir))
     warning = low_mass_warning(cards)
@@ -259,9 +351,11 @@ def low_mass_warning(cards: Sequence[Card]) -> str | None:
     if not low:
         return None
     where = ", ".join(f"{c.name} (median {c.numbers['answer_mass_median']:.2g})" for c in low)
-    return (f"answer mass is low in {where}, below {low[0].numbers['threshold']:g}: the answer tokens hold "
-            f"little of the judge's next-token probability, so P(A) renormalises what it barely says; "
-            f"likely causes: {CAUSES}")
+    return (
+        f"answer mass is low in {where}, below {low[0].numbers['threshold']:g}: the answer tokens hold "
+        f"little of the judge's next-token probability, so P(A) renormalises what it barely says; "
+        f"likely causes: {CAUSES}"
+    )
 
 
 def card_text(card: Card, root: Path) -> str:
@@ -269,47 +363,59 @@ def card_text(card: Card, root: Path) -> str:
     n = card.numbers
     v = _interval_of(card)
     low = n["answer_mass_low_share"]
-    cal = (f"ECE {v('ece')}, accuracy {v('accuracy')} on {n['n_calibration']} labelled pairs"
-           if n["n_calibration"] else "no human labels")
+    cal = (
+        f"ECE {v('ece')}, accuracy {v('accuracy')} on {n['n_calibration']} labelled pairs"
+        if n["n_calibration"]
+        else "no human labels"
+    )
     pics = ", ".join(str(_rel(p, root)) for p in card.pictures.values())
     documents = f" [{card.documents}]" if card.documents else ""
     about = f"  intervals     {intervals_line(card)}"
-    return "\n".join([
-        f"report card {card.name}{documents}: {n['n_judgments']} ordered pairs, {n['n_docs']} "
-        f"document{'' if n['n_docs'] == 1 else 's'} ({_rel(card.source, root)})",
-        *([f"  run           {card.about}"] if card.about else []),
-        f"  answer mass   median {v('answer_mass_median', 3)} of the next-token probability on the answer tokens; "
-        f"{_pct(low)} {_pct_interval(card, 'answer_mass_low_share')}of pairs below {n['threshold']:g}",
-        f"  position      A-rate {v('a_rate')} (mean P(A) {v('a_rate_prob')}); decision survives swapping "
-        f"A and B in {_pct(n['order_consistency'])} {_pct_interval(card, 'order_consistency')}of "
-        f"{n['n_order_pairs']} pairs; mean |P(A|i,j) - (1 - P(A|j,i))| {v('order_gap')}",
-        f"  calibration   {cal}",
-        f"  humans        {_agreement(card, v)}",
-        *([_length_line(card.length_bias)] if card.length_bias else []),
-        f"  numerics      {numerics_line(card.numerics)}",
-        about,
-        f"  pictures      {pics}"])
+    return "\n".join(
+        [
+            f"report card {card.name}{documents}: {n['n_judgments']} ordered pairs, {n['n_docs']} "
+            f"document{'' if n['n_docs'] == 1 else 's'} ({_rel(card.source, root)})",
+            *([f"  run           {card.about}"] if card.about else []),
+            f"  answer mass   median {v('answer_mass_median', 3)} of the next-token probability on the answer tokens; "
+            f"{_pct(low)} {_pct_interval(card, 'answer_mass_low_share')}of pairs below {n['threshold']:g}",
+            f"  position      A-rate {v('a_rate')} (mean P(A) {v('a_rate_prob')}); decision survives swapping "
+            f"A and B in {_pct(n['order_consistency'])} {_pct_interval(card, 'order_consistency')}of "
+            f"{n['n_order_pairs']} pairs; mean |P(A|i,j) - (1 - P(A|j,i))| {v('order_gap')}",
+            f"  calibration   {cal}",
+            f"  humans        {_agreement(card, v)}",
+            *([_length_line(card.length_bias)] if card.length_bias else []),
+            f"  numerics      {numerics_line(card.numerics)}",
+            about,
+            f"  pictures      {pics}",
+        ]
+    )
 
 
 def _agreement(card: Card, v: Callable[..., str]) -> str:
     """Agreement with humans: the win-rate ranking's Spearman and Kendall per document, averaged."""
     if math.isnan(card.numbers["spearman"]):
         return "no agreement: fewer than two human-scored candidates in every document"
-    return (f"Spearman {v('spearman')}, Kendall {v('kendall')} of the win-rate ranking vs the human scores, per "
-            "document, averaged (PairS in results.json)")
+    return (
+        f"Spearman {v('spearman')}, Kendall {v('kendall')} of the win-rate ranking vs the human scores, per "
+        "document, averaged (PairS in results.json)"
+    )
 
 
 def _length_line(lb: Mapping[str, Any]) -> str:
     """The length-bias fit: log-odds of A per standard deviation of length difference."""
+
     def with_iv(key: str) -> str:
         iv = lb.get(f"{key}_interval")
         value = lb.get(key)
         text = "nan" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:+.3f}"
         return text + (f" [{iv[0]:+.3f}, {iv[1]:+.3f}]" if iv else "")
+
     scale = lb.get("scale")
     sd = f"{scale:.0f} words" if isinstance(scale, (int, float)) and math.isfinite(scale) else "nan"
-    return (f"  length        log-odds of A {with_iv('length')} per SD ({sd}) of len(A) - len(B); "
-            f"position (equal lengths) {with_iv('position')}; {lb.get('n_pairs')} pairs")
+    return (
+        f"  length        log-odds of A {with_iv('length')} per SD ({sd}) of len(A) - len(B); "
+        f"position (equal lengths) {with_iv('position')}; {lb.get('n_pairs')} pairs"
+    )
 
 
 def intervals_line(card: Card) -> str:
@@ -321,11 +427,13 @@ def intervals_line(card: Card) -> str:
     head = f"[lo, hi]: {card.level:.0%}, {METHOD}, {n} document{'' if n == 1 else 's'}"
     if told:
         return head + "; a number on fewer documents says how many"
-    return f"none: {n} document{'' if n == 1 else 's'}: too few documents to tell (an interval needs 3, ECE 8)"
+    return (
+        f"none: {n} document{'' if n == 1 else 's'}: too few documents to tell (an interval needs 3, ECE 8)"
+    )
 
 
 def _bounds_note(card: Card, key: str, fmt: Callable[[float], str]) -> str:
-    """" [lo, hi]" (with "(k documents)" when fewer than the card's), "(too few documents to tell)"
+    """ " [lo, hi]" (with "(k documents)" when fewer than the card's), "(too few documents to tell)"
     where the card's other numbers have intervals and this one has none, else ""."""
     iv = (card.bounds or {}).get(key)
     if iv is None:
@@ -339,8 +447,10 @@ def _bounds_note(card: Card, key: str, fmt: Callable[[float], str]) -> str:
 
 def _interval_of(card: Card) -> Callable[..., str]:
     """key -> "value [lo, hi]" (the value alone without an interval)."""
+
     def show(key: str, digits: int = 3) -> str:
         return _f(card.numbers[key], digits) + _bounds_note(card, key, lambda x: _f(x, digits))
+
     return show
 
 

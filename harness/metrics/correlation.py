@@ -166,7 +166,9 @@ def _tables(matrices: Sequence[np.ndarray]) -> np.ndarray:
         return np.nan_to_num(p, nan=0.5) > 0.5
 
 
-def _doc_scores(views: Mapping[str, DocView], ranking: str, shuffles: int, seed: int) -> dict[str, np.ndarray]:
+def _doc_scores(
+    views: Mapping[str, DocView], ranking: str, shuffles: int, seed: int
+) -> dict[str, np.ndarray]:
     """The judge's score of each candidate per document: one row (win rate) or one row per initial
     order (PairS list position, higher = preferred)."""
     if ranking == "winrate":
@@ -231,7 +233,10 @@ def correlations(
 
 
 def view_correlations(
-    all_views: Mapping[str, DocView], ranking: str, shuffles: int, seed: int,
+    all_views: Mapping[str, DocView],
+    ranking: str,
+    shuffles: int,
+    seed: int,
     per_doc_out: dict[str, tuple[float, float]] | None = None,
 ) -> dict[str, float | int]:
     """`correlations` of document views; `per_doc_out`, when given, receives each kept document's
@@ -242,16 +247,24 @@ def view_correlations(
         raise ConfigError(f"correlations shuffles must be a positive integer, got {shuffles!r}")
     # A document none of whose pairs was read (every P(A) NaN) has no ranking: left out, never a
     # correlation of 0 (which is what ranking all-tied candidates would give).
-    views = {d: v for d, v in all_views.items() if np.isfinite(v.human).sum() >= 2 and np.isfinite(v.matrix).any()}
+    views = {
+        d: v for d, v in all_views.items() if np.isfinite(v.human).sum() >= 2 and np.isfinite(v.matrix).any()
+    }
     per_doc = _per_doc(_doc_scores(views, ranking, shuffles, seed), views)
     rows = [per_doc[d] for d in views]
     if per_doc_out is not None:
         per_doc_out.update({d: (float(r[0].mean()), float(r[1].mean())) for d, r in zip(views, rows)})
     sampled = [ranking == "pairs" and math.factorial(len(v.ids)) > shuffles for v in views.values()]
-    var = [r[0].var(ddof=1) / r.shape[1] if drawn and r.shape[1] > 1 else 0.0 for r, drawn in zip(rows, sampled)]
+    var = [
+        r[0].var(ddof=1) / r.shape[1] if drawn and r.shape[1] > 1 else 0.0 for r, drawn in zip(rows, sampled)
+    ]
     se = math.sqrt(sum(var)) / len(rows) if rows else math.nan
     rho_w, tau_w = _whole_corr(list(views.values()))
-    return {"spearman": mean_or_nan([r[0].mean() for r in rows]), "kendall": mean_or_nan([r[1].mean() for r in rows]),
-            "spearman_se": se, "spearman_whole": rho_w, "kendall_whole": tau_w, "n_docs": len(views)}
-
-
+    return {
+        "spearman": mean_or_nan([r[0].mean() for r in rows]),
+        "kendall": mean_or_nan([r[1].mean() for r in rows]),
+        "spearman_se": se,
+        "spearman_whole": rho_w,
+        "kendall_whole": tau_w,
+        "n_docs": len(views),
+    }

@@ -38,9 +38,13 @@ from harness.metrics.correlation import rank_correlations
 from harness.metrics.interval import ACROSS, Interval, bootstrap_bounds, jackknife_bounds, rule, verdict
 
 SIZES = (2, 3, 4, 6, 8, 12, 20, 30, 50)
-STATISTICS = {"a_rate": "mean over documents (A-rate)", "spearman": "per-document Spearman (mean)",
-              "spearman_whole": "pooled win-rate Spearman", "spearman_diff": "paired difference of Spearmans (B - A)",
-              "ece": "ECE"}
+STATISTICS = {
+    "a_rate": "mean over documents (A-rate)",
+    "spearman": "per-document Spearman (mean)",
+    "spearman_whole": "pooled win-rate Spearman",
+    "spearman_diff": "paired difference of Spearmans (B - A)",
+    "ece": "ECE",
+}
 """Statistic -> what it is; each is named as the metric_set key whose interval rule it uses."""
 NULL = "spearman_null"
 """The paired difference with no true difference: its interval should exclude 0 in <= 5% of data sets."""
@@ -63,8 +67,14 @@ class Pool:
     """(documents, BINS, 3): arm A's labelled pairs per P(A) bin: count, sum of labels, sum of P(A)."""
 
 
-def _judge(rng: np.random.Generator, q: np.ndarray, ok: np.ndarray, beta: float, base: tuple | None,
-           spread: float = 0.8) -> tuple:
+def _judge(
+    rng: np.random.Generator,
+    q: np.ndarray,
+    ok: np.ndarray,
+    beta: float,
+    base: tuple | None,
+    spread: float = 0.8,
+) -> tuple:
     """One arm's P(A) matrices (documents, MAX_C, MAX_C) and its (pair effect, position bias)."""
     d = len(q)
     raw = rng.normal(0, spread, (d, MAX_C, MAX_C))
@@ -109,14 +119,23 @@ def _chunk(rng: np.random.Generator, d: int, betas: tuple[float, float, float]) 
     return Pool(rate, rho, wins[0], h, ece.reshape(d, BINS, 3)), p_a
 
 
-def simulate(documents: int, seed: int, chunk: int = 2000, betas: tuple[float, float, float] = (1.0, 1.0, 1.5),
-             keep_matrices: bool = False) -> Any:
+def simulate(
+    documents: int,
+    seed: int,
+    chunk: int = 2000,
+    betas: tuple[float, float, float] = (1.0, 1.0, 1.5),
+    keep_matrices: bool = False,
+) -> Any:
     """A pool of simulated documents (module docstring), seeded; with `keep_matrices`, (pool, arm A's
     P(A) matrices (documents, MAX_C, MAX_C)): what the harness's own functions are checked on."""
     rng = np.random.default_rng(seed)
     parts = [_chunk(rng, min(chunk, documents - lo), betas) for lo in range(0, documents, chunk)]
-    pool = Pool(*(np.concatenate([getattr(p, f) for p, _ in parts], axis=1 if f == "rho" else 0)
-                  for f in ("rate", "rho", "x", "h", "ece")))
+    pool = Pool(
+        *(
+            np.concatenate([getattr(p, f) for p, _ in parts], axis=1 if f == "rho" else 0)
+            for f in ("rate", "rho", "x", "h", "ece")
+        )
+    )
     return (pool, np.concatenate([m for _, m in parts])) if keep_matrices else pool
 
 
@@ -131,9 +150,14 @@ def truths(pool: Pool) -> dict[str, float]:
     from scipy.stats import spearmanr
 
     ok = np.isfinite(pool.h)
-    return {"a_rate": float(pool.rate.mean()), "spearman": float(pool.rho[0].mean()),
-            "spearman_whole": float(spearmanr(pool.x[ok], pool.h[ok])[0]),
-            "spearman_diff": float((pool.rho[2] - pool.rho[0]).mean()), NULL: 0.0, "ece": float(ece_of(pool.ece))}
+    return {
+        "a_rate": float(pool.rate.mean()),
+        "spearman": float(pool.rho[0].mean()),
+        "spearman_whole": float(spearmanr(pool.x[ok], pool.h[ok])[0]),
+        "spearman_diff": float((pool.rho[2] - pool.rho[0]).mean()),
+        NULL: 0.0,
+        "ece": float(ece_of(pool.ece)),
+    }
 
 
 def pooled_spearman_loo(x: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -162,8 +186,9 @@ def pooled_spearman_loo(x: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.nd
     lower = ((x[:, :, :, None] < x[:, :, None, :]) & valid[:, :, :, None]).sum(axis=2)  # same-document below
     within = (hot * lower[..., None]).sum(axis=2)
     full = _spearman_from_sums(k_doc.sum(1), r_doc.sum(1), np.zeros((s, 5)))
-    loo = _spearman_from_sums(k_doc.sum(1, keepdims=True) - k_doc, r_doc.sum(1, keepdims=True) - r_doc,
-                              cross - within)
+    loo = _spearman_from_sums(
+        k_doc.sum(1, keepdims=True) - k_doc, r_doc.sum(1, keepdims=True) - r_doc, cross - within
+    )
     return full, loo
 
 
@@ -187,28 +212,37 @@ def _mean_loo(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return total / n, (total[:, None] - v) / max(n - 1, 1)
 
 
-def set_statistics(pool: Pool, idx: np.ndarray, rng: np.random.Generator, pooled_sets: int | None = None,
-                   chunk: int = 256) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def set_statistics(
+    pool: Pool, idx: np.ndarray, rng: np.random.Generator, pooled_sets: int | None = None, chunk: int = 256
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Each statistic's value and leave-one-out values on the data sets `idx` (sets, n); the pooled
     Spearman (the costly one) on the first `pooled_sets` of them only, when given."""
     sign = rng.choice([-1.0, 1.0], idx.shape)  # which of A, A2 is called "A": exchangeable arms
-    out = {"a_rate": _mean_loo(pool.rate[idx]), "spearman": _mean_loo(pool.rho[0][idx]),
-           "spearman_diff": _mean_loo((pool.rho[2] - pool.rho[0])[idx]),
-           NULL: _mean_loo(sign * (pool.rho[1] - pool.rho[0])[idx])}
+    out = {
+        "a_rate": _mean_loo(pool.rate[idx]),
+        "spearman": _mean_loo(pool.rho[0][idx]),
+        "spearman_diff": _mean_loo((pool.rho[2] - pool.rho[0])[idx]),
+        NULL: _mean_loo(sign * (pool.rho[1] - pool.rho[0])[idx]),
+    }
     bins = pool.ece[idx]  # (sets, n, BINS, 3)
     loo = bins.sum(axis=1, keepdims=True) - bins
     out["ece"] = (ece_of(bins), ece_of(loo[:, :, None]))
     some = idx[:pooled_sets]
-    parts = [pooled_spearman_loo(pool.x[some[lo:lo + chunk]], pool.h[some[lo:lo + chunk]])
-             for lo in range(0, len(some), chunk)]
+    parts = [
+        pooled_spearman_loo(pool.x[some[lo : lo + chunk]], pool.h[some[lo : lo + chunk]])
+        for lo in range(0, len(some), chunk)
+    ]
     out["spearman_whole"] = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
     return out
 
 
 def draw_sets(pool_size: int, n: int, sets: int, rng: np.random.Generator) -> np.ndarray:
     """(sets, n) document indices, each set without replacement."""
-    return np.argsort(rng.random((sets, pool_size)), axis=1)[:, :n] if pool_size <= 4 * n else \
-        np.array([rng.choice(pool_size, n, replace=False) for _ in range(sets)])
+    return (
+        np.argsort(rng.random((sets, pool_size)), axis=1)[:, :n]
+        if pool_size <= 4 * n
+        else np.array([rng.choice(pool_size, n, replace=False) for _ in range(sets)])
+    )
 
 
 @dataclass(frozen=True)
@@ -228,12 +262,17 @@ def _cell(lo: np.ndarray, hi: np.ndarray, truth: float, n: int) -> Cell:
     told = np.isfinite(lo) & np.isfinite(hi)
     said = [verdict(Interval((a, b), n)) if t else None for a, b, t in zip(lo, hi, told)]
     covered = (lo <= truth) & (truth <= hi)
-    return Cell(float(covered[told].mean()) if told.any() else math.nan, float(told.mean()),
-                float(np.mean([v == "distinguishable from 0" for v in said])), int(len(lo)))
+    return Cell(
+        float(covered[told].mean()) if told.any() else math.nan,
+        float(told.mean()),
+        float(np.mean([v == "distinguishable from 0" for v in said])),
+        int(len(lo)),
+    )
 
 
-def jackknife_cells(stats: dict[str, tuple[np.ndarray, np.ndarray]], truth: dict[str, float],
-                    level: float) -> dict[str, Cell]:
+def jackknife_cells(
+    stats: dict[str, tuple[np.ndarray, np.ndarray]], truth: dict[str, float], level: float
+) -> dict[str, Cell]:
     """The harness's intervals (interval.jackknife_bounds, each statistic with its metric's rules)."""
     out = {}
     for name, (point, loo) in stats.items():
@@ -249,13 +288,18 @@ def jackknife_cells(stats: dict[str, tuple[np.ndarray, np.ndarray]], truth: dict
     return out
 
 
-def percentile_cells(pool: Pool, idx: np.ndarray, truth: dict[str, float], level: float, rounds: int,
-                     seed: int) -> dict[str, Cell]:
+def percentile_cells(
+    pool: Pool, idx: np.ndarray, truth: dict[str, float], level: float, rounds: int, seed: int
+) -> dict[str, Cell]:
     """The percentile bootstrap over documents (the harness's previous intervals) for the statistics
     that are means or sums over documents: rounds drawn by resample_counts, bounds by percentile_interval."""
     sign = np.random.default_rng(seed).choice([-1.0, 1.0], idx.shape)
-    values = {"a_rate": pool.rate[idx], "spearman": pool.rho[0][idx], "spearman_diff": (pool.rho[2] - pool.rho[0])[idx],
-              NULL: sign * (pool.rho[1] - pool.rho[0])[idx]}
+    values = {
+        "a_rate": pool.rate[idx],
+        "spearman": pool.rho[0][idx],
+        "spearman_diff": (pool.rho[2] - pool.rho[0])[idx],
+        NULL: sign * (pool.rho[1] - pool.rho[0])[idx],
+    }
     n = idx.shape[1]
     bounds: dict[str, list] = {k: [] for k in (*values, "ece")}
     for s in range(len(idx)):
@@ -267,10 +311,17 @@ def percentile_cells(pool: Pool, idx: np.ndarray, truth: dict[str, float], level
     return {k: _cell(*np.array(b, dtype=float).T, truth[k], n) for k, b in bounds.items()}
 
 
-def measure(sizes: Sequence[int] = SIZES, sets: int | Mapping[int, int] = 4000, documents: int = 20000,
-            seed: int = 0, level: float = 0.95, rounds: int = 0, pooled_sets: Mapping[int, int] | None = None,
-            control_sets: int | None = None,
-            control_sizes: Sequence[int] | None = None) -> dict[int, dict[str, dict[str, Cell]]]:
+def measure(
+    sizes: Sequence[int] = SIZES,
+    sets: int | Mapping[int, int] = 4000,
+    documents: int = 20000,
+    seed: int = 0,
+    level: float = 0.95,
+    rounds: int = 0,
+    pooled_sets: Mapping[int, int] | None = None,
+    control_sets: int | None = None,
+    control_sizes: Sequence[int] | None = None,
+) -> dict[int, dict[str, dict[str, Cell]]]:
     """{n: {"jackknife": {statistic: Cell}, "percentile": {...}}}: `sets` data sets per n (or per n
     from a mapping), `pooled_sets[n]` of them for the pooled Spearman; with `rounds` > 0 also the
     percentile bootstrap, on `control_sets` of them at `control_sizes` (default: every n)."""
@@ -283,20 +334,26 @@ def measure(sizes: Sequence[int] = SIZES, sets: int | Mapping[int, int] = 4000, 
         stats = set_statistics(pool, idx, rng, (pooled_sets or {}).get(n))
         out[n] = {"jackknife": jackknife_cells(stats, truth, level)}
         if rounds and (control_sizes is None or n in control_sizes):
-            out[n]["percentile"] = percentile_cells(pool, idx[:control_sets], truth, level, rounds, seed + 1000 * n)
+            out[n]["percentile"] = percentile_cells(
+                pool, idx[:control_sets], truth, level, rounds, seed + 1000 * n
+            )
     return out
 
 
 def _rank_rho(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Spearman rho across the last axis (instructions; no ties in this simulation)."""
-    rx, ry = np.argsort(np.argsort(x, axis=-1), axis=-1).astype(float), np.argsort(np.argsort(y, axis=-1), axis=-1)
+    rx, ry = (
+        np.argsort(np.argsort(x, axis=-1), axis=-1).astype(float),
+        np.argsort(np.argsort(y, axis=-1), axis=-1),
+    )
     rx -= rx.mean(axis=-1, keepdims=True)
     ry = ry - ry.mean(axis=-1, keepdims=True)
     return (rx * ry).sum(-1) / np.sqrt((rx * rx).sum(-1) * (ry * ry).sum(-1))
 
 
-def figure3_cells(n: int, sets: int, rounds: int, seed: int = 0, instructions: int = 12,
-                  level: float = 0.95) -> dict[str, Cell]:
+def figure3_cells(
+    n: int, sets: int, rounds: int, seed: int = 0, instructions: int = 12, level: float = 0.95
+) -> dict[str, Cell]:
     """Figure 3's statistic: Spearman rho across `instructions` of two per-instruction means over n
     documents (an objective and the Spearman with humans). Each document moves every instruction's
     two values together (N(0, 0.1) and N(0, 0.2) shared) plus N(0, 0.08) per instruction; the truth
@@ -332,15 +389,26 @@ def table(result: dict[int, dict[str, dict[str, Cell]]]) -> str:
             cells = [result[n].get(method, {}).get(name) for n in sizes]
             if all(c is None for c in cells):
                 continue
-            show = (lambda c: f"{100 * c.excluded_zero:.1f}%") if name == NULL else \
-                (lambda c: "too few" if not c.told else f"{100 * c.covered:.1f}%")
+            show = (
+                (lambda c: f"{100 * c.excluded_zero:.1f}%")
+                if name == NULL
+                else (lambda c: "too few" if not c.told else f"{100 * c.covered:.1f}%")
+            )
             label = "t-jackknife" if method == "jackknife" else "percentile (before)"
-            lines.append(f"| {what} | {label} | " + " | ".join("–" if c is None else show(c) for c in cells) + " |")
+            lines.append(
+                f"| {what} | {label} | " + " | ".join("–" if c is None else show(c) for c in cells) + " |"
+            )
     for method, label in (("t-bootstrap", "t-bootstrap"), ("percentile", "percentile (before)")):
         cells = [result[n].get("figure3", {}).get(method) for n in sizes]
         if any(c is not None for c in cells):
-            lines.append(f"| Figure 3: rho across 12 instructions | {label} | " + " | ".join(
-                "–" if c is None else "too few" if not c.told else f"{100 * c.covered:.1f}%" for c in cells) + " |")
+            lines.append(
+                f"| Figure 3: rho across 12 instructions | {label} | "
+                + " | ".join(
+                    "–" if c is None else "too few" if not c.told else f"{100 * c.covered:.1f}%"
+                    for c in cells
+                )
+                + " |"
+            )
     return "\n".join(lines)
 
 
@@ -349,18 +417,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     ap.add_argument("--sets", type=int, default=4000, help="data sets per size")
     ap.add_argument("--documents", type=int, default=20000, help="documents in the simulated population")
-    ap.add_argument("--rounds", type=int, default=1000, help="percentile bootstrap rounds (0: skip the comparison)")
-    ap.add_argument("--control-sets", type=int, default=1000, help="data sets per size for the percentile bootstrap")
+    ap.add_argument(
+        "--rounds", type=int, default=1000, help="percentile bootstrap rounds (0: skip the comparison)"
+    )
+    ap.add_argument(
+        "--control-sets", type=int, default=1000, help="data sets per size for the percentile bootstrap"
+    )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    result = measure(args.sizes, args.sets, args.documents, args.seed, rounds=args.rounds,
-                     control_sets=args.control_sets)
+    result = measure(
+        args.sizes, args.sets, args.documents, args.seed, rounds=args.rounds, control_sets=args.control_sets
+    )
     if args.rounds:
         for n in args.sizes:
             result[n]["figure3"] = figure3_cells(n, args.control_sets, args.rounds, args.seed)
     print(table(result))
-    print(f"\n{args.sets} data sets per size from a pool of {args.documents} simulated documents, seed {args.seed}; "
-          f"a coverage estimate's standard error is about {100 * math.sqrt(0.95 * 0.05 / args.sets):.1f} points")
+    print(
+        f"\n{args.sets} data sets per size from a pool of {args.documents} simulated documents, seed {args.seed}; "
+        f"a coverage estimate's standard error is about {100 * math.sqrt(0.95 * 0.05 / args.sets):.1f} points"
+    )
     return 0
 
 

@@ -26,7 +26,9 @@ def permutation_p(frame: Frame, arithmetic: str = "exact") -> np.ndarray:
     """p'(i, j) = (P(A|i,j) + 1 - P(A|j,i)) / 2 per judgment, P(A|j,i) the mean over the reverse
     order's repeats; a judgment whose reverse was not judged (or a self-pair) keeps its P(A)."""
     if arithmetic not in ARITHMETIC:
-        raise ConfigError(f"permutation debiasing arithmetic must be one of {', '.join(ARITHMETIC)}, got {arithmetic!r}")
+        raise ConfigError(
+            f"permutation debiasing arithmetic must be one of {', '.join(ARITHMETIC)}, got {arithmetic!r}"
+        )
     p = frame.p
     q = np.where(frame.a != frame.b, frame.matrix()[frame.rcell], np.nan) if p.size else p
     ok = np.isfinite(p) & np.isfinite(q)

@@ -47,17 +47,35 @@ MIN_DOCUMENTS_OF = {"ece": 8, ACROSS: 12}
 """Statistics that need more documents before their interval holds its level (the simulation:
 harness/metrics/coverage.py; its numbers: docs/report_card.md): ECE's, and a rank across instructions."""
 TOO_FEW = "too few documents to tell"
-FISHER = frozenset({"spearman", "kendall", "spearman_pairs", "kendall_pairs", "spearman_whole", "kendall_whole",
-                    ACROSS})
+FISHER = frozenset(
+    {"spearman", "kendall", "spearman_pairs", "kendall_pairs", "spearman_whole", "kendall_whole", ACROSS}
+)
 """Correlations: intervals on Fisher's z scale."""
 UNIT = (0.0, 1.0)
 RANGES: dict[str, tuple[float, float]] = {
     **{k: (-1.0, 1.0) for k in FISHER},
-    **{k: UNIT for k in ("a_rate", "a_rate_prob", "a_rate_upper", "order_consistency", "order_gap",
-                          "answer_mass_median", "answer_mass_low_share", "max_prob", "ece", "brier", "accuracy",
-                          "prob_gap")},
-    "fairness": (-0.5, 0.0), "fairness_prob": (-0.5, 0.0), "entropy": (0.0, math.log(2)),
-    "nll": (0.0, math.inf), "bc": (0.0, math.inf),
+    **{
+        k: UNIT
+        for k in (
+            "a_rate",
+            "a_rate_prob",
+            "a_rate_upper",
+            "order_consistency",
+            "order_gap",
+            "answer_mass_median",
+            "answer_mass_low_share",
+            "max_prob",
+            "ece",
+            "brier",
+            "accuracy",
+            "prob_gap",
+        )
+    },
+    "fairness": (-0.5, 0.0),
+    "fairness_prob": (-0.5, 0.0),
+    "entropy": (0.0, math.log(2)),
+    "nll": (0.0, math.inf),
+    "bc": (0.0, math.inf),
 }
 """Each metric's possible values (bounds are clipped to them); a metric not listed is unbounded."""
 
@@ -86,8 +104,12 @@ class Interval:
         bounds: Any = record.get("interval")
         n: Any = record["n_documents"]
         note: Any = record.get("note")
-        return cls(None if bounds is None else (float(bounds[0]), float(bounds[1])), int(n), note,
-                   str(record.get("method") or METHOD))
+        return cls(
+            None if bounds is None else (float(bounds[0]), float(bounds[1])),
+            int(n),
+            note,
+            str(record.get("method") or METHOD),
+        )
 
     def as_list(self) -> list[float] | None:
         return None if self.bounds is None else [self.bounds[0], self.bounds[1]]
@@ -97,7 +119,7 @@ class Interval:
         return {"n_documents": self.n, "method": self.method, "note": self.note}
 
     def about(self) -> str:
-        """"12 documents, t-jackknife" or "2 documents: too few documents to tell"."""
+        """ "12 documents, t-jackknife" or "2 documents: too few documents to tell"."""
         docs = f"{self.n} document{'' if self.n == 1 else 's'}"
         if self.bounds is None:
             return f"{docs}: {self.note or 'no interval'}"
@@ -114,20 +136,35 @@ def _scaled(point: np.ndarray, rows: np.ndarray, fisher: bool) -> tuple[np.ndarr
     """(z_ok, point, rows) on Fisher's z scale where `fisher` and every value lies inside (-1, 1)."""
     ok = fisher & (np.abs(point) < 1) & (np.abs(rows) < 1).all(axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return (ok, np.where(ok, np.arctanh(np.where(ok, point, 0.0)), point),
-                np.where(ok[..., None], np.arctanh(np.where(ok[..., None], rows, 0.0)), rows))
+        return (
+            ok,
+            np.where(ok, np.arctanh(np.where(ok, point, 0.0)), point),
+            np.where(ok[..., None], np.arctanh(np.where(ok[..., None], rows, 0.0)), rows),
+        )
 
 
-def _t_bounds(ok: np.ndarray, p: np.ndarray, se2: np.ndarray, bias: np.ndarray, n: int, level: float,
-              value_range: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+def _t_bounds(
+    ok: np.ndarray,
+    p: np.ndarray,
+    se2: np.ndarray,
+    bias: np.ndarray,
+    n: int,
+    level: float,
+    value_range: tuple[float, float],
+) -> tuple[np.ndarray, np.ndarray]:
     half = t_quantile(level, n - 1) * np.sqrt(se2 + bias**2)
     lo, hi = p - half, p + half
     lo, hi = np.where(ok, np.tanh(lo), lo), np.where(ok, np.tanh(hi), hi)
     return np.clip(lo, *value_range), np.clip(hi, *value_range)
 
 
-def jackknife_bounds(point: np.ndarray, loo: np.ndarray, level: float, fisher: bool = False,
-                     value_range: tuple[float, float] = (-math.inf, math.inf)) -> tuple[np.ndarray, np.ndarray]:
+def jackknife_bounds(
+    point: np.ndarray,
+    loo: np.ndarray,
+    level: float,
+    fisher: bool = False,
+    value_range: tuple[float, float] = (-math.inf, math.inf),
+) -> tuple[np.ndarray, np.ndarray]:
     """Vectorised core: (lo, hi) of `point` (sets,) from its leave-one-out values `loo` (sets, n);
     NaN where a leave-one-out value is undefined."""
     point, loo = np.asarray(point, dtype=float), np.asarray(loo, dtype=float)
@@ -138,8 +175,14 @@ def jackknife_bounds(point: np.ndarray, loo: np.ndarray, level: float, fisher: b
     return _t_bounds(ok, p, se2, (n - 1) * (mean - p), n, level, value_range)
 
 
-def bootstrap_bounds(point: np.ndarray, rounds: np.ndarray, n: int, level: float, fisher: bool = False,
-                     value_range: tuple[float, float] = (-math.inf, math.inf)) -> tuple[np.ndarray, np.ndarray]:
+def bootstrap_bounds(
+    point: np.ndarray,
+    rounds: np.ndarray,
+    n: int,
+    level: float,
+    fisher: bool = False,
+    value_range: tuple[float, float] = (-math.inf, math.inf),
+) -> tuple[np.ndarray, np.ndarray]:
     """The same t interval from percentile-bootstrap rounds (sets, rounds) over n documents: their
     spread (times sqrt(n / (n - 1)), which makes it the textbook standard error for a mean) and
     their mean's offset from `point` (the bias); rounds that are NaN are left out."""
@@ -151,9 +194,16 @@ def bootstrap_bounds(point: np.ndarray, rounds: np.ndarray, n: int, level: float
     return _t_bounds(ok, p, se2, mean - p, n, level, value_range)
 
 
-def jackknife_interval(point: float, loo: Sequence[float] | np.ndarray, level: float, metric: str | None = None,
-                       *, difference: bool = False, fisher: bool | None = None,
-                       value_range: tuple[float, float] | None = None) -> Interval:
+def jackknife_interval(
+    point: float,
+    loo: Sequence[float] | np.ndarray,
+    level: float,
+    metric: str | None = None,
+    *,
+    difference: bool = False,
+    fisher: bool | None = None,
+    value_range: tuple[float, float] | None = None,
+) -> Interval:
     """The interval of `point` from its n leave-one-document-out values (module docstring). `metric`
     names a metric_set key: it picks the scale (FISHER), the range (RANGES) and the minimum
     (MIN_DOCUMENTS_OF); `difference`: `point` is B - A of that metric (raw scale, range hi - lo
@@ -171,8 +221,16 @@ def jackknife_interval(point: float, loo: Sequence[float] | np.ndarray, level: f
     return Interval((float(lo[0]), float(hi[0])), n, "no spread across documents" if flat else None)
 
 
-def bootstrap_interval(point: float, rounds: Sequence[float] | np.ndarray, n: int, level: float,
-                       metric: str | None = None, *, difference: bool = False, fisher: bool | None = None) -> Interval:
+def bootstrap_interval(
+    point: float,
+    rounds: Sequence[float] | np.ndarray,
+    n: int,
+    level: float,
+    metric: str | None = None,
+    *,
+    difference: bool = False,
+    fisher: bool | None = None,
+) -> Interval:
     """`jackknife_interval` for a statistic the jackknife cannot follow (a rank statistic across
     instructions, a median): the RMSE from percentile-bootstrap `rounds` over the n documents. No
     interval below MIN_DOCUMENTS or where more than 1 - level of the rounds are undefined."""
@@ -181,15 +239,17 @@ def bootstrap_interval(point: float, rounds: Sequence[float] | np.ndarray, n: in
         return Interval(None, n, TOO_FEW, BOOT_METHOD)
     defined = np.isfinite(rounds)
     if not math.isfinite(point) or defined.sum() < 2 or (~defined).sum() > (1 - level) * rounds.size:
-        return Interval(None, n, f"undefined in {int((~defined).sum())} of {rounds.size} bootstrap rounds",
-                        BOOT_METHOD)
+        return Interval(
+            None, n, f"undefined in {int((~defined).sum())} of {rounds.size} bootstrap rounds", BOOT_METHOD
+        )
     fisher, rng = _scale_and_range(metric, difference, fisher)
     lo, hi = bootstrap_bounds(np.array(point), rounds[defined][None, :], n, level, fisher, rng)
     return Interval((float(lo[0]), float(hi[0])), n, None, BOOT_METHOD)
 
 
-def _scale_and_range(metric: str | None, difference: bool,
-                     fisher: bool | None = None) -> tuple[bool, tuple[float, float]]:
+def _scale_and_range(
+    metric: str | None, difference: bool, fisher: bool | None = None
+) -> tuple[bool, tuple[float, float]]:
     """Fisher's z for a correlation (not for a difference of two); the metric's range, or for a
     difference hi - lo either way."""
     low, high = RANGES.get(metric or "", (-math.inf, math.inf))
@@ -235,7 +295,9 @@ def shown(value: float, iv: Interval | None, fmt: Callable[[float], str] = num, 
     return text + (f" ({why})" if why else "")
 
 
-def sentence(label: str, value: float | None, iv: Interval | None, level: float, *, off: str | None = None) -> str:
+def sentence(
+    label: str, value: float | None, iv: Interval | None, level: float, *, off: str | None = None
+) -> str:
     """One plain sentence with its n and method, e.g. "held-out Spearman +0.120 [-0.050, +0.310]
     (12 documents, t-jackknife): not distinguishable from 0 at 95%", or "... +0.933 (2 documents:
     too few documents to tell)". `off`: why there are no intervals at all (metrics.bootstrap=0)."""
@@ -252,18 +314,22 @@ def recorded(bounds: Any, basis: Any, run: Any = None) -> Interval | None:
     it, its documents, method and note (in "interval_basis"). A run written before interval_basis
     existed: its bounds with the documents and method of the run's "interval" record (`run`).
     None when the run records no interval for it."""
-    ok = (isinstance(bounds, Sequence) and len(bounds) == 2
-          and all(isinstance(b, int | float) and not isinstance(b, bool) for b in bounds))
+    ok = (
+        isinstance(bounds, Sequence)
+        and len(bounds) == 2
+        and all(isinstance(b, int | float) and not isinstance(b, bool) for b in bounds)
+    )
     if isinstance(basis, Mapping) and isinstance(basis.get("n_documents"), int):
         return Interval.from_record({**basis, "interval": bounds if ok else None})
     if ok and isinstance(run, Mapping) and isinstance(run.get("n_documents"), int):
-        return Interval((float(bounds[0]), float(bounds[1])), run["n_documents"], None,
-                        str(run.get("method") or METHOD))
+        return Interval(
+            (float(bounds[0]), float(bounds[1])), run["n_documents"], None, str(run.get("method") or METHOD)
+        )
     return None
 
 
 def documents(ns: Iterable[int]) -> str:
-    """"1 document", "6 documents", "2-12 documents"."""
+    """ "1 document", "6 documents", "2-12 documents"."""
     got = sorted(set(ns))
     if not got:
         return "documents not recorded"
@@ -292,7 +358,9 @@ def described(ivs: Sequence[tuple[Interval | None, float | None]]) -> str:
         elif key[0] == "note":
             out.append(f"{documents(ns)}: {key[1]}")
         else:
-            out.append("no interval recorded" + ("" if len(ns) == len(ivs) else f" ({len(ns)} of {len(ivs)})"))
+            out.append(
+                "no interval recorded" + ("" if len(ns) == len(ivs) else f" ({len(ns)} of {len(ivs)})")
+            )
     return "; ".join(out)
 
 

@@ -62,18 +62,35 @@ def _fit(p: np.ndarray, x: np.ndarray, w: np.ndarray, start: np.ndarray, iters: 
     return b
 
 
-def length_bias(judgments: Sequence[Judgment], lengths: Mapping[tuple[str, str], float],
-                loo: LeaveOneOut | None = None, chunk: int = 100) -> dict[str, object]:
+def length_bias(
+    judgments: Sequence[Judgment],
+    lengths: Mapping[tuple[str, str], float],
+    loo: LeaveOneOut | None = None,
+    chunk: int = 100,
+) -> dict[str, object]:
     """The fit's coefficients, its scale and, with `loo`, their intervals over documents (and, beside
     each, its documents and method: "position_basis", "length_basis").
     Pairs without both lengths, or with a NaN P(A), are left out (`n_pairs` counts those used);
     the coefficients are NaN when fewer than two length differences exist or all are equal."""
-    rows = [(j.doc_id, float(j.p_a), lengths[(j.doc_id, j.a_id)] - lengths[(j.doc_id, j.b_id)]) for j in judgments
-            if j.p_a is not None and math.isfinite(j.p_a) and (j.doc_id, j.a_id) in lengths
-            and (j.doc_id, j.b_id) in lengths]
-    out: dict[str, object] = {"position": math.nan, "length": math.nan, "scale": math.nan, "unit": UNIT,
-                              "n_pairs": len(rows), "position_interval": None, "length_interval": None,
-                              "position_basis": None, "length_basis": None}
+    rows = [
+        (j.doc_id, float(j.p_a), lengths[(j.doc_id, j.a_id)] - lengths[(j.doc_id, j.b_id)])
+        for j in judgments
+        if j.p_a is not None
+        and math.isfinite(j.p_a)
+        and (j.doc_id, j.a_id) in lengths
+        and (j.doc_id, j.b_id) in lengths
+    ]
+    out: dict[str, object] = {
+        "position": math.nan,
+        "length": math.nan,
+        "scale": math.nan,
+        "unit": UNIT,
+        "n_pairs": len(rows),
+        "position_interval": None,
+        "length_interval": None,
+        "position_basis": None,
+        "length_basis": None,
+    }
     if len(rows) < 2:
         return out
     doc_ids = sorted({r[0] for r in rows})
@@ -91,15 +108,21 @@ def length_bias(judgments: Sequence[Judgment], lengths: Mapping[tuple[str, str],
         return out
     rows = loo.positions(doc_ids)  # the rows that leave out a document with a usable pair
     w_doc = loo.columns(doc_ids)[rows]
-    reps = np.concatenate([_fit(p, x, w_doc[lo:lo + chunk][:, doc], full, 4) for lo in range(0, len(rows), chunk)])
+    reps = np.concatenate(
+        [_fit(p, x, w_doc[lo : lo + chunk][:, doc], full, 4) for lo in range(0, len(rows), chunk)]
+    )
     for k, name in enumerate(("position", "length")):
         iv = jackknife_interval(float(full[k]), reps[:, k], loo.level)
         out.update({f"{name}_interval": iv.as_list(), f"{name}_basis": iv.basis()})
     return out
 
 
-def control_shift(judgments: Sequence[Judgment], lengths: Mapping[tuple[str, str], float],
-                  fit: Mapping[str, object], tol: float = 1e-9) -> float:
+def control_shift(
+    judgments: Sequence[Judgment],
+    lengths: Mapping[tuple[str, str], float],
+    fit: Mapping[str, object],
+    tol: float = 1e-9,
+) -> float:
     """The log-odds shift per SD of length difference that leaves no length preference: the c with
     length_bias(P_c).length == 0, P_c = sigmoid(logit P(A) - c * dlen / scale). It starts at the fit's
     coefficient and adds the refit's until that is below `tol` (with noisy P(A) the fit's own
@@ -125,13 +148,22 @@ def control_shift(judgments: Sequence[Judgment], lengths: Mapping[tuple[str, str
 
 def _columns(judgments: Sequence[Judgment], lengths: Mapping[tuple[str, str], float]):
     p = np.array([math.nan if j.p_a is None else j.p_a for j in judgments], dtype=float)
-    diff = np.array([lengths.get((j.doc_id, j.a_id), math.nan) - lengths.get((j.doc_id, j.b_id), math.nan)
-                     for j in judgments], dtype=float)
+    diff = np.array(
+        [
+            lengths.get((j.doc_id, j.a_id), math.nan) - lengths.get((j.doc_id, j.b_id), math.nan)
+            for j in judgments
+        ],
+        dtype=float,
+    )
     return p, diff, np.isfinite(p) & np.isfinite(diff)
 
 
-def controlled_p(judgments: Sequence[Judgment], lengths: Mapping[tuple[str, str], float],
-                 fit: Mapping[str, object], shift: float | None = None) -> np.ndarray:
+def controlled_p(
+    judgments: Sequence[Judgment],
+    lengths: Mapping[tuple[str, str], float],
+    fit: Mapping[str, object],
+    shift: float | None = None,
+) -> np.ndarray:
     """P(A) with the length preference removed: logit P(A) - shift * dlen / scale, `shift` the
     `control_shift` (computed when not given); unchanged where a length is missing, P(A) is NaN,
     or the fit is undefined."""

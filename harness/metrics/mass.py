@@ -22,7 +22,9 @@ def answer_masses(judgments: Sequence[Judgment]) -> np.ndarray:
     """The answer mass of every read judgment, in order: 0 where the judge wrote no answer token
     (`no_answer`, flagged low_answer_mass too); an `unreadable` one (an API answer that stayed
     spoiled) has no reading and is left out, as it is left out of the low_answer_mass flags."""
-    return np.array([answer_mass(j.token_logprobs) for j in judgments if "unreadable" not in j.flags], dtype=float)
+    return np.array(
+        [answer_mass(j.token_logprobs) for j in judgments if "unreadable" not in j.flags], dtype=float
+    )
 
 
 def answer_mass_stats(judgments: Sequence[Judgment], threshold: float = MIN_ANSWER_MASS) -> dict[str, float]:

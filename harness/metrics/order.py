@@ -44,8 +44,11 @@ def view_order_consistency(views: Mapping[str, DocView]) -> dict[str, float | in
         return {"order_consistency": math.nan, "order_gap": math.nan, "n_order_pairs": 0}
     p, q = pairs[:, 0], pairs[:, 1]
     same = np.sign(p - 0.5) == np.sign(0.5 - q)
-    return {"order_consistency": float(same.mean()), "order_gap": float(np.abs(p + q - 1).mean()),
-            "n_order_pairs": n}
+    return {
+        "order_consistency": float(same.mean()),
+        "order_gap": float(np.abs(p + q - 1).mean()),
+        "n_order_pairs": n,
+    }
 
 
 def order_consistency(judgments: Sequence[Judgment]) -> dict[str, float | int]:

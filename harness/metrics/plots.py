@@ -14,8 +14,9 @@ import numpy as np
 from harness.figures import pyplot, save
 
 
-def plot_reliability(p: np.ndarray, y: np.ndarray, path: str | Path, bins: int = 10,
-                     title: str = "reliability") -> Path | None:
+def plot_reliability(
+    p: np.ndarray, y: np.ndarray, path: str | Path, bins: int = 10, title: str = "reliability"
+) -> Path | None:
     """Observed share of pairs humans prefer A vs mean P(A), per equal-width bin (the bins of the
     ECE), with each bin's count; the diagonal is perfect calibration. None without labels."""
     if not p.size:
@@ -32,24 +33,34 @@ def plot_reliability(p: np.ndarray, y: np.ndarray, path: str | Path, bins: int =
     ax.plot(conf, freq, "o-", color="C0", ms=4, label="per bin (mean P(A), share)")
     for x, f, c in zip(conf, freq, count):
         ax.annotate(str(int(c)), (x, f), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=7)
-    ax.set(xlim=(0, 1), ylim=(0, 1.08), xlabel="P(A) (bin mean)", ylabel="share of pairs humans prefer A",
-           title=title)
+    ax.set(
+        xlim=(0, 1),
+        ylim=(0, 1.08),
+        xlabel="P(A) (bin mean)",
+        ylabel="share of pairs humans prefer A",
+        title=title,
+    )
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=7, frameon=False)
     return save(fig, path)
 
 
-def plot_p_a_by_order(listed: Sequence[float], swapped: Sequence[float], path: str | Path,
-                      title: str = "P(A) by order") -> Path:
+def plot_p_a_by_order(
+    listed: Sequence[float], swapped: Sequence[float], path: str | Path, title: str = "P(A) by order"
+) -> Path:
     """Histograms of P(A) with the candidates as listed (i shown as A) and swapped (j shown as A).
     Without position bias the two are mirror images around 0.5; a judge that favours A shifts both
     to the right."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.6))
     edges = np.linspace(0, 1, 21)
-    for values, label, color in ((listed, "listed order (A = first candidate)", "C0"),
-                                 (swapped, "swapped (A = second candidate)", "C1")):
+    for values, label, color in (
+        (listed, "listed order (A = first candidate)", "C0"),
+        (swapped, "swapped (A = second candidate)", "C1"),
+    ):
         vals = np.array([v for v in values if math.isfinite(v)], dtype=float)
-        ax.hist(vals, bins=edges, histtype="stepfilled", alpha=0.35, color=color, label=f"{label}, n={vals.size}")
+        ax.hist(
+            vals, bins=edges, histtype="stepfilled", alpha=0.35, color=color, label=f"{label}, n={vals.size}"
+        )
         ax.hist(vals, bins=edges, histtype="step", color=color)
     ax.axvline(0.5, color="grey", lw=0.8, ls=":")
     ax.set(xlim=(0, 1), xlabel="P(A)", ylabel="pairs", title=title)
@@ -57,8 +68,9 @@ def plot_p_a_by_order(listed: Sequence[float], swapped: Sequence[float], path: s
     return save(fig, path)
 
 
-def plot_answer_mass(masses: np.ndarray, threshold: float, path: str | Path,
-                     title: str = "answer-token mass") -> Path:
+def plot_answer_mass(
+    masses: np.ndarray, threshold: float, path: str | Path, title: str = "answer-token mass"
+) -> Path:
     """Histogram of log10(answer mass) per pair, the threshold and the median marked. A log axis,
     because the failures it shows are orders of magnitude (1e-9 for a base model)."""
     plt = pyplot()
@@ -70,6 +82,8 @@ def plot_answer_mass(masses: np.ndarray, threshold: float, path: str | Path,
     if logm.size:
         med = float(np.median(masses))
         ax.axvline(math.log10(max(med, 1e-12)), color="black", lw=1.0, label=f"median {med:.3g}")
-    ax.set(xlim=(low, 0), xlabel="log10 P(any answer token) before renormalising", ylabel="pairs", title=title)
+    ax.set(
+        xlim=(low, 0), xlabel="log10 P(any answer token) before renormalising", ylabel="pairs", title=title
+    )
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=7, frameon=False)
     return save(fig, path)

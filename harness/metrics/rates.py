@@ -61,5 +61,3 @@ def confidence_p(p: np.ndarray) -> dict[str, float]:
         return {"max_prob": math.nan, "entropy": math.nan}
     entropy = -(_xlogx(p) + _xlogx(1 - p))
     return {"max_prob": float(np.maximum(p, 1 - p).mean()), "entropy": float(entropy.mean())}
-
-

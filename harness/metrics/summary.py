@@ -46,9 +46,14 @@ def metric_set(
     return frame_metrics(build_frame(judgments), shuffles=shuffles, seed=seed, bins=bins)
 
 
-def frame_metrics(frame: Frame, shuffles: int = 100, seed: int = 0, bins: int = 10,
-                  official_p: np.ndarray | None = None,
-                  stats_out: list[DocStats] | None = None) -> dict[str, float | int]:
+def frame_metrics(
+    frame: Frame,
+    shuffles: int = 100,
+    seed: int = 0,
+    bins: int = 10,
+    official_p: np.ndarray | None = None,
+    stats_out: list[DocStats] | None = None,
+) -> dict[str, float | int]:
     """`metric_set` of a Frame (its P(A) column); `official_p`: the column whose upper-triangle
     rate is `a_rate_upper` (the permutation variant's official arithmetic), default the frame's.
     `stats_out`, when given, receives the per-document statistics the bootstrap resamples."""
@@ -66,21 +71,34 @@ def frame_metrics(frame: Frame, shuffles: int = 100, seed: int = 0, bins: int = 
     tokens = frame.tokens
     upper_views = views if official_p is None else frame.with_p(official_p).views()
     return {
-        "a_rate": rate, "a_rate_prob": rate_prob, **view_order_consistency(views),
+        "a_rate": rate,
+        "a_rate_prob": rate_prob,
+        **view_order_consistency(views),
         **answer_mass_stats_of(tokens.mass[tokens.readable]),
-        "fairness": -abs(rate - 0.5), "fairness_prob": -abs(rate_prob - 0.5),
-        "max_prob": conf["max_prob"], "entropy": conf["entropy"],
-        "ece": cal["ece"], "brier": cal["brier"], "nll": cal["nll"], "accuracy": cal["accuracy"],
+        "fairness": -abs(rate - 0.5),
+        "fairness_prob": -abs(rate_prob - 0.5),
+        "max_prob": conf["max_prob"],
+        "entropy": conf["entropy"],
+        "ece": cal["ece"],
+        "brier": cal["brier"],
+        "nll": cal["nll"],
+        "accuracy": cal["accuracy"],
         "n_calibration": int(cal["n"]),
-        "spearman": win["spearman"], "kendall": win["kendall"],
-        "spearman_pairs": pairs["spearman"], "kendall_pairs": pairs["kendall"],
+        "spearman": win["spearman"],
+        "kendall": win["kendall"],
+        "spearman_pairs": pairs["spearman"],
+        "kendall_pairs": pairs["kendall"],
         "spearman_pairs_se": pairs["spearman_se"],
-        "spearman_whole": win["spearman_whole"], "kendall_whole": win["kendall_whole"],
-        "n_judgments": len(frame.p), "n_docs": len(views),
+        "spearman_whole": win["spearman_whole"],
+        "kendall_whole": win["kendall_whole"],
+        "n_judgments": len(frame.p),
+        "n_docs": len(views),
         # As the official ZEPO code (metrics/official.py): the upper-triangle decision rate (the
         # debiased rate of Figure 4 under "permutation", with the official arithmetic), the
         # label-free BC prior, the Norm Gap.
-        "a_rate_upper": view_upper_a_rate(upper_views), "bc": bc_prior_of(frame), "prob_gap": prob_gap_of(frame),
+        "a_rate_upper": view_upper_a_rate(upper_views),
+        "bc": bc_prior_of(frame),
+        "prob_gap": prob_gap_of(frame),
     }
 
 
@@ -107,8 +125,10 @@ class Summary:
         """variant -> metric -> Interval (with its documents and method)."""
         if self.replicates is None or self.masks is None:
             return None
-        return {v: intervals(self.metrics[v], reps, self.masks[v], self.level, (self.boot or {}).get(v))
-                for v, reps in self.replicates.items()}
+        return {
+            v: intervals(self.metrics[v], reps, self.masks[v], self.level, (self.boot or {}).get(v))
+            for v, reps in self.replicates.items()
+        }
 
     def intervals(self) -> dict[str, dict[str, list[float] | None]] | None:
         """variant -> metric -> [lo, hi] (results.json "intervals", mirroring "metrics")."""
@@ -124,29 +144,41 @@ class Summary:
     def meta(self) -> dict[str, Any]:
         return self.loo.meta() if self.loo is not None else no_interval_meta()
 
-    def versus(self, other: Summary, prefix: str = "", variant: str = "none",
-               other_variant: str | None = None) -> dict[str, dict[str, Any]]:
+    def versus(
+        self, other: Summary, prefix: str = "", variant: str = "none", other_variant: str | None = None
+    ) -> dict[str, dict[str, Any]]:
         """Paired differences other - self of every metric (the same documents left out in both)."""
         ov = other_variant or variant
         mine = None if self.replicates is None else self.replicates[variant]
         theirs = None if other.replicates is None else other.replicates[ov]
-        return paired_all(mine, theirs, self.metrics[variant], other.metrics[ov],
-                          self.loo.level if self.loo is not None else 0.95, prefix,
-                          None if self.masks is None else self.masks[variant],
-                          None if other.masks is None else other.masks[ov],
-                          None if self.boot is None else self.boot[variant],
-                          None if other.boot is None else other.boot[ov])
+        return paired_all(
+            mine,
+            theirs,
+            self.metrics[variant],
+            other.metrics[ov],
+            self.loo.level if self.loo is not None else 0.95,
+            prefix,
+            None if self.masks is None else self.masks[variant],
+            None if other.masks is None else other.masks[ov],
+            None if self.boot is None else self.boot[variant],
+            None if other.boot is None else other.boot[ov],
+        )
 
     def differences(self) -> dict[str, dict[str, dict[str, Any]]]:
         """Each debiased variant minus the raw judgments, paired over the same documents."""
-        return {f"{v} - none": self.versus(self, f"{v} - none: ", "none", v) for v in self.metrics if v != "none"}
+        return {
+            f"{v} - none": self.versus(self, f"{v} - none: ", "none", v) for v in self.metrics if v != "none"
+        }
 
     def results_fields(self) -> dict[str, Any]:
         """What results.json carries beside "metrics"."""
         ivs = self.interval_objects()
-        return {"interval": self.meta(), "intervals": None if ivs is None else {v: as_lists(g) for v, g in ivs.items()},
-                "interval_basis": None if ivs is None else {v: basis_of(g) for v, g in ivs.items()},
-                "differences": self.differences()}
+        return {
+            "interval": self.meta(),
+            "intervals": None if ivs is None else {v: as_lists(g) for v, g in ivs.items()},
+            "interval_basis": None if ivs is None else {v: basis_of(g) for v, g in ivs.items()},
+            "differences": self.differences(),
+        }
 
 
 def analyse(
@@ -165,9 +197,11 @@ def analyse(
     if p_cf is not None and not math.isnan(p_cf):
         variants["contextual"] = contextual_p(frame, p_cf)
     elif p_cf is not None:  # the content-free probe stayed unreadable: only its view is lost
-        log.warning("the content-free probe's answer was unreadable (P(A) NaN: NaN/inf log-probs, or an API "
-                    "answer still unusable after every retry): the "
-                    "contextual-calibration view is left out; every other view is complete")
+        log.warning(
+            "the content-free probe's answer was unreadable (P(A) NaN: NaN/inf log-probs, or an API "
+            "answer still unusable after every retry): the "
+            "contextual-calibration view is left out; every other view is complete"
+        )
     official = {"permutation": permutation_p(frame, "official")}
     loo = LeaveOneOut.over(frame.doc_ids, level, rounds, seed) if rounds else None
     w = None if loo is None else np.vstack([loo.columns(frame.doc_ids), loo.boot_columns(frame.doc_ids)])
@@ -175,14 +209,25 @@ def analyse(
     for k, p in variants.items():
         stats: list[DocStats] = []
         variant = frame.with_p(p)
-        out[k] = frame_metrics(variant, shuffles=shuffles, seed=seed, bins=bins, official_p=official.get(k),
-                               stats_out=stats if loo is not None else None)
+        out[k] = frame_metrics(
+            variant,
+            shuffles=shuffles,
+            seed=seed,
+            bins=bins,
+            official_p=official.get(k),
+            stats_out=stats if loo is not None else None,
+        )
         if loo is not None:
             first = next(iter(boot.values()), {})
-            both = replicate(stats[0], w, None if not first else np.concatenate(
-                [reps["none"]["answer_mass_median"], first["answer_mass_median"]]))
-            reps[k] = {m: v[:loo.rounds] for m, v in both.items()}
-            boot[k] = {m: v[loo.rounds:] for m, v in both.items()}
+            both = replicate(
+                stats[0],
+                w,
+                None
+                if not first
+                else np.concatenate([reps["none"]["answer_mass_median"], first["answer_mass_median"]]),
+            )
+            reps[k] = {m: v[: loo.rounds] for m, v in both.items()}
+            boot[k] = {m: v[loo.rounds :] for m, v in both.items()}
             masks[k] = {m: loo.row_mask(frame.doc_ids, v) for m, v in support(stats[0]).items()}
     on = loo is not None
     return Summary(out, reps if on else None, loo, masks if on else None, boot if on else None)
@@ -202,11 +247,25 @@ def summarize(
     return analyse(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed, bins=bins).metrics
 
 
-def write_run(out: Path, judgments: Sequence[Judgment], p_cf: float, *, task: str, aspect: str | None,
-              family: str, instruction: str, judge_identity: str, n_docs: int, shuffles: int,
-              seed: int, extra: dict[str, Any] | None = None, bootstrap: int = 1000,
-              level: float = 0.95, lengths: Mapping[tuple[str, str], float] | None = None,
-              numerics: dict[str, Any] | None = None) -> dict[str, Any]:
+def write_run(
+    out: Path,
+    judgments: Sequence[Judgment],
+    p_cf: float,
+    *,
+    task: str,
+    aspect: str | None,
+    family: str,
+    instruction: str,
+    judge_identity: str,
+    n_docs: int,
+    shuffles: int,
+    seed: int,
+    extra: dict[str, Any] | None = None,
+    bootstrap: int = 1000,
+    level: float = 0.95,
+    lengths: Mapping[tuple[str, str], float] | None = None,
+    numerics: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """judgments.jsonl + results.json of one judged set (the judge experiment; shard merges).
 
     `bootstrap` (metrics.bootstrap; 0: no intervals) and `level` (metrics.level) give "intervals"
@@ -222,15 +281,32 @@ def write_run(out: Path, judgments: Sequence[Judgment], p_cf: float, *, task: st
     `n_unreadable`: pairs whose answer could not be read (flagged, P(A) NaN, unjudged by every metric)."""
     write_judgments(out / "judgments.jsonl", judgments, p_cf)
     summary = analyse(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed, rounds=bootstrap, level=level)
-    results = {"task": task, "aspect": aspect, "family": family, "instruction": instruction,
-               "judge": judge_identity, "numerics": numerics, "n_docs": n_docs, "n_judgments": len(judgments),
-               "n_unreadable": sum("unreadable" in j.flags for j in judgments),
-               "p_content_free": p_cf,
-               **({"content_free_unreadable": True} if p_cf is not None and math.isnan(p_cf) else {}),
-               "shuffles": shuffles, "seed": seed, **(extra or {}), "metrics": summary.metrics,
-               **summary.results_fields(),
-               **({"length_bias": length_report(judgments, lengths, summary, shuffles, seed),
-                   "candidate_words": words_by_document(lengths)} if lengths is not None else {})}
+    results = {
+        "task": task,
+        "aspect": aspect,
+        "family": family,
+        "instruction": instruction,
+        "judge": judge_identity,
+        "numerics": numerics,
+        "n_docs": n_docs,
+        "n_judgments": len(judgments),
+        "n_unreadable": sum("unreadable" in j.flags for j in judgments),
+        "p_content_free": p_cf,
+        **({"content_free_unreadable": True} if p_cf is not None and math.isnan(p_cf) else {}),
+        "shuffles": shuffles,
+        "seed": seed,
+        **(extra or {}),
+        "metrics": summary.metrics,
+        **summary.results_fields(),
+        **(
+            {
+                "length_bias": length_report(judgments, lengths, summary, shuffles, seed),
+                "candidate_words": words_by_document(lengths),
+            }
+            if lengths is not None
+            else {}
+        ),
+    }
     write_json_atomic(out / "results.json", results)
     return results
 
@@ -252,8 +328,13 @@ LENGTH_CONTROLLED = ("spearman", "kendall", "spearman_pairs", "kendall_pairs", "
 """The length-controlled metrics results.json reports (length_bias.controlled)."""
 
 
-def length_report(judgments: Sequence[Judgment], lengths: Mapping[tuple[str, str], float], summary: Summary,
-                  shuffles: int, seed: int) -> dict[str, Any]:
+def length_report(
+    judgments: Sequence[Judgment],
+    lengths: Mapping[tuple[str, str], float],
+    summary: Summary,
+    shuffles: int,
+    seed: int,
+) -> dict[str, Any]:
     """results.json "length_bias": the fit with intervals (metrics.length) and "controlled": the
     LENGTH_CONTROLLED metrics on length-controlled P(A), their intervals and their paired
     difference from the raw judgments' (the same documents left out)."""
@@ -262,21 +343,43 @@ def length_report(judgments: Sequence[Judgment], lengths: Mapping[tuple[str, str
     shift = control_shift(judgments, lengths, fit)
     frame = build_frame(judgments)
     stats: list[DocStats] = []
-    lc = frame_metrics(frame.with_p(controlled_p(judgments, lengths, fit, shift)), shuffles=shuffles, seed=seed,
-                       stats_out=stats)
+    lc = frame_metrics(
+        frame.with_p(controlled_p(judgments, lengths, fit, shift)),
+        shuffles=shuffles,
+        seed=seed,
+        stats_out=stats,
+    )
     shown = {k: lc[k] for k in LENGTH_CONTROLLED}
-    reps = None if loo is None else {k: v for k, v in replicate(stats[0], loo.columns(frame.doc_ids)).items()
-                                     if k in shown}
+    reps = (
+        None
+        if loo is None
+        else {k: v for k, v in replicate(stats[0], loo.columns(frame.doc_ids)).items() if k in shown}
+    )
     masks = None if loo is None else {k: loo.row_mask(frame.doc_ids, v) for k, v in support(stats[0]).items()}
     level = loo.level if loo is not None else 0.95
     raw_reps = None if summary.replicates is None else summary.replicates["none"]
-    versus = paired_all(raw_reps, reps, {k: summary.metrics["none"][k] for k in LENGTH_CONTROLLED}, shown, level,
-                        "length-controlled - raw: ", None if summary.masks is None else summary.masks["none"], masks)
+    versus = paired_all(
+        raw_reps,
+        reps,
+        {k: summary.metrics["none"][k] for k in LENGTH_CONTROLLED},
+        shown,
+        level,
+        "length-controlled - raw: ",
+        None if summary.masks is None else summary.masks["none"],
+        masks,
+    )
     ivs = None if reps is None or masks is None else intervals(shown, reps, masks, level)
-    return {**fit, "controlled": {"metrics": shown, "intervals": None if ivs is None else as_lists(ivs),
-                                  "interval_basis": None if ivs is None else basis_of(ivs),
-                                  "minus_raw": versus, "shift": shift,
-                                  "coefficient": "shift held at its full-data value"}}
+    return {
+        **fit,
+        "controlled": {
+            "metrics": shown,
+            "intervals": None if ivs is None else as_lists(ivs),
+            "interval_basis": None if ivs is None else basis_of(ivs),
+            "minus_raw": versus,
+            "shift": shift,
+            "coefficient": "shift held at its full-data value",
+        },
+    }
 
 
 def recompute(run_dir: str | Path, shuffles: int | None = None, seed: int | None = None) -> dict[str, Any]:
@@ -284,5 +387,9 @@ def recompute(run_dir: str | Path, shuffles: int | None = None, seed: int | None
     run_dir = Path(run_dir)
     results = read_json(run_dir / "results.json")
     judgments, p_cf = load_judgments(run_dir / "judgments.jsonl")
-    return summarize(judgments, p_cf=p_cf, shuffles=shuffles or results["shuffles"],
-                     seed=results["seed"] if seed is None else seed)
+    return summarize(
+        judgments,
+        p_cf=p_cf,
+        shuffles=shuffles or results["shuffles"],
+        seed=results["seed"] if seed is None else seed,
+    )

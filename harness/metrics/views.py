@@ -56,7 +56,6 @@ def human_scores(judgments: Sequence[Judgment]) -> dict[str, tuple[list[str], np
     return {d: (v.ids, v.human) for d, v in document_views(judgments).items()}
 
 
-
 def mean_or_nan(xs: Sequence[float]) -> float:
     return float(np.mean(xs)) if len(xs) else math.nan
 
@@ -113,8 +112,22 @@ class Frame:
 
     def with_p(self, p: np.ndarray) -> Frame:
         """The same judgments with another P(A) column (a debiased variant); token stats shared."""
-        return Frame(self.doc_ids, self.ids, self.start, self.cells, self.doc, self.a, self.b, self.cell,
-                     self.rcell, p, self.human, self.label, self.judgments, self._tokens)
+        return Frame(
+            self.doc_ids,
+            self.ids,
+            self.start,
+            self.cells,
+            self.doc,
+            self.a,
+            self.b,
+            self.cell,
+            self.rcell,
+            p,
+            self.human,
+            self.label,
+            self.judgments,
+            self._tokens,
+        )
 
     def matrix(self) -> np.ndarray:
         """Every document's M, flat: the mean P(A) of the judgments in each cell (repeats
@@ -130,7 +143,7 @@ class Frame:
         out = {}
         for d, doc_id in enumerate(self.doc_ids):
             n = len(self.ids[d])
-            block = flat[self.start[d]:self.start[d] + n * n].reshape(n, n)
+            block = flat[self.start[d] : self.start[d] + n * n].reshape(n, n)
             out[doc_id] = DocView(ids=self.ids[d], matrix=block, human=self.human[d])
         return out
 
@@ -161,7 +174,11 @@ def build_frame(judgments: Sequence[Judgment]) -> Frame:
         if j.gold_a is not None:
             gold[r] = 1.0 if j.gold_a else 0.0
     sizes = np.array([len(x) for x in ids], dtype=np.int64)
-    start = np.concatenate([[0], np.cumsum(sizes**2)[:-1]]).astype(np.int64) if len(ids) else np.zeros(0, np.int64)
+    start = (
+        np.concatenate([[0], np.cumsum(sizes**2)[:-1]]).astype(np.int64)
+        if len(ids)
+        else np.zeros(0, np.int64)
+    )
     nd = sizes[doc] if n else np.zeros(0, np.int64)
     cell = start[doc] + a * nd + b if n else np.zeros(0, np.int64)
     rcell = start[doc] + b * nd + a if n else np.zeros(0, np.int64)
@@ -169,8 +186,9 @@ def build_frame(judgments: Sequence[Judgment]) -> Frame:
     with np.errstate(invalid="ignore"):
         by_human = np.where(np.isfinite(ha) & np.isfinite(hb) & (ha != hb), (ha > hb).astype(float), np.nan)
     label = np.where(np.isnan(gold), by_human, gold)
-    return Frame(list(doc_pos), ids, start, int((sizes**2).sum()), doc, a, b, cell, rcell, p, human, label,
-                 judgments)
+    return Frame(
+        list(doc_pos), ids, start, int((sizes**2).sum()), doc, a, b, cell, rcell, p, human, label, judgments
+    )
 
 
 def _first_human(doc, a, b, ha, hb, sizes) -> list[np.ndarray]:
@@ -185,7 +203,7 @@ def _first_human(doc, a, b, ha, hb, sizes) -> list[np.ndarray]:
     cand, vals = cand[ok], vals[ok]
     uniq, idx = np.unique(cand, return_index=True)  # the index of each candidate's first occurrence
     flat[uniq] = vals[idx]
-    return [flat[s:s + n] for s, n in zip(cstart.tolist(), sizes.tolist())]
+    return [flat[s : s + n] for s, n in zip(cstart.tolist(), sizes.tolist())]
 
 
 def token_stats(judgments: Sequence[Judgment]) -> TokenStats:

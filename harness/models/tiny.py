@@ -21,9 +21,11 @@ SPECIAL = ["<unk>", "<s>", "</s>", "<pad>", "<|im_start|>", "<|im_end|>"]
 
 
 def _corpus() -> list[str]:
-    words = ("the a summary candidate source text question answer return better coherence fluency "
-             "relevance consistency response dialog history is of and to in it was for on with as "
-             "compare evaluate which please if you must choice only user assistant system").split()
+    words = (
+        "the a summary candidate source text question answer return better coherence fluency "
+        "relevance consistency response dialog history is of and to in it was for on with as "
+        "compare evaluate which please if you must choice only user assistant system"
+    ).split()
     lines = []
     for i in range(400):
         w = [words[(i * 7 + k * 3) % len(words)] for k in range(12)]
@@ -39,11 +41,13 @@ def build_tokenizer(vocab_size: int = 512):
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator(_corpus(), trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
-                                   unk_token="<unk>", pad_token="<pad>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
+    )
     fast.chat_template = CHAT_TEMPLATE
     return fast
 
@@ -65,21 +69,51 @@ def _tiny_parts(arch: str, max_positions: int) -> tuple[Any, Any, type]:
 
     if arch in ("llama", "mistral"):
         tok = build_tokenizer()
-        common = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
-                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                      tie_word_embeddings=False)
+        common = dict(
+            vocab_size=len(tok),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=max_positions,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            tie_word_embeddings=False,
+        )
     elif arch == "llama3":
         tok = llama3_tokenizer()
-        common = dict(vocab_size=128256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=8192,
-                      rope_theta=500000.0, bos_token_id=128000, eos_token_id=[128001, 128009],
-                      tie_word_embeddings=False)
+        common = dict(
+            vocab_size=128256,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=32,
+            max_position_embeddings=8192,
+            rope_theta=500000.0,
+            bos_token_id=128000,
+            eos_token_id=[128001, 128009],
+            tie_word_embeddings=False,
+        )
     elif arch == "mistral7b":
         tok = mistral_v01_tokenizer()
-        common = dict(vocab_size=32000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=8192,
-                      rope_theta=10000.0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+        common = dict(
+            vocab_size=32000,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=32,
+            max_position_embeddings=8192,
+            rope_theta=10000.0,
+            bos_token_id=1,
+            eos_token_id=2,
+            tie_word_embeddings=False,
+        )
     else:
         raise ConfigError(f"unknown tiny architecture {arch!r}; use one of {', '.join(ARCHS)}")
     if arch in ("llama", "llama3"):
@@ -106,4 +140,6 @@ def ensure_tiny_model(arch: str) -> Path:
         raise ConfigError(f"unknown tiny architecture {arch!r}; use one of {', '.join(ARCHS)}")
     # mistral7b v2: its tokenizer's merges re-ranked by SentencePiece score (harness.models.vocab).
     version = "v2" if arch in ("llama", "mistral", "mistral7b") else "v1"
-    return build_atomically(cache_dir() / "models" / f"tiny-{arch}-{version}", lambda out: build_tiny_model(out, arch))
+    return build_atomically(
+        cache_dir() / "models" / f"tiny-{arch}-{version}", lambda out: build_tiny_model(out, arch)
+    )

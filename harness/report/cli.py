@@ -42,9 +42,13 @@ def run_settings(run_dir: Path, args: argparse.Namespace) -> tuple[int, float, i
     """(rounds, level, seed): the flags, else the run's config.json, else the schema's defaults and 0."""
     config = read_json(run_dir / "config.json") if (run_dir / "config.json").is_file() else {}
     metrics = config.get("metrics") or {} if isinstance(config, dict) else {}
-    rounds = args.bootstrap if args.bootstrap is not None else int(metrics.get("bootstrap", MetricsConf.bootstrap))
+    rounds = (
+        args.bootstrap if args.bootstrap is not None else int(metrics.get("bootstrap", MetricsConf.bootstrap))
+    )
     level = args.level if args.level is not None else float(metrics.get("level", MetricsConf.level))
-    seed = args.seed if args.seed is not None else int(config.get("seed", 0) if isinstance(config, dict) else 0)
+    seed = (
+        args.seed if args.seed is not None else int(config.get("seed", 0) if isinstance(config, dict) else 0)
+    )
     check_settings(rounds, level)
     return rounds, level, seed
 
@@ -58,8 +62,10 @@ def documents(run_dir: Path) -> tuple[list[Document] | None, str | None]:
     try:
         return load_documents(config["task"], config["data"]), None
     except (HarnessError, OSError, KeyError, TypeError) as e:
-        return None, (f"the task's documents could not be loaded ({e}): candidate texts and prompts are not shown; "
-                      "fetch the data (harness-fetch --mirror DIR or HARNESS_DATA_MIRROR) and run harness-report again")
+        return None, (
+            f"the task's documents could not be loaded ({e}): candidate texts and prompts are not shown; "
+            "fetch the data (harness-fetch --mirror DIR or HARNESS_DATA_MIRROR) and run harness-report again"
+        )
 
 
 def chat_view(run_dir: Path) -> ChatView | None:
@@ -75,15 +81,25 @@ def report_run(run_dir: Path, args: argparse.Namespace, echo: Any) -> list[Any]:
         rounds, level, seed = run_settings(run_dir, args)
         cards = render_cards(run_dir, out_dir=out, echo=echo, rounds=rounds, level=level, seed=seed)
     elif not (run_dir / "results.json").is_file():
-        raise DataError("holds no judgments.jsonl and no results.json; give a run directory "
-                        "(outputs/<experiment>/<stamp>) or a sweep directory (multirun/<experiment>/<stamp>)",
-                        where=str(run_dir))
+        raise DataError(
+            "holds no judgments.jsonl and no results.json; give a run directory "
+            "(outputs/<experiment>/<stamp>) or a sweep directory (multirun/<experiment>/<stamp>)",
+            where=str(run_dir),
+        )
     docs, note = documents(run_dir)
     target = run_dir
     if out is not None:  # the page beside the cards: copy the run's small records there first
         target = out
-        for name in ("config.json", "results.json", "overrides.json", "abb.json", "history.jsonl", "summary.md",
-                     "scores.jsonl", "sensitivity.jsonl"):
+        for name in (
+            "config.json",
+            "results.json",
+            "overrides.json",
+            "abb.json",
+            "history.jsonl",
+            "summary.md",
+            "scores.jsonl",
+            "sensitivity.jsonl",
+        ):
             if (run_dir / name).is_file():
                 shutil.copy2(run_dir / name, out / name)
         for p in find_judgments(run_dir):
@@ -97,12 +113,24 @@ def report_run(run_dir: Path, args: argparse.Namespace, echo: Any) -> list[Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="harness-report", description=__doc__.splitlines()[0])
-    ap.add_argument("run_dir", help="a run directory, or a sweep directory (every job below it, plus index.html)")
-    ap.add_argument("--out", default=None, help="write cards and report.html here instead of into the run directory")
-    ap.add_argument("--json", action="store_true", help="print {judged set: numbers} as JSON instead of the text")
-    ap.add_argument("--bootstrap", type=int, default=None,
-                    help="bootstrap rounds over documents for the intervals (default: the run's metrics.bootstrap)")
-    ap.add_argument("--level", type=float, default=None, help="the intervals' level (default: the run's metrics.level)")
+    ap.add_argument(
+        "run_dir", help="a run directory, or a sweep directory (every job below it, plus index.html)"
+    )
+    ap.add_argument(
+        "--out", default=None, help="write cards and report.html here instead of into the run directory"
+    )
+    ap.add_argument(
+        "--json", action="store_true", help="print {judged set: numbers} as JSON instead of the text"
+    )
+    ap.add_argument(
+        "--bootstrap",
+        type=int,
+        default=None,
+        help="bootstrap rounds over documents for the intervals (default: the run's metrics.bootstrap)",
+    )
+    ap.add_argument(
+        "--level", type=float, default=None, help="the intervals' level (default: the run's metrics.level)"
+    )
     ap.add_argument("--seed", type=int, default=None, help="the bootstrap's seed (default: the run's seed)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
@@ -110,12 +138,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     root = Path(args.run_dir)
     try:
         if not root.is_dir():
-            raise DataError("not a directory; give a run directory (outputs/<experiment>/<stamp>)", where=str(root))
+            raise DataError(
+                "not a directory; give a run directory (outputs/<experiment>/<stamp>)", where=str(root)
+            )
         if args.out is not None:
             Path(args.out).mkdir(parents=True, exist_ok=True)
         if is_sweep(root):
             if args.out is not None:
-                raise DataError("--out works for one run; a sweep's jobs are reported in place", where=str(root))
+                raise DataError(
+                    "--out works for one run; a sweep's jobs are reported in place", where=str(root)
+                )
             cards = [c for job in find_runs(root) for c in report_run(job, args, echo)]
             echo(f"index: {write_index(root)}")
         else:
@@ -124,11 +156,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
-        print(f"error: cannot write into {e.filename or args.run_dir} ({e.strerror}); give --out DIR for a run "
-              "directory you cannot write to", file=sys.stderr)
+        print(
+            f"error: cannot write into {e.filename or args.run_dir} ({e.strerror}); give --out DIR for a run "
+            "directory you cannot write to",
+            file=sys.stderr,
+        )
         return 2
     if args.json:
-        print(json.dumps({c.name: jsonable({**c.numbers, "intervals": c.intervals}) for c in cards}, indent=1))
+        print(
+            json.dumps({c.name: jsonable({**c.numbers, "intervals": c.intervals}) for c in cards}, indent=1)
+        )
     return 0
 
 

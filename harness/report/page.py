@@ -38,11 +38,14 @@ def asset(name: str) -> str:
 
 def script_json(obj: Any) -> str:
     """JSON safe inside <script>: no '<' survives, so no '</script>' or '<!--' can end the block."""
-    return json.dumps(jsonable(obj), ensure_ascii=False, allow_nan=False, separators=(",", ":")).replace("<", "\\u003c")
+    return json.dumps(jsonable(obj), ensure_ascii=False, allow_nan=False, separators=(",", ":")).replace(
+        "<", "\\u003c"
+    )
 
 
-def set_payload(s: JudgedSet, docs: Mapping[str, Document], view: ChatView | None,
-                threshold: float) -> dict[str, Any]:
+def set_payload(
+    s: JudgedSet, docs: Mapping[str, Document], view: ChatView | None, threshold: float
+) -> dict[str, Any]:
     """One judged set for report.js: its rows and how to show each pair's prompt."""
     table = pair_table(s.judgments, threshold)
     prompt: dict[str, Any] = {"skeletons": None, "exact": {}, "note": ""}
@@ -52,19 +55,28 @@ def set_payload(s: JudgedSet, docs: Mapping[str, Document], view: ChatView | Non
     elif not known:
         prompt["note"] = "the documents' texts are not available: prompts are not shown"
     elif view is None:
-        prompt["note"] = ("the judge's chat wrapping was not given to this page: prompts are not shown; "
-                          "harness-report RUN_DIR rebuilds it from config.json")
+        prompt["note"] = (
+            "the judge's chat wrapping was not given to this page: prompts are not shown; "
+            "harness-report RUN_DIR rebuilds it from config.json"
+        )
     else:
         family = s.family or "summarization"
         got = plan(view, s.instruction, family, docs, [(j.doc_id, j.a_id, j.b_id) for j in s.judgments])
         prompt = {"skeletons": got.skeletons, "exact": got.exact, "note": got.note}
     title = s.name + (f" [{s.documents}]" if s.documents else "")
-    return {"title": f"{title}: {table.counts['rows']} pairs", "doc_ids": table.doc_ids, "cands": table.cands,
-            "rows": table.rows, "counts": table.counts, "prompt": prompt}
+    return {
+        "title": f"{title}: {table.counts['rows']} pairs",
+        "doc_ids": table.doc_ids,
+        "cands": table.cands,
+        "rows": table.rows,
+        "counts": table.counts,
+        "prompt": prompt,
+    }
 
 
-def payload(run: RunFiles, docs: Mapping[str, Document], view: ChatView | None,
-            threshold: float = MIN_ANSWER_MASS) -> dict[str, Any]:
+def payload(
+    run: RunFiles, docs: Mapping[str, Document], view: ChatView | None, threshold: float = MIN_ANSWER_MASS
+) -> dict[str, Any]:
     family = run.results.get("family") or (run.config.get("task") or {}).get("family")
     sets = []
     for s in run.sets:
@@ -74,8 +86,11 @@ def payload(run: RunFiles, docs: Mapping[str, Document], view: ChatView | None,
     for s in run.sets:
         for j in s.judgments:
             used.setdefault(j.doc_id, set()).update((j.a_id, j.b_id))
-    return {"threshold": threshold, "docs": documents_blob(docs, {d: sorted(c) for d, c in used.items()}),
-            "sets": sets}
+    return {
+        "threshold": threshold,
+        "docs": documents_blob(docs, {d: sorted(c) for d, c in used.items()}),
+        "sets": sets,
+    }
 
 
 PAIRS_HTML = """<h2 id='pairs'>pairs</h2>
@@ -115,8 +130,9 @@ def experiment_section(run: RunFiles, docs: Mapping[str, Document]) -> str:
     return ""
 
 
-def render(run: RunFiles, docs: Mapping[str, Document], view: ChatView | None,
-           texts_note: str | None = None) -> str:
+def render(
+    run: RunFiles, docs: Mapping[str, Document], view: ChatView | None, texts_note: str | None = None
+) -> str:
     """The whole page."""
     data = payload(run, docs, view)
     prompt_note = next((s["prompt"]["note"] for s in data["sets"] if s["prompt"]["note"]), None)
@@ -132,16 +148,22 @@ def render(run: RunFiles, docs: Mapping[str, Document], view: ChatView | None,
         nav.append(("pairs", "pairs"))
         body += ["<h2 id='cards'>report cards</h2>", sets, PAIRS_HTML.format(threshold=data["threshold"])]
     links = " ".join(f"<a href='#{a}'>{esc(t)}</a>" for a, t in nav)
-    return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            f"<title>{esc(title)}</title><style>{asset('report.css')}</style></head><body>"
-            f"<nav>{links}</nav>{''.join(body)}"
-            f"<script type='application/json' id='report-data'>{script_json(data)}</script>"
-            f"<script>{asset('report.js')}</script></body></html>\n")
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{esc(title)}</title><style>{asset('report.css')}</style></head><body>"
+        f"<nav>{links}</nav>{''.join(body)}"
+        f"<script type='application/json' id='report-data'>{script_json(data)}</script>"
+        f"<script>{asset('report.js')}</script></body></html>\n"
+    )
 
 
-def write_report(run_dir: str | Path, docs: Sequence[Document] | None = None, view: ChatView | None = None,
-                 texts_note: str | None = None) -> Path:
+def write_report(
+    run_dir: str | Path,
+    docs: Sequence[Document] | None = None,
+    view: ChatView | None = None,
+    texts_note: str | None = None,
+) -> Path:
     """report.html in `run_dir` from its files; `docs` give the candidates' texts, `view` the judge's
     chat wrapping (without them the page says what it cannot show, in `texts_note`)."""
     run = read_run(run_dir)

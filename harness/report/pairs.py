@@ -67,8 +67,14 @@ def _human(ij: Judgment | None, ji: Judgment | None) -> tuple[float | None, floa
     return ji.human_b, ji.human_a, gold
 
 
-def _tags(p: float | None, q: float | None, masses: Sequence[float | None], flags: Sequence[Sequence[str]],
-          human: int, threshold: float) -> int:
+def _tags(
+    p: float | None,
+    q: float | None,
+    masses: Sequence[float | None],
+    flags: Sequence[Sequence[str]],
+    human: int,
+    threshold: float,
+) -> int:
     tags = 0
     if p is not None and q is not None and _sign(p - 0.5) != _sign(0.5 - q):
         tags |= FLIP
@@ -107,13 +113,26 @@ def pair_table(judgments: Sequence[Judgment], threshold: float) -> PairTable:
 
 def _row(d: int, i: int, k: int, ij: Judgment | None, ji: Judgment | None, threshold: float) -> list[Any]:
     p, q = (None if x is None else _num(x.p_a) for x in (ij, ji))
-    masses = [None if x is None or "unreadable" in x.flags else _num(answer_mass(x.token_logprobs), 4)
-              for x in (ij, ji)]
+    masses = [
+        None if x is None or "unreadable" in x.flags else _num(answer_mass(x.token_logprobs), 4)
+        for x in (ij, ji)
+    ]
     flags = [[] if x is None else list(x.flags) for x in (ij, ji)]
     h_i, h_j, gold = _human(ij, ji)
     human = {"i": 1, "j": -1}.get(gold or "", 0) or _prefers(h_i, h_j)
-    return [d, i, k, p, q, *masses, *flags, _num(h_i), _num(h_j), gold,
-            _tags(p, q, masses, flags, human, threshold)]
+    return [
+        d,
+        i,
+        k,
+        p,
+        q,
+        *masses,
+        *flags,
+        _num(h_i),
+        _num(h_j),
+        gold,
+        _tags(p, q, masses, flags, human, threshold),
+    ]
 
 
 def documents_blob(docs: Mapping[str, Any], used: Mapping[str, Sequence[str]]) -> dict[str, Any]:
@@ -124,6 +143,9 @@ def documents_blob(docs: Mapping[str, Any], used: Mapping[str, Sequence[str]]) -
         doc = docs.get(doc_id)
         if doc is None:
             continue
-        out[doc_id] = {"source": doc.source, "context": doc.context,
-                       "cands": {c.id: c.text for c in doc.candidates if c.id in set(cands)}}
+        out[doc_id] = {
+            "source": doc.source,
+            "context": doc.context,
+            "cands": {c.id: c.text for c in doc.candidates if c.id in set(cands)},
+        }
     return out

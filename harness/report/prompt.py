@@ -47,9 +47,14 @@ def local_view(judge: Any) -> ChatView:
     inner = model_judge(judge)
     template = used_template(inner.tokenizer, inner.chat_template)
     system = inner.system_prompt
-    note = ("the model's chat template, as the judge applied it (format_chat)" if template else
-            "plain text: no chat template (model.chat_template=false or a tokenizer without one)")
-    note += f"; system prompt {system!r}" if system else "; no system prompt set (the template may add its own)"
+    note = (
+        "the model's chat template, as the judge applied it (format_chat)"
+        if template
+        else "plain text: no chat template (model.chat_template=false or a tokenizer without one)"
+    )
+    note += (
+        f"; system prompt {system!r}" if system else "; no system prompt set (the template may add its own)"
+    )
     return ChatView(inner.format_prompt, note)  # the judge's own wrapping: the text it encoded
 
 
@@ -61,8 +66,12 @@ def api_view(endpoint: str, system_prompt: str | None) -> ChatView:
     def messages(message: str) -> str:
         head = f"[system]\n{system_prompt}\n\n" if system_prompt else ""
         return f"{head}[user]\n{message}"
-    return ChatView(messages, "the chat messages sent to the server's /chat/completions; the server wrapped them "
-                              "in its own chat template, which is not known here")
+
+    return ChatView(
+        messages,
+        "the chat messages sent to the server's /chat/completions; the server wrapped them "
+        "in its own chat template, which is not known here",
+    )
 
 
 def judge_view(judge: Any) -> ChatView:
@@ -72,7 +81,9 @@ def judge_view(judge: Any) -> ChatView:
         return api_view(inner.endpoint, inner.system_prompt)
     if hasattr(inner, "tokenizer") and hasattr(inner, "chat_format"):
         return local_view(inner)
-    return ChatView(None, f"the judge {type(inner).__name__} keeps no chat template: the user message is shown")
+    return ChatView(
+        None, f"the judge {type(inner).__name__} keeps no chat template: the user message is shown"
+    )
 
 
 def config_view(config: Mapping[str, Any]) -> ChatView:
@@ -84,13 +95,21 @@ def config_view(config: Mapping[str, Any]) -> ChatView:
     try:
         return local_view(build_hf_judge(dict(model), device="cpu", threads=1))
     except Exception as e:  # a missing model folder, a gated tokenizer: the page still renders  # noqa: BLE001
-        return ChatView(None, f"the chat wrapping could not be rebuilt ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0][:200] if str(e) else 'no message'}): the user message is shown")
+        return ChatView(
+            None,
+            f"the chat wrapping could not be rebuilt ({type(e).__name__}: "
+            f"{str(e).splitlines()[0][:200] if str(e) else 'no message'}): the user message is shown",
+        )
 
 
 def texts(doc: Document, a: str, b: str) -> dict[str, str]:
     """A pair's slot values."""
-    return {"source": doc.source, "context": doc.context, "a": doc.candidate(a).text, "b": doc.candidate(b).text}
+    return {
+        "source": doc.source,
+        "context": doc.context,
+        "a": doc.candidate(a).text,
+        "b": doc.candidate(b).text,
+    }
 
 
 def fill(skeleton: str, values: Mapping[str, str]) -> str:
@@ -117,8 +136,13 @@ class PromptPlan:
     note: str
 
 
-def plan(view: ChatView, instruction: str, family: str, docs: Mapping[str, Document],
-         pairs: Sequence[tuple[str, str, str]]) -> PromptPlan:
+def plan(
+    view: ChatView,
+    instruction: str,
+    family: str,
+    docs: Mapping[str, Document],
+    pairs: Sequence[tuple[str, str, str]],
+) -> PromptPlan:
     """Skeletons for `pairs` (doc id, A id, B id), each pair checked against its real prompt."""
     skel = {"plain": skeleton(view, instruction, family, False)}
     if any(docs[d].context for d, _, _ in pairs):
@@ -129,7 +153,9 @@ def plan(view: ChatView, instruction: str, family: str, docs: Mapping[str, Docum
         message = render(doc, doc.candidate(a), doc.candidate(b), instruction, family)
         real = view.wrap(message) if view.wrap is not None else message
         values = texts(doc, a, b)
-        if any(MARK.search(v) for v in values.values()) or \
-                fill(skel["context" if doc.context else "plain"], values) != real:
+        if (
+            any(MARK.search(v) for v in values.values())
+            or fill(skel["context" if doc.context else "plain"], values) != real
+        ):
             exact[f"{d}\t{a}\t{b}"] = real
     return PromptPlan(skel, exact, view.note)

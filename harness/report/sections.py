@@ -18,11 +18,21 @@ from harness.judges.cpu import numerics_line
 from harness.metrics.interval import Interval, described, shown
 from harness.report.sets import JudgedSet, RunFiles, served_from_cache
 
-AGREEMENT = ("spearman", "kendall", "spearman_pairs", "kendall_pairs", "spearman_whole", "kendall_whole", "accuracy")
+AGREEMENT = (
+    "spearman",
+    "kendall",
+    "spearman_pairs",
+    "kendall_pairs",
+    "spearman_whole",
+    "kendall_whole",
+    "accuracy",
+)
 """Metrics of agreement with humans, shown first."""
-CAPTIONS = {"reliability": "reliability: share of pairs humans prefer A vs P(A), per bin",
-            "p_a_by_order": "P(A) with the candidates as listed and swapped",
-            "answer_mass": "answer-token mass per pair (log scale), the threshold dashed"}
+CAPTIONS = {
+    "reliability": "reliability: share of pairs humans prefer A vs P(A), per bin",
+    "p_a_by_order": "P(A) with the candidates as listed and swapped",
+    "answer_mass": "answer-token mass per pair (log scale), the threshold dashed",
+}
 
 
 def esc(x: Any) -> str:
@@ -46,15 +56,21 @@ def num(x: Any, digits: int = 3) -> str:
 
 def kv_table(rows: Sequence[tuple[str, str]]) -> str:
     """Rows of (label, already-escaped HTML)."""
-    return "<table class='kv'>" + "".join(f"<tr><th>{esc(k)}</th><td>{v}</td></tr>" for k, v in rows) + "</table>"
+    return (
+        "<table class='kv'>"
+        + "".join(f"<tr><th>{esc(k)}</th><td>{v}</td></tr>" for k, v in rows)
+        + "</table>"
+    )
 
 
 def grid(columns: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[bool] | None = None) -> str:
     """A table of already-escaped cells."""
     numeric = numeric or [False] * len(columns)
     head = "".join(f"<th{' class=num' if n else ''}>{esc(c)}</th>" for c, n in zip(columns, numeric))
-    body = "".join("<tr>" + "".join(f"<td{' class=num' if n else ''}>{c}</td>" for c, n in zip(r, numeric)) + "</tr>"
-                   for r in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td{' class=num' if n else ''}>{c}</td>" for c, n in zip(r, numeric)) + "</tr>"
+        for r in rows
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -72,7 +88,7 @@ def picture(path: Path) -> str:
 
 
 def title(run: RunFiles) -> str:
-    """"judge: summeval coherence, tiny-llama on hf" (what the run was, in one line)."""
+    """ "judge: summeval coherence, tiny-llama on hf" (what the run was, in one line)."""
     task = run.results.get("task") or run.setting("task", "name")
     aspect = run.results.get("aspect") or run.setting("task", "aspect")
     model = run.setting("model", "name") or run.results.get("model")
@@ -86,19 +102,35 @@ def header(run: RunFiles, prompt_note: str | None, texts_note: str | None) -> st
     r = run.results
     n_docs = r.get("n_docs") or len({j.doc_id for s in run.sets for j in s.judgments}) or None
     asked = run.setting("task", "docs")
-    docs = [f"{n_docs} document{'' if n_docs == 1 else 's'}" if n_docs else
-            (f"task.docs={asked} (the run records no count)" if asked is not None else "not recorded")]
+    docs = [
+        f"{n_docs} document{'' if n_docs == 1 else 's'}"
+        if n_docs
+        else (f"task.docs={asked} (the run records no count)" if asked is not None else "not recorded")
+    ]
     docs += [f"{esc(s.name)}: {esc(s.documents)}" for s in run.sets if s.documents]
-    rows = [("run directory", f"<span class='mono'>{esc(run.path.resolve())}</span>"),
-            ("experiment", esc(run.experiment)),
-            ("task", esc(" / ".join(str(x) for x in (r.get("task") or run.setting("task", "name"),
-                                                  r.get("aspect") or run.setting("task", "aspect"),
-                                                  r.get("family")) if x))),
-            ("judge identity", f"<span class='mono'>{esc(r.get('judge'))}</span>"),
-            ("numerics", esc(numerics_line(r.get("numerics")))),
-            ("documents", "<br>".join(docs)),
-            ("served from the cache", esc(served_from_cache(r, run.merge))),
-            ("command", f"<span class='mono'>python -m harness.run {esc(' '.join(run.overrides))}</span>")]
+    rows = [
+        ("run directory", f"<span class='mono'>{esc(run.path.resolve())}</span>"),
+        ("experiment", esc(run.experiment)),
+        (
+            "task",
+            esc(
+                " / ".join(
+                    str(x)
+                    for x in (
+                        r.get("task") or run.setting("task", "name"),
+                        r.get("aspect") or run.setting("task", "aspect"),
+                        r.get("family"),
+                    )
+                    if x
+                )
+            ),
+        ),
+        ("judge identity", f"<span class='mono'>{esc(r.get('judge'))}</span>"),
+        ("numerics", esc(numerics_line(r.get("numerics")))),
+        ("documents", "<br>".join(docs)),
+        ("served from the cache", esc(served_from_cache(r, run.merge))),
+        ("command", f"<span class='mono'>python -m harness.run {esc(' '.join(run.overrides))}</span>"),
+    ]
     if isinstance(r.get("instruction"), str):
         rows.append(("instruction", esc(r["instruction"])))
     if prompt_note:
@@ -108,8 +140,11 @@ def header(run: RunFiles, prompt_note: str | None, texts_note: str | None) -> st
     return kv_table(rows)
 
 
-def metrics_table(metrics: Mapping[str, Any] | None,
-                  interval: Callable[[str, str], Interval | None] | None = None, level: float | None = None) -> str:
+def metrics_table(
+    metrics: Mapping[str, Any] | None,
+    interval: Callable[[str, str], Interval | None] | None = None,
+    level: float | None = None,
+) -> str:
     """variant x metric with each value's interval "0.62 [0.55, 0.70]" or why it has none "0.48 (too
     few documents to tell)", and per metric what its intervals rest on ("6 documents, 95%
     t-jackknife": harness.metrics.interval.described); agreement with humans first. `interval`:
@@ -119,15 +154,27 @@ def metrics_table(metrics: Mapping[str, Any] | None,
     variants = [v for v in metrics if isinstance(metrics[v], Mapping)]
     keys = list(dict.fromkeys(k for v in variants for k in metrics[v]))
     keys = [k for k in AGREEMENT if k in keys] + [k for k in keys if k not in AGREEMENT]
-    ivs = {(v, k): interval(v, k) if interval is not None and k in metrics[v] else None for v in variants for k in keys}
+    ivs = {
+        (v, k): interval(v, k) if interval is not None and k in metrics[v] else None
+        for v in variants
+        for k in keys
+    }
     with_ivs = any(iv is not None for iv in ivs.values())
-    rows = [[esc(k) + (" <span class='note'>(agreement with humans)</span>" if k in AGREEMENT else "")]
-            + [esc(shown(metrics[v].get(k), ivs[v, k], plain, basis=False)) for v in variants]
-            + ([esc(described([(ivs[v, k], level) for v in variants if ivs[v, k] is not None]) or "–")]
-               if with_ivs else [])
-            for k in keys]
-    return grid(["metric", *variants, *(["intervals rest on"] if with_ivs else [])], rows,
-                [False] + [True] * len(variants) + ([False] if with_ivs else []))
+    rows = [
+        [esc(k) + (" <span class='note'>(agreement with humans)</span>" if k in AGREEMENT else "")]
+        + [esc(shown(metrics[v].get(k), ivs[v, k], plain, basis=False)) for v in variants]
+        + (
+            [esc(described([(ivs[v, k], level) for v in variants if ivs[v, k] is not None]) or "–")]
+            if with_ivs
+            else []
+        )
+        for k in keys
+    ]
+    return grid(
+        ["metric", *variants, *(["intervals rest on"] if with_ivs else [])],
+        rows,
+        [False] + [True] * len(variants) + ([False] if with_ivs else []),
+    )
 
 
 def agreement_line(s: JudgedSet) -> str:
@@ -138,24 +185,36 @@ def agreement_line(s: JudgedSet) -> str:
     ivs = {k: s.interval("none", k) for k in keys}
     parts = [f"{k} {shown(none[k], ivs[k], plain, basis=False)}" for k in keys]
     rests = [(iv, s.level) for iv in ivs.values() if iv is not None]
-    return ("agreement with humans: " + ("; ".join(parts) if parts else "not recorded")
-            + (f" (intervals: {described(rests)})" if rests else ""))
+    return (
+        "agreement with humans: "
+        + ("; ".join(parts) if parts else "not recorded")
+        + (f" (intervals: {described(rests)})" if rests else "")
+    )
 
 
 def set_section(s: JudgedSet, k: int) -> str:
-    pics = "".join(f"<figure>{picture(p)}<figcaption>{esc(CAPTIONS.get(kind, kind))}</figcaption></figure>"
-                   for kind, p in s.pictures.items())
+    pics = "".join(
+        f"<figure>{picture(p)}<figcaption>{esc(CAPTIONS.get(kind, kind))}</figcaption></figure>"
+        for kind, p in s.pictures.items()
+    )
     doc_line = f" <span class='note'>[{esc(s.documents)}]</span>" if s.documents else ""
-    cells = [(iv, s.level) for v, group in (s.metrics or {}).items() if isinstance(group, Mapping)
-             for iv in (s.interval(v, key) for key in group) if iv is not None]
+    cells = [
+        (iv, s.level)
+        for v, group in (s.metrics or {}).items()
+        if isinstance(group, Mapping)
+        for iv in (s.interval(v, key) for key in group)
+        if iv is not None
+    ]
     rests = f"intervals: {described(cells)}" if cells else "no intervals recorded"
-    return (f"<section class='set' id='set-{k}'><h3>judged set {esc(s.name)}{doc_line}</h3>"
-            + (f"<p><b>instruction:</b> {esc(s.instruction)}</p>" if s.instruction else "")
-            + f"<p>{esc(agreement_line(s))}</p>"
-            + (f"<pre class='card'>{esc(s.card)}</pre>" if s.card else "<p class='note'>no card.md</p>")
-            + f"<div class='pics'>{pics}</div>"
-            + f"<details><summary>every metric, each variant ({esc(rests)})</summary>"
-              f"{metrics_table(s.metrics, s.interval, s.level)}</details></section>")
+    return (
+        f"<section class='set' id='set-{k}'><h3>judged set {esc(s.name)}{doc_line}</h3>"
+        + (f"<p><b>instruction:</b> {esc(s.instruction)}</p>" if s.instruction else "")
+        + f"<p>{esc(agreement_line(s))}</p>"
+        + (f"<pre class='card'>{esc(s.card)}</pre>" if s.card else "<p class='note'>no card.md</p>")
+        + f"<div class='pics'>{pics}</div>"
+        + f"<details><summary>every metric, each variant ({esc(rests)})</summary>"
+        f"{metrics_table(s.metrics, s.interval, s.level)}</details></section>"
+    )
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -178,16 +237,42 @@ def zepo_section(run: RunFiles) -> str:
     rows = []
     for c in _jsonl(run.path / "history.jsonl"):
         o = c.get("objectives") or {}
-        rows.append([num(c.get("index")), num(c.get("epoch")), num(c.get("parent")), num(o.get("fairness")),
-                     num(o.get("fairness_prob")), num(o.get("confidence")), num(c.get("a_rate")),
-                     num(c.get("spearman_heldout")), "best" if c.get("index") == best else "", expandable(c.get("text"))])
+        rows.append(
+            [
+                num(c.get("index")),
+                num(c.get("epoch")),
+                num(c.get("parent")),
+                num(o.get("fairness")),
+                num(o.get("fairness_prob")),
+                num(o.get("confidence")),
+                num(c.get("a_rate")),
+                num(c.get("spearman_heldout")),
+                "best" if c.get("index") == best else "",
+                expandable(c.get("text")),
+            ]
+        )
     summary = run.path / "summary.md"
-    return ("<h2 id='zepo'>ZEPO search</h2>"
-            + (f"<pre>{esc(read_text(summary))}</pre>" if summary.is_file() else "")
-            + "<h3>candidates (search documents; held-out Spearman on the documents the search never saw)</h3>"
-            + grid(["index", "epoch", "parent", "fairness", "fairness (prob)", "confidence", "A-rate",
-                    "held-out Spearman", "chosen", "instruction"], rows,
-                   [True] * 8 + [False, False]))
+    return (
+        "<h2 id='zepo'>ZEPO search</h2>"
+        + (f"<pre>{esc(read_text(summary))}</pre>" if summary.is_file() else "")
+        + "<h3>candidates (search documents; held-out Spearman on the documents the search never saw)</h3>"
+        + grid(
+            [
+                "index",
+                "epoch",
+                "parent",
+                "fairness",
+                "fairness (prob)",
+                "confidence",
+                "A-rate",
+                "held-out Spearman",
+                "chosen",
+                "instruction",
+            ],
+            rows,
+            [True] * 8 + [False, False],
+        )
+    )
 
 
 def abb_section(run: RunFiles) -> str:
@@ -196,16 +281,28 @@ def abb_section(run: RunFiles) -> str:
     a = run.results if not path.is_file() else _json_or(path)
     g, v, mu = a.get("guarantee") or {}, a.get("verification") or {}, a.get("mu") or {}
     delta = a.get("delta")
-    delta = (f"{num(delta.get('total'))} (" + ", ".join(f"{k} {num(x)}" for k, x in delta.items() if k != "total") + ")"
-             if isinstance(delta, Mapping) else num(delta))
-    rows = [("claim", esc(g.get("statement") or g.get("status"))),
-            ("status", esc(g.get("status"))),
-            ("noise", esc(f"sigma {num(a.get('sigma'))} ({a.get('sigma_mode')}), alpha {num(a.get('alpha'))}, "
-                          f"mu {mu.get('value')} ({mu.get('mode')}); tau {num(a.get('tau'))}, "
-                          f"delta {delta}; {g.get('noise_note') or ''}")),
-            ("verdict", f"<b>{esc(v.get('verdict_text') or v.get('verdict'))}</b>: {esc(v.get('checked'))}"),
-            ("what the check could show", esc(v.get("could_show"))),
-            ("in one sentence", esc(a.get("summary")))]
+    delta = (
+        f"{num(delta.get('total'))} ("
+        + ", ".join(f"{k} {num(x)}" for k, x in delta.items() if k != "total")
+        + ")"
+        if isinstance(delta, Mapping)
+        else num(delta)
+    )
+    rows = [
+        ("claim", esc(g.get("statement") or g.get("status"))),
+        ("status", esc(g.get("status"))),
+        (
+            "noise",
+            esc(
+                f"sigma {num(a.get('sigma'))} ({a.get('sigma_mode')}), alpha {num(a.get('alpha'))}, "
+                f"mu {mu.get('value')} ({mu.get('mode')}); tau {num(a.get('tau'))}, "
+                f"delta {delta}; {g.get('noise_note') or ''}"
+            ),
+        ),
+        ("verdict", f"<b>{esc(v.get('verdict_text') or v.get('verdict'))}</b>: {esc(v.get('checked'))}"),
+        ("what the check could show", esc(v.get("could_show"))),
+        ("in one sentence", esc(a.get("summary"))),
+    ]
     return "<h2 id='abb'>A-BB bounded scores</h2>" + kv_table(rows)
 
 
@@ -223,10 +320,25 @@ def pointwise_section(run: RunFiles, docs: Mapping[str, Any]) -> str:
     for r in _jsonl(run.path / "scores.jsonl"):
         doc = docs.get(str(r.get("doc_id")))
         cand = next((c for c in doc.candidates if c.id == str(r.get("cand_id"))), None) if doc else None
-        rows.append([esc(r.get("doc_id")), esc(r.get("cand_id")), num(r.get("human")), num(r.get("scoring")),
-                     num(r.get("geval")), num(r.get("geval_official")), esc(", ".join(r.get("flags") or [])) or "–",
-                     expandable(cand.text if cand else None)])
+        rows.append(
+            [
+                esc(r.get("doc_id")),
+                esc(r.get("cand_id")),
+                num(r.get("human")),
+                num(r.get("scoring")),
+                num(r.get("geval")),
+                num(r.get("geval_official")),
+                esc(", ".join(r.get("flags") or [])) or "–",
+                expandable(cand.text if cand else None),
+            ]
+        )
     metrics = run.results.get("metrics") or {}
-    return ("<h2 id='pointwise'>pointwise scores</h2>" + metrics_table(metrics, None)
-            + grid(["document", "candidate", "human", "scoring", "G-Eval", "G-Eval (official)", "flags", "text"],
-                   rows, [False, False, True, True, True, True, False, False]))
+    return (
+        "<h2 id='pointwise'>pointwise scores</h2>"
+        + metrics_table(metrics, None)
+        + grid(
+            ["document", "candidate", "human", "scoring", "G-Eval", "G-Eval (official)", "flags", "text"],
+            rows,
+            [False, False, True, True, True, True, False, False],
+        )
+    )

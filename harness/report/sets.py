@@ -21,7 +21,9 @@ from harness.metrics.interval import Interval, recorded
 from harness.records import Judgment
 
 
-RESULTS_FIX = "not a finished run's results: rerun that run, or move its folder out of the directory you report"
+RESULTS_FIX = (
+    "not a finished run's results: rerun that run, or move its folder out of the directory you report"
+)
 
 
 @dataclass
@@ -52,8 +54,11 @@ class JudgedSet:
 
     def interval(self, variant: str, key: str) -> Interval | None:
         """The interval of metrics[variant][key] as the run records it (None: no record)."""
-        return recorded(((self.intervals or {}).get(variant) or {}).get(key),
-                        ((self.interval_basis or {}).get(variant) or {}).get(key), self.interval_record)
+        return recorded(
+            ((self.intervals or {}).get(variant) or {}).get(key),
+            ((self.interval_basis or {}).get(variant) or {}).get(key),
+            self.interval_record,
+        )
 
     @property
     def level(self) -> float | None:
@@ -75,7 +80,9 @@ class RunFiles:
 
     @property
     def experiment(self) -> str:
-        return str(self.results.get("experiment") or (self.config.get("experiment") or {}).get("name") or "judge")
+        return str(
+            self.results.get("experiment") or (self.config.get("experiment") or {}).get("name") or "judge"
+        )
 
     def setting(self, group: str, key: str) -> Any:
         return (self.config.get(group) or {}).get(key)
@@ -95,8 +102,14 @@ def read_run(run_dir: str | Path) -> RunFiles:
     # Read as harness-collect reads it: a results.json that is not a run's object is refused.
     results = read_json_object(path, RESULTS_FIX) if path.is_file() else {}
     merge = _json(root / "merge.json", {})
-    run = RunFiles(root, _json(root / "config.json", {}), results, list(_json(root / "overrides.json", [])), [],
-                   merge if isinstance(merge, dict) else {})
+    run = RunFiles(
+        root,
+        _json(root / "config.json", {}),
+        results,
+        list(_json(root / "overrides.json", [])),
+        [],
+        merge if isinstance(merge, dict) else {},
+    )
     run.sets = [read_set(p, run) for p in find_judgments(root)]
     return run
 
@@ -107,12 +120,17 @@ def read_set(path: Path, run: RunFiles) -> JudgedSet:
     judgments, _ = load_judgments(path)
     about = _json(folder / SET_FILE, {})
     card = folder / "card.md"
-    found = JudgedSet(path, "run" if rel == Path(".") else rel.as_posix(), judgments,
-                      about.get("documents") if isinstance(about, dict) else None,
-                      card=read_text(card) if card.is_file() else None,
-                      pictures={k: folder / f for k, f in PICTURES.items() if (folder / f).is_file()})
-    (found.instruction, found.metrics, found.intervals, found.interval_basis,
-     found.interval_record) = set_results(rel, folder, run)
+    found = JudgedSet(
+        path,
+        "run" if rel == Path(".") else rel.as_posix(),
+        judgments,
+        about.get("documents") if isinstance(about, dict) else None,
+        card=read_text(card) if card.is_file() else None,
+        pictures={k: folder / f for k, f in PICTURES.items() if (folder / f).is_file()},
+    )
+    (found.instruction, found.metrics, found.intervals, found.interval_basis, found.interval_record) = (
+        set_results(rel, folder, run)
+    )
     return found
 
 
@@ -121,19 +139,34 @@ def set_results(rel: Path, folder: Path, run: RunFiles) -> tuple[str | None, Any
     `folder`, wherever its writer put them."""
     own = _json(folder / "results.json", {}) if rel != Path(".") else run.results
     if isinstance(own, dict) and isinstance(own.get("instruction"), str):
-        return own["instruction"], own.get("metrics"), own.get("intervals"), own.get("interval_basis"), \
-            own.get("interval")
+        return (
+            own["instruction"],
+            own.get("metrics"),
+            own.get("intervals"),
+            own.get("interval_basis"),
+            own.get("interval"),
+        )
     parts = rel.parts
     if parts and parts[0].startswith("eval_"):  # a ZEPO evaluation: eval_<label>/ and eval_<label>/heldout/
         part = run.results.get(parts[0].removeprefix("eval_")) or {}
         view = "heldout" if parts[1:] == ("heldout",) else "leaky"
-        return part.get("instruction"), part.get(f"metrics_{view}"), part.get(f"intervals_{view}"), \
-            part.get(f"interval_basis_{view}"), (part.get("interval") or {}).get(view)
+        return (
+            part.get("instruction"),
+            part.get(f"metrics_{view}"),
+            part.get(f"intervals_{view}"),
+            part.get(f"interval_basis_{view}"),
+            (part.get("interval") or {}).get(view),
+        )
     if len(parts) == 2 and parts[0] == "instructions" and parts[1].isdigit():  # a sensitivity study
         index = int(parts[1])
         row = next((r for r in run.results.get("instructions") or [] if r.get("index") == index), {})
-        return sensitivity_text(run.path, index), row.get("metrics"), row.get("intervals"), \
-            row.get("interval_basis"), run.results.get("interval")
+        return (
+            sensitivity_text(run.path, index),
+            row.get("metrics"),
+            row.get("intervals"),
+            row.get("interval_basis"),
+            run.results.get("interval"),
+        )
     return None, None, None, None, None
 
 
@@ -159,9 +192,11 @@ def served_from_cache(results: Mapping[str, Any], merge: Mapping[str, Any] | Non
     work = results.get("judge_work") or {}
     if merge:
         shards = merge.get("num_shards") or len(merge.get("shards") or ())
-        return (f"merged from {shards} shards (merge.json); the shards' model calls together: "
-                + (f"{calls} (each shard's last attempt; the rest came from the request cache)" if calls is not None
-                   else "not recorded"))
+        return f"merged from {shards} shards (merge.json); the shards' model calls together: " + (
+            f"{calls} (each shard's last attempt; the rest came from the request cache)"
+            if calls is not None
+            else "not recorded"
+        )
     if calls is None:
         return "not recorded"
     if calls == 0:
@@ -169,6 +204,8 @@ def served_from_cache(results: Mapping[str, Any], merge: Mapping[str, Any] | Non
     loads = work.get("weight_loads")
     total = results.get("n_judgments")
     of = f" of {total + 1} requests (pairs + the content-free probe)" if isinstance(total, int) else ""
-    return (f"no: the model scored {calls}{of} in this run's last attempt"
-            + (f", weights loaded {loads} time{'s' if loads != 1 else ''}" if loads is not None else "")
-            + "; the rest (if any) came from the request cache")
+    return (
+        f"no: the model scored {calls}{of} in this run's last attempt"
+        + (f", weights loaded {loads} time{'s' if loads != 1 else ''}" if loads is not None else "")
+        + "; the rest (if any) came from the request cache"
+    )

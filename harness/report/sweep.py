@@ -12,7 +12,15 @@ from pathlib import Path
 from harness.files import write_text_atomic
 from harness.report.page import REPORT, asset
 from harness.report.sections import esc, grid
-from harness.runtime.collect import Run, collect, find_runs, job_order, parse_overrides, partial_line, varying_keys
+from harness.runtime.collect import (
+    Run,
+    collect,
+    find_runs,
+    job_order,
+    parse_overrides,
+    partial_line,
+    varying_keys,
+)
 from harness.runtime.sweep import job_status, listed_jobs
 from harness.runtime.table import Table, cell_texts
 
@@ -48,11 +56,18 @@ def members(root: Path) -> list[tuple[str, Path | None, dict[str, str]]]:
     """(label, run directory or None, overrides) of each job multirun.yaml lists (without one: each
     folder below root with overrides.json or results.json), then every other run below root (the
     merged runs of a shard sweep)."""
-    rows = [(d.relative_to(root).as_posix(), d, parse_overrides(job)) if d is not None and d.is_dir()
-            else (name, None, parse_overrides(job)) for name, job, d in listed_jobs(root)]
+    rows = [
+        (d.relative_to(root).as_posix(), d, parse_overrides(job))
+        if d is not None and d.is_dir()
+        else (name, None, parse_overrides(job))
+        for name, job, d in listed_jobs(root)
+    ]
     seen = {d for _, d, _ in rows}
     found = {*find_runs(root), *(p.parent for p in root.glob("*/overrides.json"))} - seen - {root}
-    rows += [(p.relative_to(root).as_posix(), p, _overrides(p)) for p in sorted(found, key=lambda p: job_order(p, root))]
+    rows += [
+        (p.relative_to(root).as_posix(), p, _overrides(p))
+        for p in sorted(found, key=lambda p: job_order(p, root))
+    ]
     return rows
 
 
@@ -67,9 +82,14 @@ def _links(root: Path, run_dir: Path | None) -> str:
     if run_dir is None:
         return "–"
     rel = run_dir.relative_to(root).as_posix()
-    links = [f"<a href='{esc(rel)}/{REPORT}'>report</a>" if (run_dir / REPORT).is_file() else "no report.html"]
-    links += [f"<a href='{esc(rel)}/{name}'>{name}</a>" for name in ("results.json", "card.md", "run.log")
-              if (run_dir / name).is_file()]
+    links = [
+        f"<a href='{esc(rel)}/{REPORT}'>report</a>" if (run_dir / REPORT).is_file() else "no report.html"
+    ]
+    links += [
+        f"<a href='{esc(rel)}/{name}'>{name}</a>"
+        for name in ("results.json", "card.md", "run.log")
+        if (run_dir / name).is_file()
+    ]
     return " ".join(links)
 
 
@@ -78,23 +98,34 @@ def write_index(root: Path) -> Path:
     table = collect(root, figures=False)
     listed = members(root)
     varying, shared = varying_keys([Run(d or root, o, {}) for _, d, o in listed])
-    rows = [[esc(label), esc(", ".join(f"{k}={v}" for k, v in o.items() if k in varying) or "–"), _state(d),
-             _links(root, d)] for label, d, o in listed]
+    rows = [
+        [
+            esc(label),
+            esc(", ".join(f"{k}={v}" for k, v in o.items() if k in varying) or "–"),
+            _state(d),
+            _links(root, d),
+        ]
+        for label, d, o in listed
+    ]
     jobs = [d for _, d, _ in listed if d is None or not (d / MERGE).is_file()]
     done = sum(job_status(d) == "completed" for d in jobs)
     merged = len(listed) - len(jobs)
     partial = f"<p class='warn'>{esc(partial_line(table, root))}</p>" if table.missing else ""
-    body = (f"<h1>sweep {esc(root.resolve())}</h1>"
-            f"<p>{len(jobs)} job{'s' if len(jobs) != 1 else ''}, {done} finished"
-            + (f", {merged} merged run{'s' if merged != 1 else ''} of their shards" if merged else "")
-            + f"; shared settings: <span class='mono'>{esc(' '.join(f'{k}={v}' for k, v in shared.items()) or '–')}"
-              "</span></p>"
-            + f"<div id='jobs'>{grid(['job', 'settings', 'state', 'links'], rows)}</div>"
-            + "<h2>collect table</h2><p class='note'>the same table as <span class='mono'>harness-collect table "
-              f"{esc(root)}</span></p>" + partial + f"<div id='collect'>{table_html(table)}</div>")
-    page = ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<title>sweep {esc(root.name)}</title><style>{asset('report.css')}</style></head>"
-            f"<body>{body}</body></html>\n")
+    body = (
+        f"<h1>sweep {esc(root.resolve())}</h1>"
+        f"<p>{len(jobs)} job{'s' if len(jobs) != 1 else ''}, {done} finished"
+        + (f", {merged} merged run{'s' if merged != 1 else ''} of their shards" if merged else "")
+        + f"; shared settings: <span class='mono'>{esc(' '.join(f'{k}={v}' for k, v in shared.items()) or '–')}"
+        "</span></p>"
+        + f"<div id='jobs'>{grid(['job', 'settings', 'state', 'links'], rows)}</div>"
+        + "<h2>collect table</h2><p class='note'>the same table as <span class='mono'>harness-collect table "
+        f"{esc(root)}</span></p>" + partial + f"<div id='collect'>{table_html(table)}</div>"
+    )
+    page = (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<title>sweep {esc(root.name)}</title><style>{asset('report.css')}</style></head>"
+        f"<body>{body}</body></html>\n"
+    )
     out = root / INDEX
     write_text_atomic(out, page)
     return out

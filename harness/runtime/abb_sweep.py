@@ -33,16 +33,48 @@ from harness.files import write_text_atomic
 from harness.runtime import collect
 from harness.runtime.tracking import Tracker
 
-TABLE_METRICS = ("cell", "verdict", "check_tests", "bound_winner", "alpha", "alpha_cap", "alpha_plugin", "sigma",
-                 "delta_claimed", "sensitivity_plugin", "sensitivity_ucb", "noop_estimate", "violations", "trials",
-                 "violation_rate", "violation_cp_high", "model_pearson", "model_spearman", "elo_spearman", "item_variance_reduction",
-                 "refused")
+TABLE_METRICS = (
+    "cell",
+    "verdict",
+    "check_tests",
+    "bound_winner",
+    "alpha",
+    "alpha_cap",
+    "alpha_plugin",
+    "sigma",
+    "delta_claimed",
+    "sensitivity_plugin",
+    "sensitivity_ucb",
+    "noop_estimate",
+    "violations",
+    "trials",
+    "violation_rate",
+    "violation_cp_high",
+    "model_pearson",
+    "model_spearman",
+    "elo_spearman",
+    "item_variance_reduction",
+    "refused",
+)
 """Columns of the sweep table (paths into results.json 'metrics'): `cell` separates certified, estimate
 and refused cells, `verdict` marks vacuous ones, `refused` says why a cell was refused."""
 _AXES = ("experiment.tau", "experiment.tau_fraction", "experiment.delta")
-SIDE_BY_SIDE = ("d", "sensitivity_plugin", "sensitivity_ucb", "bound_winner", "threshold", "alpha", "alpha_cap",
-                "alpha_plugin", "verdict", "model_pearson", "model_spearman", "elo_spearman",
-                "reference_spearman_original", "reference_spearman_bounded")
+SIDE_BY_SIDE = (
+    "d",
+    "sensitivity_plugin",
+    "sensitivity_ucb",
+    "bound_winner",
+    "threshold",
+    "alpha",
+    "alpha_cap",
+    "alpha_plugin",
+    "verdict",
+    "model_pearson",
+    "model_spearman",
+    "elo_spearman",
+    "reference_spearman_original",
+    "reference_spearman_bounded",
+)
 """Columns of instructions.md (ZEPO x A-BB): Delta-hat, its bound, alpha, retained ranking signal."""
 
 
@@ -69,8 +101,14 @@ def sweep_points(runs: Sequence[collect.Run]) -> list[dict[str, Any]]:
         if m.get("tau") is None or m.get("delta") is None:
             continue  # not an A-BB run
         label = " ".join(f"{k.removeprefix('experiment.')}={r.overrides.get(k)}" for k in others)
-        points.append({**m, "label": label, "vacuous": m.get("verdict") == "vacuous",
-                       "cell": m.get("cell") or m.get("guarantee_kind")})
+        points.append(
+            {
+                **m,
+                "label": label,
+                "vacuous": m.get("verdict") == "vacuous",
+                "cell": m.get("cell") or m.get("guarantee_kind"),
+            }
+        )
     return points
 
 
@@ -88,11 +126,18 @@ def instruction_table(runs: Sequence[collect.Run]) -> collect.Table | None:
     rows = []
     for r in runs:
         text = " ".join(str(r.results.get("instruction") or "").split())
-        rows.append([*(r.overrides.get(k) for k in others), r.overrides.get("experiment.instruction.source"),
-                     text[:70] + ("..." if len(text) > 70 else ""),
-                     *(_sig(collect.metric_value(r.results, m)) for m in SIDE_BY_SIDE)])
-    caption = (f"same items in every run: {same} ({len(items[0])} items); alpha is certified, Delta-hat and "
-               "alpha_plugin are estimates")
+        rows.append(
+            [
+                *(r.overrides.get(k) for k in others),
+                r.overrides.get("experiment.instruction.source"),
+                text[:70] + ("..." if len(text) > 70 else ""),
+                *(_sig(collect.metric_value(r.results, m)) for m in SIDE_BY_SIDE),
+            ]
+        )
+    caption = (
+        f"same items in every run: {same} ({len(items[0])} items); alpha is certified, Delta-hat and "
+        "alpha_plugin are estimates"
+    )
     return collect.Table(cols, rows, caption)
 
 
@@ -103,11 +148,19 @@ def _sig(v: Any) -> Any:
 
 def _items(path: Path) -> list[str]:
     f = path / "bounded_scores.jsonl"
-    return [json.loads(line)["item"] for line in f.read_text().splitlines() if line.strip()] if f.is_file() else []
+    return (
+        [json.loads(line)["item"] for line in f.read_text().splitlines() if line.strip()]
+        if f.is_file()
+        else []
+    )
 
 
-def collect_abb(root: str | Path, out_dir: str | Path | None = None, metric: str = "model_pearson",
-                tracker: Any | None = None) -> dict[str, Path]:
+def collect_abb(
+    root: str | Path,
+    out_dir: str | Path | None = None,
+    metric: str = "model_pearson",
+    tracker: Any | None = None,
+) -> dict[str, Path]:
     """table.md, table.csv and both plots in out_dir (default <root>/collect); logged to `tracker`
     when given, else to a W&B run in the sweep's group (mode/project from the runs' config)."""
     root = Path(root)
@@ -122,8 +175,10 @@ def collect_abb(root: str | Path, out_dir: str | Path | None = None, metric: str
     points = sweep_points(runs)
     if not any(p["cell"] != "refused" for p in points):
         raise HarnessError(f"no A-BB results (metrics.tau/delta) under {root}")
-    files = {"retained_vs_tau": plot_retained_vs_tau(points, out / "retained_vs_tau.png", metric),
-             "violation_vs_delta": plot_violation_vs_delta(points, out / "violation_vs_delta.png")}
+    files = {
+        "retained_vs_tau": plot_retained_vs_tau(points, out / "retained_vs_tau.png", metric),
+        "violation_vs_delta": plot_violation_vs_delta(points, out / "violation_vs_delta.png"),
+    }
     side = instruction_table(runs)
     if side is not None:
         write_text_atomic(out / "instructions.md", collect.to_markdown(side, digits=4))
@@ -146,13 +201,21 @@ def collect_abb(root: str | Path, out_dir: str | Path | None = None, metric: str
 
 def _sweep_tracker(runs: Sequence[collect.Run], out: Path) -> Any:
     w = runs[0].config.get("wandb") or {}
-    return Tracker(out, mode=w.get("mode") or "offline", project=w.get("project") or "harness",
-                   entity=w.get("entity"), group=w.get("group"), job_type="abb_collect",
-                   run_config={"root": str(runs[0].path.parent), "runs": len(runs)})
+    return Tracker(
+        out,
+        mode=w.get("mode") or "offline",
+        project=w.get("project") or "harness",
+        entity=w.get("entity"),
+        group=w.get("group"),
+        job_type="abb_collect",
+        run_config={"root": str(runs[0].path.parent), "runs": len(runs)},
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness.runtime.abb_sweep", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m harness.runtime.abb_sweep", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("root", help="the sweep's multirun directory")
     p.add_argument("--out", help="output directory (default: <root>/collect)")
     p.add_argument("--metric", default="model_pearson", help="retained-signal metric for the tau plot")

@@ -79,9 +79,20 @@ class Attempt:
         self.calls = 0
 
     def _write(self, event: str, status: str, in_flight: int = 0, **extra: Any) -> None:
-        append_line(self.path, {"attempt": self.id, **_slurm_ids(), "pid": os.getpid(), "event": event,
-                                "status": status, "calls": self.calls, "in_flight": in_flight,
-                                "started": round(self.started, 3), **extra})
+        append_line(
+            self.path,
+            {
+                "attempt": self.id,
+                **_slurm_ids(),
+                "pid": os.getpid(),
+                "event": event,
+                "status": status,
+                "calls": self.calls,
+                "in_flight": in_flight,
+                "started": round(self.started, 3),
+                **extra,
+            },
+        )
 
     def start(self) -> None:
         self._write("start", "running")
@@ -139,12 +150,17 @@ def read_attempts(out_dir: str | Path) -> list[dict[str, Any]]:
 def completed_here(out_dir: str | Path, since: float) -> bool:
     """Whether the last attempt this process started in `out_dir` at or after `since` (time.time())
     ended `completed`: every file of the run written."""
-    mine = [r for r in read_attempts(out_dir) if r.get("pid") == os.getpid() and (r.get("started") or 0) >= since]
+    mine = [
+        r for r in read_attempts(out_dir) if r.get("pid") == os.getpid() and (r.get("started") or 0) >= since
+    ]
     return bool(mine) and mine[-1].get("status") == "completed"
 
 
 def summed_calls(out_dir: str | Path) -> dict[str, int]:
     """{calls: committed by every attempt, in_flight: sent and not committed by a killed attempt, attempts}."""
     rows = read_attempts(out_dir)
-    return {"calls": sum(int(r.get("calls") or 0) for r in rows),
-            "in_flight": sum(int(r.get("in_flight") or 0) for r in rows), "attempts": len(rows)}
+    return {
+        "calls": sum(int(r.get("calls") or 0) for r in rows),
+        "in_flight": sum(int(r.get("in_flight") or 0) for r in rows),
+        "attempts": len(rows),
+    }

@@ -43,9 +43,20 @@ from harness.runtime.merged import merge_run
 from harness.runtime.sweep import sweep_gaps
 from harness.runtime.table import Table, plot_table, to_csv, to_markdown
 
-DEFAULT_METRICS = ("none/spearman", "none/kendall", "permutation/spearman", "none/a_rate", "none/fairness",
-                   "none/ece", "initial/none/a_rate", "best/none/a_rate", "initial/none/spearman",
-                   "best/none/spearman", "initial/heldout/none/spearman", "best/heldout/none/spearman")
+DEFAULT_METRICS = (
+    "none/spearman",
+    "none/kendall",
+    "permutation/spearman",
+    "none/a_rate",
+    "none/fairness",
+    "none/ece",
+    "initial/none/a_rate",
+    "best/none/a_rate",
+    "initial/none/spearman",
+    "best/none/spearman",
+    "initial/heldout/none/spearman",
+    "best/heldout/none/spearman",
+)
 """Columns when --metrics is not given (those present in at least one run). The `initial/` and
 `best/` ones are a ZEPO run's evaluation before and after the search, on the run's configured
 evaluation set; their headers say which (leaky or held-out, `metric_label`). The
@@ -110,8 +121,10 @@ def read_run(path: str | Path) -> Run:
     elif (path / ".hydra" / "overrides.yaml").is_file():  # Hydra's own record, when output_subdir is set
         overrides = parse_overrides(list(OmegaConf.load(path / ".hydra" / "overrides.yaml")))
     config = read_json(path / "config.json") if (path / "config.json").is_file() else {}
-    results = read_json_object(path / "results.json", "not a finished run's results: rerun that run, or move its "
-                               "folder out of the collected directory")
+    results = read_json_object(
+        path / "results.json",
+        "not a finished run's results: rerun that run, or move its folder out of the collected directory",
+    )
     return Run(path, overrides, results, config)
 
 
@@ -167,8 +180,11 @@ def _interval_record(results: Mapping[str, Any], name: str) -> Mapping[str, Any]
     if _walk(results.get("metrics"), parts) is not None or not isinstance(results.get(parts[0]), Mapping):
         got = results.get("interval")
     else:
-        view = parts[1] if parts[1] in VIEWS else \
-            {"leaky": "leaky", "held-out": "heldout"}.get(evaluation_view(results, parts[0]) or "")
+        view = (
+            parts[1]
+            if parts[1] in VIEWS
+            else {"leaky": "leaky", "held-out": "heldout"}.get(evaluation_view(results, parts[0]) or "")
+        )
         got = _walk(results, [parts[0], "interval", view or "leaky"])
         got = got if isinstance(got, Mapping) else results.get("interval")
     return got if isinstance(got, Mapping) else None
@@ -177,8 +193,11 @@ def _interval_record(results: Mapping[str, Any], name: str) -> Mapping[str, Any]
 def metric_interval(results: Mapping[str, Any], name: str) -> Interval | None:
     """The Interval beside `metric_value(results, name)` ([lo, hi] or why none, its documents and
     method: harness.metrics.interval.recorded); None when the run records none."""
-    return recorded(_beside(results, name, "intervals"), _beside(results, name, "interval_basis"),
-                    _interval_record(results, name))
+    return recorded(
+        _beside(results, name, "intervals"),
+        _beside(results, name, "interval_basis"),
+        _interval_record(results, name),
+    )
 
 
 def metric_level(results: Mapping[str, Any], name: str) -> float | None:
@@ -194,16 +213,26 @@ def _with_intervals(table: Table, sources: Sequence[Sequence[tuple[Mapping[str, 
     if not any(iv is not None for row in bases for iv in row):
         return table
     about: list[str | None] = [
-        None if all(row[j] is None for row in sources) else
-        described([(b[j], None if row[j] is None else metric_level(*row[j])) for b, row in zip(bases, sources)
-                   if row[j] is not None])
-        for j in range(len(table.columns))]
+        None
+        if all(row[j] is None for row in sources)
+        else described(
+            [
+                (b[j], None if row[j] is None else metric_level(*row[j]))
+                for b, row in zip(bases, sources)
+                if row[j] is not None
+            ]
+        )
+        for j in range(len(table.columns))
+    ]
     said: dict[str, list[str]] = {}
     for column, text in zip(table.columns, about):
         if text is not None:
             said.setdefault(text, []).append(column)
-    line = "intervals: " + ("; ".join(f"{', '.join(cols)}: {text}" for text, cols in said.items()) if len(said) > 1
-                            else next(iter(said)))
+    line = "intervals: " + (
+        "; ".join(f"{', '.join(cols)}: {text}" for text, cols in said.items())
+        if len(said) > 1
+        else next(iter(said))
+    )
     caption = "; ".join(x for x in (table.caption, line) if x)
     return replace(table, caption=caption, bases=bases, about=about, settings=table.caption)
 
@@ -233,7 +262,11 @@ def metric_label(runs: Sequence[Run], name: str) -> str:
     views.discard(None)
     if not views:
         return name
-    return f"{name} ({views.pop()})" if len(views) == 1 else f"{name} (leaky or held-out by run: leak_search_docs)"
+    return (
+        f"{name} ({views.pop()})"
+        if len(views) == 1
+        else f"{name} (leaky or held-out by run: leak_search_docs)"
+    )
 
 
 def _leaves(obj: Any, prefix: str = "") -> list[str]:
@@ -246,12 +279,20 @@ def pick_metrics(runs: Sequence[Run], metrics: Sequence[str] | None) -> list[str
     if metrics:
         for m in metrics:
             if all(metric_value(r.results, m) is None for r in runs):
-                raise ConfigError(f"metric {m!r} is in no run's results.json (e.g. {runs[0].path / 'results.json'})")
+                raise ConfigError(
+                    f"metric {m!r} is in no run's results.json (e.g. {runs[0].path / 'results.json'})"
+                )
         return list(metrics)
     present = [m for m in DEFAULT_METRICS if any(metric_value(r.results, m) is not None for r in runs)]
     # part/heldout/x repeats part/x where that column is already the held-out set
-    present = [m for m in present if not (m.split("/")[1:2] == ["heldout"] and
-                                          metric_label(runs, m.replace("/heldout", "", 1)).endswith("(held-out)"))]
+    present = [
+        m
+        for m in present
+        if not (
+            m.split("/")[1:2] == ["heldout"]
+            and metric_label(runs, m.replace("/heldout", "", 1)).endswith("(held-out)")
+        )
+    ]
     return present or _leaves(runs[0].results.get("metrics") or runs[0].results)
 
 
@@ -269,12 +310,17 @@ def build_table(runs: Sequence[Run], metrics: Sequence[str], root: Path | None =
     label_cols = varying or ["run"]
     rows = []
     for r in runs:
-        labels = [r.overrides.get(k) for k in varying] if varying else \
-            [str(r.path.relative_to(root)) if root else str(r.path)]
+        labels = (
+            [r.overrides.get(k) for k in varying]
+            if varying
+            else [str(r.path.relative_to(root)) if root else str(r.path)]
+        )
         rows.append(labels + [metric_value(r.results, m) for m in metrics])
     caption = " ".join(f"{k}={v}" for k, v in shared.items())
     table = Table(label_cols + [metric_label(runs, m) for m in metrics], rows, caption)
-    return _with_intervals(table, [[None] * len(label_cols) + [(r.results, m) for m in metrics] for r in runs])
+    return _with_intervals(
+        table, [[None] * len(label_cols) + [(r.results, m) for m in metrics] for r in runs]
+    )
 
 
 def pivot_table(runs: Sequence[Run], row_key: str, col_key: str, metric: str) -> Table:
@@ -282,29 +328,51 @@ def pivot_table(runs: Sequence[Run], row_key: str, col_key: str, metric: str) ->
     varying, shared = varying_keys(runs)
     others = [k for k in varying if k not in (row_key, col_key)]
     if others:
-        raise ConfigError(f"--pivot {row_key} {col_key}: runs also differ in {', '.join(others)}; "
-                          "collect a narrower directory or add those keys to the pivot")
+        raise ConfigError(
+            f"--pivot {row_key} {col_key}: runs also differ in {', '.join(others)}; "
+            "collect a narrower directory or add those keys to the pivot"
+        )
     row_vals = list(dict.fromkeys(r.overrides.get(row_key) for r in runs))
     col_vals = list(dict.fromkeys(r.overrides.get(col_key) for r in runs))
     by_cell = {(r.overrides.get(row_key), r.overrides.get(col_key)): r for r in runs}
-    rows = [[rv] + [None if (rv, cv) not in by_cell else metric_value(by_cell[rv, cv].results, metric)
-                    for cv in col_vals] for rv in row_vals]
-    caption = f"{metric_label(runs, metric)}; " + " ".join(f"{k}={v}" for k, v in shared.items()
-                                                            if k not in (row_key, col_key))
+    rows = [
+        [rv]
+        + [
+            None if (rv, cv) not in by_cell else metric_value(by_cell[rv, cv].results, metric)
+            for cv in col_vals
+        ]
+        for rv in row_vals
+    ]
+    caption = f"{metric_label(runs, metric)}; " + " ".join(
+        f"{k}={v}" for k, v in shared.items() if k not in (row_key, col_key)
+    )
     table = Table([f"{row_key} \\ {col_key}"] + [str(c) for c in col_vals], rows, caption.strip().rstrip(";"))
-    return _with_intervals(table, [[None] + [(by_cell[rv, cv].results, metric) if (rv, cv) in by_cell else None
-                                             for cv in col_vals] for rv in row_vals])
+    return _with_intervals(
+        table,
+        [
+            [None] + [(by_cell[rv, cv].results, metric) if (rv, cv) in by_cell else None for cv in col_vals]
+            for rv in row_vals
+        ],
+    )
 
 
-def collect(root: str | Path, out_dir: str | Path | None = None, metrics: Sequence[str] | None = None,
-            pivot: Sequence[str] | None = None, digits: int = 3, figures: bool = True) -> Table:
+def collect(
+    root: str | Path,
+    out_dir: str | Path | None = None,
+    metrics: Sequence[str] | None = None,
+    pivot: Sequence[str] | None = None,
+    digits: int = 3,
+    figures: bool = True,
+) -> Table:
     """Collect `root` into out_dir/table.md, table.csv (and figures/); returns the table."""
     root = Path(root)
     runs = collect_runs(root)
     chosen = pick_metrics(runs, metrics)
     if pivot:
         if len(chosen) != 1:
-            raise ConfigError(f"--pivot lays out one metric; got {len(chosen)}: pass exactly one with --metrics")
+            raise ConfigError(
+                f"--pivot lays out one metric; got {len(chosen)}: pass exactly one with --metrics"
+            )
         table = pivot_table(runs, pivot[0], pivot[1], chosen[0])
     else:
         table = build_table(runs, chosen, root)
@@ -324,26 +392,40 @@ def collect(root: str | Path, out_dir: str | Path | None = None, metrics: Sequen
 
 def partial_line(table: Table, root: Path) -> str:
     """What a partial table (`table.missing`) is told by: the jobs of root's sweep without a row."""
-    return f"partial table: {len(table.missing)} job(s) listed in {root / 'multirun.yaml'} have no row: " \
+    return (
+        f"partial table: {len(table.missing)} job(s) listed in {root / 'multirun.yaml'} have no row: "
         + "; ".join(table.missing)
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness.runtime.collect", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m harness.runtime.collect", description=__doc__.split("\n\n")[0]
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("table", help="a multirun directory -> table.md, table.csv, figures/")
     t.add_argument("root", help="multirun directory (or any directory with run dirs below it)")
-    t.add_argument("--out", help=f"where to write table.md/table.csv/figures (default: ROOT/{DEFAULT_OUT}, "
-                                 "beside the collected jobs)")
+    t.add_argument(
+        "--out",
+        help=f"where to write table.md/table.csv/figures (default: ROOT/{DEFAULT_OUT}, "
+        "beside the collected jobs)",
+    )
     t.add_argument("--metrics", nargs="+", help=f"metric paths (default: {' '.join(DEFAULT_METRICS)})")
     t.add_argument("--pivot", nargs=2, metavar=("ROW_KEY", "COL_KEY"), help="one metric as ROW_KEY x COL_KEY")
     t.add_argument("--digits", type=int, default=3, help="decimals in the markdown table (CSV keeps all)")
     t.add_argument("--no-figures", action="store_true", help="skip the PNG bar charts")
-    m = sub.add_parser("merge", help="shard run dirs -> one run dir equal to the unsharded run, written as the "
-                                     "sweep's own merge writes it (harness.runtime.merged)")
+    m = sub.add_parser(
+        "merge",
+        help="shard run dirs -> one run dir equal to the unsharded run, written as the "
+        "sweep's own merge writes it (harness.runtime.merged)",
+    )
     m.add_argument("dirs", nargs="+", help="the shards' run directories (any order)")
-    m.add_argument("--out", required=True, help="directory for the merged run: judgments.jsonl, results.json, "
-                                                "config.json, the card, report.html and its W&B run (the shards' wandb.mode)")
+    m.add_argument(
+        "--out",
+        required=True,
+        help="directory for the merged run: judgments.jsonl, results.json, "
+        "config.json, the card, report.html and its W&B run (the shards' wandb.mode)",
+    )
     args = p.parse_args(argv)
     try:
         if args.cmd == "table":
@@ -351,16 +433,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             table = collect(args.root, out, args.metrics, args.pivot, args.digits, not args.no_figures)
             print(to_markdown(table, args.digits), end="")
             figs = "" if args.no_figures or args.pivot else " and figures/"
-            print(f"wrote {out / 'table.md'}, table.csv{figs}" + ("" if args.out else
-                  f" (no --out given: the default, {DEFAULT_OUT}/ inside the collected directory)"),
-                  file=sys.stderr)
+            print(
+                f"wrote {out / 'table.md'}, table.csv{figs}"
+                + (
+                    ""
+                    if args.out
+                    else f" (no --out given: the default, {DEFAULT_OUT}/ inside the collected directory)"
+                ),
+                file=sys.stderr,
+            )
             if table.missing:
                 print(f"error: {partial_line(table, Path(args.root))}", file=sys.stderr)
                 return 1
         else:
             results = merge_run(args.dirs, args.out)
-            print(f"merged {len(args.dirs)} shards: {results['n_docs']} documents, "
-                  f"{results['n_judgments']} judgments -> {args.out}")
+            print(
+                f"merged {len(args.dirs)} shards: {results['n_docs']} documents, "
+                f"{results['n_judgments']} judgments -> {args.out}"
+            )
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

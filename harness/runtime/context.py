@@ -123,23 +123,33 @@ def load_documents(task: Mapping[str, Any], data: Mapping[str, Any]) -> list[Doc
         ensure_data(data_dir, mirror=data.get("mirror"), only=[name, "zepo"])
     offset = int(task.get("offset") or 0)
     limit = task.get("docs")
-    docs = load_task(name, data_dir=data_dir, limit=None if limit is None else offset + int(limit),
-                     fmt=str(task.get("format") or "default"), **kwargs)
+    docs = load_task(
+        name,
+        data_dir=data_dir,
+        limit=None if limit is None else offset + int(limit),
+        fmt=str(task.get("format") or "default"),
+        **kwargs,
+    )
     if offset >= len(docs):
-        raise ConfigError(f"task.offset={offset} is past the end of task {name!r} ({len(docs)} documents); "
-                          f"set task.offset below {len(docs)}")
+        raise ConfigError(
+            f"task.offset={offset} is past the end of task {name!r} ({len(docs)} documents); "
+            f"set task.offset below {len(docs)}"
+        )
     aspect = task.get("aspect")
     if aspect is not None and spec.aspects and aspect not in spec.aspects:
-        raise ConfigError(f"unknown aspect {aspect!r} for task {name!r}; set task.aspect to one of "
-                          f"{', '.join(spec.aspects)}")
+        raise ConfigError(
+            f"unknown aspect {aspect!r} for task {name!r}; set task.aspect to one of "
+            f"{', '.join(spec.aspects)}"
+        )
     return select_shard(docs[offset:], shard_spec(task))
 
 
 class RunContext:
     """The composed config and the run directory, and the parts built from them on first use."""
 
-    def __init__(self, cfg: DictConfig, out_dir: str | Path, *, group: str | None = None,
-                 name_suffix: str = "") -> None:
+    def __init__(
+        self, cfg: DictConfig, out_dir: str | Path, *, group: str | None = None, name_suffix: str = ""
+    ) -> None:
         self.cfg = cfg
         self.out_dir = Path(out_dir)
         self.group = group
@@ -181,7 +191,9 @@ class RunContext:
         spec = container(self.cfg.experiment.get("instruction") if spec is None else spec)
         if isinstance(spec, Mapping) and spec.get("source") == "zepo" and not spec.get("path"):
             ensure_data(self.data_dir, mirror=self.cfg.data.get("mirror"), only=["zepo"])
-        return resolve_instruction(spec, aspect if aspect is not None else self.aspect, self.family, self.data_dir)
+        return resolve_instruction(
+            spec, aspect if aspect is not None else self.aspect, self.family, self.data_dir
+        )
 
     # -- parts ---------------------------------------------------------------------------------
     @property
@@ -192,7 +204,9 @@ class RunContext:
             # The cache first: a corrupt or read-only one is refused before any weights are loaded.
             store = ScoreCache(self.cache_file) if cache.enabled else None
             judge = build_judge(self.cfg.model, self.cfg.backend)
-            log.info("judge %s; numerics: %s", judge.identity, numerics_line(getattr(judge, "numerics", None)))
+            log.info(
+                "judge %s; numerics: %s", judge.identity, numerics_line(getattr(judge, "numerics", None))
+            )
             if store is not None:
                 judge = CachedJudge(judge, store, chunk=int(cache.chunk), on_progress=self._progress)
             self._judge = PreemptibleJudge(judge, int(cache.chunk))
@@ -225,17 +239,21 @@ class RunContext:
         """conf/optimizer's paraphraser; completions cached beside the request cache."""
         cache = self.cfg.cache
         path = self.cache_file.with_name("completions.sqlite") if cache.enabled else None
-        return build(self.cfg.optimizer, judge_model=container(self.cfg.model), judge=self.judge,
-                           cache=path)
+        return build(self.cfg.optimizer, judge_model=container(self.cfg.model), judge=self.judge, cache=path)
 
     @property
     def tracker(self) -> Tracker:
         if self._tracker is None:
             w = self.cfg.wandb
             self._tracker = build(
-                w, out_dir=self.out_dir, run_config=container(self.cfg), job_type=w.get("job_type") or self.cfg.experiment.name,
-                group=self.group or sweep_group(self.cfg), tags=list(w.get("tags") or []),
-                name=f"{w.name}{self.name_suffix}" if w.get("name") else self.run_name)
+                w,
+                out_dir=self.out_dir,
+                run_config=container(self.cfg),
+                job_type=w.get("job_type") or self.cfg.experiment.name,
+                group=self.group or sweep_group(self.cfg),
+                tags=list(w.get("tags") or []),
+                name=f"{w.name}{self.name_suffix}" if w.get("name") else self.run_name,
+            )
             self._record_judge()
         return self._tracker
 
@@ -243,8 +261,15 @@ class RunContext:
     def run_name(self) -> str:
         """W&B's name for the run: experiment, task, aspect, model, then name_suffix (wandb.name overrides it)."""
         c = self.cfg
-        return run_name(c.experiment.name, OmegaConf.select(c, "task.name"), OmegaConf.select(c, "task.aspect"),
-                        OmegaConf.select(c, "model.name")) + self.name_suffix
+        return (
+            run_name(
+                c.experiment.name,
+                OmegaConf.select(c, "task.name"),
+                OmegaConf.select(c, "task.aspect"),
+                OmegaConf.select(c, "model.name"),
+            )
+            + self.name_suffix
+        )
 
     def close(self, completed: bool) -> None:
         """A completed run: its report cards (every judgments.jsonl) and report.html, then its files
@@ -256,11 +281,18 @@ class RunContext:
             return
         try:
             if completed:
-                files = sorted(p for p in self.out_dir.rglob("*") if p.is_file() and p.suffix in ARTIFACT_SUFFIXES
-                               and "wandb" not in p.relative_to(self.out_dir).parts and not p.name.startswith(".")
-                               and p.name != "attempts.jsonl")
-                self._tracker.log_artifact(f"{self.run_name}-outputs", "run-outputs", files,
-                                           {"experiment": self.cfg.experiment.name})
+                files = sorted(
+                    p
+                    for p in self.out_dir.rglob("*")
+                    if p.is_file()
+                    and p.suffix in ARTIFACT_SUFFIXES
+                    and "wandb" not in p.relative_to(self.out_dir).parts
+                    and not p.name.startswith(".")
+                    and p.name != "attempts.jsonl"
+                )
+                self._tracker.log_artifact(
+                    f"{self.run_name}-outputs", "run-outputs", files, {"experiment": self.cfg.experiment.name}
+                )
         finally:
             self._tracker.finish()
 
@@ -271,8 +303,13 @@ class RunContext:
         be written is a warning, a full disk ends the run."""
         try:
             docs = self.__dict__.get("docs")  # only if the run loaded them (a cached_property)
-            view = None if docs is None else \
-                judge_view(self._judge) if self._judge is not None else config_view(container(self.cfg))
+            view = (
+                None
+                if docs is None
+                else judge_view(self._judge)
+                if self._judge is not None
+                else config_view(container(self.cfg))
+            )
             write_report(self.out_dir, docs, view)
         except (HarnessError, OSError) as e:
             if disk_full(e):
@@ -287,10 +324,13 @@ class RunContext:
         freeing space finishes it from the cache."""
         try:
             c = self.cfg
-            render_cards(self.out_dir, self._tracker,
-                         rounds=int(OmegaConf.select(c, "metrics.bootstrap", default=MetricsConf.bootstrap)),
-                         level=float(OmegaConf.select(c, "metrics.level", default=MetricsConf.level)),
-                         seed=int(OmegaConf.select(c, "seed", default=0)))
+            render_cards(
+                self.out_dir,
+                self._tracker,
+                rounds=int(OmegaConf.select(c, "metrics.bootstrap", default=MetricsConf.bootstrap)),
+                level=float(OmegaConf.select(c, "metrics.level", default=MetricsConf.level)),
+                seed=int(OmegaConf.select(c, "seed", default=0)),
+            )
         except (HarnessError, OSError) as e:
             if disk_full(e):  # not a warning: a rerun after freeing space must finish the run
                 raise
@@ -301,7 +341,12 @@ def sweep_group(cfg: Any, sweep_dir: str | Path | None = None) -> str | None:
     """W&B group: wandb.group, else sweep.name, else '<sweep dir parent>/<stamp>' of `sweep_dir` or
     of the multirun this process runs a job of."""
     group = cfg.wandb.get("group") or OmegaConf.select(cfg, "sweep.name", default=None)
-    if group is None and sweep_dir is None and HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+    if (
+        group is None
+        and sweep_dir is None
+        and HydraConfig.initialized()
+        and HydraConfig.get().mode == RunMode.MULTIRUN
+    ):
         sweep_dir = HydraConfig.get().sweep.dir
     if group is None and sweep_dir is not None:
         group = "/".join(Path(str(sweep_dir)).parts[-2:])

@@ -89,13 +89,18 @@ def run(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] | None = None) 
         if overrides is not None:
             write_json_atomic(out_dir / "overrides.json", redact_overrides(overrides))
     except OSError as e:
-        raise ConfigError(f"cannot write the run directory {out_dir} ({e.strerror}); set hydra.run.dir=... "
-                          "to a writable folder") from None
+        raise ConfigError(
+            f"cannot write the run directory {out_dir} ({e.strerror}); set hydra.run.dir=... "
+            "to a writable folder"
+        ) from None
     return entry(cfg, out_dir)
 
 
-_NOISE = re.compile(r"^\s*(full_key|object_type|reference_type|parent_node|child_node|msg)\s*[:=]|"
-                    r"Set the environment variable HYDRA_FULL_ERROR", re.IGNORECASE)
+_NOISE = re.compile(
+    r"^\s*(full_key|object_type|reference_type|parent_node|child_node|msg)\s*[:=]|"
+    r"Set the environment variable HYDRA_FULL_ERROR",
+    re.IGNORECASE,
+)
 
 
 def one_line(exc: BaseException, argv: Sequence[str] = ()) -> str:
@@ -149,7 +154,10 @@ def hydra_main(cfg: DictConfig) -> Any:
         print(f"error: {disk_full_message(log_failures[0], out_dir)}", file=sys.stderr)
         sys.exit(2)
     page = out_dir / "report.html"
-    print(f"run directory: {out_dir}" + (f" (open {page.name} in a browser)" if page.is_file() else ""), flush=True)
+    print(
+        f"run directory: {out_dir}" + (f" (open {page.name} in a browser)" if page.is_file() else ""),
+        flush=True,
+    )
     return result
 
 
@@ -170,7 +178,10 @@ def drop_refused_run_dir(out_dir: Path) -> None:
         return
     root = logging.getLogger()
     for handler in list(root.handlers):  # run.log is open: close it before it goes
-        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == out_dir.resolve():
+        if (
+            isinstance(handler, logging.FileHandler)
+            and Path(handler.baseFilename).parent == out_dir.resolve()
+        ):
             handler.close()
             root.removeHandler(handler)
     shutil.rmtree(out_dir, ignore_errors=True)
@@ -183,9 +194,11 @@ def drop_refused_run_dir(out_dir: Path) -> None:
 def disk_full_message(e: OSError, out_dir: Path) -> str:
     """One line for a disk that filled during a run: where, and that the finished work is kept."""
     where = e.filename or out_dir
-    return (f"no space left for {where} ({e.strerror or e}); free space on that disk (or set hydra.run.dir=... / "
-            "cache.path=... elsewhere) and rerun the same command: the judged pairs are kept in the request cache "
-            "and every file is written whole or not at all")
+    return (
+        f"no space left for {where} ({e.strerror or e}); free space on that disk (or set hydra.run.dir=... / "
+        "cache.path=... elsewhere) and rerun the same command: the judged pairs are kept in the request cache "
+        "and every file is written whole or not at all"
+    )
 
 
 def guard_log_files() -> list[OSError]:
@@ -197,8 +210,9 @@ def guard_log_files() -> list[OSError]:
         if isinstance(handler, logging.FileHandler):
             original = handler.handleError
 
-            def handle_error(record: logging.LogRecord, original: Any = original,
-                             handler: logging.FileHandler = handler) -> None:
+            def handle_error(
+                record: logging.LogRecord, original: Any = original, handler: logging.FileHandler = handler
+            ) -> None:
                 full = disk_full(sys.exc_info()[1])
                 if full is None:
                     return original(record)
@@ -229,7 +243,9 @@ def main() -> None:
     RUN_DIRS.clear()
     multirun = any(a in ("-m", "--multirun") for a in sys.argv[1:])
     try:
-        with watching(multirun):  # a submitit sweep: job-state lines while it waits, a refused sbatch in one line
+        with watching(
+            multirun
+        ):  # a submitit sweep: job-state lines while it waits, a refused sbatch in one line
             hydra_main()
     except JobFailed:
         print(f"error: {failure_summary()}", file=sys.stderr)
@@ -239,15 +255,24 @@ def main() -> None:
         sys.exit(2)
     except Stopped as e:
         if not multirun and RUN_DIRS and completed_here(*RUN_DIRS[-1]):
-            print(f"note: {signal.Signals(e.signum).name} arrived after the run had finished: every file in "
-                  f"{RUN_DIRS[-1][0]} is written (attempts.jsonl: completed); nothing to resume", file=sys.stderr)
+            print(
+                f"note: {signal.Signals(e.signum).name} arrived after the run had finished: every file in "
+                f"{RUN_DIRS[-1][0]} is written (attempts.jsonl: completed); nothing to resume",
+                file=sys.stderr,
+            )
             sys.exit(0)
-        print(f"error: stopped by {signal.Signals(e.signum).name}; every committed pair is in the request cache and "
-              "attempts.jsonl has this attempt's end line: rerun the same command to resume", file=sys.stderr)
+        print(
+            f"error: stopped by {signal.Signals(e.signum).name}; every committed pair is in the request cache and "
+            "attempts.jsonl has this attempt's end line: rerun the same command to resume",
+            file=sys.stderr,
+        )
         sys.exit(STOP_EXIT)
     except KeyboardInterrupt:
-        print("error: interrupted (Ctrl-C); every committed pair is in the request cache: rerun the same command "
-              "to resume", file=sys.stderr)
+        print(
+            "error: interrupted (Ctrl-C); every committed pair is in the request cache: rerun the same command "
+            "to resume",
+            file=sys.stderr,
+        )
         sys.exit(130)
     except (HydraException, OmegaConfBaseException, HarnessError) as e:
         if full:
@@ -277,8 +302,10 @@ def filesystem_error(raised: BaseException) -> str | None:
     harness_dir = str(Path(__file__).resolve().parents[1])
     frames = traceback.extract_tb(raised.__traceback__)
     if not any(f.filename.startswith(harness_dir) and f.name != "main" for f in frames):
-        return (f"cannot use the run directory: {path} ({why_not_folder(path, e)}); set hydra.run.dir=... "
-                "(hydra.sweep.dir=... with -m) to a folder that can be created and written")
+        return (
+            f"cannot use the run directory: {path} ({why_not_folder(path, e)}); set hydra.run.dir=... "
+            "(hydra.sweep.dir=... with -m) to a folder that can be created and written"
+        )
     if raised is not e:
         return None
     return f"{path}: {e.strerror or e}; check that it exists and can be written, or point the run elsewhere"
@@ -307,6 +334,7 @@ def install_stop_handlers() -> None:
     """SIGTERM/SIGHUP raise Stopped in the main thread (Python's default for them kills the process
     with no `finally`: no end line in attempts.jsonl). A signal the process inherited as ignored
     stays ignored: `nohup python -m harness.run ...` keeps running when its terminal hangs up."""
+
     def stop(signum: int, frame: Any) -> None:
         raise Stopped(signum)
 

@@ -29,7 +29,9 @@ class InstructionConf:
     raw: bool = False
     """source=zepo: keep init_prompts.json byte for byte (its runs of spaces), as the official code."""
 
-    def check(self, key: str = "experiment.instruction", sources: tuple[str, ...] = ("default", "zepo", "text")) -> None:
+    def check(
+        self, key: str = "experiment.instruction", sources: tuple[str, ...] = ("default", "zepo", "text")
+    ) -> None:
         one_of(f"{key}.source", self.source, sources)
         if self.source == "text" and not (self.text or "").strip():
             raise _bad(f"{key}.text", self.text, "must hold the instruction when source=text")
@@ -105,8 +107,12 @@ class ZepoExp:
         at_least("experiment.dedup_attempts", self.dedup_attempts, 0)
         one_of("experiment.objective", self.objective, OBJECTIVES)
         if self.search_debias == "permutation" and self.objective == "fairness_prob":
-            raise _bad("experiment.objective", self.objective, "is constant on permutation-debiased judgments "
-                       "(mean P(A) is always 0.5): set experiment.objective=fairness or experiment.search_debias=none")
+            raise _bad(
+                "experiment.objective",
+                self.objective,
+                "is constant on permutation-debiased judgments "
+                "(mean P(A) is always 0.5): set experiment.objective=fairness or experiment.search_debias=none",
+            )
         one_of("experiment.ranking", self.ranking, ("pairs", "winrate"))
         for task, n in self.search_docs_by_task.items():
             at_least(f"experiment.search_docs_by_task.{task}", n, 1)
@@ -159,7 +165,9 @@ class PointwiseExp:
         if list(self.labels) != ["1", "2", "3", "4", "5"]:
             raise _bad("experiment.labels", list(self.labels), "the 1-5 scale reads the digits 1..5")
         if self.instruction is not None and not self.instruction.strip():
-            raise _bad("experiment.instruction", self.instruction, "must be null (the official one) or a text")
+            raise _bad(
+                "experiment.instruction", self.instruction, "must be null (the official one) or a text"
+            )
 
 
 @dataclass
@@ -258,8 +266,11 @@ class AbbExp:
     def check(self) -> None:
         self.instruction.check(sources=("default", "zepo", "text", "file"))
         if self.instruction.source == "file" and not (self.instruction.path or "").strip():
-            raise _bad("experiment.instruction.path", self.instruction.path,
-                       "must name the instruction file when source=file (e.g. a ZEPO best_instruction.txt)")
+            raise _bad(
+                "experiment.instruction.path",
+                self.instruction.path,
+                "must name the instruction file when source=file (e.g. a ZEPO best_instruction.txt)",
+            )
         one_of("experiment.scores", self.scores, ("pairwise", "file"))
         one_of("experiment.orders", self.orders, ("both", "single"))
         one_of("experiment.mode", self.mode, ("one_item", "whole_set"))
@@ -277,8 +288,12 @@ class AbbExp:
         at_least("experiment.jitter.samples", self.jitter.samples, 0)
         check_abb_calibration(self)
         if self.scores == "file" and not (self.file.path or "").strip():
-            raise _bad("experiment.file.path", self.file.path, "must name the score file when experiment.scores=file")
-        if self.file.scale is not None and not (len(self.file.scale) == 2 and self.file.scale[0] < self.file.scale[1]):
+            raise _bad(
+                "experiment.file.path", self.file.path, "must name the score file when experiment.scores=file"
+            )
+        if self.file.scale is not None and not (
+            len(self.file.scale) == 2 and self.file.scale[0] < self.file.scale[1]
+        ):
             raise _bad("experiment.file.scale", list(self.file.scale), "must be [low, high] with low < high")
         # The run's own parser (bound, mode, fields, kinds, the delta split), so the two never disagree.
         abb_settings(asdict(self), 0)

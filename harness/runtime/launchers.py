@@ -49,37 +49,61 @@ POLL_S = 2.0
 """Seconds between looks at the jobs' states (submitit itself asks sacct at most every few seconds)."""
 PROGRESS_S = float(os.environ.get("HARNESS_LAUNCHER_PROGRESS_S", "30"))
 """Seconds between repeats of a running job's latest log line (state changes print at once)."""
-FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE",
-         "FINISHED", "INTERRUPTED"}
+FINAL = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "OUT_OF_MEMORY",
+    "NODE_FAIL",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "FINISHED",
+    "INTERRUPTED",
+}
+
 
 def _hint(said: str, params: dict[str, Any]) -> str:
     """The launcher setting to change for sbatch's message `said`, naming the values in use and not
     advising what is already set."""
     partition = params.get("partition")
     if re.search(r"invalid partition|partition.*(not|n't) (exist|valid|available)", said, re.IGNORECASE):
-        return (f"hydra.launcher.partition={partition} is not a partition here: set hydra.launcher.partition=<one "
-                "of `sinfo -s`>")
+        return (
+            f"hydra.launcher.partition={partition} is not a partition here: set hydra.launcher.partition=<one "
+            "of `sinfo -s`>"
+        )
     if re.search(r"generic resource|gres", said, re.IGNORECASE):
-        asked = {k: params.get(k) for k in ("gpus_per_node", "gpus_per_task", "gres") if params.get(k) is not None}
+        asked = {
+            k: params.get(k) for k in ("gpus_per_node", "gpus_per_task", "gres") if params.get(k) is not None
+        }
         where = f"partition {partition}" if partition else "the default partition"
         if asked:
-            return (f"{where} has no GPUs for {' '.join(f'{k}={v}' for k, v in asked.items())}: set "
-                    "hydra.launcher.partition=<a GPU partition> (`sinfo -o '%P %G'` lists them), or "
-                    f"{' and '.join(f'hydra.launcher.{k}=null' for k in asked)} on a GPU-less partition")
-        return (f"{where} refuses the GPU request sbatch got from additional_parameters or setup; check them "
-                "against `sinfo -o '%P %G'`")
+            return (
+                f"{where} has no GPUs for {' '.join(f'{k}={v}' for k, v in asked.items())}: set "
+                "hydra.launcher.partition=<a GPU partition> (`sinfo -o '%P %G'` lists them), or "
+                f"{' and '.join(f'hydra.launcher.{k}=null' for k in asked)} on a GPU-less partition"
+            )
+        return (
+            f"{where} refuses the GPU request sbatch got from additional_parameters or setup; check them "
+            "against `sinfo -o '%P %G'`"
+        )
     for pattern, hint in _HINTS:
         if re.search(pattern, said, re.IGNORECASE):
             return hint
-    return "fix the hydra.launcher.* setting it names (conf/hydra/launcher/slurm.yaml, or your site's launcher)"
+    return (
+        "fix the hydra.launcher.* setting it names (conf/hydra/launcher/slurm.yaml, or your site's launcher)"
+    )
 
 
 _HINTS = (
     (r"account|association", "set hydra.launcher.account=<your project> (`sacctmgr show assoc user=$USER`)"),
     (r"qos", "set hydra.launcher.qos=<one of `sacctmgr show qos`> (or null)"),
     (r"time limit", "lower hydra.launcher.timeout_min below the partition's limit (`sinfo -s`)"),
-    (r"node configuration|memory|cpu", "lower hydra.launcher.mem_gb / cpus_per_task / gpus_per_node to what one node "
-     "of the partition has (`sinfo -o '%P %c %m %G'`)"),
+    (
+        r"node configuration|memory|cpu",
+        "lower hydra.launcher.mem_gb / cpus_per_task / gpus_per_node to what one node "
+        "of the partition has (`sinfo -o '%P %c %m %G'`)",
+    ),
     (r"partition", "set hydra.launcher.partition=<one of `sinfo -s`>"),
 )
 
@@ -103,8 +127,11 @@ def last_error_line(path: Path, tail: int = 16384) -> str:
     other than srun's exit-code report, else the last line."""
     lines = _tail_lines(path, tail)
     errorish = re.compile(r"error|exception|killed|oom|cancelled|time limit", re.IGNORECASE)
-    for pick in (lambda s: s.startswith("error:"), lambda s: errorish.search(s) and not s.startswith("srun:"),
-                 lambda s: True):
+    for pick in (
+        lambda s: s.startswith("error:"),
+        lambda s: errorish.search(s) and not s.startswith("srun:"),
+        lambda s: True,
+    ):
         found = [s for s in lines if pick(s)]
         if found:
             return found[-1][:1000]
@@ -139,8 +166,13 @@ def _outcome(job: Any) -> str | None:
     return "COMPLETED" if outcome == "success" else "FAILED" if outcome == "error" else None
 
 
-def watch(jobs: Sequence[Any], nums: Sequence[int] | None = None, *, poll_s: float = POLL_S,
-          progress_s: float = PROGRESS_S) -> None:
+def watch(
+    jobs: Sequence[Any],
+    nums: Sequence[int] | None = None,
+    *,
+    poll_s: float = POLL_S,
+    progress_s: float = PROGRESS_S,
+) -> None:
     """Log each job's state as it changes, with its log path and latest log line (for a job that
     ended otherwise than COMPLETED, its last error line), until all are done."""
     nums = list(nums) if nums is not None else list(range(len(jobs)))
@@ -158,8 +190,14 @@ def watch(jobs: Sequence[Any], nums: Sequence[int] | None = None, *, poll_s: flo
             before = shown.get(i)
             now = time.monotonic()
             if before is None or before[0] != state or (line != before[1] and now - before[2] >= progress_s):
-                log.info("[job %s #%d] %s  log: %s%s", job.job_id, nums[i], state, job.paths.stderr,
-                         f"  | {line}" if line else "")
+                log.info(
+                    "[job %s #%d] %s  log: %s%s",
+                    job.job_id,
+                    nums[i],
+                    state,
+                    job.paths.stderr,
+                    f"  | {line}" if line else "",
+                )
                 shown[i] = (state, line, now)
         if all(done):
             return
@@ -190,8 +228,11 @@ def _executor_params(launcher: Any, params: dict[str, Any]) -> dict[str, Any]:
     from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 
     base = set(OmegaConf.structured(BaseQueueConf).keys())
-    return {k if k in base else f"{launcher._EXECUTOR}_{k}": v for k, v in params.items()
-            if k not in ("submitit_folder", "max_num_timeout")}
+    return {
+        k if k in base else f"{launcher._EXECUTOR}_{k}": v
+        for k, v in params.items()
+        if k not in ("submitit_folder", "max_num_timeout")
+    }
 
 
 # ---------------------------------------------------------------- failed jobs
@@ -210,7 +251,11 @@ class Finished:
         from submitit.core.utils import FailedJobError, UncompletedJobError
 
         state, why = _state(self.job), None
-        if state in FINAL and state not in ("COMPLETED", "FINISHED") and not self.job.paths.result_pickle.exists():
+        if (
+            state in FINAL
+            and state not in ("COMPLETED", "FINISHED")
+            and not self.job.paths.result_pickle.exists()
+        ):
             why = last_error_line(self.job.paths.stderr) or "no log line"
         else:
             try:
@@ -220,7 +265,9 @@ class Finished:
                 state, why = "FAILED", f"{type(ret._return_value).__name__}: {ret._return_value}"
             except (UncompletedJobError, FailedJobError):
                 state, why = _state(self.job), last_error_line(self.job.paths.stderr) or "no log line"
-        why = re.sub(r"^error: (job \d+( \([^)]*\))?: )?", "", why)  # the job's own `error: job N (...):` line
+        why = re.sub(
+            r"^error: (job \d+( \([^)]*\))?: )?", "", why
+        )  # the job's own `error: job N (...):` line
         line = f"{job_name(self.num, self.overrides)} {state} (job {self.job.job_id}): {why}; log: {self.job.paths.stderr}"
         failed = JobReturn(overrides=self.overrides, status=JobStatus.FAILED)
         failed.return_value = record_failure(self.num, line)
@@ -253,10 +300,14 @@ def watching(multirun: bool = True) -> Iterator[None]:
             for params, positions in requests:
                 if len(requests) > 1 or params != fn.params:
                     self.update_parameters(**_executor_params(fn, params))
-                for i, job in zip(positions, self._submit(fn, params, [[it[i] for i in positions] for it in iterable])):
+                for i, job in zip(
+                    positions, self._submit(fn, params, [[it[i] for i in positions] for it in iterable])
+                ):
                     jobs[i] = job
             watch(jobs, nums)
-            return [Finished(job, num, job_overrides) for job, num, job_overrides in zip(jobs, nums, overrides)]
+            return [
+                Finished(job, num, job_overrides) for job, num, job_overrides in zip(jobs, nums, overrides)
+            ]
 
         def _submit(self, fn: Any, params: dict[str, Any], args: list[list[Any]]) -> list:
             said, refused = io.StringIO(), None

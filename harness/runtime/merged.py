@@ -29,7 +29,9 @@ MERGED_SUFFIX = "-merged"
 """Appended to the shards' W&B name: the merged run stands beside them in their group."""
 
 
-def merge_run(dirs: Sequence[str | Path], out: str | Path, sweep_dir: str | Path | None = None) -> dict[str, Any]:
+def merge_run(
+    dirs: Sequence[str | Path], out: str | Path, sweep_dir: str | Path | None = None
+) -> dict[str, Any]:
     """Merge the shards' run dirs `dirs` into `out` and write it as a whole run; its results.
     `sweep_dir`: the sweep the shards are jobs of (default: the nearest folder above shard 0 that
     holds a multirun.yaml; none for shards run one by one), which names the W&B group."""
@@ -50,11 +52,16 @@ def shard_overrides(run_dir: Path) -> list[str]:
     """A shard's command-line overrides (overrides.json) without the shard keys: the unsharded run's."""
     path = run_dir / "overrides.json"
     overrides = read_json(path) if path.is_file() else []
-    return [str(o) for o in overrides if override_key(str(o)) not in SHARD_KEYS] if isinstance(overrides, list) else []
+    return (
+        [str(o) for o in overrides if override_key(str(o)) not in SHARD_KEYS]
+        if isinstance(overrides, list)
+        else []
+    )
 
 
-def publish(out: Path, config: dict[str, Any], overrides: list[str], results: dict[str, Any],
-            sweep_dir: Path | None) -> None:
+def publish(
+    out: Path, config: dict[str, Any], overrides: list[str], results: dict[str, Any], sweep_dir: Path | None
+) -> None:
     """What the unsharded run writes beside judgments.jsonl and results.json: config.json and
     overrides.json, the report card and report.html, and its W&B run (metrics, summary, judgments
     table, the files as an artifact) in the sweep's group."""

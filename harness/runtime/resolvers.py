@@ -23,7 +23,9 @@ def per_gpu(amount: Any, gpus: Any) -> int:
     try:
         n, g = int(amount), (0 if gpus is None else int(gpus))
     except (TypeError, ValueError):
-        raise ConfigError(f"harness.per_gpu:{amount},{gpus}: both must be whole numbers (or the GPUs null)") from None
+        raise ConfigError(
+            f"harness.per_gpu:{amount},{gpus}: both must be whole numbers (or the GPUs null)"
+        ) from None
     if n < 0 or g < 0:
         raise ConfigError(f"harness.per_gpu:{amount},{gpus}: negative")
     return n * g if g else n
@@ -37,9 +39,13 @@ def gpus(backend: Any, tensor_parallel: Any) -> int | None:
     try:
         n = int(tensor_parallel)
     except (TypeError, ValueError):
-        raise ConfigError(f"harness.gpus:{backend},{tensor_parallel}: the GPU count must be a whole number") from None
+        raise ConfigError(
+            f"harness.gpus:{backend},{tensor_parallel}: the GPU count must be a whole number"
+        ) from None
     if n < 1:
-        raise ConfigError(f"harness.gpus:{backend},{tensor_parallel}: backend.tensor_parallel_size must be >= 1")
+        raise ConfigError(
+            f"harness.gpus:{backend},{tensor_parallel}: backend.tensor_parallel_size must be >= 1"
+        )
     return n
 
 

@@ -85,15 +85,19 @@ def check_same_experiment(cfg: DictConfig, out_dir: Path) -> None:
     before = read_json_object(out_dir / "config.json", "not a run's config: use another hydra.run.dir=...")
     old = before.get("experiment") if isinstance(before.get("experiment"), dict) else {}
     if old.get("entry") != cfg.experiment.entry:
-        raise ConfigError(f"the run directory {out_dir} holds a {old.get('name') or 'different'} run (its "
-                          f"config.json); experiment={cfg.experiment.name} would replace its results.json and leave "
-                          "its other files contradicting it: set hydra.run.dir=... to a new folder")
+        raise ConfigError(
+            f"the run directory {out_dir} holds a {old.get('name') or 'different'} run (its "
+            f"config.json); experiment={cfg.experiment.name} would replace its results.json and leave "
+            "its other files contradicting it: set hydra.run.dir=... to a new folder"
+        )
 
 
 def check_not_empty(key: str, value: Any) -> None:
     if value is not None and not str(value).strip():
-        raise ConfigError(f"{key} resolves to an empty value: the run's files would go to the current folder and "
-                          f"replace its results.json; name a folder ({key}=...), or leave it out for the default")
+        raise ConfigError(
+            f"{key} resolves to an empty value: the run's files would go to the current folder and "
+            f"replace its results.json; name a folder ({key}=...), or leave it out for the default"
+        )
 
 
 def check_secrets(config: DictConfig) -> None:
@@ -147,14 +151,18 @@ def check_job_dirs(config: DictConfig) -> None:
         what = f"job {num} ({label})"
         folder = os.path.normpath(str(subdir).strip() or ".")
         if folder == ".":
-            raise ConfigError(f"hydra.sweep.subdir resolves to {str(subdir)!r} for {what}: every job would write into "
-                              "the sweep folder itself and replace the one before; use a value that differs per job, "
-                              "such as ${hydra.job.num} (the default)")
+            raise ConfigError(
+                f"hydra.sweep.subdir resolves to {str(subdir)!r} for {what}: every job would write into "
+                "the sweep folder itself and replace the one before; use a value that differs per job, "
+                "such as ${hydra.job.num} (the default)"
+            )
         if folder in seen:
             first, first_overrides = seen[folder]
-            raise ConfigError(f"hydra.sweep.subdir resolves to the same folder {folder!r} for job {first} "
-                              f"({first_overrides}) and {what}: the second would replace the first's results; use a "
-                              "value that differs per job, such as ${hydra.job.num} (the default)")
+            raise ConfigError(
+                f"hydra.sweep.subdir resolves to the same folder {folder!r} for job {first} "
+                f"({first_overrides}) and {what}: the second would replace the first's results; use a "
+                "value that differs per job, such as ${hydra.job.num} (the default)"
+            )
         seen[folder] = (num, label)
 
 

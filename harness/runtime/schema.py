@@ -170,8 +170,10 @@ class TaskConf:
             raise _bad("task.name", self.name, f"unknown task; known: {', '.join(TASKS)}")
         aspects = task_spec(self.name).aspects
         if self.aspect is not None and aspects and self.aspect not in aspects:
-            raise ConfigError(f"unknown aspect {self.aspect!r} for task {self.name!r}; set task.aspect to one of "
-                              f"{', '.join(aspects)}")
+            raise ConfigError(
+                f"unknown aspect {self.aspect!r} for task {self.name!r}; set task.aspect to one of "
+                f"{', '.join(aspects)}"
+            )
         if self.name == "jsonl":
             non_empty("task.path", self.path)
         at_least("task.offset", self.offset, 0)
@@ -179,11 +181,17 @@ class TaskConf:
         at_least("task.max_candidates", self.max_candidates, 2, optional=True)
         at_least("task.num_shards", self.num_shards, 1)
         if not 0 <= self.shard_index < self.num_shards:
-            raise _bad("task.shard_index", self.shard_index, f"must lie in [0, task.num_shards={self.num_shards})")
+            raise _bad(
+                "task.shard_index", self.shard_index, f"must lie in [0, task.num_shards={self.num_shards})"
+            )
         if self.family is not None:
             one_of("task.family", self.family, FAMILIES)
         if self.format not in TASKS[self.name].formats:
-            raise _bad("task.format", self.format, f"task {self.name} can be read as {', '.join(TASKS[self.name].formats)}")
+            raise _bad(
+                "task.format",
+                self.format,
+                f"task {self.name} can be read as {', '.join(TASKS[self.name].formats)}",
+            )
 
 
 # -- optimizers ----------------------------------------------------------------------------------
@@ -208,7 +216,9 @@ class _SamplingConf:
         within("optimizer.top_p", self.top_p, 0, 1, open_low=True)
         at_least("optimizer.max_attempts", self.max_attempts, 1)
         if not 0 < self.min_ratio < 1 < self.max_ratio:
-            raise _bad("optimizer.min_ratio/max_ratio", (self.min_ratio, self.max_ratio), "need 0 < min < 1 < max")
+            raise _bad(
+                "optimizer.min_ratio/max_ratio", (self.min_ratio, self.max_ratio), "need 0 < min < 1 < max"
+            )
 
 
 @dataclass
@@ -352,8 +362,13 @@ class Config:
 SCHEMAS: dict[str, dict[str, type]] = {
     "backend": {"hf": HFBackendConf, "vllm": VLLMBackendConf, "api": ApiBackendConf},
     "optimizer": {"local": LocalOptimizerConf, "api": ApiOptimizerConf},
-    "experiment": {"judge": JudgeExp, "zepo": ZepoExp, "sensitivity": SensitivityExp, "abb": AbbExp,
-                   "pointwise": PointwiseExp},
+    "experiment": {
+        "judge": JudgeExp,
+        "zepo": ZepoExp,
+        "sensitivity": SensitivityExp,
+        "abb": AbbExp,
+        "pointwise": PointwiseExp,
+    },
     "model": {"model": ModelConf},
     "task": {"task": TaskConf},
 }
@@ -396,7 +411,9 @@ def validate(cfg: DictConfig) -> None:
             _check_all(OmegaConf.to_object(node))
     if isinstance(cfg.get("seed"), bool) or not isinstance(cfg.get("seed"), int):
         raise _bad("seed", cfg.get("seed"), "must be an integer")
-    if not 0 <= cfg.seed < 2**32:  # numpy's generators take 0 .. 2**32-1; found after every model call otherwise
+    if (
+        not 0 <= cfg.seed < 2**32
+    ):  # numpy's generators take 0 .. 2**32-1; found after every model call otherwise
         raise _bad("seed", cfg.seed, "must lie in [0, 4294967295]")
 
 
@@ -426,15 +443,21 @@ def refuse_unknown_keys(cfg: DictConfig) -> None:
     if found:
         first = found[0]
         group, _, _ = first.rpartition(".")
-        known = schema_fields(OmegaConf.get_type(OmegaConf.select(cfg, group))) if group else schema_fields(Config)
-        raise ConfigError(f"unknown key{'s' if len(found) > 1 else ''} {', '.join(found)} (added with '+' but "
-                          f"no part of the harness reads {'them' if len(found) > 1 else 'it'}); "
-                          f"{suggestion(first, known)}{group or 'the root'} has: {', '.join(known)}; "
-                          "fix the spelling or drop it")
+        known = (
+            schema_fields(OmegaConf.get_type(OmegaConf.select(cfg, group)))
+            if group
+            else schema_fields(Config)
+        )
+        raise ConfigError(
+            f"unknown key{'s' if len(found) > 1 else ''} {', '.join(found)} (added with '+' but "
+            f"no part of the harness reads {'them' if len(found) > 1 else 'it'}); "
+            f"{suggestion(first, known)}{group or 'the root'} has: {', '.join(known)}; "
+            "fix the spelling or drop it"
+        )
 
 
 def suggestion(key: str, known: list[str]) -> str:
-    """"did you mean task.docs? " for `task.doc` among `known` (its group's keys), "" when none is close."""
+    """ "did you mean task.docs? " for `task.doc` among `known` (its group's keys), "" when none is close."""
     group, _, leaf = key.rpartition(".")
     close = difflib.get_close_matches(leaf, known, n=1, cutoff=0.6)
     return f"did you mean {group + '.' if group else ''}{close[0]}? " if close else ""
@@ -443,5 +466,6 @@ def suggestion(key: str, known: list[str]) -> str:
 def schema_fields(schema: type) -> list[str]:
     """The keys a schema allows (for messages and tests)."""
     return [f.name for f in fields(schema)] if is_dataclass(schema) else []
+
 
 register()

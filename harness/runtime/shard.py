@@ -59,8 +59,10 @@ def shard_spec(task: Mapping[str, Any]) -> ShardSpec:
         if isinstance(v, bool) or not isinstance(v, int):
             raise ConfigError(f"task.{key} must be an integer, got {v!r}")
     if count < 1 or not 0 <= index < count:
-        raise ConfigError(f"task.shard_index must be in [0, task.num_shards) with num_shards >= 1, "
-                          f"got shard_index={index}, num_shards={count}")
+        raise ConfigError(
+            f"task.shard_index must be in [0, task.num_shards) with num_shards >= 1, "
+            f"got shard_index={index}, num_shards={count}"
+        )
     return ShardSpec(index, count)
 
 
@@ -70,8 +72,10 @@ def check_shardable(cfg: Any) -> None:
     spec = shard_spec(cfg.task)
     name = cfg.experiment.get("name") if cfg.get("experiment") is not None else None
     if spec.count > 1 and name not in SHARDED_EXPERIMENTS:
-        raise ConfigError(f"task.num_shards={spec.count}: only experiment=judge is split into document shards and "
-                          f"merged back; run experiment={name} whole (task.num_shards=1) - docs/slurm.md says why")
+        raise ConfigError(
+            f"task.num_shards={spec.count}: only experiment=judge is split into document shards and "
+            f"merged back; run experiment={name} whole (task.num_shards=1) - docs/slurm.md says why"
+        )
 
 
 def shard_bounds(n: int, spec: ShardSpec) -> tuple[int, int]:
@@ -85,8 +89,10 @@ def select_shard(docs: Sequence[Document], spec: ShardSpec) -> list[Document]:
         return list(docs)
     start, stop = shard_bounds(len(docs), spec)
     if start == stop:
-        raise ConfigError(f"shard {spec.index} of {spec.count} holds no documents: the slice has only "
-                          f"{len(docs)}; use task.num_shards <= {len(docs)}")
+        raise ConfigError(
+            f"shard {spec.index} of {spec.count} holds no documents: the slice has only "
+            f"{len(docs)}; use task.num_shards <= {len(docs)}"
+        )
     return list(docs[start:stop])
 
 
@@ -110,16 +116,20 @@ def read_shard(path: str | Path) -> ShardRun:
     for name in ("config.json", "results.json", "judgments.jsonl"):
         if not (path / name).is_file():
             raise DataError(f"{name} not found: not a finished judge run", where=str(path))
-    config, results = (read_json_object(path / name, "not a finished judge run: rerun that shard")
-                       for name in ("config.json", "results.json"))
+    config, results = (
+        read_json_object(path / name, "not a finished judge run: rerun that shard")
+        for name in ("config.json", "results.json")
+    )
     return ShardRun(path, shard_spec(config.get("task") or {}), config, results)
 
 
 def _interval_settings(results: dict[str, Any]) -> dict[str, Any]:
     """The shards' bootstrap settings (results.json "interval"), so the merge's intervals use them."""
     meta = results.get("interval") or {}
-    return {"bootstrap": int(meta.get("rounds", MetricsConf.bootstrap)),
-            "level": float(meta.get("level", MetricsConf.level))}
+    return {
+        "bootstrap": int(meta.get("rounds", MetricsConf.bootstrap)),
+        "level": float(meta.get("level", MetricsConf.level)),
+    }
 
 
 def _shard_lengths(shards: Sequence[ShardRun]) -> dict[str, Any]:
@@ -142,15 +152,21 @@ def check_shards(shards: Sequence[ShardRun]) -> list[ShardRun]:
     first = shards[0]
     for s in shards:
         if s.spec.count != first.spec.count:
-            raise ConfigError(f"task.num_shards is {s.spec.count}, but {first.spec.count} in {first.path}",
-                              where=str(s.path / "config.json"))
+            raise ConfigError(
+                f"task.num_shards is {s.spec.count}, but {first.spec.count} in {first.path}",
+                where=str(s.path / "config.json"),
+            )
         for key in _SAME_RESULTS:
             if s.results.get(key) != first.results.get(key):
-                raise ConfigError(f"{key} differs from {first.path}: not shards of one run",
-                                  where=located(s.path / "results.json", None, key))
+                raise ConfigError(
+                    f"{key} differs from {first.path}: not shards of one run",
+                    where=located(s.path / "results.json", None, key),
+                )
         if _task_without_shard(s.config) != _task_without_shard(first.config):
-            raise ConfigError(f"task settings differ from {first.path}: not shards of one run",
-                              where=located(s.path / "config.json", None, "task"))
+            raise ConfigError(
+                f"task settings differ from {first.path}: not shards of one run",
+                where=located(s.path / "config.json", None, "task"),
+            )
     by_index: dict[int, ShardRun] = {}
     for s in shards:
         if s.spec.index in by_index:
@@ -180,22 +196,40 @@ def merge_shards(dirs: Sequence[str | Path], out_dir: str | Path, p_cf_tol: floa
         js, p_cf = load_judgments(s.path / "judgments.jsonl")
         for doc_id in dict.fromkeys(j.doc_id for j in js):
             if doc_id in owner:
-                raise DataError(f"document {doc_id!r} is in shard {owner[doc_id]} and shard {s.spec.index}",
-                                where=str(s.path / "judgments.jsonl"))
+                raise DataError(
+                    f"document {doc_id!r} is in shard {owner[doc_id]} and shard {s.spec.index}",
+                    where=str(s.path / "judgments.jsonl"),
+                )
             owner[doc_id] = s.spec.index
         judgments.extend(js)
         p_cfs.append(p_cf)
-    if any((p is None) != (p_cfs[0] is None) or (p is not None and abs(p - p_cfs[0]) > p_cf_tol) for p in p_cfs):
+    if any(
+        (p is None) != (p_cfs[0] is None) or (p is not None and abs(p - p_cfs[0]) > p_cf_tol) for p in p_cfs
+    ):
         raise DataError(f"content-free P(A) differs across shards ({p_cfs}): not scored by the same judge")
     r = shards[0].results
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    results = write_run(out, judgments, p_cfs[0], task=r["task"], aspect=r.get("aspect"), family=r["family"],
-                        instruction=r["instruction"], judge_identity=r["judge"], numerics=r.get("numerics"),
-                        n_docs=sum(int(s.results["n_docs"]) for s in shards),
-                        shuffles=int(r["shuffles"]), seed=int(r["seed"]), extra=_summed_calls(shards),
-                        **_interval_settings(r), **_shard_lengths(shards))
+    results = write_run(
+        out,
+        judgments,
+        p_cfs[0],
+        task=r["task"],
+        aspect=r.get("aspect"),
+        family=r["family"],
+        instruction=r["instruction"],
+        judge_identity=r["judge"],
+        numerics=r.get("numerics"),
+        n_docs=sum(int(s.results["n_docs"]) for s in shards),
+        shuffles=int(r["shuffles"]),
+        seed=int(r["seed"]),
+        extra=_summed_calls(shards),
+        **_interval_settings(r),
+        **_shard_lengths(shards),
+    )
     config = {**shards[0].config, "task": _task_without_shard(shards[0].config)}
-    write_json_atomic(out / "merge.json", {"shards": [str(s.path) for s in shards], "num_shards": len(shards),
-                                           "config": config})
+    write_json_atomic(
+        out / "merge.json",
+        {"shards": [str(s.path) for s in shards], "num_shards": len(shards), "config": config},
+    )
     return results

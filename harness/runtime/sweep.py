@@ -82,7 +82,9 @@ def _keys(job: Sequence[str]) -> set[str]:
     return {override_key(o) for o in job}
 
 
-def job_name(num: int, overrides: Sequence[str] | None = None, jobs: Sequence[Sequence[str]] | None = None) -> str:
+def job_name(
+    num: int, overrides: Sequence[str] | None = None, jobs: Sequence[Sequence[str]] | None = None
+) -> str:
     """`job 1 (task.path=bad.jsonl)`: the number and the settings that tell it from the sweep's other
     `jobs` (default: the sweep running here; all its overrides when no sweep is known)."""
     jobs = _SWEEP.get("jobs") or [] if jobs is None else jobs
@@ -94,7 +96,7 @@ def job_name(num: int, overrides: Sequence[str] | None = None, jobs: Sequence[Se
 
 
 def job_status(run_dir: Path | None) -> str:
-    """"completed", or what else a job's run directory says: its last attempt's status
+    """ "completed", or what else a job's run directory says: its last attempt's status
     (attempts.jsonl: failed, interrupted, killed, running), no results.json, or no directory."""
     if run_dir is None or not run_dir.is_dir():
         return "never started (no run directory)"
@@ -115,15 +117,20 @@ def listed_jobs(root: Path) -> list[tuple[str, list[str], Path | None]]:
     cfg = OmegaConf.load(path)
     jobs = sweep_jobs(cfg)
     subdir = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir")
-    return [(job_name(num, job, jobs), list(job), run_dir)
-            for num, (job, run_dir) in enumerate(zip(jobs, job_dirs(root, jobs, subdir)))]
+    return [
+        (job_name(num, job, jobs), list(job), run_dir)
+        for num, (job, run_dir) in enumerate(zip(jobs, job_dirs(root, jobs, subdir)))
+    ]
 
 
 def sweep_gaps(root: Path) -> list[str]:
     """The jobs that `root/multirun.yaml` lists and that did not complete, one line each ([] when
     every job did, or when root holds no multirun.yaml)."""
-    return [f"{name}: {status}" for name, _, run_dir in listed_jobs(root)
-            if (status := job_status(run_dir)) != "completed"]
+    return [
+        f"{name}: {status}"
+        for name, _, run_dir in listed_jobs(root)
+        if (status := job_status(run_dir)) != "completed"
+    ]
 
 
 # ---------------------------------------------------------------- failures
@@ -152,8 +159,10 @@ def failure_summary() -> str:
     """One line for the end of a sweep with failed jobs: how many, each one's line, what to do."""
     failed, total = failures(), len(_SWEEP.get("jobs") or [])
     of = f" of {total}" if total >= len(failed) else ""
-    return (f"{len(failed)}{of} jobs failed: {'; '.join(failed.values())}. The other jobs' results are in "
-            "place; fix the cause and rerun the same command: what was judged comes from the request cache")
+    return (
+        f"{len(failed)}{of} jobs failed: {'; '.join(failed.values())}. The other jobs' results are in "
+        "place; fix the cause and rerun the same command: what was judged comes from the request cache"
+    )
 
 
 def fail_job(num: int, overrides: Sequence[str], message: str, sweep_dir: Path | None = None) -> NoReturn:
@@ -206,7 +215,9 @@ def cache_file(cfg: Any, path: Path) -> Path:
     if not HydraConfig.initialized():
         return path
     hc = HydraConfig.get()
-    if not per_job_cache(cfg.cache.get("per_job"), hc.mode == RunMode.MULTIRUN, hc.launcher.get("_target_", "")):
+    if not per_job_cache(
+        cfg.cache.get("per_job"), hc.mode == RunMode.MULTIRUN, hc.launcher.get("_target_", "")
+    ):
         return path
     return job_cache_path(path, sweep_name(cfg), list(hc.overrides.task))
 

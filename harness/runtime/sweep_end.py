@@ -94,31 +94,49 @@ def shard_groups(jobs: Sequence[Sequence[str]], master: Any) -> dict[tuple[str, 
         count = int(_value(job, "task.num_shards", master) or 1)
         if count > 1:
             rest = tuple(o for o in job if sweep.override_key(o) not in SHARD_KEYS)
-            groups.setdefault(rest, []).append(Member(num, int(_value(job, "task.shard_index", master) or 0), count))
+            groups.setdefault(rest, []).append(
+                Member(num, int(_value(job, "task.shard_index", master) or 0), count)
+            )
     return groups
 
 
 def merge_sweep(root: Path, jobs: Sequence[Sequence[str]], master: Any) -> list[Path]:
     """Merge every complete shard group of the sweep in `root`; the merged run directories."""
     groups = shard_groups(jobs, master)
-    subdir = OmegaConf.to_container(master.hydra.sweep, resolve=False).get("subdir") \
-        if isinstance(master, DictConfig) else master["hydra"]["sweep"]["subdir"]
+    subdir = (
+        OmegaConf.to_container(master.hydra.sweep, resolve=False).get("subdir")
+        if isinstance(master, DictConfig)
+        else master["hydra"]["sweep"]["subdir"]
+    )
     dirs = sweep.job_dirs(root, jobs, subdir)
     merged = []
     for g, members in enumerate(groups.values()):
         count = members[0].count
         if sorted(m.index for m in members) != list(range(count)):
-            log.warning("not merged: jobs %s hold shards %s of %d, not each shard 0..%d once",
-                        [m.num for m in members], sorted(m.index for m in members), count, count - 1)
+            log.warning(
+                "not merged: jobs %s hold shards %s of %d, not each shard 0..%d once",
+                [m.num for m in members],
+                sorted(m.index for m in members),
+                count,
+                count - 1,
+            )
             continue
         members = sorted(members, key=lambda m: m.index)
         shard_dirs = [dirs[m.num] for m in members]
         if any(d is None for d in shard_dirs):
-            raise ConfigError(f"the run directories of jobs {[m.num for m in members]} are not all found below {root}")
+            raise ConfigError(
+                f"the run directories of jobs {[m.num for m in members]} are not all found below {root}"
+            )
         out = root / "merged" if len(groups) == 1 else root / "merged" / str(g)
         results = merge_run(shard_dirs, out, root)
-        log.info("merged shards 0..%d (jobs %s): %d documents, %d judgments -> %s", count - 1,
-                 ",".join(str(m.num) for m in members), results["n_docs"], results["n_judgments"], out)
+        log.info(
+            "merged shards 0..%d (jobs %s): %d documents, %d judgments -> %s",
+            count - 1,
+            ",".join(str(m.num) for m in members),
+            results["n_docs"],
+            results["n_judgments"],
+            out,
+        )
         merged.append(out)
     return merged
 
@@ -127,20 +145,29 @@ def merge_sweep(root: Path, jobs: Sequence[Sequence[str]], master: Any) -> list[
 def fold_caches(master: Any, jobs: Sequence[Sequence[str]]) -> int:
     """Fold each job's own cache files (requests, completions) into cache.path's; the rows added."""
     cache = master.cache
-    if not cache.enabled or not sweep.per_job_cache(cache.get("per_job"), True,
-                                                     OmegaConf.select(master, "hydra.launcher._target_") or ""):
+    if not cache.enabled or not sweep.per_job_cache(
+        cache.get("per_job"), True, OmegaConf.select(master, "hydra.launcher._target_") or ""
+    ):
         return 0
     user = cache_path(cache)
     added, folded = 0, 0
     for job in jobs:
         own = sweep.job_cache_path(user, sweep.sweep_name(master), job)
-        for part, into in ((own, user), (own.with_name("completions.sqlite"), user.with_name("completions.sqlite"))):
+        for part, into in (
+            (own, user),
+            (own.with_name("completions.sqlite"), user.with_name("completions.sqlite")),
+        ):
             if part.is_file():
                 try:
                     added += fold_sqlite(into, part)
                     folded += 1
                 except sqlite3.Error as e:
-                    log.warning("%s not folded into %s (%s); a rerun of the same command still reads it", part, into, e)
+                    log.warning(
+                        "%s not folded into %s (%s); a rerun of the same command still reads it",
+                        part,
+                        into,
+                        e,
+                    )
     if folded:
         log.info("folded %d job cache files into %s: %d new rows", folded, user.parent, added)
     return added

@@ -77,8 +77,10 @@ def _row_bases(table: Table, k: int) -> list[Interval | None]:
 
 def to_markdown(table: Table, digits: int = 3) -> str:
     esc = lambda s: s.replace("|", "\\|")  # noqa: E731 - a cell containing | would split the column
-    lines = ["| " + " | ".join(esc(c) for c in table.columns) + " |",
-             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(table.columns))) + "|"]
+    lines = [
+        "| " + " | ".join(esc(c) for c in table.columns) + " |",
+        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(table.columns))) + "|",
+    ]
     lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in cell_texts(table, digits)]
     if table.caption:
         lines += ["", table.caption]
@@ -90,17 +92,30 @@ def to_csv(table: Table) -> str:
     record intervals is followed by "<column> lo", "<column> hi", "<column> documents" and
     "<column> note" (why there is no interval, or "no spread across documents")."""
     cell = lambda v: "" if v is None else repr(v) if isinstance(v, float) else v  # noqa: E731
-    with_iv = [j for j in range(len(table.columns))
-               if table.bases is not None and any(row[j] is not None for row in table.bases)]
+    with_iv = [
+        j
+        for j in range(len(table.columns))
+        if table.bases is not None and any(row[j] is not None for row in table.bases)
+    ]
     extra = ("lo", "hi", "documents", "note")
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow([x for j, c in enumerate(table.columns) for x in ([c, *(f"{c} {e}" for e in extra)] if j in with_iv
-                                                                   else [c])])
+    w.writerow(
+        [
+            x
+            for j, c in enumerate(table.columns)
+            for x in ([c, *(f"{c} {e}" for e in extra)] if j in with_iv else [c])
+        ]
+    )
     for k, row in enumerate(table.rows):
         ivs = _row_bases(table, k)
-        w.writerow([x for j, v in enumerate(row) for x in ([cell(v), *_basis_cells(ivs[j])] if j in with_iv
-                                                           else [cell(v)])])
+        w.writerow(
+            [
+                x
+                for j, v in enumerate(row)
+                for x in ([cell(v), *_basis_cells(ivs[j])] if j in with_iv else [cell(v)])
+            ]
+        )
     return buf.getvalue()
 
 
@@ -145,7 +160,10 @@ def plot_table(table: Table, metrics: Sequence[str], out_dir: Path, n_labels: in
     labels = [" ".join(str(x) for x in row[:n_labels]) for row in table.rows]
     paths = []
     for j, m in enumerate(metrics, start=n_labels):
-        values = [row[j] if isinstance(row[j], int | float) and row[j] is not None else math.nan for row in table.rows]
+        values = [
+            row[j] if isinstance(row[j], int | float) and row[j] is not None else math.nan
+            for row in table.rows
+        ]
         width = max(4.0, 0.6 * len(labels) + 2)
         fig, ax = plt.subplots(figsize=(width, 3.5))
         ax.bar(range(len(values)), values, yerr=error_bars(table, j, values), capsize=3, ecolor="black")
@@ -153,7 +171,9 @@ def plot_table(table: Table, metrics: Sequence[str], out_dir: Path, n_labels: in
         header = table.columns[j]
         ax.set_ylabel(header if len(header) <= 40 else m)
         about = f"intervals: {table.about[j]}" if table.about and table.about[j] else None
-        caption = "; ".join(x for x in (table.caption if table.settings is None else table.settings, about) if x)
+        caption = "; ".join(
+            x for x in (table.caption if table.settings is None else table.settings, about) if x
+        )
         title = header + (f": {caption}" if caption else "")
         ax.set_title(wrap_title(title, width), fontsize=TITLE_POINTS)
         fig.tight_layout()
@@ -163,4 +183,6 @@ def plot_table(table: Table, metrics: Sequence[str], out_dir: Path, n_labels: in
 
 def cell_texts(table: Table, digits: int = 3) -> list[list[str]]:
     """Each row's cells as to_markdown writes them (the sweep's index.html shows the same text)."""
-    return [[_cell(v, iv, digits) for v, iv in zip(row, _row_bases(table, k))] for k, row in enumerate(table.rows)]
+    return [
+        [_cell(v, iv, digits) for v, iv in zip(row, _row_bases(table, k))] for k, row in enumerate(table.rows)
+    ]

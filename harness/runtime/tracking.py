@@ -42,10 +42,19 @@ def redacted_argv() -> Iterator[None]:
 class Tracker:
     """Logs to the run directory and, unless disabled, to a W&B run."""
 
-    def __init__(self, out_dir: str | Path, *, mode: str = "offline", project: str = "harness",
-                 entity: str | None = None, group: str | None = None, job_type: str | None = None,
-                 name: str | None = None, run_config: Mapping[str, Any] | None = None,
-                 tags: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        out_dir: str | Path,
+        *,
+        mode: str = "offline",
+        project: str = "harness",
+        entity: str | None = None,
+        group: str | None = None,
+        job_type: str | None = None,
+        name: str | None = None,
+        run_config: Mapping[str, Any] | None = None,
+        tags: Sequence[str] = (),
+    ) -> None:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.mode = mode
@@ -56,9 +65,17 @@ class Tracker:
             os.environ.setdefault("WANDB_DIR", str(self.out_dir))
             with redacted_argv():
                 self._run = wandb.init(
-                    project=project, entity=entity, group=group, job_type=job_type, name=name,
-                    config=redact(dict(run_config or {})), mode=mode, dir=str(self.out_dir), tags=list(tags),
-                    reinit="finish_previous", settings=wandb.Settings(silent=True),
+                    project=project,
+                    entity=entity,
+                    group=group,
+                    job_type=job_type,
+                    name=name,
+                    config=redact(dict(run_config or {})),
+                    mode=mode,
+                    dir=str(self.out_dir),
+                    tags=list(tags),
+                    reinit="finish_previous",
+                    settings=wandb.Settings(silent=True),
                 )
 
     @property
@@ -80,7 +97,9 @@ class Tracker:
         if self._run is not None:
             import wandb
 
-            self._run.log({name: wandb.Table(columns=list(columns), data=[list(jsonable(list(r))) for r in rows])})
+            self._run.log(
+                {name: wandb.Table(columns=list(columns), data=[list(jsonable(list(r))) for r in rows])}
+            )
 
     def log_image(self, name: str, path: str | Path) -> None:
         if self._run is not None:
@@ -88,8 +107,9 @@ class Tracker:
 
             self._run.log({name: wandb.Image(str(path))})
 
-    def log_artifact(self, name: str, kind: str, paths: Sequence[str | Path],
-                     metadata: Mapping[str, Any] | None = None) -> None:
+    def log_artifact(
+        self, name: str, kind: str, paths: Sequence[str | Path], metadata: Mapping[str, Any] | None = None
+    ) -> None:
         """The run's files (results, judgments, plots) as one W&B artifact named `<name>-<run id>`:
         its own artifact, not the next version of one that every run of a sweep shares. Local files
         stay where they are; missing paths are skipped. Offline runs stage it for `wandb sync`."""
@@ -98,8 +118,9 @@ class Tracker:
             return
         import wandb
 
-        art = wandb.Artifact(name=_artifact_name(f"{name}-{self._run.id}"), type=kind,
-                             metadata=jsonable(dict(metadata or {})))
+        art = wandb.Artifact(
+            name=_artifact_name(f"{name}-{self._run.id}"), type=kind, metadata=jsonable(dict(metadata or {}))
+        )
         for f in files:
             rel = f.relative_to(self.out_dir) if f.is_relative_to(self.out_dir) else Path(f.name)
             art.add_file(str(f), name=str(rel))
@@ -123,32 +144,62 @@ class Tracker:
             self._run = None
 
 
-def log_judge_results(tracker: Any, results: Mapping[str, Any], judgments: Sequence[Judgment],
-                      docs: Sequence[Document]) -> None:
+def log_judge_results(
+    tracker: Any, results: Mapping[str, Any], judgments: Sequence[Judgment], docs: Sequence[Document]
+) -> None:
     """A judge run's numbers in its tracker: every metric, the summary (intervals, length bias) and
     the judgments table (the judge experiment's, and a merge of its shards': harness.runtime.sweep_end)."""
     flat = {f"{mode}/{k}": v for mode, m in results["metrics"].items() for k, v in m.items()}
     tracker.log(flat)
     lb = results.get("length_bias") or {}
-    tracker.summary(flat | interval_summary(results.get("intervals"))
-                    | {f"length_bias/{k}": lb[k] for k in ("length", "position", "scale") if k in lb})
+    tracker.summary(
+        flat
+        | interval_summary(results.get("intervals"))
+        | {f"length_bias/{k}": lb[k] for k in ("length", "position", "scale") if k in lb}
+    )
     tracker.log_table("judgments", JUDGMENT_COLUMNS, judgment_rows(judgments, docs))
 
 
-JUDGMENT_COLUMNS = ["doc_id", "a_id", "b_id", "p_a", "answer_mass", "flags", "human_a", "human_b", "gold_a",
-                    "a_text", "b_text"]
+JUDGMENT_COLUMNS = [
+    "doc_id",
+    "a_id",
+    "b_id",
+    "p_a",
+    "answer_mass",
+    "flags",
+    "human_a",
+    "human_b",
+    "gold_a",
+    "a_text",
+    "b_text",
+]
 """The W&B judgments table: each ordered pair with its reading, flags, human labels and both texts."""
 
 
 def judgment_rows(judgments: Sequence[Judgment], docs: Sequence[Document]) -> list[list[Any]]:
     """One row per judgment (JUDGMENT_COLUMNS); flags as one comma-separated string."""
     by_id = {d.id: d for d in docs}
-    return [[j.doc_id, j.a_id, j.b_id, j.p_a, answer_mass(j.token_logprobs), ", ".join(j.flags), j.human_a,
-             j.human_b, j.gold_a, by_id[j.doc_id].candidate(j.a_id).text, by_id[j.doc_id].candidate(j.b_id).text]
-            for j in judgments]
+    return [
+        [
+            j.doc_id,
+            j.a_id,
+            j.b_id,
+            j.p_a,
+            answer_mass(j.token_logprobs),
+            ", ".join(j.flags),
+            j.human_a,
+            j.human_b,
+            j.gold_a,
+            by_id[j.doc_id].candidate(j.a_id).text,
+            by_id[j.doc_id].candidate(j.b_id).text,
+        ]
+        for j in judgments
+    ]
 
 
-def run_name(experiment: str, task: str | None = None, aspect: str | None = None, model: str | None = None) -> str:
+def run_name(
+    experiment: str, task: str | None = None, aspect: str | None = None, model: str | None = None
+) -> str:
     """`<experiment>-<task>-<aspect>-<model>` (parts that are None left out): a run's W&B name, so
     the runs of a sweep read as their grid points instead of W&B's random names."""
     return "-".join(str(p) for p in (experiment, task, aspect, model) if p not in (None, ""))

@@ -23,14 +23,23 @@ from harness.zepo import plots
 
 MODES = ("none", "permutation")
 """The variants of every study metric: raw and permutation-debiased."""
-OBJECTIVES = {"fairness": "fairness", "fairness_prob": "fairness_prob", "confidence": "prob_gap",
-              "calibration": "bc", "calibration_ece": "ece"}
+OBJECTIVES = {
+    "fairness": "fairness",
+    "fairness_prob": "fairness_prob",
+    "confidence": "prob_gap",
+    "calibration": "bc",
+    "calibration_ece": "ece",
+}
 """Objective name -> metric_set key. confidence = the official Norm Gap; calibration = -BC (label-free,
 the official objective); calibration_ece = -ECE against human labels (needs them). Negated keys are
 in NEGATED, so higher is better everywhere."""
 NEGATED = ("calibration", "calibration_ece")
-FIGURE3 = {"fairness": "fairness", "confidence": "confidence (Norm Gap)",
-           "calibration": "calibration (-BC, label-free)", "calibration_ece": "-ECE vs human labels"}
+FIGURE3 = {
+    "fairness": "fairness",
+    "confidence": "confidence (Norm Gap)",
+    "calibration": "calibration (-BC, label-free)",
+    "calibration_ece": "-ECE vs human labels",
+}
 """Figure 3's panels: objective -> panel name."""
 
 
@@ -123,12 +132,13 @@ def round_spearman(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray
     if full.any():
         fill(np.flatnonzero(full), x[full], y[full])
     for r in np.flatnonzero(~full):  # a round with some instruction undefined: its finite ones only
-        fill(np.array([r]), x[r:r + 1, ok[r]], y[r:r + 1, ok[r]])
+        fill(np.array([r]), x[r : r + 1, ok[r]], y[r : r + 1, ok[r]])
     return rho, why
 
 
-def figure3_intervals(rows: Sequence[Mapping[str, Any]], summaries: Sequence[Summary], level: float,
-                      n_docs: int) -> dict[str, Any]:
+def figure3_intervals(
+    rows: Sequence[Mapping[str, Any]], summaries: Sequence[Summary], level: float, n_docs: int
+) -> dict[str, Any]:
     """Figure 3 with its interval: for each Spearman with humans (HUMAN), raw and permutation-debiased,
     each FIGURE3 objective's Spearman rho across the instructions (the point, as `analyse`) and, per
     bootstrap round, the same rho from that round's values (every instruction's objective and
@@ -143,14 +153,25 @@ def figure3_intervals(rows: Sequence[Mapping[str, Any]], summaries: Sequence[Sum
     if boot is not None:
         first = summaries[0].loo
         for s in summaries[1:]:
-            if s.loo is None or s.loo.ids != first.ids or (s.loo.boot_rounds, s.loo.seed) != (
-                    first.boot_rounds, first.seed):
-                raise DataError("the instructions' bootstrap rounds resample different documents: Figure 3's "
-                                "interval needs the same draws for every instruction", where="sensitivity study")
+            if (
+                s.loo is None
+                or s.loo.ids != first.ids
+                or (s.loo.boot_rounds, s.loo.seed) != (first.boot_rounds, first.seed)
+            ):
+                raise DataError(
+                    "the instructions' bootstrap rounds resample different documents: Figure 3's "
+                    "interval needs the same draws for every instruction",
+                    where="sensitivity study",
+                )
     rounds = 0 if boot is None else summaries[0].loo.boot_rounds  # type: ignore[union-attr]
-    out: dict[str, Any] = {"method": f"{BOOT_METHOD}: each round's rho across instructions, every instruction's "
-                                     "values from the same resampled documents",
-                           "level": float(level), "rounds": rounds, "n_instructions": len(rows), "n_docs": n_docs}
+    out: dict[str, Any] = {
+        "method": f"{BOOT_METHOD}: each round's rho across instructions, every instruction's "
+        "values from the same resampled documents",
+        "level": float(level),
+        "rounds": rounds,
+        "n_instructions": len(rows),
+        "n_docs": n_docs,
+    }
     for human, said in HUMAN.items():
         out[human] = {}
         for mode in MODES:
@@ -159,10 +180,17 @@ def figure3_intervals(rows: Sequence[Mapping[str, Any]], summaries: Sequence[Sum
             got = {}
             for name, panel in FIGURE3.items():
                 point = plots.spearman(objectives[name], sp)
-                label = (f"{MODE_WORD[mode]} {panel} vs {said} across {point['n']} instructions "
-                         f"on {n_docs} documents: rho")
-                entry: dict[str, Any] = {**point, "interval": None, "rounds": rounds, "defined_rounds": 0,
-                                         "undefined": {k: 0 for k in UNDEFINED}}
+                label = (
+                    f"{MODE_WORD[mode]} {panel} vs {said} across {point['n']} instructions "
+                    f"on {n_docs} documents: rho"
+                )
+                entry: dict[str, Any] = {
+                    **point,
+                    "interval": None,
+                    "rounds": rounds,
+                    "defined_rounds": 0,
+                    "undefined": {k: 0 for k in UNDEFINED},
+                }
                 iv = None
                 if boot is not None:
                     r, why = figure3_rounds(summaries, name, mode, human)
@@ -178,7 +206,9 @@ def figure3_intervals(rows: Sequence[Mapping[str, Any]], summaries: Sequence[Sum
     return out
 
 
-def figure3_rounds(summaries: Sequence[Summary], name: str, mode: str, human: str) -> tuple[np.ndarray, np.ndarray]:
+def figure3_rounds(
+    summaries: Sequence[Summary], name: str, mode: str, human: str
+) -> tuple[np.ndarray, np.ndarray]:
     """Each bootstrap round's rho across instructions of objective `name` (variant `mode`) with the
     Spearman `human`, and why it is undefined where it is (round_spearman)."""
     x = np.stack([objective_rounds(s, name, mode) for s in summaries], axis=1)
@@ -192,10 +222,14 @@ def _figure3_sentence(label: str, entry: Mapping[str, Any], iv: Interval | None,
     if not math.isfinite(entry["rho"]):
         return f"{label} undefined (fewer than 3 instructions, or one side constant across them)"
     said = sentence(label, entry["rho"], iv, level)
-    return said + (f" ({sum(undefined.values())} of {entry['rounds']} rounds undefined: {why})" if undefined else "")
+    return said + (
+        f" ({sum(undefined.values())} of {entry['rounds']} rounds undefined: {why})" if undefined else ""
+    )
 
 
-def shuffle_candidates(docs: Sequence[Document], seed: int, max_candidates: int | None = None) -> list[Document]:
+def shuffle_candidates(
+    docs: Sequence[Document], seed: int, max_candidates: int | None = None
+) -> list[Document]:
     """Each document's candidates (its first `max_candidates`, the ones judged) in a random order,
     seeded by (seed, document id) alone, so a document gets the same order in any slice and any
     run with that seed. Candidates keep their ids, texts and human scores; pairs are then formed
@@ -209,8 +243,9 @@ def shuffle_candidates(docs: Sequence[Document], seed: int, max_candidates: int 
     return out
 
 
-def earlier_preferred(docs: Sequence[Document], aspect: str | None,
-                      max_candidates: int | None = None) -> dict[str, Any]:
+def earlier_preferred(
+    docs: Sequence[Document], aspect: str | None, max_candidates: int | None = None
+) -> dict[str, Any]:
     """How often humans score the earlier-listed candidate higher, over the pairs i < j of each
     document's judged candidates in the order they are judged (the order the debiased decision
     rate, a_rate_upper, counts in): if humans always preferred the earlier one, debiased fairness
@@ -221,7 +256,9 @@ def earlier_preferred(docs: Sequence[Document], aspect: str | None,
         for i in range(len(cands)):
             for j in range(i + 1, len(cands)):
                 counts["pairs"] += 1
-                hi, hj = (cands[i].scores.get(aspect), cands[j].scores.get(aspect)) if aspect else (None, None)
+                hi, hj = (
+                    (cands[i].scores.get(aspect), cands[j].scores.get(aspect)) if aspect else (None, None)
+                )
                 if hi is None or hj is None or not (math.isfinite(hi) and math.isfinite(hj)):
                     counts["unscored"] += 1
                 else:

@@ -121,9 +121,19 @@ class _Paraphraser:
     model_name: str
     location: str
 
-    def __init__(self, *, temperature: float, max_tokens: int, top_p: float, max_attempts: int,
-                 labels: Sequence[str], min_ratio: float, max_ratio: float,
-                 cache: CompletionCache | str | Path | None, meta_prompt: str = "default") -> None:
+    def __init__(
+        self,
+        *,
+        temperature: float,
+        max_tokens: int,
+        top_p: float,
+        max_attempts: int,
+        labels: Sequence[str],
+        min_ratio: float,
+        max_ratio: float,
+        cache: CompletionCache | str | Path | None,
+        meta_prompt: str = "default",
+    ) -> None:
         if max_attempts < 1:
             raise ConfigError(f"max_attempts must be >= 1, got {max_attempts}")
         if meta_prompt not in META_PROMPTS:
@@ -150,32 +160,57 @@ class _Paraphraser:
 
     def messages(self, instruction: str, aspect: str) -> list[dict[str, str]]:
         if self.meta_prompt == "zepo":
-            return [{"role": "user", "content": ZEPO_META_PROMPT.format(aspect=zepo_key(aspect), instruction=instruction)}]
+            return [
+                {
+                    "role": "user",
+                    "content": ZEPO_META_PROMPT.format(aspect=zepo_key(aspect), instruction=instruction),
+                }
+            ]
         word = aspect_word(aspect, instruction)
-        return [{"role": "user", "content": META_PROMPT.format(aspect_word=word, instruction=instruction.strip())}]
+        return [
+            {"role": "user", "content": META_PROMPT.format(aspect_word=word, instruction=instruction.strip())}
+        ]
 
     def check(self, raw: str, instruction: str, word: str, seen: Sequence[str]) -> tuple[str, str | None]:
         """(text, None) if `raw` is accepted, else (text, reason). The official mode takes any
         non-empty reply as it is."""
         if self.meta_prompt == "zepo":
             return raw, None if raw.strip() else "empty"
-        return validate(raw, instruction, word, seen, labels=self.labels, min_ratio=self.min_ratio,
-                        max_ratio=self.max_ratio)
+        return validate(
+            raw,
+            instruction,
+            word,
+            seen,
+            labels=self.labels,
+            min_ratio=self.min_ratio,
+            max_ratio=self.max_ratio,
+        )
 
     def _record(self, rejection: Rejection, seed: int, instruction: str, cached: bool) -> None:
         self.rejections += 1
         if self.reject_log is None:
             return
-        row = {"seed": seed, "sample": rejection.sample, "reason": rejection.reason, "text": rejection.text,
-               "cached": cached, "paraphrasing": instruction[:80], "optimizer": self.identity}
+        row = {
+            "seed": seed,
+            "sample": rejection.sample,
+            "reason": rejection.reason,
+            "text": rejection.text,
+            "cached": cached,
+            "paraphrasing": instruction[:80],
+            "optimizer": self.identity,
+        }
         self.reject_log.parent.mkdir(parents=True, exist_ok=True)
         with self.reject_log.open("a", encoding="utf-8") as f:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
-    def paraphrase(self, instruction: str, n: int, seed: int, aspect: str, avoid: Sequence[str] = ()) -> list[str]:
+    def paraphrase(
+        self, instruction: str, n: int, seed: int, aspect: str, avoid: Sequence[str] = ()
+    ) -> list[str]:
         return self.propose(instruction, n, seed, aspect, avoid).texts
 
-    def propose(self, instruction: str, n: int, seed: int, aspect: str, avoid: Sequence[str] = ()) -> Proposal:
+    def propose(
+        self, instruction: str, n: int, seed: int, aspect: str, avoid: Sequence[str] = ()
+    ) -> Proposal:
         """n validated paraphrases; re-asks failed slots (in rounds) up to max_attempts each.
 
         `avoid`: texts that count as duplicates too (e.g. every instruction already scored).
@@ -201,7 +236,9 @@ class _Paraphraser:
                 seen = [*avoid, *(c.text for c in accepted.values())]
                 text, reason = self.check(raw, instruction, word, seen)
                 if reason is None:
-                    accepted[slot] = ParaphraseCandidate(text, sample, len(rejected[slot]) + 1, tuple(rejected[slot]))
+                    accepted[slot] = ParaphraseCandidate(
+                        text, sample, len(rejected[slot]) + 1, tuple(rejected[slot])
+                    )
                 else:
                     rejected[slot].append(Rejection(sample, reason, raw))
                     self._record(rejected[slot][-1], seed, instruction, cached=h == len(samples))
@@ -212,17 +249,28 @@ class _Paraphraser:
             raise ParaphraseError(
                 f"optimizer {self.model_name} gave no valid paraphrase for {len(failed)} of {n} slots after "
                 f"{self.max_attempts} attempts each; reasons: {'; '.join(reasons)}; last reply: {last[:120]!r}",
-                {i: tuple(rejected[i]) for i in failed})
+                {i: tuple(rejected[i]) for i in failed},
+            )
         return Proposal(tuple(accepted[i] for i in range(n)), next_sample, hits)
 
-    def _cached_complete(self, messages: list[dict[str, str]], seed: int, samples: list[int]) -> tuple[list[str], int]:
+    def _cached_complete(
+        self, messages: list[dict[str, str]], seed: int, samples: list[int]
+    ) -> tuple[list[str], int]:
         params = {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
         keys = [completion_key(self.model_name, self.location, messages, params, seed, s) for s in samples]
         found = {k: self.cache.get(k) for k in keys} if self.cache is not None else {}
         todo = [(k, s) for k, s in zip(keys, samples) if found.get(k) is None]
         if todo:
-            with tqdm(total=len(todo), desc=f"paraphrasing ({self.model_name})", unit="sample",
-                      disable=not self.progress, dynamic_ncols=True) as bar, heartbeat(bar):
+            with (
+                tqdm(
+                    total=len(todo),
+                    desc=f"paraphrasing ({self.model_name})",
+                    unit="sample",
+                    disable=not self.progress,
+                    dynamic_ncols=True,
+                ) as bar,
+                heartbeat(bar),
+            ):
                 texts = self.complete(messages, [sample_seed(seed, s) for _, s in todo], progress=bar)
                 bar.update(len(todo) - bar.n)  # what complete did not tick itself (API, vLLM: the whole call)
             self.calls += len(todo)
@@ -246,17 +294,50 @@ class _Paraphraser:
 class ApiOptimizer(_Paraphraser):
     """An optimizer LLM behind an OpenAI-compatible /chat/completions endpoint."""
 
-    def __init__(self, model: str, base_url: str, *, temperature: float = 0.9, top_p: float = 1.0,
-                 max_tokens: int = 512, max_attempts: int = 5, labels: Sequence[str] = ("A", "B"),
-                 min_ratio: float = 0.1, max_ratio: float = 3.0, cache: CompletionCache | str | Path | None = None,
-                 api_key_env: str | None = "OPENAI_API_KEY", timeout_s: float = 120.0, max_retries: int = 6,
-                 backoff_base_s: float = 1.0, backoff_max_s: float = 60.0, concurrency: int = 5,
-                 client: ApiClient | None = None, meta_prompt: str = "default") -> None:
-        super().__init__(temperature=temperature, max_tokens=max_tokens, top_p=top_p, max_attempts=max_attempts,
-                         labels=labels, min_ratio=min_ratio, max_ratio=max_ratio, cache=cache, meta_prompt=meta_prompt)
-        self.client = client or ApiClient(HttpSettings(
-            base_url=base_url, api_key_env=api_key_env, timeout_s=timeout_s, max_retries=max_retries,
-            backoff_base_s=backoff_base_s, backoff_max_s=backoff_max_s, concurrency=concurrency))
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        *,
+        temperature: float = 0.9,
+        top_p: float = 1.0,
+        max_tokens: int = 512,
+        max_attempts: int = 5,
+        labels: Sequence[str] = ("A", "B"),
+        min_ratio: float = 0.1,
+        max_ratio: float = 3.0,
+        cache: CompletionCache | str | Path | None = None,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        timeout_s: float = 120.0,
+        max_retries: int = 6,
+        backoff_base_s: float = 1.0,
+        backoff_max_s: float = 60.0,
+        concurrency: int = 5,
+        client: ApiClient | None = None,
+        meta_prompt: str = "default",
+    ) -> None:
+        super().__init__(
+            temperature=temperature,
+            max_tokens=max_tokens,
+            top_p=top_p,
+            max_attempts=max_attempts,
+            labels=labels,
+            min_ratio=min_ratio,
+            max_ratio=max_ratio,
+            cache=cache,
+            meta_prompt=meta_prompt,
+        )
+        self.client = client or ApiClient(
+            HttpSettings(
+                base_url=base_url,
+                api_key_env=api_key_env,
+                timeout_s=timeout_s,
+                max_retries=max_retries,
+                backoff_base_s=backoff_base_s,
+                backoff_max_s=backoff_max_s,
+                concurrency=concurrency,
+            )
+        )
         self.model_name = model
         self.location = self.client.settings.base_url.rstrip("/")
         self.identity = f"api|{self.location}|{model}|t={self.temperature}" + self._meta_identity()
@@ -265,8 +346,18 @@ class ApiOptimizer(_Paraphraser):
         return f"ApiOptimizer(identity={self.identity!r})"
 
     def complete(self, messages: list[dict[str, str]], seeds: list[int], progress: Any = None) -> list[str]:
-        bodies = [{"model": self.model_name, "messages": messages, "temperature": self.temperature,
-                   "top_p": self.top_p, "max_tokens": self.max_tokens, "seed": s, "n": 1} for s in seeds]
+        bodies = [
+            {
+                "model": self.model_name,
+                "messages": messages,
+                "temperature": self.temperature,
+                "top_p": self.top_p,
+                "max_tokens": self.max_tokens,
+                "seed": s,
+                "n": 1,
+            }
+            for s in seeds
+        ]
         return [_message_text(r) for r in self.client.post_many("chat", bodies, check=_message_text)]
 
 
@@ -281,7 +372,9 @@ def _message_text(resp: dict) -> str:
     return content if isinstance(content, str) else ""
 
 
-CONTEXT_FIX = "lower optimizer.max_new_tokens, or use an optimizer model (optimizer.path) with a longer context"
+CONTEXT_FIX = (
+    "lower optimizer.max_new_tokens, or use an optimizer model (optimizer.path) with a longer context"
+)
 """What to do when the meta-prompt and the reply cannot fit the optimizer model's positions."""
 
 
@@ -293,27 +386,58 @@ class LocalOptimizer(_Paraphraser, ChatPrompts):
     cannot fit the weights' positions; its identity (and so its completion-cache key and ZEPO's
     resume check) holds the weights' fingerprint, as a judge's does."""
 
-    def __init__(self, path: str | Path, *, name: str | None = None, gguf_file: str | None = None,
-                 dtype: str = "auto", device: str = "auto", temperature: float = 0.9, top_p: float = 1.0,
-                 max_new_tokens: int = 256, max_attempts: int = 5, labels: Sequence[str] = ("A", "B"),
-                 min_ratio: float = 0.1, max_ratio: float = 3.0, cache: CompletionCache | str | Path | None = None,
-                 model: Any = None, tokenizer: Any = None, meta_prompt: str = "default",
-                 model_identity: str | None = None) -> None:
-        super().__init__(temperature=temperature, max_tokens=max_new_tokens, top_p=top_p, max_attempts=max_attempts,
-                         labels=labels, min_ratio=min_ratio, max_ratio=max_ratio, cache=cache, meta_prompt=meta_prompt)
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        name: str | None = None,
+        gguf_file: str | None = None,
+        dtype: str = "auto",
+        device: str = "auto",
+        temperature: float = 0.9,
+        top_p: float = 1.0,
+        max_new_tokens: int = 256,
+        max_attempts: int = 5,
+        labels: Sequence[str] = ("A", "B"),
+        min_ratio: float = 0.1,
+        max_ratio: float = 3.0,
+        cache: CompletionCache | str | Path | None = None,
+        model: Any = None,
+        tokenizer: Any = None,
+        meta_prompt: str = "default",
+        model_identity: str | None = None,
+    ) -> None:
+        super().__init__(
+            temperature=temperature,
+            max_tokens=max_new_tokens,
+            top_p=top_p,
+            max_attempts=max_attempts,
+            labels=labels,
+            min_ratio=min_ratio,
+            max_ratio=max_ratio,
+            cache=cache,
+            meta_prompt=meta_prompt,
+        )
         self.device = pick_device(device)
         handed, local = model is not None and tokenizer is not None, str(path)
         if model is None or tokenizer is None:
             local, gguf_file = resolve_model_path(str(path), gguf_file)
-            model, tokenizer = load_model_and_tokenizer(local, gguf_file, pick_dtype(dtype, self.device), self.device)
+            model, tokenizer = load_model_and_tokenizer(
+                local, gguf_file, pick_dtype(dtype, self.device), self.device
+            )
         self.model, self.tokenizer = model, tokenizer
         self.set_chat(ModelSettings())  # the template with its generation prompt, no system prompt
         self.max_length = context_length(None, model.config, local)
         self.model_name = name or Path(str(path)).name
         # Weights handed over by a judge keep its identity (`model_identity`): one model, one key.
         self.model_identity = model_identity or self.set_model_identity(
-            "hf", self.model_name, None, gguf_file, dtype_name(dtype, self.device),
-            weights_part(local, gguf_file, model if handed else None))
+            "hf",
+            self.model_name,
+            None,
+            gguf_file,
+            dtype_name(dtype, self.device),
+            weights_part(local, gguf_file, model if handed else None),
+        )
         self.location = self.model_identity
         self.identity = f"{self.model_identity}|t={self.temperature}" + self._meta_identity()
         self.stop_ids = turn_end_ids(model, tokenizer)
@@ -325,9 +449,16 @@ class LocalOptimizer(_Paraphraser, ChatPrompts):
         return self.encode_conversation(messages, self.max_tokens, "the optimizer's meta-prompt", CONTEXT_FIX)
 
     def complete(self, messages: list[dict[str, str]], seeds: list[int], progress: Any = None) -> list[str]:
-        rows = sample_tokens(self.model, self.prompt_ids(messages), seeds, max_new_tokens=self.max_tokens,
-                             temperature=self.temperature, top_p=self.top_p, stop_ids=self.stop_ids,
-                             progress=progress)
+        rows = sample_tokens(
+            self.model,
+            self.prompt_ids(messages),
+            seeds,
+            max_new_tokens=self.max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            stop_ids=self.stop_ids,
+            progress=progress,
+        )
         return [self.tokenizer.decode(r, skip_special_tokens=True) for r in rows]
 
 
@@ -337,12 +468,32 @@ class VLLMOptimizer(_Paraphraser):
     differ: another sampler), hence its own cache location: the judge's `model_identity` (weights
     included), which starts with `vllm|`."""
 
-    def __init__(self, judge: Any, *, name: str | None = None, temperature: float = 0.9, top_p: float = 1.0,
-                 max_new_tokens: int = 256, max_attempts: int = 5, labels: Sequence[str] = ("A", "B"),
-                 min_ratio: float = 0.3, max_ratio: float = 3.0,
-                 cache: CompletionCache | str | Path | None = None, meta_prompt: str = "default") -> None:
-        super().__init__(temperature=temperature, max_tokens=max_new_tokens, top_p=top_p, max_attempts=max_attempts,
-                         labels=labels, min_ratio=min_ratio, max_ratio=max_ratio, cache=cache, meta_prompt=meta_prompt)
+    def __init__(
+        self,
+        judge: Any,
+        *,
+        name: str | None = None,
+        temperature: float = 0.9,
+        top_p: float = 1.0,
+        max_new_tokens: int = 256,
+        max_attempts: int = 5,
+        labels: Sequence[str] = ("A", "B"),
+        min_ratio: float = 0.3,
+        max_ratio: float = 3.0,
+        cache: CompletionCache | str | Path | None = None,
+        meta_prompt: str = "default",
+    ) -> None:
+        super().__init__(
+            temperature=temperature,
+            max_tokens=max_new_tokens,
+            top_p=top_p,
+            max_attempts=max_attempts,
+            labels=labels,
+            min_ratio=min_ratio,
+            max_ratio=max_ratio,
+            cache=cache,
+            meta_prompt=meta_prompt,
+        )
         self.judge = judge
         self.model_name = name or judge.model_parts[1]
         self.location = judge.model_identity
@@ -352,8 +503,9 @@ class VLLMOptimizer(_Paraphraser):
         return f"VLLMOptimizer(identity={self.identity!r})"
 
     def complete(self, messages: list[dict[str, str]], seeds: list[int], progress: Any = None) -> list[str]:
-        return self.judge.sample(messages, seeds, temperature=self.temperature, top_p=self.top_p,
-                                 max_tokens=self.max_tokens)
+        return self.judge.sample(
+            messages, seeds, temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens
+        )
 
 
 def show_progress(optimizer: Any, on: bool) -> None:
@@ -382,8 +534,14 @@ def _common(judge_model: Mapping[str, Any], options: dict[str, Any]) -> dict[str
     return options
 
 
-def build_local(*, judge_model: Mapping[str, Any], judge: Any = None, cache: str | Path | None = None,
-                name: str = "local", **options: Any) -> LocalOptimizer:
+def build_local(
+    *,
+    judge_model: Mapping[str, Any],
+    judge: Any = None,
+    cache: str | Path | None = None,
+    name: str = "local",
+    **options: Any,
+) -> LocalOptimizer:
     """conf/optimizer/local.yaml: a local model; with the judge's own weights (optimizer.path ==
     model.path) the judge's loaded model is reused instead of loading a second copy: its
     transformers model, or its vLLM engine (backend=vllm: a VLLMOptimizer samples through it)."""
@@ -391,10 +549,22 @@ def build_local(*, judge_model: Mapping[str, Any], judge: Any = None, cache: str
     options = _common(judge_model, options)
     engine = innermost(judge) if judge is not None else None
     if callable(getattr(engine, "sample", None)) and str(options.get("path")) == str(judge_model.get("path")):
-        keep = ("temperature", "top_p", "max_new_tokens", "max_attempts", "labels", "min_ratio", "max_ratio",
-                "meta_prompt")
-        return VLLMOptimizer(engine, name=judge_model.get("name"), cache=cache,  # type: ignore[return-value]
-                             **{k: v for k, v in options.items() if k in keep})
+        keep = (
+            "temperature",
+            "top_p",
+            "max_new_tokens",
+            "max_attempts",
+            "labels",
+            "min_ratio",
+            "max_ratio",
+            "meta_prompt",
+        )
+        return VLLMOptimizer(
+            engine,
+            name=judge_model.get("name"),
+            cache=cache,  # type: ignore[return-value]
+            **{k: v for k, v in options.items() if k in keep},
+        )
     same = str(options.get("path")) == str(judge_model.get("path"))
     inner = loaded_judge(judge) if same else None  # reading its `model` loads the judge's weights
     if inner is not None:
@@ -403,8 +573,14 @@ def build_local(*, judge_model: Mapping[str, Any], judge: Any = None, cache: str
     return LocalOptimizer(cache=cache, **options)
 
 
-def build_api(*, judge_model: Mapping[str, Any], judge: Any = None, cache: str | Path | None = None,
-              name: str = "api", **options: Any) -> ApiOptimizer:
+def build_api(
+    *,
+    judge_model: Mapping[str, Any],
+    judge: Any = None,
+    cache: str | Path | None = None,
+    name: str = "api",
+    **options: Any,
+) -> ApiOptimizer:
     """conf/optimizer/api.yaml: an OpenAI-compatible chat model (the key from api_key_env)."""
     del name, judge
     return ApiOptimizer(cache=cache, **_common(judge_model, options))

@@ -42,8 +42,9 @@ def load_paraphrases(path: str | Path) -> list[str]:
     return out
 
 
-def generate_paraphrases(optimizer: Any, instruction: str, n: int, seed: int, aspect: str,
-                         progress: bool = False) -> list[str]:
+def generate_paraphrases(
+    optimizer: Any, instruction: str, n: int, seed: int, aspect: str, progress: bool = False
+) -> list[str]:
     """Up to n distinct paraphrases, one optimizer call each (seed derived from (seed, i)), with a
     progress bar over the n when `progress`.
     A slot the optimizer cannot fill is skipped with a warning; when none came back, one
@@ -53,7 +54,9 @@ def generate_paraphrases(optimizer: Any, instruction: str, n: int, seed: int, as
     out: list[str] = []
     for i in tqdm(range(n), desc="paraphrases", unit="paraphrase", disable=not progress, dynamic_ncols=True):
         try:
-            got = optimizer.paraphrase(instruction, 1, derive_seed(seed, 0, i, 0), aspect, avoid=[instruction, *out])
+            got = optimizer.paraphrase(
+                instruction, 1, derive_seed(seed, 0, i, 0), aspect, avoid=[instruction, *out]
+            )
         except ParaphraseError as e:
             log.warning("paraphrase %d skipped: %s", i, e)
             continue
@@ -65,5 +68,6 @@ def generate_paraphrases(optimizer: Any, instruction: str, n: int, seed: int, as
             f"no valid paraphrase came back: the optimizer's replies for all {n} requested paraphrases were "
             "rejected or repeated the instruction (reasons in rejections.jsonl in the run directory); on CPU "
             "use experiment=sensitivity_demo's settings, or experiment.from_file=<one instruction per line>, or "
-            "optimizer=api")
+            "optimizer=api"
+        )
     return out

@@ -59,8 +59,13 @@ def quadratic_fit(x: Sequence[float | None], y: Sequence[float | None]) -> np.nd
     return np.polyfit(xa, ya, 2)
 
 
-def plot_rate_vs_spearman(rates: Sequence[float | None], spearmans: Sequence[float | None], path: str | Path,
-                          title: str = "Spearman vs decision rate", box_label: str | None = None) -> Path:
+def plot_rate_vs_spearman(
+    rates: Sequence[float | None],
+    spearmans: Sequence[float | None],
+    path: str | Path,
+    title: str = "Spearman vs decision rate",
+    box_label: str | None = None,
+) -> Path:
     """Figure 2: each paraphrase as a point (the quadratic fit shows the inverted U near 0.5) and,
     with `box_label`, the box plot of the same Spearman values beside it."""
     plt = pyplot()
@@ -89,8 +94,11 @@ def _boxes(ax: Any, groups: Mapping[str, Sequence[float | None]]) -> None:
     ax.set_ylabel("Spearman with humans")
 
 
-def plot_spearman_boxes(groups: Mapping[str, Sequence[float | None]], path: str | Path,
-                        title: str = "Spearman across paraphrased instructions") -> Path:
+def plot_spearman_boxes(
+    groups: Mapping[str, Sequence[float | None]],
+    path: str | Path,
+    title: str = "Spearman across paraphrased instructions",
+) -> Path:
     """Figure 2's box plot: one box per model over its paraphrases' Spearman values."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(groups), 4), layout="constrained")
@@ -99,23 +107,32 @@ def plot_spearman_boxes(groups: Mapping[str, Sequence[float | None]], path: str 
     return save(fig, path)
 
 
-def plot_objectives_vs_spearman(objectives: Mapping[str, Sequence[float | None]],
-                                spearmans: Sequence[float | None], path: str | Path,
-                                title: str = "zero-shot objectives vs Spearman",
-                                needs_labels: Sequence[str] = ()) -> Path:
+def plot_objectives_vs_spearman(
+    objectives: Mapping[str, Sequence[float | None]],
+    spearmans: Sequence[float | None],
+    path: str | Path,
+    title: str = "zero-shot objectives vs Spearman",
+    needs_labels: Sequence[str] = (),
+) -> Path:
     """Figure 3: one panel per objective (higher = better), Spearman rho and its p-value with the
     Spearman against humans in its title; `needs_labels` panels are marked as not label-free."""
     return save(objectives_figure(objectives, spearmans, title, needs_labels), path)
 
 
-def objectives_figure(objectives: Mapping[str, Sequence[float | None]], spearmans: Sequence[float | None],
-                      title: str = "zero-shot objectives vs Spearman", needs_labels: Sequence[str] = ()) -> Any:
+def objectives_figure(
+    objectives: Mapping[str, Sequence[float | None]],
+    spearmans: Sequence[float | None],
+    title: str = "zero-shot objectives vs Spearman",
+    needs_labels: Sequence[str] = (),
+) -> Any:
     """`plot_objectives_vs_spearman`'s figure, unsaved."""
     plt = pyplot()
     n = max(1, len(objectives))
     cols = min(n, 2)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.6 * rows), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(4.5 * cols, 3.6 * rows), squeeze=False, layout="constrained"
+    )
     for ax, (name, values) in zip(axes.flat, objectives.items()):
         x, y = _clean(values, spearmans)
         ax.scatter(x, y, s=18, alpha=0.8)
@@ -130,7 +147,7 @@ def objectives_figure(objectives: Mapping[str, Sequence[float | None]], spearman
         ax.set_title(f"{name}{tag}\nSpearman rho = {rho}", fontsize=10)
         ax.set_xlabel(name)
         ax.set_ylabel("Spearman")
-    for ax in list(axes.flat)[len(objectives):]:
+    for ax in list(axes.flat)[len(objectives) :]:
         ax.axis("off")
     fig.suptitle(title)
     return fig
@@ -140,23 +157,34 @@ RAW_COLOUR, DEBIASED_COLOUR = "tab:red", "tab:blue"
 """Figure 4's colours as in the paper: standard pairwise red, debiased blue."""
 
 
-def plot_debias(rates_before: Sequence[float | None], spearman_before: Sequence[float | None],
-                rates_after: Sequence[float | None], spearman_after: Sequence[float | None],
-                path: str | Path, title: str = "before/after permutation debiasing") -> Path:
+def plot_debias(
+    rates_before: Sequence[float | None],
+    spearman_before: Sequence[float | None],
+    rates_after: Sequence[float | None],
+    spearman_after: Sequence[float | None],
+    path: str | Path,
+    title: str = "before/after permutation debiasing",
+) -> Path:
     """Figure 4: left, Spearman vs decision rate before (red) and after (blue) debiasing, each group
     with its quadratic fit, as the paper; right, each paraphrase's Spearman before -> after
     (debiasing narrows but does not remove the spread)."""
     return save(debias_figure(rates_before, spearman_before, rates_after, spearman_after, title), path)
 
 
-def debias_figure(rates_before: Sequence[float | None], spearman_before: Sequence[float | None],
-                  rates_after: Sequence[float | None], spearman_after: Sequence[float | None],
-                  title: str = "before/after permutation debiasing") -> Any:
+def debias_figure(
+    rates_before: Sequence[float | None],
+    spearman_before: Sequence[float | None],
+    rates_after: Sequence[float | None],
+    spearman_after: Sequence[float | None],
+    title: str = "before/after permutation debiasing",
+) -> Any:
     """`plot_debias`'s figure, unsaved."""
     plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.8), layout="constrained")
-    for rates, sp, label, color in ((rates_before, spearman_before, "pairwise (raw)", RAW_COLOUR),
-                                    (rates_after, spearman_after, "permutation debiased", DEBIASED_COLOUR)):
+    for rates, sp, label, color in (
+        (rates_before, spearman_before, "pairwise (raw)", RAW_COLOUR),
+        (rates_after, spearman_after, "permutation debiased", DEBIASED_COLOUR),
+    ):
         x, y = _clean(rates, sp)
         ax1.scatter(x, y, s=18, alpha=0.8, label=label, color=color)
         coef = quadratic_fit(rates, sp)
@@ -197,8 +225,14 @@ def plot_search(candidates: Sequence[Any], path: str | Path, objective: str = "f
     sp = [c.spearman_heldout for c in candidates]
     if any(v is not None and math.isfinite(v) for v in sp):
         ax2 = ax.twinx()
-        ax2.scatter(idx, [math.nan if v is None else v for v in sp], s=18, marker="x", color="C3",
-                    label="held-out Spearman")
+        ax2.scatter(
+            idx,
+            [math.nan if v is None else v for v in sp],
+            s=18,
+            marker="x",
+            color="C3",
+            label="held-out Spearman",
+        )
         ax2.set_ylabel("held-out Spearman", color="C3")
     for c in candidates:
         if c.slot == 0 and c.index:

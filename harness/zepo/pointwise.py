@@ -40,8 +40,9 @@ DIGITS = ("1", "2", "3", "4", "5")
 KINDS = ("scoring", "geval", "geval_official")
 
 
-def requests_for(docs: Sequence[Document], aspect: str, instruction: str | None,
-                 max_candidates: int | None) -> list[PairRequest]:
+def requests_for(
+    docs: Sequence[Document], aspect: str, instruction: str | None, max_candidates: int | None
+) -> list[PairRequest]:
     """One request per summary (a_id = b_id = the candidate)."""
     out = []
     for doc in docs:
@@ -68,9 +69,11 @@ def scores_of(probs: np.ndarray | None) -> dict[str, float]:
     if probs is None:  # the official fallback: score 3 with log-probs log(0.2) (models/llama3.py:115-117)
         return {"scoring": 3.0, "geval": 3.0, "geval_official": 3.0}
     total = probs.sum()
-    return {"scoring": float(values[int(np.argmax(probs))]),
-            "geval": float(probs @ values / total) if total > 0 else math.nan,
-            "geval_official": float(np.round(probs @ values, 1))}
+    return {
+        "scoring": float(values[int(np.argmax(probs))]),
+        "geval": float(probs @ values / total) if total > 0 else math.nan,
+        "geval_official": float(np.round(probs @ values, 1)),
+    }
 
 
 def correlations(rows: Sequence[dict[str, Any]], kind: str) -> dict[str, float | int]:
@@ -84,26 +87,43 @@ def correlations(rows: Sequence[dict[str, Any]], kind: str) -> dict[str, float |
     rhos, taus = [], []
     for doc_rows in by_doc.values():
         if len(doc_rows) >= 2:
-            rho, tau = rank_correlations(np.array([[r[kind] for r in doc_rows]]), np.array([r["human"] for r in doc_rows]))
+            rho, tau = rank_correlations(
+                np.array([[r[kind] for r in doc_rows]]), np.array([r["human"] for r in doc_rows])
+            )
             rhos.append(float(rho[0]))
             taus.append(float(tau[0]))
     x = np.array([r[kind] for rs in by_doc.values() for r in rs])
     h = np.array([r["human"] for rs in by_doc.values() for r in rs])
     pooled = x.size >= 2 and np.ptp(x) > 0 and np.ptp(h) > 0
-    return {"spearman": float(np.mean(rhos)) if rhos else math.nan,
-            "kendall": float(np.mean(taus)) if taus else math.nan,
-            "spearman_whole": float(spearmanr(x, h)[0]) if pooled else math.nan,
-            "kendall_whole": float(kendalltau(x, h)[0]) if pooled else math.nan, "n_docs": len(rhos)}
+    return {
+        "spearman": float(np.mean(rhos)) if rhos else math.nan,
+        "kendall": float(np.mean(taus)) if taus else math.nan,
+        "spearman_whole": float(spearmanr(x, h)[0]) if pooled else math.nan,
+        "kendall_whole": float(kendalltau(x, h)[0]) if pooled else math.nan,
+        "n_docs": len(rhos),
+    }
 
 
-def run_pointwise(judge: Judge, docs: Sequence[Document], *, task: str, aspect: str, out_dir: str | Path,
-                  instruction: str | None = None, max_candidates: int | None = None, tracker: Tracker | None = None,
-                  progress: bool = False, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_pointwise(
+    judge: Judge,
+    docs: Sequence[Document],
+    *,
+    task: str,
+    aspect: str,
+    out_dir: str | Path,
+    instruction: str | None = None,
+    max_candidates: int | None = None,
+    tracker: Tracker | None = None,
+    progress: bool = False,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Score every summary, write scores.jsonl and results.json (Spearman per kind), log them."""
     inner = innermost(judge)
     labels = getattr(getattr(inner, "answers", None), "labels", None) or getattr(inner, "labels", None)
     if labels is not None and tuple(labels) != DIGITS:
-        raise ConfigError(f"a pointwise judge reads the digits {list(DIGITS)}; this judge reads {list(labels)}")
+        raise ConfigError(
+            f"a pointwise judge reads the digits {list(DIGITS)}; this judge reads {list(labels)}"
+        )
     requests = requests_for(docs, aspect, instruction, max_candidates)
     if not requests:
         raise DataError("no summaries to score")
@@ -111,20 +131,38 @@ def run_pointwise(judge: Judge, docs: Sequence[Document], *, task: str, aspect: 
     rows = []
     for req, s in zip(requests, score(judge, requests, progress, desc="scoring")):
         probs = digit_probs(dict(s.token_logprobs))
-        rows.append({"doc_id": req.doc_id, "cand_id": req.a_id, "human": human[(req.doc_id, req.a_id)],
-                     "digit_probs": None if probs is None else probs.tolist(), **scores_of(probs),
-                     "flags": list(s.flags)})
+        rows.append(
+            {
+                "doc_id": req.doc_id,
+                "cand_id": req.a_id,
+                "human": human[(req.doc_id, req.a_id)],
+                "digit_probs": None if probs is None else probs.tolist(),
+                **scores_of(probs),
+                "flags": list(s.flags),
+            }
+        )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl_atomic(out / "scores.jsonl", rows)
-    results = {"experiment": "pointwise", "task": task, "aspect": aspect, "judge": judge.identity,
-               "numerics": getattr(judge, "numerics", None),
-               **dict(extra or {}), "instruction": instruction, "n_docs": len(docs), "n_scored": len(rows),
-               "n_unread": sum(1 for r in rows if r["digit_probs"] is None),
-               "metrics": {k: correlations(rows, k) for k in KINDS}}
+    results = {
+        "experiment": "pointwise",
+        "task": task,
+        "aspect": aspect,
+        "judge": judge.identity,
+        "numerics": getattr(judge, "numerics", None),
+        **dict(extra or {}),
+        "instruction": instruction,
+        "n_docs": len(docs),
+        "n_scored": len(rows),
+        "n_unread": sum(1 for r in rows if r["digit_probs"] is None),
+        "metrics": {k: correlations(rows, k) for k in KINDS},
+    }
     write_json_atomic(out / "results.json", results)
     if tracker is not None:
         tracker.summary({f"{k}/{m}": v for k, ms in results["metrics"].items() for m, v in ms.items()})
-    print(f"pointwise {task}/{aspect}: " + ", ".join(f"{k} Spearman {results['metrics'][k]['spearman']:.3f}"
-                                                    for k in KINDS), flush=True)
+    print(
+        f"pointwise {task}/{aspect}: "
+        + ", ".join(f"{k} Spearman {results['metrics'][k]['spearman']:.3f}" for k in KINDS),
+        flush=True,
+    )
     return results

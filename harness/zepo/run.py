@@ -42,14 +42,40 @@ from harness.zepo.optimizers import log_rejections, show_progress
 
 log = logging.getLogger(__name__)
 
-CANDIDATE_COLUMNS = ["index", "epoch", "slot", "parent", "objective", "fairness", "fairness_prob", "confidence",
-                     "calibration", "a_rate", "spearman_heldout", "selected", "text"]
+CANDIDATE_COLUMNS = [
+    "index",
+    "epoch",
+    "slot",
+    "parent",
+    "objective",
+    "fairness",
+    "fairness_prob",
+    "confidence",
+    "calibration",
+    "a_rate",
+    "spearman_heldout",
+    "selected",
+    "text",
+]
 
 
-def evaluate(judge: Judge, docs: Sequence[Document], instructions: Mapping[str, str], *, aspect: str | None,
-             family: str, max_candidates: int | None, out_dir: Path, shuffles: int, seed: int, progress: bool,
-             search_docs: Sequence[Document] = (), leak: bool = False, bootstrap: int = 1000,
-             level: float = 0.95) -> dict[str, dict[str, Any]]:
+def evaluate(
+    judge: Judge,
+    docs: Sequence[Document],
+    instructions: Mapping[str, str],
+    *,
+    aspect: str | None,
+    family: str,
+    max_candidates: int | None,
+    out_dir: Path,
+    shuffles: int,
+    seed: int,
+    progress: bool,
+    search_docs: Sequence[Document] = (),
+    leak: bool = False,
+    bootstrap: int = 1000,
+    level: float = 0.95,
+) -> dict[str, dict[str, Any]]:
     """Every instruction of `instructions` (label -> text: "initial", "best") on the evaluation
     documents and the search documents, in ONE judge call for all of them and both sets
     (harness.judging.judge_instructions: each instruction's prompts, cache keys and judgments as
@@ -63,25 +89,48 @@ def evaluate(judge: Judge, docs: Sequence[Document], instructions: Mapping[str, 
     searched = {d.id for d in search_docs}
     judged = [*(d for d in search_docs if d.id not in {e.id for e in docs}), *docs]
     texts = list(dict.fromkeys(instructions.values()))
-    got = judge_instructions(judge, [(judged, text) for text in texts], aspect=aspect, family=family,
-                             max_candidates=max_candidates, progress=progress)
+    got = judge_instructions(
+        judge,
+        [(judged, text) for text in texts],
+        aspect=aspect,
+        family=family,
+        max_candidates=max_candidates,
+        progress=progress,
+    )
     by_text: dict[str, dict[str, Any]] = {}
     for text, (judgments, p_cf) in zip(texts, got):
         held = [j for j in judgments if j.doc_id not in searched]
         leaky_s = analyse(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed, rounds=bootstrap, level=level)
-        held_s = analyse(held, p_cf=p_cf, shuffles=shuffles, seed=seed, rounds=bootstrap, level=level) if held else None
+        held_s = (
+            analyse(held, p_cf=p_cf, shuffles=shuffles, seed=seed, rounds=bootstrap, level=level)
+            if held
+            else None
+        )
         leaky, heldout = leaky_s.metrics, None if held_s is None else held_s.metrics
         iv_leaky, iv_held = leaky_s.intervals(), None if held_s is None else held_s.intervals()
         on_leaky, on_held = leaky_s.basis(), None if held_s is None else held_s.basis()
-        by_text[text] = {"judgments": judgments, "held": held, "p_cf": p_cf,
-                         "summaries": {"leaky": leaky_s, "heldout": held_s}, "result": {
-            "instruction": text, "p_content_free": p_cf, "n_judgments": len(judgments),
-            "metrics": leaky if leak else heldout, "metrics_leaky": leaky, "metrics_heldout": heldout,
-            "intervals": iv_leaky if leak else iv_held, "intervals_leaky": iv_leaky, "intervals_heldout": iv_held,
-            "interval_basis": on_leaky if leak else on_held, "interval_basis_leaky": on_leaky,
-            "interval_basis_heldout": on_held,
-            "interval": {"leaky": leaky_s.meta(), "heldout": None if held_s is None else held_s.meta()},
-            "n_heldout_docs": len({j.doc_id for j in held})}}
+        by_text[text] = {
+            "judgments": judgments,
+            "held": held,
+            "p_cf": p_cf,
+            "summaries": {"leaky": leaky_s, "heldout": held_s},
+            "result": {
+                "instruction": text,
+                "p_content_free": p_cf,
+                "n_judgments": len(judgments),
+                "metrics": leaky if leak else heldout,
+                "metrics_leaky": leaky,
+                "metrics_heldout": heldout,
+                "intervals": iv_leaky if leak else iv_held,
+                "intervals_leaky": iv_leaky,
+                "intervals_heldout": iv_held,
+                "interval_basis": on_leaky if leak else on_held,
+                "interval_basis_leaky": on_leaky,
+                "interval_basis_heldout": on_held,
+                "interval": {"leaky": leaky_s.meta(), "heldout": None if held_s is None else held_s.meta()},
+                "n_heldout_docs": len({j.doc_id for j in held}),
+            },
+        }
     out = {}
     for label, text in instructions.items():
         ev = by_text[text]
@@ -104,8 +153,10 @@ def gains(evaluated: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         if a is None or b is None:
             out[kind] = None
             continue
-        out[kind] = {v: a.versus(b, f"{name} {'' if v == 'none' else v + '-debiased '}", v)
-                     for v in ("none", "permutation")}
+        out[kind] = {
+            v: a.versus(b, f"{name} {'' if v == 'none' else v + '-debiased '}", v)
+            for v in ("none", "permutation")
+        }
     return out
 
 
@@ -118,22 +169,44 @@ def write_sets(out_dir: Path, judgments: Sequence[Judgment], held: Sequence[Judg
     out_dir.mkdir(parents=True, exist_ok=True)
     write_judgments(out_dir / "judgments.jsonl", judgments, p_cf)
     if n_held == n_all:
-        write_json_atomic(out_dir / SET_FILE, {"documents": f"held-out: all {counted(n_all, 'document')}, no search "
-                                                            "document"})
+        write_json_atomic(
+            out_dir / SET_FILE,
+            {"documents": f"held-out: all {counted(n_all, 'document')}, no search document"},
+        )
         return
-    write_json_atomic(out_dir / SET_FILE, {"documents": f"leaky: all {counted(n_all, 'document')}, the "
-                                                        f"{counted(n_all - n_held, 'search document')} included"})
+    write_json_atomic(
+        out_dir / SET_FILE,
+        {
+            "documents": f"leaky: all {counted(n_all, 'document')}, the "
+            f"{counted(n_all - n_held, 'search document')} included"
+        },
+    )
     if held:
         (out_dir / "heldout").mkdir(exist_ok=True)
         write_judgments(out_dir / "heldout" / "judgments.jsonl", held, p_cf)
-        write_json_atomic(out_dir / "heldout" / SET_FILE,
-                          {"documents": f"held-out: {counted(n_held, 'document')}, search documents excluded"})
+        write_json_atomic(
+            out_dir / "heldout" / SET_FILE,
+            {"documents": f"held-out: {counted(n_held, 'document')}, search documents excluded"},
+        )
 
 
 def _candidate_row(c: search.ScoredCandidate, objective: str, best: int) -> list[Any]:
     o = c.objectives
-    return [c.index, c.epoch, c.slot, c.parent, o[objective], o["fairness"], o["fairness_prob"], o["confidence"],
-            o["calibration"], c.a_rate, c.spearman_heldout, c.index == best, c.text]
+    return [
+        c.index,
+        c.epoch,
+        c.slot,
+        c.parent,
+        o[objective],
+        o["fairness"],
+        o["fairness_prob"],
+        o["confidence"],
+        o["calibration"],
+        c.a_rate,
+        c.spearman_heldout,
+        c.index == best,
+        c.text,
+    ]
 
 
 class _Recorder:
@@ -147,36 +220,63 @@ class _Recorder:
         self.history.append(c)
         self.write(best.index)
         if fresh and self.tracker is not None:
-            self.tracker.log({"candidate/objective": c.objectives[self.objective], "candidate/fairness": c.fairness,
-                              "candidate/a_rate": c.a_rate, "candidate/confidence": c.confidence,
-                              "candidate/spearman_heldout": _num(c.spearman_heldout),
-                              "best/objective": best.objectives[self.objective]}, step=c.index)
+            self.tracker.log(
+                {
+                    "candidate/objective": c.objectives[self.objective],
+                    "candidate/fairness": c.fairness,
+                    "candidate/a_rate": c.a_rate,
+                    "candidate/confidence": c.confidence,
+                    "candidate/spearman_heldout": _num(c.spearman_heldout),
+                    "best/objective": best.objectives[self.objective],
+                },
+                step=c.index,
+            )
 
     def epoch(self, epoch: int, scored: list[search.ScoredCandidate], best: search.ScoredCandidate) -> None:
         if self.tracker is None or not scored:
             return
         fair = [c.fairness for c in scored if not math.isnan(c.fairness)]
-        self.tracker.log({"epoch": epoch, "epoch/best_fairness": best.fairness,
-                          "epoch/best_objective": best.objectives[self.objective],
-                          "epoch/best_spearman_heldout": _num(best.spearman_heldout),
-                          "epoch/mean_fairness": sum(fair) / len(fair) if fair else math.nan},
-                         step=scored[-1].index)
+        self.tracker.log(
+            {
+                "epoch": epoch,
+                "epoch/best_fairness": best.fairness,
+                "epoch/best_objective": best.objectives[self.objective],
+                "epoch/best_spearman_heldout": _num(best.spearman_heldout),
+                "epoch/mean_fairness": sum(fair) / len(fair) if fair else math.nan,
+            },
+            step=scored[-1].index,
+        )
 
     def write(self, best: int) -> None:
-        write_jsonl_atomic(self.out_dir / "history.jsonl",
-                           [dict(c.to_row(), selected=c.index == best) for c in self.history])
+        write_jsonl_atomic(
+            self.out_dir / "history.jsonl", [dict(c.to_row(), selected=c.index == best) for c in self.history]
+        )
 
 
 def _num(x: float | None) -> float:
     return math.nan if x is None else float(x)
 
 
-def run_zepo(judge: Judge, optimizer: Any, search_docs: Sequence[Document], eval_docs: Sequence[Document], *,
-             initial: str, task: str, aspect: str | None, family: str, settings: search.SearchSettings,
-             out_dir: str | Path, tracker: Tracker | None = None, progress: bool = False,
-             leak_search_docs: bool = False, extra: Mapping[str, Any] | None = None,
-             after_epoch: Callable[[int], None] | None = None, bootstrap: int = 1000,
-             level: float = 0.95) -> dict[str, Any]:
+def run_zepo(
+    judge: Judge,
+    optimizer: Any,
+    search_docs: Sequence[Document],
+    eval_docs: Sequence[Document],
+    *,
+    initial: str,
+    task: str,
+    aspect: str | None,
+    family: str,
+    settings: search.SearchSettings,
+    out_dir: str | Path,
+    tracker: Tracker | None = None,
+    progress: bool = False,
+    leak_search_docs: bool = False,
+    extra: Mapping[str, Any] | None = None,
+    after_epoch: Callable[[int], None] | None = None,
+    bootstrap: int = 1000,
+    level: float = 0.95,
+) -> dict[str, Any]:
     """Search on `search_docs` (each epoch one judge call), then evaluate the initial and the best
     instruction on `eval_docs` (one judge call for both, `evaluate`).
 
@@ -193,32 +293,70 @@ def run_zepo(judge: Judge, optimizer: Any, search_docs: Sequence[Document], eval
         if after_epoch is not None:
             after_epoch(epoch)
 
-    searcher = search.Search(judge, optimizer, initial, aspect, family, search_docs, eval_docs, settings,
-                         state_path=out / "state.json", progress=progress, on_candidate=rec.candidate,
-                         on_epoch=on_epoch)
+    searcher = search.Search(
+        judge,
+        optimizer,
+        initial,
+        aspect,
+        family,
+        search_docs,
+        eval_docs,
+        settings,
+        state_path=out / "state.json",
+        progress=progress,
+        on_candidate=rec.candidate,
+        on_epoch=on_epoch,
+    )
     result = searcher.run()
     rec.write(result.best.index)
     write_text_atomic(out / "best_instruction.txt", result.best.text.strip() + "\n")
     chosen = {"initial": result.initial, "best": result.best}
-    evaluated = evaluate(judge, eval_docs, {label: c.text for label, c in chosen.items()}, aspect=aspect,
-                         family=family, max_candidates=settings.max_candidates, out_dir=out,
-                         shuffles=settings.shuffles, seed=settings.seed, progress=progress,
-                         search_docs=search_docs, leak=leak_search_docs, bootstrap=bootstrap, level=level)
+    evaluated = evaluate(
+        judge,
+        eval_docs,
+        {label: c.text for label, c in chosen.items()},
+        aspect=aspect,
+        family=family,
+        max_candidates=settings.max_candidates,
+        out_dir=out,
+        shuffles=settings.shuffles,
+        seed=settings.seed,
+        progress=progress,
+        search_docs=search_docs,
+        leak=leak_search_docs,
+        bootstrap=bootstrap,
+        level=level,
+    )
     final = {}
     for label, cand in chosen.items():
-        search_view = {"objectives": dict(cand.objectives), "a_rate": cand.a_rate, "a_rate_prob": cand.a_rate_prob}
+        search_view = {
+            "objectives": dict(cand.objectives),
+            "a_rate": cand.a_rate,
+            "a_rate_prob": cand.a_rate_prob,
+        }
         shown = {k: v for k, v in evaluated[label].items() if k != "summaries"}
         final[label] = {**shown, "index": cand.index, "epoch": cand.epoch, "search": search_view}
     results = {
-        "experiment": "zepo", "task": task, "aspect": aspect, "family": family, "judge": judge.identity,
+        "experiment": "zepo",
+        "task": task,
+        "aspect": aspect,
+        "family": family,
+        "judge": judge.identity,
         "numerics": getattr(judge, "numerics", None),
-        "optimizer": getattr(optimizer, "identity", type(optimizer).__name__), **dict(extra or {}),
+        "optimizer": getattr(optimizer, "identity", type(optimizer).__name__),
+        **dict(extra or {}),
         "judge_calls": getattr(judge, "calls", None),  # this process's cache misses (attempts.jsonl: all)
-        "objective": settings.objective, "settings": asdict(settings),
-        "leak_search_docs": leak_search_docs, "search_doc_ids": [d.id for d in search_docs],
-        "eval_doc_ids": [d.id for d in eval_docs], "n_candidates": len(result.candidates),
-        "optimizer_rejections": getattr(optimizer, "rejections", None),  # this process's; all in rejections.jsonl
-        "improved": result.best.index != result.initial.index, **final,
+        "objective": settings.objective,
+        "settings": asdict(settings),
+        "leak_search_docs": leak_search_docs,
+        "search_doc_ids": [d.id for d in search_docs],
+        "eval_doc_ids": [d.id for d in eval_docs],
+        "n_candidates": len(result.candidates),
+        "optimizer_rejections": getattr(
+            optimizer, "rejections", None
+        ),  # this process's; all in rejections.jsonl
+        "improved": result.best.index != result.initial.index,
+        **final,
         "gains": gains(evaluated),  # best - initial, paired over the same documents
     }
     write_json_atomic(out / "results.json", results)
@@ -226,7 +364,9 @@ def run_zepo(judge: Judge, optimizer: Any, search_docs: Sequence[Document], eval
     return results
 
 
-def _report(results: Mapping[str, Any], result: search.SearchResult, out: Path, tracker: Tracker | None) -> None:
+def _report(
+    results: Mapping[str, Any], result: search.SearchResult, out: Path, tracker: Tracker | None
+) -> None:
     table = before_after_table(results)  # gains' sentences under it
     print(table, flush=True)
     write_text_atomic(out / "summary.md", table + "\n")
@@ -236,12 +376,20 @@ def _report(results: Mapping[str, Any], result: search.SearchResult, out: Path, 
     tracker.log_table("candidates", CANDIDATE_COLUMNS, rows)
     # Every evaluation number says which documents it covers: initial/leaky/spearman (the search
     # documents included, as the paper evaluated) and initial/heldout/spearman.
-    tracker.summary({f"{label}/{view}/{k}": v for label in ("initial", "best")
-                     for view in ("leaky", "heldout")
-                     for k, v in ((results[label].get(f"metrics_{view}") or {}).get("none") or {}).items()}
-                    | {"best/instruction": result.best.text, "improved": int(results["improved"])})
-    plots.log_figure(tracker, "search", plots.plot_search(result.candidates, out / "search.png",
-                                                           objective=result.objective))
+    tracker.summary(
+        {
+            f"{label}/{view}/{k}": v
+            for label in ("initial", "best")
+            for view in ("leaky", "heldout")
+            for k, v in ((results[label].get(f"metrics_{view}") or {}).get("none") or {}).items()
+        }
+        | {"best/instruction": result.best.text, "improved": int(results["improved"])}
+    )
+    plots.log_figure(
+        tracker,
+        "search",
+        plots.plot_search(result.candidates, out / "search.png", objective=result.objective),
+    )
 
 
 def before_after_table(results: Mapping[str, Any]) -> str:
@@ -254,16 +402,23 @@ def before_after_table(results: Mapping[str, Any]) -> str:
     obj = results["objective"]
     kind = "mean P(A)" if obj == "fairness_prob" else "A-rate"
     view = "leaky" if results.get("leak_search_docs") else "held-out"
-    head = (f"| instruction | search {obj} | search {kind} | {view} A-rate | {view} mean P(A) "
-            f"| leaky Spearman (PairS) | held-out Spearman (PairS) | {view} Spearman (win rate) "
-            "| leaky Spearman (PairS, perm. debiased) | held-out Spearman (PairS, perm. debiased) |")
+    head = (
+        f"| instruction | search {obj} | search {kind} | {view} A-rate | {view} mean P(A) "
+        f"| leaky Spearman (PairS) | held-out Spearman (PairS) | {view} Spearman (win rate) "
+        "| leaky Spearman (PairS, perm. debiased) | held-out Spearman (PairS, perm. debiased) |"
+    )
     n_held = results["initial"].get("n_heldout_docs", len(results["eval_doc_ids"]))
     n_search = len(results["search_doc_ids"])
-    lines = [f"ZEPO {results['task']}/{results['aspect']}: {counted(n_search, 'search document')}, "
-             f"{counted(len(results['eval_doc_ids']), 'evaluation document')} ({n_held} held out), "
-             f"{counted(results['n_candidates'], 'candidate')} scored; search = the "
-             f"{counted(n_search, 'search document')}, held-out = the {n_held} other{'' if n_held == 1 else 's'}, "
-             "leaky = all of them (the paper's evaluation)", "", head, "|" + "---|" * 10]
+    lines = [
+        f"ZEPO {results['task']}/{results['aspect']}: {counted(n_search, 'search document')}, "
+        f"{counted(len(results['eval_doc_ids']), 'evaluation document')} ({n_held} held out), "
+        f"{counted(results['n_candidates'], 'candidate')} scored; search = the "
+        f"{counted(n_search, 'search document')}, held-out = the {n_held} other{'' if n_held == 1 else 's'}, "
+        "leaky = all of them (the paper's evaluation)",
+        "",
+        head,
+        "|" + "---|" * 10,
+    ]
     for label in ("initial", "best"):
         r = results[label]
         m = r["metrics"]["none"]
@@ -275,13 +430,15 @@ def before_after_table(results: Mapping[str, Any]) -> str:
             return _pairs(values, iv, on) if key == "spearman_pairs" else _iv(m, iv, on, key)
 
         rate = r["search"]["a_rate_prob"] if obj == "fairness_prob" else r["search"]["a_rate"]
-        lines.append(f"| {label} (#{r['index']}) | {_f(r['search']['objectives'][obj])} | {_f(rate)} "
-                     f"| {cell('', 'none', 'a_rate')} | {cell('', 'none', 'a_rate_prob')} "
-                     f"| {cell('_leaky', 'none', 'spearman_pairs', leaky.get('none'))} "
-                     f"| {cell('_heldout', 'none', 'spearman_pairs', held.get('none'))} "
-                     f"| {cell('', 'none', 'spearman')} "
-                     f"| {cell('_leaky', 'permutation', 'spearman_pairs', leaky.get('permutation'))} "
-                     f"| {cell('_heldout', 'permutation', 'spearman_pairs', held.get('permutation'))} |")
+        lines.append(
+            f"| {label} (#{r['index']}) | {_f(r['search']['objectives'][obj])} | {_f(rate)} "
+            f"| {cell('', 'none', 'a_rate')} | {cell('', 'none', 'a_rate_prob')} "
+            f"| {cell('_leaky', 'none', 'spearman_pairs', leaky.get('none'))} "
+            f"| {cell('_heldout', 'none', 'spearman_pairs', held.get('none'))} "
+            f"| {cell('', 'none', 'spearman')} "
+            f"| {cell('_leaky', 'permutation', 'spearman_pairs', leaky.get('permutation'))} "
+            f"| {cell('_heldout', 'permutation', 'spearman_pairs', held.get('permutation'))} |"
+        )
     return "\n".join(lines + gain_lines(results))
 
 
@@ -296,12 +453,19 @@ def gain_lines(results: Mapping[str, Any]) -> list[str]:
     if not meta.get("method"):
         return ["", "best - initial: no intervals (metrics.bootstrap=0)"]
     level = float(meta["level"])
-    out = ["", f"best - initial, paired on the same documents ({level:.0%} interval: {meta['method']}; each "
-               f"sentence says over how many documents; PairS = Spearman of the PairS ranking, win rate = of the win "
-               f"rates, each against the human scores; in the table, [lo, hi] is each value's interval by the same "
-               f"method and ± the PairS shuffle standard error):"]
-    names = {"spearman_pairs": "Spearman (PairS)", "spearman": "Spearman (win rate)", "a_rate": "A-rate",
-             "fairness": "fairness"}
+    out = [
+        "",
+        f"best - initial, paired on the same documents ({level:.0%} interval: {meta['method']}; each "
+        f"sentence says over how many documents; PairS = Spearman of the PairS ranking, win rate = of the win "
+        f"rates, each against the human scores; in the table, [lo, hi] is each value's interval by the same "
+        f"method and ± the PairS shuffle standard error):",
+    ]
+    names = {
+        "spearman_pairs": "Spearman (PairS)",
+        "spearman": "Spearman (win rate)",
+        "a_rate": "A-rate",
+        "fairness": "fairness",
+    }
     for kind in ("heldout", "leaky"):
         for variant in ("none", "permutation"):
             per = ((g.get(kind) or {}).get(variant)) or {}
@@ -320,13 +484,16 @@ def too_small(results: Mapping[str, Any]) -> list[str]:
     if n is None or n >= MIN_DOCUMENTS:
         return []
     part = f"{n} document{'' if n == 1 else 's'}" if n else "no document"
-    return ["", f"The held-out part ({part}) is too small to tell whether the best instruction is better than the "
-                f"initial one: an interval needs at least {MIN_DOCUMENTS} documents, so no held-out number above "
-                f"has one. The leaky numbers include the search documents the best instruction was chosen on."]
+    return [
+        "",
+        f"The held-out part ({part}) is too small to tell whether the best instruction is better than the "
+        f"initial one: an interval needs at least {MIN_DOCUMENTS} documents, so no held-out number above "
+        f"has one. The leaky numbers include the search documents the best instruction was chosen on.",
+    ]
 
 
 def _bounds(iv: Sequence[float] | None, on: Mapping[str, Any] | None) -> str:
-    """" [lo, hi]", or " (2 docs: too few to tell)" where the interval's record says why it has none."""
+    """ " [lo, hi]", or " (2 docs: too few to tell)" where the interval's record says why it has none."""
     if iv:
         return f" [{_f(iv[0])}, {_f(iv[1])}]"
     if on and on.get("note"):
@@ -340,7 +507,9 @@ def _iv(m: Mapping[str, Any], iv: Sequence[float] | None, on: Mapping[str, Any] 
     return _f(m.get(key)) + _bounds(iv, on)
 
 
-def _pairs(m: Mapping[str, Any] | None, iv: Sequence[float] | None = None, on: Mapping[str, Any] | None = None) -> str:
+def _pairs(
+    m: Mapping[str, Any] | None, iv: Sequence[float] | None = None, on: Mapping[str, Any] | None = None
+) -> str:
     """A PairS Spearman with ± its shuffle standard error when it has one (not exact), then its
     interval over documents."""
     if not m:

@@ -22,8 +22,17 @@ def turn_end_ids(model: Any, tokenizer: Any) -> set[int]:
     return {int(i) for i in ids}
 
 
-def sample_tokens(model: Any, prompt: Sequence[int], seeds: Sequence[int], *, max_new_tokens: int,
-                  temperature: float, top_p: float, stop_ids: set[int], progress: Any = None) -> list[list[int]]:
+def sample_tokens(
+    model: Any,
+    prompt: Sequence[int],
+    seeds: Sequence[int],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    stop_ids: set[int],
+    progress: Any = None,
+) -> list[list[int]]:
     """Sample one continuation per seed (rows share the prompt, so no padding is needed).
 
     Each row draws from its own CPU torch.Generator, so a sample depends only on its seed,

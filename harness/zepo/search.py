@@ -49,6 +49,7 @@ confidence: mean max(p, 1-p); calibration: -ECE against human preferences (needs
 DEBIAS = ("none", "permutation")
 """What the search scores: raw judgments, or permutation-debiased ones (the official --do_permutate)."""
 
+
 class ParaphraseFailed(Exception):
     """The optimizer gave no usable paraphrase for a slot (the slot is skipped)."""
 
@@ -56,8 +57,9 @@ class ParaphraseFailed(Exception):
 class Paraphraser(Protocol):
     """What the search needs from an optimizer (harness.zepo.optimizers.Optimizer fits)."""
 
-    def paraphrase(self, instruction: str, n: int, seed: int, aspect: str | None,
-                   avoid: Sequence[str] = ()) -> list[str]:
+    def paraphrase(
+        self, instruction: str, n: int, seed: int, aspect: str | None, avoid: Sequence[str] = ()
+    ) -> list[str]:
         """n validated paraphrases; `avoid` lists texts that count as duplicates (earlier candidates)."""
         ...
 
@@ -91,7 +93,9 @@ class SearchSettings:
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
-            raise ConfigError(f"unknown ZEPO objective {self.objective!r}; use one of {', '.join(OBJECTIVES)}")
+            raise ConfigError(
+                f"unknown ZEPO objective {self.objective!r}; use one of {', '.join(OBJECTIVES)}"
+            )
         if self.population < 1 or self.epochs < 1:
             raise ConfigError(f"population and epochs must be >= 1, got {self.population} and {self.epochs}")
         if self.ranking not in ("pairs", "winrate"):
@@ -99,9 +103,11 @@ class SearchSettings:
         if self.debias not in DEBIAS:
             raise ConfigError(f"search debias must be one of {', '.join(DEBIAS)}, got {self.debias!r}")
         if self.debias == "permutation" and self.objective == "fairness_prob":
-            raise ConfigError("objective fairness_prob is constant on permutation-debiased judgments (their mean "
-                              "P(A) is always 0.5, so no candidate could win): use objective=fairness (the "
-                              "upper-triangle decision rate, as the official code) or search_debias=none")
+            raise ConfigError(
+                "objective fairness_prob is constant on permutation-debiased judgments (their mean "
+                "P(A) is always 0.5, so no candidate could win): use objective=fairness (the "
+                "upper-triangle decision rate, as the official code) or search_debias=none"
+            )
 
 
 @dataclass(frozen=True)
@@ -156,8 +162,12 @@ def heldout_metrics(judgments: Sequence[Judgment], shuffles: int, seed: int) -> 
     win = metrics.correlations(judgments, "winrate", shuffles=1, seed=seed)
     pairs = metrics.correlations(judgments, "pairs", shuffles=shuffles, seed=seed)
     rate = metrics.a_rate(judgments, "argmax")
-    return {"spearman": win["spearman"], "spearman_pairs": pairs["spearman"], "a_rate": rate,
-            "fairness": -abs(rate - 0.5)}
+    return {
+        "spearman": win["spearman"],
+        "spearman_pairs": pairs["spearman"],
+        "a_rate": rate,
+        "fairness": -abs(rate - 0.5),
+    }
 
 
 @dataclass
@@ -195,14 +205,25 @@ class Search:
         (full text, not ids), the initial instruction, the judge, the optimizer and the settings."""
         s = self.settings
         return {
-            "documents": content_hash([documents_digest(self.search_docs), documents_digest(self.heldout_docs)]),
+            "documents": content_hash(
+                [documents_digest(self.search_docs), documents_digest(self.heldout_docs)]
+            ),
             "instruction": content_hash([self.initial, self.aspect, self.family]),
             "judge": content_hash(self.judge.identity),
             "optimizer": content_hash(optimizer_identity(self.optimizer)),
-            "settings": content_hash(dict(
-                population=s.population, objective=s.objective, seed=s.seed, max_candidates=s.max_candidates,
-                heldout_spearman=s.heldout_spearman, ranking=s.ranking, shuffles=s.shuffles,
-                dedup_attempts=s.dedup_attempts, **({"debias": s.debias} if s.debias != "none" else {}))),
+            "settings": content_hash(
+                dict(
+                    population=s.population,
+                    objective=s.objective,
+                    seed=s.seed,
+                    max_candidates=s.max_candidates,
+                    heldout_spearman=s.heldout_spearman,
+                    ranking=s.ranking,
+                    shuffles=s.shuffles,
+                    dedup_attempts=s.dedup_attempts,
+                    **({"debias": s.debias} if s.debias != "none" else {}),
+                )
+            ),
         }
 
     def fingerprint(self) -> str:
@@ -227,8 +248,15 @@ class Search:
                 cand = x["done"]
                 fresh = cand is None
                 if fresh:
-                    cand = self.candidate(x["text"], *judged[x["text"]], index=len(history), epoch=epoch,
-                                          slot=x["slot"], parent=x["parent"], seed=x["seed"])
+                    cand = self.candidate(
+                        x["text"],
+                        *judged[x["text"]],
+                        index=len(history),
+                        epoch=epoch,
+                        slot=x["slot"],
+                        parent=x["parent"],
+                        seed=x["seed"],
+                    )
                 history.append(cand)
                 scored.append(cand)
                 if best is None or self._better(cand, best):
@@ -252,8 +280,13 @@ class Search:
         key = self.settings.objective
         return objective_key(cand.objectives[key]) > objective_key(best.objectives[key])
 
-    def _epoch_texts(self, state: SearchState, epoch: int, parent: ScoredCandidate | None,
-                     history: Sequence[ScoredCandidate]) -> list[dict[str, Any]]:
+    def _epoch_texts(
+        self,
+        state: SearchState,
+        epoch: int,
+        parent: ScoredCandidate | None,
+        history: Sequence[ScoredCandidate],
+    ) -> list[dict[str, Any]]:
         """Every slot of the epoch in slot order, before any is judged: a candidate scored before
         (`done`, replayed from state.json), or the text to judge (pending in state.json, or a new
         paraphrase, saved as pending). Each paraphrase avoids the texts of the earlier slots, as
@@ -286,8 +319,9 @@ class Search:
                     state.pending[key] = {"text": text, "seed": seed}
                     state.save()
                 text, seed = state.pending[key]["text"], state.pending[key]["seed"]
-            slots.append({"key": key, "slot": slot, "done": None, "text": text, "seed": seed,
-                          "parent": parent_index})
+            slots.append(
+                {"key": key, "slot": slot, "done": None, "text": text, "seed": seed, "parent": parent_index}
+            )
             seen.add(text)
         return slots
 
@@ -307,7 +341,9 @@ class Search:
             out = got[0]
             if " ".join(out.lower().split()) not in norm:
                 return out, seed
-        log.warning("epoch %d slot %d: paraphrase repeats an earlier candidate; scoring it anyway", epoch, slot)
+        log.warning(
+            "epoch %d slot %d: paraphrase repeats an earlier candidate; scoring it anyway", epoch, slot
+        )
         return out, seed
 
     def judge_texts(self, texts: Sequence[str]) -> dict[str, tuple[list[Judgment], list[Judgment] | None]]:
@@ -318,26 +354,56 @@ class Search:
         if not texts:
             return {}
         held = self.settings.heldout_spearman and bool(self.heldout_docs)
-        jobs = [(self.search_docs, t) for t in texts] + ([(self.heldout_docs, t) for t in texts] if held else [])
-        got = [j for j, _ in judge_instructions(self.judge, jobs, aspect=self.aspect, family=self.family,
-                                                max_candidates=self.settings.max_candidates,
-                                                progress=self.progress)]
+        jobs = [(self.search_docs, t) for t in texts] + (
+            [(self.heldout_docs, t) for t in texts] if held else []
+        )
+        got = [
+            j
+            for j, _ in judge_instructions(
+                self.judge,
+                jobs,
+                aspect=self.aspect,
+                family=self.family,
+                max_candidates=self.settings.max_candidates,
+                progress=self.progress,
+            )
+        ]
         return {t: (got[i], got[len(texts) + i] if held else None) for i, t in enumerate(texts)}
 
     def judge_on(self, docs: Sequence[Document], text: str) -> list[Judgment]:
         """One text's judgments on `docs` (its own judge call)."""
-        judgments, _ = judge_documents(self.judge, docs, aspect=self.aspect, instruction=text, family=self.family,
-                                       max_candidates=self.settings.max_candidates, progress=self.progress)
+        judgments, _ = judge_documents(
+            self.judge,
+            docs,
+            aspect=self.aspect,
+            instruction=text,
+            family=self.family,
+            max_candidates=self.settings.max_candidates,
+            progress=self.progress,
+        )
         return judgments
 
-    def score(self, text: str, *, index: int, epoch: int, slot: int, parent: int | None,
-              seed: int | None) -> ScoredCandidate:
+    def score(
+        self, text: str, *, index: int, epoch: int, slot: int, parent: int | None, seed: int | None
+    ) -> ScoredCandidate:
         """One candidate judged and scored on its own (the search judges a whole epoch at once)."""
         search, heldout = self.judge_texts([text])[text]
-        return self.candidate(text, search, heldout, index=index, epoch=epoch, slot=slot, parent=parent, seed=seed)
+        return self.candidate(
+            text, search, heldout, index=index, epoch=epoch, slot=slot, parent=parent, seed=seed
+        )
 
-    def candidate(self, text: str, search: Sequence[Judgment], heldout: Sequence[Judgment] | None, *, index: int,
-                  epoch: int, slot: int, parent: int | None, seed: int | None) -> ScoredCandidate:
+    def candidate(
+        self,
+        text: str,
+        search: Sequence[Judgment],
+        heldout: Sequence[Judgment] | None,
+        *,
+        index: int,
+        epoch: int,
+        slot: int,
+        parent: int | None,
+        seed: int | None,
+    ) -> ScoredCandidate:
         """A scored candidate from its search (and held-out) judgments."""
         m = candidate_metrics(search, self.settings.debias)
         held: dict[str, float] = {}
@@ -345,19 +411,43 @@ class Search:
         if heldout is not None:
             held = heldout_metrics(heldout, self.settings.shuffles, self.settings.seed)
             sp = held["spearman_pairs" if self.settings.ranking == "pairs" else "spearman"]
-        cand = ScoredCandidate(index=index, epoch=epoch, slot=slot, text=text, parent=parent, seed=seed,
-                               objectives=m["objectives"], a_rate=m["a_rate"], a_rate_prob=m["a_rate_prob"],
-                               ece=m["ece"], spearman_heldout=sp, heldout=held)
+        cand = ScoredCandidate(
+            index=index,
+            epoch=epoch,
+            slot=slot,
+            text=text,
+            parent=parent,
+            seed=seed,
+            objectives=m["objectives"],
+            a_rate=m["a_rate"],
+            a_rate_prob=m["a_rate_prob"],
+            ece=m["ece"],
+            spearman_heldout=sp,
+            heldout=held,
+        )
         n, none = len(search), sum("no_answer" in j.flags for j in search)
         which = "PairS" if self.settings.ranking == "pairs" else "win-rate"
         held_text = "-" if sp is None else f"{sp:.3f}"
         if n and none == n:
-            log.info("epoch %d slot %d: all %d pairs no_answer (no fairness); held-out %s Spearman %s", epoch, slot,
-                     n, which, held_text)
+            log.info(
+                "epoch %d slot %d: all %d pairs no_answer (no fairness); held-out %s Spearman %s",
+                epoch,
+                slot,
+                n,
+                which,
+                held_text,
+            )
         else:
-            log.info("epoch %d slot %d: fairness %.4f a_rate %.3f%s; held-out %s Spearman %s", epoch, slot,
-                     cand.fairness, cand.a_rate, f" ({none} of {n} pairs no_answer)" if none else "", which,
-                     held_text)
+            log.info(
+                "epoch %d slot %d: fairness %.4f a_rate %.3f%s; held-out %s Spearman %s",
+                epoch,
+                slot,
+                cand.fairness,
+                cand.a_rate,
+                f" ({none} of {n} pairs no_answer)" if none else "",
+                which,
+                held_text,
+            )
         return cand
 
 
@@ -371,12 +461,15 @@ def candidate_line(judgments: Sequence[Any], m: Mapping[str, Any]) -> str:
         return f"all {n} pairs no_answer (no fairness, no A-rate, no Spearman)"
     f = lambda x: "nan" if x is None or not math.isfinite(float(x)) else f"{float(x):.3f}"  # noqa: E731
     tail = f" ({none} of {n} pairs no_answer)" if none else ""
-    return (f"a_rate {f(m.get('a_rate'))}, win-rate Spearman {f(m.get('spearman'))}, "
-            f"PairS Spearman {f(m.get('spearman_pairs'))}{tail}")
+    return (
+        f"a_rate {f(m.get('a_rate'))}, win-rate Spearman {f(m.get('spearman'))}, "
+        f"PairS Spearman {f(m.get('spearman_pairs'))}{tail}"
+    )
 
 
-def split_documents(docs: Sequence[Document], search_docs: int, eval_docs: int | None = None,
-                    leak: bool = False) -> tuple[list[Document], list[Document]]:
+def split_documents(
+    docs: Sequence[Document], search_docs: int, eval_docs: int | None = None, leak: bool = False
+) -> tuple[list[Document], list[Document]]:
     """(search, eval): search = the first `search_docs`; eval = the rest (at most `eval_docs`),
     or, with `leak` (the paper), the whole slice including the search documents."""
     if search_docs < 1:
@@ -388,8 +481,10 @@ def split_documents(docs: Sequence[Document], search_docs: int, eval_docs: int |
     if eval_docs is not None:
         rest = rest[:eval_docs]
     if not rest:
-        raise ConfigError(f"no evaluation documents left: the slice has {len(docs)} documents and "
-                          f"search_docs={search_docs}; raise task.docs or set leak_search_docs=true")
+        raise ConfigError(
+            f"no evaluation documents left: the slice has {len(docs)} documents and "
+            f"search_docs={search_docs}; raise task.docs or set leak_search_docs=true"
+        )
     return search, rest
 
 

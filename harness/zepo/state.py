@@ -125,23 +125,35 @@ class SearchState:
         if raw.get("fingerprint") != self.fingerprint:
             saved = raw.get("inputs") or {}
             changed = [k for k in self.inputs if saved.get(k) != self.inputs[k]] or ["its inputs"]
-            raise ConfigError(f"this run directory holds a ZEPO search of different {', '.join(changed)}; "
-                              "resuming would replay scores of the old inputs, so start a new run directory "
-                              "(hydra.run.dir=...) or delete state.json to start over", where=str(path))
+            raise ConfigError(
+                f"this run directory holds a ZEPO search of different {', '.join(changed)}; "
+                "resuming would replay scores of the old inputs, so start a new run directory "
+                "(hydra.run.dir=...) or delete state.json to start over",
+                where=str(path),
+            )
         rows = raw.get("candidates")
         if not isinstance(rows, list):
-            raise DataError(f"field 'candidates' must be a list of scored candidates, got "
-                            f"{type(rows).__name__}{start_over}", where=str(path))
+            raise DataError(
+                f"field 'candidates' must be a list of scored candidates, got "
+                f"{type(rows).__name__}{start_over}",
+                where=str(path),
+            )
         self.done = {}
         for i, r in enumerate(rows):
             try:
                 c = ScoredCandidate.from_row(r)
-                if not (isinstance(c.text, str) and all(isinstance(v, int) and not isinstance(v, bool)
-                                                        for v in (c.index, c.epoch, c.slot))):
+                if not (
+                    isinstance(c.text, str)
+                    and all(
+                        isinstance(v, int) and not isinstance(v, bool) for v in (c.index, c.epoch, c.slot)
+                    )
+                ):
                     raise TypeError("text must be a string, index/epoch/slot integers")
             except (KeyError, TypeError, ValueError, AttributeError) as e:
-                raise DataError(f"candidate {i} is not a scored candidate ({type(e).__name__}: {e}){start_over}",
-                                where=str(path)) from None
+                raise DataError(
+                    f"candidate {i} is not a scored candidate ({type(e).__name__}: {e}){start_over}",
+                    where=str(path),
+                ) from None
             self.done[f"{c.epoch}:{c.slot}"] = c
         for name in ("pending", "skipped"):
             if not isinstance(raw.get(name, {}), dict):
@@ -153,17 +165,26 @@ class SearchState:
     def save(self) -> None:
         if self.path is None:
             return
-        write_json_atomic(self.path, {
-            "version": STATE_VERSION, "fingerprint": self.fingerprint, "inputs": self.inputs, "epoch": self.epoch,
-            "best_index": self.best_index,
-            "candidates": [c.to_row() for c in sorted(self.done.values(), key=lambda c: c.index)],
-            "pending": self.pending, "skipped": self.skipped,
-        })
+        write_json_atomic(
+            self.path,
+            {
+                "version": STATE_VERSION,
+                "fingerprint": self.fingerprint,
+                "inputs": self.inputs,
+                "epoch": self.epoch,
+                "best_index": self.best_index,
+                "candidates": [c.to_row() for c in sorted(self.done.values(), key=lambda c: c.index)],
+                "pending": self.pending,
+                "skipped": self.skipped,
+            },
+        )
 
 
 def optimizer_identity(optimizer: Any) -> dict[str, Any]:
     """What decides an optimizer's paraphrases: its identity (model, temperature) and, where it has
     them, its sampling and validation settings."""
     keys = ("top_p", "max_tokens", "max_attempts", "min_ratio", "max_ratio", "labels")
-    return {"identity": getattr(optimizer, "identity", type(optimizer).__name__),
-            **{k: getattr(optimizer, k) for k in keys if hasattr(optimizer, k)}}
+    return {
+        "identity": getattr(optimizer, "identity", type(optimizer).__name__),
+        **{k: getattr(optimizer, k) for k in keys if hasattr(optimizer, k)},
+    }

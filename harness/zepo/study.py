@@ -62,21 +62,61 @@ from harness.zepo.tables import figure3_summary, summary_table, versus_summary
 
 log = logging.getLogger(__name__)
 
-KEEP = ("a_rate", "a_rate_prob", "order_consistency", "order_gap", "answer_mass_median", "answer_mass_low_share",
-        "fairness", "fairness_prob", "max_prob", "entropy", "ece", "brier",
-        "accuracy", "spearman", "spearman_pairs", "kendall", "kendall_pairs", "spearman_whole",
-        "a_rate_upper", "bc", "prob_gap")
-VERSUS = ("spearman", "spearman_pairs", "kendall", "kendall_pairs", "a_rate", "a_rate_upper", "fairness",
-          "fairness_prob", "accuracy")
+KEEP = (
+    "a_rate",
+    "a_rate_prob",
+    "order_consistency",
+    "order_gap",
+    "answer_mass_median",
+    "answer_mass_low_share",
+    "fairness",
+    "fairness_prob",
+    "max_prob",
+    "entropy",
+    "ece",
+    "brier",
+    "accuracy",
+    "spearman",
+    "spearman_pairs",
+    "kendall",
+    "kendall_pairs",
+    "spearman_whole",
+    "a_rate_upper",
+    "bc",
+    "prob_gap",
+)
+VERSUS = (
+    "spearman",
+    "spearman_pairs",
+    "kendall",
+    "kendall_pairs",
+    "a_rate",
+    "a_rate_upper",
+    "fairness",
+    "fairness_prob",
+    "accuracy",
+)
 """The metrics whose paraphrase - reference difference (paired over the same documents)
 each row and results.json carry, raw ("none") and permutation-debiased."""
 
 
-def score_instructions(judge: Judge, docs: Sequence[Document], instructions: Sequence[str], *,
-                       aspect: str | None, family: str, max_candidates: int | None, shuffles: int, seed: int,
-                       progress: bool = False, out_dir: Path | None = None, bootstrap: int = 0,
-                       level: float = 0.95, reference: str = "instruction 0",
-                       summaries_out: list[Summary] | None = None) -> list[dict[str, Any]]:
+def score_instructions(
+    judge: Judge,
+    docs: Sequence[Document],
+    instructions: Sequence[str],
+    *,
+    aspect: str | None,
+    family: str,
+    max_candidates: int | None,
+    shuffles: int,
+    seed: int,
+    progress: bool = False,
+    out_dir: Path | None = None,
+    bootstrap: int = 0,
+    level: float = 0.95,
+    reference: str = "instruction 0",
+    summaries_out: list[Summary] | None = None,
+) -> list[dict[str, Any]]:
     """One row per instruction: its metrics raw ("none") and debiased ("permutation", ...); with
     `out_dir`, its judgments in instructions/<index>/judgments.jsonl (each gets a report card).
     Every instruction is judged in ONE judge call (harness.judging.judge_instructions: the same
@@ -89,20 +129,40 @@ def score_instructions(judge: Judge, docs: Sequence[Document], instructions: Seq
     sentences) on the same documents (bootstrap.paired), VERSUS metrics, raw and permutation-debiased.
     `summaries_out`, when given, receives each instruction's Summary (its leave-one-out rows)."""
     rows: list[dict[str, Any]] = []
-    judged = judge_instructions(judge, [(docs, text) for text in instructions], aspect=aspect, family=family,
-                                max_candidates=max_candidates, progress=progress) if instructions else []
+    judged = (
+        judge_instructions(
+            judge,
+            [(docs, text) for text in instructions],
+            aspect=aspect,
+            family=family,
+            max_candidates=max_candidates,
+            progress=progress,
+        )
+        if instructions
+        else []
+    )
     first: Summary | None = None
     for i, (text, (judgments, p_cf)) in enumerate(zip(instructions, judged)):
         if out_dir is not None:
             folder = out_dir / "instructions" / f"{i:03d}"
             folder.mkdir(parents=True, exist_ok=True)
             write_judgments(folder / "judgments.jsonl", judgments, p_cf)
-        summary = analyse_judgments(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed, rounds=bootstrap, level=level)
-        row: dict[str, Any] = {"index": i, "text": text, "p_content_free": p_cf,
-                               **{mode: {k: m[k] for k in KEEP} for mode, m in summary.metrics.items()}}
+        summary = analyse_judgments(
+            judgments, p_cf=p_cf, shuffles=shuffles, seed=seed, rounds=bootstrap, level=level
+        )
+        row: dict[str, Any] = {
+            "index": i,
+            "text": text,
+            "p_content_free": p_cf,
+            **{mode: {k: m[k] for k in KEEP} for mode, m in summary.metrics.items()},
+        }
         iv, on = summary.intervals(), summary.basis()
-        row["intervals"] = None if iv is None else {mode: {k: got[k] for k in KEEP} for mode, got in iv.items()}
-        row["interval_basis"] = None if on is None else {mode: {k: got[k] for k in KEEP} for mode, got in on.items()}
+        row["intervals"] = (
+            None if iv is None else {mode: {k: got[k] for k in KEEP} for mode, got in iv.items()}
+        )
+        row["interval_basis"] = (
+            None if on is None else {mode: {k: got[k] for k in KEEP} for mode, got in on.items()}
+        )
         if first is None:
             first = summary
         else:
@@ -110,7 +170,12 @@ def score_instructions(judge: Judge, docs: Sequence[Document], instructions: Seq
         rows.append(row)
         if summaries_out is not None:
             summaries_out.append(summary)
-        log.info("instruction %d/%d: %s", i + 1, len(instructions), candidate_line(judgments, summary.metrics["none"]))
+        log.info(
+            "instruction %d/%d: %s",
+            i + 1,
+            len(instructions),
+            candidate_line(judgments, summary.metrics["none"]),
+        )
     return rows
 
 
@@ -118,9 +183,13 @@ def versus(reference: Summary, other: Summary, prefix: str) -> dict[str, dict[st
     """other - reference of the VERSUS metrics, raw and permutation-debiased, paired: both arms'
     rows leave out the same documents (refused when their documents differ)."""
     if (reference.loo is None) != (other.loo is None) or (
-            reference.loo is not None and reference.loo.ids != other.loo.ids):
-        raise DataError("the instructions were judged on different documents: a paired difference needs the same "
-                        "documents in both arms", where="sensitivity study")
+        reference.loo is not None and reference.loo.ids != other.loo.ids
+    ):
+        raise DataError(
+            "the instructions were judged on different documents: a paired difference needs the same "
+            "documents in both arms",
+            where="sensitivity study",
+        )
     out = {}
     for mode in MODES:
         label = prefix if mode == "none" else f"{prefix}{mode}-debiased "
@@ -129,34 +198,67 @@ def versus(reference: Summary, other: Summary, prefix: str) -> dict[str, dict[st
     return out
 
 
-def make_figures(rows: Sequence[Mapping[str, Any]], ranking_key: str, out: Path, label: str,
-                 tracker: Tracker | None = None, box_label: str | None = None) -> dict[str, str]:
+def make_figures(
+    rows: Sequence[Mapping[str, Any]],
+    ranking_key: str,
+    out: Path,
+    label: str,
+    tracker: Tracker | None = None,
+    box_label: str | None = None,
+) -> dict[str, str]:
     rates = decision_rates(rows, "none")
     sp = [r["none"][ranking_key] for r in rows]
     obj = objective_values(rows)
     figs = {
-        "fig2_spearman_vs_rate": plots.plot_rate_vs_spearman(rates, sp, out / "fig2_spearman_vs_rate.png",
-                                                             title=f"{label}: Spearman vs decision rate",
-                                                             box_label=box_label or label),
-        "fig3_objectives": plots.plot_objectives_vs_spearman({v: obj[k] for k, v in FIGURE3.items()}, sp,
-                                                             out / "fig3_objectives.png",
-                                                             title=f"{label}: objectives vs Spearman",
-                                                             needs_labels=(FIGURE3["calibration_ece"],)),
-        "fig4_debias": plots.plot_debias(rates, sp, decision_rates(rows, "permutation"),
-                                         [r["permutation"][ranking_key] for r in rows], out / "fig4_debias.png",
-                                         title=f"{label}: before/after permutation debiasing"),
+        "fig2_spearman_vs_rate": plots.plot_rate_vs_spearman(
+            rates,
+            sp,
+            out / "fig2_spearman_vs_rate.png",
+            title=f"{label}: Spearman vs decision rate",
+            box_label=box_label or label,
+        ),
+        "fig3_objectives": plots.plot_objectives_vs_spearman(
+            {v: obj[k] for k, v in FIGURE3.items()},
+            sp,
+            out / "fig3_objectives.png",
+            title=f"{label}: objectives vs Spearman",
+            needs_labels=(FIGURE3["calibration_ece"],),
+        ),
+        "fig4_debias": plots.plot_debias(
+            rates,
+            sp,
+            decision_rates(rows, "permutation"),
+            [r["permutation"][ranking_key] for r in rows],
+            out / "fig4_debias.png",
+            title=f"{label}: before/after permutation debiasing",
+        ),
     }
     for name, path in figs.items():
         plots.log_figure(tracker, name, path)
     return {k: str(v.name) for k, v in figs.items()}
 
 
-def run_sensitivity(judge: Judge, docs: Sequence[Document], instructions: Sequence[str], *, task: str,
-                    aspect: str | None, family: str, out_dir: str | Path, tracker: Tracker | None = None,
-                    max_candidates: int | None = None, shuffles: int = 100, seed: int = 0,
-                    ranking: str = "pairs", progress: bool = False,
-                    extra: Mapping[str, Any] | None = None, bootstrap: int = 1000, level: float = 0.95,
-                    reference: str = "the initial instruction", shuffle: bool = False) -> dict[str, Any]:
+def run_sensitivity(
+    judge: Judge,
+    docs: Sequence[Document],
+    instructions: Sequence[str],
+    *,
+    task: str,
+    aspect: str | None,
+    family: str,
+    out_dir: str | Path,
+    tracker: Tracker | None = None,
+    max_candidates: int | None = None,
+    shuffles: int = 100,
+    seed: int = 0,
+    ranking: str = "pairs",
+    progress: bool = False,
+    extra: Mapping[str, Any] | None = None,
+    bootstrap: int = 1000,
+    level: float = 0.95,
+    reference: str = "the initial instruction",
+    shuffle: bool = False,
+) -> dict[str, Any]:
     """Judge every instruction on `docs`, analyse, draw the figures; write sensitivity.jsonl,
     results.json and summary.md (also printed). `reference` says what instruction 0 is (the
     initial instruction, or the first of a file): every other one is compared with it, paired.
@@ -168,51 +270,124 @@ def run_sensitivity(judge: Judge, docs: Sequence[Document], instructions: Sequen
         raise ConfigError("the sensitivity study needs at least one instruction")
     if shuffle:
         docs = shuffle_candidates(docs, seed, max_candidates)
-    order = {"shuffled": bool(shuffle), "how": ("each document's judged candidates permuted, seeded by (seed, "
-                                                "document id)" if shuffle else "the dataset's order"),
-             "humans_prefer_earlier": earlier_preferred(docs, aspect, max_candidates)}
+    order = {
+        "shuffled": bool(shuffle),
+        "how": (
+            "each document's judged candidates permuted, seeded by (seed, document id)"
+            if shuffle
+            else "the dataset's order"
+        ),
+        "humans_prefer_earlier": earlier_preferred(docs, aspect, max_candidates),
+    }
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / "paraphrases.txt", "\n".join(" ".join(t.split()) for t in instructions) + "\n")
     summaries: list[Summary] = []
-    rows = score_instructions(judge, docs, instructions, aspect=aspect, family=family,
-                              max_candidates=max_candidates, shuffles=shuffles, seed=seed, progress=progress,
-                              out_dir=out, bootstrap=bootstrap, level=level, reference=reference,
-                              summaries_out=summaries)
+    rows = score_instructions(
+        judge,
+        docs,
+        instructions,
+        aspect=aspect,
+        family=family,
+        max_candidates=max_candidates,
+        shuffles=shuffles,
+        seed=seed,
+        progress=progress,
+        out_dir=out,
+        bootstrap=bootstrap,
+        level=level,
+        reference=reference,
+        summaries_out=summaries,
+    )
     write_jsonl_atomic(out / "sensitivity.jsonl", rows)
     key = "spearman_pairs" if ranking == "pairs" else "spearman"
-    results = {"experiment": "sensitivity", "task": task, "aspect": aspect, "family": family,
-               "judge": judge.identity, "numerics": getattr(judge, "numerics", None), **dict(extra or {}), "judge_calls": getattr(judge, "calls", None),
-               "n_instructions": len(rows), "n_docs": len(docs), "ranking": key,
-               "analysis": analyse(rows, key),
-               "reference": {"index": 0, "what": reference, "text": rows[0]["text"]},
-               "interval": summaries[0].meta() | ({"paired": "every instruction with the same document left out "
-                                                              "in each row (the same document ids)"}
-                                                  if summaries[0].loo is not None else {}),
-               "instructions": [{"index": r["index"], "metrics": {m: r[m] for m in MODES},
-                                 "intervals": None if r["intervals"] is None else
-                                 {m: r["intervals"][m] for m in MODES},
-                                 "interval_basis": None if r["interval_basis"] is None else
-                                 {m: r["interval_basis"][m] for m in MODES}} for r in rows],
-               "versus_reference": [{"index": r["index"], **r["versus_reference"]} for r in rows[1:]],
-               "figure3": figure3_intervals(rows, summaries, level, len(docs)),
-               "candidate_order": order,
-               "figures": make_figures(rows, key, out, f"{task}/{aspect}", tracker,
-                                       box_label=(extra or {}).get("model"))}
+    results = {
+        "experiment": "sensitivity",
+        "task": task,
+        "aspect": aspect,
+        "family": family,
+        "judge": judge.identity,
+        "numerics": getattr(judge, "numerics", None),
+        **dict(extra or {}),
+        "judge_calls": getattr(judge, "calls", None),
+        "n_instructions": len(rows),
+        "n_docs": len(docs),
+        "ranking": key,
+        "analysis": analyse(rows, key),
+        "reference": {"index": 0, "what": reference, "text": rows[0]["text"]},
+        "interval": summaries[0].meta()
+        | (
+            {
+                "paired": "every instruction with the same document left out "
+                "in each row (the same document ids)"
+            }
+            if summaries[0].loo is not None
+            else {}
+        ),
+        "instructions": [
+            {
+                "index": r["index"],
+                "metrics": {m: r[m] for m in MODES},
+                "intervals": None if r["intervals"] is None else {m: r["intervals"][m] for m in MODES},
+                "interval_basis": None
+                if r["interval_basis"] is None
+                else {m: r["interval_basis"][m] for m in MODES},
+            }
+            for r in rows
+        ],
+        "versus_reference": [{"index": r["index"], **r["versus_reference"]} for r in rows[1:]],
+        "figure3": figure3_intervals(rows, summaries, level, len(docs)),
+        "candidate_order": order,
+        "figures": make_figures(
+            rows, key, out, f"{task}/{aspect}", tracker, box_label=(extra or {}).get("model")
+        ),
+    }
     write_json_atomic(out / "results.json", results)
     if tracker is not None:
-        cols = ["index", "a_rate", "a_rate_debiased", "fairness", "prob_gap", "bc", "ece", key, f"{key}_debiased",
-                "text"]
-        tracker.log_table("paraphrases", cols, [[r["index"], r["none"]["a_rate"], r["permutation"]["a_rate_upper"],
-                                                 r["none"]["fairness"], r["none"]["prob_gap"], r["none"]["bc"],
-                                                 r["none"]["ece"], r["none"][key], r["permutation"][key], r["text"]]
-                                                for r in rows])
-        tracker.summary({f"spearman_rho/{k}": v["rho"]
-                         for k, v in results["analysis"]["none"]["spearman_with_spearman"].items()}
-                        | versus_summary(results["versus_reference"])
-                        | figure3_summary(results["figure3"], key)
-                        | {k: v for r in rows for k, v in interval_summary(r["intervals"],
-                                                                          f"instruction/{r['index']:03d}/").items()})
+        cols = [
+            "index",
+            "a_rate",
+            "a_rate_debiased",
+            "fairness",
+            "prob_gap",
+            "bc",
+            "ece",
+            key,
+            f"{key}_debiased",
+            "text",
+        ]
+        tracker.log_table(
+            "paraphrases",
+            cols,
+            [
+                [
+                    r["index"],
+                    r["none"]["a_rate"],
+                    r["permutation"]["a_rate_upper"],
+                    r["none"]["fairness"],
+                    r["none"]["prob_gap"],
+                    r["none"]["bc"],
+                    r["none"]["ece"],
+                    r["none"][key],
+                    r["permutation"][key],
+                    r["text"],
+                ]
+                for r in rows
+            ],
+        )
+        tracker.summary(
+            {
+                f"spearman_rho/{k}": v["rho"]
+                for k, v in results["analysis"]["none"]["spearman_with_spearman"].items()
+            }
+            | versus_summary(results["versus_reference"])
+            | figure3_summary(results["figure3"], key)
+            | {
+                k: v
+                for r in rows
+                for k, v in interval_summary(r["intervals"], f"instruction/{r['index']:03d}/").items()
+            }
+        )
     table = summary_table(results)
     write_text_atomic(out / "summary.md", table + "\n")
     print(table, flush=True)

@@ -25,9 +25,11 @@ Instruction:
 {instruction}"""
 
 
-ZEPO_META_PROMPT = ('    Paraphrase the following instruction for a pairwise comparison task. Do not change the keyword '
-                    '"{aspect}". Be diverse and creative in paraphrasing. Return the instruction only. \n    Input: '
-                    '{instruction}\n    Output: \n    ')
+ZEPO_META_PROMPT = (
+    "    Paraphrase the following instruction for a pairwise comparison task. Do not change the keyword "
+    '"{aspect}". Be diverse and creative in paraphrasing. Return the instruction only. \n    Input: '
+    "{instruction}\n    Output: \n    "
+)
 """The official meta-prompt, byte for byte: zepo.py:27-33 (an f-string with '\\' continuations, not
 dedented), sent as one user message to gpt-3.5-turbo at T = 0.9."""
 
@@ -36,10 +38,15 @@ META_PROMPTS = ("default", "zepo")
 
 # -- validation ---------------------------------------------------------------------------------
 # Chatty wrappers models put around the one line we asked for: "Sure! Here is ...:", "Paraphrase:".
-_PREFIX = re.compile(r"^\s*(?:(?:sure|certainly|of course|okay|ok)[!,.]?\s*)?"
-                     r"(?:here(?:'s| is)[^:\n]{0,60}:|(?:new |revised |rewritten |paraphrased )?"
-                     r"(?:paraphrase|instruction|version|prompt|answer|output)\s*:)\s*", re.IGNORECASE)
-_LIST_ITEM = re.compile(r"^\s*(?:\d+[.):]|[-*\u2022]|option\s+\d+|alternative\s+\d+)\s*", re.IGNORECASE | re.MULTILINE)
+_PREFIX = re.compile(
+    r"^\s*(?:(?:sure|certainly|of course|okay|ok)[!,.]?\s*)?"
+    r"(?:here(?:'s| is)[^:\n]{0,60}:|(?:new |revised |rewritten |paraphrased )?"
+    r"(?:paraphrase|instruction|version|prompt|answer|output)\s*:)\s*",
+    re.IGNORECASE,
+)
+_LIST_ITEM = re.compile(
+    r"^\s*(?:\d+[.):]|[-*\u2022]|option\s+\d+|alternative\s+\d+)\s*", re.IGNORECASE | re.MULTILINE
+)
 _QUOTES = "\"'`\u201c\u201d\u2018\u2019"
 
 
@@ -67,7 +74,7 @@ def _mentions_label(text: str, label: str) -> bool:
     """The label as a word, not just a sentence-initial article ('A summary is...')."""
     for m in re.finditer(rf"(?<![\w]){re.escape(label)}(?![\w])", text):
         before = text[: m.start()].rstrip(" \t")
-        after = text[m.end():]
+        after = text[m.end() :]
         sentence_start = before == "" or before[-1] in ".!?\n"
         if sentence_start and re.match(r" [a-z]", after):
             continue
@@ -79,8 +86,16 @@ def _norm(text: str) -> str:
     return " ".join(text.lower().split()).rstrip(".")
 
 
-def validate(text: str, original: str, word: str, seen: Sequence[str], *, labels: Sequence[str] = ("A", "B"),
-             min_ratio: float = 0.1, max_ratio: float = 3.0) -> tuple[str, str | None]:
+def validate(
+    text: str,
+    original: str,
+    word: str,
+    seen: Sequence[str],
+    *,
+    labels: Sequence[str] = ("A", "B"),
+    min_ratio: float = 0.1,
+    max_ratio: float = 3.0,
+) -> tuple[str, str | None]:
     """(cleaned text, None) when acceptable, else (cleaned text, reason)."""
     t = clean(text)
     if not t:
