@@ -97,7 +97,7 @@ class OpenAIServer:
         self._httpd: ThreadingHTTPServer | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def __enter__(self) -> "OpenAIServer":
+    def __enter__(self) -> OpenAIServer:
         server = self
 
         class Handler(_Handler):

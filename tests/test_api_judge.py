@@ -18,8 +18,8 @@ from test_cli_errors import _assert_one_line_error
 
 from harness.api_client import ApiClient, ApiError, HttpSettings
 from harness.errors import ConfigError
-from harness.judges.api import ApiJudge
 from harness.judges.answers import renormalise
+from harness.judges.api import ApiJudge
 from harness.judges.cache import CachedJudge, ScoreCache
 from harness.judges.hf import HFJudge
 from harness.prompts import default_instruction, render

@@ -18,8 +18,8 @@ from test_metrics_vectorised import _random_judgments
 
 from harness.errors import ConfigError
 from harness.metrics import bootstrap as B
-from harness.metrics.interval import METHOD, TOO_FEW, jackknife_bounds
 from harness.metrics.debias import batch_p, permutation_p
+from harness.metrics.interval import METHOD, TOO_FEW, jackknife_bounds
 from harness.metrics.summary import analyse, frame_metrics
 from harness.metrics.views import build_frame
 

@@ -12,11 +12,9 @@ import torch
 
 from harness.errors import ConfigError
 from harness.judges.cpu import (
-    CPUINFO,
     auto_dtype,
     cpu_flags,
     fast_bf16,
-    this_cpu_fast_bf16,
 )
 from harness.prompts import default_instruction, render
 from harness.records import Candidate, Document, PairRequest
@@ -68,7 +66,7 @@ def test_fast_bf16_read_from_cpuinfo_flags(flags, fast):
     assert parsed == frozenset(flags.split())
     assert fast_bf16(parsed) is fast
     # Either bf16 instruction set alone is enough (Zen 4 has AVX512-BF16 without AMX).
-    assert fast_bf16((parsed - {"amx_bf16"})) is ("avx512_bf16" in parsed)
+    assert fast_bf16(parsed - {"amx_bf16"}) is ("avx512_bf16" in parsed)
 
 
 @pytest.mark.parametrize("flags", [SAPPHIRE_RAPIDS, ZEN3_EPYC, ICE_LAKE], ids=["amx", "avx2", "avx512"])

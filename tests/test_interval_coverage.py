@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from harness.metrics import coverage as C
-from harness.metrics.bootstrap import doc_stats, whole_correlations
+from harness.metrics.bootstrap import whole_correlations
 from harness.metrics.interval import min_documents
 from harness.metrics.summary import frame_metrics
 from harness.metrics.views import build_frame

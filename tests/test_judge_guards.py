@@ -201,10 +201,11 @@ def test_rows_under_the_identity_before_the_templates_system_prompt_are_asked_ag
     """A tiny model whose template adds a system turn by itself: rows its previous identity keyed
     (an older harness) are not served under the new one; every request goes to the model, and one
     line says why. Negative control: under the previous identity the same rows are served."""
+    from test_identity import OldKeyed
+
     from harness.judges.base import template_fingerprint
     from harness.judges.cache import CachedJudge, ScoreCache
     from harness.judges.hf import HFJudge
-    from test_identity import OldKeyed
 
     model = shutil.copytree(tiny_llama, tmp_path / "tiny-sys")
     template = (model / "chat_template.jinja").read_text()

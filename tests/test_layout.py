@@ -226,8 +226,9 @@ def test_the_backend_check_catches_vllm_importing_hf(tmp_path):
     assert backend_imports(bad, "harness.judges.hf") == []  # its own module is not another backend
 
 
-MAX_LINES = 450
-"""The most lines a module in harness/ may have (STYLE.md: one job per file)."""
+MAX_LINES = 600
+"""The most lines a module in harness/ may have (STYLE.md: one job per file), counted as `ruff format`
+lays the code out (tests/test_ruff.py keeps it so): no cap met by folding lines."""
 
 
 def long_modules(root: Path, most: int = MAX_LINES) -> dict[str, int]:
@@ -238,17 +239,17 @@ def long_modules(root: Path, most: int = MAX_LINES) -> dict[str, int]:
     return {name: n for name, n in counts.items() if n > most}
 
 
-def test_no_module_is_over_450_lines():
+def test_no_module_is_over_the_line_cap():
     assert not long_modules(ROOT), f"split these modules: {long_modules(ROOT)}"
 
 
 def test_the_length_check_catches_a_long_module(tmp_path):
-    """Negative control: a 451-line module is reported, a 450-line one is not."""
+    """Negative control: a module one line over the cap is reported, one at the cap is not."""
     pkg = tmp_path / "pkg"
     pkg.mkdir()
-    (pkg / "long.py").write_text("x = 1\n" * 451)
-    (pkg / "fits.py").write_text("x = 1\n" * 450)
-    assert long_modules(pkg) == {"pkg/long.py": 451}
+    (pkg / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (pkg / "fits.py").write_text("x = 1\n" * MAX_LINES)
+    assert long_modules(pkg) == {"pkg/long.py": MAX_LINES + 1}
 
 
 def script_edges(folder: Path) -> dict[str, set[str]]:

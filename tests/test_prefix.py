@@ -282,7 +282,9 @@ def test_run_wrappers_stream_one_call_within_5pc_of_the_trie(plain_judge, tmp_pa
         store = ScoreCache(tmp_path / f"{mode}.sqlite")
         try:
             commits = []
-            cached = CachedJudge(judge, store, chunk=4, on_progress=lambda c, f: commits.append((c, f)))
+            cached = CachedJudge(
+                judge, store, chunk=4, on_progress=lambda c, f, commits=commits: commits.append((c, f))
+            )
             wrapped = PreemptibleJudge(cached, chunk=4)
             if mode == "window":  # a call longer than the window streams window by window
                 wrapped.STREAM_WINDOW = 10

@@ -26,7 +26,6 @@ from harness.judges.hf import build as build_hf_judge
 from harness.judging import load_judgments
 from harness.prompts import render
 
-
 pytestmark = pytest.mark.skipif(
     find_chromium() is None,
     reason="chromium is not installed (Debian: apt-get install "
@@ -118,8 +117,9 @@ def test_a_page_without_prompts_says_why(judge_run, shared_data, tmp_path):
     chat wrapping given, no documents, no instruction recorded."""
     import shutil
 
-    from harness.report.page import write_report
     from test_sweep import page_data
+
+    from harness.report.page import write_report
 
     run = tmp_path / "run"
     shutil.copytree(judge_run, run, ignore=shutil.ignore_patterns("wandb", "report.html"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from pathlib import Path
 
 import pytest
 from conftest import results_only

@@ -113,11 +113,11 @@ def test_the_vllm_optimizer_samples_protected_ids_under_the_weights_identity(eng
     what the engine samples from the chat layer's ids (negative control: the old whole-text ids hold
     more control tokens). Its optimizer's identity holds the weights part of the transformers judge
     of the same folder."""
+    from test_silent_numbers import INJECTED
     from vllm import SamplingParams
 
     from harness.judges.chat import format_chat_messages
     from harness.zepo.optimizers import VLLMOptimizer
-    from test_silent_numbers import INJECTED
 
     arch, hf, vj = engines
     opt = VLLMOptimizer(vj, max_new_tokens=6)

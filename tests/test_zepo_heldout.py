@@ -170,7 +170,7 @@ def test_all_no_answer_candidate_is_logged_as_such_not_as_nan(caplog):
         best = s.run().best
     text = caplog.text
     # What the old line formatted: "fairness %.4f a_rate %.3f" of these gives "fairness nan a_rate nan".
-    assert "fairness %.4f a_rate %.3f" % (best.fairness, best.a_rate) == "fairness nan a_rate nan"
+    assert "fairness %.4f a_rate %.3f" % (best.fairness, best.a_rate) == "fairness nan a_rate nan"  # noqa: UP031
     assert "epoch 0 slot 0: all 12 pairs no_answer (no fairness); held-out PairS Spearman -" in text
     assert "fairness nan" not in text and "a_rate nan" not in text
     # The sensitivity study's per-instruction line: labelled Spearmans, and the same plain statement.

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from test_zepo import e2e_overrides, scripted_completion
 
 from harness.judges.cache import ScoreCache

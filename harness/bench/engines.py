@@ -230,7 +230,7 @@ def vllm_rows(job: dict[str, Any]) -> dict[str, Any]:
                 raise JudgeInputError(f"vLLM's token ids for workload {name} differ from the other engines'")
             before = {}
 
-            def timed(reqs=reqs):
+            def timed(reqs=reqs, before=before):
                 vj.llm.reset_prefix_cache()
                 before.update(prompt=vj.prompt_tokens, cached=vj.cached_tokens)
                 return vj.score_pairs(reqs)

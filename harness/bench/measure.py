@@ -203,7 +203,7 @@ def machine(device: str = "cpu") -> dict[str, Any]:
         "cpu": cpu,
         "nproc": os.cpu_count(),
         "load_1min": os.getloadavg()[0],
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": commit or "not a git checkout",
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name() if device.startswith("cuda") else None,

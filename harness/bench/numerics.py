@@ -88,7 +88,9 @@ def main(args: argparse.Namespace) -> int:
         reqs = pairs(args, task)
         got = {
             name: rounds(
-                lambda j=j: j.score_pairs(reqs), args.rounds, warmup=lambda j=j: j.score_pairs(reqs[:2])
+                lambda j=j, reqs=reqs: j.score_pairs(reqs),
+                args.rounds,
+                warmup=lambda j=j, reqs=reqs: j.score_pairs(reqs[:2]),
             )
             for name, j in found.items()
         }

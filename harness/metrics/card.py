@@ -293,9 +293,10 @@ def run_about(run_dir: Path) -> str | None:
         config = None
     if not isinstance(config, Mapping):
         return None
-    part = lambda group, key: (
-        (config.get(group) or {}).get(key) if isinstance(config.get(group), Mapping) else None
-    )  # noqa: E731
+
+    def part(group: str, key: str) -> Any:
+        return (config.get(group) or {}).get(key) if isinstance(config.get(group), Mapping) else None
+
     what = " ".join(str(x) for x in (part("task", "name"), part("task", "aspect")) if x)
     who = " on ".join(str(x) for x in (part("model", "name"), part("backend", "name")) if x)
     return ", ".join(x for x in (what, who) if x) or None

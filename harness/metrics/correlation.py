@@ -19,7 +19,6 @@ from harness.errors import ConfigError
 from harness.metrics.views import DocView, document_views, mean_or_nan
 from harness.records import Judgment
 
-
 RANK_DECIMALS = 12
 """Values are rounded to this many decimals before they are ranked: a mean that is a tie in exact
 arithmetic (two candidates' win rates; a mean of per-document correlations that is 0) comes out

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,10 +24,10 @@ from harness.metrics.bootstrap import (
     replicate,
     support,
 )
-from harness.metrics.interval import Interval, basis_of
 from harness.metrics.calibration import calibration_arrays
 from harness.metrics.correlation import view_correlations
 from harness.metrics.debias import batch_p, contextual_p, permutation_p
+from harness.metrics.interval import Interval, basis_of
 from harness.metrics.length import control_shift, controlled_p, length_bias
 from harness.metrics.mass import answer_mass_stats_of
 from harness.metrics.official import bc_prior_of, prob_gap_of, view_upper_a_rate

@@ -24,8 +24,8 @@ from harness.records import Document
 from harness.report import sections
 from harness.report.pairs import documents_blob, pair_table
 from harness.report.prompt import ChatView, plan
-from harness.report.sets import JudgedSet, RunFiles, read_run
 from harness.report.sections import esc
+from harness.report.sets import JudgedSet, RunFiles, read_run
 
 REPORT = "report.html"
 """The page's file name, in the run directory."""

@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.judges.hf import build as build_hf_judge
 from harness.judges.chat import used_template
+from harness.judges.hf import build as build_hf_judge
 from harness.judging import model_judge
 from harness.prompts import render
 from harness.records import Candidate, Document

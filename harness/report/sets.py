@@ -20,7 +20,6 @@ from harness.metrics.card import PICTURES, SET_FILE, find_judgments
 from harness.metrics.interval import Interval, recorded
 from harness.records import Judgment
 
-
 RESULTS_FIX = (
     "not a finished run's results: rerun that run, or move its folder out of the directory you report"
 )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any, Optional, get_type_hints
+from typing import Any, get_type_hints
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -87,7 +87,7 @@ class _ServerConf:
 
     base_url: str = "http://127.0.0.1:8000/v1"
     """The server's OpenAI-compatible root (a local vLLM server by default)."""
-    api_key_env: Optional[str] = "OPENAI_API_KEY"
+    api_key_env: str | None = "OPENAI_API_KEY"
     """The environment variable holding the key (null: no key sent)."""
     concurrency: int = 8
     """Requests in flight at once."""
@@ -117,13 +117,13 @@ class ApiBackendConf(_ServerConf):
     """Built with hydra.utils.instantiate."""
     name: str = "api"
     """The backend's name (in the run's config, not in the judge's identity)."""
-    model: Optional[str] = None
+    model: str | None = None
     """The server-side model name (null: model.name)."""
     logprob_mode: str = "exact"
     """One of LOGPROB_MODES: exact (logprob_token_ids, vLLM) | top (top_logprobs; a label not listed: pair unreadable) | auto."""
     top_logprobs: int = 20
     """top mode: tokens listed per answer, at least the number of labels (<= 20)."""
-    tokenizer: Optional[str] = None
+    tokenizer: str | None = None
     """exact mode: the tokenizer giving (or checking) the answer ids (null: model.path)."""
     token_ids: dict[str, int] = field(default_factory=dict)
     """Or the answer ids themselves, checked against the tokenizer (a dict, not Optional: OmegaConf merges CLI dicts)."""
@@ -146,21 +146,21 @@ class TaskConf:
 
     name: str = MISSING
     """The dataset (harness.data.tasks.TASKS)."""
-    aspect: Optional[str] = None
+    aspect: str | None = None
     """The human score judged against (null: none, or the file's only one for task=jsonl)."""
     offset: int = 0
     """The first document of the slice."""
-    docs: Optional[int] = None
+    docs: int | None = None
     """Documents in the slice (null: all from offset on)."""
-    max_candidates: Optional[int] = None
+    max_candidates: int | None = None
     """The first N candidates of each document (null: all)."""
     num_shards: int = 1
     """Split the slice into this many contiguous shards (SLURM arrays)."""
     shard_index: int = 0
     """Which shard this job judges (the shard sweep's `task.shard_index=range(N)`; slurm/node.sbatch sets it per task)."""
-    family: Optional[str] = None
+    family: str | None = None
     """task=jsonl: summarization | dialogue | instruction (null: instruction when the file has `gold`)."""
-    path: Optional[str] = None
+    path: str | None = None
     """task=jsonl: the .jsonl file (one JSON line per candidate)."""
     format: str = "default"
     """default: this project's text cleaning | zepo: texts and human scores as the official ZEPO loaders."""
@@ -231,7 +231,7 @@ class LocalOptimizerConf(_SamplingConf):
     """The optimizer's name (in the run's config)."""
     path: str = MISSING
     """The optimizer's weights (model.path: the judge's own, which are then shared)."""
-    gguf_file: Optional[str] = None
+    gguf_file: str | None = None
     """A GGUF file inside `path`."""
     dtype: str = "auto"
     """auto: float32 on CPU, bfloat16 on GPU; or a dtype name."""
@@ -275,7 +275,7 @@ class ApiOptimizerConf(_SamplingConf, _ServerConf):
 class DataConf:
     dir: str = MISSING
     """Verified copies of the upstream files."""
-    mirror: Optional[str] = None
+    mirror: str | None = None
     """An offline mirror folder to copy from (null: download)."""
 
 
@@ -287,7 +287,7 @@ class CacheConf:
     """The cache's SQLite file."""
     chunk: int = 16
     """Requests per judge call between cache commits (a streaming judge commits after every forward)."""
-    per_job: Optional[bool] = None
+    per_job: bool | None = None
     """A cache file per multirun job (sweeps/<sweep>/<job>/ beside path), folded into path when the
     sweep ends; None = per job under hydra/launcher=slurm (one SQLite file written from many nodes is
     unsafe on NFS: docs/slurm.md)."""
@@ -316,13 +316,13 @@ class WandbConf:
     """online | offline | disabled."""
     project: str = "harness"
     """The W&B project."""
-    entity: Optional[str] = None
+    entity: str | None = None
     """The W&B team or user (null: the default entity)."""
-    group: Optional[str] = None
+    group: str | None = None
     """The run's group (sweeps set it to the sweep's name)."""
-    job_type: Optional[str] = None
+    job_type: str | None = None
     """The run's job type (null: experiment.name)."""
-    name: Optional[str] = None
+    name: str | None = None
     """The run's name (null: W&B's)."""
     tags: list[str] = field(default_factory=list)
     """The run's tags."""

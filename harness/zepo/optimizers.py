@@ -56,7 +56,7 @@ from harness.zepo.validation import (
 class ParaphraseError(HarnessError):
     """The optimizer produced no valid paraphrase for a slot within max_attempts."""
 
-    def __init__(self, message: str, rejected: dict[int, tuple["Rejection", ...]] | None = None) -> None:
+    def __init__(self, message: str, rejected: dict[int, tuple[Rejection, ...]] | None = None) -> None:
         super().__init__(message)
         self.rejected = rejected or {}
         """Failed slot -> its rejected samples (for logs)."""

@@ -31,9 +31,8 @@ from typing import Any
 from harness.files import write_json_atomic, write_jsonl_atomic, write_text_atomic
 from harness.judges.base import Judge
 from harness.judging import judge_instructions, write_judgments
-from harness.metrics.bootstrap import interval_summary
-from harness.metrics.interval import MIN_DOCUMENTS, TOO_FEW, Interval, sentence
 from harness.metrics.card import SET_FILE
+from harness.metrics.interval import MIN_DOCUMENTS, TOO_FEW, Interval, sentence
 from harness.metrics.summary import analyse
 from harness.progress import counted
 from harness.records import Document, Judgment, Tracker
@@ -424,7 +423,9 @@ def before_after_table(results: Mapping[str, Any]) -> str:
         m = r["metrics"]["none"]
         leaky, held = r.get("metrics_leaky") or r["metrics"], r.get("metrics_heldout") or {}
 
-        def cell(where: str, variant: str, key: str, values: Mapping[str, Any] | None = None) -> str:
+        def cell(
+            where: str, variant: str, key: str, values: Mapping[str, Any] | None = None, r=r, m=m
+        ) -> str:
             iv = ((r.get(f"intervals{where}") or {}).get(variant) or {}).get(key)
             on = ((r.get(f"interval_basis{where}") or {}).get(variant) or {}).get(key)
             return _pairs(values, iv, on) if key == "spearman_pairs" else _iv(m, iv, on, key)

@@ -44,7 +44,8 @@ from harness.files import write_json_atomic, write_jsonl_atomic, write_text_atom
 from harness.judges.base import Judge
 from harness.judging import judge_instructions, write_judgments
 from harness.metrics.bootstrap import interval_summary
-from harness.metrics.summary import Summary, analyse as analyse_judgments
+from harness.metrics.summary import Summary
+from harness.metrics.summary import analyse as analyse_judgments
 from harness.records import Document, Tracker
 from harness.zepo import plots
 from harness.zepo.figure3 import (
