@@ -396,27 +396,45 @@ def test_the_pooled_metrics_are_defined_where_they_appear(run, browser):
 
 
 def test_zepo_summary_is_a_table(tmp_path, browser):
-    """summary.md's before/after table, as ZEPO writes it, is an HTML table with its header and rows;
-    the sentences under it a list; its texts are escaped."""
-    from harness.report.markdown import markdown_html
+    """A ZEPO run's summary.md (harness.zepo.run.before_after_table, as the run writes it) is an HTML
+    table on the page, its header and one row per instruction, no <pre>; its texts are inert."""
+    from harness.zepo.run import before_after_table
 
-    md = (
-        "ZEPO summeval/coherence: 1 search document, 1 evaluation document (1 held out)\n\n"
-        "| instruction | search fairness | held-out Spearman (PairS) |\n|---|---|---|\n"
-        "| initial (#0) | -0.500 | 0.200 [-0.1, 0.4] |\n| best (#3) | -0.100 | <b>0.300</b> |\n\n"
-        "best - initial, paired on the same documents:\n- held-out Spearman (PairS): +0.100\n"
+    def part(index: int, rho: float) -> dict:
+        metrics = {"none": {"spearman_pairs": rho}, "permutation": {"spearman_pairs": rho}}
+        return {
+            "index": index,
+            "metrics": {"none": {"a_rate": 0.5, "a_rate_prob": 0.52, "spearman": rho}},
+            "metrics_leaky": metrics,
+            "metrics_heldout": metrics,
+            "search": {"objectives": {"fairness": -0.5 + index / 10}, "a_rate": 0.5, "a_rate_prob": 0.5},
+            "n_heldout_docs": 2,
+        }
+
+    results = {
+        "experiment": "zepo",
+        "objective": "fairness",
+        "leak_search_docs": False,
+        "task": "<b>mine</b>",
+        "aspect": "overall",
+        "search_doc_ids": ["d0"],
+        "eval_doc_ids": ["d1", "d2"],
+        "n_candidates": 4,
+        "initial": part(0, 0.2),
+        "best": part(3, 0.4),
+    }
+    out = tmp_path / "zepo"
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps(results))
+    (out / "history.jsonl").write_text(json.dumps({"index": 0, "text": "initial text"}) + "\n")
+    (out / "summary.md").write_text(before_after_table(results) + "\n")
+    write_report(out, None)
+    _load(browser, out / "report.html")
+    cells = browser.evaluate("""Array.from(document.querySelectorAll('#zepo + .summary-md table tr')).map(tr =>
+      Array.from(tr.children).map(c => c.textContent))""")
+    assert len(cells) == 3 and cells[0][:2] == ["instruction", "search fairness"] and len(cells[0]) == 10
+    assert [r[:2] for r in cells[1:]] == [["initial (#0)", "-0.500"], ["best (#3)", "-0.200"]]
+    assert browser.evaluate("document.querySelector('.summary-md p').textContent").startswith(
+        "ZEPO <b>mine</b>/overall"
     )
-    page = tmp_path / "p.html"
-    page.write_text(f"<html><body>{markdown_html(md)}</body></html>")
-    _load(browser, page)
-    cells = browser.evaluate(
-        "Array.from(document.querySelectorAll('table tr')).map(tr => "
-        "Array.from(tr.children).map(c => c.textContent))"
-    )
-    assert cells == [
-        ["instruction", "search fairness", "held-out Spearman (PairS)"],
-        ["initial (#0)", "-0.500", "0.200 [-0.1, 0.4]"],
-        ["best (#3)", "-0.100", "<b>0.300</b>"],
-    ]
-    assert browser.evaluate("document.querySelectorAll('li').length") == 1
-    assert browser.evaluate("document.querySelectorAll('pre, td b').length") == 0
+    assert browser.evaluate("document.querySelectorAll('#zepo ~ pre, .summary-md b').length") == 0

@@ -80,6 +80,7 @@
     return docs;
   }
 
+  function counted(n, word) { return n + ' ' + word + (n === 1 ? '' : 's'); }
   function mean(xs) { return xs.length ? xs.reduce(function (a, b) { return a + b; }, 0) / xs.length : null; }
   function summary(docs) {
     var kept = docs.filter(function (d) { return d.kept; });
@@ -87,7 +88,8 @@
       return 'No document has two or more human-scored candidates: no Spearman (the ranking still shows the ' +
         'win rates' + (docs.some(function (d) { return d.gold.some(Boolean); }) ? ' and the gold candidate' : '') + ').';
     }
-    return kept.length + ' of ' + docs.length + ' documents have two or more human-scored candidates: mean Spearman ' +
+    return kept.length + ' of ' + counted(docs.length, 'document') + (kept.length === 1 ? ' has' : ' have') +
+      ' two or more human-scored candidates: mean Spearman ' +
       f3(mean(kept.map(function (d) { return d.rho; }))) + ', mean Kendall ' + f3(mean(kept.map(function (d) { return d.tau; }))) +
       ' over them (the card\u2019s spearman and kendall of the raw judgments)' +
       (kept.length < docs.length ? '; ' + (docs.length - kept.length) + ' left out' : '') + '.';
@@ -130,7 +132,7 @@
         el('td', null, ranking(doc))));
     });
     $('docs-summary').textContent = summary(docs);
-    $('docs-status').textContent = rows.length + ' documents; page ' + (state.page + 1) + ' of ' + pages;
+    $('docs-status').textContent = counted(rows.length, 'document') + '; page ' + (state.page + 1) + ' of ' + pages;
     $('doc-prev').disabled = state.page === 0;
     $('doc-next').disabled = state.page >= pages - 1;
   }

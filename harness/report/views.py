@@ -62,7 +62,11 @@ def warnings_section(run_dir: Path) -> str:
             + f"<div class='message'>{esc(w.message)}</div></li>"
             for w in got.warnings
         )
-        more = f"<p class='note'>{got.more} more distinct warnings in {RUN_LOG}</p>" if got.more else ""
+        more = (
+            f"<p class='note'>{got.more} more distinct warning{'s' if got.more != 1 else ''} in {RUN_LOG}</p>"
+            if got.more
+            else ""
+        )
         body = f"<ul class='warnings'>{items}</ul>{more}"
     n = len(got.warnings) + got.more
     return (
