@@ -368,11 +368,17 @@ def test_the_page_reads_at_800_and_1400_px(run, tmp_path):
 def test_a_jobs_page_links_to_its_sweeps_index(run, browser, tmp_path):
     """A job's page (its run directory below a folder with Hydra's multirun.yaml) links to the sweep's
     index.html by a relative href, which resolves to that file from the page; a merged run two
-    folders down links two up; a run outside any sweep has no such link."""
+    folders down links two up; a page written before the index says it is not there yet; a run outside
+    any sweep has no such link."""
     sweep = tmp_path / "a sweep #1"
     for rel in ("0", "merged/all"):
         shutil.copytree(run, sweep / rel, ignore=shutil.ignore_patterns("report.html"))
     (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    write_report(sweep / "0", None)
+    _load(browser, sweep / "0" / "report.html")
+    assert "sweep index (no index.html there when this page was written" in browser.evaluate(
+        "document.querySelector('nav').textContent"
+    )
     (sweep / "index.html").write_text("<html><body>index</body></html>")
     for rel, href in (("0", "../index.html"), ("merged/all", "../../index.html")):
         write_report(sweep / rel, None)
@@ -382,6 +388,7 @@ def test_a_jobs_page_links_to_its_sweeps_index(run, browser, tmp_path):
             "return [a.getAttribute('href'), a.href]; })()"
         )
         assert got == [href, (sweep / "index.html").resolve().as_uri()]
+        assert "no index.html" not in browser.evaluate("document.querySelector('nav').textContent")
     _load(browser, run / "report.html")
     assert browser.evaluate("document.getElementById('sweep-index')") is None
 

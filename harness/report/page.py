@@ -148,8 +148,10 @@ def render(
     view: ChatView | None,
     texts_note: str | None = None,
     sweep: Path | None = None,
+    index_coming: bool = False,
 ) -> str:
-    """The whole page; `sweep`: the sweep directory the run is a job of (its index is linked)."""
+    """The whole page; `sweep`: the sweep directory the run is a job of (its index is linked;
+    `index_coming`: the caller writes that index next)."""
     data = payload(run, docs, view)
     prompt_note = next((s["prompt"]["note"] for s in data["sets"] if s["prompt"]["note"]), None)
     title = sections.title(run)
@@ -173,7 +175,7 @@ def render(
             PAIRS_HTML.format(threshold=data["threshold"]),
         ]
     links = " ".join(f"<a href='#{a}'>{esc(t)}</a>" for a, t in nav)
-    up = sweep_link(run.path, sweep)
+    up = sweep_link(run.path, sweep, index_coming)
     links = f"{up} {links}" if up else links
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
@@ -194,12 +196,13 @@ def write_report(
 ) -> Path:
     """report.html in `run_dir` from its files; `docs` give the candidates' texts, `view` the judge's
     chat wrapping (without them the page says what it cannot show, in `texts_note`); `sweep`: the
-    sweep directory it is a job of (default: the nearest folder above with a multirun.yaml)."""
+    sweep directory it is a job of, whose index.html the caller writes next (default: the nearest
+    folder above with a multirun.yaml, its index said missing when it is)."""
     run = read_run(run_dir)
     by_id = {d.id: d for d in docs or ()}
     if docs is None and texts_note is None:
         texts_note = "the documents were not loaded: candidate texts and prompts are not shown"
     out = Path(run_dir) / REPORT
-    sweep = Path(sweep) if sweep is not None else sweep_of(Path(run_dir))
-    write_text_atomic(out, render(run, by_id, view, texts_note, sweep))
+    found = Path(sweep) if sweep is not None else sweep_of(Path(run_dir))
+    write_text_atomic(out, render(run, by_id, view, texts_note, found, index_coming=sweep is not None))
     return out

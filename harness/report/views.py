@@ -27,18 +27,19 @@ def sweep_of(run_dir: Path) -> Path | None:
     return None
 
 
-def sweep_link(run_dir: Path, sweep: Path | None) -> str:
+def sweep_link(run_dir: Path, sweep: Path | None, index_coming: bool = False) -> str:
     """<a> to the sweep's index.html, relative to the page (../index.html) and URL-encoded segment by
     segment: the page and its sweep move together (a copied folder, a cluster's disk seen from a
-    laptop). Empty when the run is no sweep's job."""
+    laptop). Empty when the run is no sweep's job. `index_coming`: the caller writes the index next
+    (harness-report SWEEP_DIR); otherwise a missing index is said."""
     if sweep is None:
         return ""
     rel = Path(os.path.relpath(Path(sweep).resolve() / SWEEP_INDEX, Path(run_dir).resolve()))
     href = "/".join(quote(part) for part in rel.parts)
     missing = (
         ""
-        if (Path(sweep) / SWEEP_INDEX).is_file()
-        else " (not written yet: harness-report SWEEP_DIR writes it)"
+        if index_coming or (Path(sweep) / SWEEP_INDEX).is_file()
+        else f" (no {SWEEP_INDEX} there when this page was written: harness-report SWEEP_DIR writes it)"
     )
     return f"<a id='sweep-index' href='{esc(href)}'>sweep index</a>{esc(missing)}"
 
