@@ -336,33 +336,44 @@ LAYOUT = """(() => {
 })()""".replace("%s", LONG_ID)
 
 
-def test_the_page_reads_at_800_and_1400_px(run, tmp_path):
+def test_the_page_reads_at_800_and_1400_px(run, browser, tmp_path):
     """At 800 px the humans column is on screen and no id is broken across lines (a long id is cut with an
     ellipsis and kept whole in its title); nothing widens the page. At 1400 px the every-metric table
-    (every variant, with its intervals) fits. Negative control: the old rule that let ids break anywhere
-    splits the long id at 800 px."""
+    (every variant, with its intervals) fits. Negative controls: the old rule that let ids break anywhere
+    splits the long id at 800 px; the old unbroken metric cells overflow at 1400 px."""
+    b = browser
     for width in (800, 1400):
-        with Chromium(width=width, height=900) as b:
-            _load(b, run / "report.html")
-            b.evaluate(
-                "document.querySelectorAll('section.set details').forEach(d => d.open = true);"
-                "document.getElementById('query').value = 'doc-12';"
-                "document.getElementById('query').dispatchEvent(new Event('input'))"
+        b.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False},
+            session=True,
+        )
+        _load(b, run / "report.html")
+        b.evaluate(
+            "document.querySelectorAll('section.set details').forEach(d => d.open = true);"
+            "document.getElementById('query').value = 'doc-12';"
+            "document.getElementById('query').dispatchEvent(new Event('input'))"
+        )
+        got = b.evaluate(LAYOUT)
+        assert got["page"] <= got["W"], got
+        assert got["humansRight"] <= got["W"] and got["split"] == [] and got["loose"] == [], got
+        if width == 1400:
+            assert got["metricsRight"] <= got["W"] and got["metricsWidth"] <= got["metricsBox"], got
+            b.evaluate(  # control: the old cells, value and reason on one line, do not fit
+                "const s = document.createElement('style'); s.textContent = '.metrics td.num { white-space: "
+                "nowrap !important }'; document.head.appendChild(s)"
             )
             got = b.evaluate(LAYOUT)
-            assert got["page"] <= got["W"], got
-            assert got["humansRight"] <= got["W"] and got["split"] == [] and got["loose"] == [], got
-            if width == 1400:
-                assert got["metricsRight"] <= got["W"] and got["metricsWidth"] <= got["metricsBox"], got
-            else:
-                assert LONG_ID in got["cut"]  # too long for its column: cut (its text whole), not broken
-                b.screenshot(tmp_path / "800.png")  # looked at by hand: readable
-                b.evaluate(
-                    "const s = document.createElement('style'); s.textContent = '.id { white-space: normal "
-                    "!important; overflow-wrap: anywhere !important; display: inline !important }';"
-                    "document.head.appendChild(s)"
-                )
-                assert LONG_ID in b.evaluate(LAYOUT)["split"]
+            assert got["metricsWidth"] > got["metricsBox"], got
+        else:
+            assert LONG_ID in got["cut"]  # too long for its column: cut (its text whole), not broken
+            b.screenshot(tmp_path / "800.png")  # looked at by hand: readable
+            b.evaluate(
+                "const s = document.createElement('style'); s.textContent = '.id { white-space: normal "
+                "!important; overflow-wrap: anywhere !important; display: inline !important }';"
+                "document.head.appendChild(s)"
+            )
+            assert LONG_ID in b.evaluate(LAYOUT)["split"]
 
 
 def test_a_jobs_page_links_to_its_sweeps_index(run, browser, tmp_path):
