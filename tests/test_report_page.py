@@ -87,6 +87,12 @@ def test_the_page_shows_every_pair_in_both_orders_and_every_text(judge_run, brow
     assert f"  run           {about}" in card and "  humans        Spearman " in card
     for png in judge_run.glob("card_*.png"):
         assert Image.open(png).text["Title"].endswith(about), png
+    # Every warning the console printed (here: low answer mass, a tiny random model) is on the page.
+    warned = [
+        line.split("][WARNING] - ", 1)[1] for line in CONSOLE["judge"].splitlines() if "][WARNING] - " in line
+    ]
+    shown = browser.evaluate("document.querySelector('ul.warnings').textContent")
+    assert any(w.startswith("answer mass is low") for w in warned) and all(w in shown for w in warned)
     shot = browser.screenshot(tmp_path / "page.png")
     assert shot.stat().st_size > 20_000  # a drawn page, not a blank one (looked at by hand: readable)
 
@@ -245,6 +251,11 @@ def test_harness_report_refreshes_an_old_run_and_a_sweep_index(judge_run, tmp_pa
     assert "collect table" in text and "seed=1" in text and f"{spearman:.3f}" in text
     browser.load(sweep / "0" / "report.html")
     assert len(browser.evaluate(ROWS_JS)) == 6
+    # A job's page links back to the index (relative, so the sweep folder can move).
+    href = browser.evaluate(
+        "(() => { const a = document.getElementById('sweep-index'); return [a.getAttribute('href'), a.href]; })()"
+    )
+    assert href == ["../index.html", (sweep / "index.html").resolve().as_uri()]
 
 
 METRIC_ROWS_JS = """Object.fromEntries(Array.from(document.querySelectorAll('section.set details table tbody tr'))

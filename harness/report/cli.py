@@ -73,8 +73,9 @@ def chat_view(run_dir: Path) -> ChatView | None:
     return config_view(read_json(path)) if path.is_file() else None
 
 
-def report_run(run_dir: Path, args: argparse.Namespace, echo: Any) -> list[Any]:
-    """Cards (when the run judged pairs) and report.html of one run; returns the cards."""
+def report_run(run_dir: Path, args: argparse.Namespace, echo: Any, sweep: Path | None = None) -> list[Any]:
+    """Cards (when the run judged pairs) and report.html of one run (`sweep`: the sweep directory it
+    is reported as a job of, whose index.html its page links); returns the cards."""
     cards = []
     out = None if args.out is None else Path(args.out)
     if find_judgments(run_dir):
@@ -99,6 +100,7 @@ def report_run(run_dir: Path, args: argparse.Namespace, echo: Any) -> list[Any]:
             "summary.md",
             "scores.jsonl",
             "sensitivity.jsonl",
+            "run.log",
         ):
             if (run_dir / name).is_file():
                 shutil.copy2(run_dir / name, out / name)
@@ -106,7 +108,7 @@ def report_run(run_dir: Path, args: argparse.Namespace, echo: Any) -> list[Any]:
             rel = p.relative_to(run_dir)
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(p, out / rel)
-    page = write_report(target, docs, chat_view(run_dir) if docs is not None else None, note)
+    page = write_report(target, docs, chat_view(run_dir) if docs is not None else None, note, sweep)
     echo(f"report: {page}")
     return cards
 
@@ -148,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise DataError(
                     "--out works for one run; a sweep's jobs are reported in place", where=str(root)
                 )
-            cards = [c for job in find_runs(root) for c in report_run(job, args, echo)]
+            cards = [c for job in find_runs(root) for c in report_run(job, args, echo, root)]
             echo(f"index: {write_index(root)}")
         else:
             cards = report_run(root, args, echo)

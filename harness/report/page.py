@@ -26,6 +26,7 @@ from harness.report.pairs import documents_blob, pair_table
 from harness.report.prompt import ChatView, plan
 from harness.report.sections import esc
 from harness.report.sets import JudgedSet, RunFiles, read_run
+from harness.report.views import DOCUMENTS_HTML, sweep_link, sweep_of, warnings_section
 
 REPORT = "report.html"
 """The page's file name, in the run directory."""
@@ -71,6 +72,8 @@ def set_payload(
         "rows": table.rows,
         "counts": table.counts,
         "prompt": prompt,
+        "lp_keys": table.lp_keys,
+        "lps": table.logprobs,
     }
 
 
@@ -95,27 +98,36 @@ def payload(
 
 PAIRS_HTML = """<h2 id='pairs'>pairs</h2>
 <p class='note'>One row per pair of candidates i, j of a document (i listed first): P(A) with i shown as A and with
-j shown as A, side by side; the decision in each order; each order's answer mass (threshold {threshold}); flags with
-their values; the human scores or gold label (humans' preference in brackets). A pair <b>flips with the order</b>
+j shown as A, side by side; the human scores or gold label (humans' preference in brackets; "no gold label" where
+the pair has none); the decision in each order; each order's answer mass (threshold {threshold}); flags with
+their values. A pair <b>flips with the order</b>
 when the same position wins both times (sign(P(A|i,j) - 0.5) differs from sign(0.5 - P(A|j,i)), the order
 consistency's definition); it <b>disagrees with humans</b> when (P(A|i,j) + 1 - P(A|j,i)) / 2 picks the candidate
-humans rank lower. Press + to see both texts, the source and the exact prompts.</p>
+humans rank lower, and its <b>confidence</b> is how far that is from 0.5. <b>find</b>: ids match exactly
+(every word must be the document's or a candidate's id: "doc-1" is not "doc-10"); text matches the words as typed,
+case ignored, anywhere in the pair's prompts: the source, the context, both candidates' texts and the
+instruction. Press + to see both texts, the source, the answer tokens' log-probs and the exact prompts.</p>
 <div class='controls'>
 <label>set <select id='set'></select></label>
 <span id='tags'></span>
 <label>sort <select id='sort'><option value='doc'>document order</option>
+<option value='disagree'>most confident disagreement with humans</option>
 <option value='gap'>largest order gap |P(A|i,j) + P(A|j,i) - 1|</option>
 <option value='mass'>lowest answer mass</option><option value='p_a'>highest P(A|i,j)</option></select></label>
-<label>find <input id='query' type='search' placeholder='document or candidate id'></label>
+<label>find <input id='query' type='search' placeholder='an id, or words of a text'></label>
+<label>in <select id='find-in'><option value='any'>ids (exact) or texts</option><option value='id'>ids, exact</option>
+<option value='text'>texts and prompts</option></select></label>
 <label>rows <select id='size'><option>25</option><option selected>50</option><option>200</option>
 <option>1000</option></select></label>
 <button id='prev' type='button'>previous</button><button id='next' type='button'>next</button>
 <span id='pairs-status'></span></div>
 <p class='note'>prompts: <span id='pairs-note'></span></p>
-<table id='pairs-table'><thead><tr><th>document</th><th>candidate i</th><th>candidate j</th>
-<th class='num'>P(A), i as A</th><th class='num'>P(A), j as A</th><th>chosen (i,j | j,i)</th>
-<th class='num'>answer mass (i,j | j,i)</th><th>flags</th><th>humans</th></tr></thead>
-<tbody id='pairs-body'></tbody></table>
+<div class='wide'><table id='pairs-table'><colgroup><col class='c-doc'><col class='c-id'><col class='c-id'>
+<col class='c-p'><col class='c-p'><col class='c-humans'><col class='c-chosen'><col class='c-mass'><col class='c-flags'>
+</colgroup><thead><tr><th>document</th><th>cand&shy;idate i</th><th>cand&shy;idate j</th>
+<th class='num'>P(A), i as A</th><th class='num'>P(A), j as A</th><th>humans</th><th>chosen (i,j | j,i)</th>
+<th class='num'>answer mass (i,j | j,i)</th><th>flags</th></tr></thead>
+<tbody id='pairs-body'></tbody></table></div>
 <noscript><p class='warn'>The pair table needs JavaScript; the numbers are in judgments.jsonl.</p></noscript>"""
 
 
@@ -131,30 +143,47 @@ def experiment_section(run: RunFiles, docs: Mapping[str, Document]) -> str:
 
 
 def render(
-    run: RunFiles, docs: Mapping[str, Document], view: ChatView | None, texts_note: str | None = None
+    run: RunFiles,
+    docs: Mapping[str, Document],
+    view: ChatView | None,
+    texts_note: str | None = None,
+    sweep: Path | None = None,
+    index_coming: bool = False,
 ) -> str:
-    """The whole page."""
+    """The whole page; `sweep`: the sweep directory the run is a job of (its index is linked;
+    `index_coming`: the caller writes that index next)."""
     data = payload(run, docs, view)
     prompt_note = next((s["prompt"]["note"] for s in data["sets"] if s["prompt"]["note"]), None)
     title = sections.title(run)
     sets = "".join(sections.set_section(s, k) for k, s in enumerate(run.sets))
-    nav = [("header", "run"), ("cards", "report cards")] if run.sets else [("header", "run")]
+    nav = [("header", "run"), ("warnings", "warnings")]
     extra = experiment_section(run, docs)
-    body = [f"<h1 id='header'>{esc(title)}</h1>", sections.header(run, prompt_note, texts_note)]
+    body = [
+        f"<h1 id='header'>{esc(title)}</h1>",
+        sections.header(run, prompt_note, texts_note),
+        warnings_section(run.path),
+    ]
     if extra:
-        nav.insert(1, (extra.split("id='", 1)[1].split("'", 1)[0], "experiment"))
+        nav.append((extra.split("id='", 1)[1].split("'", 1)[0], "experiment"))
         body.append(extra)
     if run.sets:
-        nav.append(("pairs", "pairs"))
-        body += ["<h2 id='cards'>report cards</h2>", sets, PAIRS_HTML.format(threshold=data["threshold"])]
+        nav += [("cards", "report cards"), ("documents", "documents"), ("pairs", "pairs")]
+        body += [
+            "<h2 id='cards'>report cards</h2>",
+            sets,
+            DOCUMENTS_HTML,
+            PAIRS_HTML.format(threshold=data["threshold"]),
+        ]
     links = " ".join(f"<a href='#{a}'>{esc(t)}</a>" for a, t in nav)
+    up = sweep_link(run.path, sweep, index_coming)
+    links = f"{up} {links}" if up else links
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>{esc(title)}</title><style>{asset('report.css')}</style></head><body>"
         f"<nav>{links}</nav>{''.join(body)}"
         f"<script type='application/json' id='report-data'>{script_json(data)}</script>"
-        f"<script>{asset('report.js')}</script></body></html>\n"
+        f"<script>{asset('report.js')}\n{asset('documents.js')}</script></body></html>\n"
     )
 
 
@@ -163,13 +192,17 @@ def write_report(
     docs: Sequence[Document] | None = None,
     view: ChatView | None = None,
     texts_note: str | None = None,
+    sweep: str | Path | None = None,
 ) -> Path:
     """report.html in `run_dir` from its files; `docs` give the candidates' texts, `view` the judge's
-    chat wrapping (without them the page says what it cannot show, in `texts_note`)."""
+    chat wrapping (without them the page says what it cannot show, in `texts_note`); `sweep`: the
+    sweep directory it is a job of, whose index.html the caller writes next (default: the nearest
+    folder above with a multirun.yaml, its index said missing when it is)."""
     run = read_run(run_dir)
     by_id = {d.id: d for d in docs or ()}
     if docs is None and texts_note is None:
         texts_note = "the documents were not loaded: candidate texts and prompts are not shown"
     out = Path(run_dir) / REPORT
-    write_text_atomic(out, render(run, by_id, view, texts_note))
+    found = Path(sweep) if sweep is not None else sweep_of(Path(run_dir))
+    write_text_atomic(out, render(run, by_id, view, texts_note, found, index_coming=sweep is not None))
     return out

@@ -37,6 +37,12 @@ class PairTable:
     gold ("i", "j" or null), tags]: indices into doc_ids and cands; null where an order is missing."""
     counts: dict[str, int]
     """Tag name -> rows with it, plus "rows"."""
+    lp_keys: list[str]
+    """The answer tokens read in this set ("A:A", "B: B": label, colon, token text), in order of first
+    appearance."""
+    logprobs: list[list[list[float | None] | None]]
+    """Per row, its two orders' answer-token log-probs ((i,j) then (j,i)), aligned with `lp_keys` (null
+    for a token not read in that order, or for an order without any), 3 significant digits."""
 
 
 def _num(x: float | None, digits: int = 6) -> float | None:
@@ -100,6 +106,8 @@ def pair_table(judgments: Sequence[Judgment], threshold: float) -> PairTable:
             if c not in ids:
                 ids.append(c)
     rows: list[list[Any]] = []
+    keys: dict[str, int] = {}
+    logprobs: list[list[list[float | None] | None]] = []
     for d, (doc, ids) in enumerate(order.items()):
         for i in range(len(ids)):
             for k in range(i + 1, len(ids)):
@@ -107,8 +115,28 @@ def pair_table(judgments: Sequence[Judgment], threshold: float) -> PairTable:
                 if ij is None and ji is None:
                     continue
                 rows.append(_row(d, i, k, ij, ji, threshold))
+                logprobs.append([_logprobs(x, keys) for x in (ij, ji)])
+    width = len(keys)
+    for both in logprobs:
+        for lp in both:
+            if lp is not None:
+                lp.extend([None] * (width - len(lp)))
     counts = {name: sum(1 for r in rows if r[-1] & bit) for name, bit in TAGS.items()}
-    return PairTable(list(order), list(order.values()), rows, {"rows": len(rows), **counts})
+    return PairTable(
+        list(order), list(order.values()), rows, {"rows": len(rows), **counts}, list(keys), logprobs
+    )
+
+
+def _logprobs(j: Judgment | None, keys: dict[str, int]) -> list[float | None] | None:
+    """One order's log-probs in the set's key order (`keys` grows as new tokens appear)."""
+    if j is None or not j.token_logprobs:
+        return None
+    out: list[float | None] = [None] * len(keys)
+    for key, value in j.token_logprobs.items():
+        at = keys.setdefault(key, len(keys))
+        out.extend([None] * (at + 1 - len(out)))
+        out[at] = _num(value, 3)
+    return out
 
 
 def _row(d: int, i: int, k: int, ij: Judgment | None, ji: Judgment | None, threshold: float) -> list[Any]:

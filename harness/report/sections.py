@@ -16,6 +16,7 @@ from typing import Any
 from harness.files import read_text
 from harness.judges.cpu import numerics_line
 from harness.metrics.interval import Interval, described, shown
+from harness.report.markdown import markdown_html
 from harness.report.sets import JudgedSet, RunFiles, served_from_cache
 
 AGREEMENT = (
@@ -28,6 +29,17 @@ AGREEMENT = (
     "accuracy",
 )
 """Metrics of agreement with humans, shown first."""
+DEFINITIONS = {
+    "spearman": "mean over documents of each document's Spearman between the candidates' win rates and "
+    "their human scores (the documents view shows each one)",
+    "kendall": "as spearman, with Kendall's tau-b",
+    "spearman_whole": "pooled over documents: ONE Spearman of (win rate, human score) over every candidate "
+    "of every document together, not a mean of per-document ones; it also counts telling documents apart "
+    "(one document's candidates all scored higher than another's), so it can be high while spearman is "
+    "near 0",
+    "kendall_whole": "as spearman_whole (pooled over documents), with Kendall's tau-b",
+}
+"""What a metric means, shown under its name where the page lists it (docs/report_card.md)."""
 CAPTIONS = {
     "reliability": "reliability: share of pairs humans prefer A vs P(A), per bin",
     "p_a_by_order": "P(A) with the candidates as listed and swapped",
@@ -161,8 +173,8 @@ def metrics_table(
     }
     with_ivs = any(iv is not None for iv in ivs.values())
     rows = [
-        [esc(k) + (" <span class='note'>(agreement with humans)</span>" if k in AGREEMENT else "")]
-        + [esc(shown(metrics[v].get(k), ivs[v, k], plain, basis=False)) for v in variants]
+        [metric_name(k)]
+        + [value_cell(shown(metrics[v].get(k), ivs[v, k], plain, basis=False)) for v in variants]
         + (
             [esc(described([(ivs[v, k], level) for v in variants if ivs[v, k] is not None]) or "–")]
             if with_ivs
@@ -170,10 +182,29 @@ def metrics_table(
         )
         for k in keys
     ]
-    return grid(
+    table = grid(
         ["metric", *variants, *(["intervals rest on"] if with_ivs else [])],
         rows,
         [False] + [True] * len(variants) + ([False] if with_ivs else []),
+    )
+    return f"<div class='wide metrics'>{table}</div>"
+
+
+def metric_name(key: str) -> str:
+    """A metric's name, whether it is agreement with humans, and its definition where it has one."""
+    about = DEFINITIONS.get(key)
+    return (
+        f"<span class='metric'>{esc(key)}</span>"
+        + (" <span class='note'>(agreement with humans)</span>" if key in AGREEMENT else "")
+        + (f"<div class='define'>{esc(about)}</div>" if about else "")
+    )
+
+
+def value_cell(text: str) -> str:
+    """ "0.62 [0.55, 0.70] (why)": the value and its interval kept on one line, the reason free to wrap."""
+    value, sep, why = text.partition(" (")
+    return f"<span class='value'>{esc(value)}</span>" + (
+        f" <span class='why'>({esc(why)}</span>" if sep else ""
     )
 
 
@@ -254,7 +285,7 @@ def zepo_section(run: RunFiles) -> str:
     summary = run.path / "summary.md"
     return (
         "<h2 id='zepo'>ZEPO search</h2>"
-        + (f"<pre>{esc(read_text(summary))}</pre>" if summary.is_file() else "")
+        + (f"<div class='summary-md'>{markdown_html(read_text(summary))}</div>" if summary.is_file() else "")
         + "<h3>candidates (search documents; held-out Spearman on the documents the search never saw)</h3>"
         + grid(
             [
