@@ -422,11 +422,13 @@ def completion_key(
 class CompletionCache:
     """SQLite key -> completion text; WAL mode, one commit per put (optimizer calls are few)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, own_file: bool = False) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._db = open_sqlite(
-            self.path, "CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, model TEXT, text TEXT)"
+            self.path,
+            "CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, model TEXT, text TEXT)",
+            own_file=own_file,
         )
 
     def get(self, key: str) -> str | None:

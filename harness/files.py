@@ -13,17 +13,22 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
+import logging
 import math
 import os
 import re
 import shlex
 import sqlite3
+import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from harness.errors import CacheError, DataError
+
+log = logging.getLogger(__name__)
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 """No space left, quota exceeded, file too large (RLIMIT_FSIZE): the disk is full for this run."""
@@ -227,7 +232,33 @@ def why_not_folder(folder: str | Path, e: OSError) -> str:
     return e.strerror or str(e)
 
 
-def open_sqlite(path: str | Path, schema: str) -> sqlite3.Connection:
+NO_LOCKS = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL}
+"""What fcntl's lock calls raise on a filesystem without locking (Lustre mounted without flock, an
+NFS without its lock daemon): SQLite's shared (WAL) mode cannot work there."""
+
+
+def locks_work(folder: Path) -> bool:
+    """Whether the filesystem of `folder` grants POSIX record locks (SQLite's locking, WAL's
+    included), probed on a scratch file there. True when it cannot tell (the folder not writable:
+    SQLite's own error says so)."""
+    probe = folder / f".harness-lock-probe-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return True
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.lockf(fd, fcntl.LOCK_UN)
+    except OSError as e:
+        return e.errno not in NO_LOCKS
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            probe.unlink()
+    return True
+
+
+def open_sqlite(path: str | Path, schema: str, *, own_file: bool = False) -> sqlite3.Connection:
     """A WAL-mode connection shared across threads (callers lock), with `schema` created.
 
     WAL keeps every committed transaction through a crash or SIGKILL, and lets a second process
@@ -237,6 +268,11 @@ def open_sqlite(path: str | Path, schema: str) -> sqlite3.Connection:
     one, the command that moves it aside; nothing is deleted or replaced behind the user's back. So
     is a table whose columns are not `schema`'s (another harness version's layout), at once rather
     than at the first write.
+
+    WAL needs file locks, probed first (`locks_work`). Where the filesystem refuses them, a file
+    that is this process's alone (`own_file`: a sweep job's own cache) opens without locking and
+    without WAL (`lockless`: a rollback journal, just as crash-safe, for one writer); a file others
+    may share is one CacheError naming HARNESS_CACHE and node-local disk.
     """
     path = Path(path)
     try:
@@ -249,11 +285,35 @@ def open_sqlite(path: str | Path, schema: str) -> sqlite3.Connection:
         ) from None
     if path.is_dir():
         raise CacheError("is a folder, not a SQLite file; set cache.path=... to a file path", where=str(path))
+    lockless = not locks_work(path.parent)
+    if lockless and not own_file:
+        raise CacheError(
+            "is on a filesystem that refuses file locks (Lustre without flock, NFS without locking), which "
+            "a cache shared between processes needs: set HARNESS_CACHE (or cache.path=...) to node-local "
+            "disk (e.g. $TMPDIR), or run a sweep whose jobs each write their own file (cache.per_job=true)",
+            where=str(path),
+        )
     db = None
     try:
-        db = sqlite3.connect(path, timeout=60, check_same_thread=False)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
+        if lockless:
+            db = sqlite3.connect(
+                f"file:{urllib.parse.quote(str(path.resolve()))}?vfs=unix-none",
+                uri=True,
+                timeout=60,
+                check_same_thread=False,
+            )
+            db.execute("PRAGMA locking_mode=EXCLUSIVE")
+            db.execute("PRAGMA journal_mode=DELETE")
+            db.execute("PRAGMA synchronous=FULL")
+            log.warning(
+                "%s: this filesystem refuses file locks; the cache is this job's own, so it opens without "
+                "locks and without WAL (a rollback journal: commits survive a kill as before)",
+                path,
+            )
+        else:
+            db = sqlite3.connect(path, timeout=60, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
         problems = [r[0] for r in db.execute("PRAGMA quick_check")]
         if problems != ["ok"]:
             raise sqlite3.DatabaseError(f"integrity check failed: {problems[0].splitlines()[-1]}")

@@ -903,26 +903,46 @@ def test_site_config_dir_runs_a_sweep_on_slurm(slurm_cluster, job_env, tmp_path,
     assert [json.loads(r)["p_a"] for r in rows[0]] == [json.loads(r)["p_a"] for r in rows[1]]
 
 
+PER_GPU_LINES = ("#SBATCH --cpus-per-gpu=", "#SBATCH --mem-per-gpu=")
+
+
+def gpu_less_node_script(tmp_path: Path) -> Path:
+    """slurm/node.sbatch as a GPU-less site edits it: without its per-GPU CPU and memory lines
+    (sbatch 22.05 lets no command-line --mem / --mem-per-cpu replace a script's --mem-per-gpu:
+    "mutually exclusive"), so --cpus-per-task / --mem-per-cpu go on the command line."""
+    text = (REPO / "slurm" / "node.sbatch").read_text()
+    kept = [line for line in text.splitlines(keepends=True) if not line.startswith(PER_GPU_LINES)]
+    assert len(kept) == len(text.splitlines()) - len(PER_GPU_LINES)
+    script = tmp_path / "node.sbatch"
+    script.write_text("".join(kept))
+    return script
+
+
 @pytest.mark.slurm
 def test_node_sbatch_requests_gpus(slurm_cluster, tmp_path):
     """On this GPU-less cluster the shipped script is refused for its GPU request (so it makes one),
-    and the same submission with the GPU request set to 0 is accepted (`sbatch --test-only`, which
-    needs the node up: `slurm_cluster` keeps other sessions from stopping it meanwhile)."""
+    and the same script without its GPU request (the GPU request set to 0, CPUs and memory asked per
+    task) is accepted (`sbatch --test-only`, which needs the node up: `slurm_cluster` keeps other
+    sessions from stopping it meanwhile)."""
     base = [
         "sbatch",
         "--test-only",
         "--partition=debug",
-        "--cpus-per-task=1",
         f"--output={tmp_path}/%j.out",
         "--ntasks-per-node=2",
-        "--mem-per-cpu=1G",
     ]
     r = subprocess.run(
         [*base, str(REPO / "slurm" / "node.sbatch")], capture_output=True, text=True, timeout=60
     )
     assert r.returncode != 0 and "Invalid generic resource" in r.stderr, r.stderr
     r = subprocess.run(
-        [*base, "--gpus-per-task=0", str(REPO / "slurm" / "node.sbatch")],
+        [
+            *base,
+            "--gpus-per-task=0",
+            "--cpus-per-task=1",
+            "--mem-per-cpu=1G",
+            str(gpu_less_node_script(tmp_path)),
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -953,7 +973,7 @@ def test_node_job_runs_its_shards_side_by_side_and_merges(slurm_cluster, job_env
                 "--gpus-per-task=0",
                 "--time=10",
                 f"--output={log}",
-                str(REPO / "slurm" / "node.sbatch"),
+                str(gpu_less_node_script(tmp_path)),
                 *cfg,
             ],
             env,

@@ -45,7 +45,7 @@ from harness.judges.hf import HFJudge
 from harness.judges.prefix import trie_work
 from harness.judges.vllm import VLLMJudge
 from harness.models.resolve import model_folder
-from harness.models.tiny import ensure_tiny_model
+from harness.models.tiny import ensure_tiny_model, tiny_model_dir
 
 HELP = "every GPU-side check in one call (torch and transformers only; --dry-run on CPU)"
 CHECKS = ("devices", "prefix", "vllm", "bench")
@@ -138,12 +138,38 @@ def check_prefix(device: str, reqs: list) -> dict[str, Any]:
     return out
 
 
-def check_vllm(device: str, reqs: list) -> dict[str, Any]:
+LLAMA3_IDS = {"A": 32, " A": 362, "B": 33, " B": 426}
+"""Llama-3's answer-token ids: a tokenizer folder with these (and 128,256 tokens) is Llama-3's."""
+NO_LLAMA3 = (
+    "needs Llama-3's tokenizer: pip install --no-deps llama-models==0.3.0, or pass --tokenizer "
+    "<a Llama-3 tokenizer folder> (--prepare-carry writes one: llama3-tok)"
+)
+
+
+def tiny_llama3(tokenizer: str | None) -> Path | str:
+    """The tiny Llama-3-vocabulary model: built from llama-models' tokenizer file (harness.models.vocab),
+    or, where llama-models is not installed (the [vllm] extra does not install it), from the
+    `--tokenizer` folder when that is Llama-3's; else the one line saying how to get it."""
+    if importlib.util.find_spec("llama_models") is not None or tiny_model_dir("llama3").is_dir():
+        return ensure_tiny_model("llama3")
+    if tokenizer:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(tokenizer)
+        ids = {text: tok.encode(text, add_special_tokens=False) for text in LLAMA3_IDS}
+        if len(tok) == 128256 and all(ids[t] == [i] for t, i in LLAMA3_IDS.items()):
+            return ensure_tiny_model("llama3", tokenizer=tok)
+    return NO_LLAMA3
+
+
+def check_vllm(device: str, reqs: list, tokenizer: str | None = None) -> dict[str, Any]:
     """vLLM (where installed) on `device` against HF's float32 forward on CPU: a tiny
     Llama-3-vocabulary model (head size 32, which vLLM's CPU attention runs too)."""
     if importlib.util.find_spec("vllm") is None:
         return {"not_run": "not installed"}
-    path = ensure_tiny_model("llama3")
+    path = tiny_llama3(tokenizer)
+    if isinstance(path, str):
+        return {"not_run": path}
     ref = HFJudge(path, device="cpu", dtype="float32", batch_size=8, engine="hf").score_pairs(reqs)
     out = {}
     gpu = {} if device == "cpu" else {"gpu_memory_utilization": 0.3}
@@ -262,7 +288,7 @@ def main(args: argparse.Namespace) -> int:
     runs = {
         "devices": lambda: check_devices(device, reqs),
         "prefix": lambda: check_prefix(device, _requests(args.data_dir, 1 if small else 2, 3, "5instr")),
-        "vllm": lambda: check_vllm(device, reqs),
+        "vllm": lambda: check_vllm(device, reqs, args.tokenizer),
         "bench": lambda: check_bench(args.dry_run, args.tokenizer, args.data_dir),
     }
     for name in CHECKS:

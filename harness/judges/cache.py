@@ -112,7 +112,9 @@ def request_key(identity: str, prompt: str) -> str:
 class ScoreCache:
     """SQLite table key -> (p_a, token_logprobs json)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, own_file: bool = False) -> None:
+        """`own_file`: no other process writes this file (a sweep job's own cache), so it may open
+        without locks where the filesystem has none (harness.files.open_sqlite)."""
         self.path = Path(path)
         self._lock = threading.Lock()
         self.invalid = 0
@@ -120,6 +122,7 @@ class ScoreCache:
         self._db = open_sqlite(
             self.path,
             "CREATE TABLE IF NOT EXISTS scores (key TEXT PRIMARY KEY, identity TEXT, p_a REAL, logprobs TEXT)",
+            own_file=own_file,
         )
         self._flagged = False
         """Whether the `flagged` table exists (created with the first no_answer row, so a cache

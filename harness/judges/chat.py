@@ -371,7 +371,16 @@ NO_WEIGHTS = (
     "keyed without the judge's weights (an older harness), so they may be another model's answers "
     "under this name"
 )
+NO_DEVICE = (
+    "keyed before the identity named the device (an older harness), so they may be another device's "
+    "numbers (cpu and cuda kernels differ, bf16 most)"
+)
 """Why a legacy identity's rows are not served (CachedJudge names it once)."""
+
+
+def device_part(device: str) -> str:
+    """The identity's device part: the device's kind (`dev=cpu`, `dev=cuda`; cuda:1 is cuda)."""
+    return f"dev={str(device).split(':')[0]}"
 
 
 class ChatPrompts:
@@ -469,13 +478,22 @@ class ChatPrompts:
         return encode_messages(self.tokenizer, messages, self.max_length, where, int(new_tokens), fix)
 
     def set_model_identity(
-        self, backend: str, name: str, revision: str | None, gguf_file: str | None, dtype: str, weights: str
+        self,
+        backend: str,
+        name: str,
+        revision: str | None,
+        gguf_file: str | None,
+        dtype: str,
+        weights: str,
+        *,
+        device: str,
     ) -> str:
         """`model_identity`: what decides this model's text whatever it is asked (backend, name,
-        revision, quantisation file, dtype, template, system text, `|w=<weights fingerprint>`). A
-        judge's identity is it plus the read-out; an optimizer's, plus its sampling: one model's
-        judge and optimizer share it."""
-        self.model_parts = [backend, name, revision or "-", gguf_file or "-", dtype]
+        revision, quantisation file, dtype, the device kind (`dev=cpu`, `dev=cuda`: another device's
+        kernels give other numbers in the same dtype), template, system text, `|w=<weights
+        fingerprint>`). A judge's identity is it plus the read-out; an optimizer's, plus its
+        sampling: one model's judge and optimizer share it."""
+        self.model_parts = [backend, name, revision or "-", gguf_file or "-", dtype, device_part(device)]
         self.weights = weights
         self.model_identity = "|".join([*self.model_parts, *chat_identity(self), f"w={weights}"])
         return self.model_identity
@@ -489,25 +507,32 @@ class ChatPrompts:
         dtype: str,
         weights: str,
         float_logits: bool = False,
+        *,
+        device: str,
     ) -> None:
         """A local judge's `identity` (the request cache's key): `model_identity`'s parts with the
         answer tokens and read-out before `|w=`; with `float_logits` (a bf16/fp16 transformers judge)
         also `logits=float32` (harness.judges.head), so rows of the old bf16 head are not served.
         `legacy_identities`: the keys an older harness gave this judge, each with why its rows are
         not served (CachedJudge says so once and asks again): without the weights (`legacy_identity`),
-        and with the configured system prompt where the template adds its own."""
-        self.set_model_identity(backend, name, revision, gguf_file, dtype, weights)
+        and with the configured system prompt where the template adds its own; and before it named
+        the device (`dev=...`, NO_DEVICE)."""
+        self.set_model_identity(backend, name, revision, gguf_file, dtype, weights, device=device)
         readout = [
             self.answers.describe(),
             *readout_identity(self.chat_format, self.readout, self.max_new_tokens),
             *([LOGITS_SUFFIX] if float_logits else []),
         ]
 
-        def key(system: str | None) -> str:
-            return "|".join([*self.model_parts, *chat_identity(self, system), *readout])
+        def key(system: str | None, parts: list[str] = self.model_parts) -> str:
+            return "|".join([*parts, *chat_identity(self, system), *readout])
 
+        old_parts = self.model_parts[:-1]  # an older harness's: no device part
         self.identity = f"{key(None)}|w={weights}"
-        self.legacy_identity = key(self.system_prompt or "")
-        self.legacy_identities = {self.legacy_identity: NO_WEIGHTS}
-        if self.legacy_identity != key(None):
+        self.legacy_identity = key(self.system_prompt or "", old_parts)
+        self.legacy_identities = {
+            self.legacy_identity: NO_WEIGHTS,
+            f"{key(None, old_parts)}|w={weights}": NO_DEVICE,
+        }
+        if self.legacy_identity != key(None, old_parts):
             self.legacy_identities[f"{self.legacy_identity}|w={weights}"] = OLD_SYSTEM

@@ -128,6 +128,7 @@ class HFJudge(ChatPrompts):
             self.dtype_name,
             weights_part(path, gguf_file, self._model),
             float_logits=upcasts(self.dtype_name),
+            device=self.device,
         )
         self.numerics = numerics(
             self.dtype_name,

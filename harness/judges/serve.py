@@ -37,7 +37,7 @@ from pathlib import Path
 
 from harness.confdir import conf_dir
 from harness.errors import ConfigError, HarnessError
-from harness.judges.settings import VLLMSettings
+from harness.judges.settings import VLLMSettings, answer_head
 from harness.judges.vllm import engine_settings
 from harness.models.resolve import model_folder, model_spec
 
@@ -98,6 +98,10 @@ def server_command(
         cmd.append("--enforce-eager")
     if not cpu:
         cmd += ["--gpu-memory-utilization", str(offline_setting("gpu_memory_utilization"))]
+        if (
+            answer_head(cpu, settings["dtype"], None) != settings["dtype"]
+        ):  # float32 answer logits, as the judge's
+            cmd += ["--hf-overrides", json.dumps({"head_dtype": "float32"})]
     if "block_size" in settings:
         cmd += ["--block-size", str(settings["block_size"])]
     if "kv_cache_memory_bytes" in settings:

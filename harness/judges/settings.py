@@ -186,7 +186,34 @@ from conf/backend): backend.engine_args may not set them a second time."""
 
 READOUT_ENGINE_ARGS = ("logprobs_mode", "hf_overrides", "skip_tokenizer_init", "tokenizer_revision")
 """vLLM engine arguments that would change what the read-out assumes (raw log-softmax of the model
-and tokenizer the judge checked): refused in backend.engine_args."""
+and tokenizer the judge checked): refused in backend.engine_args, but for `hf_overrides` holding
+`head_dtype` alone (HEAD_DTYPES)."""
+
+HEAD_DTYPES = ("float32", "model")
+"""backend.engine_args.hf_overrides.head_dtype, the one hf_overrides key let through: the LM head's
+dtype (vLLM's ModelConfig.head_dtype). float32: float32 answer logits (the judge's default on a
+GPU); model: the weights' dtype (vLLM's own default, the judge's on a CPU). harness.judges.vllm
+puts it in the identity and in `numerics`."""
+
+
+def head_override(args: Mapping[str, Any]) -> str | None:
+    """backend.engine_args' hf_overrides.head_dtype when that is all hf_overrides holds and it is one
+    of HEAD_DTYPES; None when hf_overrides is not set. Anything else in hf_overrides is a ConfigError."""
+    overrides = args.get("hf_overrides")
+    if overrides is None:
+        return None
+    if (
+        isinstance(overrides, Mapping)
+        and set(overrides) == {"head_dtype"}
+        and overrides["head_dtype"] in HEAD_DTYPES
+    ):
+        return str(overrides["head_dtype"])
+    raise ConfigError(
+        f"backend.engine_args.hf_overrides={dict(overrides) if isinstance(overrides, Mapping) else overrides!r} "
+        "is set by the harness itself (the read-out depends on the model config it checked): only "
+        f"{{head_dtype: {' | '.join(HEAD_DTYPES)}}} is let through; drop the rest"
+    )
+
 
 SCHEDULING_ENGINE_ARGS = frozenset(
     {
@@ -206,11 +233,24 @@ SCHEDULING_ENGINE_ARGS = frozenset(
         "disable_custom_all_reduce",
         "worker_cls",
         "enable_expert_parallel",
+        "performance_mode",
+        "safetensors_load_strategy",
     }
 )
 """Engine arguments that change how requests are batched and placed, not which numbers a request
 gets beyond the float order of its batch (the same bound as a resume: docs/slurm.md): left out of
 the judge's identity, so changing them (a resubmission with fewer sequences) keeps the cache."""
+
+
+def answer_head(on_cpu: bool, weights_dtype: str, override: str | None) -> str:
+    """The dtype of the LM head that writes the answer logits: backend.engine_args.hf_overrides'
+    head_dtype where set ("model": the weights' dtype), else float32 on a GPU, where a bf16 head's
+    logits lie 2^-3 apart and move P(A) by up to ~0.04 (docs/benchmarks.md, Numerics; the
+    transformers judge reads float32 logits: harness.judges.head), and the weights' dtype on a CPU
+    (float32 there by default; vLLM's CPU path would copy the head to float32 at every step)."""
+    if override == "model" or (override is None and on_cpu):
+        return weights_dtype
+    return "float32"
 
 
 def check_engine_args(args: Mapping[str, Any]) -> None:
@@ -231,8 +271,9 @@ def check_engine_args(args: Mapping[str, Any]) -> None:
             for f in dataclasses.fields(VLLMSettings)
         },
     }
+    head_override(args)  # hf_overrides: head_dtype alone, else one line
     for key in args:
-        if key in own:
+        if key in own and key != "hf_overrides":
             raise ConfigError(f"backend.engine_args.{key} is set by the harness {own[key]}")
     found = engine_arg_names()
     if found is None:

@@ -11,7 +11,7 @@ CPU machine; see docs/benchmarks.md):
   entry is the raw log-softmax before any logits processor (`logprobs_mode="raw_logprobs"`), the
   number HFJudge computes, so we renormalise A vs B ourselves (AnswerTokens.score). Entry `.rank`
   is the position in the requested list, not a vocabulary rank: we never read it.
-- Prompts go in as token ids (`{"prompt_token_ids": ...}`) from the HF tokenizer and the shared
+- Prompts go in as token ids (vLLM's `TokensPrompt`) from the HF tokenizer and the shared
   chat formatting: `llm.generate(<rendered chat text>)` would add a second BOS for Llama-3 and
   Mistral. `tokenizer_mode="hf"` keeps vLLM off mistral_common.
 - Every request of a call goes to the engine at once through its request API, sorted so shared
@@ -19,6 +19,8 @@ CPU machine; see docs/benchmarks.md):
   scored as it finishes, so the request cache commits it before the next engine step
   (harness.judges.vllm_engine). `backend.engine_args` passes more of vLLM's engine arguments as
   they are, checked against the installed vLLM's `EngineArgs` (harness.judges.settings).
+On a GPU the LM head runs in float32 (`hf_overrides={"head_dtype": "float32"}`, settings.answer_head):
+float32 answer logits, as the transformers judge reads them; the identity names the device (dev=cuda).
 On the CPU backend (docs/benchmarks.md; each default below is a setting: harness/judges/settings.py):
 - the engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): it loads faster and in less
   memory than an engine process, with bit-identical logprobs; its torch threads are set only around
@@ -62,12 +64,15 @@ from harness.judges.settings import (
     SCHEDULING_ENGINE_ARGS,
     ModelSettings,
     VLLMSettings,
+    answer_head,
     check_engine_args,
     from_config,
+    head_override,
     plain,
     with_options,
 )
 from harness.judges.vllm_engine import engine_environment, engine_threads, started, stream_outputs
+from harness.models.check import check_model_folder, hub_offline
 from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore
 
@@ -80,7 +85,6 @@ MAX_ANSWER_IDS = 128
 """vLLM's MAX_LOGPROB_TOKEN_IDS: more answer-token ids than this are refused by SamplingParams."""
 CPU_HEAD_DIMS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 """Head sizes vLLM's CPU attention runs (others load, then the first forward kills the engine)."""
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 _ENGINES: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 """Engine settings -> the live vllm.LLM: a second judge with the same settings (a multirun's next
@@ -116,25 +120,17 @@ def require_vllm() -> None:
         )
 
 
-def check_weights(path: str) -> None:
-    """A local model folder must hold a config and weights (vLLM would fail after its engine setup, opaquely)."""
+def check_weights(path: str, revision: str | None = None) -> None:
+    """A model folder must hold a readable config and weights, and so must a hub id's snapshot in the
+    HF cache when the hub is offline (HF_HUB_OFFLINE=1, as in a SLURM job): vLLM would fail after its
+    engine setup, opaquely (harness.models.check)."""
     folder = Path(path)
-    if not folder.exists():
-        if folder.is_absolute() or path.startswith("."):
-            raise ConfigError(
-                f"model folder {folder} does not exist; set model.path to a folder with "
-                "config.json and *.safetensors weights"
-            )
-        return  # a hub id: vLLM resolves it
-    if not (folder / "config.json").is_file():
-        raise ConfigError(
-            f"model folder {folder} has no config.json; set model.path to a Hugging Face model folder"
-        )
-    if not any(f.name.endswith(WEIGHT_SUFFIXES) for f in folder.iterdir()):
-        raise ConfigError(
-            f"model folder {folder} has no weights (*.safetensors or *.bin); copy the weights "
-            "there or set model.path to a complete folder"
-        )
+    hub_id = (
+        not folder.exists() and not folder.is_absolute() and not path.startswith(".") and path.count("/") == 1
+    )
+    if hub_id and not hub_offline():
+        return  # vLLM downloads it
+    check_model_folder(path, revision)
 
 
 def check_answer_ids(answers: AnswerTokens) -> None:
@@ -239,7 +235,7 @@ class VLLMJudge(ChatPrompts):
         )
         require_vllm()
         path = str(path)
-        check_weights(path)
+        check_weights(path, revision)
         from transformers import AutoConfig, AutoTokenizer
 
         try:
@@ -264,6 +260,8 @@ class VLLMJudge(ChatPrompts):
         from vllm.sampling_params import RequestOutputKind
 
         self.on_cpu = bool(current_platform.is_cpu())
+        self.device = "cpu" if self.on_cpu else "cuda"
+        """The device kind the engine computes on (in the identity: another device's numbers differ)."""
         dtype = backend.dtype
         settings = engine_settings(
             path,
@@ -275,6 +273,12 @@ class VLLMJudge(ChatPrompts):
             enforce_eager=backend.enforce_eager,
             model_config=config.to_dict(),
         )
+        weights_dtype = str(settings["dtype"]).removeprefix("torch.")
+        self.head_dtype = answer_head(self.on_cpu, weights_dtype, head_override(engine_args))
+        """The LM head's dtype: float32 answer logits on a GPU (`answer_head`)."""
+        if self.head_dtype != weights_dtype:
+            settings["hf_overrides"] = {"head_dtype": self.head_dtype}
+        engine_args = {k: v for k, v in engine_args.items() if k != "hf_overrides"}
         kwargs = {
             "model": path,
             "tokenizer": path,
@@ -313,6 +317,7 @@ class VLLMJudge(ChatPrompts):
             temperature=0.0,
             logprob_token_ids=list(self.answers.all_ids),
             output_kind=RequestOutputKind.FINAL_ONLY,
+            detokenize=False,  # the read-out reads token ids and log-probs, never text
         )
         self._sampling = vllm.SamplingParams
         self.prompt_tokens = self.cached_tokens = 0
@@ -324,16 +329,19 @@ class VLLMJudge(ChatPrompts):
             name or Path(path).name,
             revision,
             None,
-            str(settings["dtype"]).removeprefix("torch."),
+            weights_dtype,
             weights_part(path),
+            float_logits=self.head_dtype != weights_dtype,
+            device=self.device,
         )
         self.numerics = numerics(
-            str(settings["dtype"]).removeprefix("torch."),
+            weights_dtype,
             dtype_source(dtype),
             "vllm",
-            "cpu" if self.on_cpu else "cuda",
-            answer_logits=f"{str(settings['dtype']).removeprefix('torch.')} (vLLM's LM head; "
-            f"float32 log-softmax)",
+            self.device,
+            answer_logits=f"{self.head_dtype} (vLLM's LM head"
+            + ("; hf_overrides head_dtype" if self.head_dtype != weights_dtype else "")
+            + "; float32 log-softmax)",
         )
         """What produced this judge's numbers (results.json "numerics"; docs/benchmarks.md, Numerics)."""
 
@@ -468,9 +476,11 @@ class VLLMJudge(ChatPrompts):
             )
             for s in seeds
         ]
+        from vllm.inputs import TokensPrompt
+
         with torch_threads(self.threads):
             outputs = self.llm.generate(
-                [{"prompt_token_ids": list(ids)}] * len(params), params, use_tqdm=False
+                [TokensPrompt(prompt_token_ids=list(ids))] * len(params), params, use_tqdm=False
             )
         return [o.outputs[0].text for o in outputs]
 

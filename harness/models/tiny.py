@@ -59,7 +59,7 @@ templates (harness.models.vocab) on tiny random weights with head_dim 32, which 
 attention also runs: the papers' prompts and answer-token ids, testable without the weights."""
 
 
-def _tiny_parts(arch: str, max_positions: int) -> tuple[Any, Any, type]:
+def _tiny_parts(arch: str, max_positions: int, tokenizer: Any = None) -> tuple[Any, Any, type]:
     from transformers import (
         LlamaConfig,
         LlamaForCausalLM,
@@ -83,7 +83,7 @@ def _tiny_parts(arch: str, max_positions: int) -> tuple[Any, Any, type]:
             tie_word_embeddings=False,
         )
     elif arch == "llama3":
-        tok = llama3_tokenizer()
+        tok = llama3_tokenizer() if tokenizer is None else tokenizer
         common = dict(
             vocab_size=128256,
             hidden_size=64,
@@ -121,10 +121,14 @@ def _tiny_parts(arch: str, max_positions: int) -> tuple[Any, Any, type]:
     return tok, MistralConfig(sliding_window=None, **common), MistralForCausalLM
 
 
-def build_tiny_model(out: Path, arch: str = "llama", seed: int = 0, max_positions: int = 16384) -> Path:
+def build_tiny_model(
+    out: Path, arch: str = "llama", seed: int = 0, max_positions: int = 16384, tokenizer: Any = None
+) -> Path:
+    """`tokenizer`: the real one built elsewhere (tiny:llama3 from a saved Llama-3 tokenizer folder
+    where llama-models is not installed: harness.bench.gpu)."""
     import torch
 
-    tok, config, cls = _tiny_parts(arch, max_positions)
+    tok, config, cls = _tiny_parts(arch, max_positions, tokenizer)
     torch.manual_seed(seed)
     model = cls(config)
     # Larger output weights spread P(A) away from 0.5 so tests see real decisions.
@@ -135,11 +139,17 @@ def build_tiny_model(out: Path, arch: str = "llama", seed: int = 0, max_position
     return out
 
 
-def ensure_tiny_model(arch: str) -> Path:
+def tiny_model_dir(arch: str) -> Path:
+    """Where tiny:<arch> is built (and found once built)."""
     if arch not in ARCHS:
         raise ConfigError(f"unknown tiny architecture {arch!r}; use one of {', '.join(ARCHS)}")
     # mistral7b v2: its tokenizer's merges re-ranked by SentencePiece score (harness.models.vocab).
     version = "v2" if arch in ("llama", "mistral", "mistral7b") else "v1"
+    return cache_dir() / "models" / f"tiny-{arch}-{version}"
+
+
+def ensure_tiny_model(arch: str, tokenizer: Any = None) -> Path:
+    """tiny:<arch>, built once (`tokenizer`: build_tiny_model's)."""
     return build_atomically(
-        cache_dir() / "models" / f"tiny-{arch}-{version}", lambda out: build_tiny_model(out, arch)
+        tiny_model_dir(arch), lambda out: build_tiny_model(out, arch, tokenizer=tokenizer)
     )

@@ -39,6 +39,7 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from harness.api_client import CompletionCache
 from harness.data import load_task
 from harness.data.fetch import ensure_data
 from harness.data.jsonl import file_aspect, file_family
@@ -202,7 +203,8 @@ class RunContext:
         if self._judge is None:
             cache = self.cfg.cache
             # The cache first: a corrupt or read-only one is refused before any weights are loaded.
-            store = ScoreCache(self.cache_file) if cache.enabled else None
+            own = self.cache_file != cache_path(cache)  # a sweep job's own file (cache.per_job)
+            store = ScoreCache(self.cache_file, own_file=own) if cache.enabled else None
             judge = build_judge(self.cfg.model, self.cfg.backend)
             log.info(
                 "judge %s; numerics: %s", judge.identity, numerics_line(getattr(judge, "numerics", None))
@@ -238,8 +240,10 @@ class RunContext:
     def optimizer(self) -> Any:
         """conf/optimizer's paraphraser; completions cached beside the request cache."""
         cache = self.cfg.cache
-        path = self.cache_file.with_name("completions.sqlite") if cache.enabled else None
-        return build(self.cfg.optimizer, judge_model=container(self.cfg.model), judge=self.judge, cache=path)
+        own = self.cache_file != cache_path(cache)  # a sweep job's own folder (cache.per_job)
+        path = self.cache_file.with_name("completions.sqlite")
+        store = CompletionCache(path, own_file=own) if cache.enabled else None
+        return build(self.cfg.optimizer, judge_model=container(self.cfg.model), judge=self.judge, cache=store)
 
     @property
     def tracker(self) -> Tracker:

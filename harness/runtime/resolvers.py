@@ -1,12 +1,14 @@
 """OmegaConf resolvers the shipped configs use, registered on import (harness.runtime.schema imports
 this module, so every compose of conf/ has them: the CLI, the tests, a SLURM job unpickling its config).
 
-- `${harness.per_gpu:N,GPUS}`: N x GPUS, or N when GPUS is null/0 (a job without GPUs). The slurm
-  launcher asks for CPUs and host memory per GPU this way (conf/hydra/launcher/slurm.yaml).
-- `${harness.gpus:BACKEND,TP}`: the GPUs a judge on backend BACKEND (backend.name) needs: none for
-  `api` (the model runs behind a server elsewhere), TP (backend.tensor_parallel_size, 1 when the
-  backend has none) for the others. The slurm launcher's GPUs per job; it is resolved for each job
-  of a sweep, so `backend.tensor_parallel_size=1,2` asks 1 and 2 (harness.runtime.launchers).
+- `${harness.per_gpu:N,GPUS[,GRES]}`: N x GPUS, or N when GPUS is null/0 (a job without GPUs); with
+  GRES set (hydra.launcher.gres, e.g. gpu:a100:2) its count instead. The slurm launcher asks for CPUs
+  and host memory per GPU this way (conf/hydra/launcher/slurm.yaml).
+- `${harness.gpus:BACKEND,TP[,GRES]}`: the GPUs a judge on backend BACKEND (backend.name) needs: none
+  for `api` (the model runs behind a server elsewhere), TP (backend.tensor_parallel_size, 1 when the
+  backend has none) for the others; none when GRES is set (the site asks with --gres, and sbatch
+  given both asks twice). The slurm launcher's GPUs per job; it is resolved for each job of a
+  sweep, so `backend.tensor_parallel_size=1,2` asks 1 and 2 (harness.runtime.launchers).
 """
 
 from __future__ import annotations
@@ -18,8 +20,23 @@ from omegaconf import OmegaConf
 from harness.errors import ConfigError
 
 
-def per_gpu(amount: Any, gpus: Any) -> int:
-    """`amount` per GPU: amount x gpus, amount alone when the job asks for no GPUs (gpus null or 0)."""
+def gres_gpus(gres: Any) -> int:
+    """The GPU count of a --gres value: gpu:a100:2 -> 2, gpu:2 -> 2, gpu -> 1, several resources
+    (gpu:2,shard:1) -> the gpu one's; 0 when it names no GPUs."""
+    for part in str(gres).split(","):
+        fields = part.strip().split(":")
+        if fields[0].split("/")[-1] != "gpu":
+            continue
+        count = fields[-1] if len(fields) > 1 else "1"
+        return int(count) if count.isdigit() else 1
+    return 0
+
+
+def per_gpu(amount: Any, gpus: Any, gres: Any = None) -> int:
+    """`amount` per GPU: amount x gpus (the gres count where gres is set), amount alone when the job
+    asks for no GPUs (gpus null or 0)."""
+    if gres not in (None, ""):
+        gpus = gres_gpus(gres)
     try:
         n, g = int(amount), (0 if gpus is None else int(gpus))
     except (TypeError, ValueError):
@@ -31,10 +48,10 @@ def per_gpu(amount: Any, gpus: Any) -> int:
     return n * g if g else n
 
 
-def gpus(backend: Any, tensor_parallel: Any) -> int | None:
-    """GPUs per job for a judge on `backend`: None (ask for none) for the API backend, else the
-    engine's tensor-parallel size."""
-    if str(backend) == "api":
+def gpus(backend: Any, tensor_parallel: Any, gres: Any = None) -> int | None:
+    """GPUs per job for a judge on `backend`: None (ask for none) for the API backend or when `gres`
+    asks for them, else the engine's tensor-parallel size."""
+    if str(backend) == "api" or gres not in (None, ""):
         return None
     try:
         n = int(tensor_parallel)

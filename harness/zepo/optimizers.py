@@ -437,6 +437,7 @@ class LocalOptimizer(_Paraphraser, ChatPrompts):
             gguf_file,
             dtype_name(dtype, self.device),
             weights_part(local, gguf_file, model if handed else None),
+            device=self.device,
         )
         self.location = self.model_identity
         self.identity = f"{self.model_identity}|t={self.temperature}" + self._meta_identity()
@@ -538,7 +539,7 @@ def build_local(
     *,
     judge_model: Mapping[str, Any],
     judge: Any = None,
-    cache: str | Path | None = None,
+    cache: CompletionCache | str | Path | None = None,
     name: str = "local",
     **options: Any,
 ) -> LocalOptimizer:
@@ -577,7 +578,7 @@ def build_api(
     *,
     judge_model: Mapping[str, Any],
     judge: Any = None,
-    cache: str | Path | None = None,
+    cache: CompletionCache | str | Path | None = None,
     name: str = "api",
     **options: Any,
 ) -> ApiOptimizer:
