@@ -438,10 +438,15 @@ class Search:
                 held_text,
             )
         else:
+            # The objective that ranks candidates first (fairness_prob separates candidates whose
+            # argmax fairness is equal), then the argmax fairness the paper reports.
+            objective = self.settings.objective
             log.info(
-                "epoch %d slot %d: fairness %.4f a_rate %.3f%s; held-out %s Spearman %s",
+                "epoch %d slot %d: %s%s %.4f a_rate %.3f%s; held-out %s Spearman %s",
                 epoch,
                 slot,
+                "" if objective == "fairness" else f"{objective} {cand.objectives[objective]:.4f}, ",
+                "fairness",
                 cand.fairness,
                 cand.a_rate,
                 f" ({none} of {n} pairs no_answer)" if none else "",
