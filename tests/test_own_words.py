@@ -199,6 +199,7 @@ def test_zepo_runs_without_an_aspect_and_shows_accuracy(prefs, tmp_path):
     assert "gold label" in table and "- held-out accuracy (gold label)" in table
     slots = [line for line in (r.stdout + r.stderr).splitlines() if " slot " in line and "fairness" in line]
     assert slots and all("fairness_prob -0." in line for line in slots), slots
+    assert not any("Spearman nan" in line for line in slots) and "against the human scores" not in table
     metrics = collect.pick_metrics(collect.collect_runs(tmp_path / "zepo"), None)
     assert {"initial/none/accuracy", "best/none/accuracy"} <= set(metrics)
 

@@ -494,9 +494,15 @@ def gain_lines(results: Mapping[str, Any]) -> list[str]:
     out = [
         "",
         f"best - initial, paired on the same documents ({level:.0%} interval: {meta['method']}; each "
-        f"sentence says over how many documents; PairS = Spearman of the PairS ranking, win rate = of the win "
-        f"rates, each against the human scores; in the table, [lo, hi] is each value's interval by the same "
-        f"method and ± the PairS shuffle standard error):",
+        f"sentence says over how many documents; "
+        + (
+            "accuracy = the share of gold-labelled pairs whose decision picks the gold candidate"
+            if by_accuracy(results)
+            else "PairS = Spearman of the PairS ranking, win rate = of the win rates, each against the human "
+            "scores"
+        )
+        + "; in the table, [lo, hi] is each value's interval by the same method and ± the PairS shuffle "
+        "standard error):",
     ]
     agreement = (
         {"accuracy": "accuracy (gold label)"}

@@ -427,7 +427,7 @@ class Search:
         )
         n, none = len(search), sum("no_answer" in j.flags for j in search)
         which = "PairS" if self.settings.ranking == "pairs" else "win-rate"
-        held_text = "-" if sp is None else f"{sp:.3f}"
+        held_text = "-" if sp is None else f"{sp:.3f}" if math.isfinite(sp) else "- (no human-scored ranking)"
         if n and none == n:
             log.info(
                 "epoch %d slot %d: all %d pairs no_answer (no fairness); held-out %s Spearman %s",
