@@ -234,3 +234,14 @@ def test_sweep_runs_are_named_by_what_varies_and_the_table_holds_the_prompts(pre
         assert len(rows) == 24 and {row["instruction"] for row in rows} == {text}
         assert all(row["source"] in row["prompt"] and row["a_text"] in row["prompt"] for row in rows)
         assert all(row["prompt"].endswith(f"Question: {text}\nAnswer: ") for row in rows)
+
+
+def test_compare_names_only_the_judge_fields_that_differ(tmp_path):
+    """Two judge identities differing in their last field (the weights' hash): the line shows that
+    field, not the first 70 characters they share."""
+    from harness.report.rundiff import differences
+
+    a = {"judge": "hf|tiny-llama|-|-|float32|tmpl=e237606c4ee5|sys=e3b0c44298fc|w=1a225cbdb53d3642"}
+    b = {**a, "judge": a["judge"].replace("w=1a22", "w=9f00")}
+    assert differences(tmp_path, tmp_path, a, b) == ["judge: 'w=1a225cbdb53d3642' vs 'w=9f005cbdb53d3642'"]
+    assert differences(tmp_path, tmp_path, a, a) == []

@@ -41,6 +41,15 @@ def _short(value: Any) -> str:
     return f"'{text}'" if len(text) <= WIDTH else f"'{text[: WIDTH - 3]}...'"
 
 
+def _versus(a: Any, b: Any, identity: bool = False) -> str:
+    """`a vs b`; for two judge identities (`hf|model|...|w=<hash>`) only the fields that differ, so a
+    difference at the end of a long identity is not cut off."""
+    if identity and isinstance(a, str) and isinstance(b, str) and a.count("|") == b.count("|"):
+        pairs = [(x, y) for x, y in zip(a.split("|"), b.split("|"), strict=True) if x != y]
+        return "; ".join(f"{_short(x)} vs {_short(y)}" for x, y in pairs)
+    return f"{_short(a)} vs {_short(b)}"
+
+
 def _config(run: Path) -> dict[str, Any]:
     path = run / "config.json"
     if not path.is_file():
@@ -54,7 +63,7 @@ def differences(dir_a: Path, dir_b: Path, ra: Mapping[str, Any], rb: Mapping[str
     task, aspect and family, then config.json's settings (its instruction keys are covered by the
     instruction judged). Empty when nothing differs."""
     lines = [
-        f"{k}: {_short(ra.get(k))} vs {_short(rb.get(k))}" for k in RESULT_KEYS if ra.get(k) != rb.get(k)
+        f"{k}: {_versus(ra.get(k), rb.get(k), k == 'judge')}" for k in RESULT_KEYS if ra.get(k) != rb.get(k)
     ]
     ca, cb = _config(dir_a), _config(dir_b)
     for key in dict.fromkeys([*ca, *cb]):
