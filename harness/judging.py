@@ -147,7 +147,9 @@ def build_requests(
     for doc in docs:
         for a, b in ordered_pairs(doc, max_candidates):
             requests.append(PairRequest(doc.id, a.id, b.id, render(doc, a, b, instruction, family)))
-            gold = None if doc.gold is None else doc.gold == a.id
+            # A gold label says which of the pair humans prefer only when the pair holds the gold
+            # candidate; a pair of two others has none (not "B wins" in both orders).
+            gold = doc.gold == a.id if doc.gold in (a.id, b.id) else None
             templates.append(
                 Judgment(
                     doc.id,

@@ -107,10 +107,10 @@ def default_instruction(aspect: str | None, family: str) -> str:
 def resolve_instruction(
     spec: Mapping[str, Any] | str | None, aspect: str | None, family: str, data_dir: Path | None = None
 ) -> str:
-    """`null`/"default" -> this project's default; "zepo" -> ZEPO's init_prompts.json (its exact
+    """`null`/"default" (a mapping with `text` and no source: "text") -> this project's default; "zepo" -> ZEPO's init_prompts.json (its exact
     bytes when the spec says `raw: true`, as the official code reads it); else the text."""
     source = (
-        spec.get("source", "default")
+        (spec.get("source") or ("default" if spec.get("text") is None else "text"))
         if isinstance(spec, Mapping)
         else ("default" if spec is None else "text")
     )

@@ -18,6 +18,7 @@ from harness.errors import ConfigError
 from harness.runtime.context import RunContext, experiment
 from harness.zepo import search
 from harness.zepo.run import run_zepo
+from harness.zepo.validation import aspect_word
 
 
 def settings_from(cfg: Any) -> search.SearchSettings:
@@ -29,13 +30,19 @@ def settings_from(cfg: Any) -> search.SearchSettings:
 def prepare(ctx: RunContext) -> dict[str, Any]:
     """Everything run_zepo needs, built in a run context (tests call this too)."""
     cfg, exp = ctx.cfg, ctx.cfg.experiment
-    if ctx.aspect is None:
-        raise ConfigError("ZEPO needs the aspect the instruction asks about: set task.aspect=...")
+    # No aspect (preference data): the default instruction asks for overall preference, so the
+    # optimizer keeps the word "overall" in every paraphrase.
+    aspect = ctx.aspect or "overall"
     leak = bool(exp.leak_search_docs)
     search_docs, eval_docs = search.split_documents(
         ctx.docs, int(exp.search_docs), exp.get("eval_docs"), leak
     )
     initial = ctx.instruction()  # a bad instruction file is refused before any weights load
+    if ctx.aspect is None and aspect_word(aspect, initial).lower() not in initial.lower():
+        raise ConfigError(
+            "ZEPO keeps the aspect's word in every paraphrase, and without task.aspect that word is "
+            "'overall', which this instruction does not say: set task.aspect=<the word it asks about>"
+        )
     return {
         "judge": ctx.judge,
         "optimizer": ctx.optimizer(),
@@ -43,7 +50,7 @@ def prepare(ctx: RunContext) -> dict[str, Any]:
         "eval_docs": eval_docs,
         "initial": initial,
         "task": cfg.task.name,
-        "aspect": ctx.aspect,
+        "aspect": aspect,
         "family": ctx.family,
         "settings": settings_from(cfg),
         "progress": bool(cfg.progress),

@@ -393,8 +393,17 @@ def card_text(card: Card, root: Path) -> str:
 
 
 def _agreement(card: Card, v: Callable[..., str]) -> str:
-    """Agreement with humans: the win-rate ranking's Spearman and Kendall per document, averaged."""
-    if math.isnan(card.numbers["spearman"]):
+    """Agreement with humans: the win-rate ranking's Spearman and Kendall per document, averaged;
+    on gold-label data without scores, accuracy against the gold label."""
+    n = card.numbers
+    if math.isnan(n["spearman"]) and n["n_calibration"]:
+        # Gold-label data (a preferred candidate per document, no scores): no ranking to correlate,
+        # so agreement is how often the judge's choice matches the gold label.
+        return (
+            f"accuracy {v('accuracy')} against the gold label on {n['n_calibration']} labelled pairs "
+            "(Spearman/Kendall need human scores)"
+        )
+    if math.isnan(n["spearman"]):
         return "no agreement: fewer than two human-scored candidates in every document"
     return (
         f"Spearman {v('spearman')}, Kendall {v('kendall')} of the win-rate ranking vs the human scores, per "

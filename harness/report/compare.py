@@ -9,7 +9,9 @@ with one plain sentence, e.g. "spearman +0.120 [-0.050, +0.310] (12 documents, t
 distinguishable from 0 at 95%"; below 3 documents "(2 documents: too few documents to tell)".
 
 Refuses, in one line naming both runs and what differs, runs over different documents or pairs
-(exit 2). Warns when the runs judged different aspects (the same pairs, but each run's human
+(exit 2). Its first lines name what differs between the runs (instruction, judge, data,
+settings: harness/report/rundiff.py); metrics with no value in either run are named once, with why,
+below the table. Warns when the runs judged different aspects (the same pairs, but each run's human
 scores and instruction are about its own aspect), and when the runs' numerics (results.json "numerics": dtype, dtype_source, engine,
 device) differ or only one run records them: a difference may then be the arithmetic's, not the
 instruction's or the model's. The seed defaults to RUN_A's results.json seed, the PairS shuffles
@@ -33,6 +35,7 @@ from harness.metrics.bootstrap import NO_INTERVAL, check_settings
 from harness.metrics.interval import METHOD
 from harness.metrics.summary import analyse
 from harness.records import Judgment
+from harness.report.rundiff import differs_lines, not_applicable
 from harness.runtime.schema import MetricsConf
 
 NUMERICS = ("dtype", "dtype_source", "engine", "device")
@@ -152,6 +155,7 @@ def compare(
     lines = [
         f"A = {dir_a}",
         f"B = {dir_b}",
+        *differs_lines(dir_a, dir_b, ra, rb),
         f"{len({j.doc_id for j in ja})} documents, {len(ja)} ordered pairs in each; variant {variant}; "
         + (f"B - A: {level:.0%} paired interval, {METHOD}" if rounds else "no intervals (--bootstrap 0)"),
     ]
@@ -163,12 +167,13 @@ def compare(
             f"note: B was run with {rb.get('shuffles')} PairS shuffles; both are recomputed here with A's "
             f"{shuffles}"
         )
+    empty, empty_line = not_applicable({k: d for k, d in rows.items() if k not in NO_INTERVAL}, ja)
     lines.append(f"{'metric':<24} {'A':>9} {'B':>9}   B - A")
     for key, d in rows.items():
-        if key in NO_INTERVAL:
+        if key in NO_INTERVAL or key in empty:
             continue
         lines.append(f"{key:<24} {_f(d['a']):>9} {_f(d['b']):>9}   {d['sentence']}")
-    return lines
+    return lines + ([empty_line] if empty_line else [])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -166,6 +166,8 @@ def metrics_table(
     variants = [v for v in metrics if isinstance(metrics[v], Mapping)]
     keys = list(dict.fromkeys(k for v in variants for k in metrics[v]))
     keys = [k for k in AGREEMENT if k in keys] + [k for k in keys if k not in AGREEMENT]
+    empty = [k for k in keys if all(_missing(metrics[v].get(k)) for v in variants)]
+    keys = [k for k in keys if k not in empty]
     ivs = {
         (v, k): interval(v, k) if interval is not None and k in metrics[v] else None
         for v in variants
@@ -186,8 +188,27 @@ def metrics_table(
         ["metric", *variants, *(["intervals rest on"] if with_ivs else [])],
         rows,
         [False] + [True] * len(variants) + ([False] if with_ivs else []),
-    )
+    ) + (f"<p class='note'>{esc(not_applicable(empty, metrics.get('none') or {}))}</p>" if empty else "")
     return f"<div class='wide metrics'>{table}</div>"
+
+
+def _missing(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def gold_only(none: Mapping[str, Any]) -> bool:
+    """Gold-label data without human scores: labelled pairs, no Spearman (harness.metrics.card)."""
+    return _missing(none.get("spearman")) and bool(none.get("n_calibration"))
+
+
+def not_applicable(keys: Sequence[str], none: Mapping[str, Any]) -> str:
+    """One line naming the metrics a set has no value for, and why."""
+    why = (
+        "the data has gold labels and no human scores: its agreement is accuracy against the gold label"
+        if gold_only(none)
+        else "no value in any variant, e.g. fewer than two human-scored candidates per document"
+    )
+    return f"not applicable ({why}): {', '.join(keys)}"
 
 
 def metric_name(key: str) -> str:
@@ -212,9 +233,15 @@ def agreement_line(s: JudgedSet) -> str:
     """Agreement with humans in one line (raw judgments), each value with its interval or why it has
     none, and what the intervals rest on."""
     none = (s.metrics or {}).get("none") or {}
-    keys = [k for k in ("spearman", "kendall", "spearman_pairs", "kendall_pairs", "accuracy") if k in none]
+    keys = [
+        k
+        for k in ("spearman", "kendall", "spearman_pairs", "kendall_pairs", "accuracy")
+        if k in none and not _missing(none[k])
+    ]
     ivs = {k: s.interval("none", k) for k in keys}
     parts = [f"{k} {shown(none[k], ivs[k], plain, basis=False)}" for k in keys]
+    if gold_only(none) and parts:
+        parts[-1] += " against the gold label (no human scores: no Spearman or Kendall)"
     rests = [(iv, s.level) for iv in ivs.values() if iv is not None]
     return (
         "agreement with humans: "

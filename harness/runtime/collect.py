@@ -57,7 +57,8 @@ DEFAULT_METRICS = (
     "initial/heldout/none/spearman",
     "best/heldout/none/spearman",
 )
-"""Columns when --metrics is not given (those present in at least one run). The `initial/` and
+"""Columns when --metrics is not given (those present in at least one run; where no run has a
+`.../spearman`, as on gold-label data without human scores, `.../accuracy` follows `.../a_rate`). The `initial/` and
 `best/` ones are a ZEPO run's evaluation before and after the search, on the run's configured
 evaluation set; their headers say which (leaky or held-out, `metric_label`). The
 `initial/heldout/...` ones are the held-out set whatever was configured (dropped where they
@@ -284,6 +285,7 @@ def pick_metrics(runs: Sequence[Run], metrics: Sequence[str] | None) -> list[str
                 )
         return list(metrics)
     present = [m for m in DEFAULT_METRICS if any(metric_value(r.results, m) is not None for r in runs)]
+    present = [a for m in present for a in (m, *_accuracy_for(runs, m, present))]
     # part/heldout/x repeats part/x where that column is already the held-out set
     present = [
         m
@@ -294,6 +296,18 @@ def pick_metrics(runs: Sequence[Run], metrics: Sequence[str] | None) -> list[str
         )
     ]
     return present or _leaves(runs[0].results.get("metrics") or runs[0].results)
+
+
+def _accuracy_for(runs: Sequence[Run], metric: str, present: Sequence[str]) -> list[str]:
+    """[`.../accuracy`] beside a default `.../a_rate` column whose `.../spearman` no run has (gold-label
+    data without human scores: accuracy against the gold label is its agreement measure)."""
+    if not metric.endswith("/a_rate"):
+        return []
+    head = metric.removesuffix("a_rate")
+    acc = head + "accuracy"
+    if head + "spearman" in present or all(metric_value(r.results, acc) is None for r in runs):
+        return []
+    return [acc]
 
 
 def varying_keys(runs: Sequence[Run]) -> tuple[list[str], dict[str, str]]:

@@ -53,12 +53,13 @@ from harness.judges.wrappers import PreemptibleJudge
 from harness.metrics.card import render_cards
 from harness.prompts import resolve_instruction
 from harness.records import Document
+from harness.redaction import redact_overrides
 from harness.report.page import write_report
 from harness.report.prompt import config_view, judge_view
 from harness.runtime.attempts import Attempt, record_attempt
 from harness.runtime.schema import MetricsConf
 from harness.runtime.shard import select_shard, shard_spec
-from harness.runtime.sweep import cache_file
+from harness.runtime.sweep import cache_file, swept_overrides
 from harness.runtime.tracking import Tracker, run_name
 
 log = logging.getLogger(__name__)
@@ -263,7 +264,9 @@ class RunContext:
 
     @property
     def run_name(self) -> str:
-        """W&B's name for the run: experiment, task, aspect, model, then name_suffix (wandb.name overrides it)."""
+        """W&B's name for the run: experiment, task, aspect, model, then name_suffix (a merged
+        run's), else in a sweep the job's overrides the sweep varies but its document shard, so a
+        sweep's runs read as what tells them apart (wandb.name overrides it)."""
         c = self.cfg
         return (
             run_name(
@@ -273,6 +276,7 @@ class RunContext:
                 OmegaConf.select(c, "model.name"),
             )
             + self.name_suffix
+            + ("" if self.name_suffix else "".join(f" {o}" for o in _swept()))
         )
 
     def close(self, completed: bool) -> None:
@@ -339,6 +343,30 @@ class RunContext:
             if disk_full(e):  # not a warning: a rerun after freeing space must finish the run
                 raise
             log.warning("report card not rendered: %s", e)
+
+
+SWEPT_WIDTH = 40
+"""A swept value longer than this is cut with '...' in a W&B run name (an instruction text)."""
+
+
+SHARD_KEYS = ("task.shard_index", "task.num_shards")
+"""Overrides that split one run into document shards, not settings that tell runs apart."""
+
+
+def _swept() -> list[str]:
+    """This multirun job's overrides that the sweep varies, secrets blanked, long values cut: what
+    tells its W&B run from the sweep's others ([] outside a multirun)."""
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return []
+    hc = HydraConfig.get()
+    found = swept_overrides(list(hc.overrides.task), Path(str(hc.sweep.dir)))
+    out = []
+    for o in redact_overrides(found):
+        if o.partition("=")[0].lstrip("+") in SHARD_KEYS:
+            continue  # the shards of one run share its name (their merge adds "-merged")
+        key, _, value = o.partition("=")
+        out.append(f"{key}={value if len(value) <= SWEPT_WIDTH else value[: SWEPT_WIDTH - 3] + '...'}")
+    return out
 
 
 def sweep_group(cfg: Any, sweep_dir: str | Path | None = None) -> str | None:

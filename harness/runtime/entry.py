@@ -46,6 +46,7 @@ from harness.redaction import (
 )
 from harness.runtime import schema
 from harness.runtime.attempts import completed_here
+from harness.runtime.experiment_schema import settle_instruction
 from harness.runtime.launchers import watching
 from harness.runtime.rundirs import check_same_experiment
 from harness.runtime.shard import check_shardable
@@ -74,6 +75,7 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError(one_line(e)) from None
     schema.refuse_unknown_keys(cfg)
     schema.validate(cfg)
+    settle_instruction(cfg)
     check_shardable(cfg)
 
 

@@ -20,10 +20,11 @@ from harness.zepo.search import DEBIAS, OBJECTIVES, SearchSettings
 class InstructionConf:
     """The judge's instruction: default (this project's) | zepo (init_prompts.json) | text | file."""
 
-    source: str = "default"
-    """default (this project's) | zepo (init_prompts.json) | text | file (A-BB: e.g. a ZEPO best_instruction.txt)."""
+    source: str | None = None
+    """default (this project's) | zepo (init_prompts.json) | text | file (A-BB: e.g. a ZEPO
+    best_instruction.txt); null: text when `text` is set, else default (the run records which)."""
     text: str | None = None
-    """The instruction, when source=text."""
+    """The instruction; setting it alone selects it (source=text)."""
     path: str | None = None
     """init_prompts.json (source=zepo; null: data.dir/zepo/) or the instruction file (source=file)."""
     raw: bool = False
@@ -32,11 +33,30 @@ class InstructionConf:
     def check(
         self, key: str = "experiment.instruction", sources: tuple[str, ...] = ("default", "zepo", "text")
     ) -> None:
+        if self.text is not None and self.source not in (None, "text"):
+            raise _bad(
+                f"{key}.source",
+                self.source,
+                f"ignores {key}.text; drop {key}.source (the text alone selects it) or the text",
+            )
+        self.source = self.settled()
         one_of(f"{key}.source", self.source, sources)
         if self.source == "text" and not (self.text or "").strip():
             raise _bad(f"{key}.text", self.text, "must hold the instruction when source=text")
         if self.source == "file" and not (self.path or "").strip():
             raise _bad(f"{key}.path", self.path, "must name the instruction file when source=file")
+
+    def settled(self) -> str:
+        """The source a run uses: `source`, else text when `text` is set, else default."""
+        return self.source or ("text" if self.text is not None else "default")
+
+
+def settle_instruction(cfg: Any) -> None:
+    """Write the source a run uses into cfg (experiment.instruction.source: null -> text | default),
+    so config.json, W&B's config and a sweep's caption record what the run judged with."""
+    node = cfg.get("experiment", {}).get("instruction")
+    if hasattr(node, "get") and "source" in node and node.get("source") is None:
+        node.source = "text" if node.get("text") is not None else "default"
 
 
 @dataclass

@@ -95,6 +95,19 @@ def job_name(
     return f"job {num}" + (f" ({' '.join(shown)})" if shown else "")
 
 
+def swept_overrides(overrides: Sequence[str], sweep_dir: Path | None = None) -> list[str]:
+    """The job's `overrides` whose key the sweep varies (the sweep running here, else the jobs its
+    `sweep_dir`/multirun.yaml lists); [] outside a sweep of more than one job."""
+    jobs = _SWEEP.get("jobs") or []
+    if not jobs and sweep_dir is not None and (sweep_dir / "multirun.yaml").is_file():
+        try:
+            jobs = sweep_jobs(OmegaConf.load(sweep_dir / "multirun.yaml"))
+        except Exception:  # noqa: BLE001 - a sweeper of another kind: nothing is known to vary
+            jobs = []
+    swept = varying(jobs) if len(jobs) > 1 else set()
+    return [str(o) for o in overrides if override_key(str(o)) in swept]
+
+
 def job_status(run_dir: Path | None) -> str:
     """ "completed", or what else a job's run directory says: its last attempt's status
     (attempts.jsonl: failed, interrupted, killed, running), no results.json, or no directory."""

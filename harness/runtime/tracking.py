@@ -22,6 +22,7 @@ from typing import Any
 from harness.files import jsonable, write_jsonl_atomic
 from harness.judging import answer_mass
 from harness.metrics.bootstrap import interval_summary
+from harness.prompts import render
 from harness.records import Document, Judgment
 from harness.redaction import redact, redact_overrides
 
@@ -157,7 +158,8 @@ def log_judge_results(
         | interval_summary(results.get("intervals"))
         | {f"length_bias/{k}": lb[k] for k in ("length", "position", "scale") if k in lb}
     )
-    tracker.log_table("judgments", JUDGMENT_COLUMNS, judgment_rows(judgments, docs))
+    rows = judgment_rows(judgments, docs, results.get("instruction"), results.get("family"))
+    tracker.log_table("judgments", JUDGMENT_COLUMNS, rows)
 
 
 JUDGMENT_COLUMNS = [
@@ -172,29 +174,48 @@ JUDGMENT_COLUMNS = [
     "gold_a",
     "a_text",
     "b_text",
+    "source",
+    "instruction",
+    "prompt",
 ]
-"""The W&B judgments table: each ordered pair with its reading, flags, human labels and both texts."""
+"""The W&B judgments table: each ordered pair with its reading, flags, human labels, both texts, the
+document's source (article, question or dialogue), the run's instruction and the prompt judged (the
+user message before the chat template: harness.prompts.render)."""
 
 
-def judgment_rows(judgments: Sequence[Judgment], docs: Sequence[Document]) -> list[list[Any]]:
-    """One row per judgment (JUDGMENT_COLUMNS); flags as one comma-separated string."""
+def judgment_rows(
+    judgments: Sequence[Judgment],
+    docs: Sequence[Document],
+    instruction: str | None = None,
+    family: str | None = None,
+) -> list[list[Any]]:
+    """One row per judgment (JUDGMENT_COLUMNS); flags as one comma-separated string; the prompt is
+    None unless the run's instruction and family are given."""
     by_id = {d.id: d for d in docs}
-    return [
-        [
-            j.doc_id,
-            j.a_id,
-            j.b_id,
-            j.p_a,
-            answer_mass(j.token_logprobs),
-            ", ".join(j.flags),
-            j.human_a,
-            j.human_b,
-            j.gold_a,
-            by_id[j.doc_id].candidate(j.a_id).text,
-            by_id[j.doc_id].candidate(j.b_id).text,
-        ]
-        for j in judgments
-    ]
+    rows = []
+    for j in judgments:
+        doc = by_id[j.doc_id]
+        a, b = doc.candidate(j.a_id), doc.candidate(j.b_id)
+        prompt = None if instruction is None or family is None else render(doc, a, b, instruction, family)
+        rows.append(
+            [
+                j.doc_id,
+                j.a_id,
+                j.b_id,
+                j.p_a,
+                answer_mass(j.token_logprobs),
+                ", ".join(j.flags),
+                j.human_a,
+                j.human_b,
+                j.gold_a,
+                a.text,
+                b.text,
+                doc.source,
+                instruction,
+                prompt,
+            ]
+        )
+    return rows
 
 
 def run_name(

@@ -401,11 +401,15 @@ def before_after_table(results: Mapping[str, Any]) -> str:
     obj = results["objective"]
     kind = "mean P(A)" if obj == "fairness_prob" else "A-rate"
     view = "leaky" if results.get("leak_search_docs") else "held-out"
-    head = (
-        f"| instruction | search {obj} | search {kind} | {view} A-rate | {view} mean P(A) "
-        f"| leaky Spearman (PairS) | held-out Spearman (PairS) | {view} Spearman (win rate) "
+    gold = by_accuracy(results)
+    agreement = (
+        "| leaky accuracy | held-out accuracy | leaky accuracy (perm. debiased) "
+        "| held-out accuracy (perm. debiased) |"
+        if gold
+        else f"| leaky Spearman (PairS) | held-out Spearman (PairS) | {view} Spearman (win rate) "
         "| leaky Spearman (PairS, perm. debiased) | held-out Spearman (PairS, perm. debiased) |"
     )
+    head = f"| instruction | search {obj} | search {kind} | {view} A-rate | {view} mean P(A) " + agreement
     n_held = results["initial"].get("n_heldout_docs", len(results["eval_doc_ids"]))
     n_search = len(results["search_doc_ids"])
     lines = [
@@ -413,10 +417,10 @@ def before_after_table(results: Mapping[str, Any]) -> str:
         f"{counted(len(results['eval_doc_ids']), 'evaluation document')} ({n_held} held out), "
         f"{counted(results['n_candidates'], 'candidate')} scored; search = the "
         f"{counted(n_search, 'search document')}, held-out = the {n_held} other{'' if n_held == 1 else 's'}, "
-        "leaky = all of them (the paper's evaluation)",
+        "leaky = all of them (the paper's evaluation)" + (f"; {GOLD_NOTE}" if gold else ""),
         "",
         head,
-        "|" + "---|" * 10,
+        "|" + "---|" * (9 if gold else 10),
     ]
     for label in ("initial", "best"):
         r = results[label]
@@ -428,19 +432,52 @@ def before_after_table(results: Mapping[str, Any]) -> str:
         ) -> str:
             iv = ((r.get(f"intervals{where}") or {}).get(variant) or {}).get(key)
             on = ((r.get(f"interval_basis{where}") or {}).get(variant) or {}).get(key)
-            return _pairs(values, iv, on) if key == "spearman_pairs" else _iv(m, iv, on, key)
+            if key == "spearman_pairs":
+                return _pairs(values, iv, on)
+            return _iv(m if values is None else values, iv, on, key)
 
         rate = r["search"]["a_rate_prob"] if obj == "fairness_prob" else r["search"]["a_rate"]
-        lines.append(
+        first = (
             f"| {label} (#{r['index']}) | {_f(r['search']['objectives'][obj])} | {_f(rate)} "
             f"| {cell('', 'none', 'a_rate')} | {cell('', 'none', 'a_rate_prob')} "
-            f"| {cell('_leaky', 'none', 'spearman_pairs', leaky.get('none'))} "
+        )
+        if gold:
+            lines.append(
+                first
+                + " ".join(
+                    f"| {cell(where, variant, 'accuracy', part.get(variant) or {})}"
+                    for variant in ("none", "permutation")
+                    for where, part in (("_leaky", leaky), ("_heldout", held))
+                )
+                + " |"
+            )
+            continue
+        lines.append(
+            first + f"| {cell('_leaky', 'none', 'spearman_pairs', leaky.get('none'))} "
             f"| {cell('_heldout', 'none', 'spearman_pairs', held.get('none'))} "
             f"| {cell('', 'none', 'spearman')} "
             f"| {cell('_leaky', 'permutation', 'spearman_pairs', leaky.get('permutation'))} "
             f"| {cell('_heldout', 'permutation', 'spearman_pairs', held.get('permutation'))} |"
         )
     return "\n".join(lines + gain_lines(results))
+
+
+GOLD_NOTE = (
+    "agreement = accuracy against the gold label (the data has gold labels and no human scores, "
+    "so no Spearman)"
+)
+"""The table's note on gold-label data, once, instead of columns of nan Spearman."""
+
+
+def by_accuracy(results: Mapping[str, Any]) -> bool:
+    """Whether the run's agreement measure is accuracy against a gold label: its evaluation has an
+    accuracy and no Spearman (gold-label data without human scores)."""
+    m = ((results.get("initial") or {}).get("metrics") or {}).get("none") or {}
+    return math.isnan(_num_or_nan(m.get("spearman"))) and not math.isnan(_num_or_nan(m.get("accuracy")))
+
+
+def _num_or_nan(x: Any) -> float:
+    return float(x) if isinstance(x, int | float) else math.nan
 
 
 def gain_lines(results: Mapping[str, Any]) -> list[str]:
@@ -457,21 +494,27 @@ def gain_lines(results: Mapping[str, Any]) -> list[str]:
     out = [
         "",
         f"best - initial, paired on the same documents ({level:.0%} interval: {meta['method']}; each "
-        f"sentence says over how many documents; PairS = Spearman of the PairS ranking, win rate = of the win "
-        f"rates, each against the human scores; in the table, [lo, hi] is each value's interval by the same "
-        f"method and ± the PairS shuffle standard error):",
+        f"sentence says over how many documents; "
+        + (
+            "accuracy = the share of gold-labelled pairs whose decision picks the gold candidate"
+            if by_accuracy(results)
+            else "PairS = Spearman of the PairS ranking, win rate = of the win rates, each against the human "
+            "scores"
+        )
+        + "; in the table, [lo, hi] is each value's interval by the same method and ± the PairS shuffle "
+        "standard error):",
     ]
-    names = {
-        "spearman_pairs": "Spearman (PairS)",
-        "spearman": "Spearman (win rate)",
-        "a_rate": "A-rate",
-        "fairness": "fairness",
-    }
+    agreement = (
+        {"accuracy": "accuracy (gold label)"}
+        if by_accuracy(results)
+        else {"spearman_pairs": "Spearman (PairS)", "spearman": "Spearman (win rate)"}
+    )
+    names = {**agreement, "a_rate": "A-rate", "fairness": "fairness"}
     for kind in ("heldout", "leaky"):
         for variant in ("none", "permutation"):
             per = ((g.get(kind) or {}).get(variant)) or {}
             for key, name in names.items():
-                if key in per and (variant == "none" or key == "spearman_pairs"):
+                if key in per and (variant == "none" or key in ("spearman_pairs", "accuracy")):
                     d = per[key]
                     where = "held-out" if kind == "heldout" else "leaky"
                     label = f"{where} {name}" + (" (perm. debiased)" if variant == "permutation" else "")

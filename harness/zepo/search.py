@@ -427,7 +427,7 @@ class Search:
         )
         n, none = len(search), sum("no_answer" in j.flags for j in search)
         which = "PairS" if self.settings.ranking == "pairs" else "win-rate"
-        held_text = "-" if sp is None else f"{sp:.3f}"
+        held_text = "-" if sp is None else f"{sp:.3f}" if math.isfinite(sp) else "- (no human-scored ranking)"
         if n and none == n:
             log.info(
                 "epoch %d slot %d: all %d pairs no_answer (no fairness); held-out %s Spearman %s",
@@ -438,10 +438,15 @@ class Search:
                 held_text,
             )
         else:
+            # The objective that ranks candidates first (fairness_prob separates candidates whose
+            # argmax fairness is equal), then the argmax fairness the paper reports.
+            objective = self.settings.objective
             log.info(
-                "epoch %d slot %d: fairness %.4f a_rate %.3f%s; held-out %s Spearman %s",
+                "epoch %d slot %d: %s%s %.4f a_rate %.3f%s; held-out %s Spearman %s",
                 epoch,
                 slot,
+                "" if objective == "fairness" else f"{objective} {cand.objectives[objective]:.4f}, ",
+                "fairness",
                 cand.fairness,
                 cand.a_rate,
                 f" ({none} of {n} pairs no_answer)" if none else "",
