@@ -1,7 +1,7 @@
 """A-BB verdicts (issue 19): one tolerance for bounds and verdicts, claim-aware checks, the sure
 bound's assumption checked on every fresh neighbour, and abb.json's one-sentence summary.
 
-Score vectors here are SCRIPTED (tests/abb_scenarios.py, or a full-range flip built inline): designed
+Score vectors here are SCRIPTED (tests/helpers/abb_scenarios.py, or a full-range flip built inline): designed
 ground truth, so each verdict can be predicted. Every check that exists to catch a failure is shown
 catching one.
 """
@@ -12,9 +12,9 @@ import dataclasses
 import json
 import math
 
-import abb_scenarios as sc
 import numpy as np
 import pytest
+from helpers import abb_scenarios as sc
 
 from harness import abb
 
@@ -249,7 +249,7 @@ def test_fresh_rows_outside_the_claims_edit_budget_are_refused_not_used_to_resiz
     0.072) and the coordinates allowed to move, turning a 30/30 refutation into `confirmed`. B and
     alpha now come from the estimation rows and the config; the fresh rows outside that budget are
     refused in one line naming the file, the record and the field."""
-    from conftest import REPO
+    from helpers import REPO
     from hydra import compose, initialize_config_dir
 
     from harness.abb.scores import load_file_scores
@@ -316,7 +316,7 @@ def test_fresh_rows_outside_the_claims_edit_budget_are_refused_not_used_to_resiz
 def test_full_flip_score_file_through_hydra_is_confirmed(tmp_path):
     """The issue's case as a user types it: a 1-10 score file, experiment.tau_fraction=0.1, every fresh
     neighbour flips one score by the full range: 'confirmed' (surely), not 'refuted: 30/30'."""
-    from conftest import REPO
+    from helpers import REPO
     from hydra import compose, initialize_config_dir
 
     from harness.runtime.entry import run
@@ -365,7 +365,7 @@ def test_a_file_claim_with_three_of_thirty_items_is_labelled_hamming_3(tmp_path)
     """A score file whose estimation neighbours each edit 3 of its 30 items is a Hamming-3 claim
     (B = 3 r^2 = 243 on a 1-10 scale): abb.json's mode says `hamming_3`, not `whole_set` (what it
     said before: every k > 1 was called the whole set). One item is `one_item`, all 30 `whole_set`."""
-    from conftest import REPO
+    from helpers import REPO
     from hydra import compose, initialize_config_dir
 
     from harness.runtime.entry import run

@@ -20,8 +20,10 @@ import json
 
 import numpy as np
 import pytest
-from conftest import REPO, run_in_process
-from test_abb_experiment import SLICE, _jsonl, run_here
+from helpers import REPO
+from helpers.abb import SLICE, run_here
+from helpers.cli import run_in_process
+from helpers.data import read_jsonl
 
 from harness import abb
 
@@ -154,7 +156,7 @@ def test_uncached_one_item_neighbours_move_one_coordinate(shared):
         "experiment.kinds=formatting",
         "experiment.jitter.samples=2",
     )
-    rows = _jsonl(out / "neighbours.jsonl")
+    rows = read_jsonl(out / "neighbours.jsonl")
     assert rows and all(len(n["changed"]) <= 1 for n in rows if n["split"] in ("estimate", "verify"))
     bj = json.loads((out / "abb.json").read_text())
     a = bj["verification"]["assumption"]

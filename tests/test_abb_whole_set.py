@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import REPO, SHARED_DATA
+from helpers import REPO, SHARED_DATA
 
 from harness import abb
 

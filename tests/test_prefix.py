@@ -6,7 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
-from conftest import P_A_BOUND
+from helpers.engines import P_A_BOUND
 
 from harness.judges.hf import HFJudge
 from harness.judges.prefix import (
@@ -20,7 +20,7 @@ from harness.prompts import default_instruction, render
 from harness.records import Candidate, Document, PairRequest
 
 TOL = P_A_BOUND["float32"]
-"""max |dP(A)| between engines of one float32 model (tests/conftest.py P_A_BOUND: by dtype)."""
+"""max |dP(A)| between engines of one float32 model (tests/helpers/engines.py P_A_BOUND: by dtype)."""
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -2,7 +2,7 @@
 always through the shipped conf/hydra/launcher/slurm.yaml with site overrides only (partition,
 no GPUs, memory, CPUs):
 (a) judge, ZEPO and A-BB multiruns through hydra/launcher=slurm give the same collected table as
-    the basic launcher (the same command line in the test's process: conftest.run_in_process), and
+    the basic launcher (the same command line in the test's process: helpers.cli.run_in_process), and
     the sbatch script submitit wrote sets OMP_NUM_THREADS and SRUN_CPUS_PER_TASK as intended;
 (b) a job signalled for preemption requeues into the same directory and resumes from the request
     cache, losing and repeating nothing; (c) a 3-shard sweep: a failed shard is one line and named
@@ -31,8 +31,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SLURM_STARTED, SLURM_TOOL, results_only, run_in_process, stop_started_slurm
-from inprocess import environment
+from helpers.cli import run_in_process
+from helpers.inprocess import environment
+from helpers.results import results_only
+from helpers.slurm import SLURM_STARTED, SLURM_TOOL, stop_started_slurm
 
 from harness.errors import ConfigError
 from harness.runtime.attempts import read_attempts
@@ -354,7 +356,7 @@ def _sweeps(
     """The same multirun through hydra/launcher=slurm and through the basic launcher, side by side,
     each with its own request cache (by environment, so both runs' overrides are the same). The SLURM
     multirun is a login-node process, as a user starts it; the basic launcher's is the same command
-    line through the CLI's entry in this process (conftest.run_in_process) while the jobs run."""
+    line through the CLI's entry in this process (helpers.cli.run_in_process) while the jobs run."""
     dirs = {name: tmp_path / name for name in ("slurm", "local")}
     env = {name: {**job_env, "HARNESS_CACHE": str(tmp_path / f"cache-{name}")} for name in dirs}
     slurm = _harness(["-m", *SLURM, *grid, f"hydra.sweep.dir={dirs['slurm']}"], env["slurm"])
@@ -644,7 +646,7 @@ def test_preempted_vllm_job_requeues_once_and_resumes_equal(slurm_cluster, job_e
     requeue; the resumed run equals an unbroken one within the float32 cross-run bound (the
     resumed engine starts with an empty prefix cache, so a few prompts are computed whole)."""
     pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
-    from conftest import P_A_BOUND
+    from helpers.engines import P_A_BOUND
 
     from harness.judging import load_judgments
     from harness.models.tiny import ensure_tiny_model
