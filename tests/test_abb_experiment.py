@@ -316,24 +316,21 @@ def test_win_rates_from_the_tiny_judge(shared_data, tiny_judge):
 
 
 def _file_cfg(path, *extra):
-    from helpers import REPO
-    from hydra import compose, initialize_config_dir
+    from helpers.compose import compose
 
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose(
-            "config",
-            overrides=[
-                "experiment=abb",
-                "experiment.scores=file",
-                f"experiment.file.path={path}",
-                "experiment.file.scale=[1,10]",
-                "experiment.tau=2.0",
-                "experiment.delta=0.1",
-                "experiment.jitter.samples=0",
-                "wandb.mode=disabled",
-                *extra,
-            ],
-        )
+    return compose(
+        [
+            "experiment=abb",
+            "experiment.scores=file",
+            f"experiment.file.path={path}",
+            "experiment.file.scale=[1,10]",
+            "experiment.tau=2.0",
+            "experiment.delta=0.1",
+            "experiment.jitter.samples=0",
+            "wandb.mode=disabled",
+            *extra,
+        ]
+    )
 
 
 def test_scores_from_a_file_run_through_hydra(tmp_path):
@@ -415,9 +412,9 @@ def test_instruction_and_llm_paraphrase_neighbours(shared, e2e):
     """'instruction' neighbours from a ZEPO history.jsonl; 'llm_paraphrase' of the instruction AND of
     answers through the configured API optimizer on a loopback server (the experiment main wires the
     optimizer in; harness.abb never imports zepo)."""
-    from helpers import REPO, SHARED_DATA
+    from helpers import SHARED_DATA
+    from helpers.compose import compose
     from helpers.servers import OpenAIServer
-    from hydra import compose, initialize_config_dir
 
     from harness.runtime.entry import run
 
@@ -465,11 +462,7 @@ def test_instruction_and_llm_paraphrase_neighbours(shared, e2e):
             ),
             ("answers", ["experiment.kinds=[llm_paraphrase]", "experiment.fields=[answer]"]),
         ):
-            with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-                run(
-                    compose("config", overrides=[*base, f"optimizer.base_url={srv.url}", *extra]),
-                    shared / name,
-                )
+            run(compose([*base, f"optimizer.base_url={srv.url}", *extra]), shared / name)
         asked = [r.body["messages"][-1]["content"] for r in srv.ok_requests()]
     rows = read_jsonl(shared / "paraphrase" / "neighbours.jsonl")
     assert {r["edits"][0]["kind"] for r in rows} == {"instruction", "llm_paraphrase"}

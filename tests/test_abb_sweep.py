@@ -20,9 +20,9 @@ import json
 
 import numpy as np
 import pytest
-from helpers import REPO
 from helpers.abb import SLICE, run_here
 from helpers.cli import run_in_process
+from helpers.compose import compose
 from helpers.data import read_jsonl
 
 from harness import abb
@@ -38,10 +38,7 @@ def shared(tmp_path_factory, shared_data, tiny_llama):
 
 def _grid():
     """The shipped sweep config and its grid (Hydra's basic sweeper: the cartesian product)."""
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=["experiment=abb_sweep"], return_hydra_config=True)
+    cfg = compose(["experiment=abb_sweep"], hydra=True)
     params = {k: str(v).split(",") for k, v in cfg.hydra.sweeper.params.items()}
     return cfg, params
 

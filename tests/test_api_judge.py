@@ -11,7 +11,6 @@ import uuid
 from collections import Counter
 
 import pytest
-from helpers import REPO
 from helpers.cli import assert_one_line_error, run_in_process
 from helpers.data import own_jsonl
 from helpers.servers import FAST, OpenAIServer
@@ -341,23 +340,20 @@ def test_configuration_errors_are_one_line(tiny_llama):
 def test_backend_config_builds_an_api_judge(tiny_judge, local_scores, key):
     """conf/backend/api.yaml + conf/model/tiny_llama.yaml composed and built with instantiate: the
     shipped keys fit."""
-    from hydra import compose, initialize_config_dir
+    from helpers.compose import compose
 
-    import harness.runtime.schema  # noqa: F401  (registers the schemas)
     from harness.runtime.context import build_judge
 
     with OpenAIServer(judge=tiny_judge, api_key=key, model="tiny-llama") as srv:
-        with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
-            cfg = compose(
-                "config",
-                overrides=[
-                    "backend=api",
-                    "model=tiny_llama",
-                    f"backend.base_url={srv.url}",
-                    f"backend.api_key_env={ENV}",
-                    "backend.tokenizer=tiny:llama",
-                ],
-            )
+        cfg = compose(
+            [
+                "backend=api",
+                "model=tiny_llama",
+                f"backend.base_url={srv.url}",
+                f"backend.api_key_env={ENV}",
+                "backend.tokenizer=tiny:llama",
+            ]
+        )
         judge = build_judge(cfg.model, cfg.backend)
         assert isinstance(judge, ApiJudge) and judge.mode == cfg.backend.logprob_mode == "exact"
         _assert_same(judge.score_pairs(REQUESTS[:4]), local_scores[:4])

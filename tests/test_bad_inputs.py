@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 from helpers.cli import assert_one_line_error, run_in_process
+from helpers.compose import compose
 from helpers.data import GOOD, own_jsonl
 from helpers.scripted import scripted_search
 from helpers.servers import FAST, OpenAIServer
-from hydra import compose, initialize_config_dir
 
 from harness.data.jsonl import load_jsonl
 from harness.errors import DataError
@@ -30,7 +30,7 @@ from harness.files import write_json_atomic
 from harness.judges.api import ApiJudge
 from harness.judges.cache import CachedJudge, ScoreCache
 from harness.judges.chat import longest_token_chars, refuse_overlong_texts
-from harness.runtime.entry import CONF_DIR, check
+from harness.runtime.entry import check
 
 BASE = [
     "experiment=judge",
@@ -112,9 +112,8 @@ def test_bad_input_is_one_line_before_any_model_call(tmp_path, case):
 
 
 def test_negative_control_the_good_inputs_next_to_the_bad_ones_pass():
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        check(compose("config", overrides=["experiment=judge", "seed=4294967295"]))
-        check(compose("config", overrides=["experiment=judge", "backend=vllm", "backend.seed=0"]))
+    check(compose(["experiment=judge", "seed=4294967295"]))
+    check(compose(["experiment=judge", "backend=vllm", "backend.seed=0"]))
     ids = {"A": 38, " A": 263, "B": 39, " B": 264}  # the tiny tokenizer's own ids
     assert (
         ApiJudge("m", "http://127.0.0.1:9/v1", token_ids=ids, tokenizer="tiny:llama", api_key_env=None).mode

@@ -228,14 +228,13 @@ def harness_overrides(argv: list[str]) -> list[str] | None:
 def compose_checked(overrides: list[str], hydra: bool = False):
     """Compose as the command would (a sweep list: its first value) and check it as entry.run does
     before any work, plus the builders and the launcher the run would import."""
-    from hydra import compose, initialize_config_dir
+    from helpers.compose import compose
     from hydra.utils import get_class, get_method
 
     from harness.runtime.entry import check, resolve_entry
 
     first = [re.sub(r"=([^\[\]{},]+),[^\[\]{}]*$", r"=\1", o) for o in overrides]
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=first, return_hydra_config=hydra)
+    cfg = compose(first, hydra=hydra)
     if hydra:
         get_class(cfg.hydra.launcher._target_)
         return cfg
