@@ -1,4 +1,5 @@
-"""Shared fixtures: the real data mirror, tiny random models, SmolLM2, isolated caches."""
+"""Shared fixtures (the real data mirror, tiny random models, SmolLM2, the session's engines) and the
+pytest hooks (work units, early engine stops); the helpers tests import live in tests/helpers/."""
 
 from __future__ import annotations
 
