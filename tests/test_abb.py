@@ -1,4 +1,5 @@
-"""A-BB bounds, calibration and verification, checked against SCRIPTED judges (tests/abb_scenarios.py).
+"""A-BB bounds, calibration and verification, checked against SCRIPTED judges
+(tests/helpers/abb_scenarios.py).
 
 Scripted judges are designed ground truth, not models. Every draw is seeded. Coverage assertions
 compare a failure count with its budget through Clopper-Pearson, so a wrong rank, a missing term or
@@ -12,9 +13,9 @@ import dataclasses
 import json
 import math
 
-import abb_scenarios as sc
 import numpy as np
 import pytest
+from helpers import abb_scenarios as sc
 from scipy import stats
 
 from harness import abb

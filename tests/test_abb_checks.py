@@ -1,7 +1,7 @@
 """A-BB verdicts (issue 19): one tolerance for bounds and verdicts, claim-aware checks, the sure
 bound's assumption checked on every fresh neighbour, and abb.json's one-sentence summary.
 
-Score vectors here are SCRIPTED (tests/abb_scenarios.py, or a full-range flip built inline): designed
+Score vectors here are SCRIPTED (tests/helpers/abb_scenarios.py, or a full-range flip built inline): designed
 ground truth, so each verdict can be predicted. Every check that exists to catch a failure is shown
 catching one.
 """
@@ -12,9 +12,9 @@ import dataclasses
 import json
 import math
 
-import abb_scenarios as sc
 import numpy as np
 import pytest
+from helpers import abb_scenarios as sc
 
 from harness import abb
 
@@ -249,8 +249,7 @@ def test_fresh_rows_outside_the_claims_edit_budget_are_refused_not_used_to_resiz
     0.072) and the coordinates allowed to move, turning a 30/30 refutation into `confirmed`. B and
     alpha now come from the estimation rows and the config; the fresh rows outside that budget are
     refused in one line naming the file, the record and the field."""
-    from conftest import REPO
-    from hydra import compose, initialize_config_dir
+    from helpers.compose import compose
 
     from harness.abb.scores import load_file_scores
     from harness.errors import DataError
@@ -265,8 +264,7 @@ def test_fresh_rows_outside_the_claims_edit_budget_are_refused_not_used_to_resiz
         "experiment.bootstrap=10",
         "wandb.mode=disabled",
     ]
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=ov)
+    cfg = compose(ov)
     with pytest.raises(
         DataError,
         match=r"likert\.jsonl, record line 71, field 'neighbour': fresh neighbour 'v0' "
@@ -316,8 +314,7 @@ def test_fresh_rows_outside_the_claims_edit_budget_are_refused_not_used_to_resiz
 def test_full_flip_score_file_through_hydra_is_confirmed(tmp_path):
     """The issue's case as a user types it: a 1-10 score file, experiment.tau_fraction=0.1, every fresh
     neighbour flips one score by the full range: 'confirmed' (surely), not 'refuted: 30/30'."""
-    from conftest import REPO
-    from hydra import compose, initialize_config_dir
+    from helpers.compose import compose
 
     from harness.runtime.entry import run
 
@@ -348,8 +345,7 @@ def test_full_flip_score_file_through_hydra_is_confirmed(tmp_path):
         "experiment.bootstrap=10",
         "wandb.mode=disabled",
     ]
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=ov)
+    cfg = compose(ov)
     results = run(cfg, tmp_path / "out")
     v = json.loads((tmp_path / "out" / "abb.json").read_text())["verification"]
     assert (
@@ -365,8 +361,7 @@ def test_a_file_claim_with_three_of_thirty_items_is_labelled_hamming_3(tmp_path)
     """A score file whose estimation neighbours each edit 3 of its 30 items is a Hamming-3 claim
     (B = 3 r^2 = 243 on a 1-10 scale): abb.json's mode says `hamming_3`, not `whole_set` (what it
     said before: every k > 1 was called the whole set). One item is `one_item`, all 30 `whole_set`."""
-    from conftest import REPO
-    from hydra import compose, initialize_config_dir
+    from helpers.compose import compose
 
     from harness.runtime.entry import run
 
@@ -396,8 +391,7 @@ def test_a_file_claim_with_three_of_thirty_items_is_labelled_hamming_3(tmp_path)
         "experiment.bootstrap=10",
         "wandb.mode=disabled",
     ]
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=ov)
+    cfg = compose(ov)
     run(cfg, tmp_path / "out")
     bj = json.loads((tmp_path / "out" / "abb.json").read_text())
     assert bj["mode"] == "hamming_3" and bj["d"] == 30 and bj["scores"]["items_changed"] == 3

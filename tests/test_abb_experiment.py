@@ -18,26 +18,13 @@ import math
 
 import numpy as np
 import pytest
-from conftest import run_in_process
+from helpers.abb import SLICE, likert_file, run_here
+from helpers.cli import run_in_process
+from helpers.data import read_jsonl
 
 from harness.errors import ConfigError, DataError
 
-# Three consecutive arena-bench-v1 questions whose prompts are short for the tiny tokenizer
-# (about 1,200 tokens per pair), three concise models plus the baseline.
-SLICE = [
-    "experiment=abb",
-    "model=tiny_llama",
-    "task=arena_bench",
-    "task.offset=69",
-    "task.docs=3",
-    "experiment.models=[llama-13b,palm-2-chat-bison-001,claude-2.1]",
-    "experiment.kinds=[formatting,swap]",
-    "experiment.estimate=6",
-    "experiment.verify=6",
-    "experiment.jitter.samples=2",
-    "experiment.bootstrap=20",
-    "progress=false",
-]
+# The runs below take helpers.abb's SLICE (three arena-bench-v1 questions, three models) and add:
 INFORMATIVE = [
     "experiment.orders=single",
     "experiment.kinds=formatting",
@@ -47,10 +34,6 @@ INFORMATIVE = [
     "experiment.jitter.samples=0",
 ]
 D = 9
-
-
-def _jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 @pytest.fixture(scope="module")
@@ -67,27 +50,6 @@ def e2e(shared):
     return out
 
 
-def run_here(shared, name, *overrides):
-    """An in-process run (no interpreter start-up) on the module's data and request cache."""
-    from conftest import REPO, SHARED_DATA
-    from hydra import compose, initialize_config_dir
-
-    from harness.runtime.entry import run
-
-    ov = [
-        *SLICE,
-        *overrides,
-        f"data.dir={shared / 'data'}",
-        f"data.mirror={SHARED_DATA}",
-        f"cache.path={shared / 'cache' / 'requests.sqlite'}",
-        "wandb.mode=disabled",
-    ]
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=ov)
-    run(cfg, shared / name, overrides=ov)
-    return shared / name
-
-
 @pytest.fixture(scope="module")
 def informative(shared, e2e):
     return run_here(shared, "informative", *INFORMATIVE)
@@ -95,8 +57,8 @@ def informative(shared, e2e):
 
 def test_end_to_end_cap_wins_and_its_check_tests_the_assumption(e2e):
     bj = json.loads((e2e / "abb.json").read_text())
-    rows = _jsonl(e2e / "bounded_scores.jsonl")
-    neigh = _jsonl(e2e / "neighbours.jsonl")
+    rows = read_jsonl(e2e / "bounded_scores.jsonl")
+    neigh = read_jsonl(e2e / "neighbours.jsonl")
     assert len(rows) == D and {r["model"] for r in rows} == {
         "llama-13b",
         "palm-2-chat-bison-001",
@@ -160,15 +122,15 @@ def test_end_to_end_results_rankings_and_wandb(e2e):
     assert results["judge"].startswith("hf|tiny-llama") and results["judge_calls"] > 0
     assert results["reference_agreement"]["n_models"] == 3
     assert list((e2e / "wandb").glob("offline-run-*")), "W&B offline run missing"
-    logged = _jsonl(e2e / "metrics.jsonl")[0]
+    logged = read_jsonl(e2e / "metrics.jsonl")[0]
     assert logged["abb/verification/trials"] == 6 and logged["verdict"] == "confirmed"
 
 
 def _vectors(run):
     """f(D) and the estimation / fresh neighbour vectors, rebuilt from the run's own records."""
-    f = np.array([r["original"] for r in _jsonl(run / "bounded_scores.jsonl")])
+    f = np.array([r["original"] for r in read_jsonl(run / "bounded_scores.jsonl")])
     out = {"estimate": [], "verify": []}
-    for n in _jsonl(run / "neighbours.jsonl"):
+    for n in read_jsonl(run / "neighbours.jsonl"):
         vec = f.copy()
         for i, val in n["changed"].items():
             vec[int(i)] = val
@@ -180,7 +142,7 @@ def test_informative_check_confirms_and_catches_miscalibrated_mechanisms(informa
     """Real tiny-model neighbours: the quantile bound lifts alpha above the cap, so the fresh check
     could fail; it confirms. The same `abb.verify` on the same fresh neighbours flags a mechanism
     whose noise is sized per coordinate, and one whose alpha exceeds its bound at a smaller tau."""
-    from abb_scenarios import with_alpha
+    from helpers.abb_scenarios import with_alpha
 
     from harness import abb
 
@@ -353,60 +315,28 @@ def test_win_rates_from_the_tiny_judge(shared_data, tiny_judge):
     assert info["requests"] == 2 * 4 and info["coords"] == 1 and np.abs(rows - f).max() < 1e-5
 
 
-def _likert_file(
-    path, rng, n_q=12, models=("m1", "m2", "m3"), m_est=60, m_ver=40, jitter_docs=0, jitter_items=3
-):
-    """A user's 1-10 scores, plus Hamming-1 neighbours with a SCRIPTED bias: one item moves by +-1
-    (rarely by 4); optionally jitter rows that re-judge whole questions (3 items each)."""
-    base = {(f"q{q}", m): float(rng.integers(1, 11)) for q in range(n_q) for m in models}
-    rows = [{"item": q, "model": m, "score": s} for (q, m), s in base.items()]
-    keys = list(base)
-    for split, n in (("estimate", m_est), ("verify", m_ver)):
-        for j in range(n):
-            q, m = keys[int(rng.integers(len(keys)))]
-            step = 4.0 if rng.random() < 0.05 else 1.0
-            s = float(np.clip(base[(q, m)] + step * rng.choice([-1, 1]), 1, 10))
-            rows.append({"item": q, "model": m, "score": s, "neighbour": f"{split}{j}", "split": split})
-    for j in range(jitter_docs):
-        for m in models[:jitter_items]:
-            rows.append(
-                {
-                    "item": f"q{j}",
-                    "model": m,
-                    "score": base[(f"q{j}", m)],
-                    "neighbour": f"j{j}",
-                    "split": "jitter",
-                }
-            )
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return base, rows
-
-
 def _file_cfg(path, *extra):
-    from conftest import REPO
-    from hydra import compose, initialize_config_dir
+    from helpers.compose import compose
 
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose(
-            "config",
-            overrides=[
-                "experiment=abb",
-                "experiment.scores=file",
-                f"experiment.file.path={path}",
-                "experiment.file.scale=[1,10]",
-                "experiment.tau=2.0",
-                "experiment.delta=0.1",
-                "experiment.jitter.samples=0",
-                "wandb.mode=disabled",
-                *extra,
-            ],
-        )
+    return compose(
+        [
+            "experiment=abb",
+            "experiment.scores=file",
+            f"experiment.file.path={path}",
+            "experiment.file.scale=[1,10]",
+            "experiment.tau=2.0",
+            "experiment.delta=0.1",
+            "experiment.jitter.samples=0",
+            "wandb.mode=disabled",
+            *extra,
+        ]
+    )
 
 
 def test_scores_from_a_file_run_through_hydra(tmp_path):
     from harness.runtime.entry import run
 
-    base, rows = _likert_file(tmp_path / "likert.jsonl", np.random.default_rng(0))
+    base, rows = likert_file(tmp_path / "likert.jsonl", np.random.default_rng(0))
     results = run(_file_cfg(tmp_path / "likert.jsonl"), tmp_path / "out")
     bj = json.loads((tmp_path / "out" / "abb.json").read_text())
     assert bj["mode"] == "one_item" and bj["d"] == len(base) and bj["scores"]["items_changed"] == 1
@@ -423,7 +353,7 @@ def test_jitter_in_other_units_is_refused(tmp_path):
     """The issue's unit bug as input: jitter rows re-judge whole questions (3 items), a neighbour one."""
     from harness.runtime.entry import run
 
-    _likert_file(tmp_path / "j.jsonl", np.random.default_rng(1), jitter_docs=4)
+    likert_file(tmp_path / "j.jsonl", np.random.default_rng(1), jitter_docs=4)
     with pytest.raises(ConfigError, match="jitter re-judged 3 coordinates per sample, a neighbour 1"):
         run(
             _file_cfg(tmp_path / "j.jsonl", "experiment.jitter.remove=true", "experiment.jitter.samples=4"),
@@ -431,7 +361,7 @@ def test_jitter_in_other_units_is_refused(tmp_path):
         )
     # Jitter rows of one item each (the units of a one-item neighbour): Markov minus the jitter's lower
     # bound makes the CONTEXT claim, labelled as such (the cap, which subtracts nothing, would not).
-    _likert_file(tmp_path / "k.jsonl", np.random.default_rng(1), jitter_docs=4, jitter_items=1)
+    likert_file(tmp_path / "k.jsonl", np.random.default_rng(1), jitter_docs=4, jitter_items=1)
     run(
         _file_cfg(
             tmp_path / "k.jsonl",
@@ -482,9 +412,9 @@ def test_instruction_and_llm_paraphrase_neighbours(shared, e2e):
     """'instruction' neighbours from a ZEPO history.jsonl; 'llm_paraphrase' of the instruction AND of
     answers through the configured API optimizer on a loopback server (the experiment main wires the
     optimizer in; harness.abb never imports zepo)."""
-    from conftest import REPO, SHARED_DATA
-    from hydra import compose, initialize_config_dir
-    from openai_server import OpenAIServer
+    from helpers import SHARED_DATA
+    from helpers.compose import compose
+    from helpers.servers import OpenAIServer
 
     from harness.runtime.entry import run
 
@@ -532,20 +462,16 @@ def test_instruction_and_llm_paraphrase_neighbours(shared, e2e):
             ),
             ("answers", ["experiment.kinds=[llm_paraphrase]", "experiment.fields=[answer]"]),
         ):
-            with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-                run(
-                    compose("config", overrides=[*base, f"optimizer.base_url={srv.url}", *extra]),
-                    shared / name,
-                )
+            run(compose([*base, f"optimizer.base_url={srv.url}", *extra]), shared / name)
         asked = [r.body["messages"][-1]["content"] for r in srv.ok_requests()]
-    rows = _jsonl(shared / "paraphrase" / "neighbours.jsonl")
+    rows = read_jsonl(shared / "paraphrase" / "neighbours.jsonl")
     assert {r["edits"][0]["kind"] for r in rows} == {"instruction", "llm_paraphrase"}
     for r in rows:
         assert r["edits"][0]["field"] == "instruction" and not r["noop"]
         assert (
             r["instruction"] in texts if r["edits"][0]["kind"] == "instruction" else "(v" in r["instruction"]
         )
-    answers = _jsonl(shared / "answers" / "neighbours.jsonl")
+    answers = read_jsonl(shared / "answers" / "neighbours.jsonl")
     assert len(answers) == 6 and all(r["edits"][0]["field"] == "answer" and not r["noop"] for r in answers)
     assert any(
         a.startswith("Rewrite the text below") for a in asked
@@ -557,8 +483,9 @@ def test_zepo_best_vs_initial_side_by_side(shared, shared_data):
     """ZEPO x A-BB in one config: a real (tiny) ZEPO run writes best_instruction.txt; the abb_zepo
     multirun scores the initial and the ZEPO-best instruction on the SAME items and neighbours, and the
     collect step lays out Delta-hat, its bound, alpha and the retained signal side by side."""
-    from openai_server import OpenAIServer
-    from test_zepo import _compose, e2e_overrides, scripted_completion
+    from helpers.compose import compose
+    from helpers.scripted import e2e_overrides, scripted_completion
+    from helpers.servers import OpenAIServer
 
     from harness.runtime.abb_sweep import main
     from harness.runtime.entry import run
@@ -567,7 +494,7 @@ def test_zepo_best_vs_initial_side_by_side(shared, shared_data):
         # The tiny random judge's A-rate never moves (every fairness ties, so ZEPO keeps the initial);
         # its confidence does, so that objective makes ZEPO pick a paraphrase, as a real search would.
         run(
-            _compose(
+            compose(
                 e2e_overrides(
                     shared,
                     srv.url,
@@ -606,7 +533,7 @@ def test_zepo_best_vs_initial_side_by_side(shared, shared_data):
     assert (
         runs[0]["instruction"] == best and runs[1]["instruction"] != best
     )  # the file (ZEPO's best) runs first
-    plans = [[n["edits"] for n in _jsonl(sweep / job / "neighbours.jsonl")] for job in ("0", "1")]
+    plans = [[n["edits"] for n in read_jsonl(sweep / job / "neighbours.jsonl")] for job in ("0", "1")]
     assert plans[0] == plans[1]  # the same edits of the same items: only the instruction differs
     assert main([str(sweep)]) == 0
     table = (sweep / "collect" / "instructions.md").read_text()

@@ -20,8 +20,10 @@ import json
 
 import numpy as np
 import pytest
-from conftest import REPO, run_in_process
-from test_abb_experiment import SLICE, _jsonl, run_here
+from helpers.abb import SLICE, run_here
+from helpers.cli import run_in_process
+from helpers.compose import compose
+from helpers.data import read_jsonl
 
 from harness import abb
 
@@ -36,10 +38,7 @@ def shared(tmp_path_factory, shared_data, tiny_llama):
 
 def _grid():
     """The shipped sweep config and its grid (Hydra's basic sweeper: the cartesian product)."""
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=["experiment=abb_sweep"], return_hydra_config=True)
+    cfg = compose(["experiment=abb_sweep"], hydra=True)
     params = {k: str(v).split(",") for k, v in cfg.hydra.sweeper.params.items()}
     return cfg, params
 
@@ -154,7 +153,7 @@ def test_uncached_one_item_neighbours_move_one_coordinate(shared):
         "experiment.kinds=formatting",
         "experiment.jitter.samples=2",
     )
-    rows = _jsonl(out / "neighbours.jsonl")
+    rows = read_jsonl(out / "neighbours.jsonl")
     assert rows and all(len(n["changed"]) <= 1 for n in rows if n["split"] in ("estimate", "verify"))
     bj = json.loads((out / "abb.json").read_text())
     a = bj["verification"]["assumption"]

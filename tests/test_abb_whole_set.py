@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import REPO, SHARED_DATA
+from helpers import SHARED_DATA
 
 from harness import abb
 
@@ -37,7 +37,7 @@ D = 3
 
 
 def _run(tmp, mode):
-    from hydra import compose, initialize_config_dir
+    from helpers.compose import compose
 
     from harness.runtime.entry import run
 
@@ -49,8 +49,7 @@ def _run(tmp, mode):
         f"cache.path={tmp / 'requests.sqlite'}",
         "wandb.mode=disabled",
     ]
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=ov)
+    cfg = compose(ov)
     run(cfg, tmp / mode, overrides=ov)
     return tmp / mode
 

@@ -9,12 +9,11 @@ import logging
 import math
 import uuid
 from collections import Counter
-from pathlib import Path
 
 import pytest
-from conftest import run_in_process
-from openai_server import OpenAIServer
-from test_cli_errors import _assert_one_line_error
+from helpers.cli import assert_one_line_error, run_in_process
+from helpers.data import own_jsonl
+from helpers.servers import FAST, OpenAIServer
 
 from harness.api_client import ApiClient, ApiError, HttpSettings
 from harness.errors import ConfigError
@@ -25,9 +24,7 @@ from harness.judges.hf import HFJudge
 from harness.prompts import default_instruction, render
 from harness.records import Candidate, Document, PairRequest
 
-REPO = Path(__file__).resolve().parents[1]
 ENV = "HARNESS_TEST_API_KEY"
-FAST = dict(backoff_base_s=0.01, backoff_max_s=2.0, timeout_s=5.0)
 
 
 def _requests() -> list[PairRequest]:
@@ -343,23 +340,20 @@ def test_configuration_errors_are_one_line(tiny_llama):
 def test_backend_config_builds_an_api_judge(tiny_judge, local_scores, key):
     """conf/backend/api.yaml + conf/model/tiny_llama.yaml composed and built with instantiate: the
     shipped keys fit."""
-    from hydra import compose, initialize_config_dir
+    from helpers.compose import compose
 
-    import harness.runtime.schema  # noqa: F401  (registers the schemas)
     from harness.runtime.context import build_judge
 
     with OpenAIServer(judge=tiny_judge, api_key=key, model="tiny-llama") as srv:
-        with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
-            cfg = compose(
-                "config",
-                overrides=[
-                    "backend=api",
-                    "model=tiny_llama",
-                    f"backend.base_url={srv.url}",
-                    f"backend.api_key_env={ENV}",
-                    "backend.tokenizer=tiny:llama",
-                ],
-            )
+        cfg = compose(
+            [
+                "backend=api",
+                "model=tiny_llama",
+                f"backend.base_url={srv.url}",
+                f"backend.api_key_env={ENV}",
+                "backend.tokenizer=tiny:llama",
+            ]
+        )
         judge = build_judge(cfg.model, cfg.backend)
         assert isinstance(judge, ApiJudge) and judge.mode == cfg.backend.logprob_mode == "exact"
         _assert_same(judge.score_pairs(REQUESTS[:4]), local_scores[:4])
@@ -420,7 +414,7 @@ def test_a_label_outside_the_top_k_is_unreadable_not_probability_1_through_the_c
         "backend.logprob_mode=top",
         "backend.max_retries=0",
         "task=jsonl",
-        f"task.path={_jsonl(tmp_path)}",
+        f"task.path={own_jsonl(tmp_path)}",
         "task.aspect=quality",
         "wandb.mode=disabled",
         "progress=false",
@@ -454,7 +448,7 @@ def test_a_label_outside_the_top_k_is_unreadable_not_probability_1_through_the_c
             top = srv.next_token_logprobs(srv.tokens_for(path, body)).topk(5).indices.tolist()
             assert set(top[:2]) == a_ids and top[2] in b_ids
     assert len(asked) == 13  # 12 ordered pairs and the content-free probe, each asked once (not retried)
-    _assert_one_line_error(k2, "gave no usable answer for any of the 12 pairs")
+    assert_one_line_error(k2, "gave no usable answer for any of the 12 pairs")
     assert "list no spelling of label 'B'" in k2.stdout + k2.stderr  # the warning says why
     assert not (tmp_path / "k2" / "results.json").exists()
     assert k5.returncode == 0, k5.stderr[-2000:]
@@ -483,7 +477,7 @@ def test_a_persistent_content_fault_is_flagged_counted_in_results_and_never_cach
     from harness.experiments.judge import run_judge
     from harness.judging import load_judgments
 
-    docs = [d for d in load_task("jsonl", path=_jsonl(tmp_path))]
+    docs = [d for d in load_task("jsonl", path=own_jsonl(tmp_path))]
     kw = dict(
         token_ids={"A": 38, " A": 263, "B": 39, " B": 264},
         api_key_env=None,
@@ -529,22 +523,3 @@ def test_a_persistent_content_fault_is_flagged_counted_in_results_and_never_cach
             len(srv.requests) == sent + 1 and rerun["n_unreadable"] == 0
         )  # only the flagged pair asked again
         cache.close()
-
-
-def _jsonl(tmp_path: Path) -> Path:
-    import json
-
-    rows = [
-        {
-            "doc_id": f"d{i}",
-            "source": f"Source text number {i} about the council and the park.",
-            "candidate_id": c,
-            "text": f"Summary {c} of {i}.",
-            "scores": {"quality": float(k)},
-        }
-        for i in range(2)
-        for k, c in enumerate(["x", "y", "z"])
-    ]
-    path = tmp_path / "own.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path

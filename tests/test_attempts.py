@@ -37,7 +37,7 @@ TOTAL = 3 * 4 * 3  # 3 documents x 12 ordered pairs
 
 SCRIPT = textwrap.dedent('''
     import os, signal, sys
-    from test_zepo import ScriptedBiasJudge, _docs
+    from helpers.scripted import ScriptedBiasJudge, scripted_docs
     from harness.judges.cache import CachedJudge, ScoreCache
     from harness.judging import build_requests
     from harness.runtime.attempts import record_attempt
@@ -53,7 +53,7 @@ SCRIPT = textwrap.dedent('''
                 os.kill(os.getpid(), signal.SIGKILL)
             return super().score_pairs(requests)
 
-    requests, _ = build_requests(_docs(3), "Which is better? (variant 3)", "summarization", "coherence")
+    requests, _ = build_requests(scripted_docs(3), "Which is better? (variant 3)", "summarization", "coherence")
     with record_attempt(out) as attempt:
         judge = CachedJudge(KilledMidChunk(), ScoreCache(db), chunk=2,
                             on_progress=attempt.progress if hook else None)

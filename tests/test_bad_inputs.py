@@ -18,12 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_in_process
-from hydra import compose, initialize_config_dir
-from openai_server import OpenAIServer
-from test_api_judge import FAST, _jsonl
-from test_cli_errors import GOOD, _assert_one_line_error
-from test_resume_fingerprint import _search
+from helpers.cli import assert_one_line_error, run_in_process
+from helpers.compose import compose
+from helpers.data import GOOD, own_jsonl
+from helpers.scripted import scripted_search
+from helpers.servers import FAST, OpenAIServer
 
 from harness.data.jsonl import load_jsonl
 from harness.errors import DataError
@@ -31,7 +30,7 @@ from harness.files import write_json_atomic
 from harness.judges.api import ApiJudge
 from harness.judges.cache import CachedJudge, ScoreCache
 from harness.judges.chat import longest_token_chars, refuse_overlong_texts
-from harness.runtime.entry import CONF_DIR, check
+from harness.runtime.entry import check
 
 BASE = [
     "experiment=judge",
@@ -99,7 +98,7 @@ def test_bad_input_is_one_line_before_any_model_call(tmp_path, case):
     start = time.monotonic()
     r = run_in_process([*BASE, *make(tmp_path), f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, timeout=240)
     seconds = time.monotonic() - start
-    _assert_one_line_error(r, *needles)
+    assert_one_line_error(r, *needles)
     assert (
         not (tmp_path / "run" / "results.json").exists()
         and not (tmp_path / "run" / "judgments.jsonl").exists()
@@ -113,9 +112,8 @@ def test_bad_input_is_one_line_before_any_model_call(tmp_path, case):
 
 
 def test_negative_control_the_good_inputs_next_to_the_bad_ones_pass():
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        check(compose("config", overrides=["experiment=judge", "seed=4294967295"]))
-        check(compose("config", overrides=["experiment=judge", "backend=vllm", "backend.seed=0"]))
+    check(compose(["experiment=judge", "seed=4294967295"]))
+    check(compose(["experiment=judge", "backend=vllm", "backend.seed=0"]))
     ids = {"A": 38, " A": 263, "B": 39, " B": 264}  # the tiny tokenizer's own ids
     assert (
         ApiJudge("m", "http://127.0.0.1:9/v1", token_ids=ids, tokenizer="tiny:llama", api_key_env=None).mode
@@ -173,11 +171,11 @@ def _damage(state: Path, how: str) -> None:
     ],
 )
 def test_a_corrupt_state_json_is_one_line_naming_it(tmp_path, how):
-    _search(tmp_path).run()
+    scripted_search(tmp_path).run()
     state = tmp_path / "state.json"
     _damage(state, how)
     with pytest.raises(DataError) as e:
-        _search(tmp_path).run()
+        scripted_search(tmp_path).run()
     msg = str(e.value)
     assert str(state) in msg and "\n" not in msg and "start over" in msg, msg
 
@@ -185,13 +183,13 @@ def test_a_corrupt_state_json_is_one_line_naming_it(tmp_path, how):
 def test_state_json_as_a_folder_is_one_line_and_leaves_no_temp_file(tmp_path):
     (tmp_path / "state.json").mkdir()
     with pytest.raises(DataError, match="is a folder"):
-        _search(tmp_path).run()
+        scripted_search(tmp_path).run()
     assert not [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name]
 
 
 def test_negative_control_an_intact_state_json_resumes(tmp_path):
-    first = _search(tmp_path).run()
-    again = _search(tmp_path).run()
+    first = scripted_search(tmp_path).run()
+    again = scripted_search(tmp_path).run()
     assert [c.text for c in again.candidates] == [c.text for c in first.candidates]
 
 
@@ -213,7 +211,7 @@ def test_an_unreadable_content_free_probe_drops_only_the_contextual_view(tiny_ju
     from harness.experiments.judge import run_judge
     from harness.judging import build_requests
 
-    docs = list(load_task("jsonl", path=_jsonl(tmp_path)))
+    docs = list(load_task("jsonl", path=own_jsonl(tmp_path)))
     instruction = "Which is better?"
     kw = dict(
         token_ids={"A": 38, " A": 263, "B": 39, " B": 264},

@@ -8,7 +8,7 @@ import json
 import statistics
 
 import pytest
-from conftest import bench_json, run_bench
+from helpers.cli import bench_json, run_bench
 
 TINY = ["--docs", "1", "--candidates", "3", "--threads", "1", "--peak-size", "512"]
 

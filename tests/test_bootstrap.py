@@ -13,8 +13,8 @@ import math
 
 import numpy as np
 import pytest
+from helpers.data import random_judgments
 from scipy import stats
-from test_metrics_vectorised import _random_judgments
 
 from harness.errors import ConfigError
 from harness.metrics import bootstrap as B
@@ -29,7 +29,7 @@ def test_a_round_of_ones_gives_metric_set(seed):
     """Every replicated metric, on a round that draws each document once, equals metric_set (1e-12),
     for the raw and debiased columns, on judgments with every awkward case (NaN P(A), repeats,
     one-sided pairs, tied/missing humans, gold labels, unreadable pairs)."""
-    frame = build_frame(_random_judgments(seed))
+    frame = build_frame(random_judgments(seed))
     for p, official in (
         (frame.p, None),
         (permutation_p(frame), permutation_p(frame, "official")),
@@ -153,7 +153,7 @@ def test_paired_difference_and_its_sentence():
 
 
 def test_analyse_intervals_hold_the_value_and_zero_rounds_turn_them_off():
-    js = _random_judgments(0)
+    js = random_judgments(0)
     on = analyse(js, p_cf=0.4, shuffles=5, rounds=200)
     iv = on.intervals()
     assert iv is not None and set(iv) == set(on.metrics) == {"none", "permutation", "batch", "contextual"}

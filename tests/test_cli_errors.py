@@ -5,29 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_in_process
-
-GOOD = {
-    "doc_id": "d1",
-    "source": "the source text",
-    "candidate_id": "c1",
-    "text": "a summary",
-    "scores": {"coherence": 3.0},
-}
-
-
-def _jsonl(path, rows):
-    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
-    return path
-
-
-def _assert_one_line_error(r, *needles):
-    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
-    assert "Traceback" not in r.stderr
-    errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, r.stderr[-2000:]
-    for n in needles:
-        assert n in errors[0], errors[0]
+from helpers.cli import assert_one_line_error, run_in_process
+from helpers.data import GOOD, write_jsonl
 
 
 def _bad_data_cases(tmp):
@@ -35,15 +14,15 @@ def _bad_data_cases(tmp):
     return {
         "missing file": (tmp / "nope.jsonl", ("nope.jsonl", "not found")),
         "wrong schema": (
-            _jsonl(tmp / "schema.jsonl", [GOOD, {k: v for k, v in second.items() if k != "text"}]),
+            write_jsonl(tmp / "schema.jsonl", [GOOD, {k: v for k, v in second.items() if k != "text"}]),
             ("schema.jsonl", "line 2", "text"),
         ),
         "nan score": (
-            _jsonl(tmp / "nan.jsonl", [GOOD, json.dumps(second).replace("3.0", "NaN")]),
+            write_jsonl(tmp / "nan.jsonl", [GOOD, json.dumps(second).replace("3.0", "NaN")]),
             ("nan.jsonl", "line 2", "coherence"),
         ),
         "empty candidate": (
-            _jsonl(tmp / "empty.jsonl", [GOOD, {**second, "text": "  "}]),
+            write_jsonl(tmp / "empty.jsonl", [GOOD, {**second, "text": "  "}]),
             ("empty.jsonl", "line 2", "text"),
         ),
     }
@@ -64,7 +43,7 @@ def test_bad_data_file(case, tmp_path):
         ],
         tmp_path,
     )
-    _assert_one_line_error(r, *needles)
+    assert_one_line_error(r, *needles)
 
 
 @pytest.mark.parametrize(
@@ -89,7 +68,7 @@ def test_bad_config(override, needles, tmp_path):
         ],
         tmp_path,
     )
-    _assert_one_line_error(r, *needles)
+    assert_one_line_error(r, *needles)
 
 
 def test_secret_in_config_is_refused(tmp_path):
@@ -103,7 +82,7 @@ def test_secret_in_config_is_refused(tmp_path):
         ],
         tmp_path,
     )
-    _assert_one_line_error(r, "environment variable")
+    assert_one_line_error(r, "environment variable")
     assert not any(
         "sk-should-never-be-here" in p.read_text(errors="ignore")
         for p in (tmp_path / "run").rglob("*")
@@ -146,7 +125,7 @@ def test_config_refused_before_any_work(override, needles, tmp_path):
         tmp_path,
         timeout=120,
     )
-    _assert_one_line_error(r, *needles)
+    assert_one_line_error(r, *needles)
     assert not (tmp_path / "run" / "config.json").exists()
 
 
@@ -169,5 +148,5 @@ def test_context_length_is_checked_when_every_answer_comes_from_the_cache(tmp_pa
         and json.loads((tmp_path / "again" / "results.json").read_text())["judge_calls"] == 0
     )
     r = run_in_process([*args, "model.max_length=32", f"hydra.run.dir={tmp_path / 'short'}"], tmp_path)
-    _assert_one_line_error(r, "longer than the model's context of 32", "model.max_length")
+    assert_one_line_error(r, "longer than the model's context of 32", "model.max_length")
     assert not (tmp_path / "short" / "results.json").exists()

@@ -380,7 +380,7 @@ def test_figures_draw_the_intervals_their_captions_promise(tmp_path):
 @pytest.fixture(scope="module")
 def few_documents(tmp_path_factory, tiny_llama):
     """Real tiny judge runs: one on 6 documents (ECE needs 8) and two shards of 2 documents each."""
-    from conftest import run_in_process
+    from helpers.cli import run_in_process
 
     tmp = tmp_path_factory.mktemp("few")
     args = [

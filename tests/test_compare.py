@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import run_in_process
+from helpers.cli import run_in_process
 
 import harness.report.compare as compare  # harness-compare (scripts/compare.py wraps it)
 from harness.metrics.interval import METHOD

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from helpers.compose import compose
 
 from harness.errors import ConfigError
 from harness.runtime.entry import check
@@ -22,24 +22,19 @@ EXPERIMENTS = sorted(
 )
 
 
-def _compose(overrides):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
-
-
 # What a shipped config needs from the user before it can run (documented in the config's header).
 REQUIRED = {"abb_zepo": ["experiment.instruction.path=outputs/zepo/run/best_instruction.txt"]}
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_shipped_config_passes_the_checks(experiment):
-    check(_compose([f"experiment={experiment}", *REQUIRED.get(experiment, [])]))
+    check(compose([f"experiment={experiment}", *REQUIRED.get(experiment, [])]))
 
 
 @pytest.mark.parametrize("experiment", sorted(REQUIRED))
 def test_a_shipped_config_without_what_it_requires_is_refused_in_one_line(experiment):
     with pytest.raises(ConfigError) as err:
-        check(_compose([f"experiment={experiment}"]))
+        check(compose([f"experiment={experiment}"]))
     assert "\n" not in str(err.value) and REQUIRED[experiment][0].split("=")[0] in str(err.value)
 
 
@@ -53,7 +48,7 @@ def test_a_shipped_config_without_what_it_requires_is_refused_in_one_line(experi
     ],
 )
 def test_every_shipped_part_passes_the_checks(experiment, parts):
-    check(_compose([f"experiment={experiment}", *parts]))
+    check(compose([f"experiment={experiment}", *parts]))
 
 
 BAD = [
@@ -149,7 +144,7 @@ BAD = [
 
 @pytest.mark.parametrize("overrides, needle", BAD, ids=[" ".join(o) for o, _ in BAD])
 def test_bad_value_is_one_line_before_any_work(overrides, needle):
-    cfg = _compose(["model=tiny_llama", *overrides])
+    cfg = compose(["model=tiny_llama", *overrides])
     with pytest.raises(ConfigError) as e:
         check(cfg)
     msg = str(e.value)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.compose import compose
 
 from harness.errors import ConfigError
 from harness.judges.cpu import (
@@ -18,7 +19,6 @@ from harness.judges.cpu import (
 )
 from harness.prompts import default_instruction, render
 from harness.records import Candidate, Document, PairRequest
-from tests.conftest import compose
 
 # `flags` lines as Linux prints them in /proc/cpuinfo (one processor's line, whole).
 ZEN3_EPYC = (  # this project's 2-core CI machine (AMD EPYC, Zen 3): AVX2 only
@@ -183,7 +183,7 @@ def test_threads_default_follows_the_affinity_mask(tiny_llama, tmp_path: Path):
         pytest.skip("no affinity API on this platform")
     code = (
         "import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
-        "from tests.conftest import compose\n"
+        "from helpers.compose import compose\n"
         "from harness.runtime.context import build, container\n"
         f"cfg = compose(['experiment=judge', 'model=tiny_llama', 'model.path={tiny_llama}', 'backend.device=cpu'])\n"
         "print('threads', build(cfg.backend, judge_model=container(cfg.model)).threads)\n"
@@ -194,7 +194,10 @@ def test_threads_default_follows_the_affinity_mask(tiny_llama, tmp_path: Path):
         capture_output=True,
         text=True,
         cwd=root,
-        env={**{k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}, "PYTHONPATH": str(root)},
+        env={
+            **{k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"},
+            "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")]),
+        },
         timeout=300,
     )
     assert out.returncode == 0, out.stderr[-2000:]

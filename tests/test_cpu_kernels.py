@@ -7,7 +7,7 @@ which the kernels run; the head-size-16 tiny models stay on the torch path (test
 from __future__ import annotations
 
 import pytest
-from conftest import P_A_BOUND
+from helpers.engines import P_A_BOUND
 
 from harness.errors import ConfigError
 from harness.judges import cpu_kernels
@@ -81,7 +81,7 @@ def test_kernel_path_equals_hf_and_the_torch_path(reference, coherence_pairs, pr
         fast.numerics["kernels"] == cpu_kernels.NOTE and slow.numerics["kernels"] == "torch (kernels: torch)"
     )
     got, torch_path = _p_a(fast, coherence_pairs), _p_a(slow, coherence_pairs)
-    # float32 on both sides: the same maths in another summation order (conftest P_A_BOUND)
+    # float32 on both sides: the same maths in another summation order (helpers.engines P_A_BOUND)
     assert _worst(got, want) < P_A_BOUND["float32"] and _worst(torch_path, want) < P_A_BOUND["float32"]
     assert [p > 0.5 for p in got] == [p > 0.5 for p in want]
     if prefix_reuse:
@@ -157,7 +157,8 @@ def test_speed_times_the_kernels_against_the_torch_path(tmp_path, shared_data):
     ran (vLLM's, with the attention ISA, or torch's)."""
     import statistics
 
-    from conftest import bench_json, compose, run_bench
+    from helpers.cli import bench_json, run_bench
+    from helpers.compose import compose
 
     proc = run_bench(
         [

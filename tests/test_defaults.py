@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
+from helpers.compose import compose
 from omegaconf import OmegaConf
 
 from harness.runtime.schema import SCHEMAS, Config
@@ -48,8 +48,7 @@ def _schema(group: str, name: str) -> dict:
 
 def _compose(overrides: list[str]) -> tuple[dict, dict]:
     """The composed config (plain, unresolved) and the option Hydra chose for each group."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    cfg = compose(overrides, hydra=True)
     choices = dict(cfg.hydra.runtime.choices)
     return {k: v for k, v in _plain(cfg).items() if k != "hydra"}, choices
 

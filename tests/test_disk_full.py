@@ -10,7 +10,7 @@ results.json (32) and at the report card's last picture (96). Negative control: 
 same kind of mount with room to spare completes (exit 0), so the failures come from the space.
 The full-disk runs are `python -m harness.run` processes (the door: the exit code and stderr of a
 process that hit ENOSPC, whatever it flushes on its way out); the reruns and the uninterrupted run are
-the same command through the same entry in the test's process (conftest.run_in_process): what they
+the same command through the same entry in the test's process (helpers.cli.run_in_process): what they
 compute and write is checked, not how a process ends.
 """
 
@@ -23,8 +23,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import results_only, run_harness, run_in_process
-from test_cli_errors import _assert_one_line_error
+from helpers.cli import assert_one_line_error, run_harness, run_in_process
+from helpers.results import results_only
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +97,7 @@ def test_a_full_disk_is_one_line_and_a_rerun_equals_an_uninterrupted_run(tmp_pat
         filler = _fill(mount, free_kb)
         run = mount / "run"
         full = run_harness([*RUN, f"hydra.run.dir={run}"], tmp_path, timeout=300)
-        _assert_one_line_error(full, "no space left", str(run), "rerun")
+        assert_one_line_error(full, "no space left", str(run), "rerun")
         assert not [p.name for p in run.rglob("*") if ".tmp-" in p.name or p.suffix == ".part"]
         for p in run.rglob("*.json"):  # every file there is whole
             json.loads(p.read_text())

@@ -242,11 +242,11 @@ def test_shuffle_candidates_is_seeded_keeps_scores_and_is_a_noop_when_off():
 def test_the_experiment_default_keeps_the_dataset_order(tmp_path, monkeypatch):
     """experiment.shuffle_candidates is false by default and the study then judges the documents it
     was given, in their order (no shuffle call at all)."""
-    from test_zepo import _compose
+    from helpers.compose import compose
 
     import harness.zepo.study as study
 
-    cfg = _compose(["experiment=sensitivity"])
+    cfg = compose(["experiment=sensitivity"])
     assert cfg.experiment.shuffle_candidates is False
     called = []
     monkeypatch.setattr(study, "shuffle_candidates", lambda *a, **k: called.append(1))

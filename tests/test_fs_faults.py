@@ -17,8 +17,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import run_harness
-from test_cli_errors import GOOD, _assert_one_line_error, _jsonl
+from helpers.cli import assert_one_line_error, run_harness
+from helpers.data import GOOD, write_jsonl
 
 from harness.errors import CacheError
 from harness.judges.cache import CachedJudge, ScoreCache, request_key
@@ -178,7 +178,7 @@ def test_run_directory_that_cannot_be_used(tmp_path, case):
     ctx = read_only(tmp_path / "locked") if case == "read-only" else contextlib.nullcontext()
     with ctx:
         r = run_harness([*TINY, f"hydra.run.dir={run_dir}"], tmp_path, timeout=120)
-    _assert_one_line_error(r, "cannot use the run directory", needle, "hydra.run.dir=")
+    assert_one_line_error(r, "cannot use the run directory", needle, "hydra.run.dir=")
 
 
 @pytest.mark.parametrize("case", ["a folder", "unreadable (EIO)"])
@@ -197,13 +197,13 @@ def test_unreadable_input_file(tmp_path, case):
         tmp_path,
         timeout=120,
     )
-    _assert_one_line_error(r, str(path), "is a folder" if case == "a folder" else "cannot read it")
+    assert_one_line_error(r, str(path), "is a folder" if case == "a folder" else "cannot read it")
 
 
 def test_unreadable_input_file_permission(tmp_path):
     if os.geteuid() == 0:
         pytest.skip("root reads files whatever their mode")
-    path = _jsonl(tmp_path / "data.jsonl", [GOOD, {**GOOD, "candidate_id": "c2"}])
+    path = write_jsonl(tmp_path / "data.jsonl", [GOOD, {**GOOD, "candidate_id": "c2"}])
     path.chmod(0)
     r = run_harness(
         [
@@ -216,7 +216,7 @@ def test_unreadable_input_file_permission(tmp_path):
         tmp_path,
         timeout=120,
     )
-    _assert_one_line_error(r, str(path), "permission denied")
+    assert_one_line_error(r, str(path), "permission denied")
 
 
 def test_corrupt_cache_through_the_cli_then_moved_aside(tmp_path):
@@ -225,7 +225,7 @@ def test_corrupt_cache_through_the_cli_then_moved_aside(tmp_path):
     cache.write_bytes(os.urandom(8192))
     args = [*TINY, f"cache.path={cache}", f"hydra.run.dir={tmp_path / 'run'}"]
     r = run_harness(args, tmp_path, timeout=300)
-    _assert_one_line_error(r, str(cache), "is corrupt", "mkdir -p")
+    assert_one_line_error(r, str(cache), "is corrupt", "mkdir -p")
     assert not (tmp_path / "run" / "results.json").exists()
     command = [x for x in r.stderr.splitlines() if x.startswith("error: ")][0].split("created): ", 1)[1]
     subprocess.run(["bash", "-c", command], check=True)
@@ -240,7 +240,7 @@ def test_read_only_cache_through_the_cli(tmp_path):
         r = run_harness(
             [*TINY, f"cache.path={cache}", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, timeout=300
         )
-    _assert_one_line_error(r, str(cache), "read-only", "cache.path=")
+    assert_one_line_error(r, str(cache), "read-only", "cache.path=")
 
 
 def _durable(events: list[tuple[str, str, str]], path: Path) -> bool:
@@ -278,7 +278,7 @@ def test_atomic_writes_fsync_the_file_before_the_rename_and_the_folder_after(tmp
     real os.fsync and os.replace are called and their paths recorded during a real CLI run.
     Negative control: the report card's pictures, written through a temporary file and os.replace
     without fsync, are not found durable by the same check."""
-    from conftest import run_in_process
+    from helpers.cli import run_in_process
 
     events = _record_fsync_and_replace(monkeypatch)
     run = tmp_path / "run"
@@ -313,7 +313,7 @@ def test_paper_tables_and_the_sensitivity_paraphrases_are_written_durably(
     """harness-paper-tables wrote its CSV through its own temporary file and os.replace (no fsync)
     and its .md with a plain write; the sensitivity study wrote paraphrases.txt with a plain write.
     All three now go through harness.files (fails with them reverted: checked by hand)."""
-    from test_paper_configs import _zepo_result
+    from helpers.results import zepo_result
 
     from harness.data import load_task
     from harness.judges.hf import HFJudge
@@ -321,7 +321,7 @@ def test_paper_tables_and_the_sensitivity_paraphrases_are_written_durably(
     from harness.zepo.study import run_sensitivity
 
     (tmp_path / "zepo").mkdir()
-    (tmp_path / "zepo" / "results.json").write_text(json.dumps(_zepo_result(0.3, 0.5, [0.05, 0.35])))
+    (tmp_path / "zepo" / "results.json").write_text(json.dumps(zepo_result(0.3, 0.5, [0.05, 0.35])))
     judge = HFJudge(tiny_llama, device="cpu", dtype="float32", threads=1)
     docs = load_task("usr_zepo", data_dir=shared_data, limit=1)
     events = _record_fsync_and_replace(monkeypatch)
@@ -363,7 +363,7 @@ def test_a_cache_of_another_layout_is_refused_when_opened(tmp_path):
         db.commit()
     args = [*TINY, f"cache.path={cache}", f"hydra.run.dir={tmp_path / 'run'}"]
     r = run_harness(args, tmp_path, timeout=300)
-    _assert_one_line_error(
+    assert_one_line_error(
         r, str(cache), "table scores has columns (key, identity, p_a, logprobs, seconds)", "cache.path="
     )
     assert "loading the judge's weights" not in r.stdout + r.stderr

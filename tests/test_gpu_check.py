@@ -15,7 +15,7 @@ import json
 import subprocess
 import sys
 
-from conftest import REPO
+from helpers import REPO
 
 ABSENT = ("omegaconf", "hydra", "vllm")
 RUNNER = "import runpy, sys\nfor name in {absent!r}: sys.modules[name] = None\n{body}\n"

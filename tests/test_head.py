@@ -7,7 +7,8 @@ them, and the judge's identity says so."""
 from __future__ import annotations
 
 import pytest
-from conftest import LOGPROB_BOUND, P_A_BOUND, compose
+from helpers.compose import compose
+from helpers.engines import LOGPROB_BOUND, P_A_BOUND
 
 from harness.judges import head as head_module
 from harness.judges.generate import generate_answer_logprobs

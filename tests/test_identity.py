@@ -16,35 +16,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_DATA, compose
+from helpers import SHARED_DATA
+from helpers.compose import compose
+from helpers.models import OldKeyed, perturbed_copy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def perturbed_copy(src: Path, dst: Path) -> Path:
-    """`src` copied to `dst` with one tensor's values changed (same names, dtypes, shapes, sizes:
-    the safetensors header is byte for byte the same)."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    shutil.copytree(src, dst)
-    tensors = load_file(str(src / "model.safetensors"))
-    g = torch.Generator().manual_seed(0)
-    w = tensors["lm_head.weight"]
-    tensors["lm_head.weight"] = w + 0.5 * w.std() * torch.randn(w.shape, generator=g, dtype=w.dtype)
-    save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
-    assert (dst / "model.safetensors").stat().st_size == (src / "model.safetensors").stat().st_size
-    return dst
-
-
-class OldKeyed:
-    """A judge keyed as before issue #28: its identity without the weights part (negative control)."""
-
-    def __init__(self, judge):
-        self.judge, self.identity = judge, judge.legacy_identity
-
-    def score_pairs(self, requests):
-        return self.judge.score_pairs(requests)
 
 
 def test_changed_weights_under_the_same_name_are_judged_again(
@@ -196,7 +172,7 @@ def test_api_identity_names_the_served_weights(tiny_judge, caplog):
     """The API judge's identity holds the model the server lists (/v1/models: id and vLLM's `root`,
     its weights): the same URL and name serving other weights is another judge. A name the server
     does not list is `served=unreported`, with one warning."""
-    from openai_server import OpenAIServer
+    from helpers.servers import OpenAIServer
 
     from harness.judges.api import ApiJudge
 
@@ -221,8 +197,7 @@ def test_an_edit_between_the_samples_of_a_small_model_is_a_new_judge(tiny_llama,
     import math
     import struct
 
-    from conftest import run_in_process
-    from test_cli_errors import _assert_one_line_error
+    from helpers.cli import assert_one_line_error, run_in_process
     from transformers import AutoTokenizer
 
     from harness.models.fingerprint import SAMPLE
@@ -258,7 +233,7 @@ def test_an_edit_between_the_samples_of_a_small_model_is_a_new_judge(tiny_llama,
     base = run_in_process([*args, f"hydra.run.dir={tmp_path / 'base'}"], tmp_path)
     assert base.returncode == 0, base.stderr[-2000:]
     broken = run_in_process([*args, f"model.path={edited}", f"hydra.run.dir={tmp_path / 'broken'}"], tmp_path)
-    _assert_one_line_error(broken, "gave no usable answer")
+    assert_one_line_error(broken, "gave no usable answer")
     assert not (tmp_path / "broken" / "results.json").exists()
     copy = shutil.copytree(tiny_llama, tmp_path / "copy" / "tiny-llama-v2")
     same = run_in_process([*args, f"model.path={copy}", f"hydra.run.dir={tmp_path / 'same'}"], tmp_path)

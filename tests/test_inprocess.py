@@ -1,4 +1,4 @@
-"""conftest.run_in_process is the CLI in the test's process: the same answer as the real
+"""helpers.cli.run_in_process is the CLI in the test's process: the same answer as the real
 subprocess (run_harness) and the process left as it was, so the next test sees no trace of a run."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ import os
 import signal
 import sys
 
-from conftest import run_harness, run_in_process
-from test_cli_errors import _assert_one_line_error
+from helpers.cli import assert_one_line_error, run_harness, run_in_process
 
 REFUSED = ["experiment=judge", "model=tiny_llama", "backend.batch_size=-1", "wandb.mode=disabled"]
 
@@ -32,7 +31,7 @@ def test_the_same_answer_as_the_subprocess_and_nothing_left_behind(tmp_path):
     assert _state() == before  # main() sets HYDRA_FULL_ERROR, Hydra reconfigures logging: all put back
     outside = run_harness([*REFUSED, f"hydra.run.dir={tmp_path / 'out'}"], tmp_path)
     for r in (inside, outside):
-        _assert_one_line_error(r, "backend.batch_size=-1", ">= 1")
+        assert_one_line_error(r, "backend.batch_size=-1", ">= 1")
     assert inside.stderr.strip() == outside.stderr.strip()
 
 
@@ -69,7 +68,7 @@ def test_negative_control_without_the_restore_the_run_leaves_its_logging_behind(
     """The check above can fail: with the logging restore taken out, Hydra's handlers stay."""
     import contextlib
 
-    import inprocess
+    from helpers import inprocess
 
     monkeypatch.setattr(inprocess, "_logging_state", contextlib.nullcontext)
     root = logging.getLogger()

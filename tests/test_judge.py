@@ -183,7 +183,7 @@ def test_greedy_no_answer_pairs_are_cached_with_their_flag(tmp_path, tiny_llama)
     import json
     import sqlite3
 
-    from conftest import run_in_process
+    from helpers.cli import run_in_process
 
     from harness.judging import load_judgments
 

@@ -13,9 +13,9 @@ import math
 import shutil
 
 import pytest
-from conftest import compose, run_in_process
-from test_cli_errors import _assert_one_line_error
-from test_silent_numbers import _jsonl
+from helpers.cli import assert_one_line_error, run_in_process
+from helpers.compose import compose
+from helpers.data import texts_jsonl
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -67,7 +67,7 @@ def test_a_system_prompt_for_mistral_v01_goes_into_the_first_user_turn(tmp_path)
     from harness.judging import build_requests
     from harness.models.tiny import ensure_tiny_model
 
-    data = _jsonl(tmp_path / "d.jsonl", TEXTS)
+    data = texts_jsonl(tmp_path / "d.jsonl", TEXTS)
     out, r = _run(tmp_path, data, "model.system_prompt=Be_fair", model="tiny_mistral7b")
     assert r.returncode == 0, r.stderr[-2000:]
     results = json.loads((out / "results.json").read_text())
@@ -111,9 +111,9 @@ def test_a_judge_with_all_logits_equal_fails_loudly(tiny_llama, tmp_path):
         shutil.copytree(tiny_llama, tmp_path / "big-llama"),
         lambda t: t.__setitem__("model.embed_tokens.weight", t["model.embed_tokens.weight"] * 1e37),
     )
-    data = _jsonl(tmp_path / "d.jsonl", TEXTS)
+    data = texts_jsonl(tmp_path / "d.jsonl", TEXTS)
     out, r = _run(tmp_path, data, f"model.path={model}")
-    _assert_one_line_error(r, "no usable answer for any of the 6 pairs", "uniform next-token distribution")
+    assert_one_line_error(r, "no usable answer for any of the 6 pairs", "uniform next-token distribution")
     assert not (out / "results.json").exists()
 
     from harness.judges.hf import HFJudge
@@ -143,8 +143,8 @@ def test_a_judge_whose_answer_tokens_always_tie_fails_loudly(tiny_llama, tmp_pat
         head[ids] = head[ids[0]].clone()
 
     model = _weights(shutil.copytree(tiny_llama, tmp_path / "tied-llama"), tie)
-    out, r = _run(tmp_path, _jsonl(tmp_path / "d.jsonl", TEXTS), f"model.path={model}")
-    _assert_one_line_error(r, "one and the same log-probability in every one of the 6 read pairs")
+    out, r = _run(tmp_path, texts_jsonl(tmp_path / "d.jsonl", TEXTS), f"model.path={model}")
+    assert_one_line_error(r, "one and the same log-probability in every one of the 6 read pairs")
     assert not (out / "results.json").exists()
     tied = [
         Judgment("d", a, b, 0.5, {"A:A": -3.0, "B:B": -3.0}, None, None, None, ())
@@ -201,7 +201,7 @@ def test_rows_under_the_identity_before_the_templates_system_prompt_are_asked_ag
     """A tiny model whose template adds a system turn by itself: rows its previous identity keyed
     (an older harness) are not served under the new one; every request goes to the model, and one
     line says why. Negative control: under the previous identity the same rows are served."""
-    from test_identity import OldKeyed
+    from helpers.models import OldKeyed
 
     from harness.judges.base import template_fingerprint
     from harness.judges.cache import CachedJudge, ScoreCache
@@ -243,8 +243,8 @@ def test_a_template_that_refuses_the_prompt_is_one_line(tiny_llama, tmp_path):
     folded) is one line naming the model and the template's own message, not a jinja traceback."""
     model = shutil.copytree(tiny_llama, tmp_path / "strict-llama")
     (model / "chat_template.jinja").write_text("{{ raise_exception('only tool calls are supported') }}")
-    out, r = _run(tmp_path, _jsonl(tmp_path / "d.jsonl", TEXTS), f"model.path={model}")
-    _assert_one_line_error(
+    out, r = _run(tmp_path, texts_jsonl(tmp_path / "d.jsonl", TEXTS), f"model.path={model}")
+    assert_one_line_error(
         r, "chat template of", "strict-llama", "only tool calls are supported", "model.chat_template=false"
     )
     assert not (out / "judgments.jsonl").exists()
@@ -259,9 +259,9 @@ def test_a_system_prompt_with_nowhere_to_go_is_refused_not_dropped(tiny_llama, t
     from harness.errors import ConfigError
     from harness.judges.chat import format_chat
 
-    data = _jsonl(tmp_path / "d.jsonl", TEXTS)
+    data = texts_jsonl(tmp_path / "d.jsonl", TEXTS)
     out, r = _run(tmp_path, data, "model.chat_template=false", "model.system_prompt=Be_fair")
-    _assert_one_line_error(r, "model.system_prompt='Be_fair'", "model.chat_template=false")
+    assert_one_line_error(r, "model.system_prompt='Be_fair'", "model.chat_template=false")
     assert not out.exists()
     tok = AutoTokenizer.from_pretrained(tiny_llama)
     tok.chat_template = None

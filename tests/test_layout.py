@@ -278,6 +278,51 @@ def test_the_script_check_catches_a_cycle(tmp_path):
     assert _strongly_connected(edges) == [["bench_dtypes", "bench_judge"]]
 
 
+def imports_of_test_modules(folder: Path) -> list[str]:
+    """Where a file under `folder` (tests/helpers/ too) imports a test module or conftest, at the top
+    or in a function: `from test_zepo import x`, `import conftest`, `from tests.conftest import y`,
+    `from tests import test_run`. What two test modules share lives in tests/helpers/ (`helpers`)."""
+    out = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                names = [f"{base}.{a.name}".strip(".") for a in node.names]
+            else:
+                continue
+            for name in names:
+                if any(part == "conftest" or part.startswith("test_") for part in name.split(".")):
+                    out.append(f"{path.relative_to(folder).as_posix()}:{node.lineno} imports {name}")
+    return out
+
+
+def test_no_test_imports_another_test_module_or_conftest():
+    bad = imports_of_test_modules(ROOT.parent / "tests")
+    assert not bad, "move what they share to tests/helpers/: " + "; ".join(bad)
+
+
+def test_the_test_import_check_catches_one(tmp_path):
+    """Negative control: every way of importing a test module or conftest is reported; helpers are not."""
+    (tmp_path / "helpers").mkdir()
+    (tmp_path / "helpers" / "cli.py").write_text("import os\n")
+    (tmp_path / "test_a.py").write_text(
+        "import pytest\nfrom helpers.cli import run_in_process\nfrom test_zepo import scripted_docs\n"
+        "import test_run as tr\n\ndef f():\n    from conftest import REPO\n"
+    )
+    (tmp_path / "test_b.py").write_text("from tests.conftest import compose\nfrom tests import test_sweep\n")
+    (tmp_path / "helpers" / "data.py").write_text("from test_cli_errors import GOOD\n")
+    assert imports_of_test_modules(tmp_path) == [
+        "helpers/data.py:1 imports test_cli_errors.GOOD",
+        "test_a.py:3 imports test_zepo.scripted_docs",
+        "test_a.py:4 imports test_run",
+        "test_a.py:7 imports conftest.REPO",
+        "test_b.py:1 imports tests.conftest.compose",
+        "test_b.py:2 imports tests.test_sweep",
+    ]
+
+
 def stdlib_shadows(root: Path) -> list[str]:
     """Files or folders whose module name is a standard-library module's (`secrets.py`, `http/`):
     run as a script (`python harness/run.py`, as `wandb agent` does) such a file shadows the real one."""

@@ -10,8 +10,7 @@ import signal
 import sys
 
 import pytest
-from conftest import run_harness, run_in_process
-from test_cli_errors import _assert_one_line_error
+from helpers.cli import assert_one_line_error, run_harness, run_in_process
 
 from harness.errors import ConfigError, DataError
 
@@ -85,7 +84,7 @@ def test_a_lone_surrogate_in_zepos_instruction_file_is_one_line_naming_file_and_
         ],
         tmp_path,
     )
-    _assert_one_line_error(r, str(bad), "lone surrogate \\ud800 in field 'coherence'")
+    assert_one_line_error(r, str(bad), "lone surrogate \\ud800 in field 'coherence'")
     assert "loading the judge's weights" not in r.stdout + r.stderr
     bad.write_text(bad.read_text().replace("\\ud800", "\\ud83d\\ude00"))
     assert "\U0001f600" in load_zepo_instructions(bad)["coherence"]
@@ -116,7 +115,7 @@ def test_an_empty_run_dir_is_refused_before_hydra(args, tmp_path):
         cwd=tmp_path / "cwd",
         timeout=120,
     )
-    _assert_one_line_error(r, f"{key} resolves to an empty value", "current folder")
+    assert_one_line_error(r, f"{key} resolves to an empty value", "current folder")
     assert list((tmp_path / "cwd").iterdir()) == []
 
 
@@ -136,7 +135,7 @@ def test_negative_control_the_default_run_dir_is_made_where_the_command_is_typed
         cwd=tmp_path / "cwd",
         timeout=120,
     )
-    _assert_one_line_error(r, "none.jsonl", "not found")
+    assert_one_line_error(r, "none.jsonl", "not found")
     assert [p.name for p in (tmp_path / "cwd").iterdir()] == ["outputs"]
 
 
@@ -297,7 +296,7 @@ def test_timeout_bounds_a_whole_attempt_and_redirects_are_refused(fixed, tiny_ju
     import time
 
     import openai
-    from openai_server import OpenAIServer
+    from helpers.servers import OpenAIServer
 
     from harness import api_client
     from harness.api_client import ApiError

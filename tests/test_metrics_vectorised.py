@@ -1,7 +1,7 @@
 """The vectorised metrics give the numbers the loop implementation gave, to 1e-12, on random
 judgments with everything that makes metrics awkward (NaN P(A), repeats, one-sided pairs, missing
 and tied humans, gold labels, unreadable pairs, C variants, unequal variant counts); the loop
-functions vectorisation replaced are kept in tests/metrics_reference.py. PairS averages every
+functions vectorisation replaced are kept in tests/helpers/metrics_reference.py. PairS averages every
 initial order where that is no more work than the shuffles (exact), and permutation debiasing has
 the official arithmetic; both are checked against their definitions, each with a negative control."""
 
@@ -11,53 +11,16 @@ import itertools
 import math
 from dataclasses import replace
 
-import metrics_reference as ref
 import numpy as np
 import pytest
+from helpers import metrics_reference as ref
+from helpers.data import random_judgments
 
 from harness import metrics
 from harness.metrics.correlation import pairs_orders
 from harness.records import Judgment
 
 TOL = 1e-12
-
-
-def _random_judgments(seed: int, sizes=(5, 7, 16, 6), shuffles_safe: bool = True) -> list[Judgment]:
-    """Random judgments of documents of the given sizes, with every awkward case mixed in."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for d, n in enumerate(sizes):
-        human = rng.integers(1, 4, n).astype(float)  # few levels: ties
-        human[rng.random(n) < 0.15] = np.nan
-        bias = rng.normal(0, 1.5)
-        gold_doc = d % 4 == 3
-        for i, k in itertools.product(range(n), repeat=2):
-            if rng.random() < 0.08:  # this order never judged (some pairs one-sided)
-                continue
-            for _ in range(2 if rng.random() < 0.1 else 1):  # repeats
-                z = bias + rng.normal()
-                p = 1 / (1 + math.exp(-z))
-                if rng.random() < 0.03:
-                    p = math.nan
-                elif rng.random() < 0.02:
-                    p = float(rng.choice([0.0, 1.0, 0.5]))
-                la, lb = -math.log1p(math.exp(-z)) - 0.3, -math.log1p(math.exp(z)) - 0.3
-                tokens = {"A": la, "A: A": la - 2, "B": lb, "B: B": lb - 2}
-                if rng.random() < 0.1:
-                    tokens["C"] = -3.0
-                flags = ("unreadable",) if rng.random() < 0.03 else ()
-                gold = bool(rng.random() < 0.5) if gold_doc else None
-                out.append(
-                    Judgment(
-                        f"doc{seed}-{d}", f"c{i}", f"c{k}", p, tokens, _h(human[i]), _h(human[k]), gold, flags
-                    )
-                )
-    order = rng.permutation(len(out))
-    return [out[i] for i in order]
-
-
-def _h(x: float) -> float | None:
-    return None if math.isnan(x) else float(x)
 
 
 def _assert_close(new, old, where: str) -> None:
@@ -69,7 +32,7 @@ def _assert_close(new, old, where: str) -> None:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_summarize_equals_the_loop_implementation(seed):
-    js = _random_judgments(seed)
+    js = random_judgments(seed)
     shuffles = 30  # 5! = 120 > 30: every document's PairS is sampled, as the old code did
     new = metrics.summarize(js, p_cf=0.62, shuffles=shuffles, seed=seed)
     old = ref.summarize(js, p_cf=0.62, shuffles=shuffles, seed=seed)
@@ -81,7 +44,7 @@ def test_summarize_equals_the_loop_implementation(seed):
 
 
 def test_debiased_judgments_and_single_metrics_equal_the_loop_implementation():
-    js = _random_judgments(7)
+    js = random_judgments(7)
     for new, old in (
         (metrics.permutation_debias(js), ref.permutation_debias(js)),
         (metrics.batch_calibrate(js, by_doc=True), ref.batch_calibrate(js, by_doc=True)),
@@ -110,7 +73,7 @@ def test_debiased_judgments_and_single_metrics_equal_the_loop_implementation():
 
 def test_the_comparison_catches_a_difference():
     """Negative control: one judgment's P(A) moved by 1e-9 is caught."""
-    js = _random_judgments(3, sizes=(6,))
+    js = random_judgments(3, sizes=(6,))
     moved = list(js)
     k = next(i for i, j in enumerate(js) if math.isfinite(j.p_a) and 0.1 < j.p_a < 0.9)
     moved[k] = replace(js[k], p_a=js[k].p_a + 1e-9)
@@ -172,7 +135,7 @@ def test_permutation_debias_official_arithmetic():
 def test_bench_metrics_times_write_run_and_the_bootstrap(tmp_path):
     """`harness-bench metrics` at a small size: write_run, analyse and analyse with the bootstrap
     timed in one run, the bootstrap's cost their difference, one JSON line with what the table printed."""
-    from conftest import bench_json, run_bench
+    from helpers.cli import bench_json, run_bench
 
     proc = run_bench(
         [
@@ -215,7 +178,7 @@ def test_documents_without_usable_scores_equal_the_loop_implementation():
         Judgment("d", "a", "b", math.nan, {}, 1.0, 2.0),
         Judgment("d", "b", "a", math.nan, {}, 2.0, 1.0),
         Judgment("d", "a", "c", 0.7, {}, 1.0, None),
-    ] + _random_judgments(4, sizes=(5,))
+    ] + random_judgments(4, sizes=(5,))
     for ranking in ("winrate", "pairs"):
         new, old = metrics.correlations(js, ranking, shuffles=5), ref.correlations(js, ranking, shuffles=5)
         for key, value in old.items():

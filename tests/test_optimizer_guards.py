@@ -10,10 +10,11 @@ import json
 import shutil
 
 import pytest
-from conftest import SHARED_DATA, compose, run_in_process
-from test_cli_errors import _assert_one_line_error
-from test_identity import perturbed_copy
-from test_silent_numbers import INJECTED
+from helpers import SHARED_DATA
+from helpers.cli import assert_one_line_error, run_in_process
+from helpers.compose import compose
+from helpers.data import INJECTED
+from helpers.models import perturbed_copy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -78,7 +79,7 @@ def test_other_optimizer_weights_are_asked_and_refused_on_resume(tiny_llama, tmp
     assert results[0].split("|w=")[1] != results[1].split("|w=")[1]
 
     r = _zepo(tmp_path, tmp_path / "run1", cache, f"optimizer.path={two}")
-    _assert_one_line_error(r, "state.json", "different optimizer")
+    assert_one_line_error(r, "state.json", "different optimizer")
 
 
 def test_an_optimizer_past_its_positions_is_one_line(tiny_llama, tmp_path):
@@ -91,7 +92,7 @@ def test_an_optimizer_past_its_positions_is_one_line(tiny_llama, tmp_path):
     (short / "config.json").write_text(json.dumps(config))
     out = tmp_path / "run"
     r = _zepo(tmp_path, out, tmp_path / "cache" / "requests.sqlite", f"optimizer.path={short}")
-    _assert_one_line_error(
+    assert_one_line_error(
         r, "optimizer's meta-prompt", "plus 8 to generate", "context of 64", "optimizer.max_new_tokens"
     )
     assert not (out / "history.jsonl").exists()

@@ -7,7 +7,7 @@ import logging
 import uuid
 
 import pytest
-from openai_server import OpenAIServer
+from helpers.servers import OpenAIServer
 
 from harness.api_client import ApiError, CompletionCache
 from harness.prompts import load_zepo_instructions

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from openai_server import OpenAIServer
+from helpers.servers import OpenAIServer
 
 from harness.prompts import load_zepo_instructions
 from harness.zepo.optimizers import ApiOptimizer

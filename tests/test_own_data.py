@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_in_process
-from test_cli_errors import _assert_one_line_error
+from helpers.cli import assert_one_line_error, run_in_process
 
 from harness.prompts import default_instruction
 
@@ -174,5 +173,5 @@ def test_scores_for_other_aspects_are_one_line_naming_the_file_and_its_keys(tmp_
         ],
         tmp_path,
     )
-    _assert_one_line_error(r, "scored.jsonl", *needles)
+    assert_one_line_error(r, "scored.jsonl", *needles)
     assert not (out / "judgments.jsonl").exists()  # refused before any model call

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from conftest import LOGPROB_BOUND, P_A_BOUND
+from helpers.engines import LOGPROB_BOUND, P_A_BOUND
 
 from harness.errors import ConfigError
 from harness.judges.hf import HFJudge
@@ -15,7 +15,7 @@ from harness.prompts import default_instruction, render
 from harness.records import Candidate, Document, PairRequest
 
 TOL = P_A_BOUND["float32"]
-"""max |dP(A)| between engines of one float32 model (tests/conftest.py P_A_BOUND: by dtype)."""
+"""max |dP(A)| between engines of one float32 model (tests/helpers/engines.py P_A_BOUND: by dtype)."""
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -229,7 +229,7 @@ def test_smollm2_packed_equals_hf_on_summeval(smollm2_judge, shared_data):
 
 def test_bf16_engines_agree_within_the_bf16_bound(tiny_llama):
     """bfloat16 (an explicit backend.dtype): HF's padded forward, the packed engine and prefix reuse
-    of one bf16 model add in different orders, so they agree within the bf16 bounds (conftest
+    of one bf16 model add in different orders, so they agree within the bf16 bounds (helpers.engines
     P_A_BOUND / LOGPROB_BOUND), not the float32 ones; all read float32 logits (harness.judges.head)."""
     reqs = _requests(1)
     hf = HFJudge(tiny_llama, device="cpu", dtype="bfloat16", batch_size=4, engine="hf")

@@ -9,10 +9,12 @@ import inspect
 import json
 
 import pytest
+from helpers import CONF
+from helpers.compose import compose
+from helpers.results import zepo_result
+from helpers.scripted import scripted_completion
 from omegaconf import OmegaConf
-from test_zepo import CONF, scripted_completion
 
-REPO = CONF.parent
 EXPERIMENTS = sorted(
     p.relative_to(CONF / "experiment").with_suffix("").as_posix()
     for p in (CONF / "experiment").rglob("*.yaml")
@@ -21,13 +23,6 @@ PAPER = [e for e in EXPERIMENTS if e.startswith("paper/") and "pointwise" not in
 """The paper's ZEPO configs (paper/table1_pointwise is the pointwise experiment: tests/test_pointwise.py)."""
 # Short documents of each dataset (the tiny model's 512-token vocabulary makes prompts long).
 SHORT_DOC = {"newsroom": 28, "summeval": 57, "usr_zepo": 27}
-
-
-def _compose(overrides):
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=overrides)
 
 
 def _paper_tables():
@@ -50,7 +45,7 @@ def test_paper_configs_exist():
 def test_experiment_config_composes_and_instantiates(name):
     from harness.runtime.entry import resolve_entry
 
-    cfg = _compose([f"experiment={name}"])
+    cfg = compose([f"experiment={name}"])
     resolved = OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
     entry = resolve_entry(cfg.experiment.entry)
     assert callable(entry) and list(inspect.signature(entry).parameters)[:2] == ["cfg", "out_dir"]
@@ -90,7 +85,7 @@ def test_experiment_config_composes_and_instantiates(name):
 def paper_runs(tmp_path_factory, shared_data, tiny_llama):
     """Each paper config once, tiny: 2 documents (1 searched, 1 held out), 3 systems, population 2,
     1 epoch, generation cut to 4 tokens; and one pointwise run for Table 1's Scoring/G-Eval rows."""
-    from openai_server import OpenAIServer
+    from helpers.servers import OpenAIServer
 
     from harness.runtime.entry import run
 
@@ -98,8 +93,8 @@ def paper_runs(tmp_path_factory, shared_data, tiny_llama):
     runs = {}
     with OpenAIServer(script=scripted_completion) as srv:
         for name in PAPER:
-            task = _compose([f"experiment={name}"]).task.name
-            cfg = _compose(
+            task = compose([f"experiment={name}"]).task.name
+            cfg = compose(
                 [
                     f"experiment={name}",
                     "model=tiny_llama",
@@ -124,7 +119,7 @@ def paper_runs(tmp_path_factory, shared_data, tiny_llama):
             )
             out = tmp / "multirun" / name.replace("/", "_") / "0"
             runs[name] = (out, run(cfg, out))
-    cfg = _compose(
+    cfg = compose(
         [
             "experiment=paper/table1_pointwise",
             "model=tiny_llama",
@@ -232,53 +227,15 @@ def test_paper_tables_script_lays_out_ours_beside_the_paper(paper_runs, tmp_path
     json.dumps(rows2)  # plain values only
 
 
-def _zepo_result(initial: float, best: float, gain_interval, with_intervals: bool = True) -> dict:
-    """A ZEPO results.json as run_zepo writes it, reduced to what the paper tables read."""
-
-    def part(v):
-        m = {"none": {"spearman_pairs": v, "fairness": -0.1}}
-        iv = (
-            {"none": {"spearman_pairs": [v - 0.2, v + 0.2], "fairness": [-0.2, 0.0]}}
-            if with_intervals
-            else None
-        )
-        return {
-            "metrics": m,
-            "metrics_leaky": m,
-            "metrics_heldout": m,
-            "intervals_leaky": iv,
-            "intervals_heldout": iv,
-            "search": {"objectives": {"fairness": -0.05}},
-        }
-
-    gain = {
-        "diff": best - initial,
-        "interval": gain_interval,
-        "sentence": f"held-out spearman_pairs {best - initial:+.3f}",
-    }
-    return {
-        "experiment": "zepo",
-        "model": "m",
-        "judge": "j|m",
-        "task": "newsroom",
-        "aspect": "coherence",
-        "settings": {"debias": "none"},
-        "leak_search_docs": True,
-        "initial": part(initial),
-        "best": part(best),
-        "gains": {"heldout": {"none": {"spearman_pairs": gain}}, "leaky": None},
-    }
-
-
 def test_paper_table_cells_carry_intervals_and_mark_distinguishable_gains(tmp_path):
     """Issue 31: each ZEPO cell's value has its bootstrap interval; † marks a held-out gain whose
     paired interval excludes 0, and not one whose interval covers 0; CSV holds the bounds and the
     gain; a run without intervals prints the bare values (hand-built results.json: cheap)."""
     pt = _paper_tables()
     for name, res in (
-        ("sure", _zepo_result(0.30, 0.50, [0.05, 0.35])),
-        ("noise", dict(_zepo_result(0.30, 0.40, [-0.10, 0.30]), model="n")),
-        ("bare", dict(_zepo_result(0.30, 0.40, None, with_intervals=False), model="b")),
+        ("sure", zepo_result(0.30, 0.50, [0.05, 0.35])),
+        ("noise", dict(zepo_result(0.30, 0.40, [-0.10, 0.30]), model="n")),
+        ("bare", dict(zepo_result(0.30, 0.40, None, with_intervals=False), model="b")),
     ):
         (tmp_path / name).mkdir()
         (tmp_path / name / "results.json").write_text(json.dumps(res))
@@ -300,7 +257,7 @@ def test_paper_table_cells_carry_intervals_and_mark_distinguishable_gains(tmp_pa
     assert len({tuple(r) for r in rows}) == 1  # one CSV header for every row
     (tmp_path / "t5").mkdir()
     (tmp_path / "t5" / "results.json").write_text(
-        json.dumps(dict(_zepo_result(0.3, 0.5, None), task="summeval"))
+        json.dumps(dict(zepo_result(0.3, 0.5, None), task="summeval"))
     )
     md5, rows5 = pt.build(5, pt.find_results([tmp_path / "t5"]))
     assert "-0.100 [-0.200, 0.000] / -0.100 [-0.200, 0.000]" in md5

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.compose import compose
 from scipy.stats import spearmanr
-from test_paper_configs import _compose
 
 from harness.judges.answers import resolve_answer_tokens
 from harness.prompts import (
@@ -57,7 +57,7 @@ def test_scores_from_digit_probabilities():
 def _run(tmp_path, shared_data, overrides):
     from harness.runtime.entry import run
 
-    cfg = _compose(
+    cfg = compose(
         [
             "task=newsroom",
             "task.aspect=coherence",

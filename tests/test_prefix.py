@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
-from conftest import P_A_BOUND
+from helpers.engines import P_A_BOUND
 
 from harness.judges.hf import HFJudge
 from harness.judges.prefix import (
@@ -20,7 +19,7 @@ from harness.prompts import default_instruction, render
 from harness.records import Candidate, Document, PairRequest
 
 TOL = P_A_BOUND["float32"]
-"""max |dP(A)| between engines of one float32 model (tests/conftest.py P_A_BOUND: by dtype)."""
+"""max |dP(A)| between engines of one float32 model (tests/helpers/engines.py P_A_BOUND: by dtype)."""
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -200,18 +199,16 @@ def test_shipped_hf_backend_reuses_prefixes_and_equals_the_plain_path(tiny_llama
     """`backend=hf` as shipped (conf/backend/hf.yaml) builds a judge with prefix reuse on: fewer
     tokens than one forward per prompt, the same scores (negative control: prefix_reuse=false
     runs every prompt's tokens)."""
-    from hydra import compose, initialize_config_dir
+    from helpers.compose import compose
 
     from harness.runtime.context import build, container
 
-    conf = Path(__file__).resolve().parents[1] / "conf"
     reqs = _requests(INSTRUCTIONS[:2])
     judges = {}
     for reuse in (None, "false"):
         overrides = ["experiment=judge", "model=tiny_llama", f"model.path={tiny_llama}", "backend.device=cpu"]
         overrides += [f"backend.prefix_reuse={reuse}"] if reuse else []
-        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-            cfg = compose("config", overrides=overrides)
+        cfg = compose(overrides)
         judges[reuse] = build(cfg.backend, judge_model=container(cfg.model))
     shipped, plain = judges[None], judges["false"]
     assert shipped.prefix_reuse and not plain.prefix_reuse

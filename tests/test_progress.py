@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import compose
+from helpers.compose import compose
 from tqdm import tqdm
 
 from harness.judges.generate import AnswerTicker

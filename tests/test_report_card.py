@@ -20,8 +20,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, run_in_process
-from test_run import wandb_records
+from helpers import REPO
+from helpers.cli import run_in_process
+from helpers.wandb_offline import wandb_records
 
 from harness.errors import ConfigError
 from harness.experiments.judge import run_judge

@@ -16,9 +16,10 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, run_in_process
+from helpers import REPO
+from helpers.cli import run_in_process
+from helpers.wandb_offline import wandb_records
 from PIL import Image
-from test_run import wandb_records
 
 from harness.bench.browser import Chromium, find_chromium
 from harness.data import load_task
@@ -123,7 +124,7 @@ def test_a_page_without_prompts_says_why(judge_run, shared_data, tmp_path):
     chat wrapping given, no documents, no instruction recorded."""
     import shutil
 
-    from test_sweep import page_data
+    from helpers.results import page_data
 
     from harness.report.page import write_report
 
@@ -372,7 +373,7 @@ def test_a_zepo_page_shows_the_candidates_and_counts_one_document_as_one(tmp_pat
 def test_harness_bench_page_measures_a_synthetic_run(tmp_path, shared_data):
     """`harness-bench page` as typed, small: the synthetic run's every ordered pair counted, the page
     written and opened in Chromium with no console error and no request, the first page of rows drawn."""
-    from conftest import bench_json, run_bench
+    from helpers.cli import bench_json, run_bench
 
     got = bench_json(
         run_bench(["page", "--docs", "2", "--candidates", "3", "--data-dir", str(shared_data)], tmp_path)

@@ -6,12 +6,11 @@ import base64
 import hashlib
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import cache_rows, killed_after_commits, run_harness, run_in_process
+from helpers.cli import cache_rows, killed_after_commits, run_harness, run_in_process
+from helpers.wandb_offline import wandb_records
 
 from harness.judging import load_judgments
 from harness.metrics import recompute
@@ -45,20 +44,6 @@ def _check_run_dir(out: Path, n_docs: int, n_cands: int) -> dict:
     assert _same(_nan_to_none(recompute(out)), results["metrics"])
     assert {"none", "permutation", "batch", "contextual"} <= results["metrics"].keys()
     return results
-
-
-def wandb_records(run_dir: Path) -> list[dict]:
-    """Every record of a run directory's offline W&B run, read with W&B's own log reader."""
-    offline = sorted((run_dir / "wandb").glob("offline-run-*"))
-    assert offline, f"no offline W&B run under {run_dir}"
-    r = subprocess.run(
-        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline[-1])],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
 
 
 TINY_KERNELS = "torch (head size 16 not run by vLLM's CPU attention)"

@@ -6,8 +6,7 @@ the current folder is seen. The empty run and sweep folders: test_loud_inputs.py
 from __future__ import annotations
 
 import pytest
-from conftest import run_harness
-from test_cli_errors import _assert_one_line_error
+from helpers.cli import assert_one_line_error, run_harness
 
 from harness.errors import ConfigError
 from harness.redaction import check_env_secrets, check_overrides
@@ -41,7 +40,7 @@ def test_a_sweep_subdir_that_is_not_one_per_job_is_refused(subdir, said, tmp_pat
         cwd=tmp_path / "cwd",
         timeout=120,
     )
-    _assert_one_line_error(r, "hydra.sweep.subdir", said, "${hydra.job.num}")
+    assert_one_line_error(r, "hydra.sweep.subdir", said, "${hydra.job.num}")
     assert not sweep.exists() and list((tmp_path / "cwd").iterdir()) == []
 
 
@@ -99,7 +98,7 @@ def test_a_secret_that_does_not_look_like_a_key_is_refused_by_its_variables_name
     }[where]
     args = ["-m", *BASE, *args[1:]] if args[0] == "-m" else [*BASE, *args]
     r = run_harness(args, tmp_path, env=env, cwd=tmp_path / "cwd", timeout=120)
-    _assert_one_line_error(r, f"config key {key} holds the value of $AZURE_OPENAI_API_KEY, a secret")
+    assert_one_line_error(r, f"config key {key} holds the value of $AZURE_OPENAI_API_KEY, a secret")
     assert SECRET not in r.stdout + r.stderr
     assert not (tmp_path / "runs").exists() and list((tmp_path / "cwd").iterdir()) == []
 
@@ -129,14 +128,14 @@ def test_another_experiment_is_refused_in_an_existing_run_dir(tmp_path):
     first = run_harness(
         ["experiment=zepo", *BASE[1:], *missing, f"hydra.run.dir={run}"], tmp_path, timeout=120
     )
-    _assert_one_line_error(first, "none.jsonl", "not found")
+    assert_one_line_error(first, "none.jsonl", "not found")
     assert (run / "config.json").is_file()  # what a ZEPO run leaves first
     other = run_harness(
         [*BASE, "task.docs=1", "task.max_candidates=2", f"hydra.run.dir={run}"], tmp_path, timeout=300
     )
-    _assert_one_line_error(other, f"the run directory {run} holds a zepo run", "hydra.run.dir=")
+    assert_one_line_error(other, f"the run directory {run} holds a zepo run", "hydra.run.dir=")
     assert not (run / "results.json").exists()
     again = run_harness(
         ["experiment=zepo", *BASE[1:], *missing, f"hydra.run.dir={run}"], tmp_path, timeout=120
     )
-    _assert_one_line_error(again, "none.jsonl", "not found")
+    assert_one_line_error(again, "none.jsonl", "not found")

@@ -26,9 +26,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import run_in_process
-from openai_server import OpenAIServer
-from test_cli_errors import _assert_one_line_error
+from helpers.cli import assert_one_line_error, run_in_process
+from helpers.servers import OpenAIServer
 
 from harness.redaction import RedactingFilter, install_redaction
 from harness.runtime.tracking import redacted_argv
@@ -105,7 +104,7 @@ def test_secret_on_the_command_line_is_refused_and_written_nowhere(tmp_path, pat
         env=_env(tmp_path),
         timeout=180,
     )
-    _assert_one_line_error(r, "environment variable")
+    assert_one_line_error(r, "environment variable")
     assert _hits(tmp_path, marker, r.stdout, r.stderr) == []
 
 
@@ -127,7 +126,7 @@ def test_secret_in_a_multirun_is_refused_before_hydra_writes_anything(tmp_path, 
         env=_env(tmp_path, HYDRA_FULL_ERROR=full_error),
         timeout=180,
     )
-    _assert_one_line_error(r, "environment variable")
+    assert_one_line_error(r, "environment variable")
     assert not (tmp_path / "sweep").exists()
     assert _hits(tmp_path, marker, r.stdout, r.stderr) == []
 
@@ -199,7 +198,7 @@ def test_key_in_use_reaches_the_server_and_nothing_else(api_runs):
 def test_rejected_key_is_not_repeated_by_the_error(api_runs):
     tmp, _, wrong, _, _, bad, sent = api_runs
     assert any(r.outcome == "401" for r in sent)  # the server saw it and echoed it back
-    _assert_one_line_error(bad, "401")
+    assert_one_line_error(bad, "401")
     assert _hits(tmp / "bad", wrong, bad.stdout, bad.stderr) == []
 
 

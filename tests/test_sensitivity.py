@@ -8,7 +8,8 @@ import math
 
 import numpy as np
 import pytest
-from test_zepo import _compose, scripted_completion
+from helpers.compose import compose
+from helpers.scripted import scripted_completion
 
 from harness.errors import DataError
 from harness.metrics.interval import METHOD
@@ -121,7 +122,7 @@ def test_sensitivity_from_a_zepo_history(tmp_path, shared_data, tiny_llama, caps
     hist.write_text("\n".join(json.dumps({"text": t}) for t in INSTRUCTIONS) + "\n")
     with caplog.at_level(logging.INFO, logger="harness.zepo.study"):
         res = run(
-            _compose(_overrides(tmp_path, shared_data, f"experiment.from_file={hist}", docs=2)),
+            compose(_overrides(tmp_path, shared_data, f"experiment.from_file={hist}", docs=2)),
             tmp_path / "run",
         )
     # Issue 31: every Spearman printed says which it is (win rate or PairS).
@@ -253,12 +254,12 @@ def _check_versus_reference(res, rows, out, printed):
 
 
 def test_sensitivity_generates_paraphrases_with_the_optimizer(tmp_path, shared_data, tiny_llama):
-    from openai_server import OpenAIServer
+    from helpers.servers import OpenAIServer
 
     from harness.runtime.entry import run
 
     with OpenAIServer(script=scripted_completion) as srv:
-        cfg = _compose(
+        cfg = compose(
             _overrides(
                 tmp_path,
                 shared_data,
@@ -282,8 +283,7 @@ def test_no_valid_paraphrase_is_one_line_and_exit_2_before_any_judging(tmp_path)
     """A local optimizer whose every reply is rejected (2 new tokens: shorter than min_ratio x the
     instruction) ends the study in one line, before the initial instruction is judged alone (an
     all-NaN table and one-point figures, exit 0, was the old outcome)."""
-    from conftest import run_in_process
-    from test_cli_errors import _assert_one_line_error
+    from helpers.cli import assert_one_line_error, run_in_process
 
     out = tmp_path / "run"
     r = run_in_process(
@@ -302,7 +302,7 @@ def test_no_valid_paraphrase_is_one_line_and_exit_2_before_any_judging(tmp_path)
         tmp_path,
         timeout=600,
     )
-    _assert_one_line_error(
+    assert_one_line_error(
         r, "no valid paraphrase came back", "all 2 requested paraphrases", "rejections.jsonl"
     )
     assert (out / "rejections.jsonl").is_file()  # where the reasons are, as the line says
@@ -314,7 +314,8 @@ def test_sensitivity_judges_every_instruction_in_one_call(tmp_path, shared_data,
     1e-6) and the same cached prompts as judging each instruction on its own."""
     import sqlite3
 
-    from test_zepo import CallLog, _close
+    from helpers.results import assert_close
+    from helpers.scripted import CallLog
 
     from harness.data import load_task
     from harness.judges.cache import CachedJudge, ScoreCache
@@ -343,7 +344,7 @@ def test_sensitivity_judges_every_instruction_in_one_call(tmp_path, shared_data,
             progress=False,
         )
         summary = summarize(judgments, p_cf=p_cf, shuffles=5, seed=0)
-        _close(
+        assert_close(
             {mode: {k: row[mode][k] for k in KEEP} for mode in summary},
             {mode: {k: m[k] for k in KEEP} for mode, m in summary.items()},
         )

@@ -11,7 +11,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import results_only
+from helpers.results import results_only
 
 from harness.errors import ConfigError, DataError
 from harness.judges.wrappers import PreemptibleJudge, deferred_signals, held_in_children

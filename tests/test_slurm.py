@@ -2,7 +2,7 @@
 always through the shipped conf/hydra/launcher/slurm.yaml with site overrides only (partition,
 no GPUs, memory, CPUs):
 (a) judge, ZEPO and A-BB multiruns through hydra/launcher=slurm give the same collected table as
-    the basic launcher (the same command line in the test's process: conftest.run_in_process), and
+    the basic launcher (the same command line in the test's process: helpers.cli.run_in_process), and
     the sbatch script submitit wrote sets OMP_NUM_THREADS and SRUN_CPUS_PER_TASK as intended;
 (b) a job signalled for preemption requeues into the same directory and resumes from the request
     cache, losing and repeating nothing; (c) a 3-shard sweep: a failed shard is one line and named
@@ -31,8 +31,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SLURM_STARTED, SLURM_TOOL, results_only, run_in_process, stop_started_slurm
-from inprocess import environment
+from helpers.cli import run_in_process
+from helpers.compose import compose
+from helpers.inprocess import environment
+from helpers.results import results_only
+from helpers.slurm import SLURM_STARTED, SLURM_TOOL, stop_started_slurm
 
 from harness.errors import ConfigError
 from harness.runtime.attempts import read_attempts
@@ -54,18 +57,11 @@ SRUN_LINE = 'if [ -n "$SLURM_CPUS_PER_TASK" ]; then export SRUN_CPUS_PER_TASK=$S
 
 
 # ---------------------------------------------------------------- configs (no cluster needed)
-def _compose(overrides: list[str], hydra_section: bool = True):
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        return compose("config", overrides=overrides, return_hydra_config=hydra_section)
-
-
 @pytest.mark.parametrize("name,target", [("slurm", "SlurmLauncher"), ("local", "LocalLauncher")])
 def test_launcher_configs_compose_and_every_key_is_commented(name, target):
     from omegaconf import OmegaConf
 
-    cfg = _compose([f"hydra/launcher={name}"])
+    cfg = compose([f"hydra/launcher={name}"], hydra=True)
     launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
     assert launcher["_target_"].endswith(target)
     assert launcher["submitit_folder"].endswith("/.submitit/%j")
@@ -87,7 +83,7 @@ def test_slurm_setup_survives_hydras_instantiation_and_the_old_escape_does_not()
     from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import UnsupportedInterpolationType
 
-    cfg = _compose(["hydra/launcher=slurm"])
+    cfg = compose(["hydra/launcher=slurm"], hydra=True)
     assert instantiate(cfg.hydra.launcher).params["setup"][0] == OMP_LINE
     with open_dict(cfg):
         cfg.hydra.launcher.setup = OmegaConf.create("- export OMP_NUM_THREADS=\\${SLURM_CPUS_PER_TASK:-1}\n")
@@ -105,7 +101,7 @@ def test_sweep_configs_compose_with_their_grid_and_wandb_group():
         if not (CONF / "experiment" / f"{experiment}.yaml").is_file():
             missing.append(f"{path.stem} (experiment {experiment} not written yet)")
             continue
-        cfg = _compose([f"+sweep={path.stem}"])
+        cfg = compose([f"+sweep={path.stem}"], hydra=True)
         assert cfg.sweep.name == path.stem and cfg.wandb.group == path.stem
         assert cfg.wandb.job_type == cfg.experiment.name
         assert str(cfg.hydra.sweep.dir).startswith(f"multirun/{path.stem}/")
@@ -132,7 +128,7 @@ def test_slurm_launcher_gpus_follow_tensor_parallelism(overrides, gpus):
     host memory per GPU (8 / 64 for a job without GPUs)."""
     from hydra.utils import instantiate
 
-    params = instantiate(_compose(["hydra/launcher=slurm", *overrides]).hydra.launcher).params
+    params = instantiate(compose(["hydra/launcher=slurm", *overrides], hydra=True).hydra.launcher).params
     assert params["gpus_per_node"] == gpus
     assert (params["cpus_per_task"], params["mem_gb"]) == (8 * (gpus or 1), 64 * (gpus or 1))
 
@@ -331,7 +327,7 @@ def _reference_run(overrides: list[str], env: dict[str, str], out: Path, monkeyp
     for key in ("HARNESS_DATA_DIR", "HARNESS_DATA_MIRROR", "HARNESS_MODEL_CACHE"):
         monkeypatch.setenv(key, env[key])
     return run(
-        _compose([*overrides, "backend.threads=1", f"cache.path={out}.sqlite", "wandb.mode=disabled"], False),
+        compose([*overrides, "backend.threads=1", f"cache.path={out}.sqlite", "wandb.mode=disabled"]),
         out,
     )
 
@@ -354,7 +350,7 @@ def _sweeps(
     """The same multirun through hydra/launcher=slurm and through the basic launcher, side by side,
     each with its own request cache (by environment, so both runs' overrides are the same). The SLURM
     multirun is a login-node process, as a user starts it; the basic launcher's is the same command
-    line through the CLI's entry in this process (conftest.run_in_process) while the jobs run."""
+    line through the CLI's entry in this process (helpers.cli.run_in_process) while the jobs run."""
     dirs = {name: tmp_path / name for name in ("slurm", "local")}
     env = {name: {**job_env, "HARNESS_CACHE": str(tmp_path / f"cache-{name}")} for name in dirs}
     slurm = _harness(["-m", *SLURM, *grid, f"hydra.sweep.dir={dirs['slurm']}"], env["slurm"])
@@ -644,7 +640,7 @@ def test_preempted_vllm_job_requeues_once_and_resumes_equal(slurm_cluster, job_e
     requeue; the resumed run equals an unbroken one within the float32 cross-run bound (the
     resumed engine starts with an empty prefix cache, so a few prompts are computed whole)."""
     pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
-    from conftest import P_A_BOUND
+    from helpers.engines import P_A_BOUND
 
     from harness.judging import load_judgments
     from harness.models.tiny import ensure_tiny_model
@@ -696,9 +692,8 @@ def test_preempted_vllm_job_requeues_once_and_resumes_equal(slurm_cluster, job_e
     # The unbroken run in this process with the engine in it too (the same model, dtype and settings
     # but where the engine runs: the same numbers, without the two engine processes' ~30 s start).
     ref = run(
-        _compose(
-            [*cfg, "backend.in_process=true", f"cache.path={tmp_path / 'ref.sqlite'}", "wandb.mode=disabled"],
-            False,
+        compose(
+            [*cfg, "backend.in_process=true", f"cache.path={tmp_path / 'ref.sqlite'}", "wandb.mode=disabled"]
         ),
         ref_dir,
     )
@@ -830,18 +825,14 @@ def _site_dir(root: Path, model_folder: Path) -> Path:
 def test_site_config_dir_adds_a_launcher_and_a_model(tmp_path):
     """Composed as `--config-dir SITE` composes (Hydra's searchpath): the site's launcher keeps the
     shipped keys it does not set. Negative control: without the site directory the names are unknown."""
-    from hydra import compose, initialize_config_dir
     from hydra.errors import MissingConfigException
     from omegaconf import OmegaConf
 
     site = _site_dir(tmp_path, tmp_path / "weights")
     overrides = ["hydra/launcher=mysite", "model=mymodel"]
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        cfg = compose(
-            "config", overrides=[*overrides, f"hydra.searchpath=[file://{site}]"], return_hydra_config=True
-        )
-        with pytest.raises(MissingConfigException, match="mymodel|mysite"):
-            compose("config", overrides=overrides, return_hydra_config=True)
+    cfg = compose([*overrides, f"hydra.searchpath=[file://{site}]"], hydra=True)
+    with pytest.raises(MissingConfigException, match="mymodel|mysite"):
+        compose(overrides, hydra=True)
     launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
     assert launcher["_target_"].endswith("SlurmLauncher") and launcher["partition"] == "debug"
     assert launcher["comment"] == "mysite" and launcher["gpus_per_node"] is None

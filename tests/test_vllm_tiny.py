@@ -8,7 +8,7 @@ the ids must be the tokens of the real vocabularies)."""
 from __future__ import annotations
 
 import pytest
-from conftest import P_A_BOUND
+from helpers.engines import P_A_BOUND
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # two vLLM engines (docs/testing.md)
 
@@ -113,7 +113,7 @@ def test_the_vllm_optimizer_samples_protected_ids_under_the_weights_identity(eng
     what the engine samples from the chat layer's ids (negative control: the old whole-text ids hold
     more control tokens). Its optimizer's identity holds the weights part of the transformers judge
     of the same folder."""
-    from test_silent_numbers import INJECTED
+    from helpers.data import INJECTED
     from vllm import SamplingParams
 
     from harness.judges.chat import format_chat_messages
@@ -150,7 +150,7 @@ def test_a_run_building_another_judge_stops_the_first_engine(coherence_pairs):
     two; a replacement with the same engine settings takes the running engine over (no restart).
     Counted with harness.judges.vllm.live_engines (other engines of this session may be running)."""
     pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
-    from conftest import compose
+    from helpers.compose import compose
 
     from harness.judges import vllm as vllm_backend
     from harness.runtime.context import build_judge
@@ -180,7 +180,7 @@ def test_engine_args_reach_the_scheduler(coherence_pairs, monkeypatch):
     holds 4 as its limit and never schedules more than 4 requests in a step, with 12 waiting
     (control: tests/test_vllm_run.py, where the default schedules more than 4)."""
     pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
-    from conftest import compose
+    from helpers.compose import compose
     from vllm.v1.core.sched.scheduler import Scheduler
 
     from harness.runtime.context import build_judge

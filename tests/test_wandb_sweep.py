@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_run import wandb_records
+from helpers.wandb_offline import wandb_records
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "wandb_sweep.py"

@@ -17,7 +17,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED_DATA, _run_env
+from helpers import REPO, SHARED_DATA
+from helpers.cli import run_env
 
 from harness import confdir
 from harness.confdir import conf_dir
@@ -78,7 +79,7 @@ def test_wheel_installs_and_runs_from_an_empty_directory(tmp_path):
         shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, src / name)
-    env = _run_env(tmp_path, None)
+    env = run_env(tmp_path, None)
     env.pop("PYTHONPATH", None)  # the tests' checkout must not shadow the wheel
     env.pop("HARNESS_DATA_MIRROR", None)  # the row names the mirror itself
     env["PIP_NO_INDEX"] = "1"

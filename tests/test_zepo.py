@@ -13,110 +13,31 @@ from __future__ import annotations
 
 import json
 import math
-import re
-from pathlib import Path
 
 import pytest
+from helpers.compose import compose
+from helpers.results import assert_close
+from helpers.scripted import (
+    GARBAGE,
+    CallLog,
+    ScriptedBiasJudge,
+    ScriptedOptimizer,
+    e2e_overrides,
+    scripted_completion,
+    scripted_docs,
+)
 from PIL import Image
 
 from harness.errors import ConfigError
 from harness.judges.cache import CachedJudge, ScoreCache
-from harness.records import Candidate, Document, PairScore
 from harness.zepo import search as zepo
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 
-PHRASES = (
-    "Which {n} candidate shows better {w}? Reply 'A' if candidate A is better and 'B' if candidate B is better. "
-    "Return the letter only.",
-    "Judge the {w} of both {n} candidates. If candidate A has better {w}, return 'A'; if candidate B does, "
-    "return 'B'. Only the letter.",
-    "Consider {w}. Compare candidate A with candidate B and answer 'A' when A is better or 'B' when B is better, "
-    "nothing else.",
-    "Assess {w} in the two {n} candidates. Output A if candidate A is better and B if candidate B is better. "
-    "Give only the choice.",
-    "Read both {n} candidates and decide which has stronger {w}: answer 'A' for candidate A or 'B' for "
-    "candidate B only.",
-)
-GARBAGE = ("Sure! Here are some options:\n1. Rate the texts.\n2. Pick one.", "I cannot help with that.")
-
-
-def scripted_completion(body: dict) -> str:
-    """The loopback server's optimizer replies: a function of the request's seed (so runs are
-    reproducible whatever the fault order), garbage for half the seeds."""
-    seed = int(body.get("seed", 0))
-    content = body["messages"][-1]["content"]
-    word = re.search(r'(?:keep the word|change the keyword) "([^"]+)"', content).group(1)  # ours | official
-    noun = "summary" if "summary" in content.lower() else "response"
-    if seed % 4 < 2:
-        return GARBAGE[seed % 4]
-    return PHRASES[seed % len(PHRASES)].format(w=word, n=noun) + f" (variant {seed % 97})"
-
-
-# -- selection logic with a scripted, position-biased judge ----------------------------------------
-class ScriptedBiasJudge:
-    """SCRIPTED judge with a designed bias: P(A) = sigmoid(quality gap + bias(instruction)), where the
-    bias is read from a '(variant N)' marker in the instruction, so each instruction's A-rate is
-    known by design. It stands in for a model only in the selection-logic tests."""
-
-    identity = "scripted-bias-judge|v1"
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    @staticmethod
-    def bias(prompt: str) -> float:
-        m = re.search(r"\(variant (\d+)\)", prompt)
-        return 3.0 if m is None else (int(m.group(1)) % 13 - 6) / 2.0
-
-    def score_pairs(self, requests):
-        out = []
-        for r in requests:
-            self.calls += 1
-            qa, qb = (
-                float(re.search(rf"candidate {x}: q(\d+)", r.prompt).group(1))
-                if f"candidate {x}: q" in r.prompt
-                else 0.0
-                for x in "AB"
-            )
-            z = (qa - qb) * 0.4 + self.bias(r.prompt)
-            out.append(
-                PairScore(
-                    {"A:A": -math.log1p(math.exp(-z)), "B:B": -math.log1p(math.exp(z))},
-                    1 / (1 + math.exp(-z)),
-                )
-            )
-        return out
-
-
-class ScriptedOptimizer:
-    """SCRIPTED optimizer: returns PHRASES by seed (a stand-in for the LLM in selection tests)."""
-
-    identity = "scripted-optimizer"
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def paraphrase(self, instruction, n, seed, aspect, avoid=()):
-        self.calls += 1
-        return [PHRASES[seed % len(PHRASES)].format(w=aspect, n="summary") + f" (variant {seed % 97})"]
-
-
-def _docs(n: int = 3) -> list[Document]:
-    return [
-        Document(
-            f"d{k}",
-            f"source {k}",
-            tuple(Candidate(f"c{i}", f"q{i}", {"coherence": float(i)}) for i in range(4)),
-        )
-        for k in range(n)
-    ]
-
-
+# -- selection logic with a scripted, position-biased judge (helpers.scripted) ----------------------
 def _search(tmp_path, cache_name="c.sqlite", state="state.json", **kw):
     judge = CachedJudge(ScriptedBiasJudge(), ScoreCache(tmp_path / cache_name))
     opt = ScriptedOptimizer()
-    docs = _docs()
+    docs = scripted_docs()
     settings = zepo.SearchSettings(**{"population": 3, "epochs": 3, "shuffles": 5, **kw})
     s = zepo.Search(
         judge,
@@ -154,7 +75,7 @@ def test_greedy_keeps_the_first_best_and_paraphrases_it(tmp_path, objective):
 
 
 def test_split_documents_disjoint_by_default_and_leaky_on_request():
-    docs = _docs(5)
+    docs = scripted_docs(5)
     search, ev = zepo.split_documents(docs, 2)
     assert [d.id for d in search] == ["d0", "d1"] and [d.id for d in ev] == ["d2", "d3", "d4"]
     _, ev = zepo.split_documents(docs, 2, eval_docs=1)
@@ -211,33 +132,6 @@ class PerCandidateSearch(zepo.Search):
         }
 
 
-class CallLog:
-    """Records the size of every call reaching the wrapped judge (a spy; the judge is real)."""
-
-    def __init__(self, judge):
-        self.judge, self.identity, self.sizes = judge, judge.identity, []
-
-    def score_pairs(self, requests):
-        self.sizes.append(len(requests))
-        return self.judge.score_pairs(requests)
-
-
-def _close(a, b, path="state"):
-    """Equal, floats within 1e-5: prefix reuse and batch composition change the float order (fp32 GEMM kernels on AVX-512/AMX CPUs give a row other bits in another batch: 1.1e-6 measured on order_gap), not the decisions."""
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), path
-        for k in a:
-            _close(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, list):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
-            _close(x, y, f"{path}[{i}]")
-    elif isinstance(a, float) and isinstance(b, float):
-        assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-5, abs=1e-5), path
-    else:
-        assert a == b, path
-
-
 def test_epoch_in_one_call_equals_per_candidate_judging(tmp_path, tiny_llama, shared_data):
     """A ZEPO epoch's candidates are judged in ONE call (search and held-out documents together):
     the same state.json, history and request-cache keys as judging one candidate at a time, with
@@ -281,8 +175,8 @@ def test_epoch_in_one_call_equals_per_candidate_judging(tmp_path, tiny_llama, sh
             "tokens": model.tokens_processed,
         }
     batched, single = runs["batched"], runs["per_candidate"]
-    _close(batched["state"], single["state"])
-    _close(batched["history"], single["history"], "history")
+    assert_close(batched["state"], single["state"])
+    assert_close(batched["history"], single["history"], "history")
     assert len(batched["history"]) == 6 and len({r["text"] for r in batched["history"]}) == 6
     assert batched["keys"] == single["keys"] and len(batched["keys"]) == 6 * (12 + 12 + 1)
     # Per candidate: a search and a held-out call per text, each one or more chunks; batched: the
@@ -293,53 +187,19 @@ def test_epoch_in_one_call_equals_per_candidate_judging(tmp_path, tiny_llama, sh
 
 
 # -- end to end: tiny Llama judge, API optimizer on a loopback server -----------------------------
-def _compose(overrides):
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=overrides)
-
-
-def e2e_overrides(tmp: Path, url: str, data: Path, *extra: str) -> list[str]:
-    return [
-        "experiment=zepo",
-        "model=tiny_llama",
-        "optimizer=api",
-        f"optimizer.base_url={url}",
-        "optimizer.model=scripted-loopback",
-        "optimizer.timeout_s=1",
-        "optimizer.max_retries=6",
-        "optimizer.backoff_base_s=0.01",
-        "optimizer.backoff_max_s=0.05",
-        "task=usr_zepo",
-        "task.aspect=overall",
-        "task.offset=27",
-        "task.docs=2",
-        "task.max_candidates=3",
-        "experiment.search_docs=1",
-        "experiment.population=3",
-        "experiment.epochs=2",
-        "experiment.shuffles=5",
-        f"data.dir={tmp / 'data'}",
-        f"data.mirror={data}",
-        f"cache.path={tmp / 'cache' / 'requests.sqlite'}",
-        "progress=false",
-        "wandb.mode=disabled",
-        *extra,
-    ]
 
 
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory, shared_data, tiny_llama):
     """One unbroken run through the Hydra entry, with faults injected into the optimizer server."""
-    from openai_server import OpenAIServer
+    from helpers.servers import OpenAIServer
 
     from harness.runtime.entry import run
 
     tmp = tmp_path_factory.mktemp("zepo_e2e")
     with OpenAIServer(script=scripted_completion, hang_s=1.5) as srv:
         srv.inject("429", "500", "hang", "malformed", "no_choices")
-        cfg = _compose(e2e_overrides(tmp, srv.url, shared_data, "wandb.mode=offline"))
+        cfg = compose(e2e_overrides(tmp, srv.url, shared_data, "wandb.mode=offline"))
         results = run(cfg, tmp / "run")
         yield {
             "tmp": tmp,
@@ -437,7 +297,7 @@ def test_e2e_report_cards_for_both_evaluations(e2e):
 
 def test_e2e_killed_after_epoch0_resumes_without_repeats(e2e, shared_data, tmp_path):
     """Same seed, fresh caches: interrupted after epoch 0, resumed, same history as the unbroken run."""
-    from openai_server import OpenAIServer
+    from helpers.servers import OpenAIServer
 
     from harness.experiments import zepo as zexp
     from harness.runtime.context import RunContext
@@ -451,7 +311,7 @@ def test_e2e_killed_after_epoch0_resumes_without_repeats(e2e, shared_data, tmp_p
             raise Killed
 
     with OpenAIServer(script=scripted_completion) as srv:
-        cfg = _compose(e2e_overrides(tmp_path, srv.url, shared_data))
+        cfg = compose(e2e_overrides(tmp_path, srv.url, shared_data))
         parts = zexp.prepare(RunContext(cfg, tmp_path / "run"))
         with pytest.raises(Killed):
             run_zepo(**parts, out_dir=tmp_path / "run", after_epoch=kill)
@@ -477,7 +337,7 @@ def test_smollm2_search_moves_decision_rate_toward_half(shared_data, smollm2_pat
     candidates (the initial + 2 paraphrases)."""
     from harness.runtime.entry import run
 
-    cfg = _compose(
+    cfg = compose(
         [
             "experiment=zepo_demo",
             f"data.dir={tmp_path / 'data'}",

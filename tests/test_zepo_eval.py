@@ -17,7 +17,9 @@ import json
 import sqlite3
 
 import pytest
-from test_zepo import CallLog, _close, _compose, e2e_overrides, scripted_completion
+from helpers.compose import compose
+from helpers.results import assert_close
+from helpers.scripted import CallLog, e2e_overrides, scripted_completion
 
 from harness.judges.cache import CachedJudge, ScoreCache
 from harness.judging import judge_documents, load_judgments, model_judge
@@ -58,7 +60,7 @@ def _run(tmp, url, data, *extra):
     from harness.runtime.context import RunContext
     from harness.zepo.run import run_zepo
 
-    cfg = _compose(
+    cfg = compose(
         e2e_overrides(
             tmp, url, data, "experiment.heldout_spearman=false", "experiment.objective=fairness_prob", *extra
         )
@@ -102,7 +104,7 @@ def _previous_path(parts, snapshot, texts):
 
 @pytest.fixture(scope="module")
 def improved(tmp_path_factory, shared_data, tiny_llama):
-    from openai_server import OpenAIServer
+    from helpers.servers import OpenAIServer
 
     tmp = tmp_path_factory.mktemp("zepo_eval")
     with OpenAIServer(script=scripted_completion) as srv:
@@ -140,7 +142,7 @@ def test_initial_and_best_are_evaluated_in_one_call_as_the_separate_calls_did(im
         assert [(j.doc_id, j.a_id, j.b_id, j.flags, j.p_a > 0.5) for j in got] == [
             (j.doc_id, j.a_id, j.b_id, j.flags, j.p_a > 0.5) for j in judgments
         ]
-        _close(
+        assert_close(
             [[j.p_a, j.token_logprobs] for j in got], [[j.p_a, j.token_logprobs] for j in judgments], label
         )
         assert got_cf == p_cf
@@ -148,10 +150,12 @@ def test_initial_and_best_are_evaluated_in_one_call_as_the_separate_calls_did(im
         got_held, _ = load_judgments(out / f"eval_{label}" / "heldout" / "judgments.jsonl")
         assert [(j.doc_id, j.a_id, j.b_id) for j in got_held] == [(j.doc_id, j.a_id, j.b_id) for j in held]
         shuffles, seed = res["settings"]["shuffles"], res["settings"]["seed"]
-        _close(
+        assert_close(
             res[label]["metrics_leaky"], summarize(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed), label
         )
-        _close(res[label]["metrics_heldout"], summarize(held, p_cf=p_cf, shuffles=shuffles, seed=seed), label)
+        assert_close(
+            res[label]["metrics_heldout"], summarize(held, p_cf=p_cf, shuffles=shuffles, seed=seed), label
+        )
         assert res[label]["metrics"] == res[label]["metrics_heldout"]
     # The two instructions judged differently (else sharing or mixing them up would go unseen).
     assert [j.p_a for j in ref[initial][0]] != [j.p_a for j in ref[best][0]]
@@ -194,7 +198,7 @@ def test_shipped_zepo_results_carry_intervals_and_the_paired_heldout_gain(improv
 def test_best_equal_to_initial_is_judged_once_with_identical_outputs(tmp_path, shared_data, tiny_llama):
     """population 1 x 1 epoch: the best is the initial. The evaluation sends its requests once
     (not twice, as two jobs of one text would), and eval_best/ equals eval_initial/ file for file."""
-    from openai_server import OpenAIServer
+    from helpers.servers import OpenAIServer
 
     with OpenAIServer(script=scripted_completion) as srv:
         res, spy, parts, snapshot, _ = _run(
@@ -217,7 +221,7 @@ def test_best_equal_to_initial_is_judged_once_with_identical_outputs(tmp_path, s
     assert {k: res["best"][k] for k in keys} == {k: res["initial"][k] for k in keys}
     ref, sizes, _ = _previous_path(parts, snapshot, [res["initial"]["instruction"]])
     got, _ = load_judgments(out / "eval_best" / "judgments.jsonl")
-    _close([j.p_a for j in got], [j.p_a for j in ref[res["initial"]["instruction"]][0]], "eval_best")
+    assert_close([j.p_a for j in got], [j.p_a for j in ref[res["initial"]["instruction"]][0]], "eval_best")
 
 
 class Killed(Exception):
@@ -245,15 +249,15 @@ def test_run_interrupted_inside_the_evaluation_resumes_to_the_unbroken_outputs(
     """cache.chunk=4 cuts the evaluation's 12 held-out prompts into 3 model calls; a run stopped at
     the second (one chunk committed) and rerun into its directory ends with the unbroken run's
     files byte for byte, and judges no prompt twice."""
-    from conftest import results_only
-    from openai_server import OpenAIServer
+    from helpers.results import results_only
+    from helpers.servers import OpenAIServer
 
     from harness.experiments import zepo as zexp
     from harness.runtime.context import RunContext
     from harness.zepo.run import run_zepo
 
     def start(tmp, kill_at=None):
-        cfg = _compose(
+        cfg = compose(
             e2e_overrides(
                 tmp,
                 srv.url,

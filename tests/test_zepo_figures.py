@@ -9,7 +9,8 @@ import json
 import math
 
 import pytest
-from test_paper_configs import REPO, _compose
+from helpers import REPO
+from helpers.compose import compose
 
 from harness.metrics import permutation_debias, upper_a_rate
 
@@ -39,7 +40,7 @@ def studies(tmp_path_factory, shared_data):
     lines.write_text("\n".join(t.replace("\n", " ") for t in _instructions(shared_data)) + "\n")
     out = {}
     for model in ("tiny_llama3", "tiny_mistral7b"):
-        cfg = _compose(
+        cfg = compose(
             [
                 "experiment=sensitivity",
                 f"model={model}",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from test_zepo import ScriptedBiasJudge, ScriptedOptimizer, _docs
+from helpers.scripted import ScriptedBiasJudge, ScriptedOptimizer, scripted_docs
 
 from harness import metrics
 from harness.errors import ConfigError
@@ -92,7 +92,7 @@ def test_debias_setting_is_part_of_the_resume_fingerprint(tmp_path):
 
 
 def test_results_hold_leaky_and_heldout_metrics(tmp_path):
-    docs = _docs(3)
+    docs = scripted_docs(3)
     inner = ScriptedBiasJudge()
     judge = CachedJudge(inner, ScoreCache(tmp_path / "c.sqlite"))
     settings = zepo.SearchSettings(population=2, epochs=1, shuffles=5, heldout_spearman=False)

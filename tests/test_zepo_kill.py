@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_zepo import e2e_overrides, scripted_completion
+from helpers.scripted import e2e_overrides, scripted_completion
 
 from harness.judges.cache import ScoreCache
 from harness.runtime.attempts import read_attempts, summed_calls
@@ -81,7 +81,7 @@ def _wait(what: str, done, proc: subprocess.Popen, tmp: Path) -> None:
 def test_sigkilled_zepo_resumes_with_the_unbroken_history_and_no_repeated_call(
     tmp_path, shared_data, tiny_llama
 ):
-    from openai_server import OpenAIServer
+    from helpers.servers import OpenAIServer
 
     ref_tmp, tmp = tmp_path / "unbroken", tmp_path / "killed"
     ref_tmp.mkdir()

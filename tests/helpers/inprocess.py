@@ -3,7 +3,7 @@
 `run_in_process(args, tmp)` calls `harness.runtime.entry.main()` — the function `python -m
 harness.run` calls — with `sys.argv` set to the arguments, so Hydra parses the same command line,
 composes the shipped conf/, runs the same config checks, creates the same run directory and writes
-the same results.json as the CLI. It returns what `conftest.run_harness` returns (returncode,
+the same results.json as the CLI. It returns what `helpers.cli.run_harness` returns (returncode,
 stdout, stderr: a `subprocess.CompletedProcess`), so a test switches between the two with one word.
 
 What a fresh process would give each run, and so what is set up and put back around every call:

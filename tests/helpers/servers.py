@@ -1,4 +1,7 @@
-"""A real OpenAI-compatible HTTP server on 127.0.0.1 (ThreadingHTTPServer, port 0) for tests.
+"""Servers on loopback for tests: a real OpenAI-compatible HTTP server (`OpenAIServer`, below), and
+a served vLLM judge started by the README's command (`serve_judge`, at the end).
+
+`OpenAIServer`: ThreadingHTTPServer on 127.0.0.1, port 0.
 
 Backends:
 - logprobs from a REAL model (an HFJudge's model and tokenizer): /v1/chat/completions applies the
@@ -27,13 +30,23 @@ expected key — the key itself is never stored); `successes` counts 200 answers
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import pytest
+
+from helpers import REPO
 
 TRANSPORT_FAULTS = ("429", "500", "hang", "disconnect", "malformed", "content_type", "no_choices")
 SLOW_FAULTS = ("drip", "redirect")
@@ -376,3 +389,67 @@ def spoil(payload: dict, fault: str) -> dict:
         else:
             top[k] = value
     return payload
+
+
+FAST = dict(backoff_base_s=0.01, backoff_max_s=2.0, timeout_s=5.0)
+"""An API client's retry settings against the loopback server: its faults are retried in milliseconds."""
+
+
+# -- a served vLLM judge ------------------------------------------------------------------------
+START_TIMEOUT_S = 420
+"""The server binds its port once the engine is up: ~50 s on a quiet 2-core machine, ~95 s under load."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200
+    except OSError:  # refused until the engine is up
+        return False
+
+
+def _die_with_parent() -> None:
+    """The server gets SIGTERM when pytest dies (killed by a timeout, its finalizers never run):
+    no orphaned vLLM engine holding a third of a shared machine's memory (Linux prctl)."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG; kept across the serve module's exec
+
+
+def serve_judge(args: list[str], port: int, log) -> Iterator[str]:
+    """`python -m harness.judges.serve ARGS` (the README's command) until it answers /health;
+    yields its /v1 URL and stops it (its whole process group) afterwards."""
+    cmd = [sys.executable, "-m", "harness.judges.serve", *args]
+    with log.open("w") as f:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=REPO,
+            preexec_fn=_die_with_parent,
+        )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _healthy(f"http://127.0.0.1:{port}/health"):
+            if proc.poll() is not None:
+                pytest.fail(f"the vLLM server exited with {proc.returncode}: {log.read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"the vLLM server did not come up within {START_TIMEOUT_S} s: {log.read_text()[-2000:]}"
+                )
+            time.sleep(2)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
