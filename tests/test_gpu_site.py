@@ -24,7 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 from harness.errors import CacheError, ConfigError
 

@@ -21,8 +21,7 @@ import json
 import shutil
 
 import pytest
-from conftest import run_in_process
-from test_cli_errors import _assert_one_line_error
+from helpers.cli import assert_one_line_error, run_in_process
 
 import harness.report.compare as compare
 from harness.data.jsonl import load_jsonl
@@ -94,7 +93,7 @@ def test_instruction_text_with_another_source_is_refused_in_one_line(prefs, tmp_
         ],
         tmp_path,
     )
-    _assert_one_line_error(r, "experiment.instruction.source")
+    assert_one_line_error(r, "experiment.instruction.source")
     assert "text alone selects it" in r.stderr
 
 
@@ -168,8 +167,8 @@ def test_compare_names_what_differs_first_and_what_does_not_apply_once(prefs):
 def test_zepo_runs_without_an_aspect_and_shows_accuracy(prefs, tmp_path):
     """ZEPO on the preference file as a user types it (no task.aspect), the API optimizer on a
     loopback server (test_zepo's scripted replies), objective fairness_prob."""
+    from helpers.scripted import scripted_completion
     from openai_server import OpenAIServer
-    from test_zepo import scripted_completion
 
     with OpenAIServer(script=scripted_completion) as srv:
         r = run_in_process(
@@ -208,7 +207,7 @@ def test_zepo_runs_without_an_aspect_and_shows_accuracy(prefs, tmp_path):
 def test_sweep_runs_are_named_by_what_varies_and_the_table_holds_the_prompts(prefs, tmp_path):
     """A two-instruction sweep, W&B offline: each run's W&B name ends in the instruction it judged
     (the override that differs); the judgments table has the source, instruction and prompt."""
-    from test_sweep import run_record
+    from helpers.wandb_offline import run_record
 
     sweep = tmp_path / "sweep"
     texts = ("Pick the better response: A or B.", "Which response is better? A or B.")

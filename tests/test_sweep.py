@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from helpers.cli import run_in_process
 from helpers.results import page_data, results_only
+from helpers.wandb_offline import run_record
 from omegaconf import OmegaConf
 
 from harness.runtime.attempts import read_attempts
@@ -203,14 +204,6 @@ def shard_sweep(tmp_path_factory) -> Path:
         in r.stdout + r.stderr
     )
     return sweep
-
-
-def run_record(run_dir: Path) -> dict:
-    """The offline W&B run's own record: its display name, group, job type."""
-    from helpers.wandb_offline import wandb_records
-
-    (rec,) = [r["run"] for r in wandb_records(run_dir) if r.get("type") == "run"]
-    return rec
 
 
 @pytest.mark.slow

@@ -20,3 +20,9 @@ def wandb_records(run_dir: Path) -> list[dict]:
     )
     assert r.returncode == 0, r.stderr[-2000:]
     return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+
+
+def run_record(run_dir: Path) -> dict:
+    """The offline W&B run's own record: its display name, group, job type."""
+    (rec,) = [r["run"] for r in wandb_records(run_dir) if r.get("type") == "run"]
+    return rec
