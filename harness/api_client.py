@@ -400,6 +400,36 @@ def _error_message(e: Any, limit: int = 300) -> str:
     return text[:limit] + ("..." if len(text) > limit else "") if text else "(empty body)"
 
 
+def served_model(client: ApiClient, model: str, who: str, logger: logging.Logger = log) -> str:
+    """`<id>` or `<id>@<root>` of `model` in the server's /models list (vLLM names the weights it
+    serves in `root`): a server restarted on other weights under the same name is told apart.
+    `unreported` (with one warning naming `who`, e.g. "the judge") when the server lists no such
+    model or has no /models; no server at all is the request's own one-line error."""
+    try:
+        listed = client.get("/models").get("data")
+    except ApiError as e:
+        if e.status is None:
+            raise
+        listed = None
+    entry = (
+        next((m for m in listed if isinstance(m, dict) and m.get("id") == model), None)
+        if isinstance(listed, list)
+        else None
+    )
+    base_url = client.settings.base_url.rstrip("/")
+    if entry is None:
+        logger.warning(
+            "%s/models does not list model %r: %s identity cannot name the served weights, "
+            "so cached answers are keyed on the model name alone",
+            base_url,
+            model,
+            who,
+        )
+        return "unreported"
+    root = entry.get("root")
+    return f"{model}@{root}" if isinstance(root, str) and root and root != model else str(model)
+
+
 # -- a persistent completion cache for optimizers ----------------------------------------------
 def completion_key(
     model: str,
