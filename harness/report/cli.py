@@ -29,6 +29,7 @@ from harness.errors import DataError, HarnessError
 from harness.files import jsonable, read_json
 from harness.metrics.bootstrap import check_settings
 from harness.metrics.card import find_judgments, render_cards
+from harness.outputs import refuse_other_run, writable_folder
 from harness.records import Document
 from harness.report.page import write_report
 from harness.report.prompt import ChatView, config_view
@@ -111,6 +112,20 @@ def report_run(run_dir: Path, args: argparse.Namespace, echo: Any) -> list[Any]:
     return cards
 
 
+def check_out(run_dir: Path, out: Path) -> None:
+    """--out must be a folder this process can write that holds no other run: a copy of this
+    run's own results.json (an earlier --out of it) is written again."""
+    writable_folder(out)
+
+    def same(folder: Path) -> bool:
+        try:
+            return (folder / "results.json").read_bytes() == (run_dir / "results.json").read_bytes()
+        except OSError:
+            return False
+
+    refuse_other_run(out, same=same)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="harness-report", description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -141,8 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise DataError(
                 "not a directory; give a run directory (outputs/<experiment>/<stamp>)", where=str(root)
             )
+        if args.out is not None and Path(args.out).resolve() == root.resolve():
+            args.out = None  # --out RUN is the run itself: in place, nothing copied onto itself
         if args.out is not None:
-            Path(args.out).mkdir(parents=True, exist_ok=True)
+            check_out(root, Path(args.out))
         if is_sweep(root):
             if args.out is not None:
                 raise DataError(

@@ -39,6 +39,7 @@ from omegaconf import OmegaConf
 from harness.errors import ConfigError, DataError, HarnessError
 from harness.files import read_json, read_json_object, write_text_atomic
 from harness.metrics.interval import Interval, described, recorded
+from harness.outputs import refuse_other_run, writable_folder
 from harness.runtime.merged import merge_run
 from harness.runtime.sweep import sweep_gaps
 from harness.runtime.table import Table, plot_table, to_csv, to_markdown
@@ -398,6 +399,21 @@ def partial_line(table: Table, root: Path) -> str:
     )
 
 
+def check_merge_out(dirs: Sequence[str], out: Path) -> None:
+    """merge --out: a folder this process can write, holding no run but this merge's own earlier
+    output (its merge.json names the same shards)."""
+    writable_folder(out)
+
+    def same(folder: Path) -> bool:
+        try:
+            shards = json.loads((folder / "merge.json").read_text(encoding="utf-8"))["shards"]
+            return sorted(Path(s).resolve() for s in shards) == sorted(Path(d).resolve() for d in dirs)
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+
+    refuse_other_run(out, same=same)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m harness.runtime.collect", description=__doc__.split("\n\n")[0]
@@ -429,7 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.cmd == "table":
-            out = Path(args.out) if args.out else Path(args.root) / DEFAULT_OUT
+            out = writable_folder(Path(args.out) if args.out else Path(args.root) / DEFAULT_OUT)
             table = collect(args.root, out, args.metrics, args.pivot, args.digits, not args.no_figures)
             print(to_markdown(table, args.digits), end="")
             figs = "" if args.no_figures or args.pivot else " and figures/"
@@ -446,6 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"error: {partial_line(table, Path(args.root))}", file=sys.stderr)
                 return 1
         else:
+            check_merge_out(args.dirs, Path(args.out))
             results = merge_run(args.dirs, args.out)
             print(
                 f"merged {len(args.dirs)} shards: {results['n_docs']} documents, "

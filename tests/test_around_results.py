@@ -1,0 +1,130 @@
+"""The tools around the results (harness-report, harness-collect table/merge, harness-paper-tables,
+harness-bench) get the judge's protections: every --out is checked before any work (a file, a
+read-only place, another run: one line, nothing replaced), a shard that lost pairs is not merged,
+bookkeeping files are read as input files are (one located line), nothing on a page or in a CSV
+runs as a script or a formula. Each test fails on d2cc091's behaviour (named in its docstring).
+
+The runs are real tiny-Llama judge runs (one of 2 documents, two shards of it); the tools are
+called through their console entry points' `main` in this process."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from test_fs_faults import read_only
+
+from harness.report import cli as report_cli
+from harness.runtime import collect
+
+
+def _err(capsys) -> str:
+    """The one `error:` line of stderr (asserts there is exactly one)."""
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error: ")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tiny_llama):
+    """Real tiny judge runs: `whole` (2 documents, 3 candidates) and its two shards."""
+    from conftest import run_in_process
+
+    tmp = tmp_path_factory.mktemp("runs")
+    args = [
+        "experiment=judge",
+        "model=tiny_llama",
+        "task.docs=2",
+        "task.max_candidates=3",
+        "experiment.shuffles=2",
+        "metrics.bootstrap=0",
+        "wandb.mode=disabled",
+        "progress=false",
+    ]
+    todo = {"whole": [f"hydra.run.dir={tmp / 'whole'}"]}
+    todo |= {
+        f"shard{k}": ["task.num_shards=2", f"task.shard_index={k}", f"hydra.run.dir={tmp / f'shard{k}'}"]
+        for k in (0, 1)
+    }
+    for extra in todo.values():
+        r = run_in_process([*args, *extra], tmp)
+        assert r.returncode == 0, r.stderr[-3000:]
+    return tmp
+
+
+def _copy(runs: Path, name: str, dest: Path) -> Path:
+    return Path(shutil.copytree(runs / name, dest / name))
+
+
+# -- --out -------------------------------------------------------------------------------------
+def test_report_out_onto_another_run_is_refused_and_replaces_nothing(runs, tmp_path, capsys):
+    """`harness-report A --out B` overwrote B's results.json, config.json, overrides.json and
+    judgments.jsonl. Now one line, B untouched; control: --out a new folder, and again onto that
+    copy (its own earlier output), both write."""
+    a, b = _copy(runs, "whole", tmp_path), _copy(runs, "shard0", tmp_path)
+    before = {p.name: p.read_bytes() for p in b.iterdir() if p.is_file()}
+    assert report_cli.main([str(a), "--out", str(b)]) == 2
+    line = _err(capsys)
+    assert f"--out {b} holds another run (results.json, config.json, judgments.jsonl)" in line
+    assert {p.name: p.read_bytes() for p in b.iterdir() if p.is_file()} == before
+    for _ in range(2):
+        assert report_cli.main([str(a), "--out", str(tmp_path / "cards")]) == 0
+    assert (tmp_path / "cards" / "report.html").is_file()
+
+
+def test_report_out_onto_its_own_run_reports_in_place(runs, tmp_path, capsys):
+    """`harness-report RUN --out RUN` rewrote card.md, then printed "cannot write into ... (None)"
+    (shutil copying a file onto itself), exit 2. Now it is the in-place report, exit 0."""
+    a = _copy(runs, "whole", tmp_path)
+    assert report_cli.main([str(a), "--out", str(a / ".." / a.name)]) == 0
+    assert "error" not in capsys.readouterr().err
+    assert (a / "report.html").is_file()
+
+
+def test_merge_out_onto_another_run_is_refused(runs, tmp_path, capsys):
+    """`harness-collect merge S0 S1 --out B` replaced B's run files. Now one line, B untouched;
+    control: the merge into a new folder, then again into its own output, both write."""
+    b = _copy(runs, "whole", tmp_path)
+    before = (b / "results.json").read_bytes()
+    shards = [str(runs / "shard0"), str(runs / "shard1")]
+    assert collect.main(["merge", *shards, "--out", str(b)]) == 2
+    assert f"--out {b} holds another run" in _err(capsys)
+    assert (b / "results.json").read_bytes() == before
+    for _ in range(2):
+        assert collect.main(["merge", *shards, "--out", str(tmp_path / "merged")]) == 0
+    assert json.loads((tmp_path / "merged" / "results.json").read_text())["n_docs"] == 2
+
+
+@pytest.mark.parametrize("how", ["file", "read-only"])
+def test_every_out_that_cannot_be_written_is_one_line_before_any_work(runs, tmp_path, capsys, how):
+    """A file or a read-only folder as the output location was a traceback after the work in
+    harness-collect table and merge, harness-paper-tables, harness-bench page and gpu (gpu --dry-run
+    only after its checks had run). Now one line naming the flag, before any work."""
+    from harness.bench import cli as bench_cli
+    from harness.report import paper_tables
+
+    if how == "file":
+        target = tmp_path / "taken"
+        target.write_text("not a folder")
+        want = "is a file, not a folder"
+    else:
+        want = "cannot be written"
+        target = tmp_path / "locked"
+        target.mkdir()
+    shards = [str(runs / "shard0"), str(runs / "shard1")]
+    calls = {
+        "table": lambda t: collect.main(["table", str(runs / "whole"), "--out", str(t), "--no-figures"]),
+        "merge": lambda t: collect.main(["merge", *shards, "--out", str(t)]),
+        "paper": lambda t: paper_tables.main([str(runs), "--table", "1", "--out", str(t / "t1")]),
+        "page": lambda t: bench_cli.main(["page", "--out", str(t)]),
+        "gpu": lambda t: bench_cli.main(["gpu", "--dry-run", "--json", str(t / "gpu.json")]),
+    }
+    with read_only(target) if how == "read-only" else contextlib.nullcontext():
+        for name, call in calls.items():
+            assert call(target) == 2, name
+            line = _err(capsys)
+            assert (want if how == "file" else "cannot be written") in line, (name, line)
+            assert str(target) in line, (name, line)
