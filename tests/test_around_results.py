@@ -128,3 +128,27 @@ def test_every_out_that_cannot_be_written_is_one_line_before_any_work(runs, tmp_
             line = _err(capsys)
             assert (want if how == "file" else "cannot be written") in line, (name, line)
             assert str(target) in line, (name, line)
+
+
+# -- merge -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("damage", ["lost", "other"])
+def test_a_shard_that_lost_pairs_is_not_merged(runs, tmp_path, capsys, damage):
+    """A shard whose judgments.jsonl lost pairs merged without a word (every metric recomputed on the
+    shorter list). Now each shard's judgments are checked against its results.json: the count
+    (`lost`: a pair deleted) and every ordered pair of its documents (`other`: one pair
+    replaced by a pair the run never asked, the count unchanged). Control: the untouched shards merge (the --out test)."""
+    shards = [_copy(runs, f"shard{k}", tmp_path) for k in (0, 1)]
+    path = shards[1] / "judgments.jsonl"
+    lines = path.read_text().splitlines()
+    if damage == "lost":
+        del lines[2]
+        want = "holds 5 judgments, its results.json counted 6: the shard lost pairs; rerun shard 1"
+    else:
+        row = json.loads(lines[2])
+        lines[2] = json.dumps({**row, "b_id": "M14"})  # a candidate past task.max_candidates=3
+        want = "has 6 judgments for 6 ordered pairs of its 3 candidates (missing"
+    path.write_text("\n".join(lines) + "\n")
+    assert collect.main(["merge", *map(str, shards), "--out", str(tmp_path / "merged")]) == 2
+    line = _err(capsys)
+    assert str(path) in line and want in line, line
+    assert not (tmp_path / "merged" / "results.json").exists()
