@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.errors import CacheError, DataError
+from harness.errors import CacheError, DataError, located
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 """No space left, quota exceeded, file too large (RLIMIT_FSIZE): the disk is full for this run."""
@@ -216,7 +216,25 @@ def read_json_object(path: str | Path, fix: str) -> dict:
             type(obj), "a number"
         )
         raise DataError(f"holds {got}, not a JSON object; {fix}", where=str(path))
+    bad = _non_finite(obj)
+    if bad is not None:  # the harness writes NaN as null and infinities as strings (`jsonable`)
+        raise DataError(
+            f"holds {bad[1]}, which strict JSON has no number for (not written by the harness); {fix}",
+            where=located(path, None, bad[0]),
+        )
     return obj
+
+
+def _non_finite(obj: Any, key: str = "") -> tuple[str, float] | None:
+    """(dotted field, value) of the first NaN or infinity in a parsed JSON value, else None."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return key, obj
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for k, v in items:
+        found = _non_finite(v, f"{key}.{k}" if key else str(k))
+        if found is not None:
+            return found
+    return None
 
 
 def why_not_folder(folder: str | Path, e: OSError) -> str:

@@ -8,6 +8,7 @@ from judgments.jsonl (one Judgment per line, errors naming the file, the record 
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
@@ -130,6 +131,22 @@ def answer_mass(token_logprobs: Mapping[str, float]) -> float:
 
 
 # -- requests ---------------------------------------------------------------------------------
+def document_fingerprints(docs: Sequence[Document]) -> dict[str, str]:
+    """results.json "documents_sha256": {document id: sha256 (16 hex) of everything of it a prompt
+    or a metric reads (source, context, gold, each candidate's id, text and scores)}, so a report
+    can tell the data it loads now from the data the run judged."""
+    return {
+        d.id: hashlib.sha256(
+            json.dumps(
+                [d.source, d.context, d.gold, [[c.id, c.text, dict(c.scores)] for c in d.candidates]],
+                ensure_ascii=False,
+                sort_keys=True,
+            ).encode()
+        ).hexdigest()[:16]
+        for d in docs
+    }
+
+
 def ordered_pairs(doc: Document, max_candidates: int | None = None) -> list[tuple[Candidate, Candidate]]:
     cands = doc.candidates[:max_candidates] if max_candidates else doc.candidates
     return list(itertools.permutations(cands, 2))

@@ -30,14 +30,28 @@ def _err(capsys) -> str:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tiny_llama):
-    """Real tiny judge runs: `whole` (2 documents, 3 candidates) and its two shards."""
+    """Real tiny judge runs on a JSONL file (2 documents of 4 candidates, 3 judged): `whole` and
+    its two shards."""
     from conftest import run_in_process
 
     tmp = tmp_path_factory.mktemp("runs")
+    rows = [
+        {
+            "doc_id": f"d{d}",
+            "source": f"source text {d}",
+            "candidate_id": f"c{c}",
+            "text": f"summary {d} {c}",
+            "scores": {"quality": float(c + d)},
+        }
+        for d in range(2)
+        for c in range(4)
+    ]
+    (tmp / "mine.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     args = [
         "experiment=judge",
         "model=tiny_llama",
-        "task.docs=2",
+        "task=jsonl",
+        f"task.path={tmp / 'mine.jsonl'}",
         "task.max_candidates=3",
         "experiment.shuffles=2",
         "metrics.bootstrap=0",
@@ -145,10 +159,51 @@ def test_a_shard_that_lost_pairs_is_not_merged(runs, tmp_path, capsys, damage):
         want = "holds 5 judgments, its results.json counted 6: the shard lost pairs; rerun shard 1"
     else:
         row = json.loads(lines[2])
-        lines[2] = json.dumps({**row, "b_id": "M14"})  # a candidate past task.max_candidates=3
+        lines[2] = json.dumps({**row, "b_id": "c3"})  # a candidate past task.max_candidates=3
         want = "has 6 judgments for 6 ordered pairs of its 3 candidates (missing"
     path.write_text("\n".join(lines) + "\n")
     assert collect.main(["merge", *map(str, shards), "--out", str(tmp_path / "merged")]) == 2
     line = _err(capsys)
     assert str(path) in line and want in line, line
     assert not (tmp_path / "merged" / "results.json").exists()
+
+
+# -- what the report reads ---------------------------------------------------------------------
+def test_the_report_says_when_the_data_changed_since_the_run(runs, tmp_path, capsys):
+    """A data file edited after the run: harness-report showed the new texts and prompts beside the
+    old P(A), no warning. results.json now holds each document's fingerprint (`documents_sha256`);
+    the report compares, says so in one warning line and on the page, and shows no texts. Control:
+    the unedited data gives no warning and the texts."""
+    run = _copy(runs, "whole", tmp_path)
+    data = Path(shutil.copy(runs / "mine.jsonl", tmp_path / "mine.jsonl"))
+    config = json.loads((run / "config.json").read_text())
+    config["task"]["path"] = str(data)  # the run as if made on this copy of the data
+    (run / "config.json").write_text(json.dumps(config))
+    assert report_cli.main([str(run)]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert "summary 1 2" in (run / "report.html").read_text()
+    data.write_text(data.read_text().replace("summary 1 2", "an edited summary"))
+    assert report_cli.main([str(run)]) == 0
+    warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning: ")]
+    assert len(warnings) == 1 and "the task's data changed since the run: 1 of its 2 documents" in warnings[0]
+    page = (run / "report.html").read_text()
+    assert "the task&#x27;s data changed since the run" in page or "the task's data changed" in page
+    assert "an edited summary" not in page and "summary 1 2" not in page
+
+
+@pytest.mark.parametrize("content", ["[]", "null", '{"metrics": {"none": {"spearman": Infinity}}}'])
+def test_a_results_json_that_is_not_a_runs_record_is_one_line(runs, tmp_path, capsys, content):
+    """harness-report on a results.json of `[]` or `null` was a traceback (card.py; on a sweep no
+    index.html); one holding Infinity or NaN was shown ("spearman inf") by the report and the
+    collected table. Now one line naming the file (and the field), in both tools."""
+    run = _copy(runs, "whole", tmp_path)
+    (run / "results.json").write_text(content)
+    assert report_cli.main([str(run)]) == 2
+    line = _err(capsys)
+    assert str(run / "results.json") in line
+    if content.startswith("{"):
+        assert "field 'metrics.none.spearman'" in line and "holds inf" in line
+        assert collect.main(["table", str(run), "--out", str(tmp_path / "t"), "--no-figures"]) == 2
+        assert "field 'metrics.none.spearman'" in _err(capsys)
+    else:
+        assert "not a JSON object" in line

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import DataError, HarnessError
-from harness.files import jsonable, read_json
+from harness.files import jsonable, read_json, read_json_object
+from harness.judging import document_fingerprints
 from harness.metrics.bootstrap import check_settings
 from harness.metrics.card import find_judgments, render_cards
 from harness.outputs import refuse_other_run, writable_folder
@@ -69,6 +70,25 @@ def documents(run_dir: Path) -> tuple[list[Document] | None, str | None]:
         )
 
 
+def changed_documents(run_dir: Path, docs: list[Document] | None) -> str | None:
+    """Why the loaded documents are not the ones the run judged (results.json "documents_sha256",
+    runs from before it are not checked), or None: an edited data file showed its new texts and
+    prompts beside the old P(A)."""
+    path = run_dir / "results.json"
+    recorded = read_json(path).get("documents_sha256") if docs is not None and path.is_file() else None
+    if not isinstance(recorded, dict) or docs is None:
+        return None
+    now = document_fingerprints(docs)
+    differ = [d for d, sha in recorded.items() if now.get(d) != sha]
+    if not differ:
+        return None
+    return (
+        f"the task's data changed since the run: {len(differ)} of its {len(recorded)} documents differ "
+        f"(first: {differ[0]!r}); candidate texts and prompts are not shown beside numbers judged on "
+        "other texts: restore the data the run used (data.dir / HARNESS_DATA_MIRROR) or rerun it"
+    )
+
+
 def chat_view(run_dir: Path) -> ChatView | None:
     path = run_dir / "config.json"
     return config_view(read_json(path)) if path.is_file() else None
@@ -78,6 +98,8 @@ def report_run(run_dir: Path, args: argparse.Namespace, echo: Any) -> list[Any]:
     """Cards (when the run judged pairs) and report.html of one run; returns the cards."""
     cards = []
     out = None if args.out is None else Path(args.out)
+    if (run_dir / "results.json").is_file():  # an array, null, NaN or Infinity: one line, before any card
+        read_json_object(run_dir / "results.json", "give the directory of a finished run")
     if find_judgments(run_dir):
         rounds, level, seed = run_settings(run_dir, args)
         cards = render_cards(run_dir, out_dir=out, echo=echo, rounds=rounds, level=level, seed=seed)
@@ -88,6 +110,10 @@ def report_run(run_dir: Path, args: argparse.Namespace, echo: Any) -> list[Any]:
             where=str(run_dir),
         )
     docs, note = documents(run_dir)
+    changed = changed_documents(run_dir, docs)
+    if changed is not None:
+        docs, note = None, changed
+        print(f"warning: {run_dir}: {changed}", file=sys.stderr)
     target = run_dir
     if out is not None:  # the page beside the cards: copy the run's small records there first
         target = out

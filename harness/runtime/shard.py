@@ -213,7 +213,11 @@ def check_shard_pairs(shard: ShardRun, judgments: Sequence[Any]) -> None:
 def _summed_calls(shards: Sequence[ShardRun]) -> dict[str, Any]:
     # judge_calls is a fact about the runs, not a metric: the model calls the shards paid together.
     calls = [s.results.get("judge_calls") for s in shards]
-    return {"judge_calls": sum(calls)} if all(isinstance(c, int) for c in calls) else {}
+    out = {"judge_calls": sum(calls)} if all(isinstance(c, int) for c in calls) else {}
+    shas = [s.results.get("documents_sha256") for s in shards]  # the data the shards judged
+    if all(isinstance(sha, dict) for sha in shas):
+        out["documents_sha256"] = {d: h for sha in shas for d, h in sha.items()}
+    return out
 
 
 def merge_shards(dirs: Sequence[str | Path], out_dir: str | Path, p_cf_tol: float = 1e-6) -> dict[str, Any]:
