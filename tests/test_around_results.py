@@ -207,3 +207,27 @@ def test_a_results_json_that_is_not_a_runs_record_is_one_line(runs, tmp_path, ca
         assert "field 'metrics.none.spearman'" in _err(capsys)
     else:
         assert "not a JSON object" in line
+
+
+# -- nothing on a page or in a CSV runs --------------------------------------------------------
+def test_a_job_folder_named_like_a_scheme_is_a_relative_link_on_the_sweep_index(runs, tmp_path):
+    """A job folder named `javascript:...` (e.g. from hydra.sweep.subdir) became a live link on the
+    sweep's index.html: clicking it ran the script. Now every link is a relative path, each segment
+    URL-encoded: in Chromium every link resolves to a file: URL inside the sweep folder."""
+    from harness.bench.browser import Chromium, find_chromium
+
+    if find_chromium() is None:
+        pytest.skip("no Chromium (Debian: apt-get install chromium)")
+    sweep = tmp_path / "sweep"
+    for name in ("0", "javascript:document.title='owned'", "a b#c?d"):
+        shutil.copytree(runs / "whole", sweep / name)
+    assert report_cli.main([str(sweep)]) == 0
+    with Chromium() as browser:
+        got = browser.load(sweep / "index.html")
+        links = browser.evaluate("Array.from(document.querySelectorAll('a')).map(a => a.href)")
+    assert got.errors == [] and got.requests == []
+    assert len(links) == 3 * 4  # report, results.json, card.md and run.log of each job
+    base = (sweep.resolve().as_uri()) + "/"
+    assert all(link.startswith(base) for link in links), links
+    assert base + "javascript%3Adocument.title%3D%27owned%27/report.html" in links
+    assert base + "a%20b%23c%3Fd/report.html" in links
