@@ -116,6 +116,22 @@ def _json_line(row: Any) -> str:
         return json.dumps(jsonable(row), allow_nan=False) + "\n"
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""What a spreadsheet reads as the start of a formula in a CSV cell (OWASP, CSV injection)."""
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell a spreadsheet shows as text: a string starting like a formula (`=`, `+`, `-`,
+    `@`, tab, carriage return) and that is not a number gets a leading `'`, as OWASP advises
+    (`+1+cmd|calc` -> `'+1+cmd|calc`); numbers (`-0.25`, `-inf`) and other values are unchanged."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        try:
+            float(value)
+        except ValueError:
+            return "'" + value
+    return value
+
+
 def write_text_atomic(path: str | Path, text: str) -> None:
     with _atomic(path) as f:
         f.write(text)

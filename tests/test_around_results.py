@@ -231,3 +231,28 @@ def test_a_job_folder_named_like_a_scheme_is_a_relative_link_on_the_sweep_index(
     assert all(link.startswith(base) for link in links), links
     assert base + "javascript%3Adocument.title%3D%27owned%27/report.html" in links
     assert base + "a%20b%23c%3Fd/report.html" in links
+
+
+def test_csv_cells_that_start_like_a_formula_are_text(tmp_path):
+    """harness-collect's table.csv and the paper tables' CSV wrote cells such as `+1+cmd|calc` and
+    `@SUM(1+1)` unchanged: a spreadsheet runs them. Now such a cell (header included) starts with
+    `'` (OWASP's advice); numbers (`-0.25`) and plain text are unchanged."""
+    import csv
+
+    from harness.report.paper_tables import write_csv
+
+    root = tmp_path / "sweep"
+    for k, value in enumerate(["+1+cmd|calc", "@SUM(1+1)", "-0.25", "plain"]):
+        job = root / str(k)
+        job.mkdir(parents=True)
+        (job / "overrides.json").write_text(json.dumps([f"model={value}"]))
+        (job / "results.json").write_text(json.dumps({"metrics": {"none": {"spearman": -0.5}}}))
+    assert collect.main(["table", str(root), "--out", str(tmp_path / "t"), "--no-figures"]) == 0
+    rows = list(csv.reader((tmp_path / "t" / "table.csv").open()))
+    assert [r[0] for r in rows[1:]] == ["'+1+cmd|calc", "'@SUM(1+1)", "-0.25", "plain"]
+    assert all(r[-1] == "-0.5" for r in rows[1:])
+    write_csv(tmp_path / "p.csv", [{"=cmd": "-2", "task": '=HYPERLINK("x")', "v": None}])
+    assert list(csv.reader((tmp_path / "p.csv").open())) == [
+        ["'=cmd", "task", "v"],
+        ["-2", '\'=HYPERLINK("x")', ""],
+    ]

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.files import write_text_atomic
+from harness.files import csv_cell, write_text_atomic
 from harness.metrics.interval import Interval
 from harness.metrics.interval import distinguishable as excludes_zero
 from harness.outputs import writable_file
@@ -425,10 +425,10 @@ def build(
 
 def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     buf = io.StringIO()
-    if rows:
-        w = csv.DictWriter(buf, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    if rows:  # every cell through csv_cell: no text starts a spreadsheet formula
+        w = csv.writer(buf)
+        w.writerow([csv_cell(k) for k in rows[0]])
+        w.writerows([csv_cell("" if r.get(k) is None else r.get(k)) for k in rows[0]] for r in rows)
     write_text_atomic(path, buf.getvalue())
 
 
