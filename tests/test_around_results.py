@@ -256,3 +256,78 @@ def test_csv_cells_that_start_like_a_formula_are_text(tmp_path):
         ["'=cmd", "task", "v"],
         ["-2", '\'=HYPERLINK("x")', ""],
     ]
+
+
+# -- sweeps: every job named, bookkeeping read as input ----------------------------------------
+@pytest.fixture(scope="module")
+def failed_sweep(tmp_path_factory, runs):
+    """A real sweep of two jobs that both fail (their data file is missing)."""
+    from conftest import run_in_process
+
+    tmp = tmp_path_factory.mktemp("failed")
+    r = run_in_process(
+        [
+            "-m",
+            "experiment=judge",
+            "model=tiny_llama",
+            "task=jsonl",
+            f"task.path={tmp / 'gone1.jsonl'},{tmp / 'gone2.jsonl'}",
+            f"hydra.sweep.dir={tmp / 'sweep'}",
+            "wandb.mode=disabled",
+        ],
+        tmp,
+    )
+    assert r.returncode == 2, r.stderr[-2000:]
+    return tmp / "sweep"
+
+
+def test_a_sweep_whose_jobs_all_failed_lists_each_job_and_why(failed_sweep, tmp_path, capsys):
+    """collect and report said only "no results.json below this directory: nothing finished yet?".
+    Now one line lists every job of multirun.yaml with its state."""
+    sweep = Path(shutil.copytree(failed_sweep, tmp_path / "sweep"))
+    for call in (
+        lambda: collect.main(["table", str(sweep), "--no-figures"]),
+        lambda: report_cli.main([str(sweep)]),
+    ):
+        assert call() == 2
+        line = _err(capsys)
+        assert "no job of the sweep finished: job 0 (task.path=" in line, line
+        assert "gone1.jsonl): failed (its attempts.jsonl)" in line or "gone1.jsonl): no results.json" in line
+        assert "; job 1 (task.path=" in line
+
+
+@pytest.mark.parametrize(
+    "content, want",
+    [
+        (b"- just\n- a list\n", "holds no hydra.sweep mapping"),
+        (b"hydra: {sweep: [unclosed\n", "not YAML"),
+        (b"hydra:\n  sweep: {dir: x}\n  note: \xff\n", "not UTF-8"),
+    ],
+)
+def test_a_damaged_multirun_yaml_is_one_line(failed_sweep, tmp_path, capsys, content, want):
+    """A damaged or list-shaped multirun.yaml was a traceback in collect and report (sweep.py). Now it
+    is read as input files are: one line naming it."""
+    sweep = Path(shutil.copytree(failed_sweep, tmp_path / "sweep"))
+    (sweep / "multirun.yaml").write_bytes(content)
+    for call in (
+        lambda: collect.main(["table", str(sweep), "--no-figures"]),
+        lambda: report_cli.main([str(sweep)]),
+    ):
+        assert call() == 2
+        line = _err(capsys)
+        assert str(sweep / "multirun.yaml") in line and want in line, line
+
+
+def test_out_of_range_seeds_and_digits_are_one_line(runs, capsys):
+    """`--seed -1` in harness-compare and harness-report, `harness-collect table --digits -5` were
+    tracebacks (numpy's seed range, a format spec). Now one line each, before any work."""
+    from harness.report import compare
+
+    whole = str(runs / "whole")
+    for call, flag in [
+        (lambda: compare.main([whole, whole, "--seed", "-1"]), "--seed=-1"),
+        (lambda: report_cli.main([whole, "--seed", "-1"]), "--seed=-1"),
+        (lambda: collect.main(["table", whole, "--digits", "-5", "--no-figures"]), "--digits=-5"),
+    ]:
+        assert call() == 2
+        assert f"{flag} is invalid" in _err(capsys)

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.checks import within_optional
 from harness.errors import DataError, HarnessError
 from harness.files import jsonable, read_json, read_json_object
 from harness.judging import document_fingerprints
@@ -178,6 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     echo = (lambda _: None) if args.json else print
     root = Path(args.run_dir)
     try:
+        within_optional("--seed", args.seed, 0, 2**32 - 1)  # numpy's range, before any work
         if not root.is_dir():
             raise DataError(
                 "not a directory; give a run directory (outputs/<experiment>/<stamp>)", where=str(root)

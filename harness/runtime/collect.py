@@ -36,6 +36,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from harness.checks import within
 from harness.errors import ConfigError, DataError, HarnessError
 from harness.files import read_json, read_json_object, write_text_atomic
 from harness.metrics.interval import Interval, described, recorded
@@ -136,7 +137,13 @@ def collect_runs(root: str | Path) -> list[Run]:
     if any("merged" in r.path.relative_to(root).parts for r in runs):
         runs = [r for r in runs if int((r.config.get("task") or {}).get("num_shards") or 1) <= 1]
     if not runs:
-        raise DataError("no results.json below this directory: nothing finished yet?", where=str(root))
+        gaps = sweep_gaps(Path(root))  # each job multirun.yaml lists, with its state and reason
+        raise DataError(
+            f"no job of the sweep finished: {'; '.join(gaps)}"
+            if gaps
+            else "no results.json below this directory: nothing finished yet?",
+            where=str(root),
+        )
     return runs
 
 
@@ -445,6 +452,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.cmd == "table":
+            within("--digits", args.digits, 0, 17)  # decimals of a float's repr, at most
             out = writable_folder(Path(args.out) if args.out else Path(args.root) / DEFAULT_OUT)
             table = collect(args.root, out, args.metrics, args.pivot, args.digits, not args.no_figures)
             print(to_markdown(table, args.digits), end="")
