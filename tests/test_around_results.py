@@ -331,3 +331,35 @@ def test_out_of_range_seeds_and_digits_are_one_line(runs, capsys):
     ]:
         assert call() == 2
         assert f"{flag} is invalid" in _err(capsys)
+
+
+def test_document_ids_named_like_object_properties_keep_the_pair_table(tmp_path):
+    """Document ids `__proto__` and `constructor` broke the page's pair table (0 rows) when the
+    texts were gone: the page's JavaScript looked them up on a plain object and reached
+    Object.prototype. Now only own properties are read: both rows drawn, with texts and without."""
+    from conftest import run_in_process
+
+    from harness.bench.browser import Chromium, find_chromium
+
+    if find_chromium() is None:
+        pytest.skip("no Chromium (Debian: apt-get install chromium)")
+    rows = [
+        {"doc_id": d, "source": f"source of {d}", "candidate_id": c, "text": f"{c} text of {d}"}
+        for d in ("__proto__", "constructor")
+        for c in ("x", "y")
+    ]
+    data = tmp_path / "ids.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = tmp_path / "run"
+    args = ["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={data}"]
+    r = run_in_process([*args, f"hydra.run.dir={run}", "wandb.mode=disabled", "progress=false"], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    with Chromium() as browser:
+        for texts in (True, False):
+            if not texts:
+                data.unlink()
+                assert report_cli.main([str(run)]) == 0
+            got = browser.load(run / "report.html")
+            assert got.errors == [], got.errors
+            drawn = browser.evaluate("document.querySelectorAll('#pairs-body tr.pair').length")
+            assert drawn == 2, (texts, drawn)
