@@ -363,3 +363,22 @@ def test_document_ids_named_like_object_properties_keep_the_pair_table(tmp_path)
             assert got.errors == [], got.errors
             drawn = browser.evaluate("document.querySelectorAll('#pairs-body tr.pair').length")
             assert drawn == 2, (texts, drawn)
+
+
+def test_a_run_of_too_many_pairs_is_one_line_before_any_work(tmp_path):
+    """One document with 5,000 candidates and no task.max_candidates: no pair-count check; memory
+    reached 5.2 GB in 80 s before any model call. Now one line names the count and
+    task.max_candidates, before the judge is built (1,500 candidates here). Control:
+    task.max_candidates=3 runs."""
+    from conftest import run_in_process
+    from test_cli_errors import _assert_one_line_error
+
+    rows = [{"doc_id": "big", "source": "s", "candidate_id": f"c{i}", "text": f"t{i}"} for i in range(1500)]
+    data = tmp_path / "big.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["experiment=judge", "model=tiny_llama", "task=jsonl", f"task.path={data}", "wandb.mode=disabled"]
+    r = run_in_process([*args, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    _assert_one_line_error(r, "2,248,500 ordered pairs", "more than the 1,000,000", "task.max_candidates=N")
+    assert not (tmp_path / "run" / "judgments.jsonl").exists()
+    r = run_in_process([*args, "task.max_candidates=3", f"hydra.run.dir={tmp_path / 'ok'}"], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
