@@ -382,3 +382,37 @@ def test_a_run_of_too_many_pairs_is_one_line_before_any_work(tmp_path):
     assert not (tmp_path / "run" / "judgments.jsonl").exists()
     r = run_in_process([*args, "task.max_candidates=3", f"hydra.run.dir={tmp_path / 'ok'}"], tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "args, env, want",
+    [
+        (["hydra.run.dir=."], {}, "hydra.run.dir resolves to the current folder"),
+        (["-m", "hydra.sweep.dir=./", "seed=0,1"], {}, "hydra.sweep.dir resolves to the current folder"),
+        ([], {"HARNESS_CACHE": ""}, "HARNESS_CACHE is set but empty"),
+    ],
+    ids=["run dir .", "sweep dir ./", "empty HARNESS_CACHE"],
+)
+def test_the_current_folder_and_an_empty_cache_variable_are_refused(tmp_path, args, env, want):
+    """`hydra.run.dir=.` or `hydra.sweep.dir=.` overwrote a results.json or multirun.yaml in the
+    current folder (the empty spellings were refused for that reason already); an empty
+    HARNESS_CACHE made the request cache /requests.sqlite. Now one line each, nothing written."""
+    from conftest import run_harness
+    from test_cli_errors import _assert_one_line_error
+
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    (cwd / "results.json").write_text('{"keep": true}')
+    (cwd / "multirun.yaml").write_text("keep: true\n")
+    extra = [] if args else [f"hydra.run.dir={tmp_path / 'run'}"]
+    r = run_harness(
+        [*args, *extra, "experiment=judge", "model=tiny_llama", "wandb.mode=disabled"],
+        tmp_path,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+    )
+    _assert_one_line_error(r, want)
+    assert sorted(p.name for p in cwd.iterdir()) == ["multirun.yaml", "results.json"]
+    assert (cwd / "results.json").read_text() == '{"keep": true}'
+    assert not (tmp_path / "run").exists()
