@@ -376,11 +376,22 @@ def _json_object(raw: Any) -> dict:
     if "json" not in ctype.lower():
         raise MalformedResponse(f"content type {ctype!r}, expected JSON")
     try:
-        out = json.loads(raw.content)
+        out = json.loads(raw.content, object_pairs_hook=_first_wins)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise MalformedResponse(f"body is not valid JSON ({e})") from None
     if not isinstance(out, dict):
         raise MalformedResponse("JSON body is not an object")
+    return out
+
+
+def _first_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose key repeats keeps its FIRST value, as the judge reads a list of entries
+    (harness.judges.api.first_position): a token text listed twice in a top-K answer gives the same
+    P(A) on the chat endpoint (a list) and the completions endpoint (an object). Servers list by
+    rank, so the first is the higher; json's default kept the last."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        out.setdefault(k, v)
     return out
 
 
