@@ -416,3 +416,30 @@ def test_the_current_folder_and_an_empty_cache_variable_are_refused(tmp_path, ar
     assert sorted(p.name for p in cwd.iterdir()) == ["multirun.yaml", "results.json"]
     assert (cwd / "results.json").read_text() == '{"keep": true}'
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("value", ["abc", "{a: 1}", "[1,2]"])
+def test_an_engine_argument_of_the_wrong_type_is_one_line_before_any_work(tmp_path, value):
+    """`+backend.engine_args.max_num_seqs=abc` (or a dict, a list) was vLLM EngineArgs' TypeError
+    after ~30 s. Now each value is checked against EngineArgs' annotation at the config check: one
+    line naming the key and the type. Control: an int passes the same check (config checks only)."""
+    pytest.importorskip("vllm")
+    from conftest import run_in_process
+    from test_cli_errors import _assert_one_line_error
+
+    from harness.judges.settings import check_engine_args
+
+    r = run_in_process(
+        [
+            "experiment=judge",
+            "model=tiny_llama",
+            "backend=vllm",
+            f"+backend.engine_args.max_num_seqs={value}",
+            f"hydra.run.dir={tmp_path / 'run'}",
+            "wandb.mode=disabled",
+        ],
+        tmp_path,
+    )
+    _assert_one_line_error(r, "backend.engine_args.max_num_seqs=", "(int | None)")
+    assert not (tmp_path / "run" / "judgments.jsonl").exists()
+    check_engine_args({"max_num_seqs": 4, "kv_cache_dtype": "fp8", "compilation_config": {"level": 0}})
