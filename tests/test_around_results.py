@@ -443,3 +443,41 @@ def test_an_engine_argument_of_the_wrong_type_is_one_line_before_any_work(tmp_pa
     _assert_one_line_error(r, "backend.engine_args.max_num_seqs=", "(int | None)")
     assert not (tmp_path / "run" / "judgments.jsonl").exists()
     check_engine_args({"max_num_seqs": 4, "kv_cache_dtype": "fp8", "compilation_config": {"level": 0}})
+
+
+def test_jobs_outside_the_sweep_folder_are_collected_and_linked(runs, tmp_path, capsys):
+    """hydra.sweep.subdir=../x_${hydra.job.num} puts a sweep's jobs beside its folder: collect and
+    report said "nothing finished yet?" though both finished. Now the jobs multirun.yaml lists are
+    found where the subdir puts them: both rows in the table, both linked (relative, ../) on the
+    index."""
+    from conftest import run_in_process
+
+    sweep = tmp_path / "sweep"
+    r = run_in_process(
+        [
+            "-m",
+            "experiment=judge",
+            "model=tiny_llama",
+            "task=jsonl",
+            f"task.path={runs / 'mine.jsonl'}",
+            "task.max_candidates=2",
+            "metrics.bootstrap=0",
+            "seed=0,1",
+            f"hydra.sweep.dir={sweep}",
+            "hydra.sweep.subdir=../x_${hydra.job.num}",
+            "wandb.mode=disabled",
+            "progress=false",
+        ],
+        tmp_path,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / "x_0" / "results.json").is_file() and (tmp_path / "x_1" / "results.json").is_file()
+    assert collect.main(["table", str(sweep), "--out", str(tmp_path / "t"), "--no-figures"]) == 0
+    assert [ln.split(",")[0] for ln in (tmp_path / "t" / "table.csv").read_text().splitlines()[1:]] == [
+        "0",
+        "1",
+    ]
+    assert report_cli.main([str(sweep)]) == 0
+    page = (sweep / "index.html").read_text()
+    assert "href='./../x_0/report.html'" in page and "href='./../x_1/report.html'" in page
+    assert "2 jobs, 2 finished" in page

@@ -42,7 +42,7 @@ from harness.files import read_json, read_json_object, write_text_atomic
 from harness.metrics.interval import Interval, described, recorded
 from harness.outputs import refuse_other_run, writable_folder
 from harness.runtime.merged import merge_run
-from harness.runtime.sweep import sweep_gaps
+from harness.runtime.sweep import listed_jobs, sweep_gaps
 from harness.runtime.table import Table, plot_table, to_csv, to_markdown
 
 DEFAULT_METRICS = (
@@ -88,7 +88,12 @@ class Run:
 
 def job_order(path: Path, root: Path) -> tuple:
     # Hydra names job dirs by job number: order 0, 1, ..., 10 numerically, not as strings.
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in path.relative_to(root).parts)
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in rel(path, root).parts)
+
+
+def rel(path: Path, root: Path) -> Path:
+    """`path` relative to `root`, with `..` for a job folder outside it (hydra.sweep.subdir=../x_N)."""
+    return Path(os.path.relpath(path, root))
 
 
 def find_runs(root: str | Path) -> list[Path]:
@@ -133,8 +138,16 @@ def read_run(path: str | Path) -> Run:
 def collect_runs(root: str | Path) -> list[Run]:
     """The runs below `root`. A shard sweep's merged runs (`merged/`, harness.runtime.sweep_end)
     stand for its shards: the shards (task.num_shards > 1) are left out when they are there."""
-    runs = [read_run(p) for p in find_runs(root)]
-    if any("merged" in r.path.relative_to(root).parts for r in runs):
+    found = find_runs(root)
+    outside = [  # jobs multirun.yaml lists in folders outside root (hydra.sweep.subdir=../x_N, /abs/x_N)
+        d
+        for _, _, d in listed_jobs(Path(root))
+        if d is not None
+        and (d / "results.json").is_file()
+        and d.resolve() not in {p.resolve() for p in found}
+    ]
+    runs = [read_run(p) for p in [*found, *outside]]
+    if any("merged" in rel(r.path, Path(root)).parts for r in runs):
         runs = [r for r in runs if int((r.config.get("task") or {}).get("num_shards") or 1) <= 1]
     if not runs:
         gaps = sweep_gaps(Path(root))  # each job multirun.yaml lists, with its state and reason
@@ -321,7 +334,7 @@ def build_table(runs: Sequence[Run], metrics: Sequence[str], root: Path | None =
         labels = (
             [r.overrides.get(k) for k in varying]
             if varying
-            else [str(r.path.relative_to(root)) if root else str(r.path)]
+            else [str(rel(r.path, root)) if root else str(r.path)]
         )
         rows.append(labels + [metric_value(r.results, m) for m in metrics])
     caption = " ".join(f"{k}={v}" for k, v in shared.items())

@@ -250,6 +250,11 @@ def job_dirs(root: Path, jobs: Sequence[Sequence[str]], subdir: Any = JOB_NUM_SU
     overrides (None where there is none)."""
     if str(subdir) == JOB_NUM_SUBDIR:
         return [root / str(num) for num in range(len(jobs))]
+    if "${" not in str(subdir).replace(JOB_NUM_SUBDIR, ""):  # e.g. ../x_${hydra.job.num}, /abs/x_N
+        return [
+            Path(os.path.normpath(root / str(subdir).replace(JOB_NUM_SUBDIR, str(num))))
+            for num in range(len(jobs))
+        ]
     found: dict[tuple[str, ...], Path] = {}
     for path in sorted(root.rglob("overrides.json")):
         try:
