@@ -186,8 +186,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         if args.out is not None and Path(args.out).resolve() == root.resolve():
             args.out = None  # --out RUN is the run itself: in place, nothing copied onto itself
-        if args.out is not None:
-            check_out(root, Path(args.out))
         if is_sweep(root):
             if args.out is not None:
                 raise DataError(
@@ -196,6 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             cards = [c for job in find_runs(root) for c in report_run(job, args, echo)]
             echo(f"index: {write_index(root)}")
         else:
+            if args.out is not None:  # before any card: a folder to write, holding no other run
+                check_out(root, Path(args.out))
             cards = report_run(root, args, echo)
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
