@@ -376,11 +376,22 @@ def _json_object(raw: Any) -> dict:
     if "json" not in ctype.lower():
         raise MalformedResponse(f"content type {ctype!r}, expected JSON")
     try:
-        out = json.loads(raw.content)
+        out = json.loads(raw.content, object_pairs_hook=_first_wins)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise MalformedResponse(f"body is not valid JSON ({e})") from None
     if not isinstance(out, dict):
         raise MalformedResponse("JSON body is not an object")
+    return out
+
+
+def _first_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose key repeats keeps its FIRST value, as the judge reads a list of entries
+    (harness.judges.api.first_position): a token text listed twice in a top-K answer gives the same
+    P(A) on the chat endpoint (a list) and the completions endpoint (an object). Servers list by
+    rank, so the first is the higher; json's default kept the last."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        out.setdefault(k, v)
     return out
 
 
@@ -398,6 +409,36 @@ def _error_message(e: Any, limit: int = 300) -> str:
             msg = ""
     text = " ".join(str(msg).split())
     return text[:limit] + ("..." if len(text) > limit else "") if text else "(empty body)"
+
+
+def served_model(client: ApiClient, model: str, who: str, logger: logging.Logger = log) -> str:
+    """`<id>` or `<id>@<root>` of `model` in the server's /models list (vLLM names the weights it
+    serves in `root`): a server restarted on other weights under the same name is told apart.
+    `unreported` (with one warning naming `who`, e.g. "the judge") when the server lists no such
+    model or has no /models; no server at all is the request's own one-line error."""
+    try:
+        listed = client.get("/models").get("data")
+    except ApiError as e:
+        if e.status is None:
+            raise
+        listed = None
+    entry = (
+        next((m for m in listed if isinstance(m, dict) and m.get("id") == model), None)
+        if isinstance(listed, list)
+        else None
+    )
+    base_url = client.settings.base_url.rstrip("/")
+    if entry is None:
+        logger.warning(
+            "%s/models does not list model %r: %s identity cannot name the served weights, "
+            "so cached answers are keyed on the model name alone",
+            base_url,
+            model,
+            who,
+        )
+        return "unreported"
+    root = entry.get("root")
+    return f"{model}@{root}" if isinstance(root, str) and root and root != model else str(model)
 
 
 # -- a persistent completion cache for optimizers ----------------------------------------------

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.errors import CacheError, DataError
+from harness.errors import CacheError, DataError, located
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +119,22 @@ def _json_line(row: Any) -> str:
         return _STRICT.encode(row) + "\n"
     except (TypeError, ValueError):
         return json.dumps(jsonable(row), allow_nan=False) + "\n"
+
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""What a spreadsheet reads as the start of a formula in a CSV cell (OWASP, CSV injection)."""
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell a spreadsheet shows as text: a string starting like a formula (`=`, `+`, `-`,
+    `@`, tab, carriage return) and that is not a number gets a leading `'`, as OWASP advises
+    (`+1+cmd|calc` -> `'+1+cmd|calc`); numbers (`-0.25`, `-inf`) and other values are unchanged."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        try:
+            float(value)
+        except ValueError:
+            return "'" + value
+    return value
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
@@ -221,7 +237,25 @@ def read_json_object(path: str | Path, fix: str) -> dict:
             type(obj), "a number"
         )
         raise DataError(f"holds {got}, not a JSON object; {fix}", where=str(path))
+    bad = _non_finite(obj)
+    if bad is not None:  # the harness writes NaN as null and infinities as strings (`jsonable`)
+        raise DataError(
+            f"holds {bad[1]}, which strict JSON has no number for (not written by the harness); {fix}",
+            where=located(path, None, bad[0]),
+        )
     return obj
+
+
+def _non_finite(obj: Any, key: str = "") -> tuple[str, float] | None:
+    """(dotted field, value) of the first NaN or infinity in a parsed JSON value, else None."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return key, obj
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for k, v in items:
+        found = _non_finite(v, f"{key}.{k}" if key else str(k))
+        if found is not None:
+            return found
+    return None
 
 
 def why_not_folder(folder: str | Path, e: OSError) -> str:

@@ -8,6 +8,7 @@ from judgments.jsonl (one Judgment per line, errors naming the file, the record 
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
@@ -18,7 +19,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from harness.errors import DataError, JudgeOutputError, located
+from harness.errors import ConfigError, DataError, JudgeOutputError, located
 from harness.files import read_text, write_jsonl_atomic
 from harness.judges.answers import UNIFORM
 from harness.judges.base import Judge, supports_progress
@@ -130,6 +131,41 @@ def answer_mass(token_logprobs: Mapping[str, float]) -> float:
 
 
 # -- requests ---------------------------------------------------------------------------------
+def document_fingerprints(docs: Sequence[Document]) -> dict[str, str]:
+    """results.json "documents_sha256": {document id: sha256 (16 hex) of everything of it a prompt
+    or a metric reads (source, context, gold, each candidate's id, text and scores)}, so a report
+    can tell the data it loads now from the data the run judged."""
+    return {
+        d.id: hashlib.sha256(
+            json.dumps(
+                [d.source, d.context, d.gold, [[c.id, c.text, dict(c.scores)] for c in d.candidates]],
+                ensure_ascii=False,
+                sort_keys=True,
+            ).encode()
+        ).hexdigest()[:16]
+        for d in docs
+    }
+
+
+MAX_PAIRS = 1_000_000
+"""The most ordered pairs one run may make (a run over all 100 SummEval documents makes 24,000, at
+16 candidates each). Past it, the pairs alone take gigabytes before any model call (5,000
+candidates in one document: 25 million pairs); `check_pair_count` refuses it first."""
+
+
+def check_pair_count(docs: Sequence[Document], max_candidates: int | None, limit: int = MAX_PAIRS) -> None:
+    """One line before any work when the documents would make more than `limit` ordered pairs."""
+    k = [min(len(d.candidates), max_candidates) if max_candidates else len(d.candidates) for d in docs]
+    pairs = sum(n * (n - 1) for n in k)
+    if pairs > limit:
+        worst = max(range(len(docs)), key=k.__getitem__)
+        raise ConfigError(
+            f"{len(docs)} documents would make {pairs:,} ordered pairs, more than the {limit:,} one run "
+            f"may judge (document {docs[worst].id!r} alone has {k[worst]:,} candidates); set "
+            "task.max_candidates=N (the first N candidates of each document) or fewer task.docs"
+        )
+
+
 def ordered_pairs(doc: Document, max_candidates: int | None = None) -> list[tuple[Candidate, Candidate]]:
     cands = doc.candidates[:max_candidates] if max_candidates else doc.candidates
     return list(itertools.permutations(cands, 2))

@@ -24,6 +24,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
+R6_SILENT = "round 6: silent wrong numbers, lost or replaced results, misleading states"
 KINDS = [
     # (kind, test file, test functions: every parametrized case of each counts as one try)
     (
@@ -346,6 +347,58 @@ KINDS = [
             "test_a_judge_whose_answer_tokens_always_tie_fails_loudly",
             "test_the_identity_records_the_system_prompt_the_template_adds",
             "test_rows_under_the_identity_before_the_templates_system_prompt_are_asked_again",
+        ),
+    ),
+    # Round 6: the tools around the results (report, collect, merge, compare, bench) and the API optimizer.
+    (
+        R6_SILENT,
+        "tests/test_optimizers.py",
+        ("test_other_served_weights_under_the_same_name_are_another_optimizer",),
+    ),
+    (
+        R6_SILENT,
+        "tests/test_around_results.py",
+        (
+            "test_report_out_onto_another_run_is_refused_and_replaces_nothing",
+            "test_merge_out_onto_another_run_is_refused",
+            "test_a_shard_that_lost_pairs_is_not_merged",
+            "test_the_report_says_when_the_data_changed_since_the_run",
+            "test_a_results_json_that_is_not_a_runs_record_is_one_line",
+            "test_a_sweep_whose_jobs_all_failed_lists_each_job_and_why",
+            "test_jobs_outside_the_sweep_folder_are_collected_and_linked",
+            "test_the_current_folder_and_an_empty_cache_variable_are_refused",
+            "test_a_run_of_too_many_pairs_is_one_line_before_any_work",
+        ),
+    ),
+    (R6_SILENT, "tests/test_own_data.py", ("test_an_empty_score_key_is_one_line_before_any_work",)),
+    (
+        R6_SILENT,
+        "tests/test_api_judge.py",
+        ("test_a_token_listed_twice_reads_its_first_entry_on_both_endpoints",),
+    ),
+    (
+        R6_SILENT,
+        "tests/test_attempts.py",
+        ("test_a_running_attempt_whose_process_is_gone_is_killed_and_a_bad_file_is_one_line",),
+    ),
+    (
+        "round 6: nothing on a page or in a CSV runs (links, formulas, prototype ids)",
+        "tests/test_around_results.py",
+        (
+            "test_a_job_folder_named_like_a_scheme_is_a_relative_link_on_the_sweep_index",
+            "test_csv_cells_that_start_like_a_formula_are_text",
+            "test_document_ids_named_like_object_properties_keep_the_pair_table",
+        ),
+    ),
+    (
+        "round 6: one line, not a traceback (--out, multirun.yaml, seeds and digits, engine-argument types)",
+        "tests/test_around_results.py",
+        (
+            "test_report_out_onto_its_own_run_reports_in_place",
+            "test_every_out_that_cannot_be_written_is_one_line_before_any_work",
+            "test_a_damaged_multirun_yaml_is_one_line",
+            "test_out_of_range_seeds_and_digits_are_one_line",
+            "test_an_engine_argument_of_the_wrong_type_is_one_line_before_any_work",
         ),
     ),
 ]

@@ -523,3 +523,18 @@ def test_a_persistent_content_fault_is_flagged_counted_in_results_and_never_cach
             len(srv.requests) == sent + 1 and rerun["n_unreadable"] == 0
         )  # only the flagged pair asked again
         cache.close()
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_a_token_listed_twice_reads_its_first_entry_on_both_endpoints(tiny_judge, endpoint):
+    """A token text listed twice in a top-K answer gave P(A) 0.119 on the chat endpoint (a list: the
+    first entry kept) and 0.378 on completions (a JSON object: json kept the last). The rule now, on
+    both: the first entry (servers list by rank). Here the first answer id is listed again, 1.5
+    nats lower: each endpoint's P(A) equals its clean answer's (completions fails on d2cc091)."""
+    kw = dict(endpoint=endpoint, token_ids={"A": 38, " A": 263, "B": 39, " B": 264}, api_key_env=None, **FAST)
+    with OpenAIServer(judge=tiny_judge) as srv:
+        clean = ApiJudge("tiny-test", srv.url, concurrency=1, **kw).score_pairs(REQUESTS[:2])
+        srv.inject("dup_token", "dup_token")
+        twice = ApiJudge("tiny-test", srv.url, concurrency=1, **kw).score_pairs(REQUESTS[:2])
+        assert srv.faults_left == 0 and [r.outcome for r in srv.requests[-2:]] == ["dup_token"] * 2
+    assert [s.p_a for s in twice] == pytest.approx([s.p_a for s in clean], abs=1e-9)

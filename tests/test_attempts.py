@@ -93,7 +93,8 @@ def test_killed_attempt_is_counted_and_the_sum_equals_the_cache_rows(tmp_path):
     (tmp_path / "run").mkdir()
     assert _attempt(tmp_path, kill_at=3) == -signal.SIGKILL
     [killed] = read_attempts(tmp_path / "run")
-    assert killed["event"] == "progress" and killed["status"] == "running"  # no end line: it never ran one
+    assert killed["event"] == "progress"  # no end line: it never ran one
+    assert killed["status"] == "killed"  # its process is gone (this host, its pid): not "running"
     assert killed["calls"] == 2 * CHUNK == _rows(tmp_path)  # both committed chunks counted
     assert killed["in_flight"] == CHUNK  # the third chunk was sent and lost with the process
     assert _attempt(tmp_path, kill_at=0) == 0  # the resumed attempt
@@ -140,3 +141,37 @@ def test_statuses_and_concurrent_appends(tmp_path):
     lines = (tmp_path / "both" / ATTEMPTS).read_text().splitlines()
     assert len(lines) == 2 * 302 and all(json.loads(x) for x in lines)
     assert [r["calls"] for r in read_attempts(tmp_path / "both")] == [299, 299]
+
+
+def test_a_running_attempt_whose_process_is_gone_is_killed_and_a_bad_file_is_one_line(tmp_path):
+    """A SIGKILLed job stayed "running" in collect and on the sweep index (no liveness check). Each
+    line now records its host beside its pid: on this host a pid that is gone is `killed`. Controls:
+    a live pid (this process) and another host's line stay `running`. A non-UTF-8 attempts.jsonl or
+    a line that is not an object was a traceback in collect, report and a resumed run: one DataError
+    naming the file (and line)."""
+    import socket
+
+    from harness.errors import DataError
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    here = socket.gethostname()
+    for pid, host, status in [
+        (gone.pid, here, "killed"),
+        (os.getpid(), here, "running"),
+        (gone.pid, "elsewhere", "running"),
+    ]:
+        (tmp_path / ATTEMPTS).write_text(
+            json.dumps({"attempt": "a", "pid": pid, "host": host, "event": "progress", "status": "running"})
+            + "\n"
+        )
+        assert read_attempts(tmp_path)[0]["status"] == status, (pid, host)
+    (tmp_path / "new").mkdir()
+    with record_attempt(tmp_path / "new") as a:
+        assert read_attempts(tmp_path / "new")[-1]["host"] == here and a is not None
+    (tmp_path / ATTEMPTS).write_bytes(b'{"attempt": "a", "note": "\xff"}\n')
+    with pytest.raises(DataError, match=r"attempts.jsonl: not UTF-8"):
+        read_attempts(tmp_path)
+    (tmp_path / ATTEMPTS).write_text("[1, 2]\n")
+    with pytest.raises(DataError, match=r"attempts.jsonl, line 1: not an attempt's line"):
+        read_attempts(tmp_path)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from helpers.cli import assert_one_line_error, run_harness
 from helpers.data import GOOD, write_jsonl
+from helpers.fs import read_only
 
 from harness.errors import CacheError
 from harness.judges.cache import CachedJudge, ScoreCache, request_key
@@ -32,26 +33,6 @@ TINY = [
     "wandb.mode=disabled",
     "progress=false",
 ]
-
-
-@contextlib.contextmanager
-def read_only(path: Path):
-    """`path` (file or folder) made read-only for this process, or the test skipped."""
-    if os.geteuid() == 0:
-        if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
-            pytest.skip("running as root without chattr +i: cannot make a path read-only")
-        undo = ["chattr", "-i", str(path)]
-    else:
-        mode = path.stat().st_mode
-        path.chmod(0o555 if path.is_dir() else 0o444)
-        undo = None
-    try:
-        yield path
-    finally:
-        if undo:
-            subprocess.run(undo, check=True)
-        else:
-            path.chmod(mode)
 
 
 def _cache(path: Path, rows: int = 3000) -> Path:

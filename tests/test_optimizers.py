@@ -184,6 +184,31 @@ def test_completion_cache_makes_a_resumed_run_send_nothing(fluency, tmp_path, mo
     assert key not in caplog.text and key not in repr(resumed)
 
 
+def test_other_served_weights_under_the_same_name_are_another_optimizer(fluency, tmp_path, caplog):
+    """The optimizer's identity and cache keys hold what /v1/models serves (`<id>@<root>`), as the
+    API judge's do: a server restarted on other weights under the same name gets its own requests
+    (its paraphrases were replayed from the old weights' cache, 0 requests, and ZEPO's resume hash,
+    built on the identity, matched). A name the server does not list: `unreported`, one warning."""
+    with OpenAIServer(script=lambda b: good(b["seed"] % 7), model="gpt-test", root="/w/base") as srv:
+        base = ApiOptimizer("gpt-test", srv.url, cache=tmp_path / "opt.sqlite", **FAST)
+        first = base.paraphrase(fluency, n=2, seed=3, aspect="fluency")
+        srv.root = "/w/finetune"  # restarted on other weights, same URL and name
+        tuned = ApiOptimizer("gpt-test", srv.url, cache=tmp_path / "opt.sqlite", **FAST)
+        assert tuned.paraphrase(fluency, n=2, seed=3, aspect="fluency") == first
+        assert tuned.calls == 2 and base.calls == 2  # asked again, not replayed
+        assert "|served=gpt-test@/w/base|" in base.identity and "@/w/finetune|" in tuned.identity
+        same = ApiOptimizer("gpt-test", srv.url, cache=tmp_path / "opt.sqlite", **FAST)
+        same.paraphrase(fluency, n=2, seed=3, aspect="fluency")
+        assert same.calls == 0  # control: the same weights are served from the cache
+        with caplog.at_level(logging.WARNING, logger="harness.api_client"):
+            other = ApiOptimizer("not-served", srv.url, **FAST).identity
+    assert "|served=unreported|" in other
+    assert [r.getMessage() for r in caplog.records if "not-served" in r.getMessage()] == [
+        f"{srv.url}/models does not list model 'not-served': the optimizer's identity cannot name the "
+        "served weights, so cached answers are keyed on the model name alone"
+    ]
+
+
 def test_api_errors_propagate(fluency):
     with OpenAIServer(script=[good(0)], api_key="sk-right-1234567890") as srv:
         opt = ApiOptimizer("gpt-test", srv.url, api_key_env=None, backoff_base_s=0.01, timeout_s=5.0)

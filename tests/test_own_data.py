@@ -175,3 +175,23 @@ def test_scores_for_other_aspects_are_one_line_naming_the_file_and_its_keys(tmp_
     )
     assert_one_line_error(r, "scored.jsonl", *needles)
     assert not (out / "judgments.jsonl").exists()  # refused before any model call
+
+
+def test_an_empty_score_key_is_one_line_before_any_work(tmp_path):
+    """Scores under the key "" were taken as the file's only aspect and every human metric came out
+    null, exit 0. Now one line naming the file, line and field; nothing judged."""
+    data = _scored(tmp_path, lambda d, c: {"": float(c + d)})
+    out = tmp_path / "run"
+    r = run_in_process(
+        [
+            "experiment=judge",
+            "model=tiny_llama",
+            "task=jsonl",
+            f"task.path={data}",
+            f"hydra.run.dir={out}",
+            "wandb.mode=disabled",
+        ],
+        tmp_path,
+    )
+    assert_one_line_error(r, "scored.jsonl", "line 1", "scores", "an empty aspect name ''")
+    assert not (out / "judgments.jsonl").exists()

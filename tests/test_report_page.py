@@ -246,7 +246,7 @@ def test_harness_report_refreshes_an_old_run_and_a_sweep_index(judge_run, tmp_pa
     got = browser.load(sweep / "index.html")
     assert got.errors == [] and got.requests == []
     links = browser.evaluate("Array.from(document.querySelectorAll('a')).map(a => a.getAttribute('href'))")
-    assert {"0/report.html", "1/report.html"} <= set(links)
+    assert {"./0/report.html", "./1/report.html"} <= set(links)
     text = browser.evaluate("document.body.textContent")
     spearman = json.loads((judge_run / "results.json").read_text())["metrics"]["none"]["spearman"]
     assert "collect table" in text and "seed=1" in text and f"{spearman:.3f}" in text

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from harness.bench import gpu, metrics_cost, numerics, page, profiling, runs, speed
 from harness.errors import HarnessError
+from harness.outputs import writable_file
 
 try:  # a run's config (Hydra, omegaconf): absent on the bare GPU machine `harness-bench gpu` runs on
     from harness.bench import vllm_path
@@ -54,6 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check is not None:
         args.check(args.parser, args)
     try:
+        if getattr(args, "json", None) is not None:  # before any work: the JSON line has somewhere to go
+            writable_file(args.json, "--json")
         return args.main(args)
     except HarnessError as e:  # bad input (a missing data file, a model that cannot run): one line
         print(f"error: {e}", file=sys.stderr)

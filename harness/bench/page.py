@@ -31,11 +31,14 @@ from harness.files import write_json_atomic
 from harness.judging import ordered_pairs, write_judgments
 from harness.metrics.card import render_cards
 from harness.models.resolve import model_spec
+from harness.outputs import refuse_other_run, writable_folder
 from harness.prompts import default_instruction
 from harness.records import Judgment
 from harness.report.page import write_report
 from harness.report.prompt import config_view
 
+SYNTHETIC = "synthetic (seeded random P(A))"
+"""The judge results.json names for the page bench's run."""
 HELP = "report.html's size and load time in headless Chromium for a synthetic run (24,000 pairs by default)"
 
 
@@ -109,7 +112,7 @@ def synthetic_run(
             "aspect": aspect,
             "family": "summarization",
             "instruction": default_instruction(aspect, "summarization"),
-            "judge": "synthetic (seeded random P(A))",
+            "judge": SYNTHETIC,
             "n_docs": len(docs),
             "n_judgments": len(judgments),
         },
@@ -117,9 +120,19 @@ def synthetic_run(
     return docs
 
 
+def _synthetic(folder: Path) -> bool:
+    """The folder holds an earlier `harness-bench page --out` run (its results.json says so)."""
+    try:
+        return json.loads((folder / "results.json").read_text(encoding="utf-8")).get("judge") == SYNTHETIC
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def main(args: argparse.Namespace) -> int:
     if find_chromium() is None:
         raise ConfigError("no Chromium found: install it (Debian: apt-get install chromium) to time the page")
+    if args.out is not None:  # before any work: a folder to write, holding no run but an earlier page's
+        refuse_other_run(writable_folder(args.out), same=_synthetic)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.out or tmp)
         out.mkdir(parents=True, exist_ok=True)

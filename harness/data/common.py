@@ -139,6 +139,12 @@ def as_scores(
     for aspect in required:
         if aspect not in value:
             raise DataError("missing field", where=loc(path, record, f"{name}.{aspect}"))
+    if any(not str(k).strip() for k in value):  # no task.aspect can name it: every human score dropped
+        raise DataError(
+            f"an empty aspect name {next(str(k) for k in value if not str(k).strip())!r}: name the "
+            'aspect each score is for (e.g. {"coherence": 4})',
+            where=loc(path, record, name),
+        )
     return {str(k): as_score(v, path, record, f"{name}.{k}") for k, v in value.items()}
 
 

@@ -24,6 +24,7 @@ from harness.judges.base import Judge
 from harness.judging import (
     build_requests,
     content_free_request,
+    document_fingerprints,
     judge_documents,
     judge_work,
     work_counters,
@@ -91,6 +92,7 @@ def run_judge(
             "judge_calls": getattr(judge, "calls", None),
             "judge_calls_all_attempts": _all_attempts_calls(out),
             "judge_work": work,
+            "documents_sha256": document_fingerprints(docs),
         },
     )
     if tracker is not None:

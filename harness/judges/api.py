@@ -33,10 +33,10 @@ from typing import Any
 
 from harness.api_client import (
     ApiClient,
-    ApiError,
     HttpSettings,
     MalformedResponse,
     Unusable,
+    served_model,
 )
 from harness.errors import ConfigError
 from harness.judges.answers import AnswerTokens, logsumexp, renormalise, resolve_answer_tokens
@@ -216,31 +216,7 @@ class ApiJudge:
     def served_model(self) -> str:
         """`<id>` or `<id>@<root>` of this model in the server's /models list; `unreported` (with
         one warning) when the server lists no such model or has no /models."""
-        try:
-            listed = self.client.get("/models").get("data")
-        except ApiError as e:
-            if e.status is None:
-                raise  # no server: one clear error line, as a request would give
-            listed = None
-        entry = (
-            next((m for m in listed if isinstance(m, dict) and m.get("id") == self.model), None)
-            if isinstance(listed, list)
-            else None
-        )
-        if entry is None:
-            log.warning(
-                "%s/models does not list model %r: the judge identity cannot name the served weights, "
-                "so cached answers are keyed on the model name alone",
-                self.base_url,
-                self.model,
-            )
-            return "unreported"
-        root = entry.get("root")
-        return (
-            f"{self.model}@{root}"
-            if isinstance(root, str) and root and root != self.model
-            else str(self.model)
-        )
+        return served_model(self.client, self.model, "the judge", log)
 
     def __repr__(self) -> str:
         return f"ApiJudge(identity={self.identity!r})"

@@ -20,6 +20,7 @@ from harness.checks import at_least, bad, check_device, one_of, within
 from harness.errors import ConfigError
 from harness.judges.cpu_kernels import KERNELS
 from harness.judges.device import DTYPES
+from harness.judges.engine_types import check_engine_arg_types
 
 CHAT_FORMATS = ("default", "zepo")
 """default: the chat template WITH its generation prompt, tokenized without special tokens (one
@@ -287,6 +288,7 @@ def check_engine_args(args: Mapping[str, Any]) -> None:
                 + (f"nearest: {', '.join(near)}; " if near else "")
                 + "fix the spelling or drop it"
             )
+    check_engine_arg_types(args)  # the values, against EngineArgs' annotations
 
 
 def engine_arg_names() -> tuple[str, set[str]] | None:

@@ -25,10 +25,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.checks import within_optional
 from harness.errors import DataError, HarnessError
-from harness.files import jsonable, read_json
+from harness.files import jsonable, read_json, read_json_object
+from harness.judging import document_fingerprints
 from harness.metrics.bootstrap import check_settings
 from harness.metrics.card import find_judgments, render_cards
+from harness.outputs import refuse_other_run, writable_folder
 from harness.records import Document
 from harness.report.page import write_report
 from harness.report.prompt import ChatView, config_view
@@ -68,6 +71,25 @@ def documents(run_dir: Path) -> tuple[list[Document] | None, str | None]:
         )
 
 
+def changed_documents(run_dir: Path, docs: list[Document] | None) -> str | None:
+    """Why the loaded documents are not the ones the run judged (results.json "documents_sha256",
+    runs from before it are not checked), or None: an edited data file showed its new texts and
+    prompts beside the old P(A)."""
+    path = run_dir / "results.json"
+    recorded = read_json(path).get("documents_sha256") if docs is not None and path.is_file() else None
+    if not isinstance(recorded, dict) or docs is None:
+        return None
+    now = document_fingerprints(docs)
+    differ = [d for d, sha in recorded.items() if now.get(d) != sha]
+    if not differ:
+        return None
+    return (
+        f"the task's data changed since the run: {len(differ)} of its {len(recorded)} documents differ "
+        f"(first: {differ[0]!r}); candidate texts and prompts are not shown beside numbers judged on "
+        "other texts: restore the data the run used (data.dir / HARNESS_DATA_MIRROR) or rerun it"
+    )
+
+
 def chat_view(run_dir: Path) -> ChatView | None:
     path = run_dir / "config.json"
     return config_view(read_json(path)) if path.is_file() else None
@@ -78,6 +100,8 @@ def report_run(run_dir: Path, args: argparse.Namespace, echo: Any, sweep: Path |
     is reported as a job of, whose index.html its page links); returns the cards."""
     cards = []
     out = None if args.out is None else Path(args.out)
+    if (run_dir / "results.json").is_file():  # an array, null, NaN or Infinity: one line, before any card
+        read_json_object(run_dir / "results.json", "give the directory of a finished run")
     if find_judgments(run_dir):
         rounds, level, seed = run_settings(run_dir, args)
         cards = render_cards(run_dir, out_dir=out, echo=echo, rounds=rounds, level=level, seed=seed)
@@ -88,6 +112,10 @@ def report_run(run_dir: Path, args: argparse.Namespace, echo: Any, sweep: Path |
             where=str(run_dir),
         )
     docs, note = documents(run_dir)
+    changed = changed_documents(run_dir, docs)
+    if changed is not None:
+        docs, note = None, changed
+        print(f"warning: {run_dir}: {changed}", file=sys.stderr)
     target = run_dir
     if out is not None:  # the page beside the cards: copy the run's small records there first
         target = out
@@ -111,6 +139,20 @@ def report_run(run_dir: Path, args: argparse.Namespace, echo: Any, sweep: Path |
     page = write_report(target, docs, chat_view(run_dir) if docs is not None else None, note, sweep)
     echo(f"report: {page}")
     return cards
+
+
+def check_out(run_dir: Path, out: Path) -> None:
+    """--out must be a folder this process can write that holds no other run: a copy of this
+    run's own results.json (an earlier --out of it) is written again."""
+    writable_folder(out)
+
+    def same(folder: Path) -> bool:
+        try:
+            return (folder / "results.json").read_bytes() == (run_dir / "results.json").read_bytes()
+        except OSError:
+            return False
+
+    refuse_other_run(out, same=same)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -139,12 +181,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     echo = (lambda _: None) if args.json else print
     root = Path(args.run_dir)
     try:
+        within_optional("--seed", args.seed, 0, 2**32 - 1)  # numpy's range, before any work
         if not root.is_dir():
             raise DataError(
                 "not a directory; give a run directory (outputs/<experiment>/<stamp>)", where=str(root)
             )
-        if args.out is not None:
-            Path(args.out).mkdir(parents=True, exist_ok=True)
+        if args.out is not None and Path(args.out).resolve() == root.resolve():
+            args.out = None  # --out RUN is the run itself: in place, nothing copied onto itself
         if is_sweep(root):
             if args.out is not None:
                 raise DataError(
@@ -153,6 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             cards = [c for job in find_runs(root) for c in report_run(job, args, echo, root)]
             echo(f"index: {write_index(root)}")
         else:
+            if args.out is not None:  # before any card: a folder to write, holding no other run
+                check_out(root, Path(args.out))
             cards = report_run(root, args, echo)
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.checks import within_optional
 from harness.errors import DataError, HarnessError
 from harness.files import read_json_object
 from harness.judging import load_judgments
@@ -198,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=None, help="the PairS shuffles' seed (default: RUN_A's seed)")
     args = ap.parse_args(argv)
     try:
+        within_optional("--seed", args.seed, 0, 2**32 - 1)  # numpy's range, before any work
         lines = compare(args.run_a, args.run_b, args.variant, args.bootstrap, args.level, args.seed)
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -36,9 +36,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.files import write_text_atomic
+from harness.errors import HarnessError
+from harness.files import csv_cell, write_text_atomic
 from harness.metrics.interval import Interval
 from harness.metrics.interval import distinguishable as excludes_zero
+from harness.outputs import writable_file
 
 MISTRAL, LLAMA = "Mistral-7B-Instruct-v0.1", "Meta-Llama-3-8B-Instruct"
 SHORT = {MISTRAL: "Mistral-7B", LLAMA: "Llama-3-8B"}
@@ -423,10 +425,10 @@ def build(
 
 def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     buf = io.StringIO()
-    if rows:
-        w = csv.DictWriter(buf, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    if rows:  # every cell through csv_cell: no text starts a spreadsheet formula
+        w = csv.writer(buf)
+        w.writerow([csv_cell(k) for k in rows[0]])
+        w.writerows([csv_cell("" if r.get(k) is None else r.get(k)) for k in rows[0]] for r in rows)
     write_text_atomic(path, buf.getvalue())
 
 
@@ -444,13 +446,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--ranking", default="pairs", choices=("pairs", "winrate"))
     args = ap.parse_args(argv)
+    out = Path(args.out or f"paper_table{args.table}")
+    try:
+        for suffix in (".md", ".csv"):
+            writable_file(out.with_suffix(suffix), "--out")
+    except HarnessError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     found = find_results(args.dirs)
     if not found:
         print(f"error: no ZEPO or pointwise results.json under {', '.join(args.dirs)}", file=sys.stderr)
         return 2
     md, rows = build(args.table, found, args.ranking)
-    out = Path(args.out or f"paper_table{args.table}")
-    out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out.with_suffix(".md"), md + "\n")
     write_csv(out.with_suffix(".csv"), rows)
     print(md)

@@ -25,11 +25,13 @@
   function p4(x) { return x === null ? '\u2013' : x.toFixed(4); }
   function mass(x) { return x === null ? '\u2013' : (x < 0.001 ? x.toExponential(1) : x.toFixed(3)); }
   function current() { return data.sets[state.set]; }
-  function docOf(set, row) { return data.docs[set.doc_ids[row[0]]] || null; }
+  // Ids are data: an id such as __proto__ or constructor must not reach Object.prototype.
+  function own(obj, key) { return Object.prototype.hasOwnProperty.call(obj, key) ? obj[key] : undefined; }
+  function docOf(set, row) { return own(data.docs, set.doc_ids[row[0]]) || null; }
   function cid(set, row, side) { return set.cands[row[0]][row[side === 'i' ? 1 : 2]]; }
   function text(set, row, side) {
-    var doc = docOf(set, row);
-    return doc && doc.cands[cid(set, row, side)] !== undefined ? doc.cands[cid(set, row, side)] : null;
+    var t = docOf(set, row) ? own(docOf(set, row).cands, cid(set, row, side)) : undefined;
+    return t !== undefined ? t : null;
   }
   function gap(row) { return row[3] === null || row[4] === null ? -1 : Math.abs(row[3] + row[4] - 1); }
   function minMass(row) {
@@ -152,7 +154,7 @@
   function promptFor(set, row, order) {
     var doc = docOf(set, row), a = order === 'ij' ? 'i' : 'j', b = order === 'ij' ? 'j' : 'i';
     var key = [set.doc_ids[row[0]], cid(set, row, a), cid(set, row, b)].join('\t');
-    if (set.prompt.exact[key] !== undefined) return set.prompt.exact[key];
+    if (own(set.prompt.exact, key) !== undefined) return set.prompt.exact[key];
     if (!doc || !set.prompt.skeletons) return null;
     var values = {source: doc.source, context: doc.context, a: text(set, row, a), b: text(set, row, b)};
     var skel = set.prompt.skeletons[doc.context ? 'context' : 'plain'];

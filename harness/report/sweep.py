@@ -7,6 +7,7 @@ the same rows, cells, caption and PARTIAL line), self-contained like report.html
 from __future__ import annotations
 
 import json
+import urllib.parse
 from pathlib import Path
 
 from harness.files import write_text_atomic
@@ -19,6 +20,7 @@ from harness.runtime.collect import (
     job_order,
     parse_overrides,
     partial_line,
+    rel,
     varying_keys,
 )
 from harness.runtime.sweep import job_status, listed_jobs
@@ -57,7 +59,7 @@ def members(root: Path) -> list[tuple[str, Path | None, dict[str, str]]]:
     folder below root with overrides.json or results.json), then every other run below root (the
     merged runs of a shard sweep)."""
     rows = [
-        (d.relative_to(root).as_posix(), d, parse_overrides(job))
+        (rel(d, root).as_posix(), d, parse_overrides(job))
         if d is not None and d.is_dir()
         else (name, None, parse_overrides(job))
         for name, job, d in listed_jobs(root)
@@ -65,8 +67,7 @@ def members(root: Path) -> list[tuple[str, Path | None, dict[str, str]]]:
     seen = {d for _, d, _ in rows}
     found = {*find_runs(root), *(p.parent for p in root.glob("*/overrides.json"))} - seen - {root}
     rows += [
-        (p.relative_to(root).as_posix(), p, _overrides(p))
-        for p in sorted(found, key=lambda p: job_order(p, root))
+        (rel(p, root).as_posix(), p, _overrides(p)) for p in sorted(found, key=lambda p: job_order(p, root))
     ]
     return rows
 
@@ -78,15 +79,24 @@ def _state(run_dir: Path | None) -> str:
     return "finished" if status == "completed" else f"<span class='warn'>{esc(status)}</span>"
 
 
+def href(root: Path, run_dir: Path, name: str) -> str:
+    """A link from index.html to `name` in `run_dir`: a relative path, every segment URL-encoded,
+    starting with `./`, so no folder name (`javascript:...`, `https://...`, `a b#c`) is read as a
+    scheme, a host or a fragment."""
+    parts = [*rel(run_dir, root).parts, name]
+    return esc("./" + "/".join(urllib.parse.quote(p, safe="") for p in parts))
+
+
 def _links(root: Path, run_dir: Path | None) -> str:
     if run_dir is None:
         return "–"
-    rel = run_dir.relative_to(root).as_posix()
     links = [
-        f"<a href='{esc(rel)}/{REPORT}'>report</a>" if (run_dir / REPORT).is_file() else "no report.html"
+        f"<a href='{href(root, run_dir, REPORT)}'>report</a>"
+        if (run_dir / REPORT).is_file()
+        else "no report.html"
     ]
     links += [
-        f"<a href='{esc(rel)}/{name}'>{name}</a>"
+        f"<a href='{href(root, run_dir, name)}'>{name}</a>"
         for name in ("results.json", "card.md", "run.log")
         if (run_dir / name).is_file()
     ]

@@ -28,11 +28,15 @@ import contextlib
 import errno
 import json
 import os
+import socket
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from harness.errors import DataError
+from harness.files import read_text
 
 ATTEMPTS = "attempts.jsonl"
 """Per-run-directory log: the lines of every attempt of the run."""
@@ -85,6 +89,7 @@ class Attempt:
                 "attempt": self.id,
                 **_slurm_ids(),
                 "pid": os.getpid(),
+                "host": socket.gethostname(),
                 "event": event,
                 "status": status,
                 "calls": self.calls,
@@ -133,18 +138,44 @@ def read_attempts(out_dir: str | Path) -> list[dict[str, Any]]:
     if it is the last one started, else "killed" (it ended without writing one)."""
     path = Path(out_dir) / ATTEMPTS
     last: dict[str, dict[str, Any]] = {}
-    for line in path.read_text().splitlines() if path.is_file() else []:
+    # read as input files are: not UTF-8, unreadable, or a line that is not an object: one line
+    for n, line in enumerate(read_text(path).splitlines() if path.is_file() else [], 1):
         if line.strip():
             try:
                 row = json.loads(line)
             except ValueError:  # half a line from a crash of an older version: not an attempt
                 continue
-            last[row.get("attempt") or f"line-{len(last)}"] = row
-    rows = sorted(last.values(), key=lambda r: r.get("started") or 0)
+            if not isinstance(row, dict):
+                raise DataError(
+                    "not an attempt's line (a JSON object): move the file aside to start the record afresh",
+                    where=f"{path}, line {n}",
+                )
+            last[str(row.get("attempt") or f"line-{len(last)}")] = row
+    rows = sorted(last.values(), key=lambda r: r["started"] if _number(r.get("started")) else 0)
     for i, row in enumerate(rows):
         if row.get("event") not in (None, "end"):  # None: a line of the older one-line-per-attempt format
-            row["status"] = "running" if i == len(rows) - 1 else "killed"
+            row["status"] = "running" if i == len(rows) - 1 and alive(row) else "killed"
     return rows
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def alive(row: dict[str, Any]) -> bool:
+    """Whether the process an attempt line names may still run: a line written on this host whose
+    pid is gone (SIGKILL, OOM) is not; one from another host, or without host and pid, cannot be
+    checked from here and is taken as running."""
+    pid = row.get("pid")
+    if row.get("host") != socket.gethostname() or not _number(pid) or int(pid) <= 0:
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: a process of another user holds that pid
+        return True
+    return True
 
 
 def completed_here(out_dir: str | Path, since: float) -> bool:

@@ -36,11 +36,13 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from harness.checks import within
 from harness.errors import ConfigError, DataError, HarnessError
 from harness.files import read_json, read_json_object, write_text_atomic
 from harness.metrics.interval import Interval, described, recorded
+from harness.outputs import refuse_other_run, writable_folder
 from harness.runtime.merged import merge_run
-from harness.runtime.sweep import sweep_gaps
+from harness.runtime.sweep import listed_jobs, sweep_gaps
 from harness.runtime.table import Table, plot_table, to_csv, to_markdown
 
 DEFAULT_METRICS = (
@@ -87,7 +89,12 @@ class Run:
 
 def job_order(path: Path, root: Path) -> tuple:
     # Hydra names job dirs by job number: order 0, 1, ..., 10 numerically, not as strings.
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in path.relative_to(root).parts)
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in rel(path, root).parts)
+
+
+def rel(path: Path, root: Path) -> Path:
+    """`path` relative to `root`, with `..` for a job folder outside it (hydra.sweep.subdir=../x_N)."""
+    return Path(os.path.relpath(path, root))
 
 
 def find_runs(root: str | Path) -> list[Path]:
@@ -132,11 +139,25 @@ def read_run(path: str | Path) -> Run:
 def collect_runs(root: str | Path) -> list[Run]:
     """The runs below `root`. A shard sweep's merged runs (`merged/`, harness.runtime.sweep_end)
     stand for its shards: the shards (task.num_shards > 1) are left out when they are there."""
-    runs = [read_run(p) for p in find_runs(root)]
-    if any("merged" in r.path.relative_to(root).parts for r in runs):
+    found = find_runs(root)
+    outside = [  # jobs multirun.yaml lists in folders outside root (hydra.sweep.subdir=../x_N, /abs/x_N)
+        d
+        for _, _, d in listed_jobs(Path(root))
+        if d is not None
+        and (d / "results.json").is_file()
+        and d.resolve() not in {p.resolve() for p in found}
+    ]
+    runs = [read_run(p) for p in [*found, *outside]]
+    if any("merged" in rel(r.path, Path(root)).parts for r in runs):
         runs = [r for r in runs if int((r.config.get("task") or {}).get("num_shards") or 1) <= 1]
     if not runs:
-        raise DataError("no results.json below this directory: nothing finished yet?", where=str(root))
+        gaps = sweep_gaps(Path(root))  # each job multirun.yaml lists, with its state and reason
+        raise DataError(
+            f"no job of the sweep finished: {'; '.join(gaps)}"
+            if gaps
+            else "no results.json below this directory: nothing finished yet?",
+            where=str(root),
+        )
     return runs
 
 
@@ -327,7 +348,7 @@ def build_table(runs: Sequence[Run], metrics: Sequence[str], root: Path | None =
         labels = (
             [r.overrides.get(k) for k in varying]
             if varying
-            else [str(r.path.relative_to(root)) if root else str(r.path)]
+            else [str(rel(r.path, root)) if root else str(r.path)]
         )
         rows.append(labels + [metric_value(r.results, m) for m in metrics])
     caption = " ".join(f"{k}={v}" for k, v in shared.items())
@@ -412,6 +433,21 @@ def partial_line(table: Table, root: Path) -> str:
     )
 
 
+def check_merge_out(dirs: Sequence[str], out: Path) -> None:
+    """merge --out: a folder this process can write, holding no run but this merge's own earlier
+    output (its merge.json names the same shards)."""
+    writable_folder(out)
+
+    def same(folder: Path) -> bool:
+        try:
+            shards = json.loads((folder / "merge.json").read_text(encoding="utf-8"))["shards"]
+            return sorted(Path(s).resolve() for s in shards) == sorted(Path(d).resolve() for d in dirs)
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+
+    refuse_other_run(out, same=same)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m harness.runtime.collect", description=__doc__.split("\n\n")[0]
@@ -443,7 +479,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.cmd == "table":
-            out = Path(args.out) if args.out else Path(args.root) / DEFAULT_OUT
+            within("--digits", args.digits, 0, 17)  # decimals of a float's repr, at most
+            out = writable_folder(Path(args.out) if args.out else Path(args.root) / DEFAULT_OUT)
             table = collect(args.root, out, args.metrics, args.pivot, args.digits, not args.no_figures)
             print(to_markdown(table, args.digits), end="")
             figs = "" if args.no_figures or args.pivot else " and figures/"
@@ -460,6 +497,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"error: {partial_line(table, Path(args.root))}", file=sys.stderr)
                 return 1
         else:
+            check_merge_out(args.dirs, Path(args.out))
             results = merge_run(args.dirs, args.out)
             print(
                 f"merged {len(args.dirs)} shards: {results['n_docs']} documents, "

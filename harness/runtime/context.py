@@ -50,6 +50,7 @@ from harness.judges.base import Judge
 from harness.judges.cache import CachedJudge, ScoreCache
 from harness.judges.cpu import numerics_line
 from harness.judges.wrappers import PreemptibleJudge
+from harness.judging import check_pair_count
 from harness.metrics.card import render_cards
 from harness.prompts import resolve_instruction
 from harness.records import Document
@@ -143,7 +144,9 @@ def load_documents(task: Mapping[str, Any], data: Mapping[str, Any]) -> list[Doc
             f"unknown aspect {aspect!r} for task {name!r}; set task.aspect to one of "
             f"{', '.join(spec.aspects)}"
         )
-    return select_shard(docs[offset:], shard_spec(task))
+    docs = select_shard(docs[offset:], shard_spec(task))
+    check_pair_count(docs, task.get("max_candidates"))  # before the pairs take the memory
+    return docs
 
 
 class RunContext:

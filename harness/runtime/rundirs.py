@@ -66,12 +66,14 @@ def refuse_on_error(check: Any, config: DictConfig) -> None:
 def check_run(config: DictConfig) -> None:
     with as_hydra_config(config):
         check_not_empty("hydra.run.dir", OmegaConf.select(config, "hydra.run.dir"))
+        check_env_folders()
         check_secrets(config)
 
 
 def check_sweep(config: DictConfig) -> None:
     with as_hydra_config(config):
         check_not_empty("hydra.sweep.dir", OmegaConf.select(config, "hydra.sweep.dir"))
+        check_env_folders()
         check_secrets(config)
     check_job_dirs(config)
 
@@ -93,11 +95,26 @@ def check_same_experiment(cfg: DictConfig, out_dir: Path) -> None:
 
 
 def check_not_empty(key: str, value: Any) -> None:
-    if value is not None and not str(value).strip():
+    """Neither empty nor the current folder (`.`, `./`, its absolute path): the run's files (a
+    sweep's multirun.yaml) would go there and replace the ones it holds."""
+    here = value is not None and str(value).strip() and Path(str(value)).resolve() == Path.cwd().resolve()
+    if value is not None and (not str(value).strip() or here):
         raise ConfigError(
-            f"{key} resolves to an empty value: the run's files would go to the current folder and "
-            f"replace its results.json; name a folder ({key}=...), or leave it out for the default"
+            f"{key} resolves to {'the current folder' if here else 'an empty value'}: the run's files "
+            "would go to the current folder and replace its results.json (a sweep's multirun.yaml); "
+            f"name a folder ({key}=...), or leave it out for the default"
         )
+
+
+def check_env_folders() -> None:
+    """HARNESS_CACHE set but blank made cache.path `/requests.sqlite` (conf/config.yaml reads it
+    with a default only for an unset variable)."""
+    for name in ("HARNESS_CACHE", "HARNESS_MODEL_CACHE"):
+        if name in os.environ and not os.environ[name].strip():
+            raise ConfigError(
+                f"the environment variable {name} is set but empty: the cache would go to the "
+                f"filesystem's root; unset it ({name} unset: ~/.cache/harness) or name a folder"
+            )
 
 
 def check_secrets(config: DictConfig) -> None:

@@ -178,10 +178,46 @@ def check_shards(shards: Sequence[ShardRun]) -> list[ShardRun]:
     return [by_index[i] for i in range(first.spec.count)]
 
 
+def check_shard_pairs(shard: ShardRun, judgments: Sequence[Any]) -> None:
+    """A shard's judgments.jsonl must be what its results.json counted (`n_judgments`), every
+    document holding each ordered pair of its candidates once (the first `task.max_candidates` of
+    `candidate_words` where recorded, else those judged): a shard that lost pairs would merge into metrics
+    recomputed on the shorter list."""
+    where = str(shard.path / "judgments.jsonl")
+    counted = shard.results.get("n_judgments")
+    if counted != len(judgments):
+        raise DataError(
+            f"holds {len(judgments)} judgments, its results.json counted {counted}: the shard lost "
+            f"pairs; rerun shard {shard.spec.index}",
+            where=where,
+        )
+    words = shard.results.get("candidate_words") or {}
+    limit = (shard.config.get("task") or {}).get("max_candidates") or None
+    pairs: dict[str, list[tuple[str, str]]] = {}
+    for j in judgments:
+        pairs.setdefault(j.doc_id, []).append((j.a_id, j.b_id))
+    for doc, got in pairs.items():
+        cands = list(words.get(doc) or dict.fromkeys(c for pair in got for c in pair))[:limit]
+        want = {(a, b) for a in cands for b in cands if a != b}
+        if len(got) != len(want) or set(got) != want:
+            missing = sorted(want - set(got))
+            raise DataError(
+                f"document {doc!r} has {len(got)} judgments for {len(want)} ordered pairs of its "
+                f"{len(cands)} candidates"
+                + (f" (missing {missing[0]})" if missing else " (a pair twice)")
+                + f": rerun shard {shard.spec.index}",
+                where=where,
+            )
+
+
 def _summed_calls(shards: Sequence[ShardRun]) -> dict[str, Any]:
     # judge_calls is a fact about the runs, not a metric: the model calls the shards paid together.
     calls = [s.results.get("judge_calls") for s in shards]
-    return {"judge_calls": sum(calls)} if all(isinstance(c, int) for c in calls) else {}
+    out = {"judge_calls": sum(calls)} if all(isinstance(c, int) for c in calls) else {}
+    shas = [s.results.get("documents_sha256") for s in shards]  # the data the shards judged
+    if all(isinstance(sha, dict) for sha in shas):
+        out["documents_sha256"] = {d: h for sha in shas for d, h in sha.items()}
+    return out
 
 
 def merge_shards(dirs: Sequence[str | Path], out_dir: str | Path, p_cf_tol: float = 1e-6) -> dict[str, Any]:
@@ -194,6 +230,7 @@ def merge_shards(dirs: Sequence[str | Path], out_dir: str | Path, p_cf_tol: floa
     judgments, p_cfs, owner = [], [], {}
     for s in shards:
         js, p_cf = load_judgments(s.path / "judgments.jsonl")
+        check_shard_pairs(s, js)
         for doc_id in dict.fromkeys(j.doc_id for j in js):
             if doc_id in owner:
                 raise DataError(

@@ -29,7 +29,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from harness.errors import HarnessError
+from harness.errors import DataError, HarnessError
+from harness.files import read_text
 from harness.runtime.attempts import read_attempts
 
 JOB_NUM_SUBDIR = "${hydra.job.num}"
@@ -127,13 +128,34 @@ def listed_jobs(root: Path) -> list[tuple[str, list[str], Path | None]]:
     path = root / "multirun.yaml"
     if not path.is_file():
         return []
-    cfg = OmegaConf.load(path)
-    jobs = sweep_jobs(cfg)
+    cfg, jobs = read_multirun(path)
     subdir = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir")
     return [
         (job_name(num, job, jobs), list(job), run_dir)
         for num, (job, run_dir) in enumerate(zip(jobs, job_dirs(root, jobs, subdir)))
     ]
+
+
+def read_multirun(path: Path) -> tuple[DictConfig, list[list[str]]]:
+    """multirun.yaml and its jobs, read as input files are: not UTF-8, not YAML, not the mapping
+    Hydra writes (a list, no hydra.sweep or hydra.overrides.task) or overrides Hydra cannot parse
+    are one DataError naming the file."""
+    fix = "not the multirun.yaml Hydra writes: restore it, or move it aside to collect the jobs found below"
+    text = read_text(path)
+    try:
+        cfg = OmegaConf.create(text)
+    except Exception as e:  # noqa: BLE001 - yaml's and omegaconf's errors: the first line says where
+        raise DataError(
+            f"not YAML ({str(e).splitlines()[0] if str(e) else type(e).__name__}); {fix}", where=str(path)
+        ) from None
+    if not isinstance(cfg, DictConfig) or not isinstance(OmegaConf.select(cfg, "hydra.sweep"), DictConfig):
+        raise DataError(f"holds no hydra.sweep mapping; {fix}", where=str(path))
+    try:
+        return cfg, sweep_jobs(cfg)
+    except Exception as e:  # noqa: BLE001 - a missing or unparsable hydra.overrides.task
+        raise DataError(
+            f"its jobs cannot be read ({' '.join(str(e).split())[:200]}); {fix}", where=str(path)
+        ) from None
 
 
 def sweep_gaps(root: Path) -> list[str]:
@@ -186,8 +208,8 @@ def fail_job(num: int, overrides: Sequence[str], message: str, sweep_dir: Path |
     jobs = None
     if not _SWEEP.get("jobs") and sweep_dir is not None and (sweep_dir / "multirun.yaml").is_file():
         try:
-            jobs = sweep_jobs(OmegaConf.load(sweep_dir / "multirun.yaml"))
-        except Exception:  # noqa: BLE001 - the job is named by all its overrides instead
+            jobs = read_multirun(sweep_dir / "multirun.yaml")[1]
+        except HarnessError:  # noqa: BLE001 - the job is named by all its overrides instead
             jobs = None
     line = f"{job_name(num, overrides, jobs)}: {message}"
     print(f"error: {line}", file=sys.stderr, flush=True)
@@ -241,6 +263,11 @@ def job_dirs(root: Path, jobs: Sequence[Sequence[str]], subdir: Any = JOB_NUM_SU
     overrides (None where there is none)."""
     if str(subdir) == JOB_NUM_SUBDIR:
         return [root / str(num) for num in range(len(jobs))]
+    if "${" not in str(subdir).replace(JOB_NUM_SUBDIR, ""):  # e.g. ../x_${hydra.job.num}, /abs/x_N
+        return [
+            Path(os.path.normpath(root / str(subdir).replace(JOB_NUM_SUBDIR, str(num))))
+            for num in range(len(jobs))
+        ]
     found: dict[tuple[str, ...], Path] = {}
     for path in sorted(root.rglob("overrides.json")):
         try:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.figures import pyplot, save
+from harness.files import csv_cell
 from harness.metrics.interval import Interval, shown
 
 
@@ -102,7 +103,7 @@ def to_csv(table: Table) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(
         [
-            x
+            csv_cell(x)
             for j, c in enumerate(table.columns)
             for x in ([c, *(f"{c} {e}" for e in extra)] if j in with_iv else [c])
         ]
@@ -111,7 +112,7 @@ def to_csv(table: Table) -> str:
         ivs = _row_bases(table, k)
         w.writerow(
             [
-                x
+                csv_cell(x)
                 for j, v in enumerate(row)
                 for x in ([cell(v), *_basis_cells(ivs[j])] if j in with_iv else [cell(v)])
             ]

@@ -32,6 +32,7 @@ from harness.api_client import (
     HttpSettings,
     MalformedResponse,
     completion_key,
+    served_model,
 )
 from harness.errors import ConfigError, HarnessError
 from harness.judges.base import innermost
@@ -339,8 +340,19 @@ class ApiOptimizer(_Paraphraser):
             )
         )
         self.model_name = model
-        self.location = self.client.settings.base_url.rstrip("/")
-        self.identity = f"api|{self.location}|{model}|t={self.temperature}" + self._meta_identity()
+        self.base_url = self.client.settings.base_url.rstrip("/")
+        self._served: str | None = None
+
+    @property
+    def location(self) -> str:  # type: ignore[override]
+        """The server part of the cache key and identity: the URL and what it serves under this name
+        (`<id>@<root>`, `unreported` with one warning), asked once: other weights, other optimizer."""
+        self._served = self._served or served_model(self.client, self.model_name, "the optimizer's")
+        return f"{self.base_url}|served={self._served}"
+
+    @property
+    def identity(self) -> str:  # type: ignore[override]
+        return f"api|{self.location}|{self.model_name}|t={self.temperature}" + self._meta_identity()
 
     def __repr__(self) -> str:
         return f"ApiOptimizer(identity={self.identity!r})"

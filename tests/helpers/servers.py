@@ -21,7 +21,8 @@ out), 'empty_top' (an empty top-logprobs list), 'nan' (one logprob NaN), 'null' 
 null), 'positive' (one logprob +0.7), 'both_zero' (every listed token at logprob 0, e.g. A and B
 both "certain"), 'missing_ids' (the requested answer ids left out; in top mode an answer listing
 no label), 'all_inf' (every listed logprob
--Infinity). A faulted request is recorded with the fault as its outcome, never as a success.
+-Infinity), 'dup_token' (the first listed token listed again last, 1.5 nats lower: a JSON object
+with a repeated key on /completions). A faulted request is recorded with the fault as its outcome, never as a success.
 
 Every request is recorded (path, X-Client-Request-Id, body, whether Authorization carried the
 expected key — the key itself is never stored); `successes` counts 200 answers per request id.
@@ -62,6 +63,7 @@ CONTENT_FAULTS = (
     "both_zero",
     "missing_ids",
     "all_inf",
+    "dup_token",
 )
 FAULTS = TRANSPORT_FAULTS + CONTENT_FAULTS + SLOW_FAULTS
 
@@ -318,7 +320,8 @@ class _Handler(BaseHTTPRequestHandler):
         status, payload = srv.answer(self.path, body)
         if fault is not None and status == 200:
             rec.outcome = fault
-            return self._send(200, json.dumps(spoil(payload, fault)).encode())
+            spoiled = spoil(payload, fault)
+            return self._send(200, (spoiled if isinstance(spoiled, str) else json.dumps(spoiled)).encode())
         rec.outcome = "ok" if status == 200 else str(status)
         if status == 200:
             with srv._lock:
@@ -362,8 +365,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
-def spoil(payload: dict, fault: str) -> dict:
-    """A real answer with its first position's logprobs spoiled as `fault` names (CONTENT_FAULTS)."""
+def spoil(payload: dict, fault: str) -> dict | str:
+    """A real answer with its first position's logprobs spoiled as `fault` names (CONTENT_FAULTS);
+    'dup_token' on /completions returns the JSON text itself (a dict cannot repeat a key)."""
     choice = payload["choices"][0]
     lp = choice.get("logprobs")
     if fault == "no_logprobs" or lp is None:
@@ -371,6 +375,13 @@ def spoil(payload: dict, fault: str) -> dict:
         return payload
     chat = "content" in lp
     top = lp["content"][0]["top_logprobs"] if chat else lp["top_logprobs"][0]
+    if fault == "dup_token":
+        if chat:
+            top.append({**top[0], "logprob": top[0]["logprob"] - 1.5})
+            return payload
+        first = next(iter(top))
+        top["\x00dup"] = top[first] - 1.5
+        return json.dumps(payload).replace('"\\u0000dup"', json.dumps(first))
     if fault in ("empty_top", "missing_ids"):
         top.clear()
         if fault == "missing_ids":  # one token nobody asked for, none of the requested answer ids
