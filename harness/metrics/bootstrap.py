@@ -37,13 +37,20 @@ from harness.errors import ConfigError
 from harness.judging import MIN_ANSWER_MASS
 from harness.metrics.correlation import rankable
 from harness.metrics.interval import (
+    EXACT_METHOD,
     FISHER,
+    FROM_RATE,
     METHOD,
     MIN_DOCUMENTS,
     MIN_DOCUMENTS_OF,
+    RATES,
+    SCORE_METHOD,
     Interval,
     bootstrap_interval,
+    fairness_of,
     jackknife_interval,
+    p_value,
+    rate_interval,
     sentence,
 )
 from harness.metrics.views import EPS, Frame
@@ -124,6 +131,8 @@ class LeaveOneOut:
     def meta(self) -> dict[str, object]:
         return {
             "method": METHOD,
+            "rates": sorted(RATES | set(FROM_RATE)),
+            "rate_method": f"{SCORE_METHOD}; {EXACT_METHOD}",
             "level": self.level,
             "unit": "document",
             "n_documents": len(self.ids),
@@ -452,6 +461,8 @@ def interval_of(
         return None
     if key in BOOTSTRAPPED and boot is not None:
         return bootstrap_interval(float(value), boot, int(np.sum(mask)), level, key)
+    if key in RATES:
+        return rate_interval(float(value), np.asarray(rows, dtype=float)[mask], level, key)
     return jackknife_interval(float(value), np.asarray(rows, dtype=float)[mask], level, key)
 
 
@@ -462,8 +473,13 @@ def intervals(
     level: float,
     boot: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, Interval | None]:
-    """{metric: Interval} for every replicated metric; None where the value itself is undefined."""
-    return {k: interval_of(k, point.get(k), r, masks[k], level, (boot or {}).get(k)) for k, r in reps.items()}
+    """{metric: Interval} for every replicated metric; None where the value itself is undefined.
+    Fairness takes the image of its rate's interval (interval.FROM_RATE)."""
+    out = {k: interval_of(k, point.get(k), r, masks[k], level, (boot or {}).get(k)) for k, r in reps.items()}
+    for k, rate in FROM_RATE.items():
+        if out.get(k) is not None and out.get(rate) is not None:
+            out[k] = fairness_of(out[rate])  # type: ignore[arg-type]
+    return out
 
 
 def as_lists(ivs: Mapping[str, Interval | None]) -> dict[str, list[float] | None]:
@@ -484,25 +500,31 @@ def paired(
 ) -> dict[str, object]:
     """B - A on the same documents, its interval from the same rows' B - A (a paired jackknife over
     the documents `mask` keeps: those either arm rests on; for BOOTSTRAPPED metrics the same
-    bootstrap rounds' B - A, `boots`), its documents and method, and its sentence."""
+    bootstrap rounds' B - A, `boots`), its documents and method, the two-sided p-value of the t
+    statistic the interval is made of ("p_value": what harness-compare's Holm step-down reads; None
+    without an interval), and its sentence."""
     a, b = float(a), float(b)
     diff = b - a if math.isfinite(a) and math.isfinite(b) else math.nan
-    iv = None
+    iv, p = None, math.nan
     if reps_a is not None and reps_b is not None and math.isfinite(diff):
         rows = np.asarray(reps_b, dtype=float) - np.asarray(reps_a, dtype=float)
         if metric in BOOTSTRAPPED and boots is not None:
             n = len(rows) if mask is None else int(np.sum(mask))
             iv = bootstrap_interval(diff, boots[1] - boots[0], n, level, metric, difference=True)
+            if iv.bounds is not None:
+                p = p_value(diff, boots[1] - boots[0], n, boot=True)
         else:
-            iv = jackknife_interval(
-                diff, rows if mask is None else rows[mask], level, metric, difference=True
-            )
+            kept = rows if mask is None else rows[mask]
+            iv = jackknife_interval(diff, kept, level, metric, difference=True)
+            if iv.bounds is not None:
+                p = p_value(diff, kept)
     return {
         "a": a,
         "b": b,
         "diff": diff,
         "interval": None if iv is None else iv.as_list(),
         **(iv.basis() if iv is not None else {}),
+        "p_value": p if math.isfinite(p) else None,
         "sentence": sentence(label, diff, iv, level),
     }
 

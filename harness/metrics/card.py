@@ -36,7 +36,7 @@ from harness.judging import MIN_ANSWER_MASS, load_judgments
 from harness.metrics.bootstrap import LeaveOneOut, doc_stats, intervals, replicate, support
 from harness.metrics.calibration import calibration, calibration_pairs
 from harness.metrics.correlation import view_correlations
-from harness.metrics.interval import METHOD, Interval
+from harness.metrics.interval import EXACT_METHOD, TOO_FEW, Interval, tidy
 from harness.metrics.mass import answer_mass_stats, answer_masses
 from harness.metrics.order import view_order_consistency
 from harness.metrics.plots import plot_answer_mass, plot_p_a_by_order, plot_reliability
@@ -424,9 +424,14 @@ def intervals_line(card: Card) -> str:
     if card.bounds is None:
         return "no intervals (metrics.bootstrap=0)"
     n = card.numbers["n_docs"]
-    told = [iv for iv in card.bounds.values() if iv is not None and iv.bounds is not None]
-    head = f"[lo, hi]: {card.level:.0%}, {METHOD}, {n} document{'' if n == 1 else 's'}"
-    if told:
+    methods: dict[str, list[str]] = {}
+    for key, iv in card.bounds.items():
+        if iv is not None and iv.bounds is not None:
+            methods.setdefault(iv.method, []).append(key)
+    head = f"[lo, hi]: {card.level:.0%}, {n} document{'' if n == 1 else 's'}; " + "; ".join(
+        f"{', '.join(keys)}: {method}" for method, keys in methods.items()
+    )
+    if methods:
         return head + "; a number on fewer documents says how many"
     return (
         f"none: {n} document{'' if n == 1 else 's'}: too few documents to tell (an interval needs 3, ECE 8)"
@@ -441,9 +446,11 @@ def _bounds_note(card: Card, key: str, fmt: Callable[[float], str]) -> str:
         return ""
     if iv.bounds is None:
         others = any(v is not None and v.bounds is not None for v in (card.bounds or {}).values())
-        return f" ({iv.about()})" if others else ""
-    fewer = f" ({iv.n} documents)" if iv.n != card.numbers["n_docs"] else ""
-    return f" [{fmt(iv.bounds[0])}, {fmt(iv.bounds[1])}]{fewer}"
+        return f" ({iv.about()})" if others or iv.note != TOO_FEW else ""
+    said = [f"{iv.n} documents"] if iv.n != card.numbers["n_docs"] else []
+    if iv.method == EXACT_METHOD:
+        said.append(f"one-sided: every document at {'0' if iv.bounds[0] == 0 else '1'}")
+    return f" [{fmt(iv.bounds[0])}, {fmt(iv.bounds[1])}]" + (f" ({'; '.join(said)})" if said else "")
 
 
 def _interval_of(card: Card) -> Callable[..., str]:
@@ -467,6 +474,7 @@ def _rel(p: Path, root: Path) -> Path:
 def _f(x: Any, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "nan"
+    x = tidy(x)
     return f"{x:.{digits}g}" if abs(x) < 1e-3 and x != 0 else f"{x:.{digits}f}"
 
 

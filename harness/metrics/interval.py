@@ -19,6 +19,18 @@ every sentence says "too few documents to tell"; so does a metric undefined with
 out. A difference B - A on the same documents is the same interval of the differences
 theta_B(i) - theta_A(i) (a paired jackknife), on the raw scale.
 
+Rates (RATES: a share of decisions, 0 to 1, that a judge can pin at 0 or 1) take a score interval
+instead, which holds its level near the bound where the t interval collapses to [1, 1]: Wilson's
+interval with the t quantile, a continuity correction 1/(2 n_eff), and the effective number of
+decisions n_eff = p (1 - p) / (se^2 + bias^2) from the same jackknife, at most PER_DOCUMENT per
+document (a document's decisions move together; the cap also gives documents that all show the
+same rate an interval). When every document sits at the bound (the rate is exactly 0 or 1 in each)
+the bound is exact and one-sided: a value in [0, 1] with mean mu is 1 with probability at most mu,
+so n documents all at 1 have probability at most mu^n, and [(1 - level)^(1/n), 1] holds mu with at
+least `level` (12 documents all-A: [0.779, 1]). Fairness, -|rate - 0.5|, is the image of its
+rate's interval. Any other metric, or a difference, whose documents all give the same value has no
+interval: "no spread across documents: too little to tell" (NO_SPREAD), never a zero-width bracket.
+
 Why this method, and how often each interval covers the truth at 2 to 50 documents:
 `python -m harness.metrics.coverage` (docs/report_card.md, "How often the intervals cover").
 """
@@ -37,8 +49,32 @@ METHOD = "t (n-1 df) x jackknife RMSE over documents"
 BOOT_METHOD = "t (n-1 df) x bootstrap RMSE over documents"
 """What the interval of a statistic the jackknife cannot follow is (a rank statistic across
 instructions, a median): the same t interval, its RMSE from percentile-bootstrap rounds."""
-SHORT = {METHOD: "t-jackknife", BOOT_METHOD: "t-bootstrap"}
+SCORE_METHOD = (
+    "Wilson score (t, n-1 df; continuity-corrected) with the jackknife's effective n, at most 10 per document"
+)
+"""What the interval of a rate (RATES) is."""
+EXACT_METHOD = "exact one-sided bound: every document at the bound"
+"""What the interval of a rate that is exactly 0 or 1 in every document is."""
+SHORT = {
+    METHOD: "t-jackknife",
+    BOOT_METHOD: "t-bootstrap",
+    SCORE_METHOD: "Wilson-jackknife",
+    EXACT_METHOD: "exact one-sided",
+}
 """Each method's name in a sentence: "(12 documents, t-jackknife)"."""
+RATES = frozenset(
+    {"a_rate", "a_rate_prob", "a_rate_upper", "order_consistency", "accuracy", "answer_mass_low_share"}
+)
+"""Shares of decisions (0 to 1) a judge can pin at a bound: the score interval (module docstring)."""
+FROM_RATE = {"fairness": "a_rate", "fairness_prob": "a_rate_prob"}
+"""-|rate - 0.5|: its interval is the image of its rate's."""
+PER_DOCUMENT = 10.0
+"""The most independent decisions one document counts as in a rate's score interval (measured:
+docs/report_card.md, "How often the intervals cover")."""
+NO_SPREAD = "no spread across documents: too little to tell"
+"""Why a metric (not a rate) or a difference whose documents all give the same value has no interval."""
+ZERO = 1e-12
+"""Below this a value is printed as 0: rounding residue of sums that are 0 (a mean of +x and -x)."""
 MIN_DOCUMENTS = 3
 """No interval below this many documents: with 2, leaving one out leaves one document."""
 ACROSS = "rho_across_instructions"
@@ -92,7 +128,7 @@ class Interval:
     n: int
     """Documents the metric rests on (those that contribute to it)."""
     note: str | None = None
-    """Why there are no bounds (TOO_FEW, undefined), or "no spread across documents"."""
+    """Why there are no bounds (TOO_FEW, NO_SPREAD, undefined)."""
     method: str = METHOD
 
     @classmethod
@@ -216,9 +252,72 @@ def jackknife_interval(
         return Interval(None, n, "undefined with a document left out")
     fisher, rng = _scale_and_range(metric, difference, fisher)
     rng = rng if value_range is None else value_range
+    if bool(_flat(np.array(point), loo[None, :])[0]):
+        return Interval(None, n, NO_SPREAD)
     lo, hi = jackknife_bounds(np.array(point), loo[None, :], level, fisher, rng)
-    flat = bool(np.all(loo == loo[0]) and loo[0] == point)
-    return Interval((float(lo[0]), float(hi[0])), n, "no spread across documents" if flat else None)
+    return Interval((float(lo[0]), float(hi[0])), n, None)
+
+
+def _flat(point: np.ndarray, loo: np.ndarray) -> np.ndarray:
+    """(sets,): every leave-one-out value equals the value (to ZERO, relative): no spread across documents."""
+    scale = ZERO * np.maximum(1.0, np.abs(loo).max(axis=-1))
+    return (np.ptp(loo, axis=-1) <= scale) & (np.abs(loo[..., 0] - point) <= scale)
+
+
+def rate_bounds(
+    point: np.ndarray, loo: np.ndarray, level: float, per_document: float = PER_DOCUMENT
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Vectorised core of a rate's interval (module docstring): (lo, hi, exact) of `point` (sets,)
+    from its leave-one-out values `loo` (sets, n); `exact` marks the one-sided exact bounds."""
+    point, loo = np.asarray(point, dtype=float), np.asarray(loo, dtype=float)
+    n = loo.shape[-1]
+    mean = loo.mean(axis=-1)
+    var = (n - 1) / n * ((loo - mean[..., None]) ** 2).sum(axis=-1) + ((n - 1) * (mean - point)) ** 2
+    p = np.clip(point, 0.0, 1.0)
+    z2 = t_quantile(level, n - 1) ** 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ne = np.minimum(np.where(var > 0, p * (1 - p) / var, np.inf), per_document * n)
+        ne = np.where(ne > 0, ne, per_document * n)
+
+        def wilson(q: np.ndarray, sign: float) -> np.ndarray:
+            centre = (q + z2 / (2 * ne)) / (1 + z2 / ne)
+            half = np.sqrt(z2) / (1 + z2 / ne) * np.sqrt(q * (1 - q) / ne + z2 / (4 * ne * ne))
+            return centre + sign * half
+
+        cc = 0.5 / ne
+        lo = np.where(p - cc <= 0, 0.0, wilson(np.clip(p - cc, 0, 1), -1.0))
+        hi = np.where(p + cc >= 1, 1.0, wilson(np.clip(p + cc, 0, 1), 1.0))
+    flat = _flat(point, loo)
+    top, bottom = flat & (point >= 1 - ZERO), flat & (point <= ZERO)
+    one_sided = (1 - level) ** (1 / n)
+    lo = np.where(top, one_sided, np.where(bottom, 0.0, lo))
+    hi = np.where(bottom, 1 - one_sided, np.where(top, 1.0, hi))
+    return np.clip(lo, 0, 1), np.clip(hi, 0, 1), top | bottom
+
+
+def rate_interval(
+    point: float, loo: Sequence[float] | np.ndarray, level: float, metric: str | None = None
+) -> Interval:
+    """The interval of a rate (RATES) from its n leave-one-document-out values: Wilson's score
+    interval with the jackknife's effective n, or the exact one-sided bound when every document
+    sits at 0 or at 1 (module docstring)."""
+    loo = np.asarray(loo, dtype=float).ravel()
+    n = int(loo.size)
+    if n < min_documents(metric):
+        return Interval(None, n, TOO_FEW, SCORE_METHOD)
+    if not math.isfinite(point) or not np.isfinite(loo).all():
+        return Interval(None, n, "undefined with a document left out", SCORE_METHOD)
+    lo, hi, exact = rate_bounds(np.array(point), loo[None, :], level)
+    return Interval((float(lo[0]), float(hi[0])), n, None, EXACT_METHOD if exact[0] else SCORE_METHOD)
+
+
+def fairness_of(rate: Interval) -> Interval:
+    """Fairness -|rate - 0.5| of a rate's interval: the image of [lo, hi] under it."""
+    if rate.bounds is None:
+        return rate
+    lo, hi = (abs(b - 0.5) for b in rate.bounds)
+    top = 0.0 if rate.bounds[0] <= 0.5 <= rate.bounds[1] else -min(lo, hi)
+    return Interval((-max(lo, hi), top), rate.n, rate.note, rate.method)
 
 
 def bootstrap_interval(
@@ -245,6 +344,40 @@ def bootstrap_interval(
     fisher, rng = _scale_and_range(metric, difference, fisher)
     lo, hi = bootstrap_bounds(np.array(point), rounds[defined][None, :], n, level, fisher, rng)
     return Interval((float(lo[0]), float(hi[0])), n, None, BOOT_METHOD)
+
+
+def p_value(
+    point: float, loo: Sequence[float] | np.ndarray, n: int | None = None, boot: bool = False
+) -> float:
+    """Two-sided p-value of `point` = 0 from the t statistic the interval is made of: point over the
+    jackknife's RMSE of its leave-one-out values (or, `boot`, the bootstrap rounds' RMSE over n
+    documents), t with n - 1 df; NaN where there is no spread (NO_SPREAD: nothing to test)."""
+    from scipy import stats
+
+    v = np.asarray(loo, dtype=float).ravel()
+    if boot:
+        v = v[np.isfinite(v)]
+        n = int(n or 0)
+        se2 = float(np.var(v, ddof=1)) * n / (n - 1) + (float(v.mean()) - point) ** 2 if v.size > 1 else 0.0
+    else:
+        n = v.size
+        se2 = (n - 1) / n * float(((v - v.mean()) ** 2).sum()) + ((n - 1) * (float(v.mean()) - point)) ** 2
+    if n < 2 or not se2 > 0:
+        return math.nan
+    return float(2 * stats.t.sf(abs(point) / math.sqrt(se2), n - 1))
+
+
+def holm(p_values: Mapping[str, float], level: float) -> dict[str, bool]:
+    """Holm's step-down over a family of tests: {name: rejected} with the family-wise error rate at
+    most 1 - level (NaN p-values are not tested: never rejected, not counted)."""
+    tested = sorted((p, k) for k, p in p_values.items() if math.isfinite(p))
+    out = {k: False for k in p_values}
+    alpha, m = 1 - level, len(tested)
+    for i, (p, k) in enumerate(tested):
+        if p > alpha / (m - i):
+            break
+        out[k] = True
+    return out
 
 
 def _scale_and_range(
@@ -276,8 +409,15 @@ def distinguishable(iv: Interval | None) -> bool:
     return verdict(iv) == "distinguishable from 0"
 
 
+def tidy(x: float) -> float:
+    """x, or 0.0 where |x| < ZERO (the residue of a sum that is 0: -9.25e-18 is printed as 0)."""
+    return 0.0 if abs(x) < ZERO else x
+
+
 def num(x: float) -> str:
-    """A signed number that never shows a nonzero as 0.000: "+0.120", "-1.2e-07"."""
+    """A signed number that never shows a nonzero as 0.000: "+0.120", "-1.2e-07"; an exact 0 (or
+    rounding residue below ZERO) as "+0.000"."""
+    x = tidy(x)
     return f"{x:+.3f}" if x == 0 or abs(x) >= 5e-4 else f"{x:+.2g}"
 
 
@@ -296,17 +436,26 @@ def shown(value: float, iv: Interval | None, fmt: Callable[[float], str] = num, 
 
 
 def sentence(
-    label: str, value: float | None, iv: Interval | None, level: float, *, off: str | None = None
+    label: str,
+    value: float | None,
+    iv: Interval | None,
+    level: float,
+    *,
+    off: str | None = None,
+    said: str | None = None,
 ) -> str:
     """One plain sentence with its n and method, e.g. "held-out Spearman +0.120 [-0.050, +0.310]
     (12 documents, t-jackknife): not distinguishable from 0 at 95%", or "... +0.933 (2 documents:
-    too few documents to tell)". `off`: why there are no intervals at all (metrics.bootstrap=0)."""
+    too few documents to tell)". `off`: why there are no intervals at all (metrics.bootstrap=0);
+    `said`: the verdict to print instead of `verdict`'s (a family-wise one: harness-compare)."""
     if value is None or not math.isfinite(value):
         return f"{label}: undefined (the metric is NaN in at least one arm)"
     if iv is None:
         return f"{label} {num(value)}: no interval ({off or 'metrics.bootstrap=0'})"
-    said = verdict(iv)
-    return f"{label} {shown(value, iv)}" + (f": {said} at {level * 100:g}%" if said else "")
+    if said is None:
+        said = verdict(iv)
+        said = f"{said} at {level * 100:g}%" if said else None
+    return f"{label} {shown(value, iv)}" + (f": {said}" if said else "")
 
 
 def recorded(bounds: Any, basis: Any, run: Any = None) -> Interval | None:

@@ -189,20 +189,29 @@ def analyse(
     bins: int = 10,
     rounds: int = 0,
     level: float = 0.95,
+    only: Sequence[str] | None = None,
 ) -> Summary:
     """`summarize` with intervals over the documents (`rounds` 0: none, metrics.bootstrap; any other
-    value: the leave-one-document-out rows of harness/metrics/bootstrap.py at `level`)."""
+    value: the leave-one-document-out rows of harness/metrics/bootstrap.py at `level`). `only`: the
+    variants to compute (default all; harness-compare and the coverage simulation need one)."""
     frame = build_frame(judgments)
-    variants = {"none": frame.p, "permutation": permutation_p(frame), "batch": batch_p(frame)}
-    if p_cf is not None and not math.isnan(p_cf):
+    want = set(only or ("none", "permutation", "batch", "contextual"))
+    variants = {"none": frame.p} if "none" in want else {}
+    if "permutation" in want:
+        variants["permutation"] = permutation_p(frame)
+    if "batch" in want:
+        variants["batch"] = batch_p(frame)
+    if "contextual" in want and p_cf is not None and not math.isnan(p_cf):
         variants["contextual"] = contextual_p(frame, p_cf)
-    elif p_cf is not None:  # the content-free probe stayed unreadable: only its view is lost
+    elif (
+        "contextual" in want and p_cf is not None
+    ):  # the content-free probe stayed unreadable: only its view is lost
         log.warning(
             "the content-free probe's answer was unreadable (P(A) NaN: NaN/inf log-probs, or an API "
             "answer still unusable after every retry): the "
             "contextual-calibration view is left out; every other view is complete"
         )
-    official = {"permutation": permutation_p(frame, "official")}
+    official = {"permutation": permutation_p(frame, "official")} if "permutation" in variants else {}
     loo = LeaveOneOut.over(frame.doc_ids, level, rounds, seed) if rounds else None
     w = None if loo is None else np.vstack([loo.columns(frame.doc_ids), loo.boot_columns(frame.doc_ids)])
     out, reps, masks, boot = {}, {}, {}, {}
@@ -224,7 +233,9 @@ def analyse(
                 w,
                 None
                 if not first
-                else np.concatenate([reps["none"]["answer_mass_median"], first["answer_mass_median"]]),
+                else np.concatenate(
+                    [next(iter(reps.values()))["answer_mass_median"], first["answer_mass_median"]]
+                ),
             )
             reps[k] = {m: v[: loo.rounds] for m, v in both.items()}
             boot[k] = {m: v[loo.rounds :] for m, v in both.items()}

@@ -8,6 +8,12 @@ paired interval over documents (the same document left out in both runs: harness
 with one plain sentence, e.g. "spearman +0.120 [-0.050, +0.310] (12 documents, t-jackknife): not
 distinguishable from 0 at 95%"; below 3 documents "(2 documents: too few documents to tell)".
 
+The table is ONE family of claims: a line says "distinguishable" only when Holm's step-down over
+every metric with an interval (their paired t p-values) keeps it, so with no true difference the
+chance that any line of the table says so is at most 1 - level (harness/metrics/coverage.py
+measures it); each printed interval is still that metric's own, at the level, and a line whose own
+interval excludes 0 but which Holm does not keep says so.
+
 Refuses, in one line naming both runs and what differs, runs over different documents or pairs
 (exit 2). Warns when the runs judged different aspects (the same pairs, but each run's human
 scores and instruction are about its own aspect), and when the runs' numerics (results.json "numerics": dtype, dtype_source, engine,
@@ -30,7 +36,7 @@ from harness.errors import DataError, HarnessError
 from harness.files import read_json_object
 from harness.judging import load_judgments
 from harness.metrics.bootstrap import NO_INTERVAL, check_settings
-from harness.metrics.interval import METHOD
+from harness.metrics.interval import METHOD, Interval, holm, sentence, verdict
 from harness.metrics.summary import analyse
 from harness.records import Judgment
 from harness.runtime.schema import MetricsConf
@@ -148,13 +154,16 @@ def compare(
             f"{', '.join(sb.metrics)})",
             where=str(dir_b),
         )
-    rows = sa.versus(sb, "", variant)
+    rows = {k: d for k, d in sa.versus(sb, "", variant).items() if k not in NO_INTERVAL}
+    said, family = family_verdicts(rows, level)
     lines = [
         f"A = {dir_a}",
         f"B = {dir_b}",
         f"{len({j.doc_id for j in ja})} documents, {len(ja)} ordered pairs in each; variant {variant}; "
         + (f"B - A: {level:.0%} paired interval, {METHOD}" if rounds else "no intervals (--bootstrap 0)"),
     ]
+    if rounds:
+        lines.append(family)
     for warning in (aspect_warning(ra, rb), numerics_warning(ra, rb)):
         if warning:
             lines.append(warning)
@@ -165,10 +174,36 @@ def compare(
         )
     lines.append(f"{'metric':<24} {'A':>9} {'B':>9}   B - A")
     for key, d in rows.items():
-        if key in NO_INTERVAL:
-            continue
-        lines.append(f"{key:<24} {_f(d['a']):>9} {_f(d['b']):>9}   {d['sentence']}")
+        text = (
+            d["sentence"]
+            if key not in said
+            else sentence(key, d["diff"], Interval.from_record(d), level, said=said[key])
+        )
+        lines.append(f"{key:<24} {_f(d['a']):>9} {_f(d['b']):>9}   {text}")
     return lines
+
+
+def family_verdicts(rows: dict[str, dict[str, Any]], level: float) -> tuple[dict[str, str], str]:
+    """({metric: its family-wise verdict}, the line that says how they were made): Holm's step-down
+    over the metrics whose paired interval has a p-value (the others cannot tell and are not tested)."""
+    p = {k: d["p_value"] for k, d in rows.items() if isinstance(d.get("p_value"), float)}
+    kept = holm(p, level)
+    m = len(p)
+    said = {}
+    for k, rejected in kept.items():
+        alone = verdict(Interval.from_record(rows[k])) == "distinguishable from 0"
+        said[k] = (
+            f"distinguishable from 0 at {level:.0%} family-wise (Holm, {m} metrics)"
+            if rejected
+            else f"not distinguishable from 0 at {level:.0%} family-wise (Holm, {m} metrics"
+            + ("; its own interval excludes 0)" if alone else ")")
+        )
+    return said, (
+        f"one family of claims: Holm's step-down over the {m} metrics with an interval (with no true "
+        f"difference, at most {1 - level:.0%} of such tables claim any); each interval is its metric's own"
+        if m
+        else "no metric has an interval: nothing is tested"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
