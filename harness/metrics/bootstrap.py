@@ -43,6 +43,7 @@ from harness.metrics.interval import (
     METHOD,
     MIN_DOCUMENTS,
     MIN_DOCUMENTS_OF,
+    MIN_PAIRED_OF,
     RATES,
     SCORE_METHOD,
     Interval,
@@ -141,6 +142,7 @@ class LeaveOneOut:
             "bootstrapped": list(BOOTSTRAPPED),
             "min_documents": MIN_DOCUMENTS,
             "min_documents_of": dict(MIN_DOCUMENTS_OF),
+            "min_documents_paired_of": dict(MIN_PAIRED_OF),
             "fisher_z": sorted(FISHER),
             "held_fixed": CONDITIONAL,
         }

@@ -142,7 +142,30 @@ def card_numbers(
         "spearman": win["spearman"],
         "kendall": win["kendall"],
     }
-    return {**{k: values[k] for k in CARD_KEYS}, "threshold": threshold}
+    sizes = [len(v.ids) for v in views.values()]
+    return {
+        **{k: values[k] for k in CARD_KEYS},
+        "threshold": threshold,
+        "candidates_min": min(sizes, default=0),
+        "candidates_max": max(sizes, default=0),
+    }
+
+
+UNEQUAL = 5
+"""Candidates per document more than this many times apart: the card says how each number weighs them."""
+
+
+def unequal_line(n: Mapping[str, Any]) -> str | None:
+    """One line when documents' candidate counts differ more than UNEQUAL-fold, else None."""
+    lo, hi = n.get("candidates_min", 0), n.get("candidates_max", 0)
+    if not lo or hi <= UNEQUAL * lo:
+        return None
+    return (
+        f"  documents     {lo} to {hi} candidates per document (more than {UNEQUAL}x apart): order consistency, "
+        f"ECE and accuracy pool pairs, so a {hi}-candidate document weighs {hi * (hi - 1) // max(lo * (lo - 1), 1)}x "
+        f"a {lo}-candidate one; the A-rate and Spearman/Kendall average documents equally; intervals over "
+        "such mixes: docs/report_card.md"
+    )
 
 
 def card_intervals(
@@ -384,6 +407,7 @@ def card_text(card: Card, root: Path) -> str:
             f"{n['n_order_pairs']} pairs; mean |P(A|i,j) - (1 - P(A|j,i))| {v('order_gap')}",
             f"  calibration   {cal}",
             f"  humans        {_agreement(card, v)}",
+            *([unequal_line(n)] if unequal_line(n) else []),
             *([_length_line(card.length_bias)] if card.length_bias else []),
             f"  numerics      {numerics_line(card.numerics)}",
             about,

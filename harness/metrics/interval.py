@@ -37,6 +37,7 @@ Why this method, and how often each interval covers the truth at 2 to 50 documen
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -82,6 +83,9 @@ ACROSS = "rho_across_instructions"
 MIN_DOCUMENTS_OF = {"ece": 8, ACROSS: 12}
 """Statistics that need more documents before their interval holds its level (the simulation:
 harness/metrics/coverage.py; its numbers: docs/report_card.md): ECE's, and a rank across instructions."""
+MIN_PAIRED_OF = {"max_prob": 8, "entropy": 8, "order_gap": 8}
+"""Paired differences B - A that need more documents: with none truly there, their t interval
+excluded 0 in 7-8% of data sets at 4-6 documents (nominal 5%; docs/report_card.md)."""
 TOO_FEW = "too few documents to tell"
 FISHER = frozenset(
     {"spearman", "kendall", "spearman_pairs", "kendall_pairs", "spearman_whole", "kendall_whole", ACROSS}
@@ -116,8 +120,10 @@ RANGES: dict[str, tuple[float, float]] = {
 """Each metric's possible values (bounds are clipped to them); a metric not listed is unbounded."""
 
 
-def min_documents(metric: str | None) -> int:
-    return MIN_DOCUMENTS_OF.get(metric or "", MIN_DOCUMENTS)
+def min_documents(metric: str | None, difference: bool = False) -> int:
+    """The fewest documents `metric`'s interval (`difference`: its paired B - A's) is made from."""
+    own = MIN_DOCUMENTS_OF.get(metric or "", MIN_DOCUMENTS)
+    return max(own, MIN_PAIRED_OF.get(metric or "", MIN_DOCUMENTS)) if difference else own
 
 
 @dataclass(frozen=True)
@@ -162,6 +168,7 @@ class Interval:
         return f"{docs}, {SHORT.get(self.method, self.method)}" + (f"; {self.note}" if self.note else "")
 
 
+@functools.lru_cache(maxsize=256)
 def t_quantile(level: float, df: int) -> float:
     from scipy import stats
 
@@ -246,7 +253,7 @@ def jackknife_interval(
     either way); `fisher` and `value_range` override both."""
     loo = np.asarray(loo, dtype=float).ravel()
     n = int(loo.size)
-    if n < min_documents(metric):
+    if n < min_documents(metric, difference):
         return Interval(None, n, TOO_FEW)
     if not math.isfinite(point) or not np.isfinite(loo).all():
         return Interval(None, n, "undefined with a document left out")
@@ -393,7 +400,7 @@ def _scale_and_range(
 def rule(metric: str | None, difference: bool = False) -> tuple[bool, tuple[float, float], int]:
     """How a metric's interval is made: (on Fisher's z scale?, the range its bounds are clipped to,
     the fewest documents it is made from) -- what jackknife_interval applies, for vectorised callers."""
-    return (*_scale_and_range(metric, difference), min_documents(metric))
+    return (*_scale_and_range(metric, difference), min_documents(metric, difference))
 
 
 def verdict(iv: Interval | None) -> str | None:
