@@ -37,6 +37,7 @@ from harness.errors import ConfigError
 from harness.judging import MIN_ANSWER_MASS
 from harness.metrics.correlation import rankable
 from harness.metrics.interval import (
+    BOUNDED,
     EXACT_METHOD,
     FISHER,
     FROM_RATE,
@@ -47,6 +48,7 @@ from harness.metrics.interval import (
     RATES,
     SCORE_METHOD,
     Interval,
+    at_the_bound,
     bootstrap_interval,
     fairness_of,
     jackknife_interval,
@@ -133,6 +135,7 @@ class LeaveOneOut:
         return {
             "method": METHOD,
             "rates": sorted(RATES | set(FROM_RATE)),
+            "bounded": sorted(BOUNDED),
             "rate_method": f"{SCORE_METHOD}; {EXACT_METHOD}",
             "level": self.level,
             "unit": "document",
@@ -463,8 +466,9 @@ def interval_of(
         return None
     if key in BOOTSTRAPPED and boot is not None:
         return bootstrap_interval(float(value), boot, int(np.sum(mask)), level, key)
-    if key in RATES:
-        return rate_interval(float(value), np.asarray(rows, dtype=float)[mask], level, key)
+    kept = np.asarray(rows, dtype=float)[mask]
+    if key in RATES or (len(kept) and at_the_bound(key, float(value), kept)):
+        return rate_interval(float(value), kept, level, key)
     return jackknife_interval(float(value), np.asarray(rows, dtype=float)[mask], level, key)
 
 

@@ -67,6 +67,18 @@ RATES = frozenset(
     {"a_rate", "a_rate_prob", "a_rate_upper", "order_consistency", "accuracy", "answer_mass_low_share"}
 )
 """Shares of decisions (0 to 1) a judge can pin at a bound: the score interval (module docstring)."""
+BOUNDED = {
+    "max_prob": (0.5, 1.0),
+    "entropy": (0.0, math.log(2)),
+    "order_gap": (0.0, 1.0),
+    "brier": (0.0, 1.0),
+    **{k: (-1.0, 1.0) for k in ("spearman", "kendall", "spearman_pairs", "kendall_pairs")},
+}
+"""Means of a bounded quantity a judge can pin at a bound (max_prob 1, entropy 0, a document's
+correlation +/-1): the score interval of their value rescaled to [0, 1] (their t interval covered
+79-85% at 3-6 documents with P(A) 0.96 in every document). The per-document correlations take it
+only where a document's value is +/-1 (2 candidates give nothing else: `at_the_bound`); otherwise
+Fisher's z t interval, which holds 93-96% on documents of 4-16 candidates."""
 FROM_RATE = {"fairness": "a_rate", "fairness_prob": "a_rate_prob"}
 """-|rate - 0.5|: its interval is the image of its rate's."""
 PER_DOCUMENT = 10.0
@@ -78,6 +90,7 @@ ZERO = 1e-12
 """Below this a value is printed as 0: rounding residue of sums that are 0 (a mean of +x and -x)."""
 MIN_DOCUMENTS = 3
 """No interval below this many documents: with 2, leaving one out leaves one document."""
+UNIT = (0.0, 1.0)
 ACROSS = "rho_across_instructions"
 """Figure 3's statistic: a Spearman rho across instructions of their per-instruction values."""
 MIN_DOCUMENTS_OF = {"ece": 8, ACROSS: 12}
@@ -91,7 +104,6 @@ FISHER = frozenset(
     {"spearman", "kendall", "spearman_pairs", "kendall_pairs", "spearman_whole", "kendall_whole", ACROSS}
 )
 """Correlations: intervals on Fisher's z scale."""
-UNIT = (0.0, 1.0)
 RANGES: dict[str, tuple[float, float]] = {
     **{k: (-1.0, 1.0) for k in FISHER},
     **{
@@ -307,15 +319,31 @@ def rate_interval(
 ) -> Interval:
     """The interval of a rate (RATES) from its n leave-one-document-out values: Wilson's score
     interval with the jackknife's effective n, or the exact one-sided bound when every document
-    sits at 0 or at 1 (module docstring)."""
+    sits at 0 or at 1 (module docstring); a BOUNDED mean's, on its range rescaled to [0, 1]."""
     loo = np.asarray(loo, dtype=float).ravel()
     n = int(loo.size)
     if n < min_documents(metric):
         return Interval(None, n, TOO_FEW, SCORE_METHOD)
     if not math.isfinite(point) or not np.isfinite(loo).all():
         return Interval(None, n, "undefined with a document left out", SCORE_METHOD)
-    lo, hi, exact = rate_bounds(np.array(point), loo[None, :], level)
+    low, high = BOUNDED.get(metric or "", (0.0, 1.0))
+    scale = lambda x: np.clip((np.asarray(x, dtype=float) - low) / (high - low), 0, 1)  # noqa: E731
+    lo, hi, exact = rate_bounds(scale(point), scale(loo)[None, :], level)
+    lo, hi = low + (high - low) * lo, low + (high - low) * hi
     return Interval((float(lo[0]), float(hi[0])), n, None, EXACT_METHOD if exact[0] else SCORE_METHOD)
+
+
+def at_the_bound(metric: str, point: float, loo: np.ndarray) -> bool:
+    """Whether `metric` takes the score interval (BOUNDED): always, but for a mean of per-document
+    correlations (FISHER) only when some document's value is +/-1, each value recovered from the
+    leave-one-out means as n * mean - (n - 1) * mean_(i)."""
+    if metric not in BOUNDED:
+        return False
+    if metric not in FISHER:
+        return True
+    n = len(loo)
+    values = n * point - (n - 1) * np.asarray(loo, dtype=float)
+    return bool(np.any(np.abs(values) >= 1 - 1e-9))
 
 
 def fairness_of(rate: Interval) -> Interval:
