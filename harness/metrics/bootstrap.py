@@ -47,11 +47,13 @@ from harness.metrics.interval import (
     MIN_PAIRED_OF,
     RATES,
     SCORE_METHOD,
+    TOO_FEW,
     Interval,
     at_the_bound,
     bootstrap_interval,
     fairness_of,
     jackknife_interval,
+    min_documents,
     p_value,
     rate_interval,
     sentence,
@@ -467,7 +469,9 @@ def interval_of(
     if key in BOOTSTRAPPED and boot is not None:
         return bootstrap_interval(float(value), boot, int(np.sum(mask)), level, key)
     kept = np.asarray(rows, dtype=float)[mask]
-    if key in RATES or (len(kept) and at_the_bound(key, float(value), kept)):
+    if len(kept) < min_documents(key):  # too few: the method named is the metric's usual one
+        return Interval(None, len(kept), TOO_FEW, SCORE_METHOD if key in RATES else METHOD)
+    if key in RATES or at_the_bound(key, float(value), kept):
         return rate_interval(float(value), kept, level, key)
     return jackknife_interval(float(value), np.asarray(rows, dtype=float)[mask], level, key)
 

@@ -17,8 +17,9 @@ with a pair effect e_ij = -e_ji ~ N(0, 1) shared by both orders and u_ij ~ N(0, 
 `mu_d` = sqrt(2) Phi^-1(pi_d) makes the document's share of A decisions pi_d in expectation:
 pi_d = P(A) of the regime in every document ("p96": 0.96), or pi_d ~ Beta(5 P, 5 (1 - P)) per
 document ("p96-beta"); "mid": mu_d ~ N(0.3, 0.7) (a position bias per document, as before);
-"heavy": mu_d = 0.3 + 0.5 t_2 (heavy-tailed document effects). Run B (a true difference) is the
-same judge with its position bias halved (mu_d / 2) and its pair effects shared with A (0.7); run A2
+"heavy": mu_d = 0.3 + 0.5 t_2 (heavy-tailed document effects). Run B (a true difference) is a
+better instruction of the same judge: position bias halved (mu_d / 2), quality term x1.5, the same
+pair effects as A; run A2
 (no difference) draws its own pair effects (correlated 0.7) and per-order noise, and each data set
 swaps A and A2 at random per document, so B - A is 0 in expectation exactly.
 
@@ -137,8 +138,8 @@ def population(regime: Regime, seed: int) -> Population:
         raw2 = rng.normal(size=(m, m))
         e2 = 0.7 * e + math.sqrt(0.51) * (raw2 - raw2.T) / math.sqrt(2)
         quality = (q[:, None] - q[None, :]) / math.sqrt(2)
-        for name, bias, effect in (("a", md, e), ("a2", md, e2), ("b", md / 2, e)):
-            z = bias + quality + (effect + rng.normal(size=(m, m))) / math.sqrt(2)
+        for name, bias, effect, sharp in (("a", md, e, 1.0), ("a2", md, e2, 1.0), ("b", md / 2, e, 1.5)):
+            z = bias + sharp * quality + (effect + rng.normal(size=(m, m))) / math.sqrt(2)
             p = 1 / (1 + np.exp(-1.7 * z))
             runs[name].append(
                 [
@@ -232,6 +233,8 @@ class Cells:
     """Null tables: `fired` counts those with any Holm-distinguishable line (harness-compare)."""
     uncorrected: Tally = field(default_factory=Tally)
     """Null tables: any line distinguishable at the per-metric level (no family-wise control)."""
+    truths: dict[str, float] = field(default_factory=dict)
+    """metric -> the true B - A."""
 
 
 SKIP = ("answer_mass_median", "answer_mass_low_share", "bc", "prob_gap")
@@ -280,7 +283,8 @@ def measure_cell(
             if k in SKIP or k in NO_INTERVAL:
                 continue
             iv = Interval.from_record(row)
-            cells.diff.setdefault(k, Tally()).add(iv, pop.truth["b"][k] - pop.truth["a"][k])
+            cells.truths[k] = pop.truth["b"][k] - pop.truth["a"][k]
+            cells.diff.setdefault(k, Tally()).add(iv, cells.truths[k])
         first = [j for d, s in zip(docs, swap) for j in (pop.a2 if s else pop.a)[d]]
         second = [j for d, s in zip(docs, swap) for j in (pop.a if s else pop.a2)[d]]
         rows = _summary(first, rounds, level).versus(_summary(second, rounds, level))
@@ -392,7 +396,11 @@ def table(result: Mapping[str, Mapping[int, Cells]], method: str = "harness") ->
                 row.append("–" if t is None else _cov(t))
             lines.append(f"| {k} | " + " | ".join(row) + " |")
         for k in next(iter(by_n.values())).diff if method == "harness" else ():
-            lines.append(f"| B - A {k} | " + " | ".join(_cov(by_n[n].diff[k]) for n in sizes) + " |")
+            lines.append(
+                f"| B - A {k} (truth {_truth(by_n, k):+.3f}; excludes 0) | "
+                + " | ".join(f"{_cov(by_n[n].diff[k])}; {_pct(by_n[n].diff[k].fired_share)}" for n in sizes)
+                + " |"
+            )
         if method == "harness" and next(iter(by_n.values())).family.sets:
             worst = {n: max(by_n[n].null.items(), key=lambda kv: kv[1].fired_share) for n in sizes}
             lines.append(
@@ -411,6 +419,10 @@ def table(result: Mapping[str, Mapping[int, Cells]], method: str = "harness") ->
                 + " |"
             )
     return "\n".join(lines)
+
+
+def _truth(by_n: Mapping[int, Cells], key: str) -> float:
+    return next(iter(by_n.values())).truths.get(key, math.nan)
 
 
 def _cov(t: Tally) -> str:
