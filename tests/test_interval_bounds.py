@@ -76,8 +76,8 @@ def test_exact_zeros_print_as_zero():
 
 
 def _judgments() -> list[Judgment]:
-    """12 documents of 2 candidates and one of 12, every pair judged P(A) 0.9: A-rate 1 and
-    max_prob 0.9 in every document."""
+    """12 documents of 2 candidates and one of 12, every pair judged P(A) 0.9: A-rate 1, max_prob
+    0.9 and ECE 0.4 in every document."""
     out = []
     for d, m in enumerate([2] * 12 + [12]):
         for i, k in itertools.permutations(range(m), 2):
@@ -104,13 +104,16 @@ def test_results_card_and_page_label_the_bound_and_no_spread_alike(tmp_path):
     assert (
         ivs["a_rate"] == pytest.approx([0.05 ** (1 / 13), 1.0]) and basis["a_rate"]["method"] == EXACT_METHOD
     )
-    assert ivs["max_prob"] is None and basis["max_prob"]["note"] == NO_SPREAD
+    assert ivs["ece"] is None and basis["ece"]["note"] == NO_SPREAD  # ECE 0.4 with any document left out
+    assert (
+        ivs["max_prob"] is not None and basis["max_prob"]["method"] == SCORE_METHOD
+    )  # bounded: capped score
     cards = render_cards(tmp_path, echo=lambda _: None, rounds=50)
     card = (tmp_path / "card.md").read_text()
     lo = f"{0.05 ** (1 / 13):.3f}"
     assert f"A-rate 1.000 [{lo}, 1.000] (one-sided: every document at 1)" in card
-    assert f"0.800 (13 documents: {NO_SPREAD})" in card  # |0.9 + 0.9 - 1|
-    assert "[1.000, 1.000]" not in card and "[0.800, 0.800]" not in card  # no zero-width bracket
+    assert f"ECE 0.400 (13 documents: {NO_SPREAD})" in card
+    assert "[1.000, 1.000]" not in card and "[0.400, 0.400]" not in card  # no zero-width bracket
     assert "a_rate" in card.split(EXACT_METHOD)[0].split("intervals")[-1]  # the bracket's own method
     assert "2 to 12 candidates per document (more than 5x apart)" in card and "weighs 66x" in card
     assert cards[0].intervals["a_rate"] == pytest.approx(ivs["a_rate"])
@@ -119,8 +122,9 @@ def test_results_card_and_page_label_the_bound_and_no_spread_alike(tmp_path):
         lambda v, k: recorded(res["intervals"][v].get(k), res["interval_basis"][v].get(k)),
         0.95,
     )
-    assert f"0.900 ({NO_SPREAD})" in html and f"1.000 [{lo}, 1.000]" in html
-    assert "13 documents, 95% exact one-sided" in html and "[0.900, 0.900]" not in html
+    assert f"0.400 ({NO_SPREAD})" in html and f"1.000 [{lo}, 1.000]" in html
+    assert "13 documents, 95% exact one-sided" in html and "[0.400, 0.400]" not in html
+    assert "e-16" not in html  # batch ECE 1.1e-16: an exact 0 printed as 0
     assert json.loads(json.dumps(res))  # plain JSON
 
 
