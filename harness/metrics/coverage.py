@@ -408,6 +408,12 @@ def table(result: Mapping[str, Mapping[int, Cells]], method: str = "harness") ->
                 + " | ".join(f"{_pct(worst[n][1].fired_share)} ({worst[n][0]})" for n in sizes)
                 + " |"
             )
+            for k in next(iter(by_n.values())).null:
+                lines.append(
+                    f"| no difference: {k} distinguishable | "
+                    + " | ".join(_pct(by_n[n].null[k].fired_share) for n in sizes)
+                    + " |"
+                )
             lines.append(
                 "| no difference: tables with any line distinguishable, per-metric 95% | "
                 + " | ".join(_pct(by_n[n].uncorrected.fired_share) for n in sizes)

@@ -97,9 +97,12 @@ ACROSS = "rho_across_instructions"
 MIN_DOCUMENTS_OF = {"ece": 8, ACROSS: 12}
 """Statistics that need more documents before their interval holds its level (the simulation:
 harness/metrics/coverage.py; its numbers: docs/report_card.md): ECE's, and a rank across instructions."""
-MIN_PAIRED_OF = {"max_prob": 8, "entropy": 8, "order_gap": 8}
-"""Paired differences B - A that need more documents: with none truly there, their t interval
-excluded 0 in 7-8% of data sets at 4-6 documents (nominal 5%; docs/report_card.md)."""
+MIN_PAIRED_OF = {
+    k: 8 for k in ("max_prob", "entropy", "order_gap", "order_consistency", "brier", "nll", "accuracy")
+}
+"""Paired differences B - A that need more documents: ratios pooled over judgments, whose paired t
+interval, with no true difference, excluded 0 in 7-11% of data sets at 3-6 documents of 4-16
+candidates (nominal 5%; docs/report_card.md)."""
 TOO_FEW = "too few documents to tell"
 FISHER = frozenset(
     {"spearman", "kendall", "spearman_pairs", "kendall_pairs", "spearman_whole", "kendall_whole", ACROSS}
