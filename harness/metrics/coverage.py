@@ -235,6 +235,8 @@ class Cells:
     """Null tables: any line distinguishable at the per-metric level (no family-wise control)."""
     truths: dict[str, float] = field(default_factory=dict)
     """metric -> the true B - A."""
+    holm_power: dict[str, int] = field(default_factory=dict)
+    """metric -> data sets where harness-compare's Holm family calls B - A distinguishable."""
 
 
 SKIP = ("answer_mass_median", "answer_mass_low_share", "bc", "prob_gap")
@@ -279,12 +281,13 @@ def measure_cell(
         if not pairs:
             continue
         sb = _summary([j for d in docs for j in pop.b[d]], rounds, level)
-        for k, row in sa.versus(sb).items():
-            if k in SKIP or k in NO_INTERVAL:
-                continue
+        true_rows = {k: r for k, r in sa.versus(sb).items() if k not in SKIP and k not in NO_INTERVAL}
+        kept = holm({k: r.get("p_value") or math.nan for k, r in true_rows.items()}, level)
+        for k, row in true_rows.items():
             iv = Interval.from_record(row)
             cells.truths[k] = pop.truth["b"][k] - pop.truth["a"][k]
             cells.diff.setdefault(k, Tally()).add(iv, cells.truths[k])
+            cells.holm_power[k] = cells.holm_power.get(k, 0) + int(kept[k])
         first = [j for d, s in zip(docs, swap) for j in (pop.a2 if s else pop.a)[d]]
         second = [j for d, s in zip(docs, swap) for j in (pop.a if s else pop.a2)[d]]
         rows = _summary(first, rounds, level).versus(_summary(second, rounds, level))
@@ -397,8 +400,12 @@ def table(result: Mapping[str, Mapping[int, Cells]], method: str = "harness") ->
             lines.append(f"| {k} | " + " | ".join(row) + " |")
         for k in next(iter(by_n.values())).diff if method == "harness" else ():
             lines.append(
-                f"| B - A {k} (truth {_truth(by_n, k):+.3f}; excludes 0) | "
-                + " | ".join(f"{_cov(by_n[n].diff[k])}; {_pct(by_n[n].diff[k].fired_share)}" for n in sizes)
+                f"| B - A {k} (truth {_truth(by_n, k):+.3f}): coverage; excludes 0; Holm keeps | "
+                + " | ".join(
+                    f"{_cov(by_n[n].diff[k])}; {_pct(by_n[n].diff[k].fired_share)}"
+                    f"; Holm {_pct(by_n[n].holm_power.get(k, 0) / max(by_n[n].diff[k].sets, 1))}"
+                    for n in sizes
+                )
                 + " |"
             )
         if method == "harness" and next(iter(by_n.values())).family.sets:
