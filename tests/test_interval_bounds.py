@@ -77,7 +77,7 @@ def test_exact_zeros_print_as_zero():
 
 def _judgments() -> list[Judgment]:
     """12 documents of 2 candidates and one of 12, every pair judged P(A) 0.9: A-rate 1, max_prob
-    0.9 and ECE 0.4 in every document."""
+    0.9 and a win-rate Spearman of 0 (every candidate ties) in every document."""
     out = []
     for d, m in enumerate([2] * 12 + [12]):
         for i, k in itertools.permutations(range(m), 2):
@@ -104,7 +104,7 @@ def test_results_card_and_page_label_the_bound_and_no_spread_alike(tmp_path):
     assert (
         ivs["a_rate"] == pytest.approx([0.05 ** (1 / 13), 1.0]) and basis["a_rate"]["method"] == EXACT_METHOD
     )
-    assert ivs["ece"] is None and basis["ece"]["note"] == NO_SPREAD  # ECE 0.4 with any document left out
+    assert ivs["spearman"] is None and basis["spearman"]["note"] == NO_SPREAD  # 0 in every document
     assert (
         ivs["max_prob"] is not None and basis["max_prob"]["method"] == SCORE_METHOD
     )  # bounded: capped score
@@ -112,8 +112,8 @@ def test_results_card_and_page_label_the_bound_and_no_spread_alike(tmp_path):
     card = (tmp_path / "card.md").read_text()
     lo = f"{0.05 ** (1 / 13):.3f}"
     assert f"A-rate 1.000 [{lo}, 1.000] (one-sided: every document at 1)" in card
-    assert f"ECE 0.400 (13 documents: {NO_SPREAD})" in card
-    assert "[1.000, 1.000]" not in card and "[0.400, 0.400]" not in card  # no zero-width bracket
+    assert f"Spearman 0.000 (13 documents: {NO_SPREAD})" in card
+    assert "[1.000, 1.000]" not in card and "[0.000, 0.000]" not in card  # no zero-width bracket
     assert "a_rate" in card.split(EXACT_METHOD)[0].split("intervals")[-1]  # the bracket's own method
     assert "2 to 12 candidates per document (more than 5x apart)" in card and "weighs 66x" in card
     assert cards[0].intervals["a_rate"] == pytest.approx(ivs["a_rate"])
@@ -122,9 +122,9 @@ def test_results_card_and_page_label_the_bound_and_no_spread_alike(tmp_path):
         lambda v, k: recorded(res["intervals"][v].get(k), res["interval_basis"][v].get(k)),
         0.95,
     )
-    assert f"0.400 ({NO_SPREAD})" in html and f"1.000 [{lo}, 1.000]" in html
-    assert "13 documents, 95% exact one-sided" in html and "[0.400, 0.400]" not in html
-    assert "e-16" not in html  # batch ECE 1.1e-16: an exact 0 printed as 0
+    assert f"0.000 ({NO_SPREAD})" in html and f"1.000 [{lo}, 1.000]" in html
+    assert "13 documents, 95% exact one-sided" in html and "[0.000, 0.000]" not in html
+    assert "e-16" not in html and "e-17" not in html  # rounding residue of an exact 0 printed as 0
     assert json.loads(json.dumps(res))  # plain JSON
 
 

@@ -380,6 +380,8 @@ def bootstrap_interval(
         return Interval(
             None, n, f"undefined in {int((~defined).sum())} of {rounds.size} bootstrap rounds", BOOT_METHOD
         )
+    if bool(_flat(np.array(point), rounds[defined][None, :])[0]):
+        return Interval(None, n, NO_SPREAD, BOOT_METHOD)
     fisher, rng = _scale_and_range(metric, difference, fisher)
     lo, hi = bootstrap_bounds(np.array(point), rounds[defined][None, :], n, level, fisher, rng)
     return Interval((float(lo[0]), float(hi[0])), n, None, BOOT_METHOD)
