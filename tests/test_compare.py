@@ -122,6 +122,19 @@ def test_compare_prints_each_metric_with_its_paired_interval(two_runs, capsys):
     same = capsys.readouterr().out
     assert "a_rate +0.000 (3 documents: no spread across documents: too little to tell)" in same
     assert ": distinguishable" not in same and "nothing is tested" in same
+    # One primary metric named up front: tested alone; every other line exploratory, no verdict.
+    assert (
+        compare.main([str(two_runs[0]), str(two_runs[1]), "--bootstrap", "50", "--primary", "a_rate_prob"])
+        == 0
+    )
+    got = capsys.readouterr().out
+    first = next(x for x in got.splitlines() if x.startswith("a_rate_prob "))
+    assert "distinguishable from 0 at 95% (the primary metric, named up front)" in first
+    others = [x for x in got.splitlines() if x.startswith(("spearman ", "max_prob "))]
+    assert others and all("exploratory (the primary metric is a_rate_prob): no claim" in x for x in others)
+    assert "one claim: the primary metric a_rate_prob at 95%" in got and "Holm" not in got
+    assert compare.main([str(two_runs[0]), str(two_runs[1]), "--primary", "nope"]) == 2
+    assert "--primary 'nope' is not a metric with an interval" in capsys.readouterr().err
 
 
 def test_two_documents_make_no_distinguishable_claim(two_runs, tmp_path, capsys):

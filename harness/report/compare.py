@@ -1,4 +1,4 @@
-"""harness-compare RUN_A RUN_B [--variant none] [--bootstrap ROUNDS] [--level LEVEL] [--seed SEED]
+"""harness-compare RUN_A RUN_B [--variant none] [--bootstrap ROUNDS] [--level LEVEL] [--seed SEED] [--primary METRIC]
 
 (`python scripts/compare.py ...` runs the same.)
 
@@ -12,7 +12,9 @@ The table is ONE family of claims: a line says "distinguishable" only when Holm'
 every metric with an interval (their paired t p-values) keeps it, so with no true difference the
 chance that any line of the table says so is at most 1 - level (harness/metrics/coverage.py
 measures it); each printed interval is still that metric's own, at the level, and a line whose own
-interval excludes 0 but which Holm does not keep says so.
+interval excludes 0 but which Holm does not keep says so. `--primary METRIC` names the one claim up
+front instead: that metric's line is tested alone at the level (all the power Holm spreads over the
+family), every other line is printed as exploratory, with no verdict.
 
 Refuses, in one line naming both runs and what differs, runs over different documents or pairs
 (exit 2). Warns when the runs judged different aspects (the same pairs, but each run's human
@@ -133,7 +135,13 @@ def _f(x: Any) -> str:
 
 
 def compare(
-    dir_a: Path, dir_b: Path, variant: str, rounds: int | None, level: float | None, seed: int | None
+    dir_a: Path,
+    dir_b: Path,
+    variant: str,
+    rounds: int | None,
+    level: float | None,
+    seed: int | None,
+    primary: str | None = None,
 ) -> list[str]:
     ra, ja, cfa = read_run(dir_a)
     rb, jb, cfb = read_run(dir_b)
@@ -155,7 +163,9 @@ def compare(
             where=str(dir_b),
         )
     rows = {k: d for k, d in sa.versus(sb, "", variant).items() if k not in NO_INTERVAL}
-    said, family = family_verdicts(rows, level)
+    if primary is not None and primary not in rows:
+        raise DataError(f"--primary {primary!r} is not a metric with an interval (one of: {', '.join(rows)})")
+    said, family = family_verdicts(rows, level) if primary is None else primary_verdicts(rows, level, primary)
     lines = [
         f"A = {dir_a}",
         f"B = {dir_b}",
@@ -181,6 +191,19 @@ def compare(
         )
         lines.append(f"{key:<24} {_f(d['a']):>9} {_f(d['b']):>9}   {text}")
     return lines
+
+
+def primary_verdicts(
+    rows: dict[str, dict[str, Any]], level: float, primary: str
+) -> tuple[dict[str, str], str]:
+    """The one metric named up front is tested alone at `level`; every other line is exploratory."""
+    said = {k: f"exploratory (the primary metric is {primary}): no claim" for k in rows if k != primary}
+    own = verdict(Interval.from_record(rows[primary]))
+    if own:
+        said[primary] = f"{own} at {level:.0%} (the primary metric, named up front)"
+    return said, (
+        f"one claim: the primary metric {primary} at {level:.0%}; every other line is exploratory (no verdict)"
+    )
 
 
 def family_verdicts(rows: dict[str, dict[str, Any]], level: float) -> tuple[dict[str, str], str]:
@@ -226,9 +249,17 @@ def main(argv: list[str] | None = None) -> int:
         "--level", type=float, default=None, help="the intervals' level (default: the runs' metrics.level)"
     )
     ap.add_argument("--seed", type=int, default=None, help="the PairS shuffles' seed (default: RUN_A's seed)")
+    ap.add_argument(
+        "--primary",
+        default=None,
+        help="one metric named up front: tested alone at the level, the rest exploratory "
+        "(default: Holm's step-down over every metric)",
+    )
     args = ap.parse_args(argv)
     try:
-        lines = compare(args.run_a, args.run_b, args.variant, args.bootstrap, args.level, args.seed)
+        lines = compare(
+            args.run_a, args.run_b, args.variant, args.bootstrap, args.level, args.seed, args.primary
+        )
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
