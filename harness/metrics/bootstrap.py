@@ -57,6 +57,8 @@ from harness.metrics.interval import (
     p_value,
     rate_interval,
     sentence,
+    sparse_labels,
+    too_few_labelled,
 )
 from harness.metrics.views import EPS, Frame
 
@@ -486,6 +488,7 @@ def intervals(
     """{metric: Interval} for every replicated metric; None where the value itself is undefined.
     Fairness takes the image of its rate's interval (interval.FROM_RATE)."""
     out = {k: interval_of(k, point.get(k), r, masks[k], level, (boot or {}).get(k)) for k, r in reps.items()}
+    out.update(sparse_labels(out, point.get("n_calibration")))
     for k, rate in FROM_RATE.items():
         if out.get(k) is not None and out.get(rate) is not None:
             out[k] = fairness_of(out[rate])  # type: ignore[arg-type]
@@ -507,18 +510,20 @@ def paired(
     mask: np.ndarray | None = None,
     metric: str | None = None,
     boots: tuple[np.ndarray, np.ndarray] | None = None,
+    withheld: str | None = None,
 ) -> dict[str, object]:
     """B - A on the same documents, its interval from the same rows' B - A (a paired jackknife over
-    the documents `mask` keeps: those either arm rests on; for BOOTSTRAPPED metrics the same
-    bootstrap rounds' B - A, `boots`), its documents and method, the two-sided p-value of the t
-    statistic the interval is made of ("p_value": what harness-compare's Holm step-down reads; None
-    without an interval), and its sentence."""
+    the documents `mask` keeps: those either arm rests on; BOOTSTRAPPED metrics: the bootstrap
+    rounds' B - A, `boots`; `withheld`: why none), its documents and method, its t test's two-sided
+    "p_value" (harness-compare's Holm reads it) and its sentence."""
     a, b = float(a), float(b)
     diff = b - a if math.isfinite(a) and math.isfinite(b) else math.nan
     iv, p = None, math.nan
     if reps_a is not None and reps_b is not None and math.isfinite(diff):
         rows = np.asarray(reps_b, dtype=float) - np.asarray(reps_a, dtype=float)
-        if metric in BOOTSTRAPPED and boots is not None:
+        if withheld:  # too few labelled pairs (interval.MIN_LABELLED)
+            iv = Interval(None, len(rows) if mask is None else int(np.sum(mask)), withheld)
+        elif metric in BOOTSTRAPPED and boots is not None:
             n = len(rows) if mask is None else int(np.sum(mask))
             iv = bootstrap_interval(diff, boots[1] - boots[0], n, level, metric, difference=True)
             if iv.bounds is not None:
@@ -574,6 +579,7 @@ def paired_all(
             mask(k),
             k,
             boots(k),
+            too_few_labelled(k, point_a.get("n_calibration"), point_b.get("n_calibration")),
         )
         for k in keys
     }
