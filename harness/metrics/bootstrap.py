@@ -1,9 +1,7 @@
 """Uncertainty of every metric: each metric recomputed with each document left out, and paired differences.
 
-A document is the independent unit: its pairs, both orders of each, and its candidates' human
-scores move together (pairs of one document share its source text, its candidates and often the
-judge's mood for it; treating pairs as independent gives intervals too narrow:
-tests/test_bootstrap.py shows a pair-level bootstrap under-covering on clustered data).
+A document is the independent unit: its pairs, both orders and its human scores move together
+(treating pairs as independent gives intervals too narrow: tests/test_bootstrap.py).
 
 `LeaveOneOut` is the jackknife's design over the documents in sorted id order: row i weighs every
 document 1 except the i-th (0), so two runs over the same documents get the same rows (a paired
@@ -15,13 +13,10 @@ rank correlations are recomputed per row: Spearman from weighted mid-ranks, Kend
 quadratic form W K W^T of per-document-pair concordance sums (exactly what scipy gives on the
 data with the document left out, ties included). Variants with a fitted constant (batch
 calibration's shift, the content-free P(A)) keep it at its full-data value: their intervals are
-conditional on it. `support` says which documents each metric rests on (a document without a
-human-scored pair has no say in a correlation); the interval of a metric is made from its own
-documents' rows by harness/metrics/interval.py (t x the jackknife's root-mean-square error).
-
-The same functions take any rows of weights: `resample_counts` draws percentile-bootstrap rounds
-(for BOOTSTRAPPED metrics; `percentile_interval`, the harness's former method, is the coverage
-comparison's negative control: harness/metrics/coverage.py).
+conditional on it. `support` says which documents each metric rests on (SUPPORT: with how many
+judgments); the interval of a metric is made from its own documents' rows by interval.py. The same
+functions take any rows of weights: `resample_counts` draws percentile-bootstrap rounds
+(BOOTSTRAPPED metrics; `percentile_interval` is the coverage test's negative control).
 """
 
 from __future__ import annotations
@@ -511,6 +506,7 @@ def paired(
     metric: str | None = None,
     boots: tuple[np.ndarray, np.ndarray] | None = None,
     withheld: str | None = None,
+    df: float | None = None,
 ) -> dict[str, object]:
     """B - A on the same documents, its interval from the same rows' B - A (a paired jackknife over
     the documents `mask` keeps: those either arm rests on; BOOTSTRAPPED metrics: the bootstrap
@@ -530,9 +526,9 @@ def paired(
                 p = p_value(diff, boots[1] - boots[0], n, boot=True)
         else:
             kept = rows if mask is None else rows[mask]
-            iv = jackknife_interval(diff, kept, level, metric, difference=True)
+            iv = jackknife_interval(diff, kept, level, metric, difference=True, df=df)
             if iv.bounds is not None:
-                p = p_value(diff, kept)
+                p = p_value(diff, kept, df=df)
     return {
         "a": a,
         "b": b,
@@ -555,8 +551,10 @@ def paired_all(
     masks_b: Mapping[str, np.ndarray] | None = None,
     boot_a: Mapping[str, np.ndarray] | None = None,
     boot_b: Mapping[str, np.ndarray] | None = None,
+    dfs: Mapping[str, float] | None = None,
 ) -> dict[str, dict[str, object]]:
-    """`paired` for every metric both arms have; a document counts when either arm rests on it."""
+    """`paired` for every metric both arms have (a document counts when either arm rests on it);
+    `dfs`: a metric's t degrees of freedom where not n - 1 (interval.kish_df)."""
     keys = [
         k for k in point_a if k in point_b and k not in NO_INTERVAL and isinstance(point_a[k], (int, float))
     ]
@@ -580,6 +578,7 @@ def paired_all(
             k,
             boots(k),
             too_few_labelled(k, point_a.get("n_calibration"), point_b.get("n_calibration")),
+            (dfs or {}).get(k),
         )
         for k in keys
     }

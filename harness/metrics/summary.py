@@ -14,6 +14,7 @@ import numpy as np
 from harness.files import read_json, write_json_atomic
 from harness.judging import load_judgments, write_judgments
 from harness.metrics.bootstrap import (
+    SUPPORT,
     DocStats,
     LeaveOneOut,
     as_lists,
@@ -27,7 +28,7 @@ from harness.metrics.bootstrap import (
 from harness.metrics.calibration import calibration_arrays
 from harness.metrics.correlation import view_correlations
 from harness.metrics.debias import batch_p, contextual_p, permutation_p
-from harness.metrics.interval import Interval, basis_of
+from harness.metrics.interval import Interval, basis_of, kish_df
 from harness.metrics.length import control_shift, controlled_p, length_bias
 from harness.metrics.mass import answer_mass_stats_of
 from harness.metrics.official import bc_prior_of, prob_gap_of, view_upper_a_rate
@@ -116,6 +117,9 @@ class Summary:
     boot: dict[str, dict[str, np.ndarray]] | None = None
     """variant -> metric -> (bootstrap rounds,): the same metrics on percentile-bootstrap rounds over
     the documents (bootstrap.BOOTSTRAPPED metrics and Figure 3's rho take their RMSE from these)."""
+    weights: dict[str, dict[str, np.ndarray]] | None = None
+    """variant -> metric -> (rows,): the judgments each document gives the metric (bootstrap.SUPPORT's
+    counts, in the rows' document order): a pooled ratio's paired t takes Kish's df from them."""
 
     @property
     def level(self) -> float:
@@ -149,6 +153,10 @@ class Summary:
     ) -> dict[str, dict[str, Any]]:
         """Paired differences other - self of every metric (the same documents left out in both)."""
         ov = other_variant or variant
+        dfs = None
+        if self.weights is not None and other.weights is not None:
+            mine_w, theirs_w = self.weights[variant], other.weights[ov]
+            dfs = {k: kish_df(w + theirs_w[k]) for k, w in mine_w.items() if k in theirs_w}
         mine = None if self.replicates is None else self.replicates[variant]
         theirs = None if other.replicates is None else other.replicates[ov]
         return paired_all(
@@ -162,6 +170,7 @@ class Summary:
             None if other.masks is None else other.masks[ov],
             None if self.boot is None else self.boot[variant],
             None if other.boot is None else other.boot[ov],
+            dfs,
         )
 
     def differences(self) -> dict[str, dict[str, dict[str, Any]]]:
@@ -214,7 +223,7 @@ def analyse(
     official = {"permutation": permutation_p(frame, "official")} if "permutation" in variants else {}
     loo = LeaveOneOut.over(frame.doc_ids, level, rounds, seed) if rounds else None
     w = None if loo is None else np.vstack([loo.columns(frame.doc_ids), loo.boot_columns(frame.doc_ids)])
-    out, reps, masks, boot = {}, {}, {}, {}
+    out, reps, masks, boot, weights = {}, {}, {}, {}, {}
     for k, p in variants.items():
         stats: list[DocStats] = []
         variant = frame.with_p(p)
@@ -240,8 +249,12 @@ def analyse(
             reps[k] = {m: v[: loo.rounds] for m, v in both.items()}
             boot[k] = {m: v[loo.rounds :] for m, v in both.items()}
             masks[k] = {m: loo.row_mask(frame.doc_ids, v) for m, v in support(stats[0]).items()}
+            where = loo.positions(frame.doc_ids)
+            weights[k] = {m: np.bincount(where, stats[0].sums[c], len(loo.ids)) for m, c in SUPPORT.items()}
     on = loo is not None
-    return Summary(out, reps if on else None, loo, masks if on else None, boot if on else None)
+    return Summary(
+        out, reps if on else None, loo, masks if on else None, boot if on else None, weights if on else None
+    )
 
 
 def summarize(
