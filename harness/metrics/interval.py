@@ -8,12 +8,10 @@ Student's t with n - 1 degrees of freedom times the jackknife's root-mean-square
     bias   = (n - 1) * (mean_i theta_(i) - theta)
     [lo, hi] = theta -/+ t_{n-1, (1 + level)/2} * sqrt(se^2 + bias^2)
 
-For a mean over documents the jackknife's se is the textbook s / sqrt(n) and its bias is 0, so the
-interval is the t interval; for a pooled statistic (a pooled rank correlation, ECE) the bias term
-widens it by the statistic's own small-sample bias (ECE's |.| over bins is biased upward).
-Correlations (Spearman, Kendall: per-document means and pooled) are handled on Fisher's z scale
-(atanh), where their spread is closer to symmetric, and mapped back; where a leave-one-out value
-or the value itself is exactly +/-1 (z infinite), on the raw scale. Bounds are clipped to the
+For a mean over documents the jackknife's se is s / sqrt(n) and its bias 0: the t interval; for a
+pooled statistic the bias term widens it by the statistic's own small-sample bias. Correlations are
+handled on Fisher's z scale (atanh) and mapped back (on the raw scale where a value is +/-1), NLL
+on the log scale (LOG: its per-document values have a long right tail). Bounds are clipped to the
 metric's range (RANGES). Below MIN_DOCUMENTS (MIN_DOCUMENTS_OF for ECE) there is no interval and
 every sentence says "too few documents to tell"; so does a metric undefined with a document left
 out. A difference B - A on the same documents is the same interval of the differences
@@ -31,8 +29,7 @@ least `level` (12 documents all-A: [0.779, 1]). Fairness, -|rate - 0.5|, is the 
 rate's interval. Any other metric, or a difference, whose documents all give the same value has no
 interval: "no spread across documents: too little to tell" (NO_SPREAD), never a zero-width bracket.
 
-Why this method, and how often each interval covers the truth at 2 to 50 documents:
-`python -m harness.metrics.coverage` (docs/report_card.md, "How often the intervals cover").
+How often each interval covers: `python -m harness.metrics.coverage` (docs/report_card.md).
 """
 
 from __future__ import annotations
@@ -80,6 +77,8 @@ correlation +/-1; ECE): the score interval of their value rescaled to [0, 1] (th
 covered 79-85% at 3-6 documents with P(A) 0.96 in every document; ECE's 89-90% at 12-30). The per-document correlations take it
 only where a document's value is +/-1 (2 candidates give nothing else: `at_the_bound`); otherwise
 Fisher's z t interval, which holds 93-96% on documents of 4-16 candidates."""
+LOG = frozenset({"nll"})
+"""On the log scale (P(A) 0.5-0.9, 2 candidates, 6 documents: raw 75-86% coverage, log 85-94%)."""
 FROM_RATE = {"fairness": "a_rate", "fairness_prob": "a_rate_prob"}
 """-|rate - 0.5|: its interval is the image of its rate's."""
 PER_DOCUMENT = 10.0
@@ -100,13 +99,11 @@ harness/metrics/coverage.py; its numbers: docs/report_card.md): ECE's, and a ran
 MIN_PAIRED_OF = {
     k: 8 for k in ("max_prob", "entropy", "order_gap", "order_consistency", "brier", "nll", "accuracy")
 }
-"""Paired differences B - A that need more documents: ratios pooled over judgments, whose paired t
-interval, with no true difference, excluded 0 in 7-11% of data sets at 3-6 documents of 4-16
-candidates (nominal 5%; docs/report_card.md)."""
+"""Paired B - A of ratios pooled over judgments: with no difference, their t interval excluded 0
+in 7-11% of data sets at 3-6 documents of 4-16 candidates (docs/report_card.md)."""
 MIN_LABELLED = {"ece": 100}
-"""Labelled judgments a metric needs before its interval holds its level: ECE's upward bias (noise
-in each bin's |mean label - mean P(A)|) outruns any interval with fewer (P(A) 0.5, 2-candidate
-documents: 72% coverage at 12 documents, about 20 labelled pairs)."""
+"""Labelled judgments ECE needs: its upward bias outruns its interval with fewer (P(A) 0.5,
+2-candidate documents, 12 documents, about 20 labelled pairs: 72% coverage)."""
 TOO_FEW = "too few documents to tell"
 FISHER = frozenset(
     {"spearman", "kendall", "spearman_pairs", "kendall_pairs", "spearman_whole", "kendall_whole", ACROSS}
@@ -285,6 +282,9 @@ def jackknife_interval(
     rng = rng if value_range is None else value_range
     if bool(_flat(np.array(point), loo[None, :])[0]):
         return Interval(None, n, NO_SPREAD)
+    if metric in LOG and not difference and point > 0 and bool((loo > 0).all()):
+        lo, hi = jackknife_bounds(np.log(np.array(point)), np.log(loo)[None, :], level, df=df)
+        return Interval((float(np.exp(lo[0])), float(np.exp(hi[0]))), n, None)
     lo, hi = jackknife_bounds(np.array(point), loo[None, :], level, fisher, rng, df)
     return Interval((float(lo[0]), float(hi[0])), n, None)
 
