@@ -4,7 +4,7 @@ reweighted data, a mean over documents' percentile-bootstrap rounds equal scipy.
 the document is the unit: 1,000 simulated clustered data sets of 200 documents, where the harness's
 interval covers a known truth in 93-97% and (the negative control) a pair-level bootstrap
 under-covers; the paired difference and its sentence carry their documents and method, and a
-difference of exactly 0 is never distinguishable. Coverage at 2 to 50 documents:
+difference with no spread across documents has no interval. Coverage at 2 to 50 documents:
 tests/test_interval_coverage.py."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from scipy import stats
 from harness.errors import ConfigError
 from harness.metrics import bootstrap as B
 from harness.metrics.debias import batch_p, permutation_p
-from harness.metrics.interval import METHOD, TOO_FEW, jackknife_bounds
+from harness.metrics.interval import METHOD, NO_SPREAD, SCORE_METHOD, TOO_FEW, jackknife_bounds
 from harness.metrics.summary import analyse, frame_metrics
 from harness.metrics.views import build_frame
 
@@ -127,24 +127,28 @@ def test_document_intervals_cover_the_truth_and_pair_intervals_do_not():
 
 
 def test_paired_difference_and_its_sentence():
-    """Every sentence carries its documents and method; a difference of exactly 0 (every left-out
-    value equal in both arms) is never distinguishable, a constant nonzero one is, and shown with
-    the digits that make it nonzero; 2 documents are too few to tell, however large the difference."""
+    """Every sentence carries its documents and method; a difference whose documents all give the
+    same value (exactly 0, or a constant) has no interval and says "too little to tell", never a
+    zero-width bracket or "distinguishable"; a nonzero one is shown with the digits that make it
+    nonzero; 2 documents are too few to tell, however large the difference."""
     a = np.random.default_rng(0).normal(size=12)
+    jitter = np.random.default_rng(1).normal(size=12)
     same = B.paired("order_gap", 0.5, 0.5, a, a, 0.95, metric="order_gap")
-    assert same["interval"] == [0.0, 0.0] and same["n_documents"] == 12 and same["method"] == METHOD
-    assert same["sentence"] == (
-        "order_gap +0.000 [+0.000, +0.000] (12 documents, t-jackknife; no spread across "
-        "documents): not distinguishable from 0 at 95%"
-    )
-    up = B.paired("held-out Spearman", 0.2, 0.5, a, a + 0.3, 0.95, metric="spearman")
-    assert up["sentence"].startswith("held-out Spearman +0.300 [+0.300, +0.300] (12 documents, t-jackknife")
-    assert up["sentence"].endswith(": distinguishable from 0 at 95%")
-    tiny = B.paired("order_gap", 0.1, 0.1 - 1e-7, a, a - 1e-7, 0.95, metric="order_gap")
+    assert same["interval"] is None and same["n_documents"] == 12 and same["note"] == NO_SPREAD
+    assert same["p_value"] is None
     assert (
-        tiny["sentence"].startswith("order_gap -1e-07 [-1e-07, -1e-07]")
-        and "distinguishable" in tiny["sentence"]
+        same["sentence"] == "order_gap +0.000 (12 documents: no spread across documents: too little to tell)"
     )
+    flat = B.paired("held-out Spearman", 0.2, 0.5, a, a + 0.3, 0.95, metric="spearman")
+    assert flat["interval"] is None and "distinguishable" not in flat["sentence"]
+    up = B.paired("held-out Spearman", 0.2, 0.5, a, a + 0.3 + 0.01 * jitter, 0.95, metric="spearman")
+    assert (
+        up["sentence"].startswith("held-out Spearman +0.300 [+0.2")
+        and "(12 documents, t-jackknife)" in up["sentence"]
+    )
+    assert up["sentence"].endswith(": distinguishable from 0 at 95%") and up["p_value"] < 1e-4
+    tiny = B.paired("order_gap", 0.1, 0.1 - 1e-7, a, a - 1e-7 + 1e-10 * jitter, 0.95, metric="order_gap")
+    assert tiny["sentence"].startswith("order_gap -1e-07 [-1") and "distinguishable" in tiny["sentence"]
     two = B.paired("held-out Spearman (PairS)", 0.0, 0.933, np.zeros(2), np.array([0.866, 1.0]), 0.95)
     assert two["interval"] is None and two["note"] == TOO_FEW and "distinguishable" not in two["sentence"]
     assert two["sentence"] == "held-out Spearman (PairS) +0.933 (2 documents: too few documents to tell)"
@@ -161,7 +165,7 @@ def test_analyse_intervals_hold_the_value_and_zero_rounds_turn_them_off():
     assert lo <= on.metrics["none"]["a_rate"] <= hi and hi > lo
     assert on.meta()["unit"] == "document" and on.meta()["n_documents"] == 4 and on.meta()["method"] == METHOD
     basis = on.basis()["none"]
-    assert basis["a_rate"] == {"n_documents": 4, "method": METHOD, "note": None}
+    assert basis["a_rate"] == {"n_documents": 4, "method": SCORE_METHOD, "note": None}  # a rate
     assert iv["none"]["ece"] is None and basis["ece"]["note"] == TOO_FEW  # ECE needs 8 documents
     assert "permutation - none" in on.differences()
     off = analyse(js, p_cf=0.4, shuffles=5, rounds=0)

@@ -16,7 +16,7 @@ import pytest
 from helpers.cli import run_in_process
 
 import harness.report.compare as compare  # harness-compare (scripts/compare.py wraps it)
-from harness.metrics.interval import METHOD
+from harness.metrics.interval import EXACT_METHOD, METHOD, SCORE_METHOD
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -83,7 +83,12 @@ def test_judge_results_carry_every_interval_and_the_card_shows_them(two_runs):
     lo, hi = res["intervals"]["none"]["a_rate"]
     card = (two_runs[0] / "card.md").read_text()
     assert f"A-rate {res['metrics']['none']['a_rate']:.3f} [{lo:.3f}, {hi:.3f}]" in card
-    assert f"[lo, hi]: 95%, {METHOD}, 3 documents" in card
+    assert "[lo, hi]: 95%, 3 documents; " in card and METHOD in card and SCORE_METHOD in card
+    # Each bracket's own method: this tiny judge answers B on every pair of every document, so its
+    # A-rate is the exact one-sided bound and the bracket says so; mean P(A) is a Wilson score interval.
+    assert "a_rate_prob, " in card.split(f": {EXACT_METHOD}")[1].split(SCORE_METHOD)[0]
+    assert res["interval_basis"]["none"]["a_rate"]["method"] == EXACT_METHOD and lo == 0 and hi > 0.6
+    assert f"A-rate 0.000 [0.000, {hi:.3f}] (one-sided: every document at 0)" in card
     assert (
         "(3 documents: too few documents to tell)" in card.split("calibration")[1].splitlines()[0]
     )  # ECE: 8
@@ -105,19 +110,31 @@ def test_compare_prints_each_metric_with_its_paired_interval(two_runs, capsys):
     out = capsys.readouterr().out
     ra = json.loads((two_runs[0] / "results.json").read_text())["metrics"]["none"]
     rb = json.loads((two_runs[1] / "results.json").read_text())["metrics"]["none"]
-    line = next(x for x in out.splitlines() if x.startswith("a_rate "))
-    assert f"{ra['a_rate']:.4f}" in line and f"{rb['a_rate']:.4f}" in line
-    assert f"a_rate {rb['a_rate'] - ra['a_rate']:+.3f} [" in line and "(3 documents, t-jackknife" in line
-    assert "distinguishable from 0 at 95%" in line
+    line = next(x for x in out.splitlines() if x.startswith("a_rate_prob "))
+    assert f"{ra['a_rate_prob']:.4f}" in line and f"{rb['a_rate_prob']:.4f}" in line
+    diff = rb["a_rate_prob"] - ra["a_rate_prob"]
+    assert f"a_rate_prob {diff:+.3f} [" in line and "(3 documents, t-jackknife" in line
+    assert "distinguishable from 0 at 95% family-wise (Holm, " in line
     assert "3 documents, 18 ordered pairs in each" in out and METHOD in out
-    # A run against itself: every difference is exactly 0, never distinguishable.
+    assert "one family of claims: Holm's step-down over the " in out
+    # A run against itself: every difference is exactly 0 in every document: too little to tell.
     assert compare.main([str(two_runs[0]), str(two_runs[0]), "--bootstrap", "50"]) == 0
     same = capsys.readouterr().out
+    assert "a_rate +0.000 (3 documents: no spread across documents: too little to tell)" in same
+    assert ": distinguishable" not in same and "nothing is tested" in same
+    # One primary metric named up front: tested alone; every other line exploratory, no verdict.
     assert (
-        "a_rate +0.000 [+0.000, +0.000] (3 documents, t-jackknife; no spread across documents): not "
-        "distinguishable"
-    ) in same
-    assert ": distinguishable" not in same
+        compare.main([str(two_runs[0]), str(two_runs[1]), "--bootstrap", "50", "--primary", "a_rate_prob"])
+        == 0
+    )
+    got = capsys.readouterr().out
+    first = next(x for x in got.splitlines() if x.startswith("a_rate_prob "))
+    assert "distinguishable from 0 at 95% (the primary metric, named up front)" in first
+    others = [x for x in got.splitlines() if x.startswith(("spearman ", "max_prob "))]
+    assert others and all("exploratory (the primary metric is a_rate_prob): no claim" in x for x in others)
+    assert "one claim: the primary metric a_rate_prob at 95%" in got and "Holm" not in got
+    assert compare.main([str(two_runs[0]), str(two_runs[1]), "--primary", "nope"]) == 2
+    assert "--primary 'nope' is not a metric with an interval" in capsys.readouterr().err
 
 
 def test_two_documents_make_no_distinguishable_claim(two_runs, tmp_path, capsys):
@@ -259,7 +276,7 @@ def test_compare_uses_the_runs_level_and_refuses_two_levels(two_runs, tmp_path, 
     assert r.returncode == 0, r.stderr[-2000:]
     assert compare.main([str(b90), str(b90), "--bootstrap", "20"]) == 0
     out = capsys.readouterr().out
-    assert "B - A: 90% paired interval" in out and "distinguishable from 0 at 90%" in out and "95%" not in out
+    assert "B - A: 90% paired interval" in out and "95%" not in out  # itself: no spread, nothing tested
     assert compare.main([str(two_runs[0]), str(b90), "--bootstrap", "20"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "different levels (metrics.level 0.95 vs 0.9): give --level" in err

@@ -1,9 +1,7 @@
 """Uncertainty of every metric: each metric recomputed with each document left out, and paired differences.
 
-A document is the independent unit: its pairs, both orders of each, and its candidates' human
-scores move together (pairs of one document share its source text, its candidates and often the
-judge's mood for it; treating pairs as independent gives intervals too narrow:
-tests/test_bootstrap.py shows a pair-level bootstrap under-covering on clustered data).
+A document is the independent unit: its pairs, both orders and its human scores move together
+(treating pairs as independent gives intervals too narrow: tests/test_bootstrap.py).
 
 `LeaveOneOut` is the jackknife's design over the documents in sorted id order: row i weighs every
 document 1 except the i-th (0), so two runs over the same documents get the same rows (a paired
@@ -15,13 +13,10 @@ rank correlations are recomputed per row: Spearman from weighted mid-ranks, Kend
 quadratic form W K W^T of per-document-pair concordance sums (exactly what scipy gives on the
 data with the document left out, ties included). Variants with a fitted constant (batch
 calibration's shift, the content-free P(A)) keep it at its full-data value: their intervals are
-conditional on it. `support` says which documents each metric rests on (a document without a
-human-scored pair has no say in a correlation); the interval of a metric is made from its own
-documents' rows by harness/metrics/interval.py (t x the jackknife's root-mean-square error).
-
-The same functions take any rows of weights: `resample_counts` draws percentile-bootstrap rounds
-(for BOOTSTRAPPED metrics; `percentile_interval`, the harness's former method, is the coverage
-comparison's negative control: harness/metrics/coverage.py).
+conditional on it. `support` says which documents each metric rests on (SUPPORT: with how many
+judgments); the interval of a metric is made from its own documents' rows by interval.py. The same
+functions take any rows of weights: `resample_counts` draws percentile-bootstrap rounds
+(BOOTSTRAPPED metrics; `percentile_interval` is the coverage test's negative control).
 """
 
 from __future__ import annotations
@@ -37,14 +32,28 @@ from harness.errors import ConfigError
 from harness.judging import MIN_ANSWER_MASS
 from harness.metrics.correlation import rankable
 from harness.metrics.interval import (
+    BOUNDED,
+    EXACT_METHOD,
     FISHER,
+    FROM_RATE,
     METHOD,
     MIN_DOCUMENTS,
     MIN_DOCUMENTS_OF,
+    MIN_PAIRED_OF,
+    RATES,
+    SCORE_METHOD,
+    TOO_FEW,
     Interval,
+    at_the_bound,
     bootstrap_interval,
+    fairness_of,
     jackknife_interval,
+    min_documents,
+    p_value,
+    rate_interval,
     sentence,
+    sparse_labels,
+    too_few_labelled,
 )
 from harness.metrics.views import EPS, Frame
 
@@ -124,6 +133,9 @@ class LeaveOneOut:
     def meta(self) -> dict[str, object]:
         return {
             "method": METHOD,
+            "rates": sorted(RATES | set(FROM_RATE)),
+            "bounded": sorted(BOUNDED),
+            "rate_method": f"{SCORE_METHOD}; {EXACT_METHOD}",
             "level": self.level,
             "unit": "document",
             "n_documents": len(self.ids),
@@ -132,6 +144,7 @@ class LeaveOneOut:
             "bootstrapped": list(BOOTSTRAPPED),
             "min_documents": MIN_DOCUMENTS,
             "min_documents_of": dict(MIN_DOCUMENTS_OF),
+            "min_documents_paired_of": dict(MIN_PAIRED_OF),
             "fisher_z": sorted(FISHER),
             "held_fixed": CONDITIONAL,
         }
@@ -452,6 +465,11 @@ def interval_of(
         return None
     if key in BOOTSTRAPPED and boot is not None:
         return bootstrap_interval(float(value), boot, int(np.sum(mask)), level, key)
+    kept = np.asarray(rows, dtype=float)[mask]
+    if len(kept) < min_documents(key):  # too few: the method named is the metric's usual one
+        return Interval(None, len(kept), TOO_FEW, SCORE_METHOD if key in RATES else METHOD)
+    if key in RATES or at_the_bound(key, float(value), kept):
+        return rate_interval(float(value), kept, level, key)
     return jackknife_interval(float(value), np.asarray(rows, dtype=float)[mask], level, key)
 
 
@@ -462,8 +480,14 @@ def intervals(
     level: float,
     boot: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, Interval | None]:
-    """{metric: Interval} for every replicated metric; None where the value itself is undefined."""
-    return {k: interval_of(k, point.get(k), r, masks[k], level, (boot or {}).get(k)) for k, r in reps.items()}
+    """{metric: Interval} for every replicated metric; None where the value itself is undefined.
+    Fairness takes the image of its rate's interval (interval.FROM_RATE)."""
+    out = {k: interval_of(k, point.get(k), r, masks[k], level, (boot or {}).get(k)) for k, r in reps.items()}
+    out.update(sparse_labels(out, point.get("n_calibration")))
+    for k, rate in FROM_RATE.items():
+        if out.get(k) is not None and out.get(rate) is not None:
+            out[k] = fairness_of(out[rate])  # type: ignore[arg-type]
+    return out
 
 
 def as_lists(ivs: Mapping[str, Interval | None]) -> dict[str, list[float] | None]:
@@ -481,28 +505,37 @@ def paired(
     mask: np.ndarray | None = None,
     metric: str | None = None,
     boots: tuple[np.ndarray, np.ndarray] | None = None,
+    withheld: str | None = None,
+    df: float | None = None,
 ) -> dict[str, object]:
     """B - A on the same documents, its interval from the same rows' B - A (a paired jackknife over
-    the documents `mask` keeps: those either arm rests on; for BOOTSTRAPPED metrics the same
-    bootstrap rounds' B - A, `boots`), its documents and method, and its sentence."""
+    the documents `mask` keeps: those either arm rests on; BOOTSTRAPPED metrics: the bootstrap
+    rounds' B - A, `boots`; `withheld`: why none), its documents and method, its t test's two-sided
+    "p_value" (harness-compare's Holm reads it) and its sentence."""
     a, b = float(a), float(b)
     diff = b - a if math.isfinite(a) and math.isfinite(b) else math.nan
-    iv = None
+    iv, p = None, math.nan
     if reps_a is not None and reps_b is not None and math.isfinite(diff):
         rows = np.asarray(reps_b, dtype=float) - np.asarray(reps_a, dtype=float)
-        if metric in BOOTSTRAPPED and boots is not None:
+        if withheld:  # too few labelled pairs (interval.MIN_LABELLED)
+            iv = Interval(None, len(rows) if mask is None else int(np.sum(mask)), withheld)
+        elif metric in BOOTSTRAPPED and boots is not None:
             n = len(rows) if mask is None else int(np.sum(mask))
             iv = bootstrap_interval(diff, boots[1] - boots[0], n, level, metric, difference=True)
+            if iv.bounds is not None:
+                p = p_value(diff, boots[1] - boots[0], n, boot=True)
         else:
-            iv = jackknife_interval(
-                diff, rows if mask is None else rows[mask], level, metric, difference=True
-            )
+            kept = rows if mask is None else rows[mask]
+            iv = jackknife_interval(diff, kept, level, metric, difference=True, df=df)
+            if iv.bounds is not None:
+                p = p_value(diff, kept, df=df)
     return {
         "a": a,
         "b": b,
         "diff": diff,
         "interval": None if iv is None else iv.as_list(),
         **(iv.basis() if iv is not None else {}),
+        "p_value": p if math.isfinite(p) else None,
         "sentence": sentence(label, diff, iv, level),
     }
 
@@ -518,8 +551,10 @@ def paired_all(
     masks_b: Mapping[str, np.ndarray] | None = None,
     boot_a: Mapping[str, np.ndarray] | None = None,
     boot_b: Mapping[str, np.ndarray] | None = None,
+    dfs: Mapping[str, float] | None = None,
 ) -> dict[str, dict[str, object]]:
-    """`paired` for every metric both arms have; a document counts when either arm rests on it."""
+    """`paired` for every metric both arms have (a document counts when either arm rests on it);
+    `dfs`: a metric's t degrees of freedom where not n - 1 (interval.kish_df)."""
     keys = [
         k for k in point_a if k in point_b and k not in NO_INTERVAL and isinstance(point_a[k], (int, float))
     ]
@@ -542,6 +577,8 @@ def paired_all(
             mask(k),
             k,
             boots(k),
+            too_few_labelled(k, point_a.get("n_calibration"), point_b.get("n_calibration")),
+            (dfs or {}).get(k),
         )
         for k in keys
     }

@@ -36,7 +36,7 @@ from harness.judging import MIN_ANSWER_MASS, load_judgments
 from harness.metrics.bootstrap import LeaveOneOut, doc_stats, intervals, replicate, support
 from harness.metrics.calibration import calibration, calibration_pairs
 from harness.metrics.correlation import view_correlations
-from harness.metrics.interval import METHOD, Interval
+from harness.metrics.interval import EXACT_METHOD, TOO_FEW, Interval, tidy
 from harness.metrics.mass import answer_mass_stats, answer_masses
 from harness.metrics.order import view_order_consistency
 from harness.metrics.plots import plot_answer_mass, plot_p_a_by_order, plot_reliability
@@ -142,7 +142,30 @@ def card_numbers(
         "spearman": win["spearman"],
         "kendall": win["kendall"],
     }
-    return {**{k: values[k] for k in CARD_KEYS}, "threshold": threshold}
+    sizes = [len(v.ids) for v in views.values()]
+    return {
+        **{k: values[k] for k in CARD_KEYS},
+        "threshold": threshold,
+        "candidates_min": min(sizes, default=0),
+        "candidates_max": max(sizes, default=0),
+    }
+
+
+UNEQUAL = 5
+"""Candidates per document more than this many times apart: the card says how each number weighs them."""
+
+
+def unequal_line(n: Mapping[str, Any]) -> str | None:
+    """One line when documents' candidate counts differ more than UNEQUAL-fold, else None."""
+    lo, hi = n.get("candidates_min", 0), n.get("candidates_max", 0)
+    if not lo or hi <= UNEQUAL * lo:
+        return None
+    return (
+        f"  documents     {lo} to {hi} candidates per document (more than {UNEQUAL}x apart): order consistency, "
+        f"ECE and accuracy pool pairs, so a {hi}-candidate document weighs {hi * (hi - 1) // max(lo * (lo - 1), 1)}x "
+        f"a {lo}-candidate one; the A-rate and Spearman/Kendall average documents equally; intervals over "
+        "such mixes: docs/report_card.md"
+    )
 
 
 def card_intervals(
@@ -384,6 +407,7 @@ def card_text(card: Card, root: Path) -> str:
             f"{n['n_order_pairs']} pairs; mean |P(A|i,j) - (1 - P(A|j,i))| {v('order_gap')}",
             f"  calibration   {cal}",
             f"  humans        {_agreement(card, v)}",
+            *([unequal_line(n)] if unequal_line(n) else []),
             *([_length_line(card.length_bias)] if card.length_bias else []),
             f"  numerics      {numerics_line(card.numerics)}",
             about,
@@ -433,9 +457,14 @@ def intervals_line(card: Card) -> str:
     if card.bounds is None:
         return "no intervals (metrics.bootstrap=0)"
     n = card.numbers["n_docs"]
-    told = [iv for iv in card.bounds.values() if iv is not None and iv.bounds is not None]
-    head = f"[lo, hi]: {card.level:.0%}, {METHOD}, {n} document{'' if n == 1 else 's'}"
-    if told:
+    methods: dict[str, list[str]] = {}
+    for key, iv in card.bounds.items():
+        if iv is not None and iv.bounds is not None:
+            methods.setdefault(iv.method, []).append(key)
+    head = f"[lo, hi]: {card.level:.0%}, {n} document{'' if n == 1 else 's'}; " + "; ".join(
+        f"{', '.join(keys)}: {method}" for method, keys in methods.items()
+    )
+    if methods:
         return head + "; a number on fewer documents says how many"
     return (
         f"none: {n} document{'' if n == 1 else 's'}: too few documents to tell (an interval needs 3, ECE 8)"
@@ -450,9 +479,11 @@ def _bounds_note(card: Card, key: str, fmt: Callable[[float], str]) -> str:
         return ""
     if iv.bounds is None:
         others = any(v is not None and v.bounds is not None for v in (card.bounds or {}).values())
-        return f" ({iv.about()})" if others else ""
-    fewer = f" ({iv.n} documents)" if iv.n != card.numbers["n_docs"] else ""
-    return f" [{fmt(iv.bounds[0])}, {fmt(iv.bounds[1])}]{fewer}"
+        return f" ({iv.about()})" if others or iv.note != TOO_FEW else ""
+    said = [f"{iv.n} documents"] if iv.n != card.numbers["n_docs"] else []
+    if iv.method == EXACT_METHOD:
+        said.append(f"one-sided: every document at {'0' if iv.bounds[0] == 0 else '1'}")
+    return f" [{fmt(iv.bounds[0])}, {fmt(iv.bounds[1])}]" + (f" ({'; '.join(said)})" if said else "")
 
 
 def _interval_of(card: Card) -> Callable[..., str]:
@@ -476,6 +507,7 @@ def _rel(p: Path, root: Path) -> Path:
 def _f(x: Any, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "nan"
+    x = tidy(x)
     return f"{x:.{digits}g}" if abs(x) < 1e-3 and x != 0 else f"{x:.{digits}f}"
 
 

@@ -1,342 +1,325 @@
-"""How often the harness's intervals cover the truth, on simulated clustered documents, at 2 to 50 documents.
+"""How often the intervals a run prints cover the truth, through the run's own path, at 3 to 50 documents.
 
-    python -m harness.metrics.coverage                      # the table in docs/report_card.md
-    python -m harness.metrics.coverage --sets 4000 --sizes 3 6 12
+    python -m harness.metrics.coverage                          # the tables in docs/report_card.md
+    python -m harness.metrics.coverage --regimes p96 p96-beta --sizes 3 12 --sets 200
 
-The simulated documents (`simulate`): 4 to 16 candidates each (uniform), a latent quality q ~ N(0, 1)
-per candidate, human scores round(3 + q + N(0, 0.8)) clipped to 1..5 (so humans tie), and a judge
-whose P(A | i shown as A, j as B) = sigmoid(beta (q_i - q_j) + e_ij + b_d + noise): a pair effect
-e_ij = -e_ji ~ N(0, 0.8) shared by both orders of the pair, a position bias b_d ~ N(0.3, 0.7) per
-document and N(0, 0.3) noise per order. Three judges ("arms") judge the same documents: A and A2
-(beta 1; A2's pair effects and position bias correlate 0.7 with A's: two instructions of one judge)
-and B (beta 1.5, its pair effects half as large, as correlated: a better instruction).
+A regime (REGIMES) is a simulated population of documents; each data set draws n of them without
+replacement as Judgment records and goes through `summary.analyse` (the "none" variant, as a run's
+results.json and card) and `Summary.versus` (as harness-compare); the truth is the same metric on
+the whole population (`summary.metric_set`), exactly. Per document: m candidates (REGIMES' "2",
+"4-16" uniform, or "2v30": half the documents 2, half 30), a latent quality q ~ N(0, 1) per
+candidate, human scores round(3 + q + N(0, 0.8)) clipped to 1..5, and every ordered pair judged:
 
-A pool of `documents` such documents is the population; each data set draws n of them without
-replacement, so the truth is the pool's own value, exactly: the A-rate and the per-document
-Spearman are means over the pool's documents, the pooled win-rate Spearman and ECE are computed over
-the whole pool. The paired difference of per-document Spearmans is measured twice: B - A (a true
-difference: coverage) and A2 - A with the arms' labels swapped at random per document (no true
-difference, exactly: how often the "distinguishable" sentence fires). Each data set's statistics
-and their leave-one-document-out values are what `harness.metrics.bootstrap.replicate` computes
-(tests/test_interval_coverage.py checks them against it); the intervals are
-`harness.metrics.interval.jackknife_bounds` and, as the comparison, the percentile bootstrap the
-harness used before (`harness.metrics.bootstrap.percentile_interval`, `rounds` rounds).
+    z_ij = mu_d + (q_i - q_j) / sqrt(2) + (e_ij + u_ij) / sqrt(2),   decision A iff z_ij > 0,
+    P(A) = sigmoid(1.7 z_ij)
+
+with a pair effect e_ij = -e_ji ~ N(0, 1) shared by both orders and u_ij ~ N(0, 1) per order.
+`mu_d` = sqrt(2) Phi^-1(pi_d) makes the document's share of A decisions pi_d in expectation:
+pi_d = P(A) of the regime in every document ("p96": 0.96), or pi_d ~ Beta(5 P, 5 (1 - P)) per
+document ("p96-beta"); "mid": mu_d ~ N(0.3, 0.7) (a position bias per document, as before);
+"heavy": mu_d = 0.3 + 0.5 t_2 (heavy-tailed document effects). Run B (a true difference) is a
+better instruction of the same judge: position bias halved (mu_d / 2), quality term x1.5, the same
+pair effects as A; run A2
+(no difference) draws its own pair effects (correlated 0.7) and per-order noise, and each data set
+swaps A and A2 at random per document, so B - A is 0 in expectation exactly.
+
+Methods (`METHODS`), all from the same Summary of the same data set: "harness" (what a run prints:
+`Summary.interval_objects`, `Summary.versus`), and two NEGATIVE CONTROLS: "percentile" (the
+percentile bootstrap over documents on the Summary's own bootstrap rounds) and "t-jackknife"
+(the t x jackknife interval for every metric, rates included: the method before rates took a score
+interval, zero-width at the bound). `harness-compare`'s family (Holm over every metric it tests)
+is measured on the null pair: the share of data sets whose table holds any "distinguishable" line.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.metrics.bootstrap import percentile_interval, resample_counts
-from harness.metrics.correlation import rank_correlations
-from harness.metrics.interval import ACROSS, Interval, bootstrap_bounds, jackknife_bounds, rule, verdict
+from harness.metrics.bootstrap import NO_INTERVAL, percentile_interval, resample_counts
+from harness.metrics.interval import (
+    ACROSS,
+    Interval,
+    bootstrap_bounds,
+    holm,
+    jackknife_bounds,
+    rule,
+    verdict,
+)
+from harness.metrics.summary import Summary, analyse, metric_set
+from harness.records import Judgment
 
-SIZES = (2, 3, 4, 6, 8, 12, 20, 30, 50)
-STATISTICS = {
-    "a_rate": "mean over documents (A-rate)",
-    "spearman": "per-document Spearman (mean)",
-    "spearman_whole": "pooled win-rate Spearman",
-    "spearman_diff": "paired difference of Spearmans (B - A)",
-    "ece": "ECE",
-}
-"""Statistic -> what it is; each is named as the metric_set key whose interval rule it uses."""
-NULL = "spearman_null"
-"""The paired difference with no true difference: its interval should exclude 0 in <= 5% of data sets."""
-MAX_C, BINS = 16, 10
+SIZES = (3, 4, 6, 8, 12, 20, 30, 50)
+METHODS = ("harness", "percentile", "t-jackknife")
 
 
 @dataclass(frozen=True)
-class Pool:
-    """Per-document statistics of the simulated population (arrays over documents)."""
+class Regime:
+    """A simulated population (module docstring)."""
 
-    rate: np.ndarray
-    """Arm A's A-rate per document."""
-    rho: np.ndarray
-    """(3, documents): per-document win-rate Spearman of arms A, A2, B."""
-    x: np.ndarray
-    """(documents, MAX_C): arm A's win rates, NaN past the document's candidates."""
-    h: np.ndarray
-    """(documents, MAX_C): human scores, NaN likewise."""
-    ece: np.ndarray
-    """(documents, BINS, 3): arm A's labelled pairs per P(A) bin: count, sum of labels, sum of P(A)."""
-
-
-def _judge(
-    rng: np.random.Generator,
-    q: np.ndarray,
-    ok: np.ndarray,
-    beta: float,
-    base: tuple | None,
-    spread: float = 0.8,
-) -> tuple:
-    """One arm's P(A) matrices (documents, MAX_C, MAX_C) and its (pair effect, position bias)."""
-    d = len(q)
-    raw = rng.normal(0, spread, (d, MAX_C, MAX_C))
-    e = (raw - raw.transpose(0, 2, 1)) / math.sqrt(2)  # antisymmetric: shared by both orders
-    b = rng.normal(0.3, 0.7, (d, 1, 1))
-    if base is not None:  # the same judge under another instruction: correlated effects
-        e = 0.7 * base[0] * spread / 0.8 + math.sqrt(1 - 0.49) * e
-        b = 0.3 + 0.7 * (base[1] - 0.3) + math.sqrt(1 - 0.49) * (b - 0.3)
-    z = beta * (q[:, :, None] - q[:, None, :]) + e + b + rng.normal(0, 0.3, (d, MAX_C, MAX_C))
-    return np.where(ok, 1 / (1 + np.exp(-z)), np.nan), (e, b)
+    share: float | None
+    """P(A): the share of A decisions in every document (None: a position bias per document)."""
+    beta: bool = False
+    """The share varies per document, Beta(5 P, 5 (1 - P))."""
+    candidates: str = "2"
+    """"2", "4-16" or "2v30" candidates per document."""
+    heavy: bool = False
+    """Heavy-tailed document effects (mu_d = 0.3 + 0.5 t_2)."""
+    documents: int = 1000
+    """Documents in the population."""
 
 
-def _spearman_per_document(x: np.ndarray, h: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """The harness's per-document Spearman (rank_correlations; undefined counts 0), grouped by size."""
-    out = np.zeros(len(m))
-    for k in np.unique(m):
-        sel = m == k
-        out[sel] = rank_correlations(x[sel, :k], h[sel, :k])[0]
+def _regimes() -> dict[str, Regime]:
+    out = {"mid": Regime(None, candidates="4-16", documents=400)}
+    for p in (0.5, 0.9, 0.96, 0.99):
+        tag = f"p{round(p * 100):02d}"
+        out[tag] = Regime(p)
+        out[f"{tag}-beta"] = Regime(p, beta=True)
+        out[f"{tag}-many"] = Regime(p, candidates="4-16", documents=400)
+    out["p96-2v30"] = Regime(0.96, candidates="2v30", documents=300)
+    out["mid-2v30"] = Regime(None, candidates="2v30", documents=300)
+    out["heavy"] = Regime(None, candidates="4-16", heavy=True, documents=400)
     return out
 
 
-def _chunk(rng: np.random.Generator, d: int, betas: tuple[float, float, float]) -> tuple[Pool, np.ndarray]:
-    m = rng.integers(4, MAX_C + 1, d)
-    valid = np.arange(MAX_C)[None, :] < m[:, None]
-    q = rng.normal(size=(d, MAX_C))
-    h = np.where(valid, np.clip(np.round(3 + q + rng.normal(0, 0.8, (d, MAX_C))), 1, 5), np.nan)
-    ok = valid[:, :, None] & valid[:, None, :] & ~np.eye(MAX_C, dtype=bool)
-    p_a, base = _judge(rng, q, ok, betas[0], None)
-    p_a2, _ = _judge(rng, q, ok, betas[1], base)
-    p_b, _ = _judge(rng, q, ok, betas[2], base, spread=0.4)
-    with np.errstate(invalid="ignore"):
-        rate = (p_a > 0.5).sum(axis=(1, 2)) / ((p_a > 0.5) | (p_a < 0.5)).sum(axis=(1, 2))
-        wins = [np.where(ok, p, 0.0).sum(axis=2) / ok.sum(axis=2) for p in (p_a, p_a2, p_b)]
-        y = (h[:, :, None] > h[:, None, :]).astype(float)
-        labelled = ok & (h[:, :, None] != h[:, None, :])
-    rho = np.stack([_spearman_per_document(w, h, m) for w in wins])
-    doc = np.broadcast_to(np.arange(d)[:, None, None], ok.shape)[labelled]
-    b = np.minimum((p_a[labelled] * BINS).astype(int), BINS - 1)
-    ece = np.zeros((d * BINS, 3))
-    for col, weight in enumerate((None, y[labelled], p_a[labelled])):
-        ece[:, col] = np.bincount(doc * BINS + b, weights=weight, minlength=d * BINS)
-    return Pool(rate, rho, wins[0], h, ece.reshape(d, BINS, 3)), p_a
+REGIMES = _regimes()
+"""name -> Regime: "mid" (mid-range, 4-16 candidates), "p50"..."p99" (2 candidates in both orders,
+constant P(A)), "-beta" (per-document Beta), "-many" (4-16 candidates), "2v30" mixes, "heavy"."""
 
 
-def simulate(
-    documents: int,
-    seed: int,
-    chunk: int = 2000,
-    betas: tuple[float, float, float] = (1.0, 1.0, 1.5),
-    keep_matrices: bool = False,
-) -> Any:
-    """A pool of simulated documents (module docstring), seeded; with `keep_matrices`, (pool, arm A's
-    P(A) matrices (documents, MAX_C, MAX_C)): what the harness's own functions are checked on."""
+@dataclass
+class Population:
+    """Every document of a regime as Judgment records, for runs A, A2 (no difference) and B."""
+
+    a: list[list[Judgment]]
+    a2: list[list[Judgment]]
+    b: list[list[Judgment]]
+    truth: dict[str, dict[str, float]] = field(default_factory=dict)
+    """{"a": metric_set of run A over every document, "b": of B}."""
+
+
+def _sizes(regime: Regime, rng: np.random.Generator) -> np.ndarray:
+    d = regime.documents
+    if regime.candidates == "2":
+        return np.full(d, 2)
+    if regime.candidates == "2v30":
+        return np.where(np.arange(d) % 2 == 0, 2, 30)
+    return rng.integers(4, 17, d)
+
+
+def _document_mu(regime: Regime, rng: np.random.Generator) -> np.ndarray:
+    from scipy.stats import norm
+
+    d = regime.documents
+    if regime.heavy:
+        return 0.3 + 0.5 * rng.standard_t(2, d)
+    if regime.share is None:
+        return rng.normal(0.3, 0.7, d)
+    share = rng.beta(5 * regime.share, 5 * (1 - regime.share), d) if regime.beta else np.full(d, regime.share)
+    return math.sqrt(2) * norm.ppf(np.clip(share, 1e-9, 1 - 1e-9))
+
+
+def population(regime: Regime, seed: int) -> Population:
+    """The regime's documents as Judgment records (module docstring), and the truth: metric_set of
+    runs A and B over every document."""
     rng = np.random.default_rng(seed)
-    parts = [_chunk(rng, min(chunk, documents - lo), betas) for lo in range(0, documents, chunk)]
-    pool = Pool(
-        *(
-            np.concatenate([getattr(p, f) for p, _ in parts], axis=1 if f == "rho" else 0)
-            for f in ("rate", "rho", "x", "h", "ece")
-        )
-    )
-    return (pool, np.concatenate([m for _, m in parts])) if keep_matrices else pool
+    sizes, mu = _sizes(regime, rng), _document_mu(regime, rng)
+    runs: dict[str, list[list[Judgment]]] = {"a": [], "a2": [], "b": []}
+    for d, (m, md) in enumerate(zip(sizes, mu)):
+        q = rng.normal(size=m)
+        human = np.clip(np.round(3 + q + rng.normal(0, 0.8, m)), 1, 5)
+        raw = rng.normal(size=(m, m))
+        e = (raw - raw.T) / math.sqrt(2)
+        raw2 = rng.normal(size=(m, m))
+        e2 = 0.7 * e + math.sqrt(0.51) * (raw2 - raw2.T) / math.sqrt(2)
+        quality = (q[:, None] - q[None, :]) / math.sqrt(2)
+        for name, bias, effect, sharp in (("a", md, e, 1.0), ("a2", md, e2, 1.0), ("b", md / 2, e, 1.5)):
+            z = bias + sharp * quality + (effect + rng.normal(size=(m, m))) / math.sqrt(2)
+            p = 1 / (1 + np.exp(-1.7 * z))
+            runs[name].append(
+                [
+                    Judgment(
+                        f"d{d:05d}", f"c{i}", f"c{k}", float(p[i, k]), {}, float(human[i]), float(human[k])
+                    )
+                    for i, k in itertools.permutations(range(m), 2)
+                ]
+            )
+    pop = Population(runs["a"], runs["a2"], runs["b"])
+    pop.truth = {k: metric_set([j for doc in runs[k] for j in doc], shuffles=1) for k in ("a", "b")}
+    return pop
 
 
-def ece_of(bins: np.ndarray) -> np.ndarray:
-    """ECE from per-document bin sums (..., documents, BINS, 3) summed over documents."""
-    total = bins.sum(axis=-3)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.abs(total[..., 1] - total[..., 2]).sum(axis=-1) / total[..., 0].sum(axis=-1)
+@dataclass
+class Tally:
+    """One metric (or B - A of it) under one method at one n: counts over data sets."""
+
+    sets: int = 0
+    told: int = 0
+    """Data sets with an interval (the rest: too few documents, no spread, undefined)."""
+    covered: int = 0
+    """... whose interval holds the truth."""
+    fired: int = 0
+    """... whose interval excludes 0 ("distinguishable from 0")."""
+
+    def add(self, iv: Interval | None, truth: float) -> None:
+        self.sets += 1
+        if iv is None or iv.bounds is None or not math.isfinite(truth):
+            return
+        self.told += 1
+        self.covered += int(iv.bounds[0] <= truth <= iv.bounds[1])
+        self.fired += int(verdict(iv) == "distinguishable from 0")
+
+    @property
+    def coverage(self) -> float:
+        return self.covered / self.told if self.told else math.nan
+
+    @property
+    def told_share(self) -> float:
+        return self.told / self.sets if self.sets else math.nan
+
+    @property
+    def fired_share(self) -> float:
+        return self.fired / self.sets if self.sets else math.nan
+
+    def se(self) -> float:
+        """Monte-Carlo standard error of `coverage`."""
+        c = self.coverage
+        return math.sqrt(c * (1 - c) / self.told) if self.told else math.nan
 
 
-def truths(pool: Pool) -> dict[str, float]:
-    from scipy.stats import spearmanr
-
-    ok = np.isfinite(pool.h)
-    return {
-        "a_rate": float(pool.rate.mean()),
-        "spearman": float(pool.rho[0].mean()),
-        "spearman_whole": float(spearmanr(pool.x[ok], pool.h[ok])[0]),
-        "spearman_diff": float((pool.rho[2] - pool.rho[0]).mean()),
-        NULL: 0.0,
-        "ece": float(ece_of(pool.ece)),
-    }
-
-
-def pooled_spearman_loo(x: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Pooled Spearman of (x, h) over every candidate of each set (sets, n, MAX_C; NaN padding) and
-    with each document left out: ((sets,), (sets, n)), from sums per (document, human level): x has
-    no ties (its ranks left are 1..N), h takes the levels 1..5 (mid-ranks), so the only term that
-    needs the pairs is how many of a document's candidates lie below others in x."""
-    s, n, c = x.shape
-    valid = np.isfinite(x) & np.isfinite(h)
-    level = np.where(valid, h, 0).astype(int)
-    onehot = (level[..., None] == np.arange(1, 6)) & valid[..., None]  # (s, n, c, 5)
-    flat = onehot.reshape(s, n * c, 5)
-    order = np.argsort(np.where(valid, x, np.inf).reshape(s, n * c), axis=1, kind="stable")
-    sorted_hot = np.take_along_axis(flat, order[:, :, None], axis=1).astype(np.int64)
-    above_sorted = sorted_hot[:, ::-1].cumsum(axis=1)[:, ::-1] - sorted_hot  # level counts strictly above
-    above = np.empty_like(above_sorted)
-    np.put_along_axis(above, order[:, :, None], above_sorted, axis=1)
-    rank = np.empty((s, n * c))
-    np.put_along_axis(rank, order, np.broadcast_to(np.arange(1.0, n * c + 1), (s, n * c)), axis=1)
-    rank = rank.reshape(s, n, c)
-    k_doc = onehot.sum(axis=2).astype(float)  # (s, n, 5)
-    hot = onehot.astype(float)
-    r_doc = (hot * np.where(valid, rank, 0.0)[..., None]).sum(axis=2)
-    mask = valid[..., None].astype(float)
-    cross = (above.reshape(s, n, c, 5) * mask).sum(axis=2)
-    lower = ((x[:, :, :, None] < x[:, :, None, :]) & valid[:, :, :, None]).sum(axis=2)  # same-document below
-    within = (hot * lower[..., None]).sum(axis=2)
-    full = _spearman_from_sums(k_doc.sum(1), r_doc.sum(1), np.zeros((s, 5)))
-    loo = _spearman_from_sums(
-        k_doc.sum(1, keepdims=True) - k_doc, r_doc.sum(1, keepdims=True) - r_doc, cross - within
-    )
-    return full, loo
-
-
-def _spearman_from_sums(k: np.ndarray, r: np.ndarray, below: np.ndarray) -> np.ndarray:
-    """Spearman of the candidates left, from their count per human level k, the sum of their full x
-    ranks per level r, and how many removed candidates lie below each level's candidates in x."""
-    total = k.sum(-1)
-    mid = np.cumsum(k, axis=-1) - k + (k + 1) / 2
-    sxy = (mid * (r - below)).sum(-1)
-    sx, sxx = total * (total + 1) / 2, total * (total + 1) * (2 * total + 1) / 6
-    sy, syy = (k * mid).sum(-1), (k * mid * mid).sum(-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        vx, vy = sxx - sx * sx / total, syy - sy * sy / total
-        rho = (sxy - sx * sy / total) / np.sqrt(vx * vy)
-    return np.where((vx > 1e-9) & (vy > 1e-9), np.clip(rho, -1, 1), np.nan)
-
-
-def _mean_loo(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    n = v.shape[1]
-    total = v.sum(axis=1)
-    return total / n, (total[:, None] - v) / max(n - 1, 1)
-
-
-def set_statistics(
-    pool: Pool, idx: np.ndarray, rng: np.random.Generator, pooled_sets: int | None = None, chunk: int = 256
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Each statistic's value and leave-one-out values on the data sets `idx` (sets, n); the pooled
-    Spearman (the costly one) on the first `pooled_sets` of them only, when given."""
-    sign = rng.choice([-1.0, 1.0], idx.shape)  # which of A, A2 is called "A": exchangeable arms
-    out = {
-        "a_rate": _mean_loo(pool.rate[idx]),
-        "spearman": _mean_loo(pool.rho[0][idx]),
-        "spearman_diff": _mean_loo((pool.rho[2] - pool.rho[0])[idx]),
-        NULL: _mean_loo(sign * (pool.rho[1] - pool.rho[0])[idx]),
-    }
-    bins = pool.ece[idx]  # (sets, n, BINS, 3)
-    loo = bins.sum(axis=1, keepdims=True) - bins
-    out["ece"] = (ece_of(bins), ece_of(loo[:, :, None]))
-    some = idx[:pooled_sets]
-    parts = [
-        pooled_spearman_loo(pool.x[some[lo : lo + chunk]], pool.h[some[lo : lo + chunk]])
-        for lo in range(0, len(some), chunk)
-    ]
-    out["spearman_whole"] = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
-    return out
-
-
-def draw_sets(pool_size: int, n: int, sets: int, rng: np.random.Generator) -> np.ndarray:
-    """(sets, n) document indices, each set without replacement."""
-    return (
-        np.argsort(rng.random((sets, pool_size)), axis=1)[:, :n]
-        if pool_size <= 4 * n
-        else np.array([rng.choice(pool_size, n, replace=False) for _ in range(sets)])
-    )
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One statistic at one n: how often its interval covered the truth."""
-
-    covered: float
-    """Share of data sets whose interval holds the truth (NaN where every set is too few to tell)."""
-    told: float
-    """Share of data sets with an interval (the rest: too few documents to tell, or undefined)."""
-    excluded_zero: float
-    """Share of data sets whose interval excludes 0 ("distinguishable from 0")."""
-    sets: int
-
-
-def _cell(lo: np.ndarray, hi: np.ndarray, truth: float, n: int) -> Cell:
-    told = np.isfinite(lo) & np.isfinite(hi)
-    said = [verdict(Interval((a, b), n)) if t else None for a, b, t in zip(lo, hi, told)]
-    covered = (lo <= truth) & (truth <= hi)
-    return Cell(
-        float(covered[told].mean()) if told.any() else math.nan,
-        float(told.mean()),
-        float(np.mean([v == "distinguishable from 0" for v in said])),
-        int(len(lo)),
-    )
-
-
-def jackknife_cells(
-    stats: dict[str, tuple[np.ndarray, np.ndarray]], truth: dict[str, float], level: float
-) -> dict[str, Cell]:
-    """The harness's intervals (interval.jackknife_bounds, each statistic with its metric's rules)."""
-    out = {}
-    for name, (point, loo) in stats.items():
-        diff = name in ("spearman_diff", NULL)
-        fisher, value_range, need = rule("spearman" if diff else name, difference=diff)
-        n = loo.shape[1]
-        if n < need:
-            nan = np.full(len(point), np.nan)
-            out[name] = _cell(nan, nan, truth[name], n)
+def other_intervals(summary: Summary, method: str) -> dict[str, Interval | None]:
+    """A negative control's intervals of the "none" variant from the same Summary: "percentile" (the
+    percentile bootstrap on its bootstrap rounds) or "t-jackknife" (t x jackknife RMSE for every
+    metric, rates included, zero-width where the documents show no spread)."""
+    assert summary.replicates is not None and summary.masks is not None and summary.boot is not None
+    out: dict[str, Interval | None] = {}
+    for k, rows in summary.replicates["none"].items():
+        value = summary.metrics["none"].get(k)
+        mask = summary.masks["none"][k]
+        n = int(mask.sum())
+        if value is None or not math.isfinite(value) or n < 3:
+            out[k] = None
             continue
-        lo, hi = jackknife_bounds(point, loo, level, fisher, value_range)
-        out[name] = _cell(lo, hi, truth[name], n)
+        if method == "percentile":
+            got = percentile_interval(summary.boot["none"][k], summary.level)
+            out[k] = None if got is None else Interval((got[0], got[1]), n, None, "percentile")
+        else:
+            fisher, rng, need = rule(k)
+            kept = rows[mask]
+            if n < need or not np.isfinite(kept).all():
+                out[k] = None
+                continue
+            lo, hi = jackknife_bounds(np.array(value), kept[None, :], summary.level, fisher, rng)
+            out[k] = Interval((float(lo[0]), float(hi[0])), n)
     return out
 
 
-def percentile_cells(
-    pool: Pool, idx: np.ndarray, truth: dict[str, float], level: float, rounds: int, seed: int
-) -> dict[str, Cell]:
-    """The percentile bootstrap over documents (the harness's previous intervals) for the statistics
-    that are means or sums over documents: rounds drawn by resample_counts, bounds by percentile_interval."""
-    sign = np.random.default_rng(seed).choice([-1.0, 1.0], idx.shape)
-    values = {
-        "a_rate": pool.rate[idx],
-        "spearman": pool.rho[0][idx],
-        "spearman_diff": (pool.rho[2] - pool.rho[0])[idx],
-        NULL: sign * (pool.rho[1] - pool.rho[0])[idx],
-    }
-    n = idx.shape[1]
-    bounds: dict[str, list] = {k: [] for k in (*values, "ece")}
-    for s in range(len(idx)):
-        w = resample_counts(n, rounds, seed + s)
-        for k, v in values.items():
-            bounds[k].append(percentile_interval(w @ v[s] / n, level) or [math.nan, math.nan])
-        bins = pool.ece[idx[s]]
-        bounds["ece"].append(percentile_interval(ece_of(np.einsum("rd,dbk->rdbk", w, bins)), level))
-    return {k: _cell(*np.array(b, dtype=float).T, truth[k], n) for k, b in bounds.items()}
+@dataclass
+class Cells:
+    """Every tally of one regime at one n."""
+
+    single: dict[str, dict[str, Tally]] = field(default_factory=dict)
+    """method -> metric -> Tally of run A's intervals."""
+    diff: dict[str, Tally] = field(default_factory=dict)
+    """metric -> Tally of B - A (a true difference) from Summary.versus."""
+    null: dict[str, Tally] = field(default_factory=dict)
+    """metric -> Tally of A2 - A (no difference): `fired` is the per-metric false-claim rate."""
+    family: Tally = field(default_factory=Tally)
+    """Null tables: `fired` counts those with any Holm-distinguishable line (harness-compare)."""
+    uncorrected: Tally = field(default_factory=Tally)
+    """Null tables: any line distinguishable at the per-metric level (no family-wise control)."""
+    truths: dict[str, float] = field(default_factory=dict)
+    """metric -> the true B - A."""
+    holm_power: dict[str, int] = field(default_factory=dict)
+    """metric -> data sets where harness-compare's Holm family calls B - A distinguishable."""
+
+
+SKIP = ("answer_mass_median", "answer_mass_low_share", "bc", "prob_gap")
+"""Metrics of the answer tokens: the simulated judgments carry none (their intervals are not measured here)."""
+
+
+def _summary(judgments: list[Judgment], rounds: int, level: float) -> Summary:
+    """What a run computes for its raw judgments (the "none" variant)."""
+    return analyse(judgments, shuffles=1, rounds=rounds, level=level, only=("none",))
+
+
+def measure_cell(
+    pop: Population,
+    n: int,
+    sets: int,
+    seed: int,
+    methods: Sequence[str] = ("harness",),
+    pairs: bool = True,
+    level: float = 0.95,
+    rounds: int | None = None,
+) -> Cells:
+    """`sets` data sets of n documents drawn from `pop`, each through analyse (and, with `pairs`,
+    Summary.versus for B - A and A2 - A)."""
+    rng = np.random.default_rng([seed, n])
+    cells = Cells({m: {} for m in methods})
+    if (
+        rounds is None
+    ):  # bootstrap rounds: only the percentile control reads them (the simulation has no answer mass)
+        rounds = 200 if "percentile" in methods else 1
+    for _ in range(sets):
+        docs = rng.choice(len(pop.a), n, replace=False)
+        swap = rng.random(n) < 0.5
+        sa = _summary([j for d in docs for j in pop.a[d]], rounds, level)
+        ivs = {
+            m: sa.interval_objects()["none"] if m == "harness" else other_intervals(sa, m) for m in methods
+        }  # type: ignore[index]
+        for m, got in ivs.items():
+            for k, iv in got.items():
+                if k in SKIP:
+                    continue
+                cells.single[m].setdefault(k, Tally()).add(iv, pop.truth["a"][k])
+        if not pairs:
+            continue
+        sb = _summary([j for d in docs for j in pop.b[d]], rounds, level)
+        true_rows = {k: r for k, r in sa.versus(sb).items() if k not in SKIP and k not in NO_INTERVAL}
+        kept = holm({k: r.get("p_value") or math.nan for k, r in true_rows.items()}, level)
+        for k, row in true_rows.items():
+            iv = Interval.from_record(row)
+            cells.truths[k] = pop.truth["b"][k] - pop.truth["a"][k]
+            cells.diff.setdefault(k, Tally()).add(iv, cells.truths[k])
+            cells.holm_power[k] = cells.holm_power.get(k, 0) + int(kept[k])
+        first = [j for d, s in zip(docs, swap) for j in (pop.a2 if s else pop.a)[d]]
+        second = [j for d, s in zip(docs, swap) for j in (pop.a if s else pop.a2)[d]]
+        rows = _summary(first, rounds, level).versus(_summary(second, rounds, level))
+        tested = {k: r for k, r in rows.items() if k not in NO_INTERVAL and k not in SKIP}
+        for k, row in tested.items():
+            cells.null.setdefault(k, Tally()).add(Interval.from_record(row), 0.0)
+        family = holm({k: r.get("p_value") or math.nan for k, r in tested.items()}, level)
+        cells.family.sets += 1
+        cells.family.fired += int(any(family.values()))
+        cells.uncorrected.sets += 1
+        cells.uncorrected.fired += int(
+            any(verdict(Interval.from_record(r)) == "distinguishable from 0" for r in tested.values())
+        )
+    return cells
 
 
 def measure(
+    regimes: Sequence[str],
     sizes: Sequence[int] = SIZES,
-    sets: int | Mapping[int, int] = 4000,
-    documents: int = 20000,
+    sets: int | Mapping[int, int] = 400,
     seed: int = 0,
-    level: float = 0.95,
-    rounds: int = 0,
-    pooled_sets: Mapping[int, int] | None = None,
-    control_sets: int | None = None,
-    control_sizes: Sequence[int] | None = None,
-) -> dict[int, dict[str, dict[str, Cell]]]:
-    """{n: {"jackknife": {statistic: Cell}, "percentile": {...}}}: `sets` data sets per n (or per n
-    from a mapping), `pooled_sets[n]` of them for the pooled Spearman; with `rounds` > 0 also the
-    percentile bootstrap, on `control_sets` of them at `control_sizes` (default: every n)."""
-    pool = simulate(documents, seed)
-    truth = truths(pool)
-    out = {}
-    for n in sizes:
-        rng = np.random.default_rng([seed, n])
-        idx = draw_sets(documents, n, sets if isinstance(sets, int) else sets[n], rng)
-        stats = set_statistics(pool, idx, rng, (pooled_sets or {}).get(n))
-        out[n] = {"jackknife": jackknife_cells(stats, truth, level)}
-        if rounds and (control_sizes is None or n in control_sizes):
-            out[n]["percentile"] = percentile_cells(
-                pool, idx[:control_sets], truth, level, rounds, seed + 1000 * n
-            )
+    methods: Sequence[str] = ("harness",),
+    pairs: bool = True,
+) -> dict[str, dict[int, Cells]]:
+    """{regime: {n: Cells}}: `sets` data sets per n (or per n from a mapping) in each regime."""
+    out: dict[str, dict[int, Cells]] = {}
+    for name in regimes:
+        pop = population(REGIMES[name], seed)
+        out[name] = {
+            n: measure_cell(pop, n, sets if isinstance(sets, int) else sets[n], seed, methods, pairs)
+            for n in sizes
+        }
     return out
 
 
@@ -351,9 +334,16 @@ def _rank_rho(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return (rx * ry).sum(-1) / np.sqrt((rx * rx).sum(-1) * (ry * ry).sum(-1))
 
 
+def _cell(lo: np.ndarray, hi: np.ndarray, truth: float, n: int) -> Tally:
+    tally = Tally()
+    for a, b in zip(lo, hi):
+        tally.add(Interval((float(a), float(b)), n) if np.isfinite(a) and np.isfinite(b) else None, truth)
+    return tally
+
+
 def figure3_cells(
     n: int, sets: int, rounds: int, seed: int = 0, instructions: int = 12, level: float = 0.95
-) -> dict[str, Cell]:
+) -> dict[str, Tally]:
     """Figure 3's statistic: Spearman rho across `instructions` of two per-instruction means over n
     documents (an objective and the Spearman with humans). Each document moves every instruction's
     two values together (N(0, 0.1) and N(0, 0.2) shared) plus N(0, 0.08) per instruction; the truth
@@ -370,72 +360,115 @@ def figure3_cells(
     w = np.stack([resample_counts(n, rounds, seed + k) for k in range(sets)])  # (sets, rounds, n)
     reps = _rank_rho(np.einsum("srn,snk->srk", w, df), np.einsum("srn,snk->srk", w, ds))
     fisher, value_range, need = rule(ACROSS)
-    if n < need:
-        nan = np.full(sets, np.nan)
-        told = _cell(nan, nan, truth, n)
-    else:
-        told = _cell(*bootstrap_bounds(point, reps, n, level, fisher, value_range), truth, n)
+    nan = np.full(sets, np.nan)
+    told = (
+        _cell(nan, nan, truth, n)
+        if n < need
+        else _cell(*bootstrap_bounds(point, reps, n, level, fisher, value_range), truth, n)
+    )
     pct = np.array([percentile_interval(r, level) for r in reps], dtype=float)
     return {"t-bootstrap": told, "percentile": _cell(pct[:, 0], pct[:, 1], truth, n)}
 
 
-def table(result: dict[int, dict[str, dict[str, Cell]]]) -> str:
-    """Markdown: coverage (and, for the difference with no true difference, how often it fires) per n."""
-    sizes = sorted(result)
-    head = "| statistic | method | " + " | ".join(str(n) for n in sizes) + " |"
-    lines = [head, "|---|---|" + "---:|" * len(sizes)]
-    for method in ("jackknife", "percentile"):
-        for name, what in (*STATISTICS.items(), (NULL, "distinguishable from 0 with NO true difference")):
-            cells = [result[n].get(method, {}).get(name) for n in sizes]
-            if all(c is None for c in cells):
-                continue
-            show = (
-                (lambda c: f"{100 * c.excluded_zero:.1f}%")
-                if name == NULL
-                else (lambda c: "too few" if not c.told else f"{100 * c.covered:.1f}%")
+def _pct(x: float) -> str:
+    return "–" if not math.isfinite(x) else f"{100 * x:.1f}"
+
+
+def table(result: Mapping[str, Mapping[int, Cells]], method: str = "harness") -> str:
+    """Markdown, one row per (regime, metric): coverage % (Monte-Carlo SE) per n, "–" where no data
+    set had an interval, and the share given an interval where below 100%; then B - A's coverage,
+    the per-metric no-difference rate and the family's."""
+    lines = []
+    for name, by_n in result.items():
+        sizes = sorted(by_n)
+        lines += [
+            f"\n**{name}** ({describe(REGIMES[name])}; {method}; data sets per n: "
+            + ", ".join(
+                f"{n}: {by_n[n].family.sets or next(iter(by_n[n].single[method].values())).sets}"
+                for n in sizes
             )
-            label = "t-jackknife" if method == "jackknife" else "percentile (before)"
+            + ")\n",
+            "| metric | " + " | ".join(f"n={n}" for n in sizes) + " |",
+            "|---|" + "---:|" * len(sizes),
+        ]
+        keys = list(next(iter(by_n.values())).single.get(method, {}))
+        for k in keys:
+            row = []
+            for n in sizes:
+                t = by_n[n].single[method].get(k)
+                row.append("–" if t is None else _cov(t))
+            lines.append(f"| {k} | " + " | ".join(row) + " |")
+        for k in next(iter(by_n.values())).diff if method == "harness" else ():
             lines.append(
-                f"| {what} | {label} | " + " | ".join("–" if c is None else show(c) for c in cells) + " |"
-            )
-    for method, label in (("t-bootstrap", "t-bootstrap"), ("percentile", "percentile (before)")):
-        cells = [result[n].get("figure3", {}).get(method) for n in sizes]
-        if any(c is not None for c in cells):
-            lines.append(
-                f"| Figure 3: rho across 12 instructions | {label} | "
+                f"| B - A {k} (truth {_truth(by_n, k):+.3f}): coverage; excludes 0; Holm keeps | "
                 + " | ".join(
-                    "–" if c is None else "too few" if not c.told else f"{100 * c.covered:.1f}%"
-                    for c in cells
+                    f"{_cov(by_n[n].diff[k])}; {_pct(by_n[n].diff[k].fired_share)}"
+                    f"; Holm {_pct(by_n[n].holm_power.get(k, 0) / max(by_n[n].diff[k].sets, 1))}"
+                    for n in sizes
                 )
+                + " |"
+            )
+        if method == "harness" and next(iter(by_n.values())).family.sets:
+            worst = {n: max(by_n[n].null.items(), key=lambda kv: kv[1].fired_share) for n in sizes}
+            lines.append(
+                "| no difference: worst metric's 'distinguishable' rate | "
+                + " | ".join(f"{_pct(worst[n][1].fired_share)} ({worst[n][0]})" for n in sizes)
+                + " |"
+            )
+            for k in next(iter(by_n.values())).null:
+                lines.append(
+                    f"| no difference: {k} distinguishable | "
+                    + " | ".join(_pct(by_n[n].null[k].fired_share) for n in sizes)
+                    + " |"
+                )
+            lines.append(
+                "| no difference: tables with any line distinguishable, per-metric 95% | "
+                + " | ".join(_pct(by_n[n].uncorrected.fired_share) for n in sizes)
+                + " |"
+            )
+            lines.append(
+                "| no difference: tables with any line distinguishable, Holm | "
+                + " | ".join(_pct(by_n[n].family.fired_share) for n in sizes)
                 + " |"
             )
     return "\n".join(lines)
 
 
+def _truth(by_n: Mapping[int, Cells], key: str) -> float:
+    return next(iter(by_n.values())).truths.get(key, math.nan)
+
+
+def _cov(t: Tally) -> str:
+    if not t.told:
+        return "–"
+    text = f"{_pct(t.coverage)} ±{100 * t.se():.1f}"
+    return text + (f" ({_pct(t.told_share)}% told)" if t.told < t.sets else "")
+
+
+def describe(regime: Regime) -> str:
+    share = (
+        "position bias N(0.3, 0.7) per document"
+        if regime.share is None and not regime.heavy
+        else "position bias 0.3 + 0.5 t_2 per document"
+        if regime.heavy
+        else f"P(A) {regime.share:g}" + (" ~ Beta per document" if regime.beta else " in every document")
+    )
+    return f"{share}, {regime.candidates} candidates, {regime.documents} documents"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--regimes", nargs="+", default=list(REGIMES), choices=list(REGIMES))
     ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
-    ap.add_argument("--sets", type=int, default=4000, help="data sets per size")
-    ap.add_argument("--documents", type=int, default=20000, help="documents in the simulated population")
-    ap.add_argument(
-        "--rounds", type=int, default=1000, help="percentile bootstrap rounds (0: skip the comparison)"
-    )
-    ap.add_argument(
-        "--control-sets", type=int, default=1000, help="data sets per size for the percentile bootstrap"
-    )
+    ap.add_argument("--sets", type=int, default=400, help="data sets per size")
+    ap.add_argument("--methods", nargs="+", default=["harness"], choices=METHODS)
+    ap.add_argument("--no-pairs", action="store_true", help="skip B - A and the no-difference tables")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    result = measure(
-        args.sizes, args.sets, args.documents, args.seed, rounds=args.rounds, control_sets=args.control_sets
-    )
-    if args.rounds:
-        for n in args.sizes:
-            result[n]["figure3"] = figure3_cells(n, args.control_sets, args.rounds, args.seed)
-    print(table(result))
-    print(
-        f"\n{args.sets} data sets per size from a pool of {args.documents} simulated documents, seed {args.seed}; "
-        f"a coverage estimate's standard error is about {100 * math.sqrt(0.95 * 0.05 / args.sets):.1f} points"
-    )
+    for name in args.regimes:
+        result = measure([name], args.sizes, args.sets, args.seed, args.methods, not args.no_pairs)
+        for method in args.methods:
+            print(table(result, method), flush=True)
     return 0
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from harness.files import read_json, write_json_atomic
 from harness.judging import load_judgments, write_judgments
 from harness.metrics.bootstrap import (
+    SUPPORT,
     DocStats,
     LeaveOneOut,
     as_lists,
@@ -27,7 +28,7 @@ from harness.metrics.bootstrap import (
 from harness.metrics.calibration import calibration_arrays
 from harness.metrics.correlation import view_correlations
 from harness.metrics.debias import batch_p, contextual_p, permutation_p
-from harness.metrics.interval import Interval, basis_of
+from harness.metrics.interval import Interval, basis_of, kish_df
 from harness.metrics.length import control_shift, controlled_p, length_bias
 from harness.metrics.mass import answer_mass_stats_of
 from harness.metrics.official import bc_prior_of, prob_gap_of, view_upper_a_rate
@@ -116,6 +117,9 @@ class Summary:
     boot: dict[str, dict[str, np.ndarray]] | None = None
     """variant -> metric -> (bootstrap rounds,): the same metrics on percentile-bootstrap rounds over
     the documents (bootstrap.BOOTSTRAPPED metrics and Figure 3's rho take their RMSE from these)."""
+    weights: dict[str, dict[str, np.ndarray]] | None = None
+    """variant -> metric -> (rows,): the judgments each document gives the metric (bootstrap.SUPPORT's
+    counts, in the rows' document order): a pooled ratio's paired t takes Kish's df from them."""
 
     @property
     def level(self) -> float:
@@ -149,6 +153,10 @@ class Summary:
     ) -> dict[str, dict[str, Any]]:
         """Paired differences other - self of every metric (the same documents left out in both)."""
         ov = other_variant or variant
+        dfs = None
+        if self.weights is not None and other.weights is not None:
+            mine_w, theirs_w = self.weights[variant], other.weights[ov]
+            dfs = {k: kish_df(w + theirs_w[k]) for k, w in mine_w.items() if k in theirs_w}
         mine = None if self.replicates is None else self.replicates[variant]
         theirs = None if other.replicates is None else other.replicates[ov]
         return paired_all(
@@ -162,6 +170,7 @@ class Summary:
             None if other.masks is None else other.masks[ov],
             None if self.boot is None else self.boot[variant],
             None if other.boot is None else other.boot[ov],
+            dfs,
         )
 
     def differences(self) -> dict[str, dict[str, dict[str, Any]]]:
@@ -189,23 +198,32 @@ def analyse(
     bins: int = 10,
     rounds: int = 0,
     level: float = 0.95,
+    only: Sequence[str] | None = None,
 ) -> Summary:
     """`summarize` with intervals over the documents (`rounds` 0: none, metrics.bootstrap; any other
-    value: the leave-one-document-out rows of harness/metrics/bootstrap.py at `level`)."""
+    value: the leave-one-document-out rows of harness/metrics/bootstrap.py at `level`). `only`: the
+    variants to compute (default all; harness-compare and the coverage simulation need one)."""
     frame = build_frame(judgments)
-    variants = {"none": frame.p, "permutation": permutation_p(frame), "batch": batch_p(frame)}
-    if p_cf is not None and not math.isnan(p_cf):
+    want = set(only or ("none", "permutation", "batch", "contextual"))
+    variants = {"none": frame.p} if "none" in want else {}
+    if "permutation" in want:
+        variants["permutation"] = permutation_p(frame)
+    if "batch" in want:
+        variants["batch"] = batch_p(frame)
+    if "contextual" in want and p_cf is not None and not math.isnan(p_cf):
         variants["contextual"] = contextual_p(frame, p_cf)
-    elif p_cf is not None:  # the content-free probe stayed unreadable: only its view is lost
+    elif (
+        "contextual" in want and p_cf is not None
+    ):  # the content-free probe stayed unreadable: only its view is lost
         log.warning(
             "the content-free probe's answer was unreadable (P(A) NaN: NaN/inf log-probs, or an API "
             "answer still unusable after every retry): the "
             "contextual-calibration view is left out; every other view is complete"
         )
-    official = {"permutation": permutation_p(frame, "official")}
+    official = {"permutation": permutation_p(frame, "official")} if "permutation" in variants else {}
     loo = LeaveOneOut.over(frame.doc_ids, level, rounds, seed) if rounds else None
     w = None if loo is None else np.vstack([loo.columns(frame.doc_ids), loo.boot_columns(frame.doc_ids)])
-    out, reps, masks, boot = {}, {}, {}, {}
+    out, reps, masks, boot, weights = {}, {}, {}, {}, {}
     for k, p in variants.items():
         stats: list[DocStats] = []
         variant = frame.with_p(p)
@@ -224,13 +242,19 @@ def analyse(
                 w,
                 None
                 if not first
-                else np.concatenate([reps["none"]["answer_mass_median"], first["answer_mass_median"]]),
+                else np.concatenate(
+                    [next(iter(reps.values()))["answer_mass_median"], first["answer_mass_median"]]
+                ),
             )
             reps[k] = {m: v[: loo.rounds] for m, v in both.items()}
             boot[k] = {m: v[loo.rounds :] for m, v in both.items()}
             masks[k] = {m: loo.row_mask(frame.doc_ids, v) for m, v in support(stats[0]).items()}
+            where = loo.positions(frame.doc_ids)
+            weights[k] = {m: np.bincount(where, stats[0].sums[c], len(loo.ids)) for m, c in SUPPORT.items()}
     on = loo is not None
-    return Summary(out, reps if on else None, loo, masks if on else None, boot if on else None)
+    return Summary(
+        out, reps if on else None, loo, masks if on else None, boot if on else None, weights if on else None
+    )
 
 
 def summarize(

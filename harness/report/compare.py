@@ -1,4 +1,4 @@
-"""harness-compare RUN_A RUN_B [--variant none] [--bootstrap ROUNDS] [--level LEVEL] [--seed SEED]
+"""harness-compare RUN_A RUN_B [--variant none] [--bootstrap ROUNDS] [--level LEVEL] [--seed SEED] [--primary METRIC]
 
 (`python scripts/compare.py ...` runs the same.)
 
@@ -7,6 +7,14 @@ judgments.jsonl: experiment=judge, a shard merge): every metric of A and of B, B
 paired interval over documents (the same document left out in both runs: harness/metrics/interval.py)
 with one plain sentence, e.g. "spearman +0.120 [-0.050, +0.310] (12 documents, t-jackknife): not
 distinguishable from 0 at 95%"; below 3 documents "(2 documents: too few documents to tell)".
+
+The table is ONE family of claims: a line says "distinguishable" only when Holm's step-down over
+every metric with an interval (their paired t p-values) keeps it, so with no true difference the
+chance that any line of the table says so is at most 1 - level (harness/metrics/coverage.py
+measures it); each printed interval is still that metric's own, at the level, and a line whose own
+interval excludes 0 but which Holm does not keep says so. `--primary METRIC` names the one claim up
+front instead: that metric's line is tested alone at the level (all the power Holm spreads over the
+family), every other line is printed as exploratory, with no verdict.
 
 Refuses, in one line naming both runs and what differs, runs over different documents or pairs
 (exit 2). Its first lines name what differs between the runs (instruction, judge, data,
@@ -33,7 +41,7 @@ from harness.errors import DataError, HarnessError
 from harness.files import read_json_object
 from harness.judging import load_judgments
 from harness.metrics.bootstrap import NO_INTERVAL, check_settings
-from harness.metrics.interval import METHOD
+from harness.metrics.interval import METHOD, Interval, holm, sentence, verdict
 from harness.metrics.summary import analyse
 from harness.records import Judgment
 from harness.report.rundiff import differs_lines, not_applicable
@@ -131,7 +139,13 @@ def _f(x: Any) -> str:
 
 
 def compare(
-    dir_a: Path, dir_b: Path, variant: str, rounds: int | None, level: float | None, seed: int | None
+    dir_a: Path,
+    dir_b: Path,
+    variant: str,
+    rounds: int | None,
+    level: float | None,
+    seed: int | None,
+    primary: str | None = None,
 ) -> list[str]:
     ra, ja, cfa = read_run(dir_a)
     rb, jb, cfb = read_run(dir_b)
@@ -152,7 +166,10 @@ def compare(
             f"{', '.join(sb.metrics)})",
             where=str(dir_b),
         )
-    rows = sa.versus(sb, "", variant)
+    rows = {k: d for k, d in sa.versus(sb, "", variant).items() if k not in NO_INTERVAL}
+    if primary is not None and primary not in rows:
+        raise DataError(f"--primary {primary!r} is not a metric with an interval (one of: {', '.join(rows)})")
+    said, family = family_verdicts(rows, level) if primary is None else primary_verdicts(rows, level, primary)
     lines = [
         f"A = {dir_a}",
         f"B = {dir_b}",
@@ -160,6 +177,8 @@ def compare(
         f"{len({j.doc_id for j in ja})} documents, {len(ja)} ordered pairs in each; variant {variant}; "
         + (f"B - A: {level:.0%} paired interval, {METHOD}" if rounds else "no intervals (--bootstrap 0)"),
     ]
+    if rounds:
+        lines.append(family)
     for warning in (aspect_warning(ra, rb), numerics_warning(ra, rb)):
         if warning:
             lines.append(warning)
@@ -173,8 +192,49 @@ def compare(
     for key, d in rows.items():
         if key in NO_INTERVAL or key in empty:
             continue
-        lines.append(f"{key:<24} {_f(d['a']):>9} {_f(d['b']):>9}   {d['sentence']}")
+        text = (
+            d["sentence"]
+            if key not in said
+            else sentence(key, d["diff"], Interval.from_record(d), level, said=said[key])
+        )
+        lines.append(f"{key:<24} {_f(d['a']):>9} {_f(d['b']):>9}   {text}")
     return lines + ([empty_line] if empty_line else [])
+
+
+def primary_verdicts(
+    rows: dict[str, dict[str, Any]], level: float, primary: str
+) -> tuple[dict[str, str], str]:
+    """The one metric named up front is tested alone at `level`; every other line is exploratory."""
+    said = {k: f"exploratory (the primary metric is {primary}): no claim" for k in rows if k != primary}
+    own = verdict(Interval.from_record(rows[primary]))
+    if own:
+        said[primary] = f"{own} at {level:.0%} (the primary metric, named up front)"
+    return said, (
+        f"one claim: the primary metric {primary} at {level:.0%}; every other line is exploratory (no verdict)"
+    )
+
+
+def family_verdicts(rows: dict[str, dict[str, Any]], level: float) -> tuple[dict[str, str], str]:
+    """({metric: its family-wise verdict}, the line that says how they were made): Holm's step-down
+    over the metrics whose paired interval has a p-value (the others cannot tell and are not tested)."""
+    p = {k: d["p_value"] for k, d in rows.items() if isinstance(d.get("p_value"), float)}
+    kept = holm(p, level)
+    m = len(p)
+    said = {}
+    for k, rejected in kept.items():
+        alone = verdict(Interval.from_record(rows[k])) == "distinguishable from 0"
+        said[k] = (
+            f"distinguishable from 0 at {level:.0%} family-wise (Holm, {m} metrics)"
+            if rejected
+            else f"not distinguishable from 0 at {level:.0%} family-wise (Holm, {m} metrics"
+            + ("; its own interval excludes 0)" if alone else ")")
+        )
+    return said, (
+        f"one family of claims: Holm's step-down over the {m} metrics with an interval (with no true "
+        f"difference, at most {1 - level:.0%} of such tables claim any); each interval is its metric's own"
+        if m
+        else "no metric has an interval: nothing is tested"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,10 +257,18 @@ def main(argv: list[str] | None = None) -> int:
         "--level", type=float, default=None, help="the intervals' level (default: the runs' metrics.level)"
     )
     ap.add_argument("--seed", type=int, default=None, help="the PairS shuffles' seed (default: RUN_A's seed)")
+    ap.add_argument(
+        "--primary",
+        default=None,
+        help="one metric named up front: tested alone at the level, the rest exploratory "
+        "(default: Holm's step-down over every metric)",
+    )
     args = ap.parse_args(argv)
     try:
         within_optional("--seed", args.seed, 0, 2**32 - 1)  # numpy's range, before any work
-        lines = compare(args.run_a, args.run_b, args.variant, args.bootstrap, args.level, args.seed)
+        lines = compare(
+            args.run_a, args.run_b, args.variant, args.bootstrap, args.level, args.seed, args.primary
+        )
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -15,7 +15,7 @@ from typing import Any
 
 from harness.files import read_text
 from harness.judges.cpu import numerics_line
-from harness.metrics.interval import Interval, described, shown
+from harness.metrics.interval import Interval, described, shown, tidy
 from harness.report.markdown import markdown_html
 from harness.report.sets import JudgedSet, RunFiles, served_from_cache
 
@@ -59,6 +59,7 @@ def plain(x: Any, digits: int = 3) -> str:
         return str(x)
     if isinstance(x, int):
         return str(x)
+    x = tidy(x)  # an exact 0's rounding residue (-9.25e-18) is 0
     return f"{x:.{digits}g}" if x != 0 and abs(x) < 1e-3 else f"{x:.{digits}f}"
 
 

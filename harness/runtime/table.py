@@ -91,7 +91,7 @@ def to_markdown(table: Table, digits: int = 3) -> str:
 def to_csv(table: Table) -> str:
     """Full precision (repr of each float), empty cell for a missing value; a column whose runs
     record intervals is followed by "<column> lo", "<column> hi", "<column> documents" and
-    "<column> note" (why there is no interval, or "no spread across documents")."""
+    "<column> note" (why there is no interval: too few documents, no spread across documents)."""
     cell = lambda v: "" if v is None else repr(v) if isinstance(v, float) else v  # noqa: E731
     with_iv = [
         j
