@@ -24,6 +24,7 @@ from harness.judging import answer_mass
 from harness.metrics.bootstrap import interval_summary
 from harness.records import Document, Judgment
 from harness.redaction import redact, redact_overrides
+from harness.runtime.schema import WandbConf
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +47,18 @@ class Tracker:
         self,
         out_dir: str | Path,
         *,
-        mode: str = "offline",
-        project: str = "harness",
+        mode: str | None = None,
+        project: str | None = None,
         entity: str | None = None,
         group: str | None = None,
         job_type: str | None = None,
         name: str | None = None,
         run_config: Mapping[str, Any] | None = None,
-        tags: Sequence[str] = (),
+        tags: Sequence[str] | None = None,
     ) -> None:
+        default = WandbConf()  # the schema's defaults (conf/config.yaml's wandb), when built in code
+        mode, project = mode or default.mode, project or default.project
+        tags = default.tags if tags is None else tags
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.mode = mode
