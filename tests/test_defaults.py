@@ -277,3 +277,13 @@ def test_code_and_config_build_the_same_settings():
     assert ApiSettings().logprob_mode == "exact" and LocalSettings().max_new_tokens == 160
     assert (ApiOptimizerSettings().timeout_s, ApiOptimizerSettings().concurrency) == (60.0, 4)
     assert LocalSettings().min_ratio == 0.1 and LocalSettings().max_attempts == 4
+
+
+def test_abb_reads_its_typed_config():
+    """A-BB's settings from a bare mapping are those of the schema's defaults (they once differed:
+    jitter.samples 0 in code, 5 in the schema; tau_fraction absent in code)."""
+    from harness.abb.run import settings_from
+    from harness.runtime.experiment_schema import AbbExp
+
+    assert settings_from({}, 0) == settings_from(AbbExp(), 0)
+    assert settings_from({}, 0).jitter["samples"] == AbbExp().jitter.samples == 5
