@@ -25,8 +25,9 @@ from harness.abb.edits import FORMATTING, KINDS, MODES
 from harness.abb.neighbours import SPLIT_SEEDS, Neighbours, NeighbourSpec
 from harness.abb.scores import FIELDS, ScoreVector
 from harness.errors import ConfigError, located
-from harness.files import write_json_atomic, write_jsonl_atomic
+from harness.files import write_jsonl_atomic
 from harness.records import Tracker
+from harness.results import write_results
 
 BASELINES = {"arena_hard": "gpt-4-0314", "arena_bench": "gpt-4-0314"}
 """`baseline: auto`: Arena-Hard's baseline; arena-bench-v1 has the same model's answers."""
@@ -293,7 +294,7 @@ def write_outputs(
         "reference_agreement": ref,
         "judge_calls": extra.get("judge_calls"),
     }
-    write_json_atomic(out / "results.json", results)
+    results = write_results(out / "results.json", results)
     if tracker is not None:
         tracker.log(
             {**metrics, **retained.numeric_leaves(bj, "abb"), **retained.numeric_leaves(rank, "rank")}
