@@ -1,6 +1,6 @@
 """Every experiment config composes and instantiates; each ZEPO paper-table config runs end to end
 on the tiny Llama judge (tiny slices, API optimizer on a loopback server), and
-scripts/paper_tables.py lays the runs out beside the paper's numbers."""
+harness-paper-tables lays the runs out beside the paper's numbers."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _compose(overrides):
 
 
 def _paper_tables():
-    import harness.report.paper_tables as mod  # harness-paper-tables (scripts/paper_tables.py wraps it)
+    import harness.report.paper_tables as mod  # harness-paper-tables
 
     return mod
 

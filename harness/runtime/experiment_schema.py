@@ -65,7 +65,7 @@ class ZepoExp:
     entry: str = "harness.experiments.zepo:main"
     """The function that runs it (module:function)."""
     paper_table: int | None = None
-    """The paper's table a paper/*.yaml run fills (scripts/paper_tables.py reads it)."""
+    """The paper's table a paper/*.yaml run fills (harness-paper-tables reads it)."""
     instruction: InstructionConf = field(default_factory=InstructionConf)
     """The initial instruction."""
     population: int = SearchSettings.population
@@ -156,7 +156,7 @@ class PointwiseExp:
     entry: str = "harness.experiments.pointwise:main"
     """The function that runs it (module:function)."""
     paper_table: int | None = None
-    """The paper's table a paper/*.yaml run fills (scripts/paper_tables.py reads it)."""
+    """The paper's table a paper/*.yaml run fills (harness-paper-tables reads it)."""
     instruction: str | None = None
     """null: the official per-aspect score instruction (pairs/prompts.py:140-204)."""
     labels: list[str] = field(default_factory=lambda: ["1", "2", "3", "4", "5"])
