@@ -23,6 +23,7 @@ import hashlib
 import importlib
 import json
 import logging
+import math
 import os
 import random
 import threading
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.checks import at_least, check_base_url, within
 from harness.errors import ConfigError, HarnessError
 from harness.files import open_sqlite
 from harness.redaction import redact_text
@@ -82,35 +84,34 @@ class Unusable:
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclass
 class HttpSettings:
-    """Where and how to send requests. Holds the NAME of the key's variable, never the key."""
+    """Reaching an OpenAI-compatible server: shared by the API judge (conf/backend/api.yaml) and the
+    API optimizer (conf/optimizer/api.yaml), whose schemas extend it. Holds the NAME of the key's
+    variable, never the key."""
 
-    base_url: str
-    """Server root including the version, e.g. 'http://127.0.0.1:8000/v1' or 'https://api.openai.com/v1'."""
+    base_url: str = "http://127.0.0.1:8000/v1"
+    """The server's OpenAI-compatible root including the version (a local vLLM server by default)."""
     api_key_env: str | None = "OPENAI_API_KEY"
-    """Environment variable holding the key; unset/empty variable or None: no real key is sent."""
+    """The environment variable holding the key (null, or the variable unset or empty: no key sent)."""
+    concurrency: int = 8
+    """Requests in flight at once (`post_many`'s worker threads)."""
     timeout_s: float = 60.0
-    """Timeout of one attempt (connect, and each read)."""
+    """Seconds per attempt: each read, and the whole answer body (then retried)."""
     max_retries: int = 6
     """Attempts after the first one before giving up, for transport and content faults together."""
     backoff_base_s: float = 1.0
-    """First backoff before re-asking after an unusable answer; doubles each time, jittered."""
+    """Retry backoff: base * 2^attempt, jittered, capped at backoff_max_s."""
     backoff_max_s: float = 60.0
-    """Cap on one such backoff."""
-    concurrency: int = 8
-    """Worker threads for `post_many`."""
+    """The longest wait between retries."""
 
-    def __post_init__(self) -> None:
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"base_url must start with http:// or https://, got {self.base_url!r}")
-        for name in ("timeout_s", "backoff_max_s"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.max_retries < 0 or self.backoff_base_s < 0:
-            raise ConfigError("max_retries and backoff_base_s must be >= 0")
-        if self.concurrency < 1:
-            raise ConfigError(f"concurrency must be >= 1, got {self.concurrency}")
+    def check_server(self, group: str) -> None:
+        check_base_url(f"{group}.base_url", self.base_url)
+        at_least(f"{group}.concurrency", self.concurrency, 1)
+        at_least(f"{group}.max_retries", self.max_retries, 0)
+        within(f"{group}.timeout_s", self.timeout_s, 0, math.inf, open_low=True)
+        at_least(f"{group}.backoff_base_s", self.backoff_base_s, 0)
+        within(f"{group}.backoff_max_s", self.backoff_max_s, 0, math.inf, open_low=True)
 
 
 class ApiClient:
@@ -119,6 +120,7 @@ class ApiClient:
     def __init__(
         self, settings: HttpSettings, *, seed: int | None = None, sleep: Callable[[float], None] = time.sleep
     ) -> None:
+        settings.check_server("server")  # built in code too: the schema's checks, before any request
         self.settings = settings
         self._sleep = sleep
         self._rng = random.Random(seed)

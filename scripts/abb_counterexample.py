@@ -1,8 +1,8 @@
 """python scripts/abb_counterexample.py
 
-The numbers docs/abb.md quotes for the jitter-units counterexample (issue 12), the whole-set check
-that can fail, and the negative controls: SCRIPTED judges (tests/abb_scenarios.py: designed ground
-truth, not models) run through harness.abb.verify, the check every A-BB run uses.
+The numbers docs/abb.md quotes for the jitter-units counterexample, the whole-set check that can
+fail, and the negative controls: SCRIPTED judges (harness/abb/scenarios.py: designed ground truth,
+not models) run through harness.abb.verify, the check every A-BB run uses.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]  # this checkout (not an installed copy) and its scenarios
+sys.path[:0] = [str(REPO)]  # this checkout (not an installed copy)
 
 
 def show(label: str, judge_f: np.ndarray, fresh: np.ndarray, params, seed: int) -> None:
@@ -28,7 +28,7 @@ def show(label: str, judge_f: np.ndarray, fresh: np.ndarray, params, seed: int) 
 
 
 def counterexample() -> None:
-    import abb_scenarios as sc
+    from harness.abb import scenarios as sc
 
     judge = sc.JitterJudge(seed=0)  # d = 800 = 50 docs x 16, jitter sd 0.05, edit shift 0.25
     rng = np.random.default_rng(1)
@@ -88,7 +88,7 @@ def counterexample() -> None:
 
 
 def published_like() -> None:
-    import abb_scenarios as sc
+    from harness.abb import scenarios as sc
 
     lj = sc.LikertJudge(d=12_000, rms=2.485, seed=0)
     rng = np.random.default_rng(0)

@@ -154,7 +154,7 @@ KINDS = [
         "tests/test_vllm_server.py",
         ("test_a_server_that_never_comes_up_is_one_line_through_the_cli",),
     ),
-    # Round 2 (issue #20): the second adversarial run's findings.
+    # Round 2: the second adversarial run's findings.
     (
         "bad input round 2: one line before any model call (CLI)",
         "tests/test_bad_inputs.py",
@@ -208,7 +208,7 @@ KINDS = [
         "tests/test_secrets_marker.py",
         ("test_negative_control_a_multirun_writes_its_overrides_where_the_search_looks",),
     ),
-    # Round 3 (issue #30): silently wrong numbers, and loud but wrong answers.
+    # Round 3: silently wrong numbers, and loud but wrong answers.
     (
         "round 3: silent wrong numbers through the CLI (NaN judge, overlong context, forged template)",
         "tests/test_silent_numbers.py",
@@ -246,7 +246,7 @@ KINDS = [
             "test_a_key_interpolated_into_the_run_dir_is_refused_before_any_folder",
         ),
     ),
-    # Round 5 (issue #47): silently wrong numbers or lost results, and loud but wrong answers.
+    # Round 5: silently wrong numbers or lost results, and loud but wrong answers.
     (
         "round 5: silent wrong numbers or lost results (top-K, sweep subdirs, another experiment, repeated pair, "
         "fingerprint)",

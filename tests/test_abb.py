@@ -1,5 +1,4 @@
-"""A-BB bounds, calibration and verification, checked against SCRIPTED judges
-(tests/helpers/abb_scenarios.py).
+"""A-BB bounds, calibration and verification, checked against SCRIPTED judges (harness/abb/scenarios.py).
 
 Scripted judges are designed ground truth, not models. Every draw is seeded. Coverage assertions
 compare a failure count with its budget through Clopper-Pearson, so a wrong rank, a missing term or
@@ -15,10 +14,10 @@ import math
 
 import numpy as np
 import pytest
-from helpers import abb_scenarios as sc
 from scipy import stats
 
 from harness import abb
+from harness.abb import scenarios as sc
 from harness.errors import ConfigError
 
 

@@ -1,7 +1,7 @@
 """A-BB verdicts (issue 19): one tolerance for bounds and verdicts, claim-aware checks, the sure
 bound's assumption checked on every fresh neighbour, and abb.json's one-sentence summary.
 
-Score vectors here are SCRIPTED (tests/helpers/abb_scenarios.py, or a full-range flip built inline): designed
+Score vectors here are SCRIPTED (harness/abb/scenarios.py, or a full-range flip built inline): designed
 ground truth, so each verdict can be predicted. Every check that exists to catch a failure is shown
 catching one.
 """
@@ -14,9 +14,9 @@ import math
 
 import numpy as np
 import pytest
-from helpers import abb_scenarios as sc
 
 from harness import abb
+from harness.abb import scenarios as sc
 
 SCALES = [(0.0, 1.0), (1.0, 5.0), (1.0, 7.0), (1.0, 10.0), (0.0, 10.0), (0.0, 100.0)]
 TAU_FRACTIONS = [0.03125, 0.0625, 0.1, 0.125]

@@ -142,9 +142,8 @@ def test_informative_check_confirms_and_catches_miscalibrated_mechanisms(informa
     """Real tiny-model neighbours: the quantile bound lifts alpha above the cap, so the fresh check
     could fail; it confirms. The same `abb.verify` on the same fresh neighbours flags a mechanism
     whose noise is sized per coordinate, and one whose alpha exceeds its bound at a smaller tau."""
-    from helpers.abb_scenarios import with_alpha
-
     from harness import abb
+    from harness.abb.scenarios import with_alpha
 
     bj = json.loads((informative / "abb.json").read_text())
     g, v = bj["guarantee"], bj["verification"]

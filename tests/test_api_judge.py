@@ -326,15 +326,17 @@ def test_api_key_is_sent_but_never_stored_logged_or_written(tiny_judge, key, tmp
 def test_configuration_errors_are_one_line(tiny_llama):
     with pytest.raises(ConfigError, match="logprob_mode=exact needs the answer token ids"):
         ApiJudge("m", "http://127.0.0.1:9/v1", logprob_mode="exact")
-    with pytest.raises(ConfigError, match="top_logprobs must be in 1..20"):
+    with pytest.raises(ConfigError, match=r"backend.top_logprobs=50 is invalid: must lie in \[1, 20\]"):
         ApiJudge("m", "http://127.0.0.1:9/v1", top_logprobs=50)
     with pytest.raises(ConfigError, match=r"token_ids keys \['C'\]"):
         ApiJudge("m", "http://127.0.0.1:9/v1", token_ids={"A": 1, "B": 2, "C": 3})
-    with pytest.raises(ConfigError, match="base_url must start with http"):
+    with pytest.raises(ConfigError, match="base_url='127.0.0.1:9/v1' is invalid: must start with http"):
         ApiJudge("m", "127.0.0.1:9/v1")
     # mode=auto resolves ids from the tokenizer when given, else falls back to top-K.
+    assert ApiJudge("m", "http://127.0.0.1:9/v1", logprob_mode="auto", tokenizer="tiny:llama").mode == "exact"
+    assert ApiJudge("m", "http://127.0.0.1:9/v1", logprob_mode="auto").mode == "top"
+    # Built in code the default is the schema's: exact, which needs the ids.
     assert ApiJudge("m", "http://127.0.0.1:9/v1", tokenizer="tiny:llama").mode == "exact"
-    assert ApiJudge("m", "http://127.0.0.1:9/v1").mode == "top"
 
 
 def test_backend_config_builds_an_api_judge(tiny_judge, local_scores, key):

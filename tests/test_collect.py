@@ -149,7 +149,8 @@ def test_cli_prints_markdown_and_exits_2_on_user_error(sweep, tmp_path, capsys):
     r = subprocess.run(
         [
             sys.executable,
-            str(REPO / "scripts" / "collect.py"),
+            "-m",
+            "harness.runtime.collect",
             "table",
             str(sweep),
             "--pivot",
@@ -233,7 +234,7 @@ def test_zepo_columns_say_leaky_or_held_out(tmp_path, leak):
 
 
 def test_cli_without_out_writes_beside_the_sweep_and_says_so(sweep, capsys):
-    """Issue 31: the README's `python scripts/collect.py table multirun/judge/<stamp>` wrote no files."""
+    """Issue 31: the README's `harness-collect table multirun/judge/<stamp>` wrote no files."""
     assert main(["table", str(sweep), "--metrics", "none/spearman"]) == 0
     out = capsys.readouterr()
     assert (sweep / "collect" / "table.md").read_text().splitlines()[0] in out.out

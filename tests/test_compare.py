@@ -1,4 +1,4 @@
-"""harness-compare RUN_A RUN_B (scripts/compare.py wraps it): two real experiment=judge runs (the tiny random
+"""harness-compare RUN_A RUN_B: two real experiment=judge runs (the tiny random
 llama, 3 documents x 3 candidates, two instructions) compared metric by metric with a paired
 interval over documents, each sentence with its documents and method; the same runs cut to 2
 documents make no "distinguishable" claim anywhere (compare.py, results.json, the card); runs over
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers.cli import run_in_process
 
-import harness.report.compare as compare  # harness-compare (scripts/compare.py wraps it)
+import harness.report.compare as compare  # harness-compare
 from harness.metrics.interval import EXACT_METHOD, METHOD, SCORE_METHOD
 
 REPO = Path(__file__).resolve().parents[1]

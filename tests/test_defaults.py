@@ -1,5 +1,6 @@
 """Each default is written once: in the schema dataclass (harness/runtime/schema.py,
-experiment_schema.py, harness/judges/settings.py), never again in a YAML under conf/.
+experiment_schema.py, harness/judges/settings.py, harness/zepo/settings.py), never again in a YAML
+under conf/ nor in a builder's signature (a judge, an optimizer, the tracker built in code).
 
 A YAML line is redundant when the value it sets is what the config would hold without it: for a
 group file (conf/model/x.yaml extends `base_model`) the schema's default; for conf/config.yaml the
@@ -14,14 +15,16 @@ code ran with, so a later change of a default cannot move a reproduced table sil
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import pytest
 from helpers.compose import compose
+from hydra.utils import get_object
 from omegaconf import OmegaConf
 
-from harness.runtime.schema import SCHEMAS, Config
+from harness.runtime.schema import SCHEMAS, Config, WandbConf
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 HYDRA_KEYS = ("defaults", "hydra")
@@ -187,3 +190,99 @@ def test_the_redeclared_check_catches_one():
         engine: str = "hf"
 
     assert redeclared(Again) == ["Again.batch_size"]
+
+
+def setting_names() -> dict[str, str]:
+    """Every settings field of the schemas (nested nodes included): name -> the first schema holding it."""
+    names: dict[str, str] = {}
+
+    def walk(schema: Any) -> None:
+        if not dataclasses.is_dataclass(schema):
+            return
+        hints = get_type_hints(schema)
+        for f in dataclasses.fields(schema):
+            names.setdefault(f.name, schema.__name__)
+            walk(hints.get(f.name))
+
+    walk(Config)
+    for group in SCHEMAS.values():
+        for schema in group.values():
+            walk(schema)
+    return names
+
+
+def builders() -> list[Any]:
+    """What a config builds: every schema's `_target_` (conf/ and the root's wandb) and the classes
+    those build, which scripts and tests also build in code."""
+    from harness.api_client import ApiClient
+    from harness.judges.api import ApiJudge
+    from harness.judges.hf import HFJudge
+    from harness.judges.vllm import VLLMJudge
+    from harness.zepo.optimizers import ApiOptimizer, LocalOptimizer, VLLMOptimizer
+
+    schemas = [s for group in SCHEMAS.values() for s in group.values()] + [WandbConf]
+    targets = [get_object(s._target_) for s in schemas if hasattr(s, "_target_")]
+    return targets + [HFJudge, VLLMJudge, ApiJudge, LocalOptimizer, VLLMOptimizer, ApiOptimizer, ApiClient]
+
+
+def restated_in_signature(*built: Any) -> list[str]:
+    """Parameters named like a settings field that carry a value of their own (anything but None):
+    a second copy of the schema's default, which drifts (a builder takes the settings object and
+    keyword overrides instead)."""
+    names = setting_names()
+    found = []
+    for fn in built:
+        for p in inspect.signature(fn).parameters.values():
+            if p.default is not inspect.Parameter.empty and p.default is not None and p.name in names:
+                found.append(f"{fn.__qualname__}({p.name}={p.default!r}) restates {names[p.name]}.{p.name}")
+    return found
+
+
+def test_no_builder_restates_a_schema_default():
+    built = builders()
+    assert len(built) >= 12  # the 6 targets, the Tracker and the 7 classes: none skipped silently
+    assert not restated_in_signature(*built)
+
+
+def test_the_signature_check_catches_a_restated_default():
+    """Negative control: a builder taking max_new_tokens=256 (the drift LocalOptimizer once had) is
+    found, as is one restating the schema's own value; None and non-setting keywords are not."""
+
+    def build_local(path: str, *, max_new_tokens: int = 256, cache: str | None = None) -> None: ...
+
+    def build_hf(path: str, *, batch_size: int = 32, dtype: str | None = None, extra: int = 3) -> None: ...
+
+    assert restated_in_signature(build_local, build_hf) == [
+        "test_the_signature_check_catches_a_restated_default.<locals>.build_local(max_new_tokens=256) "
+        "restates ModelConf.max_new_tokens",
+        "test_the_signature_check_catches_a_restated_default.<locals>.build_hf(batch_size=32) "
+        "restates HFBackendConf.batch_size",
+    ]
+
+
+def test_code_and_config_build_the_same_settings():
+    """The drifted defaults, built in code, are the schema's: what a run gets, a library user gets."""
+    from harness.judges.settings import ApiSettings
+    from harness.runtime.schema import ApiBackendConf, ApiOptimizerConf, LocalOptimizerConf
+    from harness.zepo.settings import ApiOptimizerSettings, LocalSettings
+
+    for code, conf in (
+        (ApiSettings, ApiBackendConf),
+        (LocalSettings, LocalOptimizerConf),
+        (ApiOptimizerSettings, ApiOptimizerConf),
+    ):
+        built = dataclasses.asdict(code())
+        assert built == {k: v for k, v in dataclasses.asdict(conf()).items() if k in built}, code
+    assert ApiSettings().logprob_mode == "exact" and LocalSettings().max_new_tokens == 160
+    assert (ApiOptimizerSettings().timeout_s, ApiOptimizerSettings().concurrency) == (60.0, 4)
+    assert LocalSettings().min_ratio == 0.1 and LocalSettings().max_attempts == 4
+
+
+def test_abb_reads_its_typed_config():
+    """A-BB's settings from a bare mapping are those of the schema's defaults (they once differed:
+    jitter.samples 0 in code, 5 in the schema; tau_fraction absent in code)."""
+    from harness.abb.run import settings_from
+    from harness.runtime.experiment_schema import AbbExp
+
+    assert settings_from({}, 0) == settings_from(AbbExp(), 0)
+    assert settings_from({}, 0).jitter["samples"] == AbbExp().jitter.samples == 5

@@ -1,7 +1,8 @@
 """The package's shape: imports run one way, no cycles, no hidden function-local imports.
 
 The layers (STYLE.md): base records and I/O -> data, models, prompts, http -> judges -> judging ->
-metrics -> (zepo | abb | bench) -> runtime -> experiments -> the `harness.run` command. A module may
+metrics -> (zepo | abb | report's page modules) -> runtime -> (experiments | bench | report's
+commands: harness-report, harness-compare) -> the `harness.run` command. A module may
 import its own layer or a lower one; zepo and abb never import each other. Function-local
 imports are kept for heavy libraries only (a config error must come back before torch or vLLM
 has been imported); a function-local harness import would hide a cycle, so none is allowed.
@@ -23,6 +24,7 @@ LAYERS = {
     "harness.errors": 0,
     "harness.checks": 0,
     "harness.records": 0,
+    "harness.results": 0,
     "harness.files": 0,
     "harness.redaction": 0,
     "harness.progress": 0,
@@ -36,8 +38,11 @@ LAYERS = {
     "harness.metrics": 4,
     "harness.zepo": 5,
     "harness.abb": 5,
+    "harness.report": 5,
     "harness.runtime": 6,
-    "harness.report": 6,
+    "harness.report.cli": 7,
+    "harness.report.sweep": 7,
+    "harness.report.compare": 7,
     "harness.experiments": 7,
     "harness.bench": 7,
     "harness.run": 8,
@@ -180,6 +185,49 @@ def _strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+REPORT_COMMANDS = ("harness.report.cli", "harness.report.sweep", "harness.report.compare")
+
+
+def report_runtime_edges(graph: dict[str, list[tuple[str, bool, int]]]) -> list[str]:
+    """Imports that break the one-way edge between runtime/ and report/: a page module of report
+    importing runtime, or runtime importing one of report's commands."""
+    bad = []
+    for mod, deps in graph.items():
+        command = mod.startswith(REPORT_COMMANDS)
+        for dep, _, line in deps:
+            if mod.startswith("harness.report") and not command and dep.startswith("harness.runtime"):
+                bad.append(f"{mod}:{line} (a page module) imports {dep}")
+            if mod.startswith("harness.runtime") and dep.startswith(REPORT_COMMANDS):
+                bad.append(f"{mod}:{line} imports the command {dep}")
+    return bad
+
+
+def test_report_pages_below_runtime_commands_above(graph):
+    assert not report_runtime_edges(graph)
+    assert any(d.startswith("harness.report.page") for d, _, _ in graph["harness.runtime.context"])
+    assert any(d.startswith("harness.runtime") for d, _, _ in graph["harness.report.cli"])
+
+
+def test_the_report_edge_check_catches_a_back_edge():
+    """Negative control: a page module importing runtime, runtime importing a command, both found."""
+    graph = {
+        "harness.report.page": [("harness.runtime.collect", False, 3)],
+        "harness.runtime.context": [("harness.report.cli", False, 7), ("harness.report.page", False, 8)],
+        "harness.report.cli": [("harness.runtime.context", False, 9)],
+    }
+    assert report_runtime_edges(graph) == [
+        "harness.report.page:3 (a page module) imports harness.runtime.collect",
+        "harness.runtime.context:7 imports the command harness.report.cli",
+    ]
+
+
+def test_the_page_shows_the_chat_wrapping_without_a_judge():
+    """report/prompt.py reads the tokenizer through the chat layer; it builds no judge (an hf judge
+    for a vLLM run's page was the old way)."""
+    deps = imports(ROOT / "report" / "prompt.py")
+    assert not [d for d, _, _ in deps if d.startswith(BACKENDS)]
+
+
 def test_the_checks_catch_a_violation(tmp_path, monkeypatch):
     """Negative control: an upward import, a cycle and a hidden local import are all reported."""
     edges = {"a": {"b"}, "b": {"a"}, "c": set()}
@@ -260,6 +308,49 @@ def script_edges(folder: Path) -> dict[str, set[str]]:
         p.stem: {d.split(".")[0] for d, _, _ in imports(p)} & names - {p.stem}
         for p in sorted(folder.glob("*.py"))
     }
+
+
+ALIAS = re.compile(r"^from harness[\w.]* import main$", re.MULTILINE)
+"""The line of a script that only re-exports an installed command's `main`."""
+
+
+def script_problems(folder: Path) -> list[str]:
+    """Scripts that reach into tests/ (a path put on sys.path, or a test module imported) or that only
+    re-export an installed command (the console scripts are what docs name)."""
+    tests = {p.stem for p in (ROOT.parent / "tests").glob("*.py")}
+    found = []
+    for path in sorted(folder.glob("*.py")):
+        text = path.read_text()
+        mods = {m.split(".")[0] for m, _, _ in imports(path)}
+        if '"tests"' in text or "'tests'" in text or mods & tests:
+            found.append(f"{path.name}: imports from tests/")
+        code = [line for line in text.splitlines() if line.strip() and not line.startswith(("#", '"""'))]
+        if ALIAS.search(text) and len(code) <= 8:
+            found.append(f"{path.name}: only re-exports an installed command")
+    return found
+
+
+def test_scripts_import_nothing_from_tests_and_hold_no_alias():
+    assert not script_problems(ROOT.parent / "scripts")
+
+
+def test_the_script_check_catches_a_test_import_and_an_alias(tmp_path):
+    """Negative control: the old abb_counterexample.py's path to tests/ and scripts/report.py's shape."""
+    (tmp_path / "uses_tests.py").write_text(
+        'import sys\nsys.path[:0] = [str(REPO / "tests")]\n\ndef f():\n    import abb_scenarios\n'
+    )
+    (tmp_path / "report.py").write_text(
+        '"""python scripts/report.py RUN_DIR: the same as harness-report."""\n\nimport sys\n\n'
+        'from harness.report.cli import main\n\nif __name__ == "__main__":\n    sys.exit(main())\n'
+    )
+    (tmp_path / "fine.py").write_text("from harness.abb import scenarios\n\nprint(scenarios)\n")
+    assert script_problems(tmp_path) == [
+        "report.py: only re-exports an installed command",
+        "uses_tests.py: imports from tests/",
+    ]
+    assert issue_references(tmp_path) == []
+    (tmp_path / "fine.py").write_text("# Round 2 (issue #20): findings\n")
+    assert issue_references(tmp_path) == ["fine.py:1"]
 
 
 def test_scripts_have_no_import_cycles():
@@ -366,9 +457,39 @@ def issue_references(root: Path) -> list[str]:
 
 
 def test_no_issue_numbers_in_code_or_config_and_the_benchmarks_doc_is_short():
-    """What the house keeps: no issue or stop numbers in harness/ or conf/ (control: the pattern finds
-    a written one), and docs/benchmarks.md in at most 200 lines, opening with its current result."""
-    assert not issue_references(ROOT) and not issue_references(ROOT.parent / "conf")
+    """What the house keeps: no issue or stop numbers in harness/, conf/ or scripts/ (control: the
+    pattern finds a written one), and docs/benchmarks.md in at most 200 lines, opening with its
+    current result."""
+    for folder in (ROOT, ROOT.parent / "conf", ROOT.parent / "scripts"):
+        assert not issue_references(folder), (folder, issue_references(folder))
     assert ISSUE_REFERENCE.search("see issue #48") and ISSUE_REFERENCE.search("(stop 41)")
     doc = (ROOT.parent / "docs" / "benchmarks.md").read_text().splitlines()
     assert len(doc) <= 200 and any(line.startswith("**Current result") for line in doc[:5])
+
+
+BUILTIN_MARKS = {"parametrize", "skipif", "skip", "xfail", "usefixtures", "filterwarnings", "xdist_group"}
+
+
+def marker_mismatch(declared: set[str], tests: Path) -> tuple[set[str], set[str]]:
+    """(declared in pyproject but used by no test, used by a test but not declared)."""
+    used = {
+        m
+        for p in tests.glob("*.py")
+        for m in re.findall(r"pytest\.mark\.(\w+)", p.read_text())
+        if m not in BUILTIN_MARKS
+    }
+    return declared - used, used - declared
+
+
+def declared_markers() -> set[str]:
+    import tomllib
+
+    config = tomllib.loads((ROOT.parent / "pyproject.toml").read_text())
+    return {m.split(":")[0] for m in config["tool"]["pytest"]["ini_options"]["markers"]}
+
+
+def test_every_marker_is_declared_and_used():
+    """pyproject's markers are the ones tests use (a declared `gpu` marker no test carried was
+    dropped); control: a declared, unused marker and an undeclared, used one are both found."""
+    assert marker_mismatch(declared_markers(), ROOT.parent / "tests") == (set(), set())
+    assert marker_mismatch({"slow", "gpu"}, ROOT.parent / "tests") == ({"gpu"}, {"slurm", "vllm"})

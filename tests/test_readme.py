@@ -317,6 +317,9 @@ def run_command(
     else:
         argv = [*argv, *extra]
     argv[0] = sys.executable if argv[0] == "python" else argv[0]
+    if argv[0].startswith("harness-"):  # an installed command: this interpreter's, on PATH or not
+        beside = Path(sys.executable).parent / argv[0]
+        argv[0] = str(beside) if beside.is_file() else argv[0]
     r = subprocess.run(argv, cwd=ws, env=_env(ws), capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, f"{cmd.where}: {shlex.join(argv)} exited {r.returncode}:\n{r.stderr[-3000:]}"
     _RAN[" ".join(cmd.argv)] = ws
@@ -480,7 +483,7 @@ BROKEN = """Intro.
 # a comment, then a command over two lines with a typo'd key on the second
 python -m harness.run experiment=judge \\
     task.aspec=coherence
-python scripts/report.py outputs/x
+harness-report outputs/x
 ```
 """
 
@@ -489,7 +492,7 @@ def test_the_extractor_joins_continuations_and_drops_comments():
     cmds = readme_commands(BROKEN)
     assert [c.text for c in cmds] == [
         "python -m harness.run experiment=judge task.aspec=coherence",
-        "python scripts/report.py outputs/x",
+        "harness-report outputs/x",
     ]
     assert cmds[0].where == "README.md:5"
     found = {c.where for c in all_commands()}

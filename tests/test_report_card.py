@@ -5,7 +5,7 @@
 - SmolLM2-135M-Instruct, a real model, with and without its chat template: the mass drops and
   the warning fires only without it;
 - `python -m harness.run` end to end (real Hydra, W&B offline): pictures in the run directory, in
-  W&B and in the run's artifact; `scripts/report.py` gives results.json's numbers from
+  W&B and in the run's artifact; `harness-report` gives results.json's numbers from
   judgments.jsonl alone, for a run in the format written before the card existed too.
 """
 
@@ -282,11 +282,11 @@ def test_smollm2_without_chat_template_loses_mass_and_warns(
     assert all(LOW_MASS in j.flags for j in load_judgments(tmp_path / "plain" / "judgments.jsonl")[0])
 
 
-# -- end to end: harness.run, W&B offline, scripts/report.py ------------------------------------
+# -- end to end: harness.run, W&B offline, harness-report ------------------------------------
 def _report(args: list[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout's harness, not an installed one
     return subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "report.py"), *args],
+        [sys.executable, "-m", "harness.report.cli", *args],
         env=env,
         capture_output=True,
         text=True,
@@ -327,7 +327,7 @@ def test_every_run_gets_a_card_in_the_run_dir_wandb_and_report(tmp_path):
         if rec.get("type") == "artifact" and rec["artifact"]["type"] == "run-outputs"
     ]
     assert set(PICTURES.values()) | {"card.md"} <= {e["path"] for e in art["manifest"]["contents"]}
-    # scripts/report.py from judgments.jsonl alone: results.json's numbers, key for key.
+    # harness-report from judgments.jsonl alone: results.json's numbers, key for key.
     rep = _report([str(out), "--json", "--out", str(tmp_path / "cards")])
     assert rep.returncode == 0, rep.stderr
     numbers = json.loads(rep.stdout)["run"]

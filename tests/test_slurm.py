@@ -185,11 +185,30 @@ def test_launcher_asks_each_job_for_its_own_gpus():
     assert [(r["gpus_per_node"], jobs) for r, jobs in shards] == [(1, [0, 1, 2, 3, 4, 5])]
 
 
+def hf_cli() -> str | None:
+    """The `hf` command of this Python's huggingface_hub: beside sys.executable (a venv's bin/, on
+    PATH or not), else on PATH."""
+    beside = Path(sys.executable).parent / "hf"
+    return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else shutil.which("hf")
+
+
+def test_the_hf_cli_is_found_beside_the_interpreter(tmp_path, monkeypatch):
+    """A venv that is not on PATH still has its `hf` found (PATH emptied: only the interpreter's
+    folder can give it); control: with no `hf` beside the interpreter nor on PATH, none is found."""
+    beside = Path(sys.executable).parent / "hf"
+    if not beside.is_file():
+        pytest.skip(f"no hf beside {sys.executable} (huggingface_hub's CLI not installed here)")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert hf_cli() == str(beside)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    assert hf_cli() is None
+
+
 def test_docs_hub_commands_are_the_installed_hf_cli():
     """docs/slurm.md's login-node commands for weights: the `hf` CLI of the huggingface_hub the
     extras install (2.x has no `huggingface-cli`): each subcommand exists and takes the options the
     doc gives it (`hf <sub> --help`; downloading needs the network and a token)."""
-    hf = shutil.which("hf")
+    hf = hf_cli()
     if hf is None:
         pytest.skip("the hf CLI (huggingface_hub) is not installed")
     doc = (REPO / "docs" / "slurm.md").read_text()

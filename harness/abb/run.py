@@ -20,12 +20,14 @@ import numpy as np
 
 from harness import abb
 from harness.abb import retained
+from harness.abb.config import AbbConfig, abb_config
 from harness.abb.edits import FORMATTING, KINDS, MODES
 from harness.abb.neighbours import SPLIT_SEEDS, Neighbours, NeighbourSpec
 from harness.abb.scores import FIELDS, ScoreVector
 from harness.errors import ConfigError, located
-from harness.files import write_json_atomic, write_jsonl_atomic
+from harness.files import write_jsonl_atomic
 from harness.records import Tracker
+from harness.results import write_results
 
 BASELINES = {"arena_hard": "gpt-4-0314", "arena_bench": "gpt-4-0314"}
 """`baseline: auto`: Arena-Hard's baseline; arena-bench-v1 has the same model's answers."""
@@ -109,14 +111,13 @@ def _allowed(bound: str) -> tuple[str, ...]:
     return abb.BOUNDS if bound == "auto" else (bound,)
 
 
-def settings_from(exp: Mapping[str, Any], seed: int) -> Settings:
-    """Validated settings; the delta split gives nothing to an unused noise or estimation term."""
-    allowed, sigma_mode, dp = (
-        _allowed(str(exp.get("bound", "auto"))),
-        str(exp.get("sigma_mode", "zero")),
-        exp.get("dp_epsilon"),
-    )
-    tau, frac_tau = exp.get("tau"), exp.get("tau_fraction")
+def settings_from(exp: AbbConfig | Mapping[str, Any], seed: int) -> Settings:
+    """Validated settings from the typed config (a run's `experiment` node or a mapping, read as
+    AbbConfig: its defaults are the schema's); the delta split gives nothing to an unused noise or
+    estimation term."""
+    c = abb_config(exp)
+    allowed, sigma_mode, dp = _allowed(str(c.bound)), str(c.sigma_mode), c.dp_epsilon
+    tau, frac_tau = c.tau, c.tau_fraction
     if tau is not None:
         frac_tau = None  # a raw tau given on the command line wins over the default fraction
     elif frac_tau is None:
@@ -124,42 +125,43 @@ def settings_from(exp: Mapping[str, Any], seed: int) -> Settings:
             "set experiment.tau (raw units) or experiment.tau_fraction (of the score range)",
             where=where("tau"),
         )
-    frac = dict(exp.get("delta_split") or {})
-    noise = frac.get("noise", "auto")
+    noise = c.delta_split.noise
     noise = (
         (0.0 if sigma_mode == "zero" and dp is None else 0.45) if noise in (None, "auto") else float(noise)
     )
-    est = 0.0 if allowed in (("plugin",), ("certain_cap",)) else float(frac.get("est", 0.1))
-    split = abb.split_delta(float(exp.get("delta", 0.05)), noise_fraction=noise, est_fraction=est)
-    mode = str(exp.get("mode", "one_item"))
+    est = 0.0 if allowed in (("plugin",), ("certain_cap",)) else float(c.delta_split.est)
+    split = abb.split_delta(float(c.delta), noise_fraction=noise, est_fraction=est)
+    mode = str(c.mode)
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {MODES}, got {mode!r}", where=where("mode"))
-    fields = tuple(str(f) for f in (exp.get("fields") or ["answer"]))
+    fields = tuple(str(f) for f in c.fields)
     if any(f not in FIELDS for f in fields):
         raise ConfigError(f"fields must be among {sorted(FIELDS)}, got {list(fields)}", where=where("fields"))
-    cal = {k: exp.get(k) for k in ("mu_value", "alpha", "alpha_fraction", "dp_epsilon")}
-    cal.update(
-        mu=str(exp.get("mu", "fixed")),
-        alpha_min=float(exp.get("alpha_min") or 0.0),
-        sigma_mode=sigma_mode,
-        sigma_fraction=float(exp.get("sigma_fraction", 0.5)),
-    )
-    jit = dict(exp.get("jitter") or {})
+    cal = {
+        "mu_value": c.mu_value,
+        "alpha": c.alpha,
+        "alpha_fraction": c.alpha_fraction,
+        "dp_epsilon": dp,
+        "mu": str(c.mu),
+        "alpha_min": float(c.alpha_min or 0.0),
+        "sigma_mode": sigma_mode,
+        "sigma_fraction": float(c.sigma_fraction),
+    }
     return Settings(
         tau=None if tau is None else float(tau),
         tau_fraction=None if frac_tau is None else float(frac_tau),
         split=split,
         allowed=allowed,
-        mean_ucb=str(exp.get("mean_ucb", "best")),
+        mean_ucb=str(c.mean_ucb),
         calibration=cal,
-        clip=bool(exp.get("clip", True)),
+        clip=bool(c.clip),
         mode=mode,
-        kinds=_kinds(exp.get("kinds")),
+        kinds=_kinds(c.kinds),
         fields=fields,
-        estimate=int(exp.get("estimate", 40)),
-        verify=int(exp.get("verify", 100)),
-        jitter={"samples": int(jit.get("samples", 0) or 0), "remove": bool(jit.get("remove", False))},
-        bootstrap=int(exp.get("bootstrap", 100)),
+        estimate=int(c.estimate),
+        verify=int(c.verify),
+        jitter={"samples": int(c.jitter.samples or 0), "remove": bool(c.jitter.remove)},
+        bootstrap=int(c.bootstrap),
         seed=int(seed),
     )
 
@@ -292,7 +294,7 @@ def write_outputs(
         "reference_agreement": ref,
         "judge_calls": extra.get("judge_calls"),
     }
-    write_json_atomic(out / "results.json", results)
+    results = write_results(out / "results.json", results)
     if tracker is not None:
         tracker.log(
             {**metrics, **retained.numeric_leaves(bj, "abb"), **retained.numeric_leaves(rank, "rank")}

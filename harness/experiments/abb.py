@@ -58,6 +58,7 @@ from harness.abb.scores import (
 )
 from harness.errors import ConfigError, DataError, located
 from harness.files import read_text, write_json_atomic, write_jsonl_atomic
+from harness.results import write_results
 from harness.runtime.context import RunContext, experiment
 from harness.zepo.optimizers import show_progress
 from harness.zepo.paraphrases import load_paraphrases
@@ -340,7 +341,7 @@ def record_refusal(cfg: Any, out_dir: Path, s: Settings, err: abb.Refusal) -> di
         "verdict": None,
         "metrics": metrics,
     }
-    write_json_atomic(out_dir / "results.json", results)
+    results = write_results(out_dir / "results.json", results)
     print(f"A-BB [refused, recorded; the multirun goes on]: {reason}", flush=True)
     return results
 

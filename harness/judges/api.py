@@ -32,8 +32,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.api_client import (
+    ENDPOINTS,
     ApiClient,
-    HttpSettings,
     MalformedResponse,
     Unusable,
     served_model,
@@ -42,14 +42,13 @@ from harness.errors import ConfigError
 from harness.judges.answers import AnswerTokens, logsumexp, renormalise, resolve_answer_tokens
 from harness.judges.base import template_fingerprint
 from harness.judges.cpu import numerics
-from harness.judges.settings import ModelSettings, from_config
+from harness.judges.settings import LOGPROB_MODES, ApiSettings, ModelSettings, from_config, with_options
 from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore
 
 log = logging.getLogger(__name__)
 
-MODES = ("auto", "exact", "top")
-ENDPOINTS = ("chat", "completions")
+MODES = LOGPROB_MODES
 LOGPROB_TOLERANCE = 1e-4
 """How far above 0 a logprob (and above 1 a probability sum) may round before it is refused."""
 _ID_PREFIX = "token_id:"
@@ -122,24 +121,28 @@ class ApiJudge:
     def __init__(
         self,
         model: str,
-        base_url: str,
+        base_url: str | None = None,
         *,
-        labels: Sequence[str] = ("A", "B"),
-        logprob_mode: str = "auto",
-        token_ids: Mapping[str, int] | None = None,
-        tokenizer: str | None = None,
-        top_logprobs: int = 20,
-        system_prompt: str | None = None,
-        endpoint: str = "chat",
-        api_key_env: str | None = "OPENAI_API_KEY",
-        timeout_s: float = 60.0,
-        max_retries: int = 6,
-        backoff_base_s: float = 1.0,
-        backoff_max_s: float = 60.0,
-        concurrency: int = 8,
+        judge_model: ModelSettings | None = None,
+        backend: ApiSettings | None = None,
         client: ApiClient | None = None,
+        **options: Any,
     ) -> None:
-        mode = logprob_mode
+        """Built from `judge_model` (ModelSettings: conf/model; labels and system_prompt are read) and
+        `backend` (ApiSettings: conf/backend/api), each keyword in `options` (and `base_url`)
+        replacing the field of that name."""
+        if base_url is not None:
+            options["base_url"] = base_url
+        (backend, judge_model), unknown = with_options(
+            options, backend or ApiSettings(), judge_model or ModelSettings()
+        )
+        if unknown:
+            raise TypeError(f"ApiJudge got unexpected keyword arguments {sorted(unknown)}")
+        judge_model.check()  # built in code too (scripts, tests): the schema's checks, before any request
+        backend.check()
+        mode, endpoint, top_logprobs = backend.logprob_mode, backend.endpoint, backend.top_logprobs
+        labels, system_prompt = tuple(judge_model.labels), judge_model.system_prompt
+        token_ids, tokenizer = backend.token_ids, backend.tokenizer
         if mode not in MODES:
             raise ConfigError(f"unknown logprob_mode {mode!r}; use one of {', '.join(MODES)}")
         if endpoint not in ENDPOINTS:
@@ -173,17 +176,7 @@ class ApiJudge:
                 "(the served model's tokenizer: an HF dir/id, tiny:*, pkg:*)"
             )
         self.mode = "exact" if (mode != "top" and self.answers is not None) else "top"
-        self.client = client or ApiClient(
-            HttpSettings(
-                base_url=base_url,
-                api_key_env=api_key_env,
-                timeout_s=timeout_s,
-                max_retries=max_retries,
-                backoff_base_s=backoff_base_s,
-                backoff_max_s=backoff_max_s,
-                concurrency=concurrency,
-            )
-        )
+        self.client = client or ApiClient(backend)
         self.base_url = self.client.settings.base_url.rstrip("/")
         readout = (
             self.answers.describe()
@@ -409,13 +402,14 @@ def first_position(resp: dict, endpoint: str = "chat") -> dict[str, float]:
     return {str(k): _logprob(v, k) for k, v in top[0].items()}
 
 
-def build(judge_model: Mapping[str, Any], name: str = "api", **options: Any) -> ApiJudge:
+def build(judge_model: Mapping[str, Any], name: str | None = None, **options: Any) -> ApiJudge:
     """The judge `conf/backend/api.yaml` describes for `judge_model` (conf/model/*.yaml). The server-side
     model name is backend.model, else the model's name; in exact mode without explicit token ids, the
     served model's tokenizer (model.path) gives the answer ids."""
     del name
     settings = from_config(ModelSettings, judge_model)
-    if not settings.chat_template and options.get("endpoint", "chat") == "chat":
+    backend = from_config(ApiSettings, options)
+    if not settings.chat_template and backend.endpoint == "chat":
         raise ConfigError(
             "model.chat_template=false needs backend.endpoint=completions: the chat endpoint "
             "always applies the server's chat template"
@@ -426,9 +420,7 @@ def build(judge_model: Mapping[str, Any], name: str = "api", **options: Any) -> 
             "tokens and logits: use backend=hf or backend=vllm (the server applies its own chat "
             "template and returns top log-probs only)"
         )
-    served = options.pop("model", None) or judge_model.get("name")
-    if options.get("logprob_mode", "auto") != "top" and not options.get("tokenizer"):
-        options["tokenizer"] = str(judge_model["path"])  # gives the ids, or checks configured token_ids
-    return ApiJudge(
-        model=served, labels=tuple(settings.labels), system_prompt=settings.system_prompt, **options
-    )
+    served = options.get("model") or judge_model.get("name")
+    if backend.logprob_mode != "top" and not backend.tokenizer:
+        backend.tokenizer = str(judge_model["path"])  # gives the ids, or checks configured token_ids
+    return ApiJudge(model=served, judge_model=settings, backend=backend)

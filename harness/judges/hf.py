@@ -437,7 +437,7 @@ def _packed_engine(model: Any, engine: str, kernels: str = "auto"):
     return None
 
 
-def build(judge_model: Mapping[str, Any], name: str = "hf", **options: Any) -> HFJudge:
+def build(judge_model: Mapping[str, Any], name: str | None = None, **options: Any) -> HFJudge:
     """The judge `conf/backend/hf.yaml` describes (`_target_`), for the weights in `conf/model/*.yaml`:
     `options` are the validated backend's HFSettings; threads null = OMP_NUM_THREADS or the cores
     this process may use."""

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.api_client import ENDPOINTS, HttpSettings
 from harness.checks import at_least, bad, check_device, one_of, within
 from harness.errors import ConfigError
 from harness.judges.cpu_kernels import KERNELS
@@ -35,6 +36,10 @@ generated A/B token."""
 
 ENGINES = ("auto", "packed", "hf")
 """auto: the packed engine where the architecture allows, else HF's forward."""
+
+LOGPROB_MODES = ("auto", "exact", "top")
+"""How the API judge reads the answer: exact (vLLM's logprob_token_ids) | top (top_logprobs) | auto
+(exact when the answer ids are known, else top)."""
 
 VLLM_DTYPES = ("auto", "float32", "bfloat16", "float16", "half", "float")
 """The dtype names vLLM takes."""
@@ -172,6 +177,30 @@ class VLLMSettings:
         at_least("backend.kv_cache_memory_bytes", self.kv_cache_memory_bytes, 1 << 20, optional=True)
         at_least("backend.cpu_threads", self.cpu_threads, 1, optional=True)
         check_engine_args(self.engine_args)
+
+
+@dataclass
+class ApiSettings(HttpSettings):
+    """How the API judge asks an OpenAI-compatible server (conf/backend/api.yaml; the server: HttpSettings)."""
+
+    logprob_mode: str = "exact"
+    """One of LOGPROB_MODES: exact (logprob_token_ids, vLLM) | top (top_logprobs; a label not listed: pair unreadable) | auto."""
+    top_logprobs: int = 20
+    """top mode: tokens listed per answer, at least the number of labels (<= 20)."""
+    tokenizer: str | None = None
+    """exact mode: the tokenizer giving (or checking) the answer ids (null: model.path)."""
+    token_ids: dict[str, int] = field(default_factory=dict)
+    """Or the answer ids themselves, checked against the tokenizer (a dict, not Optional: OmegaConf merges CLI dicts)."""
+    endpoint: str = "chat"
+    """One of ENDPOINTS: chat (/chat/completions) | completions (/completions, the raw prompt)."""
+
+    def check(self) -> None:
+        one_of("backend.logprob_mode", self.logprob_mode, LOGPROB_MODES)
+        one_of("backend.endpoint", self.endpoint, ENDPOINTS)
+        within("backend.top_logprobs", self.top_logprobs, 1, 20)
+        self.check_server("backend")
+        for label, tid in (self.token_ids or {}).items():
+            at_least(f"backend.token_ids.{label}", tid, 0)
 
 
 MODEL_ENGINE_ARGS = {

@@ -559,7 +559,7 @@ def _engine_max_len(llm: Any) -> int:
     raise ConfigError("cannot read max_model_len from the vLLM engine; pass max_model_len explicitly")
 
 
-def build(judge_model: Mapping[str, Any], name: str = "vllm", **options: Any) -> VLLMJudge:
+def build(judge_model: Mapping[str, Any], name: str | None = None, **options: Any) -> VLLMJudge:
     """The judge `conf/backend/vllm.yaml` describes, for the weights in `conf/model/*.yaml`:
     `options` are the validated backend's VLLMSettings."""
     del name

@@ -1,7 +1,7 @@
 """A judge's report card: whether a run's P(A) numbers mean anything, from judgments.jsonl alone.
 
     cards = render_cards(run_dir, tracker)      # every judgments.jsonl under run_dir
-    python scripts/report.py RUN_DIR            # the same, for any run (old ones included)
+    harness-report RUN_DIR                      # the same, for any run (old ones included)
 
 Per judged set (a judgments.jsonl): the answer mass (median, share below MIN_ANSWER_MASS), the
 A-rate with the order consistency next to it, calibration when human labels exist, and three
@@ -43,6 +43,7 @@ from harness.metrics.plots import plot_answer_mass, plot_p_a_by_order, plot_reli
 from harness.metrics.rates import view_a_rate
 from harness.metrics.views import DocView, build_frame, document_views
 from harness.records import Judgment, Tracker
+from harness.results import RunResults
 
 log = logging.getLogger(__name__)
 
@@ -285,7 +286,7 @@ def render_card(
     about = path.parent / SET_FILE
     documents = read_json(about).get("documents") if about.is_file() else None
     beside = path.parent / "results.json"
-    length = read_json(beside).get("length_bias") if beside.is_file() else None
+    length = RunResults.read(beside).get("length_bias") if beside.is_file() else None
     about = run_about(run_dir)
     card = Card(
         path,
@@ -333,7 +334,7 @@ def run_numerics(path: Path, run_dir: Path) -> Mapping[str, Any] | None:
         results = folder / "results.json"
         if results.is_file():
             try:
-                found = read_json(results).get("numerics")
+                found = RunResults.read(results).numerics
             except (HarnessError, OSError, AttributeError):
                 found = None
             if found:
@@ -383,7 +384,7 @@ def low_mass_warning(cards: Sequence[Card]) -> str | None:
 
 
 def card_text(card: Card, root: Path) -> str:
-    """The card as a few lines of text (printed at the end of a run, card.md, scripts/report.py)."""
+    """The card as a few lines of text (printed at the end of a run, card.md, harness-report)."""
     n = card.numbers
     v = _interval_of(card)
     low = n["answer_mass_low_share"]

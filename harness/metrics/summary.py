@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from harness.files import read_json, write_json_atomic
 from harness.judging import load_judgments, write_judgments
 from harness.metrics.bootstrap import (
     SUPPORT,
@@ -36,6 +35,7 @@ from harness.metrics.order import view_order_consistency
 from harness.metrics.rates import confidence_p, view_a_rate
 from harness.metrics.views import Frame, build_frame
 from harness.records import Judgment
+from harness.results import RunResults, write_results
 
 log = logging.getLogger(__name__)
 
@@ -331,7 +331,7 @@ def write_run(
             else {}
         ),
     }
-    write_json_atomic(out / "results.json", results)
+    results = write_results(out / "results.json", results)
     return results
 
 
@@ -409,7 +409,7 @@ def length_report(
 def recompute(run_dir: str | Path, shuffles: int | None = None, seed: int | None = None) -> dict[str, Any]:
     """Metrics from judgments.jsonl alone (settings from results.json): must equal results.json."""
     run_dir = Path(run_dir)
-    results = read_json(run_dir / "results.json")
+    results = RunResults.read(run_dir / "results.json")
     judgments, p_cf = load_judgments(run_dir / "judgments.jsonl")
     return summarize(
         judgments,

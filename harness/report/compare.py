@@ -1,7 +1,5 @@
 """harness-compare RUN_A RUN_B [--variant none] [--bootstrap ROUNDS] [--level LEVEL] [--seed SEED] [--primary METRIC]
 
-(`python scripts/compare.py ...` runs the same.)
-
 Two judged runs over the SAME documents and pairs (each a run directory with results.json and
 judgments.jsonl: experiment=judge, a shard merge): every metric of A and of B, B - A, and B - A's
 paired interval over documents (the same document left out in both runs: harness/metrics/interval.py)
@@ -38,13 +36,13 @@ from typing import Any
 
 from harness.checks import within_optional
 from harness.errors import DataError, HarnessError
-from harness.files import read_json_object
 from harness.judging import load_judgments
 from harness.metrics.bootstrap import NO_INTERVAL, check_settings
 from harness.metrics.interval import METHOD, Interval, holm, sentence, verdict
 from harness.metrics.summary import analyse
 from harness.records import Judgment
 from harness.report.rundiff import differs_lines, not_applicable
+from harness.results import RunResults
 from harness.runtime.schema import MetricsConf
 
 NUMERICS = ("dtype", "dtype_source", "engine", "device")
@@ -56,7 +54,7 @@ def read_run(path: Path) -> tuple[dict[str, Any], list[Judgment], float | None]:
             raise DataError(f"{name} not found: give the directory of a finished judge run", where=str(path))
     judgments, p_cf = load_judgments(path / "judgments.jsonl")
     return (
-        read_json_object(path / "results.json", "give the directory of a finished judge run"),
+        RunResults.read(path / "results.json", "give the directory of a finished judge run"),
         judgments,
         p_cf,
     )

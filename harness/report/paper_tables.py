@@ -1,7 +1,5 @@
 """harness-paper-tables --table 1 multirun/paper_table1/<time> [more dirs] [--out tables/table1]
 
-(`python scripts/paper_tables.py ...` runs the same.)
-
 Gather ZEPO run directories (every results.json with "experiment": "zepo", and for Table 1's Scoring
 and G-Eval rows "experiment": "pointwise", found under the given directories) into the ZEPO paper's
 table layouts, our numbers beside the paper's:
@@ -29,7 +27,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -41,6 +38,7 @@ from harness.files import csv_cell, write_text_atomic
 from harness.metrics.interval import Interval
 from harness.metrics.interval import distinguishable as excludes_zero
 from harness.outputs import writable_file
+from harness.results import RunResults
 
 MISTRAL, LLAMA = "Mistral-7B-Instruct-v0.1", "Meta-Llama-3-8B-Instruct"
 SHORT = {MISTRAL: "Mistral-7B", LLAMA: "Llama-3-8B"}
@@ -126,11 +124,11 @@ def find_results(dirs: Iterable[str | Path]) -> list[tuple[Path, dict[str, Any]]
         files = [d] if d.is_file() else sorted(d.rglob("results.json"))
         for f in files:
             try:
-                res = json.loads(f.read_text())
-            except (OSError, json.JSONDecodeError) as e:
+                res = RunResults.read(f)
+            except HarnessError as e:
                 print(f"warning: {f}: skipped ({e})", file=sys.stderr)
                 continue
-            if isinstance(res, dict) and res.get("experiment") in ("zepo", "pointwise"):
+            if res.experiment in ("zepo", "pointwise"):
                 found.append((f, res))
     return found
 

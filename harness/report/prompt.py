@@ -16,9 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.judges.chat import used_template
-from harness.judges.hf import build as build_hf_judge
+from harness.judges.chat import ChatPrompts, used_template
+from harness.judges.settings import ModelSettings, from_config
+from harness.judges.weights import load_tokenizer
 from harness.judging import model_judge
+from harness.models.resolve import resolve_model_path
 from harness.prompts import render
 from harness.records import Candidate, Document
 
@@ -86,14 +88,27 @@ def judge_view(judge: Any) -> ChatView:
     )
 
 
+class Wrapping(ChatPrompts):
+    """The judges' chat layer alone (harness.judges.chat): a tokenizer and the model's chat
+    settings, as every local judge (hf or vLLM) holds them; no judge is built, no weights loaded."""
+
+    def __init__(self, tokenizer: Any, settings: ModelSettings) -> None:
+        self.tokenizer = tokenizer
+        self.set_chat(settings)
+
+
 def config_view(config: Mapping[str, Any]) -> ChatView:
-    """The view of a finished run from its config.json: the judge's tokenizer, loaded again (never
-    its weights); the user message alone, with the reason, when the model is not available here."""
+    """The view of a finished run from its config.json: the model's tokenizer, loaded again (never
+    a judge, nor its weights); the user message alone, with the reason, when the model is not
+    available here."""
     model, backend = config.get("model") or {}, config.get("backend") or {}
     if backend.get("name") == "api":
         return api_view(str(backend.get("endpoint") or "chat"), model.get("system_prompt"))
     try:
-        return local_view(build_hf_judge(dict(model), device="cpu", threads=1))
+        settings = from_config(ModelSettings, model)
+        path, gguf = resolve_model_path(str(model["path"]), model.get("gguf_file"))
+        tokenizer = load_tokenizer(path, gguf, settings.revision, bool(settings.trust_remote_code))
+        return local_view(Wrapping(tokenizer, settings))
     except Exception as e:  # a missing model folder, a gated tokenizer: the page still renders  # noqa: BLE001
         return ChatView(
             None,

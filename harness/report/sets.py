@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.files import read_json, read_json_object, read_text
+from harness.files import read_json, read_text
 from harness.judging import load_judgments
 from harness.metrics.card import PICTURES, SET_FILE, find_judgments
 from harness.metrics.interval import Interval, recorded
 from harness.records import Judgment
+from harness.results import RunResults
 
 RESULTS_FIX = (
     "not a finished run's results: rerun that run, or move its folder out of the directory you report"
@@ -99,7 +100,7 @@ def read_run(run_dir: str | Path) -> RunFiles:
     root = Path(run_dir)
     path = root / "results.json"
     # Read as harness-collect reads it: a results.json that is not a run's object is refused.
-    results = read_json_object(path, RESULTS_FIX) if path.is_file() else {}
+    results = RunResults.read(path, RESULTS_FIX) if path.is_file() else {}
     merge = _json(root / "merge.json", {})
     run = RunFiles(
         root,

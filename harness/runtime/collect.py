@@ -38,9 +38,10 @@ from omegaconf import OmegaConf
 
 from harness.checks import within
 from harness.errors import ConfigError, DataError, HarnessError
-from harness.files import read_json, read_json_object, write_text_atomic
+from harness.files import read_json, write_text_atomic
 from harness.metrics.interval import Interval, described, recorded
 from harness.outputs import refuse_other_run, writable_folder
+from harness.results import RunResults
 from harness.runtime.merged import merge_run
 from harness.runtime.sweep import listed_jobs, sweep_gaps
 from harness.runtime.table import Table, plot_table, to_csv, to_markdown
@@ -129,7 +130,7 @@ def read_run(path: str | Path) -> Run:
     elif (path / ".hydra" / "overrides.yaml").is_file():  # Hydra's own record, when output_subdir is set
         overrides = parse_overrides(list(OmegaConf.load(path / ".hydra" / "overrides.yaml")))
     config = read_json(path / "config.json") if (path / "config.json").is_file() else {}
-    results = read_json_object(
+    results = RunResults.read(
         path / "results.json",
         "not a finished run's results: rerun that run, or move its folder out of the collected directory",
     )

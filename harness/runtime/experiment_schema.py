@@ -5,10 +5,11 @@ ConfigError naming the key and what to set."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.abb import SIGMA_MODES
+from harness.abb.config import AbbConfig
 from harness.abb.run import settings_from as abb_settings
 from harness.checks import at_least, one_of, within, within_optional
 from harness.checks import bad as _bad
@@ -84,7 +85,7 @@ class ZepoExp:
     entry: str = "harness.experiments.zepo:main"
     """The function that runs it (module:function)."""
     paper_table: int | None = None
-    """The paper's table a paper/*.yaml run fills (scripts/paper_tables.py reads it)."""
+    """The paper's table a paper/*.yaml run fills (harness-paper-tables reads it)."""
     instruction: InstructionConf = field(default_factory=InstructionConf)
     """The initial instruction."""
     population: int = SearchSettings.population
@@ -175,7 +176,7 @@ class PointwiseExp:
     entry: str = "harness.experiments.pointwise:main"
     """The function that runs it (module:function)."""
     paper_table: int | None = None
-    """The paper's table a paper/*.yaml run fills (scripts/paper_tables.py reads it)."""
+    """The paper's table a paper/*.yaml run fills (harness-paper-tables reads it)."""
     instruction: str | None = None
     """null: the official per-aspect score instruction (pairs/prompts.py:140-204)."""
     labels: list[str] = field(default_factory=lambda: ["1", "2", "3", "4", "5"])
@@ -191,14 +192,6 @@ class PointwiseExp:
 
 
 @dataclass
-class DeltaSplitConf:
-    noise: Any = "auto"
-    """Share of delta for ||Z - Z'|| (auto: 0 when sigma_mode=zero, else 0.45)."""
-    est: float = 0.1
-    """Share for the estimation data (0 when bound=plugin|certain_cap); the bound gets the rest."""
-
-
-@dataclass
 class FileScoresConf:
     path: str | None = None
     """JSONL/CSV rows {item, model, score[, neighbour, split: estimate|verify|jitter]}."""
@@ -207,15 +200,7 @@ class FileScoresConf:
 
 
 @dataclass
-class JitterConf:
-    samples: int = 5
-    """Identity neighbours: the unchanged input re-judged through the uncached judge (0: not measured)."""
-    remove: bool = False
-    """false: the claim covers realised re-judgments; true: the claim about the judge's mean score (Markov)."""
-
-
-@dataclass
-class AbbExp:
+class AbbExp(AbbConfig):
     name: str = "abb"
     """The experiment's name (run folders, W&B job type)."""
     entry: str = "harness.experiments.abb:main"
@@ -234,54 +219,10 @@ class AbbExp:
     """The judge's instruction (source=file: e.g. a ZEPO best_instruction.txt)."""
     file: FileScoresConf = field(default_factory=FileScoresConf)
     """experiment.scores=file: the scores."""
-    tau: float | None = None
-    """Distance bound in raw score units; when set it wins over tau_fraction."""
-    tau_fraction: float | None = 0.125
-    """tau as a fraction of the score range (the paper: 0.5 on a 1-5 scale = 1/8)."""
-    delta: float = 0.05
-    """Failure probability, split by the union bound (delta_split)."""
-    delta_split: DeltaSplitConf = field(default_factory=DeltaSplitConf)
-    """How delta is split between the noise, the estimation and the bound."""
-    bound: str = "auto"
-    """auto (the largest certified alpha of certain_cap, quantile, dkw, markov) | one of those | plugin (an estimate)."""
-    mean_ucb: str = "best"
-    """The mean bound under markov: best (by a pre-data rule) | hoeffding | bernstein."""
-    mu: str = "fixed"
-    """fixed (mu_value, default the scale midpoint) | data (the vector's mean; bounded too)."""
-    mu_value: float | None = None
-    """The fixed mu (null: the scale's midpoint)."""
-    alpha: float | None = None
-    """The contraction (null: alpha_fraction * alpha_max)."""
-    alpha_fraction: float | None = None
-    """alpha = this * alpha_max (null: 1); below 1 leaves room for noise."""
-    alpha_min: float = 0.0
-    """Refuse (exit 2) when (tau, delta) allow only an alpha below this."""
-    sigma_mode: str = "zero"
-    """zero (most margin) | max (sigma_max) | fraction (sigma_fraction * sigma_max)."""
-    sigma_fraction: float = 0.5
-    """Used by sigma_mode=fraction."""
-    dp_epsilon: float | None = None
-    """DP-style noise: sigma = radius(alpha) sqrt(2 ln(1.25/delta_noise)) / epsilon (0 < eps < 1)."""
-    clip: bool = True
-    """Clip M(D) to the score scale (a projection: keeps the claim)."""
-    mode: str = "one_item"
-    """one_item (Hamming-1: one item re-judged, spliced into f(D)) | whole_set (every item edited)."""
-    kinds: Any = "formatting"
-    """formatting (all six) | a list of harness.abb.edits.KINDS (swap, instruction, llm_paraphrase, ...)."""
-    fields: list[str] = field(default_factory=lambda: ["answer"])
-    """What formatting/paraphrase kinds edit: answer | question | instruction."""
-    estimate: int = 40
-    """Estimation neighbours m, i.i.d. (the quantile bound needs m >= 116 at delta=0.05)."""
-    verify: int = 100
-    """Fresh neighbours for the check (0: no check), one noise draw each; never used for estimation."""
     instructions: list[str] = field(default_factory=list)
     """Other wordings for instruction neighbours ({aspect} filled in); the run's own is added."""
     instructions_file: str | None = None
     """More wordings: a text file (one per line) or a ZEPO history.jsonl."""
-    jitter: JitterConf = field(default_factory=JitterConf)
-    """Identity neighbours: how much re-judging the same input moves a score."""
-    bootstrap: int = 100
-    """Bootstrap rounds of the ranking intervals (questions resampled)."""
 
     def check(self) -> None:
         self.instruction.check(sources=("default", "zepo", "text", "file"))
@@ -316,7 +257,7 @@ class AbbExp:
         ):
             raise _bad("experiment.file.scale", list(self.file.scale), "must be [low, high] with low < high")
         # The run's own parser (bound, mode, fields, kinds, the delta split), so the two never disagree.
-        abb_settings(asdict(self), 0)
+        abb_settings(self, 0)
 
 
 def check_abb_calibration(exp: Any) -> None:

@@ -13,21 +13,17 @@ experiment (Judge/Zepo/Sensitivity/Abb/Pointwise, in experiment_schema.py); the 
 from __future__ import annotations
 
 import difflib
-import math
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, get_type_hints
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from harness.checks import at_least, check_base_url, check_device, non_empty, one_of, within
+from harness.checks import at_least, non_empty, one_of
 from harness.checks import bad as _bad
 from harness.data.tasks import TASKS, task_spec
 from harness.errors import ConfigError
-from harness.judges.api import ENDPOINTS
-from harness.judges.api import MODES as LOGPROB_MODES
-from harness.judges.device import DTYPES
-from harness.judges.settings import HFSettings, ModelSettings, VLLMSettings
+from harness.judges.settings import ApiSettings, HFSettings, ModelSettings, VLLMSettings
 from harness.metrics.bootstrap import check_settings
 from harness.prompts import FAMILIES
 from harness.runtime import resolvers  # noqa: F401  (registers ${harness.per_gpu:...} for the launcher configs)
@@ -38,7 +34,7 @@ from harness.runtime.experiment_schema import (
     SensitivityExp,
     ZepoExp,
 )
-from harness.zepo.validation import META_PROMPTS
+from harness.zepo.settings import ApiOptimizerSettings, LocalSettings
 
 
 # -- model and backends ----------------------------------------------------------------------
@@ -80,38 +76,8 @@ class VLLMBackendConf(VLLMSettings):
 
 
 @dataclass
-class _ServerConf:
-    """Reaching an OpenAI-compatible server (harness.api_client.HttpSettings): shared by the API
-    judge (conf/backend/api.yaml) and the API optimizer (conf/optimizer/api.yaml). The key comes
-    from the variable `api_key_env` names, never from a config."""
-
-    base_url: str = "http://127.0.0.1:8000/v1"
-    """The server's OpenAI-compatible root (a local vLLM server by default)."""
-    api_key_env: str | None = "OPENAI_API_KEY"
-    """The environment variable holding the key (null: no key sent)."""
-    concurrency: int = 8
-    """Requests in flight at once."""
-    timeout_s: float = 60.0
-    """Seconds per attempt: each read, and the whole answer body (then retried)."""
-    max_retries: int = 6
-    """Retries of a failed or throttled request."""
-    backoff_base_s: float = 1.0
-    """Retry backoff: base * 2^attempt, jittered, capped at backoff_max_s."""
-    backoff_max_s: float = 60.0
-    """The longest wait between retries."""
-
-    def check_server(self, group: str) -> None:
-        check_base_url(f"{group}.base_url", self.base_url)
-        at_least(f"{group}.concurrency", self.concurrency, 1)
-        at_least(f"{group}.max_retries", self.max_retries, 0)
-        within(f"{group}.timeout_s", self.timeout_s, 0, math.inf, open_low=True)
-        at_least(f"{group}.backoff_base_s", self.backoff_base_s, 0)
-        within(f"{group}.backoff_max_s", self.backoff_max_s, 0, math.inf, open_low=True)
-
-
-@dataclass
-class ApiBackendConf(_ServerConf):
-    """An OpenAI-compatible server judges (conf/backend/api.yaml)."""
+class ApiBackendConf(ApiSettings):
+    """An OpenAI-compatible server judges (conf/backend/api.yaml); the settings: harness.judges.settings."""
 
     _target_: str = "harness.judges.api.build"
     """Built with hydra.utils.instantiate."""
@@ -119,24 +85,6 @@ class ApiBackendConf(_ServerConf):
     """The backend's name (in the run's config, not in the judge's identity)."""
     model: str | None = None
     """The server-side model name (null: model.name)."""
-    logprob_mode: str = "exact"
-    """One of LOGPROB_MODES: exact (logprob_token_ids, vLLM) | top (top_logprobs; a label not listed: pair unreadable) | auto."""
-    top_logprobs: int = 20
-    """top mode: tokens listed per answer, at least the number of labels (<= 20)."""
-    tokenizer: str | None = None
-    """exact mode: the tokenizer giving (or checking) the answer ids (null: model.path)."""
-    token_ids: dict[str, int] = field(default_factory=dict)
-    """Or the answer ids themselves, checked against the tokenizer (a dict, not Optional: OmegaConf merges CLI dicts)."""
-    endpoint: str = "chat"
-    """One of ENDPOINTS: chat (/chat/completions) | completions (/completions, the raw prompt)."""
-
-    def check(self) -> None:
-        one_of("backend.logprob_mode", self.logprob_mode, LOGPROB_MODES)
-        one_of("backend.endpoint", self.endpoint, ENDPOINTS)
-        within("backend.top_logprobs", self.top_logprobs, 1, 20)
-        self.check_server("backend")
-        for label, tid in (self.token_ids or {}).items():
-            at_least(f"backend.token_ids.{label}", tid, 0)
 
 
 # -- data ----------------------------------------------------------------------------------------
@@ -196,34 +144,8 @@ class TaskConf:
 
 # -- optimizers ----------------------------------------------------------------------------------
 @dataclass
-class _SamplingConf:
-    temperature: float = 0.9
-    """Sampling temperature of each paraphrase (the paper: 0.9)."""
-    top_p: float = 1.0
-    """Nucleus sampling mass (1: off)."""
-    max_attempts: int = 4
-    """Re-asks per slot when a paraphrase fails validation."""
-    min_ratio: float = 0.1
-    """Reject a reply shorter than this x the instruction (whitespace collapsed)."""
-    max_ratio: float = 3.0
-    """... or longer than this x."""
-    meta_prompt: str = "default"
-    """One of META_PROMPTS: default (this project's; replies cleaned and validated) | zepo (official, verbatim)."""
-
-    def check(self) -> None:
-        one_of("optimizer.meta_prompt", self.meta_prompt, META_PROMPTS)
-        at_least("optimizer.temperature", self.temperature, 0)
-        within("optimizer.top_p", self.top_p, 0, 1, open_low=True)
-        at_least("optimizer.max_attempts", self.max_attempts, 1)
-        if not 0 < self.min_ratio < 1 < self.max_ratio:
-            raise _bad(
-                "optimizer.min_ratio/max_ratio", (self.min_ratio, self.max_ratio), "need 0 < min < 1 < max"
-            )
-
-
-@dataclass
-class LocalOptimizerConf(_SamplingConf):
-    """A local transformers model paraphrases instructions (conf/optimizer/local.yaml)."""
+class LocalOptimizerConf(LocalSettings):
+    """A local transformers model paraphrases instructions (conf/optimizer/local.yaml); harness.zepo.settings."""
 
     _target_: str = "harness.zepo.optimizers.build_local"
     """Built with hydra.utils.instantiate."""
@@ -231,43 +153,18 @@ class LocalOptimizerConf(_SamplingConf):
     """The optimizer's name (in the run's config)."""
     path: str = MISSING
     """The optimizer's weights (model.path: the judge's own, which are then shared)."""
-    gguf_file: str | None = None
-    """A GGUF file inside `path`."""
-    dtype: str = "auto"
-    """auto: float32 on CPU, bfloat16 on GPU; or a dtype name."""
-    device: str = "auto"
-    """auto: cuda when torch sees a GPU, else cpu."""
-    max_new_tokens: int = 160
-    """Tokens per paraphrase at most."""
-
-    def check(self) -> None:
-        super().check()
-        at_least("optimizer.max_new_tokens", self.max_new_tokens, 1)
-        one_of("optimizer.dtype", self.dtype, DTYPES)
-        check_device("optimizer.device", self.device)
 
 
 @dataclass
-class ApiOptimizerConf(_SamplingConf, _ServerConf):
-    """An OpenAI-compatible chat model paraphrases instructions (conf/optimizer/api.yaml)."""
+class ApiOptimizerConf(ApiOptimizerSettings):
+    """An OpenAI-compatible chat model paraphrases instructions (conf/optimizer/api.yaml); harness.zepo.settings."""
 
     _target_: str = "harness.zepo.optimizers.build_api"
     """Built with hydra.utils.instantiate."""
     name: str = "api"
     """The optimizer's name (in the run's config)."""
-    base_url: str = "https://api.openai.com/v1"
-    """OpenAI's API (the paper's optimizer)."""
-    concurrency: int = 4
-    """Requests in flight at once (a hosted API's rate limits)."""
     model: str = MISSING
     """The served chat model (the paper: gpt-3.5-turbo)."""
-    max_tokens: int = 512
-    """Tokens per paraphrase at most."""
-
-    def check(self) -> None:
-        super().check()  # the sampling keys
-        at_least("optimizer.max_tokens", self.max_tokens, 1)
-        self.check_server("optimizer")
 
 
 # -- the root ------------------------------------------------------------------------------------

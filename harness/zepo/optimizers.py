@@ -29,7 +29,6 @@ from tqdm import tqdm
 from harness.api_client import (
     ApiClient,
     CompletionCache,
-    HttpSettings,
     MalformedResponse,
     completion_key,
     served_model,
@@ -38,15 +37,15 @@ from harness.errors import ConfigError, HarnessError
 from harness.judges.base import innermost
 from harness.judges.chat import ChatPrompts, context_length, weights_part
 from harness.judges.device import dtype_name, pick_device, pick_dtype
-from harness.judges.settings import ModelSettings, from_config
+from harness.judges.settings import ModelSettings, from_config, with_options
 from harness.judges.weights import load_model_and_tokenizer
 from harness.models.resolve import resolve_model_path
 from harness.progress import heartbeat
 from harness.prompts import zepo_key
 from harness.zepo.sampling import sample_tokens, turn_end_ids
+from harness.zepo.settings import ApiOptimizerSettings, LocalSettings, SamplingSettings
 from harness.zepo.validation import (
     META_PROMPT,
-    META_PROMPTS,
     ZEPO_META_PROMPT,
     aspect_word,
     sample_seed,
@@ -124,31 +123,28 @@ class _Paraphraser:
 
     def __init__(
         self,
+        settings: SamplingSettings,
         *,
-        temperature: float,
         max_tokens: int,
-        top_p: float,
-        max_attempts: int,
-        labels: Sequence[str],
-        min_ratio: float,
-        max_ratio: float,
+        labels: Sequence[str] | None,
         cache: CompletionCache | str | Path | None,
-        meta_prompt: str = "default",
     ) -> None:
-        if max_attempts < 1:
-            raise ConfigError(f"max_attempts must be >= 1, got {max_attempts}")
-        if meta_prompt not in META_PROMPTS:
-            raise ConfigError(f"unknown meta_prompt {meta_prompt!r}; use {', '.join(META_PROMPTS)}")
-        self.meta_prompt = meta_prompt
+        settings.check()  # built in code too (scripts, tests): the schema's checks, before any model loads
+        self.settings = settings
+        self.meta_prompt = settings.meta_prompt
         self.reject_log: Path | None = None
         """Where every rejected output is appended (JSON lines), or None."""
         self.rejections = 0
         """Outputs rejected since construction."""
-        if not 0 < min_ratio < 1 < max_ratio:
-            raise ConfigError(f"need 0 < min_ratio < 1 < max_ratio, got {min_ratio}, {max_ratio}")
-        self.temperature, self.max_tokens, self.top_p = float(temperature), int(max_tokens), float(top_p)
-        self.max_attempts, self.labels = int(max_attempts), tuple(labels)
-        self.min_ratio, self.max_ratio = float(min_ratio), float(max_ratio)
+        self.temperature, self.max_tokens, self.top_p = (
+            float(settings.temperature),
+            int(max_tokens),
+            float(settings.top_p),
+        )
+        self.max_attempts = int(settings.max_attempts)
+        self.labels = tuple(ModelSettings().labels if labels is None else labels)
+        """The judge's answer labels, which a paraphrase must keep (null: ModelSettings' default)."""
+        self.min_ratio, self.max_ratio = float(settings.min_ratio), float(settings.max_ratio)
         self.cache = CompletionCache(cache) if isinstance(cache, (str, Path)) else cache
         self.calls = 0
         """Completions actually generated / requested (cache misses) since construction."""
@@ -298,47 +294,19 @@ class ApiOptimizer(_Paraphraser):
     def __init__(
         self,
         model: str,
-        base_url: str,
+        base_url: str | None = None,
         *,
-        temperature: float = 0.9,
-        top_p: float = 1.0,
-        max_tokens: int = 512,
-        max_attempts: int = 5,
-        labels: Sequence[str] = ("A", "B"),
-        min_ratio: float = 0.1,
-        max_ratio: float = 3.0,
+        settings: ApiOptimizerSettings | None = None,
+        labels: Sequence[str] | None = None,
         cache: CompletionCache | str | Path | None = None,
-        api_key_env: str | None = "OPENAI_API_KEY",
-        timeout_s: float = 120.0,
-        max_retries: int = 6,
-        backoff_base_s: float = 1.0,
-        backoff_max_s: float = 60.0,
-        concurrency: int = 5,
         client: ApiClient | None = None,
-        meta_prompt: str = "default",
+        **options: Any,
     ) -> None:
-        super().__init__(
-            temperature=temperature,
-            max_tokens=max_tokens,
-            top_p=top_p,
-            max_attempts=max_attempts,
-            labels=labels,
-            min_ratio=min_ratio,
-            max_ratio=max_ratio,
-            cache=cache,
-            meta_prompt=meta_prompt,
-        )
-        self.client = client or ApiClient(
-            HttpSettings(
-                base_url=base_url,
-                api_key_env=api_key_env,
-                timeout_s=timeout_s,
-                max_retries=max_retries,
-                backoff_base_s=backoff_base_s,
-                backoff_max_s=backoff_max_s,
-                concurrency=concurrency,
-            )
-        )
+        """Built from `settings` (conf/optimizer/api.yaml), each keyword in `options` (and
+        `base_url`) replacing the field of that name."""
+        settings = _settings(ApiOptimizerSettings, settings, options, base_url=base_url)
+        super().__init__(settings, max_tokens=settings.max_tokens, labels=labels, cache=cache)
+        self.client = client or ApiClient(settings)
         self.model_name = model
         self.base_url = self.client.settings.base_url.rstrip("/")
         self._served: str | None = None
@@ -403,33 +371,19 @@ class LocalOptimizer(_Paraphraser, ChatPrompts):
         path: str | Path,
         *,
         name: str | None = None,
-        gguf_file: str | None = None,
-        dtype: str = "auto",
-        device: str = "auto",
-        temperature: float = 0.9,
-        top_p: float = 1.0,
-        max_new_tokens: int = 256,
-        max_attempts: int = 5,
-        labels: Sequence[str] = ("A", "B"),
-        min_ratio: float = 0.1,
-        max_ratio: float = 3.0,
+        settings: LocalSettings | None = None,
+        labels: Sequence[str] | None = None,
         cache: CompletionCache | str | Path | None = None,
         model: Any = None,
         tokenizer: Any = None,
-        meta_prompt: str = "default",
         model_identity: str | None = None,
+        **options: Any,
     ) -> None:
-        super().__init__(
-            temperature=temperature,
-            max_tokens=max_new_tokens,
-            top_p=top_p,
-            max_attempts=max_attempts,
-            labels=labels,
-            min_ratio=min_ratio,
-            max_ratio=max_ratio,
-            cache=cache,
-            meta_prompt=meta_prompt,
-        )
+        """Built from `settings` (conf/optimizer/local.yaml less path), each keyword in `options`
+        replacing the field of that name."""
+        settings = _settings(LocalSettings, settings, options)
+        super().__init__(settings, max_tokens=settings.max_new_tokens, labels=labels, cache=cache)
+        gguf_file, dtype, device = settings.gguf_file, settings.dtype, settings.device
         self.device = pick_device(device)
         handed, local = model is not None and tokenizer is not None, str(path)
         if model is None or tokenizer is None:
@@ -486,27 +440,15 @@ class VLLMOptimizer(_Paraphraser):
         judge: Any,
         *,
         name: str | None = None,
-        temperature: float = 0.9,
-        top_p: float = 1.0,
-        max_new_tokens: int = 256,
-        max_attempts: int = 5,
-        labels: Sequence[str] = ("A", "B"),
-        min_ratio: float = 0.3,
-        max_ratio: float = 3.0,
+        settings: LocalSettings | None = None,
+        labels: Sequence[str] | None = None,
         cache: CompletionCache | str | Path | None = None,
-        meta_prompt: str = "default",
+        **options: Any,
     ) -> None:
-        super().__init__(
-            temperature=temperature,
-            max_tokens=max_new_tokens,
-            top_p=top_p,
-            max_attempts=max_attempts,
-            labels=labels,
-            min_ratio=min_ratio,
-            max_ratio=max_ratio,
-            cache=cache,
-            meta_prompt=meta_prompt,
-        )
+        """Built from `settings` (conf/optimizer/local.yaml: its sampling keys and max_new_tokens),
+        each keyword in `options` replacing the field of that name."""
+        settings = _settings(LocalSettings, settings, options)
+        super().__init__(settings, max_tokens=settings.max_new_tokens, labels=labels, cache=cache)
         self.judge = judge
         self.model_name = name or judge.model_parts[1]
         self.location = judge.model_identity
@@ -541,10 +483,17 @@ def loaded_judge(judge: Any) -> Any:
     return inner if hasattr(inner, "tokenizer") and not isinstance(getattr(inner, "model", ""), str) else None
 
 
-def _common(judge_model: Mapping[str, Any], options: dict[str, Any]) -> dict[str, Any]:
-    options = {k: v for k, v in options.items() if v is not None}
-    options["labels"] = tuple(options.get("labels") or from_config(ModelSettings, judge_model).labels)
-    return options
+def _settings(kind: type, given: Any, options: dict[str, Any], **more: Any) -> Any:
+    """`given` (else `kind`'s defaults) with each option replacing its field; an unknown one: TypeError."""
+    options.update({k: v for k, v in more.items() if v is not None})
+    (settings,), unknown = with_options(options, given or kind())
+    if unknown:
+        raise TypeError(f"{kind.__name__} has no fields {sorted(unknown)}")
+    return settings
+
+
+def _labels(judge_model: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(from_config(ModelSettings, judge_model).labels)
 
 
 def build_local(
@@ -552,38 +501,30 @@ def build_local(
     judge_model: Mapping[str, Any],
     judge: Any = None,
     cache: CompletionCache | str | Path | None = None,
-    name: str = "local",
+    name: str | None = None,
     **options: Any,
 ) -> LocalOptimizer:
     """conf/optimizer/local.yaml: a local model; with the judge's own weights (optimizer.path ==
     model.path) the judge's loaded model is reused instead of loading a second copy: its
     transformers model, or its vLLM engine (backend=vllm: a VLLMOptimizer samples through it)."""
     del name
-    options = _common(judge_model, options)
+    settings, path = from_config(LocalSettings, options), options.get("path")
     engine = innermost(judge) if judge is not None else None
-    if callable(getattr(engine, "sample", None)) and str(options.get("path")) == str(judge_model.get("path")):
-        keep = (
-            "temperature",
-            "top_p",
-            "max_new_tokens",
-            "max_attempts",
-            "labels",
-            "min_ratio",
-            "max_ratio",
-            "meta_prompt",
+    same = str(path) == str(judge_model.get("path"))
+    if callable(getattr(engine, "sample", None)) and same:
+        return VLLMOptimizer(  # type: ignore[return-value]
+            engine, name=judge_model.get("name"), settings=settings, labels=_labels(judge_model), cache=cache
         )
-        return VLLMOptimizer(
-            engine,
-            name=judge_model.get("name"),
-            cache=cache,  # type: ignore[return-value]
-            **{k: v for k, v in options.items() if k in keep},
-        )
-    same = str(options.get("path")) == str(judge_model.get("path"))
     inner = loaded_judge(judge) if same else None  # reading its `model` loads the judge's weights
+    shared: dict[str, Any] = {}
     if inner is not None:
-        options.update(model=inner.model, tokenizer=inner.tokenizer, model_identity=inner.model_identity)
-        options.setdefault("name", judge_model.get("name"))
-    return LocalOptimizer(cache=cache, **options)
+        shared = {
+            "model": inner.model,
+            "tokenizer": inner.tokenizer,
+            "model_identity": inner.model_identity,
+            "name": judge_model.get("name"),
+        }
+    return LocalOptimizer(path, settings=settings, labels=_labels(judge_model), cache=cache, **shared)
 
 
 def build_api(
@@ -591,9 +532,10 @@ def build_api(
     judge_model: Mapping[str, Any],
     judge: Any = None,
     cache: CompletionCache | str | Path | None = None,
-    name: str = "api",
+    name: str | None = None,
     **options: Any,
 ) -> ApiOptimizer:
     """conf/optimizer/api.yaml: an OpenAI-compatible chat model (the key from api_key_env)."""
     del name, judge
-    return ApiOptimizer(cache=cache, **_common(judge_model, options))
+    settings = from_config(ApiOptimizerSettings, options)
+    return ApiOptimizer(options["model"], settings=settings, labels=_labels(judge_model), cache=cache)

@@ -27,12 +27,13 @@ from typing import Any
 import numpy as np
 
 from harness.errors import ConfigError, DataError
-from harness.files import write_json_atomic, write_jsonl_atomic
+from harness.files import write_jsonl_atomic
 from harness.judges.base import Judge, innermost
 from harness.judging import score
 from harness.metrics import rank_correlations
 from harness.prompts import render_pointwise
 from harness.records import Document, PairRequest, Tracker
+from harness.results import write_results
 
 DIGITS = ("1", "2", "3", "4", "5")
 """The answer labels a pointwise judge reads (the official `score_ids`)."""
@@ -157,7 +158,7 @@ def run_pointwise(
         "n_unread": sum(1 for r in rows if r["digit_probs"] is None),
         "metrics": {k: correlations(rows, k) for k in KINDS},
     }
-    write_json_atomic(out / "results.json", results)
+    results = write_results(out / "results.json", results)
     if tracker is not None:
         tracker.summary({f"{k}/{m}": v for k, ms in results["metrics"].items() for m, v in ms.items()})
     print(

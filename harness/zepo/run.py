@@ -36,6 +36,7 @@ from harness.metrics.interval import MIN_DOCUMENTS, TOO_FEW, Interval, sentence
 from harness.metrics.summary import analyse
 from harness.progress import counted
 from harness.records import Document, Judgment, Tracker
+from harness.results import write_results
 from harness.zepo import plots, search
 from harness.zepo.optimizers import log_rejections, show_progress
 
@@ -358,7 +359,7 @@ def run_zepo(
         **final,
         "gains": gains(evaluated),  # best - initial, paired over the same documents
     }
-    write_json_atomic(out / "results.json", results)
+    results = write_results(out / "results.json", results)
     _report(results, result, out, tracker)
     return results
 

@@ -40,13 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, DataError
-from harness.files import write_json_atomic, write_jsonl_atomic, write_text_atomic
+from harness.files import write_jsonl_atomic, write_text_atomic
 from harness.judges.base import Judge
 from harness.judging import judge_instructions, write_judgments
 from harness.metrics.bootstrap import interval_summary
 from harness.metrics.summary import Summary
 from harness.metrics.summary import analyse as analyse_judgments
 from harness.records import Document, Tracker
+from harness.results import write_results
 from harness.zepo import plots
 from harness.zepo.figure3 import (
     FIGURE3,
@@ -343,7 +344,7 @@ def run_sensitivity(
             rows, key, out, f"{task}/{aspect}", tracker, box_label=(extra or {}).get("model")
         ),
     }
-    write_json_atomic(out / "results.json", results)
+    results = write_results(out / "results.json", results)
     if tracker is not None:
         cols = [
             "index",

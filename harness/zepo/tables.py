@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.metrics.interval import Interval, sentence
+from harness.results import RunResults
 from harness.zepo.figure3 import HUMAN, MODES, OBJECTIVES
 
 SAID = {
@@ -44,12 +45,12 @@ def versus_summary(versus_rows: Sequence[Mapping[str, Any]]) -> dict[str, float]
     return out
 
 
-def summary_table(results: Mapping[str, Any]) -> str:
+def summary_table(results: RunResults) -> str:
     """summary.md: the objectives' rho table, then Figure 3's and each instruction's lines."""
     which = "PairS Spearman" if results.get("ranking") == "spearman_pairs" else "win-rate Spearman"
     lines = [
-        f"sensitivity {results['task']}/{results['aspect']}: {results['n_instructions']} instructions, "
-        f"{results['n_docs']} docs",
+        f"sensitivity {results.task}/{results.aspect}: {results['n_instructions']} instructions, "
+        f"{results.n_docs} docs",
         f"| objective | Spearman rho (p) with the {which}, raw | debiased | Pearson r raw |",
         "|---|---|---|---|",
     ]
@@ -101,10 +102,10 @@ def figure3_lines(results: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def instruction_lines(results: Mapping[str, Any]) -> list[str]:
+def instruction_lines(results: RunResults) -> list[str]:
     """Each instruction's raw metrics with their intervals, then each paraphrase minus the
     reference as sentences (paired over the same documents)."""
-    meta = results.get("interval") or {}
+    meta = results.interval or {}
     how = (
         f"[lo, hi]: {meta['level']:.0%}, {meta['method']}, over the {meta['n_documents']} documents "
         f"(none below {meta['min_documents']})"
@@ -114,7 +115,7 @@ def instruction_lines(results: Mapping[str, Any]) -> list[str]:
     ref = results.get("reference") or {}
     lines = [
         "",
-        f"Each instruction, raw, on the same {results['n_docs']} documents (leaky: the documents it is "
+        f"Each instruction, raw, on the same {results.n_docs} documents (leaky: the documents it is "
         f"scored on; {how}); 0 is the reference, {ref.get('what', 'instruction 0')}:",
         "| # | A-rate | fairness | win-rate Spearman | PairS Spearman |",
         "|---|---|---|---|---|",

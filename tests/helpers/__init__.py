@@ -10,7 +10,7 @@ it does for conftest.py). No test module imports another test module or conftest
 - `engines`: the cross-engine bounds and the overrides of the session's shared engines.
 - `servers`: the loopback OpenAI-compatible server, and a served vLLM judge.
 - `scripted`: SCRIPTED judges, optimizer, documents and the ZEPO runs built on them;
-  `abb_scenarios` and `abb`: the A-BB ones.
+  `abb`: the A-BB ones (the scripted scenarios live in harness/abb/scenarios.py).
 - `data`: small JSONL files and random judgments; `metrics_reference`: the loop metrics.
 - `models`: weights and judge identities; `results`: reading a run's outputs;
   `wandb_offline`: an offline W&B run's records; `slurm`: the localhost SLURM cluster.

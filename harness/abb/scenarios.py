@@ -1,8 +1,9 @@
-"""SCRIPTED judges with a designed bias and jitter: the ground truth for tests/test_abb.py.
+"""SCRIPTED judges with a designed bias and jitter: the ground truth for tests/test_abb.py and
+scripts/abb_counterexample.py.
 
 Not models: each draws score vectors from a stated distribution, so every claim can be checked
-against fresh draws. `old_rule_*` re-create what harness/abb computed before issue 12 (jitter
-measured over whole documents, subtracted from one-item moments), for the counterexample only.
+against fresh draws. `old_rule_*` re-create what harness/abb once computed (jitter measured over
+whole documents, subtracted from one-item moments; docs/abb.md), for the counterexample only.
 `params` builds a real `AbbParams` so the checks run through `harness.abb.verify`, the code path
 of the experiment.
 """
