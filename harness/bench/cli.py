@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from harness.bench import gpu, metrics_cost, numerics, page, profiling, runs, speed
+from harness.bench import gpu, metrics_cost, numerics, page, profiling, runs, scale, speed
 from harness.errors import HarnessError
 
 try:  # a run's config (Hydra, omegaconf): absent on the bare GPU machine `harness-bench gpu` runs on
@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "metrics": metrics_cost,
     "page": page,
     "gpu": gpu,
+    "scale": scale,
     **({"vllm-path": vllm_path} if vllm_path is not None else {}),
 }
 

@@ -461,6 +461,15 @@ class ChatPrompts:
         """JudgeInputError for a prompt this model cannot read (see judges.base.check_requests)."""
         self.encode(requests)
 
+    def check_token_counts(self, requests: Sequence[PairRequest], counts: Sequence[int]) -> None:
+        """`check_requests` for prompts whose token counts are known (the request cache stores
+        them): the same refusal, without tokenizing."""
+        check_ids([range(n) for n in counts], self.max_length, lambda k: request_name(requests[k]))
+
+    def prompt_tokens(self, prompt: str) -> int | None:
+        """The token count of a prompt this judge has tokenized and kept (None: not kept)."""
+        return self._kept_ids().length(prompt)
+
     def encode_conversation(
         self, messages: Sequence[Mapping[str, str]], new_tokens: int, where: str, fix: str
     ) -> list[int]:

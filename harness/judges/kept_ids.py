@@ -27,6 +27,11 @@ class PromptIds:
         self._rows.move_to_end(prompt)
         return row.tolist()
 
+    def length(self, prompt: str) -> int | None:
+        """The kept row's token count (None: not kept), without copying it."""
+        row = self._rows.get(prompt)
+        return None if row is None else len(row)
+
     def put(self, prompt: str, ids: Sequence[int]) -> None:
         if prompt in self._rows:
             return
