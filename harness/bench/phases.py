@@ -1,4 +1,4 @@
-"""Where a run's seconds go, by phase: `python -m harness.bench.phases OUT.json RUN_ARGS...` runs
+"""Where a run's seconds go, by phase: `python -m harness.bench.phases [--stub] OUT.json RUN_ARGS...` runs
 `python -m harness.run RUN_ARGS...` in this process with a timer around each phase's functions and
 writes {phase: {"wall_s", "cpu_s"}} to OUT.json when the run ends (`harness-bench scale` reads it).
 
@@ -153,10 +153,31 @@ def install(clock: Clock) -> None:
                     setattr(mod, key, swaps[id(value)])
 
 
+def stub_judge() -> None:
+    """The transformers judge with its forwards replaced by seeded random answer log-probs (for
+    `--modes stub`: the harness's whole path, tokenizing and the request cache included, at the
+    cost of no model; the judge's identity is unchanged, so the cache it fills serves a cached run)."""
+    import math
+    import random
+
+    from harness.judges.hf import HFJudge
+
+    def steps(self: Any, ids: list[list[int]], want: set[int]) -> Any:
+        rng, order = random.Random(len(ids)), sorted(want)
+        n = len(self.answers.all_ids)
+        for at in range(0, len(order), 256):
+            yield [(i, [math.log(rng.uniform(0.01, 0.5)) for _ in range(n)]) for i in order[at : at + 256]]
+
+    HFJudge._logprob_steps = steps
+
+
 def main(argv: list[str]) -> int:
-    out, run_args = argv[0], argv[1:]
+    stub = argv[:1] == ["--stub"]
+    out, run_args = argv[stub:][0], argv[stub:][1:]
     clock = Clock()
     install(clock)
+    if stub:
+        stub_judge()
     from harness.runtime.entry import main as run_main
 
     sys.argv = ["harness.run", *run_args]

@@ -4,8 +4,8 @@ Each size is a real `experiment=judge` run (`python -m harness.run`, a process o
 first N/240 SummEval documents x all 16 candidates (240 ordered pairs each: 24,000 is all of
 SummEval), judged by `--model` (default tiny_llama3: the real Llama-3 tokenizer and chat template,
 tiny random weights, so the judge costs next to nothing and what is left is the harness). Each size
-runs twice on one fresh request cache: uncached (every prompt reaches the judge), then cached (none
-does). Per run: the CPU-seconds of the run's processes (W&B's service included), wall seconds, the
+runs `--modes` on one fresh request cache: uncached (every prompt reaches the judge), then cached (none
+does); `stub` instead of uncached fills the cache with seeded random answers at no model cost. Per run: the CPU-seconds of the run's processes (W&B's service included), wall seconds, the
 run process's peak RSS, the 1-minute load when it started, the sizes of report.html, judgments.jsonl
 and wandb/, and the CPU-seconds of each phase (harness.bench.phases: imports, tokenizer, requests,
 tokenize+check, cache, judge, metrics+intervals, plots, W&B, report, results, other). Then, per mode,
@@ -49,6 +49,17 @@ def sizes(text: str) -> list[int]:
     return out
 
 
+MODES = ("uncached", "stub", "cached")
+
+
+def modes(text: str) -> list[str]:
+    """An argparse type: comma-separated MODES."""
+    out = [x.strip() for x in text.split(",") if x.strip()]
+    if not out or any(m not in MODES for m in out):
+        raise argparse.ArgumentTypeError(f"--modes takes {', '.join(MODES)} (comma-separated); got {text!r}")
+    return out
+
+
 def add_cli_args(p: argparse.ArgumentParser) -> None:
     add_common(p, rounds=None, model=False)
     p.add_argument(
@@ -60,6 +71,14 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--out", type=Path, default=None, help="keep the runs and caches here (default: a temporary folder)"
+    )
+    p.add_argument(
+        "--modes",
+        type=modes,
+        default=["uncached", "cached"],
+        help="the runs of each size, in order, on one request cache: uncached (the judge computes every "
+        "prompt), stub (the same with seeded random answers instead of the model: fills the cache at no "
+        "model cost), cached (no prompt reaches the judge) (default uncached,cached)",
     )
 
 
@@ -74,6 +93,7 @@ def one_run(n: int, mode: str, args: argparse.Namespace, root: Path) -> dict[str
         sys.executable,
         "-m",
         "harness.bench.phases",
+        *(["--stub"] if mode == "stub" else []),
         str(phases),
         "experiment=judge",
         f"model={args.model}",
@@ -121,7 +141,7 @@ def main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.out or tmp)
         root.mkdir(parents=True, exist_ok=True)
-        runs = [one_run(n, mode, args, root) for n in args.sizes for mode in ("uncached", "cached")]
+        runs = [one_run(n, mode, args, root) for n in args.sizes for mode in args.modes]
     out = {
         "command": "scale",
         "model": args.model,
@@ -130,7 +150,7 @@ def main(args: argparse.Namespace) -> int:
         "runs": runs,
         "fit": {
             mode: line_fit([(r["judgments"], r["cpu_s"]) for r in runs if r["mode"] == mode])
-            for mode in ("uncached", "cached")
+            for mode in dict.fromkeys(args.modes)
         },
     }
     print(f"CPU-seconds per phase of an experiment=judge run, model={args.model}; {out['machine']['cpu']}")

@@ -185,6 +185,21 @@ class ScoreCache:
                         out[key] = n
         return out
 
+    def present(self, keys: Sequence[str]) -> set[str]:
+        """The keys among `keys` that have a row (valid or not), without reading the rows."""
+        out: set[str] = set()
+        with self._lock, sqlite_errors(self.path):
+            tables = ("scores", "flagged") if self._has_flagged() else ("scores",)
+            for i in range(0, len(keys), 500):
+                chunk = list(keys[i : i + 500])
+                marks = ",".join("?" * len(chunk))
+                for table in tables:
+                    out.update(
+                        k
+                        for (k,) in self._db.execute(f"SELECT key FROM {table} WHERE key IN ({marks})", chunk)
+                    )
+        return out
+
     def put_many(
         self,
         identity: str,
@@ -329,8 +344,14 @@ class CachedJudge:
         rest = [(k, r) for k, r in zip(keys, requests) if k not in counts]
         check = getattr(inner, "check_requests", None)
         if rest and check is not None:
-            check([r for _, r in rest])
-            if by_length is not None:  # e.g. cached before lengths were kept: kept from now on
+            stored = self.cache.present([k for k, _ in rest])
+            hits = [r for k, r in rest if k in stored]  # cached before lengths were kept
+            misses = [r for k, r in rest if k not in stored]
+            if hits:
+                check(hits)
+            if misses:  # the model will compute these: a vLLM judge starts its engine meanwhile
+                getattr(inner, "check_before_computing", check)(misses)
+            if by_length is not None:  # their lengths, kept from now on
                 self.cache.put_lengths(self._lengths(rest))
         return set(counts)
 
@@ -342,7 +363,7 @@ class CachedJudge:
 
     def _lengths(self, items: Sequence[tuple[str, PairRequest]]) -> dict[str, int]:
         """The token counts the model judge kept for these (key, request)s (none: an API judge)."""
-        count = getattr(innermost(self.judge), "prompt_tokens", None)
+        count = getattr(innermost(self.judge), "kept_length", None)
         if count is None:
             return {}
         return {k: n for k, r in items if (n := count(r.prompt))}

@@ -466,7 +466,7 @@ class ChatPrompts:
         them): the same refusal, without tokenizing."""
         check_ids([range(n) for n in counts], self.max_length, lambda k: request_name(requests[k]))
 
-    def prompt_tokens(self, prompt: str) -> int | None:
+    def kept_length(self, prompt: str) -> int | None:
         """The token count of a prompt this judge has tokenized and kept (None: not kept)."""
         return self._kept_ids().length(prompt)
 
