@@ -83,6 +83,9 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
 
 
 def _folder_bytes(path: Path) -> int:
+    """Bytes of a file, or of every file under a folder (0: absent)."""
+    if path.is_file():
+        return path.stat().st_size
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
 
 
