@@ -15,6 +15,9 @@ import functools
 import importlib
 import inspect
 import json
+import math
+import random
+import resource
 import sys
 import threading
 import time
@@ -157,10 +160,7 @@ def stub_judge() -> None:
     """The transformers judge with its forwards replaced by seeded random answer log-probs (for
     `--modes stub`: the harness's whole path, tokenizing and the request cache included, at the
     cost of no model; the judge's identity is unchanged, so the cache it fills serves a cached run)."""
-    import math
-    import random
-
-    from harness.judges.hf import HFJudge
+    hf_judge = importlib.import_module("harness.judges.hf").HFJudge  # after the clock started: timed
 
     def steps(self: Any, ids: list[list[int]], want: set[int]) -> Any:
         rng, order = random.Random(len(ids)), sorted(want)
@@ -168,7 +168,7 @@ def stub_judge() -> None:
         for at in range(0, len(order), 256):
             yield [(i, [math.log(rng.uniform(0.01, 0.5)) for _ in range(n)]) for i in order[at : at + 256]]
 
-    HFJudge._logprob_steps = steps
+    hf_judge._logprob_steps = steps
 
 
 def main(argv: list[str]) -> int:
@@ -178,7 +178,7 @@ def main(argv: list[str]) -> int:
     install(clock)
     if stub:
         stub_judge()
-    from harness.runtime.entry import main as run_main
+    run_main = importlib.import_module("harness.runtime.entry").main  # imported under the clock: timed
 
     sys.argv = ["harness.run", *run_args]
     code = 0
@@ -186,8 +186,6 @@ def main(argv: list[str]) -> int:
         run_main()
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    import resource
-
     result = {**clock.result(), "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
     with open(out, "w") as f:
         json.dump(result, f)
