@@ -405,7 +405,10 @@ def judge_work(
     now = work_counters(judge)
     work: dict[str, Any] = {k: now[k] - before.get(k, 0) for k in now}
     inner = model_judge(judge)
-    if hasattr(inner, "encode") and requests:
+    computed = (
+        work.get("prompts") != 0 and getattr(judge, "calls", None) != 0
+    )  # a cached run tokenizes nothing
+    if hasattr(inner, "encode") and requests and computed:
         work["trie_minimum"] = trie_size(inner.encode(requests))
     seconds = work.get("seconds")
     if seconds:

@@ -429,3 +429,63 @@ def test_the_stream_keeps_its_window_full_and_refuses_a_request_that_did_not_fin
         for _ in stream_outputs(broken, rows, None, None, window=4):
             pass
     assert broken.aborted and not broken.left
+
+
+def test_the_engine_starts_while_the_prompts_are_tokenized(
+    tiny_llama3, coherence_pairs, tmp_path, monkeypatch
+):
+    """The request cache's misses are checked (tokenized) in a thread while the engine starts in
+    this one: the engine's start begins before the last prompt is tokenized, so on a GPU its
+    minutes of start-up and the run's tokenizing overlap; the kept ids then feed the stream without
+    tokenizing again. The engine is scripted (its start a 0.3 s sleep: no engine starts here) and
+    each tokenizing call slowed by 0.3 s. Control: with the overlap taken away (the plain check),
+    the check starts no engine and the engine starts only after the last prompt is tokenized."""
+    import threading
+    import time
+
+    import harness.judges.chat as chat
+    import harness.judges.vllm as vllm_judge
+    from harness.judges.base import check_requests
+    from harness.judges.cache import CachedJudge, ScoreCache
+    from harness.judges.vllm import VLLMJudge
+    from harness.judges.wrappers import PreemptibleJudge
+
+    events: list[tuple[str, float, str]] = []
+    real = chat.encode_chat
+
+    def slow_encode(tokenizer, texts, *args, **kwargs):
+        time.sleep(0.3)
+        out = real(tokenizer, texts, *args, **kwargs)
+        events.append(("tokenized", time.perf_counter(), threading.current_thread().name))
+        return out
+
+    class ScriptedLLM:
+        llm_engine = ScriptedEngine(lambda ids: 1)
+        model_config = SimpleNamespace(max_model_len=8192)
+
+    def start(*args, **kwargs):
+        events.append(("engine start", time.perf_counter(), threading.current_thread().name))
+        time.sleep(0.3)
+        return ScriptedLLM()
+
+    monkeypatch.setattr(chat, "encode_chat", slow_encode)
+    monkeypatch.setattr(vllm_judge, "_start_engine", start)
+
+    def checked(tag: str):
+        events.clear()
+        judge = VLLMJudge(tiny_llama3)
+        check_requests(
+            PreemptibleJudge(CachedJudge(judge, ScoreCache(tmp_path / f"{tag}.sqlite"))), coherence_pairs
+        )
+        return judge, dict((name, (at, thread)) for name, at, thread in events)
+
+    judge, seen = checked("overlap")
+    assert judge.loaded and seen["engine start"][0] < seen["tokenized"][0]
+    assert seen["tokenized"][1] != seen["engine start"][1] == threading.main_thread().name
+    assert all(judge.kept_length(r.prompt) for r in coherence_pairs)  # the stream reads them back
+
+    monkeypatch.delattr(VLLMJudge, "check_before_computing")
+    judge, seen = checked("control")
+    assert not judge.loaded and "engine start" not in seen
+    judge.llm  # noqa: B018 - what the stream does next
+    assert events[-1][0] == "engine start" and events[-1][1] > seen["tokenized"][0]

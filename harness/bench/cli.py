@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from harness.bench import gpu, metrics_cost, numerics, page, profiling, runs, speed
+from harness.bench import gpu, metrics_cost, numerics, page, profiling, runs, scale, speed
 from harness.errors import HarnessError
 from harness.outputs import writable_file
 
@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "metrics": metrics_cost,
     "page": page,
     "gpu": gpu,
+    "scale": scale,
     **({"vllm-path": vllm_path} if vllm_path is not None else {}),
 }
 

@@ -93,10 +93,18 @@ def check_requests(judge: Any, requests: Sequence[PairRequest]) -> None:
     `check_requests`; for the others this is a no-op.
 
     Run over every request, cache hits included: a context too short for a prompt must be refused
-    even when an earlier run with a longer context cached the answer."""
-    check = getattr(innermost(judge), "check_requests", None)
-    if check is not None and requests:
-        check(requests)
+    even when an earlier run with a longer context cached the answer. The first judge down the
+    wrappers that checks (the request cache, which checks a hit by its stored length; else the
+    model judge) does it."""
+    seen: set[int] = set()
+    while judge is not None and id(judge) not in seen:
+        seen.add(id(judge))
+        check = getattr(judge, "check_requests", None)
+        if check is not None:
+            if requests:
+                check(requests)
+            return
+        judge = getattr(judge, "judge", None)
 
 
 def innermost(judge: Any) -> Any:

@@ -16,6 +16,12 @@ would write the same tokens again; those rows go to a table of their own, `flagg
 identity, p_a, flags), and are served back WITH their flag, so every metric still treats them as
 no_answer (never as an answer of 0.5 or 0.0). An older harness reads only `scores` and never sees
 them. An `unreadable` API answer (a transient failure) is still asked again.
+
+A local judge's prompt lengths (token counts) go to a table of their own, `lengths` (key, tokens),
+written with the answers: a cached request's context check reads its stored length, so a fully
+cached run tokenizes no prompt (the key holds the tokenizer files, chat template and system text,
+everything the length depends on). A hit without a stored length (an older harness's row) is
+tokenized for its check, as before.
 """
 
 from __future__ import annotations
@@ -24,12 +30,12 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from harness.files import open_sqlite, sqlite_errors
 from harness.judges.answers import logsumexp, renormalise
-from harness.judges.base import Judge, check_requests, gather, streams, supports_progress
+from harness.judges.base import Judge, gather, innermost, streams, supports_progress
 from harness.judges.chat import NO_WEIGHTS
 from harness.records import PairRequest, PairScore
 
@@ -78,6 +84,7 @@ CACHEABLE_FLAGS = ("no_answer",)
 FLAGGED_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS flagged (key TEXT PRIMARY KEY, identity TEXT, p_a REAL, flags TEXT)"
 )
+LENGTHS_SCHEMA = "CREATE TABLE IF NOT EXISTS lengths (key TEXT PRIMARY KEY, tokens INTEGER)"
 
 
 def cacheable(score: PairScore) -> bool:
@@ -127,6 +134,8 @@ class ScoreCache:
         self._flagged = False
         """Whether the `flagged` table exists (created with the first no_answer row, so a cache
         without any keeps its layout); looked up again while it does not (another process may add it)."""
+        self._lengths = False
+        """The same for the `lengths` table (created with the first stored prompt length)."""
 
     def get_many(self, keys: Sequence[str]) -> dict[str, PairScore]:
         """The cached scores of `keys`. A row that is not a valid score (P(A) missing or outside
@@ -163,14 +172,53 @@ class ScoreCache:
             )
         return out
 
-    def put_many(self, identity: str, items: Sequence[tuple[str, PairScore]]) -> None:
+    def token_counts(self, keys: Sequence[str]) -> dict[str, int]:
+        """The stored prompt lengths (tokens) of `keys` that have one."""
+        out: dict[str, int] = {}
+        with self._lock, sqlite_errors(self.path):
+            if not self._has_table("lengths"):
+                return out
+            for i in range(0, len(keys), 500):
+                chunk = list(keys[i : i + 500])
+                marks = ",".join("?" * len(chunk))
+                for key, n in self._db.execute(
+                    f"SELECT key, tokens FROM lengths WHERE key IN ({marks})", chunk
+                ):
+                    if isinstance(n, int) and n > 0:
+                        out[key] = n
+        return out
+
+    def present(self, keys: Sequence[str]) -> set[str]:
+        """The keys among `keys` that have a row (valid or not), without reading the rows."""
+        out: set[str] = set()
+        with self._lock, sqlite_errors(self.path):
+            tables = ("scores", "flagged") if self._has_flagged() else ("scores",)
+            for i in range(0, len(keys), 500):
+                chunk = list(keys[i : i + 500])
+                marks = ",".join("?" * len(chunk))
+                for table in tables:
+                    out.update(
+                        k
+                        for (k,) in self._db.execute(f"SELECT key FROM {table} WHERE key IN ({marks})", chunk)
+                    )
+        return out
+
+    def put_many(
+        self,
+        identity: str,
+        items: Sequence[tuple[str, PairScore]],
+        tokens: Mapping[str, int] | None = None,
+    ) -> None:
         """Store answers: unflagged ones in `scores`, cacheable flagged ones (`no_answer`) in `flagged`
-        with their flags; any other flagged answer is refused (callers filter with `cacheable`)."""
+        with their flags; any other flagged answer is refused (callers filter with `cacheable`).
+        `tokens`: the prompts' lengths by key, for later context checks (`lengths`)."""
         plain = [(k, s) for k, s in items if not s.flags]
         flagged = [(k, s) for k, s in items if s.flags]
         if any(not cacheable(s) for _, s in flagged):
             raise ValueError("only unflagged or no_answer scores can be cached")
         with self._lock, sqlite_errors(self.path), self._db:
+            if tokens:
+                self._put_lengths(tokens)
             self._db.executemany(
                 "INSERT OR REPLACE INTO scores VALUES (?, ?, ?, ?)",
                 [(k, identity, s.p_a, json.dumps(dict(s.token_logprobs))) for k, s in plain],
@@ -183,16 +231,33 @@ class ScoreCache:
                     [(k, identity, s.p_a, json.dumps(list(s.flags))) for k, s in flagged],
                 )
 
+    def put_lengths(self, tokens: Mapping[str, int]) -> None:
+        """Store prompt lengths by key (rows cached before lengths were kept, once tokenized)."""
+        if tokens:
+            with self._lock, sqlite_errors(self.path), self._db:
+                self._put_lengths(tokens)
+
+    def _put_lengths(self, tokens: Mapping[str, int]) -> None:
+        self._db.execute(LENGTHS_SCHEMA)
+        self._lengths = True
+        self._db.executemany("INSERT OR REPLACE INTO lengths VALUES (?, ?)", list(tokens.items()))
+
     def _has_flagged(self) -> bool:
         """Does the `flagged` table exist (callers hold the lock)?"""
-        if not self._flagged:
-            self._flagged = (
+        return self._has_table("flagged")
+
+    def _has_table(self, name: str) -> bool:
+        """Does table `name` (flagged, lengths) exist (callers hold the lock)?"""
+        attr = f"_{name}"
+        if not getattr(self, attr):
+            found = (
                 self._db.execute(
-                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'flagged'"
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
                 ).fetchone()
                 is not None
             )
-        return self._flagged
+            setattr(self, attr, found)
+        return getattr(self, attr)
 
     def __len__(self) -> int:
         """Answers stored: scores plus cached no_answer rows."""
@@ -234,6 +299,9 @@ class CachedJudge:
         """Called (calls, in_flight) before each chunk goes to the model and after it is committed,
         so a record of the calls (attempts.jsonl) survives a SIGKILL."""
         self._legacy_checked = False
+        self._checked: set[str] = set()
+        """Keys `check_requests` found fit by their stored length, not checked again by the call
+        that follows it (that call empties it)."""
 
     def _missed(self, n: int) -> None:
         """Before the first `n` misses go to the model: one line per kind of row of this judge that
@@ -259,6 +327,50 @@ class CachedJudge:
                     why,
                 )
 
+    def check_requests(self, requests: Sequence[PairRequest]) -> None:
+        """JudgeInputError for a prompt the model cannot read, cached ones included (a context too
+        short for a prompt is refused even when a run with a longer one cached its answer): a request
+        with a stored length is checked by it, without tokenizing; the others by the judge's own
+        check (harness.judges.base.check_requests), which tokenizes them."""
+        self._checked = self._check([request_key(self.identity, r.prompt) for r in requests], requests)
+
+    def _check(self, keys: Sequence[str], requests: Sequence[PairRequest]) -> set[str]:
+        """Check `requests` (keyed `keys`); the keys checked by their stored lengths."""
+        if not requests:
+            return set()
+        inner = innermost(self.judge)
+        by_length = getattr(inner, "check_token_counts", None)
+        counts = self.cache.token_counts(list(dict.fromkeys(keys))) if by_length is not None else {}
+        if counts:
+            at = [i for i, k in enumerate(keys) if k in counts]
+            by_length([requests[i] for i in at], [counts[keys[i]] for i in at])
+        rest = [(k, r) for k, r in zip(keys, requests) if k not in counts]
+        check = getattr(inner, "check_requests", None)
+        if rest and check is not None:
+            stored = self.cache.present([k for k, _ in rest])
+            hits = [r for k, r in rest if k in stored]  # cached before lengths were kept
+            misses = [r for k, r in rest if k not in stored]
+            if hits:
+                check(hits)
+            if misses:  # the model will compute these: a vLLM judge starts its engine meanwhile
+                getattr(inner, "check_before_computing", check)(misses)
+            if by_length is not None:  # their lengths, kept from now on
+                self.cache.put_lengths(self._lengths(rest))
+        return set(counts)
+
+    def _check_hits(self, keys: Sequence[str], requests: Sequence[PairRequest], found: Mapping) -> None:
+        """The context check of the cached requests that `check_requests` did not just check."""
+        checked, self._checked = self._checked, set()
+        todo = [i for i, k in enumerate(keys) if k in found and k not in checked]
+        self._check([keys[i] for i in todo], [requests[i] for i in todo])
+
+    def _lengths(self, items: Sequence[tuple[str, PairRequest]]) -> dict[str, int]:
+        """The token counts the model judge kept for these (key, request)s (none: an API judge)."""
+        count = getattr(innermost(self.judge), "kept_length", None)
+        if count is None:
+            return {}
+        return {k: n for k, r in items if (n := count(r.prompt))}
+
     @property
     def streaming(self) -> bool:
         """Whether the wrapped judge streams: then `stream_scores` serves a whole call."""
@@ -270,11 +382,12 @@ class CachedJudge:
         """(index, score) lists for `requests`: the cached ones first, then each list the model
         finishes, committed before it is handed on (so a kill loses at most the step in
         flight). The model is handed every distinct request, cached ones included, and told which
-        it needs, so what it computes does not depend on what the cache already held; its
-        tokenizing them refuses a prompt it cannot read, a cached one too (check_requests), even
-        when it needs none."""
+        it needs, so what it computes does not depend on what the cache already held. A cached
+        request is checked against the context by its stored length (`check_requests`); when
+        every request is cached the model is not called at all, so no prompt is tokenized."""
         keys = [request_key(self.identity, r.prompt) for r in requests]
         found = self.cache.get_many(keys)
+        self._check_hits(keys, requests, found)
         at: dict[str, list[int]] = {}
         unique: list[PairRequest] = []
         for i, (k, r) in enumerate(zip(keys, requests)):
@@ -293,12 +406,18 @@ class CachedJudge:
         self._missed(left)
         if left and self.on_progress is not None:
             self.on_progress(self.calls, left)
+        if not needed:
+            return
         for done in self.judge.stream_scores(unique, needed):
             self.calls += len(done)
             left -= len(done)
             # A flagged answer is returned but not cached (a rerun asks again), except a deterministic
             # no_answer, which is kept with its flag (module docstring).
-            self.cache.put_many(self.identity, [(ukeys[j], s) for j, s in done if cacheable(s)])
+            self.cache.put_many(
+                self.identity,
+                [(ukeys[j], s) for j, s in done if cacheable(s)],
+                self._lengths([(ukeys[j], unique[j]) for j, _ in done]),
+            )
             if self.on_progress is not None:
                 self.on_progress(self.calls, left)
             out = [(i, s) for j, s in done for i in at[ukeys[j]]]
@@ -312,7 +431,7 @@ class CachedJudge:
         keys = [request_key(self.identity, r.prompt) for r in requests]
         found = self.cache.get_many(keys)
         # A hit skips the model, not the input checks: a prompt too long for THIS context is refused.
-        check_requests(self.judge, [r for k, r in zip(keys, requests) if k in found])
+        self._check_hits(keys, requests, found)
         if progress is not None:
             progress.update(sum(1 for k in keys if k in found))
         todo: dict[str, PairRequest] = {}
@@ -336,7 +455,11 @@ class CachedJudge:
             self.calls += len(part)
             # A flagged answer is returned but not cached (a rerun asks again), except a deterministic
             # no_answer, which is kept with its flag (module docstring).
-            self.cache.put_many(self.identity, [(k, s) for (k, _), s in zip(part, scores) if cacheable(s)])
+            self.cache.put_many(
+                self.identity,
+                [(k, s) for (k, _), s in zip(part, scores) if cacheable(s)],
+                self._lengths(part),
+            )
             if self.on_progress is not None:
                 self.on_progress(self.calls, 0)
             found.update((k, s) for (k, _), s in zip(part, scores))

@@ -13,6 +13,7 @@ has no system role (`fold_system`, as Mistral's own tokenizer does it).
 from __future__ import annotations
 
 import re
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -383,6 +384,10 @@ def device_part(device: str) -> str:
     return f"dev={str(device).split(':')[0]}"
 
 
+ENCODE_CHUNK = 1024
+"""Prompts per tokenizer call when a judge tokenizes a run's prompts (ChatPrompts._rows)."""
+
+
 class ChatPrompts:
     """Prompts -> token ids for a model holding a tokenizer and the chat settings (`system_prompt`,
     `max_length`, `chat_format`, `chat_template`): the base of the transformers and vLLM judges, so
@@ -421,34 +426,40 @@ class ChatPrompts:
         """Token ids per request, each prompt tokenized once per judge (`PromptIds`): the request
         checks, the engine and the run's work report read the same ids; a prompt kept from an
         earlier call is only checked against the context again."""
+        rows = self._rows(requests)
+        ids = [rows[r.prompt].tolist() for r in requests]
+        check_ids(ids, self.max_length, lambda k: request_name(requests[k]))  # the context may have changed
+        return ids
+
+    def _rows(self, requests: Sequence[PairRequest]) -> dict[str, array]:
+        """prompt -> its token ids (int32), the prompts not kept tokenized ENCODE_CHUNK at a time
+        (what the tokenizer builds per prompt, offsets and token strings included, is held for one
+        chunk only, not for a whole run) and kept."""
         kept = self._kept_ids()
-        rows: dict[str, list[int]] = {}
+        rows: dict[str, array] = {}
         fresh: dict[str, PairRequest] = {}
         for r in requests:
             if r.prompt not in rows and r.prompt not in fresh:
-                row = kept.get(r.prompt)
+                row = kept.row(r.prompt)
                 if row is None:
                     fresh[r.prompt] = r
                 else:
                     rows[r.prompt] = row
-        rows.update(
-            zip(
-                fresh,
-                encode_prompts(
-                    self.tokenizer,
-                    list(fresh.values()),
-                    self.system_prompt,
-                    self.max_length,
-                    self.chat_format,
-                    chat_template=self.chat_template,
-                ),
+        todo = list(fresh.values())
+        for at in range(0, len(todo), ENCODE_CHUNK):
+            part = todo[at : at + ENCODE_CHUNK]
+            encoded = encode_prompts(
+                self.tokenizer,
+                part,
+                self.system_prompt,
+                self.max_length,
+                self.chat_format,
+                chat_template=self.chat_template,
             )
-        )
-        for prompt in fresh:
-            kept.put(prompt, rows[prompt])
-        ids = [list(rows[r.prompt]) for r in requests]
-        check_ids(ids, self.max_length, lambda k: request_name(requests[k]))  # the context may have changed
-        return ids
+            for r, ids in zip(part, encoded):
+                rows[r.prompt] = array("i", ids)
+                kept.put(r.prompt, rows[r.prompt])
+        return rows
 
     def forget_ids(self) -> None:
         """Drop the kept token ids: the next call tokenizes its prompts again (a fresh run's cost)."""
@@ -467,8 +478,19 @@ class ChatPrompts:
         return self._ids
 
     def check_requests(self, requests: Sequence[PairRequest]) -> None:
-        """JudgeInputError for a prompt this model cannot read (see judges.base.check_requests)."""
-        self.encode(requests)
+        """JudgeInputError for a prompt this model cannot read (see judges.base.check_requests):
+        `encode`'s tokenizing and checks, without building every request's ids as lists."""
+        rows = self._rows(requests)
+        self.check_token_counts(requests, [len(rows[r.prompt]) for r in requests])
+
+    def check_token_counts(self, requests: Sequence[PairRequest], counts: Sequence[int]) -> None:
+        """`check_requests` for prompts whose token counts are known (the request cache stores
+        them): the same refusal, without tokenizing."""
+        check_ids([range(n) for n in counts], self.max_length, lambda k: request_name(requests[k]))
+
+    def kept_length(self, prompt: str) -> int | None:
+        """The token count of a prompt this judge has tokenized and kept (None: not kept)."""
+        return self._kept_ids().length(prompt)
 
     def encode_conversation(
         self, messages: Sequence[Mapping[str, str]], new_tokens: int, where: str, fix: str

@@ -27,10 +27,22 @@ class PromptIds:
         self._rows.move_to_end(prompt)
         return row.tolist()
 
+    def row(self, prompt: str) -> array | None:
+        """The kept ids themselves (not a copy: callers do not change them), or None."""
+        row = self._rows.get(prompt)
+        if row is not None:
+            self._rows.move_to_end(prompt)
+        return row
+
+    def length(self, prompt: str) -> int | None:
+        """The kept row's token count (None: not kept), without copying it."""
+        row = self._rows.get(prompt)
+        return None if row is None else len(row)
+
     def put(self, prompt: str, ids: Sequence[int]) -> None:
         if prompt in self._rows:
             return
-        self._rows[prompt] = array("i", ids)
+        self._rows[prompt] = ids if isinstance(ids, array) else array("i", ids)
         self.tokens += len(ids)
         while self.tokens > self.limit and self._rows:
             self.tokens -= len(self._rows.popitem(last=False)[1])

@@ -46,6 +46,7 @@ import json
 import os
 import weakref
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -405,10 +406,10 @@ class VLLMJudge(ChatPrompts):
         runs (harness.judges.vllm_engine.stream_outputs). Sorted by document, then token ids: the
         prompts sharing a header + source, then a candidate A, then a pair under several
         instructions are scheduled together, so the prefix cache computes their shared part once."""
-        ids = self.encode(requests)
-        want = range(len(ids)) if needed is None else sorted(set(needed))
+        want = range(len(requests)) if needed is None else sorted(set(needed))
         if not want:
             return  # every request cached: no engine
+        ids = dict(zip(want, self.encode([requests[i] for i in want])))  # only what the engine computes
         order = sorted(want, key=lambda i: (requests[i].doc_id, ids[i]))
         engine = self.llm.llm_engine
         steps = stream_outputs(
@@ -423,6 +424,24 @@ class VLLMJudge(ChatPrompts):
                 yield [(i, self._score(requests[i], len(ids[i]), output)) for i, output in done]
         finally:
             steps.close()
+
+    def check_before_computing(self, requests: Sequence[PairRequest]) -> None:
+        """`check_requests` for requests the engine is about to compute (the request cache's misses):
+        when the engine has not started, it starts now, in this thread, while another thread
+        tokenizes them (the ids are kept: the stream reads them back). On a GPU the engine's start
+        (weights, compile, CUDA graphs: minutes, mostly in its own processes) and the run's
+        tokenizing then overlap instead of adding up. A prompt the model cannot read is refused once
+        both are done, before any request reaches the engine."""
+        if self.loaded or not requests:
+            self.check_requests(requests)
+            return
+        with ThreadPoolExecutor(1, thread_name_prefix="harness-tokenize") as pool:
+            tokenized = pool.submit(self.check_requests, requests)
+            try:
+                self.llm  # noqa: B018 - starts the engine
+            finally:
+                wait([tokenized])  # an engine that failed to start is the error reported
+        tokenized.result()
 
     def _score(self, request: PairRequest, n_tokens: int, output: Any) -> PairScore:
         self.prompt_tokens += n_tokens
