@@ -227,9 +227,9 @@ def test_sweep_runs_are_named_by_what_varies_and_the_table_holds_the_prompts(pre
     for i, text in enumerate(texts):
         name = run_record(sweep / str(i))["display_name"]
         assert name == f"judge-jsonl-tiny-llama experiment.instruction.text='{text}'", name
-        rows = [
-            json.loads(x) for x in (sweep / str(i) / "tables" / "judgments.jsonl").read_text().splitlines()
-        ]
+        (saved,) = (sweep / str(i) / "wandb").rglob("judgments.table.json")  # the table W&B holds
+        table = json.loads(saved.read_text())
+        rows = [dict(zip(table["columns"], row)) for row in table["data"]]
         assert len(rows) == 24 and {row["instruction"] for row in rows} == {text}
         assert all(row["source"] in row["prompt"] and row["a_text"] in row["prompt"] for row in rows)
         assert all(row["prompt"].endswith(f"Question: {text}\nAnswer: ") for row in rows)

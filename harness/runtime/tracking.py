@@ -103,14 +103,16 @@ class Tracker:
         rows: Sequence[Sequence[Any]],
         types: Mapping[str, type] | None = None,
     ) -> None:
-        """`tables/<name>.jsonl` and, unless disabled, a W&B table. With `types` (column -> str,
+        """A W&B table, or `tables/<name>.jsonl` where W&B is disabled. With `types` (column -> str,
         float or bool; None allowed in each; a column not named is text) the columns are declared
-        once and each cell checked against its type, instead of W&B inferring every row's types
-        (3.7 CPU-s for SummEval's 24,000 judgments): the table goes to W&B as a file in an artifact
-        of its own (`_table_artifact`), whole."""
-        tables = self.out_dir / "tables"
-        tables.mkdir(exist_ok=True)
-        write_jsonl_atomic(tables / f"{name}.jsonl", [dict(zip(columns, r)) for r in rows])
+        once and each cell checked against its type, instead of W&B inferring every row's types:
+        the table goes to W&B as a file in an artifact of its own (`_table_artifact`), whole, which
+        lies in the run's own `wandb/` folder (offline or online), so no second local copy is
+        written. Without `types`, `tables/<name>.jsonl` is written too."""
+        if self._run is None or types is None:
+            tables = self.out_dir / "tables"
+            tables.mkdir(exist_ok=True)
+            write_jsonl_atomic(tables / f"{name}.jsonl", [dict(zip(columns, r)) for r in rows])
         if self._run is None:
             return
         import wandb
