@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 from helpers.fs import read_only
 
-from harness.report import cli as report_cli
-from harness.runtime import collect
+from harness.runtime import collect, report_cli
 
 
 def _err(capsys) -> str:
@@ -321,7 +320,7 @@ def test_a_damaged_multirun_yaml_is_one_line(failed_sweep, tmp_path, capsys, con
 def test_out_of_range_seeds_and_digits_are_one_line(runs, capsys):
     """`--seed -1` in harness-compare and harness-report, `harness-collect table --digits -5` were
     tracebacks (numpy's seed range, a format spec). Now one line each, before any work."""
-    from harness.report import compare
+    from harness.runtime import compare
 
     whole = str(runs / "whole")
     for call, flag in [

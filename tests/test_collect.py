@@ -333,7 +333,7 @@ def test_a_results_json_that_is_not_an_object_is_one_line(sweep, tmp_path, capsy
     assert err.count("\n") == 1 and f"{root / '1' / 'results.json'}: holds an array, not a JSON object" in err
     assert main(["table", str(sweep), "--no-figures", "--out", str(tmp_path / "o")]) == 0
     # harness-report reads it as collect does: refused in one line, the run alone or in its sweep.
-    from harness.report.cli import main as report
+    from harness.runtime.report_cli import main as report
 
     capsys.readouterr()
     for where in (root / "1", root):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers.cli import run_in_process
 
-import harness.report.compare as compare  # harness-compare
+import harness.runtime.compare as compare  # harness-compare
 from harness.metrics.interval import EXACT_METHOD, METHOD, SCORE_METHOD
 
 REPO = Path(__file__).resolve().parents[1]
@@ -244,7 +244,7 @@ def test_compare_says_when_the_runs_judged_different_aspects(two_runs, tmp_path)
 
     def harness_compare(a: Path, b: Path) -> subprocess.CompletedProcess:  # what `harness-compare A B` runs
         return subprocess.run(
-            [sys.executable, "-m", "harness.report.compare", str(a), str(b), "--bootstrap", "20"],
+            [sys.executable, "-m", "harness.runtime.compare", str(a), str(b), "--bootstrap", "20"],
             env=env,
             capture_output=True,
             text=True,

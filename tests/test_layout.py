@@ -1,9 +1,10 @@
 """The package's shape: imports run one way, no cycles, no hidden function-local imports.
 
 The layers (STYLE.md): base records and I/O -> data, models, prompts, http -> judges -> judging ->
-metrics -> (zepo | abb | report's page modules) -> runtime -> (experiments | bench | report's
-commands: harness-report, harness-compare) -> the `harness.run` command. A module may
-import its own layer or a lower one; zepo and abb never import each other. Function-local
+metrics -> (zepo | abb | report: the page modules) -> runtime (with the commands that read finished
+runs: harness-collect, harness-report, harness-compare, a sweep's index) -> (experiments | bench) ->
+the `harness.run` command. A module may import its own layer or a lower one; zepo and abb never
+import each other; no two of harness's subpackages import each other, at any module. Function-local
 imports are kept for heavy libraries only (a config error must come back before torch or vLLM
 has been imported); a function-local harness import would hide a cycle, so none is allowed.
 """
@@ -40,9 +41,6 @@ LAYERS = {
     "harness.abb": 5,
     "harness.report": 5,
     "harness.runtime": 6,
-    "harness.report.cli": 7,
-    "harness.report.sweep": 7,
-    "harness.report.compare": 7,
     "harness.experiments": 7,
     "harness.bench": 7,
     "harness.run": 8,
@@ -185,40 +183,59 @@ def _strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-REPORT_COMMANDS = ("harness.report.cli", "harness.report.sweep", "harness.report.compare")
+def package_of(module: str) -> str:
+    """The subpackage a module belongs to (`harness.report.page` -> `harness.report`); a module
+    directly under harness/ (`harness.files`) is its own."""
+    return ".".join(module.split(".")[:2])
 
 
-def report_runtime_edges(graph: dict[str, list[tuple[str, bool, int]]]) -> list[str]:
-    """Imports that break the one-way edge between runtime/ and report/: a page module of report
-    importing runtime, or runtime importing one of report's commands."""
-    bad = []
+def package_problems(graph: dict[str, list[tuple[str, bool, int]]]) -> list[str]:
+    """Imports that break the one-way edge between harness's subpackages: a module of report/
+    importing runtime/ (report holds the page modules; the commands that import runtime live in
+    runtime/), and every cycle among the packages, even one that no two modules close."""
+    bad = [
+        f"{mod}:{line} (report/) imports {dep} (runtime/)"
+        for mod, deps in graph.items()
+        if package_of(mod) == "harness.report"
+        for dep, _, line in deps
+        if package_of(dep) == "harness.runtime"
+    ]
+    packages = {package_of(m) for m in graph}
+    edges = {p: set() for p in packages}
     for mod, deps in graph.items():
-        command = mod.startswith(REPORT_COMMANDS)
-        for dep, _, line in deps:
-            if mod.startswith("harness.report") and not command and dep.startswith("harness.runtime"):
-                bad.append(f"{mod}:{line} (a page module) imports {dep}")
-            if mod.startswith("harness.runtime") and dep.startswith(REPORT_COMMANDS):
-                bad.append(f"{mod}:{line} imports the command {dep}")
+        edges[package_of(mod)] |= {package_of(d) for d, _, _ in deps} & packages - {package_of(mod)}
+    bad.extend(f"package cycle: {' <-> '.join(c)}" for c in _strongly_connected(edges))
     return bad
 
 
-def test_report_pages_below_runtime_commands_above(graph):
-    assert not report_runtime_edges(graph)
+def test_no_package_imports_back_report_below_runtime(graph):
+    assert not package_problems(graph)
     assert any(d.startswith("harness.report.page") for d, _, _ in graph["harness.runtime.context"])
-    assert any(d.startswith("harness.runtime") for d, _, _ in graph["harness.report.cli"])
+    assert any(d.startswith("harness.runtime") for d, _, _ in graph["harness.runtime.report_cli"])
 
 
-def test_the_report_edge_check_catches_a_back_edge():
-    """Negative control: a page module importing runtime, runtime importing a command, both found."""
+def test_the_package_check_catches_a_report_module_importing_runtime():
+    """Negative control: the old shape, report/cli.py importing runtime while runtime/context.py
+    imports report/page.py, is reported twice: the back edge and the package cycle; a cycle between
+    two other packages that no module-level cycle shows is reported too."""
     graph = {
-        "harness.report.page": [("harness.runtime.collect", False, 3)],
-        "harness.runtime.context": [("harness.report.cli", False, 7), ("harness.report.page", False, 8)],
-        "harness.report.cli": [("harness.runtime.context", False, 9)],
+        "harness.report.page": [("harness.files", False, 2)],
+        "harness.report.cli": [("harness.runtime.context", False, 9), ("harness.report.page", False, 3)],
+        "harness.runtime.context": [("harness.report.page", False, 8)],
+        "harness.files": [],
     }
-    assert report_runtime_edges(graph) == [
-        "harness.report.page:3 (a page module) imports harness.runtime.collect",
-        "harness.runtime.context:7 imports the command harness.report.cli",
+    assert package_problems(graph) == [
+        "harness.report.cli:9 (report/) imports harness.runtime.context (runtime/)",
+        "package cycle: harness.report <-> harness.runtime",
     ]
+    graph = {
+        "harness.data.a": [("harness.models.b", False, 1)],
+        "harness.models.c": [("harness.data.d", False, 1)],
+        "harness.models.b": [],
+        "harness.data.d": [],
+    }
+    assert package_problems(graph) == ["package cycle: harness.data <-> harness.models"]
+    assert not _strongly_connected({m: {d for d, _, _ in deps} for m, deps in graph.items()})
 
 
 def test_the_page_shows_the_chat_wrapping_without_a_judge():

@@ -23,7 +23,7 @@ import shutil
 import pytest
 from helpers.cli import assert_one_line_error, run_in_process
 
-import harness.report.compare as compare
+import harness.runtime.compare as compare
 from harness.data.jsonl import load_jsonl
 from harness.judging import build_requests
 from harness.prompts import default_instruction

@@ -286,7 +286,7 @@ def test_smollm2_without_chat_template_loses_mass_and_warns(
 def _report(args: list[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout's harness, not an installed one
     return subprocess.run(
-        [sys.executable, "-m", "harness.report.cli", *args],
+        [sys.executable, "-m", "harness.runtime.report_cli", *args],
         env=env,
         capture_output=True,
         text=True,

@@ -223,7 +223,7 @@ def test_markup_in_a_candidate_is_shown_as_text(tmp_path, browser, tiny_llama):
 
 
 def test_harness_report_refreshes_an_old_run_and_a_sweep_index(judge_run, tmp_path, browser):
-    """`harness-report` (python -m harness.report.cli, what the command runs) on a copy of the run
+    """`harness-report` (python -m harness.runtime.report_cli, what the command runs) on a copy of the run
     without its page: the page is back, equal in its rows; on a folder of two jobs: index.html
     links both and holds the collect table."""
     import shutil
@@ -236,7 +236,7 @@ def test_harness_report_refreshes_an_old_run_and_a_sweep_index(judge_run, tmp_pa
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     r = subprocess.run(
-        [sys.executable, "-m", "harness.report.cli", str(sweep)],
+        [sys.executable, "-m", "harness.runtime.report_cli", str(sweep)],
         env=env,
         capture_output=True,
         text=True,

@@ -103,7 +103,7 @@ def test_a_failing_job_is_named_the_others_run_and_collect_marks_the_table_parti
     )
     # harness-report's index.html: the same table, cell for cell, and the same PARTIAL caption; each
     # job's state from its own run directory; no shared setting the failed job did not have.
-    from harness.report.cli import main as report
+    from harness.runtime.report_cli import main as report
 
     assert report([str(sweep)]) == 0
     index, lines = index_page(sweep), table.splitlines()
@@ -260,7 +260,7 @@ def test_the_merged_run_shows_its_prompts_says_it_is_a_merge_and_joins_the_sweep
     shown = page_data(merged / "report.html")
     (prompt,) = [s["prompt"] for s in shown["sets"]]
     assert prompt["skeletons"] and prompt["note"].startswith("the model's chat template")
-    from harness.report.cli import main as report
+    from harness.runtime.report_cli import main as report
 
     assert report([str(merged), "--out", str(tmp_path / "again")]) == 0
     assert page_data(tmp_path / "again" / "report.html")["sets"] == shown["sets"]
@@ -281,7 +281,7 @@ def test_the_merged_run_shows_its_prompts_says_it_is_a_merge_and_joins_the_sweep
 def test_the_sweep_index_counts_merged_shards_as_finished_jobs(shard_sweep):
     """harness-report on the shard sweep: each shard is a finished job (its own run directory says
     so, though collect's table keeps only the merged run), and the merged run has a row of its own."""
-    from harness.report.cli import main as report
+    from harness.runtime.report_cli import main as report
 
     assert report([str(shard_sweep)]) == 0
     index = index_page(shard_sweep)
@@ -297,8 +297,8 @@ def test_a_merge_by_hand_writes_what_the_sweeps_merge_writes(shard_sweep, tmp_pa
     """`python -m harness.runtime.collect merge DIRS --out DIR` (slurm/node.sbatch's last line):
     config.json, overrides.json, the card, report.html and the W&B run beside judgments and results,
     as the sweep's own merge wrote them; harness-report then refreshes it."""
-    from harness.report.cli import main as report
     from harness.runtime.collect import main
+    from harness.runtime.report_cli import main as report
 
     out, merged = tmp_path / "by-hand", shard_sweep / "merged"
     assert main(["merge", *(str(shard_sweep / str(i)) for i in (2, 0, 1)), "--out", str(out)]) == 0

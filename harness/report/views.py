@@ -13,7 +13,7 @@ from harness.report.runlog import RUN_LOG, read_warnings
 from harness.report.sections import esc
 
 SWEEP_INDEX = "index.html"
-"""A sweep's index page (harness.report.sweep), in the sweep directory."""
+"""A sweep's index page (harness.runtime.sweep_index), in the sweep directory."""
 SWEEP_DEPTH = 3
 """How far above a run directory its sweep directory (the folder with Hydra's multirun.yaml) is
 looked for: a job is <sweep>/<num>, a merged run of shards <sweep>/merged/<name>."""

@@ -35,10 +35,10 @@ from harness.outputs import refuse_other_run, writable_folder
 from harness.records import Document
 from harness.report.page import write_report
 from harness.report.prompt import ChatView, config_view
-from harness.report.sweep import is_sweep, write_index
 from harness.runtime.collect import find_runs
 from harness.runtime.context import load_documents
 from harness.runtime.schema import MetricsConf
+from harness.runtime.sweep_index import is_sweep, write_index
 
 
 def run_settings(run_dir: Path, args: argparse.Namespace) -> tuple[int, float, int]:
