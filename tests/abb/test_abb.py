@@ -458,7 +458,7 @@ def test_published_numbers_script_prints_alpha_under_each_bound():
     import sys
     from pathlib import Path
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     out = subprocess.run(
         [sys.executable, str(repo / "scripts" / "abb_published.py")],
         capture_output=True,

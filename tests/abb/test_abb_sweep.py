@@ -1,7 +1,7 @@
 """A-BB sweeps that finish and one-item neighbours that move one coordinate (issue 19).
 
 Real Hydra, real arena-bench-v1 answers, the tiny Llama judge (the same 3 x 3 slice as
-tests/test_abb_experiment.py). What each test shows:
+tests/abb/test_abb_experiment.py). What each test shows:
 - the documented grid (conf/experiment/abb_sweep.yaml) and which of its cells are refused before
   judging, from the shipped config;
 - a real `-m experiment=abb_sweep` multirun whose refused cells (mu=data at a tau its mean shift

@@ -1,6 +1,6 @@
 """`harness-bench gpu` as the device machine runs it: no omegaconf, no hydra, no vLLM there.
 
-Its full CPU dry run (every check, vLLM's CPU build included) is tests/test_bench.py::test_gpu_dry_run.
+Its full CPU dry run (every check, vLLM's CPU build included) is tests/bench/test_bench.py::test_gpu_dry_run.
 Here the same command runs with those packages made unimportable (`sys.modules[name] = None`, which
 makes `import name` raise and `importlib.util.find_spec(name)` return None, as on a machine without
 them), as `python -m harness.bench gpu ...` runs it (runpy, the command line in sys.argv): the

@@ -19,7 +19,7 @@ from harness.data.fetch import ensure_data, main, select
 from harness.data.manifest import RAW_BASE, parse_sources, source_url, sources
 from harness.errors import ConfigError, DataError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SMALL = ["llmbar_natural", "usr_zepo"]  # two tasks, ~300 KB: quick to copy and hash
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness.data.fetch import cli_mirror
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NOWHERE = [
     "--base-url",
     "http://127.0.0.1:9",

@@ -21,7 +21,7 @@ EXPERIMENTS = sorted(
     for p in (CONF / "experiment").rglob("*.yaml")
 )
 PAPER = [e for e in EXPERIMENTS if e.startswith("paper/") and "pointwise" not in e]
-"""The paper's ZEPO configs (paper/table1_pointwise is the pointwise experiment: tests/test_pointwise.py)."""
+"""The paper's ZEPO configs (paper/table1_pointwise is the pointwise experiment: tests/experiments/test_pointwise.py)."""
 # Short documents of each dataset (the tiny model's 512-token vocabulary makes prompts long).
 SHORT_DOC = {"newsroom": 28, "summeval": 57, "usr_zepo": 27}
 

@@ -21,7 +21,9 @@ from harness.prompts import (
 )
 from harness.zepo.pointwise import DIGITS, scores_of
 
-GOLDEN = json.loads((Path(__file__).parent / "golden" / "zepo_official.json").read_text())["pointwise"]
+GOLDEN = json.loads((Path(__file__).resolve().parents[1] / "golden" / "zepo_official.json").read_text())[
+    "pointwise"
+]
 SCORE_IDS = {"llama3": [16, 17, 18, 19, 20], "mistral7b": [28740, 28750, 28770, 28781, 28782]}
 
 pytestmark = pytest.mark.usefixtures("one_thread")

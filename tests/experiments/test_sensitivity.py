@@ -169,7 +169,7 @@ def test_sensitivity_from_a_zepo_history(tmp_path, shared_data, tiny_llama, caps
         ):
             assert numbers[key] == pytest.approx(r["none"][key], nan_ok=True)
     _check_versus_reference(res, rows, out, printed)
-    # Figure 3 with its interval (tests/test_figure3.py): the points are the analysis's rho, every
+    # Figure 3 with its interval (tests/zepo/test_figure3.py): the points are the analysis's rho, every
     # entry has its sentence (printed), and the candidates kept the dataset's order.
     f3 = res["figure3"]
     assert f3["rounds"] == 1000 and f3["n_instructions"] == 3 and f3["n_docs"] == 2

@@ -1,6 +1,6 @@
 """A fully cached run imports no torch (issue #33: a cached `experiment=judge` in seconds).
 
-A run whose requests are all cached loads no weights (tests/test_identity.py counts the loads);
+A run whose requests are all cached loads no weights (tests/judges/test_identity.py counts the loads);
 here the rest of what it used to pay for: building the transformers judge imported torch and most
 of transformers (AutoTokenizer and AutoConfig import the modeling code: about 6 CPU seconds, more
 than the report card, W&B and the summary together). Now the tokenizer class AutoTokenizer picked
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

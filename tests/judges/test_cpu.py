@@ -188,7 +188,7 @@ def test_threads_default_follows_the_affinity_mask(tiny_llama, tmp_path: Path):
         f"cfg = compose(['experiment=judge', 'model=tiny_llama', 'model.path={tiny_llama}', 'backend.device=cpu'])\n"
         "print('threads', build(cfg.backend, judge_model=container(cfg.model)).threads)\n"
     )
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     out = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

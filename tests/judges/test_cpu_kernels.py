@@ -2,7 +2,7 @@
 and the torch path compute: one paged-attention call per layer for all rows, fused RMSNorm and
 RoPE, rows under one parent sharing its blocks and each starting inside a block getting its own
 copy of it. Tiny random models with head size 32 (the real Llama-3 and Mistral vocabularies),
-which the kernels run; the head-size-16 tiny models stay on the torch path (tests/test_packed.py)."""
+which the kernels run; the head-size-16 tiny models stay on the torch path (tests/judges/test_packed.py)."""
 
 from __future__ import annotations
 
@@ -225,7 +225,7 @@ def test_many_chunks_and_needed_subsets_score_bit_for_bit_like_the_whole_call(re
 
 @needs_kernels
 def test_forward_keeps_kv_for_children_without_a_pool_given(reference):
-    """PackedLlama.forward called as tests/test_packed.py calls it (no pool): rows kept for their
+    """PackedLlama.forward called as tests/judges/test_packed.py calls it (no pool): rows kept for their
     children get a pool of their own, children run in their parents' pool, plain rows in the
     engine's reused one, and the logits equal the full rows' (a child reading a pool another call
     emptied would not)."""

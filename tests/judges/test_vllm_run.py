@@ -2,7 +2,7 @@
 request of the run at once (vLLM's LLMEngine watched by harness.bench.vllm_path.EngineWatch), each
 prompt is tokenized once (the tokenizer's calls counted, for backend=hf too), a SIGKILLed run
 resumes without judging anything twice, backend.engine_args are checked against vLLM's (they reach
-its scheduler: tests/test_vllm_tiny.py), and the benchmark of this path against vLLM alone reports
+its scheduler: tests/judges/test_vllm_tiny.py), and the benchmark of this path against vLLM alone reports
 its fields.
 
 The SmolLM2 runs share the session's engine (conftest `vllm_judge`); no other engine starts here

@@ -13,7 +13,7 @@ from helpers.engines import P_A_BOUND
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # two vLLM engines (docs/testing.md)
 
 REAL_IDS = {
-    # Meta's tiktoken vocabulary (tests/test_vocab.py checks it against llama-models): 'A', 'ĠA', 'B', 'ĠB'.
+    # Meta's tiktoken vocabulary (tests/models/test_vocab.py checks it against llama-models): 'A', 'ĠA', 'B', 'ĠB'.
     "llama3": {"A": {"A": 32, " A": 362}, "B": {"B": 33, " B": 426}},
     # mistral_common's v1 SentencePiece vocabulary: 'A' 28741, '▁A' 330, 'B' 28760, '▁B' 365.
     "mistral7b": {"A": {"A": 28741, " A": 330}, "B": {"B": 28760, " B": 365}},
@@ -178,7 +178,7 @@ def test_a_run_building_another_judge_stops_the_first_engine(coherence_pairs):
 def test_engine_args_reach_the_scheduler(coherence_pairs, monkeypatch):
     """backend.engine_args.max_num_seqs=4, composed as a user types it: the live engine's scheduler
     holds 4 as its limit and never schedules more than 4 requests in a step, with 12 waiting
-    (control: tests/test_vllm_run.py, where the default schedules more than 4)."""
+    (control: tests/judges/test_vllm_run.py, where the default schedules more than 4)."""
     pytest.importorskip("vllm", reason="vLLM is not installed (README: Installs)")
     from helpers.compose import compose
     from vllm.v1.core.sched.scheduler import Scheduler

@@ -5,7 +5,7 @@ the document is the unit: 1,000 simulated clustered data sets of 200 documents, 
 interval covers a known truth in 93-97% and (the negative control) a pair-level bootstrap
 under-covers; the paired difference and its sentence carry their documents and method, and a
 difference with no spread across documents has no interval. Coverage at 2 to 50 documents:
-tests/test_interval_coverage.py."""
+tests/metrics/test_interval_coverage.py."""
 
 from __future__ import annotations
 

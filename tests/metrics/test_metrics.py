@@ -440,7 +440,7 @@ def test_ranks_are_rounded_in_one_place():
 
     from harness.zepo import figure3, plots
 
-    root = Path(__file__).resolve().parents[1] / "harness"
+    root = Path(__file__).resolve().parents[2] / "harness"
     others = [
         str(f.relative_to(root))
         for f in root.rglob("*.py")

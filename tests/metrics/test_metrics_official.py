@@ -13,7 +13,9 @@ import pytest
 from harness import metrics
 from harness.records import Judgment
 
-GOLDEN = json.loads((Path(__file__).parent / "golden" / "zepo_metrics_official.json").read_text())
+GOLDEN = json.loads(
+    (Path(__file__).resolve().parents[1] / "golden" / "zepo_metrics_official.json").read_text()
+)
 
 
 def judgments_of(case) -> list[Judgment]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1] / "harness"
+ROOT = Path(__file__).resolve().parents[2] / "harness"
 
 LAYERS = {
     "harness": 0,
@@ -276,7 +276,7 @@ def test_the_backend_check_catches_vllm_importing_hf(tmp_path):
 
 MAX_LINES = 600
 """The most lines a module in harness/ may have (STYLE.md: one job per file), counted as `ruff format`
-lays the code out (tests/test_ruff.py keeps it so): no cap met by folding lines."""
+lays the code out (tests/project/test_ruff.py keeps it so): no cap met by folding lines."""
 
 
 def long_modules(root: Path, most: int = MAX_LINES) -> dict[str, int]:
@@ -317,7 +317,7 @@ ALIAS = re.compile(r"^from harness[\w.]* import main$", re.MULTILINE)
 def script_problems(folder: Path) -> list[str]:
     """Scripts that reach into tests/ (a path put on sys.path, or a test module imported) or that only
     re-export an installed command (the console scripts are what docs name)."""
-    tests = {p.stem for p in (ROOT.parent / "tests").glob("*.py")}
+    tests = {p.stem for p in (ROOT.parent / "tests").rglob("*.py") if p.parent.name != "helpers"}
     found = []
     for path in sorted(folder.glob("*.py")):
         text = path.read_text()
@@ -474,7 +474,7 @@ def marker_mismatch(declared: set[str], tests: Path) -> tuple[set[str], set[str]
     """(declared in pyproject but used by no test, used by a test but not declared)."""
     used = {
         m
-        for p in tests.glob("*.py")
+        for p in tests.rglob("*.py")
         for m in re.findall(r"pytest\.mark\.(\w+)", p.read_text())
         if m not in BUILTIN_MARKS
     }

@@ -15,7 +15,7 @@ keys, the experiment's entry, the backend's and optimizer's builders, the launch
   command with `backend=hf` (max |dP(A)| under helpers.engines' P_A_BOUND for the dtype both ran: 1e-4 in
   float32, the CPU default).
 - GPU-only commands (8B weights: model=llama3_8b_instruct / mistral_7b_instruct) and
-  `hydra/launcher=slurm` ones (tests/test_slurm.py runs the launcher; slurm.yaml is being reworked)
+  `hydra/launcher=slurm` ones (tests/runtime/test_slurm.py runs the launcher; slurm.yaml is being reworked)
   stop after the compose check, reported as skipped with the reason; so do commands that read their
   outputs (paper tables, sweep collections).
 - `bash scripts/setup.sh` and `python -m pytest` are what .ci/run itself runs (setting up this
@@ -194,7 +194,7 @@ def plan(cmd: Command) -> tuple[str, str]:
     if "hydra/launcher=slurm" in argv:
         return "compose", (
             "SLURM launch of a GPU-sized sweep: composed and the launcher's class checked; "
-            "tests/test_slurm.py runs the shipped launcher on the local cluster with site overrides"
+            "tests/runtime/test_slurm.py runs the shipped launcher on the local cluster with site overrides"
         )
     if "experiment=paper/" in cmd.text or "experiment=abb_sweep" in cmd.text:
         return "compose", "GPU-only: a paper-scale grid on the experiment's 8B judges; composed and checked"
@@ -311,7 +311,7 @@ def run_command(
             sizes.append("model.max_new_tokens=8")
         argv = [*argv, *sizes, *extra]
     elif argv[:4] == ["python", "-m", "harness.bench", "speed"]:
-        # 2 ordered pairs, one round, 512-side matmuls for the GEMM rate (as tests/test_bench.py): every row and
+        # 2 ordered pairs, one round, 512-side matmuls for the GEMM rate (as tests/bench/test_bench.py): every row and
         # comparison still runs
         argv = [*argv, "--docs", "1", "--candidates", "2", "--rounds", "1", "--peak-size", "512"]
     else:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 import robustness_report  # noqa: E402
 
@@ -54,4 +54,4 @@ def test_a_missing_or_failed_case_fails_the_report(tmp_path, how):
     r = _report(_junit(tmp_path / f"{how}.xml", **{how: name}))
     assert r.returncode == 1
     if how == "drop":
-        assert f"tests/test_api_judge.py::{name}" in r.stderr
+        assert f"tests/judges/test_api_judge.py::{name}" in r.stderr

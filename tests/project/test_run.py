@@ -192,7 +192,7 @@ def test_judge_run_smollm2_summeval(tmp_path):
 def test_killed_run_resumes_without_rescoring(tmp_path, smollm2_path):
     """Kill a SmolLM2 run half-way (SIGKILL), restart: nothing scored twice, and every score bit
     for bit the unbroken run's (the streamed call plans its forwards over all requests, cached
-    ones included; tests/test_prefix.py shows a subset's own call would differ)."""
+    ones included; tests/judges/test_prefix.py shows a subset's own call would differ)."""
     args = [
         "experiment=judge",
         "task.offset=85",
@@ -220,7 +220,7 @@ def test_killed_run_resumes_without_rescoring(tmp_path, smollm2_path):
     [completed] = read_attempts(tmp_path / "b")
     assert killed["event"] == "progress" and killed["pid"] == proc.pid
     # attempts.py's one window: a kill between a commit and its progress line reads that step as
-    # in flight, not committed (tests/test_zepo_kill.py, which kills right after a commit, hit it).
+    # in flight, not committed (tests/zepo/test_zepo_kill.py, which kills right after a commit, hit it).
     trailing = done_before - killed["calls"]
     assert 0 <= trailing <= min(killed["in_flight"], 2)  # one step: at most backend.batch_size=2 prompts
     assert completed["status"] == "completed" and completed["calls"] == total - done_before

@@ -18,7 +18,7 @@ from helpers.cli import run_in_process
 import harness.report.compare as compare  # harness-compare
 from harness.metrics.interval import EXACT_METHOD, METHOD, SCORE_METHOD
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 ARGS = [
     "experiment=judge",

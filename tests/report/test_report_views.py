@@ -1,5 +1,5 @@
 """report.html's views for a researcher's first questions, in headless Chromium (as
-tests/test_report_page.py loads pages): the run's warnings, the documents view (candidates ranked by
+tests/report/test_report_page.py loads pages): the run's warnings, the documents view (candidates ranked by
 win rate beside their human scores, each document's Spearman), find by exact id and by words of the
 texts and prompts, the sort by most confident disagreement with the humans, each pair's answer-token
 log-probs, a null gold shown as "no gold label", the layout at 800 and 1400 px, the link back to a

@@ -27,7 +27,7 @@ from harness.runtime.attempts import (
     summed_calls,
 )
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 ENV = {
     **os.environ,
     "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)]),

@@ -29,7 +29,7 @@ from harness.runtime.collect import (
 )
 from harness.runtime.table import to_csv, to_markdown
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _job(root: Path, num: int, overrides: list[str], spearman: float, a_rate: float = 0.5) -> Path:

@@ -2,7 +2,7 @@
 of bad values, each refused with one ConfigError line naming the key, and every shipped config
 accepted (the negative control: the checks refuse nothing a user is meant to run).
 
-In-process compose + check (milliseconds per case); tests/test_cli_errors.py runs the same kind of
+In-process compose + check (milliseconds per case); tests/runtime/test_cli_errors.py runs the same kind of
 table through the real CLI (exit 2, one `error:` line, no run directory written)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from helpers.compose import compose
 from harness.errors import ConfigError
 from harness.runtime.entry import check
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 EXPERIMENTS = sorted(
     p.relative_to(CONF / "experiment").with_suffix("").as_posix()
     for p in (CONF / "experiment").rglob("*.yaml")

@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 
 from harness.runtime.schema import SCHEMAS, Config, WandbConf
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 HYDRA_KEYS = ("defaults", "hydra")
 GROUPS = ("model", "backend", "task", "optimizer")
 """The groups a `_global_` file may set keys of whichever option is picked."""

@@ -171,7 +171,7 @@ def test_sigterm_and_sighup_end_the_attempt_and_exit_143(signum, tmp_path):
     r = subprocess.run(
         [sys.executable, "-c", code, str(tmp_path / "child")],
         capture_output=True,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
     )
     assert r.returncode == -signum
     lines = [json.loads(x) for x in (tmp_path / "child" / "attempts.jsonl").read_text().splitlines()]

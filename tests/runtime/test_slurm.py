@@ -41,7 +41,7 @@ from harness.errors import ConfigError
 from harness.runtime.attempts import read_attempts
 from harness.runtime.resolvers import per_gpu
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"
 TINY = ["experiment=judge", "model=tiny_llama", "task=summeval", "progress=false", "experiment.shuffles=10"]
 # conf/hydra/launcher/slurm.yaml as shipped, with this cluster's site settings (1 node, 2 CPUs, no GPUs).

@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 from harness.runtime.attempts import read_attempts
 from harness.runtime.sweep import job_cache_path, sweep_jobs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHARDED = [
     "experiment=judge",
     "model=tiny_llama",

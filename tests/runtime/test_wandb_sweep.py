@@ -13,7 +13,7 @@ import pytest
 import yaml
 from helpers.wandb_offline import wandb_records
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "wandb_sweep.py"
 
 

@@ -326,7 +326,7 @@ def test_figure3_orders_script_pairs_the_two_orders(tmp_path):
     from harness.judging import write_judgments
 
     spec = importlib.util.spec_from_file_location(
-        "figure3_orders", Path(__file__).resolve().parents[1] / "scripts" / "figure3_orders.py"
+        "figure3_orders", Path(__file__).resolve().parents[2] / "scripts" / "figure3_orders.py"
     )
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)

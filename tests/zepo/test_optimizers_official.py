@@ -15,7 +15,9 @@ from harness.prompts import load_zepo_instructions
 from harness.zepo.optimizers import ApiOptimizer
 from harness.zepo.validation import validate
 
-GOLDEN = json.loads((Path(__file__).parent / "golden" / "zepo_official.json").read_text())["meta_prompt"]
+GOLDEN = json.loads((Path(__file__).resolve().parents[1] / "golden" / "zepo_official.json").read_text())[
+    "meta_prompt"
+]
 OURS = {"natural": "naturalness", "engaging": "engagingness"}
 FAST = dict(api_key_env=None, backoff_base_s=0.01, timeout_s=5.0, concurrency=1)
 

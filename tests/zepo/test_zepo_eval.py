@@ -8,7 +8,7 @@ held-out pairs afresh and read the search documents' pairs from the same cache. 
 shipped `experiment=zepo` with test_zepo's loopback optimizer, tiny sizes and
 `heldout_spearman=false` (as the paper configs ship it: the evaluation is the only judging of the
 held-out documents) and `objective=fairness_prob` (the tiny judge answers B to every pair, so no
-paraphrase beats the initial instruction on the argmax rate). Kill/resume of whole runs: tests/test_zepo_kill.py and test_zepo.py.
+paraphrase beats the initial instruction on the argmax rate). Kill/resume of whole runs: tests/zepo/test_zepo_kill.py and test_zepo.py.
 """
 
 from __future__ import annotations

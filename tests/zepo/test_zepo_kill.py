@@ -24,7 +24,7 @@ from helpers.scripted import e2e_overrides, scripted_completion
 from harness.judges.cache import ScoreCache
 from harness.runtime.attempts import read_attempts, summed_calls
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 80  # per wait; a run takes ~15 s alone on 2 cores
 CHUNK = 2  # vLLM/API judges: a commit every 2 requests; the transformers judge commits every forward
 

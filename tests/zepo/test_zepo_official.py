@@ -23,7 +23,7 @@ from harness.judges.answers import resolve_answer_tokens
 from harness.prompts import render, resolve_instruction
 from harness.records import Candidate, Document, PairRequest
 
-GOLDEN = json.loads((Path(__file__).parent / "golden" / "zepo_official.json").read_text())
+GOLDEN = json.loads((Path(__file__).resolve().parents[1] / "golden" / "zepo_official.json").read_text())
 OURS = {"natural": "naturalness", "engaging": "engagingness"}
 FAMILY = {"newsroom": "summarization", "usr_zepo": "dialogue", "summeval": "summarization"}
 CASES = GOLDEN["cases"]
