@@ -29,7 +29,7 @@ KINDS = [
     # (kind, test file, test functions: every parametrized case of each counts as one try)
     (
         "bad config values, in process",
-        "tests/test_config_checks.py",
+        "tests/runtime/test_config_checks.py",
         (
             "test_bad_value_is_one_line_before_any_work",
             "test_a_shipped_config_without_what_it_requires_is_refused_in_one_line",
@@ -37,7 +37,7 @@ KINDS = [
     ),
     (
         "bad config values through the CLI",
-        "tests/test_cli_errors.py",
+        "tests/runtime/test_cli_errors.py",
         (
             "test_config_refused_before_any_work",
             "test_bad_config",
@@ -45,15 +45,15 @@ KINDS = [
             "test_context_length_is_checked_when_every_answer_comes_from_the_cache",
         ),
     ),
-    ("bad data files through the CLI", "tests/test_cli_errors.py", ("test_bad_data_file",)),
+    ("bad data files through the CLI", "tests/runtime/test_cli_errors.py", ("test_bad_data_file",)),
     (
         "control: every shipped config accepted",
-        "tests/test_config_checks.py",
+        "tests/runtime/test_config_checks.py",
         ("test_every_shipped_config_passes_the_checks", "test_every_shipped_part_passes_the_checks"),
     ),
     (
         "run directory / input file / cache faults",
-        "tests/test_fs_faults.py",
+        "tests/project/test_fs_faults.py",
         (
             "test_corrupt_cache_is_refused_with_the_command_that_moves_it_aside",
             "test_read_only_cache_is_refused_when_opened_not_at_the_first_commit",
@@ -66,15 +66,15 @@ KINDS = [
             "test_read_only_cache_through_the_cli",
         ),
     ),
-    ("control: undamaged cache opens", "tests/test_fs_faults.py", ("test_undamaged_cache_opens",)),
+    ("control: undamaged cache opens", "tests/project/test_fs_faults.py", ("test_undamaged_cache_opens",)),
     (
         "secret marker: command-line paths (0 hits)",
-        "tests/test_secrets_marker.py",
+        "tests/project/test_secrets_marker.py",
         ("test_secret_on_the_command_line_is_refused_and_written_nowhere",),
     ),
     (
         "secret marker: key in use, logs, W&B argv (0 hits)",
-        "tests/test_secrets_marker.py",
+        "tests/project/test_secrets_marker.py",
         (
             "test_key_in_use_reaches_the_server_and_nothing_else",
             "test_rejected_key_is_not_repeated_by_the_error",
@@ -84,17 +84,17 @@ KINDS = [
     ),
     (
         "control: the marker search finds a written canary",
-        "tests/test_secrets_marker.py",
+        "tests/project/test_secrets_marker.py",
         ("test_negative_control_the_search_finds_a_written_canary",),
     ),
     (
         "resume with a changed input (refused, named)",
-        "tests/test_resume_fingerprint.py",
+        "tests/project/test_resume_fingerprint.py",
         ("test_a_changed_input_is_refused_in_one_line_naming_it",),
     ),
     (
         "control: unchanged inputs resume; the cache re-asks only edits",
-        "tests/test_resume_fingerprint.py",
+        "tests/project/test_resume_fingerprint.py",
         (
             "test_unchanged_inputs_resume_and_more_epochs_continue",
             "test_the_edited_candidate_search_is_not_the_old_one",
@@ -103,39 +103,39 @@ KINDS = [
     ),
     (
         "SIGKILL: exact resume, summed calls = cache rows",
-        "tests/test_attempts.py",
+        "tests/runtime/test_attempts.py",
         ("test_killed_attempt_is_counted_and_the_sum_equals_the_cache_rows",),
     ),
     (
         "SIGKILL: exact resume, summed calls = cache rows",
-        "tests/test_zepo_kill.py",
+        "tests/zepo/test_zepo_kill.py",
         ("test_sigkilled_zepo_resumes_with_the_unbroken_history_and_no_repeated_call",),
     ),
     (
         "SIGKILL: exact resume, summed calls = cache rows",
-        "tests/test_run.py",
+        "tests/project/test_run.py",
         ("test_killed_run_resumes_without_rescoring",),
     ),
     (
         "attempts.jsonl: statuses, concurrent appends never interleave",
-        "tests/test_attempts.py",
+        "tests/runtime/test_attempts.py",
         ("test_statuses_and_concurrent_appends",),
     ),
     (
         "control: a killed attempt without progress lines is caught",
-        "tests/test_attempts.py",
+        "tests/runtime/test_attempts.py",
         ("test_negative_control_without_progress_lines_the_check_sees_missing_calls",),
     ),
     # API answers and transport faults: a real HTTP server on loopback (tests/openai_server.py)
     # injects them into an OpenAI-compatible exchange with the tiny model behind it.
     (
         "API transport faults: retried, every pair answered exactly once",
-        "tests/test_api_judge.py",
+        "tests/judges/test_api_judge.py",
         ("test_faults_are_survived_and_every_request_is_answered_exactly_once",),
     ),
     (
         "API content faults: refused, asked again, the true score",
-        "tests/test_api_judge.py",
+        "tests/judges/test_api_judge.py",
         (
             "test_content_faults_are_asked_again_and_answered_once",
             "test_top_mode_content_faults_are_asked_again",
@@ -143,7 +143,7 @@ KINDS = [
     ),
     (
         "API faults that persist: one line, or flagged, counted, never cached",
-        "tests/test_api_judge.py",
+        "tests/judges/test_api_judge.py",
         (
             "test_retries_exhausted_and_client_errors_fail_with_one_clear_line",
             "test_a_persistent_content_fault_is_flagged_counted_in_results_and_never_cached",
@@ -151,18 +151,18 @@ KINDS = [
     ),
     (
         "API server never up: one line through the CLI, no results",
-        "tests/test_vllm_server.py",
+        "tests/judges/test_vllm_server.py",
         ("test_a_server_that_never_comes_up_is_one_line_through_the_cli",),
     ),
     # Round 2: the second adversarial run's findings.
     (
         "bad input round 2: one line before any model call (CLI)",
-        "tests/test_bad_inputs.py",
+        "tests/project/test_bad_inputs.py",
         ("test_bad_input_is_one_line_before_any_model_call",),
     ),
     (
         "bad input round 2: corrupt ZEPO state.json, failed atomic writes",
-        "tests/test_bad_inputs.py",
+        "tests/project/test_bad_inputs.py",
         (
             "test_a_corrupt_state_json_is_one_line_naming_it",
             "test_state_json_as_a_folder_is_one_line_and_leaves_no_temp_file",
@@ -171,7 +171,7 @@ KINDS = [
     ),
     (
         "control: the good inputs next to the bad ones pass",
-        "tests/test_bad_inputs.py",
+        "tests/project/test_bad_inputs.py",
         (
             "test_negative_control_the_good_inputs_next_to_the_bad_ones_pass",
             "test_negative_control_300_digits_still_load",
@@ -181,7 +181,7 @@ KINDS = [
     ),
     (
         "faults round 2: probe unreadable, calls summed, file modes",
-        "tests/test_bad_inputs.py",
+        "tests/project/test_bad_inputs.py",
         (
             "test_an_unreadable_content_free_probe_drops_only_the_contextual_view",
             "test_judge_calls_of_every_attempt_are_summed",
@@ -190,28 +190,28 @@ KINDS = [
     ),
     (
         "disk full mid-run (real tmpfs): one line, rerun = uninterrupted",
-        "tests/test_disk_full.py",
+        "tests/project/test_disk_full.py",
         ("test_a_full_disk_is_one_line_and_a_rerun_equals_an_uninterrupted_run",),
     ),
     (
         "control: the same mount with room runs to the end",
-        "tests/test_disk_full.py",
+        "tests/project/test_disk_full.py",
         ("test_negative_control_the_same_mount_with_room_runs_to_the_end",),
     ),
     (
         "secret marker round 2: multirun, query-string key, misspelt name (0 hits)",
-        "tests/test_secrets_marker.py",
+        "tests/project/test_secrets_marker.py",
         ("test_secret_in_a_multirun_is_refused_before_hydra_writes_anything",),
     ),
     (
         "control: a multirun's overrides are found where the search looks",
-        "tests/test_secrets_marker.py",
+        "tests/project/test_secrets_marker.py",
         ("test_negative_control_a_multirun_writes_its_overrides_where_the_search_looks",),
     ),
     # Round 3: silently wrong numbers, and loud but wrong answers.
     (
         "round 3: silent wrong numbers through the CLI (NaN judge, overlong context, forged template)",
-        "tests/test_silent_numbers.py",
+        "tests/project/test_silent_numbers.py",
         (
             "test_a_judge_whose_logits_are_nan_fails_loudly",
             "test_a_context_longer_than_the_weights_positions_is_refused",
@@ -220,7 +220,7 @@ KINDS = [
     ),
     (
         "round 3: the same, in process, with their controls",
-        "tests/test_silent_numbers.py",
+        "tests/project/test_silent_numbers.py",
         (
             "test_nan_inf_or_no_mass_is_unreadable",
             "test_metrics_of_no_readable_pair_are_null_not_zero",
@@ -233,7 +233,7 @@ KINDS = [
     ),
     (
         "round 3: loud but wrong (top_logprobs, choices, surrogates, run dir, signals, weights, API)",
-        "tests/test_loud_inputs.py",
+        "tests/runtime/test_loud_inputs.py",
         (
             "test_top_logprobs_below_the_label_count_is_refused",
             "test_choices_are_read_by_index",
@@ -250,7 +250,7 @@ KINDS = [
     (
         "round 5: silent wrong numbers or lost results (top-K, sweep subdirs, another experiment, repeated pair, "
         "fingerprint)",
-        "tests/test_api_judge.py",
+        "tests/judges/test_api_judge.py",
         (
             "test_a_label_outside_the_top_k_is_unreadable_not_probability_1_through_the_cli",
             "test_top_mode_reports_missing_variants",
@@ -259,7 +259,7 @@ KINDS = [
     (
         "round 5: silent wrong numbers or lost results (top-K, sweep subdirs, another experiment, repeated pair, "
         "fingerprint)",
-        "tests/test_run_dirs.py",
+        "tests/runtime/test_run_dirs.py",
         (
             "test_a_sweep_subdir_that_is_not_one_per_job_is_refused",
             "test_another_experiment_is_refused_in_an_existing_run_dir",
@@ -268,58 +268,58 @@ KINDS = [
     (
         "round 5: silent wrong numbers or lost results (top-K, sweep subdirs, another experiment, repeated pair, "
         "fingerprint)",
-        "tests/test_compare.py",
+        "tests/report/test_compare.py",
         ("test_a_judgments_file_that_repeats_a_pair_is_refused_naming_file_line_and_pair",),
     ),
     (
         "round 5: silent wrong numbers or lost results (top-K, sweep subdirs, another experiment, repeated pair, "
         "fingerprint)",
-        "tests/test_identity.py",
+        "tests/judges/test_identity.py",
         ("test_an_edit_between_the_samples_of_a_small_model_is_a_new_judge",),
     ),
     (
         "round 5: one line, not a leak or a traceback (secret by name, serve, surrogate, [] results, cache layout)",
-        "tests/test_run_dirs.py",
+        "tests/runtime/test_run_dirs.py",
         ("test_a_secret_that_does_not_look_like_a_key_is_refused_by_its_variables_name",),
     ),
     (
         "round 5: one line, not a leak or a traceback (secret by name, serve, surrogate, [] results, cache layout)",
-        "tests/test_vllm_server.py",
+        "tests/judges/test_vllm_server.py",
         ("test_serve_refuses_a_port_out_of_range_and_a_key_on_the_command_line",),
     ),
     (
         "round 5: one line, not a leak or a traceback (secret by name, serve, surrogate, [] results, cache layout)",
-        "tests/test_loud_inputs.py",
+        "tests/runtime/test_loud_inputs.py",
         ("test_a_lone_surrogate_in_zepos_instruction_file_is_one_line_naming_file_and_key",),
     ),
     (
         "round 5: one line, not a leak or a traceback (secret by name, serve, surrogate, [] results, cache layout)",
-        "tests/test_collect.py",
+        "tests/runtime/test_collect.py",
         ("test_a_results_json_that_is_not_an_object_is_one_line",),
     ),
     (
         "round 5: one line, not a leak or a traceback (secret by name, serve, surrogate, [] results, cache layout)",
-        "tests/test_fs_faults.py",
+        "tests/project/test_fs_faults.py",
         ("test_a_cache_of_another_layout_is_refused_when_opened",),
     ),
     (
         "round 5: durable atomic writes; a SIGTERM after the run finished",
-        "tests/test_fs_faults.py",
+        "tests/project/test_fs_faults.py",
         ("test_atomic_writes_fsync_the_file_before_the_rename_and_the_folder_after",),
     ),
     (
         "round 5: durable atomic writes; a SIGTERM after the run finished",
-        "tests/test_loud_inputs.py",
+        "tests/runtime/test_loud_inputs.py",
         ("test_a_sigterm_after_the_run_finished_is_no_stop",),
     ),
     (
         "control: round 5's folder and secret checks pass what they must",
-        "tests/test_loud_inputs.py",
+        "tests/runtime/test_loud_inputs.py",
         ("test_negative_control_the_default_run_dir_is_made_where_the_command_is_typed",),
     ),
     (
         "control: round 5's folder and secret checks pass what they must",
-        "tests/test_run_dirs.py",
+        "tests/runtime/test_run_dirs.py",
         (
             "test_negative_control_a_subdir_that_differs_per_job_is_accepted",
             "test_negative_control_the_old_check_passed_it_and_a_plain_variable_is_no_secret",
@@ -328,7 +328,7 @@ KINDS = [
     # Round 5: the optimizer's protections through the judges' chat layer; the chat frame.
     (
         "round 5: the optimizer keyed by its weights, its prompt as text, inside its context",
-        "tests/test_optimizer_guards.py",
+        "tests/zepo/test_optimizer_guards.py",
         (
             "test_other_optimizer_weights_are_asked_and_refused_on_resume",
             "test_an_optimizer_past_its_positions_is_one_line",
@@ -339,7 +339,7 @@ KINDS = [
     ),
     (
         "round 5: system turns without a system role, degenerate logits, the template's own system prompt",
-        "tests/test_judge_guards.py",
+        "tests/judges/test_judge_guards.py",
         (
             "test_a_system_prompt_for_mistral_v01_goes_into_the_first_user_turn",
             "test_a_template_that_refuses_the_prompt_is_one_line",
@@ -352,12 +352,12 @@ KINDS = [
     # Round 6: the tools around the results (report, collect, merge, compare, bench) and the API optimizer.
     (
         R6_SILENT,
-        "tests/test_optimizers.py",
+        "tests/zepo/test_optimizers.py",
         ("test_other_served_weights_under_the_same_name_are_another_optimizer",),
     ),
     (
         R6_SILENT,
-        "tests/test_around_results.py",
+        "tests/report/test_around_results.py",
         (
             "test_report_out_onto_another_run_is_refused_and_replaces_nothing",
             "test_merge_out_onto_another_run_is_refused",
@@ -370,20 +370,20 @@ KINDS = [
             "test_a_run_of_too_many_pairs_is_one_line_before_any_work",
         ),
     ),
-    (R6_SILENT, "tests/test_own_data.py", ("test_an_empty_score_key_is_one_line_before_any_work",)),
+    (R6_SILENT, "tests/data/test_own_data.py", ("test_an_empty_score_key_is_one_line_before_any_work",)),
     (
         R6_SILENT,
-        "tests/test_api_judge.py",
+        "tests/judges/test_api_judge.py",
         ("test_a_token_listed_twice_reads_its_first_entry_on_both_endpoints",),
     ),
     (
         R6_SILENT,
-        "tests/test_attempts.py",
+        "tests/runtime/test_attempts.py",
         ("test_a_running_attempt_whose_process_is_gone_is_killed_and_a_bad_file_is_one_line",),
     ),
     (
         "round 6: nothing on a page or in a CSV runs (links, formulas, prototype ids)",
-        "tests/test_around_results.py",
+        "tests/report/test_around_results.py",
         (
             "test_a_job_folder_named_like_a_scheme_is_a_relative_link_on_the_sweep_index",
             "test_csv_cells_that_start_like_a_formula_are_text",
@@ -392,7 +392,7 @@ KINDS = [
     ),
     (
         "round 6: one line, not a traceback (--out, multirun.yaml, seeds and digits, engine-argument types)",
-        "tests/test_around_results.py",
+        "tests/report/test_around_results.py",
         (
             "test_report_out_onto_its_own_run_reports_in_place",
             "test_every_out_that_cannot_be_written_is_one_line_before_any_work",
@@ -404,7 +404,7 @@ KINDS = [
 ]
 
 
-SLOW = ("tests/test_run.py", "tests/test_disk_full.py")
+SLOW = ("tests/project/test_run.py", "tests/project/test_disk_full.py")
 """Left out by --fast: the SmolLM2 SIGKILL test and the disk-full runs (minutes on a small CPU)."""
 
 

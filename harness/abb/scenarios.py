@@ -1,4 +1,4 @@
-"""SCRIPTED judges with a designed bias and jitter: the ground truth for tests/test_abb.py and
+"""SCRIPTED judges with a designed bias and jitter: the ground truth for tests/abb/test_abb.py and
 scripts/abb_counterexample.py.
 
 Not models: each draws score vectors from a stated distribution, so every claim can be checked

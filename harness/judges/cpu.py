@@ -8,7 +8,7 @@ lands on (coarse bf16 logit steps; docs/benchmarks.md, Numerics). bf16 on CPU is
 explicit `backend.dtype=bfloat16`, fast on a CPU with AMX-BF16 (Sapphire Rapids and later) or
 AVX512-BF16 (Cooper Lake, Zen 4 and later), emulated and slower than fp32 elsewhere
 (docs/benchmarks.md). `this_cpu_fast_bf16` still reads the kernel's flags in /proc/cpuinfo, for
-tests/test_cpu.py to show that `auto` ignores them; no default and no result depends on it.
+tests/judges/test_cpu.py to show that `auto` ignores them; no default and no result depends on it.
 """
 
 from __future__ import annotations

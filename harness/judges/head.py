@@ -10,7 +10,7 @@ log-softmax, so the whole head is computed: from a float32 copy of its weights c
 that copy is at most `CACHE_BYTES`, else in chunks of `CHUNK_ROWS` rows cast on the fly.
 
 In a float32 model nothing changes: the model's own norm and head run as they always did, so the
-numbers are bit for bit those of the plain forward (tests/test_head.py checks it).
+numbers are bit for bit those of the plain forward (tests/judges/test_head.py checks it).
 
 Used by every transformers path: the packed engine (harness.judges.packed, which hands over the
 hidden state before the final norm), HF's padded forward and prefix reuse on other models, and
@@ -147,7 +147,7 @@ class FloatHead:
         return self.logits(captured, normed=self.norm is None)
 
 
-# -- the bf16 logit lattice (tests/test_head.py, harness-bench numerics) ---------------------------
+# -- the bf16 logit lattice (tests/judges/test_head.py, harness-bench numerics) ---------------------------
 LATTICE_TOL = 1e-4
 """How far from a lattice point an A-minus-B logit difference may be and still count as on it: the
 log-softmax's float32 rounding of logit - logsumexp is ~1e-6 at these magnitudes."""

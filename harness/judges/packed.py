@@ -15,7 +15,7 @@ output lost, so the modules run as they are.)
 Used by `HFJudge` (plain rows) and `PrefixScorer` (tree segments with a cached past) where
 `unsupported(model)` is None: Llama and Mistral architectures (SmolLM2, Llama-3, Mistral-7B)
 with full attention, or a sliding window no shorter than the longest row. Results equal HF's
-forward within fp tolerance (tests/test_packed.py); everything else uses HF's forward.
+forward within fp tolerance (tests/judges/test_packed.py); everything else uses HF's forward.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ A prompt whose messages hold no added-token string is encoded as before, in one 
 same ids, so the same numbers). One that does is cut where the template's control tokens stand
 (found by rendering the same template around a sentinel) and each stretch of text between them is
 encoded with special tokens split: what the tokenizer itself does to the text between the control
-tokens it finds (tests/test_prompt_injection.py checks the two paths give the same ids on clean
+tokens it finds (tests/project/test_silent_numbers.py checks the two paths give the same ids on clean
 prompts for the ChatML, Llama-3 and Mistral tokenizers).
 """
 

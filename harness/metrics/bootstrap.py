@@ -1,7 +1,7 @@
 """Uncertainty of every metric: each metric recomputed with each document left out, and paired differences.
 
 A document is the independent unit: its pairs, both orders and its human scores move together
-(treating pairs as independent gives intervals too narrow: tests/test_bootstrap.py).
+(treating pairs as independent gives intervals too narrow: tests/metrics/test_bootstrap.py).
 
 `LeaveOneOut` is the jackknife's design over the documents in sorted id order: row i weighs every
 document 1 except the i-th (0), so two runs over the same documents get the same rows (a paired

@@ -19,7 +19,7 @@ Length-controlled P(A) (`controlled_p`), in the manner of AlpacaEval's length-co
 length preference, logit P_lc(A) = logit P(A) - c * (len_A - len_B) / scale, the rest of the
 pair's preference (content and position) kept; c (`control_shift`) is the shift after which the same
 fit finds no length preference (with noisy P(A) the fitted coefficient itself is attenuated, and
-subtracting it once leaves part of the preference: tests/test_length_bias.py). Win rates, PairS and their Spearman with humans
+subtracting it once leaves part of the preference: tests/metrics/test_length_bias.py). Win rates, PairS and their Spearman with humans
 computed on P_lc are the length-controlled ones (metrics.summary.write_run: "length_bias"
 "controlled"); the coefficient is held at its full-data fit there (intervals conditional on it).
 """

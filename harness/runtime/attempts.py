@@ -18,7 +18,7 @@ of a streamed call, of which only the step running at the kill had been computed
 Lines are appended with one `os.write` on an O_APPEND descriptor, so concurrent writers (two
 attempts sharing a run directory) never interleave within a line, and a kill never leaves half a
 line. The one window: a kill between a chunk's (or step's) cache commit and its progress line
-(microseconds, but a kill timed on seeing a commit can land there: tests/test_zepo_kill.py) shows
+(microseconds, but a kill timed on seeing a commit can land there: tests/zepo/test_zepo_kill.py) shows
 that chunk as in flight rather than committed; the cache, not this file, says what was judged.
 """
 

