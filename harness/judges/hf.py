@@ -135,7 +135,7 @@ class HFJudge(LocalJudge):
     def _set_engine(self, backend: HFSettings) -> None:
         """Prefix reuse, the engine and its kernels; the packed engine now if a model was handed in."""
         # Prefix reuse changes only the order of float operations (results equal within fp
-        # tolerance), so it is deliberately not part of `identity` (the cache key).
+        # tolerance), so it is not part of `identity` (the cache key: settings.NOT_IN_IDENTITY).
         self.prefix_reuse = bool(backend.prefix_reuse)
         # Likewise the engine: packed and HF forwards differ only in float summation order, and so
         # do the packed engine's kernels (harness.judges.cpu_kernels); both are in `numerics`.

@@ -239,7 +239,8 @@ SCHEDULING_ENGINE_ARGS = frozenset(
 )
 """Engine arguments that change how requests are batched and placed, not which numbers a request
 gets beyond the float order of its batch (the same bound as a resume: docs/slurm.md): left out of
-the judge's identity, so changing them (a resubmission with fewer sequences) keeps the cache."""
+the judge's identity, so changing them (a resubmission with fewer sequences) keeps the cache
+(the rest of backend.engine_args is in it; the settings left out: NOT_IN_IDENTITY)."""
 
 
 FLOAT_ORDER = "changes only the order of float operations (results equal within fp tolerance, as a resume)"
