@@ -231,6 +231,9 @@ class HFJudge(LocalJudge):
         return self._packed
 
     # -- scoring --------------------------------------------------------------------------------
+    CALL_READOUTS = ("generate",)
+    """Greedy generation (the official ZEPO read-out) is scored in calls (`score_in_calls`)."""
+
     def call_ids(self, requests: Sequence[PairRequest]) -> list[list[int]]:
         """The call's token ids, the tokenizing counted in `seconds`."""
         start = time.perf_counter()

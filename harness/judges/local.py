@@ -39,18 +39,20 @@ class LocalJudge(ChatPrompts):
     def check_answers(self) -> None:
         """A backend's limit on the answer tokens (vLLM's per-request count), checked at set-up."""
 
+    CALL_READOUTS: tuple[str, ...] = ()
+    """The read-outs the backend scores in calls (`score_in_calls`), not in `stream_scores`."""
+
     @property
     def streaming(self) -> bool:
-        """Whether `stream_scores` serves this judge (default: the next-token read-out; a backend
-        that generates in calls scores `readout: generate` in `score_in_calls`)."""
-        return self.readout != "generate"
+        """Whether `stream_scores` serves this judge: its read-out is not one of CALL_READOUTS."""
+        return self.readout not in self.CALL_READOUTS
 
     def score_pairs(self, requests: Sequence[PairRequest], progress: Any = None) -> list[PairScore]:
         """Scores in request order; `progress` (a tqdm bar) is ticked once per request as it is
         scored: after each engine step that finishes some (or as `score_in_calls` settles them)."""
-        if self.streaming:
-            return gather(ticked(self.stream_scores(requests), progress), len(requests))
-        return self.score_in_calls(requests, progress)
+        if self.readout in self.CALL_READOUTS:
+            return self.score_in_calls(requests, progress)
+        return gather(ticked(self.stream_scores(requests), progress), len(requests))
 
     def stream_scores(
         self, requests: Sequence[PairRequest], needed: Collection[int] | None = None
@@ -60,9 +62,9 @@ class LocalJudge(ChatPrompts):
         requests, so a request scores bit for bit alike whichever others are needed: a request
         cache that commits each list and, after a kill, asks only for what it lacks gets exactly
         the unbroken run's scores. A fully cached call (nothing needed) loads no model."""
-        if not self.streaming:
+        if self.readout in self.CALL_READOUTS:
             raise ConfigError(
-                "stream_scores needs the next-token read-out (readout: generate is scored in calls)"
+                f"stream_scores needs the next-token read-out (readout: {self.readout} is scored in calls)"
             )
         ids = self.call_ids(requests)
         want = list(range(len(ids))) if needed is None else sorted(set(needed))
