@@ -20,25 +20,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
 from harness.judges import cpu_kernels
-from harness.judges.answers import AnswerTokens, resolve_answer_tokens
-from harness.judges.base import gather, ticked
-from harness.judges.chat import (
-    ChatPrompts,
-    context_length,
-    model_vocab_size,
-    no_answer,
-    weights_part,
-)
+from harness.judges.chat import no_answer, weights_part
 from harness.judges.cpu import default_threads, dtype_source, numerics, torch_threads
 from harness.judges.device import dtype_name, pick_device
 from harness.judges.generate import GeneratedAnswer, generate_answer_logprobs
 from harness.judges.head import FloatHead, upcasts
+from harness.judges.local import LocalJudge
 from harness.judges.packed import (
     ARCHITECTURES,
     PackedLlama,
@@ -58,7 +51,7 @@ GENERATE_KERNELS, FORWARD_KERNELS = "torch (HF's generate)", "torch (HF's forwar
 """The `kernels` entry of numerics where the packed engine does not run (harness.judges.cpu_kernels)."""
 
 
-class HFJudge(ChatPrompts):
+class HFJudge(LocalJudge):
     """A transformers causal LM as a pairwise judge (CPU or CUDA, HF dirs and GGUF files).
 
     Built from `judge_model` (ModelSettings: conf/model) and `backend` (HFSettings: conf/backend/hf),
@@ -95,15 +88,12 @@ class HFJudge(ChatPrompts):
         gguf_file, revision = judge_model.gguf_file, judge_model.revision
         self._source = (str(path), gguf_file, revision, bool(judge_model.trust_remote_code))
         """Where the weights load from, on the first request the cache lacks (see `model`)."""
-        self._model, self.tokenizer, self.config = _without_weights(*self._source, model, tokenizer)
+        self._model, tokenizer, self.config = _without_weights(*self._source, model, tokenizer)
         self.batch_size = int(backend.batch_size)
         self.generate_batch_size = int(backend.generate_batch_size)
         """Prompts per `generate` call (readout=generate); `batch_size` is the forward's."""
         self.max_batch_tokens = int(backend.max_batch_tokens)
-        self.max_length = context_length(judge_model.max_length, self.config, str(path))
-        self.answers: AnswerTokens = resolve_answer_tokens(
-            self.tokenizer, judge_model.labels, judge_model.tie_label, model_vocab_size(self.config)
-        )
+        self.max_length = self.set_inputs(tokenizer, self.config, judge_model, str(path))
         self._answer_id_tensor: Any = None
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
@@ -145,7 +135,7 @@ class HFJudge(ChatPrompts):
     def _set_engine(self, backend: HFSettings) -> None:
         """Prefix reuse, the engine and its kernels; the packed engine now if a model was handed in."""
         # Prefix reuse changes only the order of float operations (results equal within fp
-        # tolerance), so it is deliberately not part of `identity` (the cache key).
+        # tolerance), so it is not part of `identity` (the cache key: settings.NOT_IN_IDENTITY).
         self.prefix_reuse = bool(backend.prefix_reuse)
         # Likewise the engine: packed and HF forwards differ only in float summation order, and so
         # do the packed engine's kernels (harness.judges.cpu_kernels); both are in `numerics`.
@@ -241,17 +231,21 @@ class HFJudge(ChatPrompts):
         return self._packed
 
     # -- scoring --------------------------------------------------------------------------------
-    @property
-    def streaming(self) -> bool:
-        """Whether `stream_scores` serves this judge: the next-token read-out (greedy generation,
-        the official ZEPO read-out, is scored in calls)."""
-        return self.readout != "generate"
+    CALL_READOUTS = ("generate",)
+    """Greedy generation (the official ZEPO read-out) is scored in calls (`score_in_calls`)."""
 
-    def score_pairs(self, requests: Sequence[PairRequest], progress: Any = None) -> list[PairScore]:
-        """Scores in request order; `progress` (a tqdm bar) is ticked once per request as it is
-        scored: after each forward that finishes some, or, generating, as each answer is settled."""
-        if self.streaming:
-            return gather(ticked(self.stream_scores(requests), progress), len(requests))
+    def call_ids(self, requests: Sequence[PairRequest], want: list[int]) -> list[list[int]]:
+        """Every request's token ids (the prefix plan is over all of them), the tokenizing counted in
+        `seconds`."""
+        start = time.perf_counter()
+        try:
+            return self.encode(requests)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def score_in_calls(self, requests: Sequence[PairRequest], progress: Any = None) -> list[PairScore]:
+        """readout=generate: greedy generation in calls (`generate`), `progress` ticked as each
+        answer is settled."""
         start = time.perf_counter()
         try:
             with torch_threads(self.threads if self.device == "cpu" else None):
@@ -264,25 +258,12 @@ class HFJudge(ChatPrompts):
         finally:
             self.seconds += time.perf_counter() - start
 
-    def stream_scores(
-        self, requests: Sequence[PairRequest], needed: Collection[int] | None = None
-    ) -> Iterator[list[tuple[int, PairScore]]]:
-        """The scores of `requests[i]` for i in `needed` (all by default), as (i, score) lists, one
-        after every forward that finishes any. The forwards are planned over ALL the requests
-        (harness.judges.prefix.PrefixScorer.stream), so a request scores bit for bit alike
-        whichever others are needed: a request cache that commits each list and, after a kill,
-        asks only for what it lacks gets exactly the unbroken run's scores."""
-        if not self.streaming:
-            raise ConfigError(
-                "stream_scores needs the next-token read-out (readout: generate is scored in calls)"
-            )
-        start = time.perf_counter()
-        ids = self.encode(requests)
-        want = set(range(len(ids))) if needed is None else set(needed)
-        self.seconds += time.perf_counter() - start
-        if not ids or not want:
-            return  # every request cached: no torch, no weights
-        steps = self._logprob_steps(ids, want)
+    def answer_logprob_steps(
+        self, requests: Sequence[PairRequest], ids: list[list[int]], want: list[int]
+    ) -> Iterator[list[tuple[int, list[float] | None]]]:
+        """The token-level method (LocalJudge): the wanted rows' answer log-probs, a forward at a
+        time (`_logprob_steps`), each in torch's threads and counted in `seconds` and `prompts`."""
+        steps = self._logprob_steps(ids, set(want))
         try:
             while True:
                 start = time.perf_counter()
@@ -294,9 +275,9 @@ class HFJudge(ChatPrompts):
                 if done is None:
                     return
                 self.prompts += len(done)
-                yield [(i, self.answers.score(row)) for i, row in done]
+                yield done
         finally:
-            steps.close()  # an abandoned call (preempted, interrupted) frees its tree's KV now
+            steps.close()  # frees the prefix tree's KV now
 
     def _logprob_steps(self, ids: list[list[int]], want: set[int]) -> Iterator[list[tuple[int, list[float]]]]:
         """Answer log-probs of the wanted rows, a forward at a time (prefix tree or plain batches)."""

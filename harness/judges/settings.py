@@ -269,7 +269,59 @@ SCHEDULING_ENGINE_ARGS = frozenset(
 )
 """Engine arguments that change how requests are batched and placed, not which numbers a request
 gets beyond the float order of its batch (the same bound as a resume: docs/slurm.md): left out of
-the judge's identity, so changing them (a resubmission with fewer sequences) keeps the cache."""
+the judge's identity, so changing them (a resubmission with fewer sequences) keeps the cache
+(the rest of backend.engine_args is in it; the settings left out: NOT_IN_IDENTITY)."""
+
+
+FLOAT_ORDER = "changes only the order of float operations (results equal within fp tolerance, as a resume)"
+NOT_IN_IDENTITY: dict[str, str] = {
+    "model.max_length": "refuses a prompt that does not fit, never changes a scored prompt's numbers",
+    "model.trust_remote_code": (
+        "lets the model folder's own code run; the identity keys the weights, config and tokenizer "
+        "files (harness.models.fingerprint), not that code"
+    ),
+    "vllm:model.dtype": "the vLLM judge reads backend.dtype only",
+    "vllm:model.gguf_file": "the vLLM judge reads Hugging Face folders (its build refuses a GGUF file)",
+    "hf.batch_size": FLOAT_ORDER,
+    "hf.generate_batch_size": FLOAT_ORDER,
+    "hf.engine": FLOAT_ORDER + "; in numerics",
+    "hf.max_batch_tokens": FLOAT_ORDER,
+    "hf.prefix_reuse": FLOAT_ORDER,
+    "hf.threads": FLOAT_ORDER,
+    "hf.kernels": FLOAT_ORDER + "; in numerics",
+    "vllm.tensor_parallel_size": FLOAT_ORDER,
+    "vllm.gpu_memory_utilization": "sizes the KV cache (memory), not a request's numbers",
+    "vllm.kv_cache_memory_bytes": "sizes the KV cache (memory), not a request's numbers",
+    "vllm.block_size": FLOAT_ORDER + " (KV-cache blocks)",
+    "vllm.enable_prefix_caching": FLOAT_ORDER,
+    "vllm.enforce_eager": FLOAT_ORDER + " (compiled or eager kernels)",
+    "vllm.in_process": "where the engine runs (bit-identical log-probs)",
+    "vllm.cpu_threads": FLOAT_ORDER,
+    "vllm.seed": "the read-outs are greedy (temperature 0): they draw nothing",
+}
+"""The settings left out of a local judge's identity (the request cache's key), each with why; every
+other field of ModelSettings and of the backend's settings is in it (ChatPrompts.set_identity:
+revision, gguf_file and the dtype as themselves, labels and tie_label as the answer tokens, the
+system prompt and chat template as fingerprints, chat_format/readout/max_new_tokens as the
+read-out, the device as `dev=`). Keys: `model.<field>` for both judges, `<backend>.<field>`
+(hf: HFSettings, vllm: VLLMSettings), `<backend>:model.<field>` for one judge only. Of
+backend.engine_args, the SCHEDULING_ENGINE_ARGS are left out (harness.judges.vllm.engine_part).
+tests/test_identity_fields.py builds a judge with each field changed and checks this list."""
+
+
+def left_out(backend: str, setting: str) -> str | None:
+    """Why `setting` (`model.max_length`, `hf.batch_size`) is not in `backend`'s identity, or None
+    when it is (NOT_IN_IDENTITY)."""
+    return NOT_IN_IDENTITY.get(f"{backend}:{setting}", NOT_IN_IDENTITY.get(setting))
+
+
+def identity_settings(backend: str) -> list[str]:
+    """The settings in `backend`'s identity ("hf" or "vllm"): every field of ModelSettings and of
+    the backend's settings but NOT_IN_IDENTITY's."""
+    kind = {"hf": HFSettings, "vllm": VLLMSettings}[backend]
+    names = [f"model.{f.name}" for f in dataclasses.fields(ModelSettings)]
+    names += [f"{backend}.{f.name}" for f in dataclasses.fields(kind)]
+    return [n for n in names if left_out(backend, n) is None]
 
 
 def answer_head(on_cpu: bool, weights_dtype: str, override: str | None) -> str:

