@@ -24,7 +24,7 @@ from harness.checks import bad as _bad
 from harness.data.tasks import TASKS, task_spec
 from harness.errors import ConfigError
 from harness.judges.settings import ApiSettings, HFSettings, ModelSettings, VLLMSettings
-from harness.metrics.bootstrap import check_settings
+from harness.metrics.settings import MetricsSettings
 from harness.prompts import FAMILIES
 from harness.runtime import resolvers  # noqa: F401  (registers ${harness.per_gpu:...} for the launcher configs)
 from harness.runtime.experiment_schema import (
@@ -194,15 +194,8 @@ class CacheConf:
 
 
 @dataclass
-class MetricsConf:
-    bootstrap: int = 1000
-    """0: no intervals; else every metric gets its interval over documents (t x the jackknife's RMSE,
-    harness/metrics/interval.py), and these bootstrap rounds serve the answer-mass median and Figure 3's rho."""
-    level: float = 0.95
-    """The intervals' confidence level."""
-
-    def check(self) -> None:
-        check_settings(self.bootstrap, self.level)
+class MetricsConf(MetricsSettings):
+    """metrics: harness.metrics.settings.MetricsSettings (bootstrap rounds, level)."""
 
 
 @dataclass
