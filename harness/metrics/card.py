@@ -98,11 +98,12 @@ class Card:
     """CARD_KEYS -> value (NaN where undefined), plus 'threshold'."""
     pictures: Mapping[str, Path]
     """Picture kind -> PNG written (the reliability diagram is absent without human labels)."""
+    level: float
+    """The intervals' level (metrics.level)."""
     documents: str | None = None
     """Which documents the set covers (SET_FILE), when its writer said."""
     bounds: Mapping[str, Interval | None] | None = None
     """CARD_KEYS with an interval -> its Interval, with its documents (None: no intervals, rounds=0)."""
-    level: float = MetricsSettings.level
     length_bias: Mapping[str, Any] | None = None
     """results.json's "length_bias" when a results.json beside the judgments has one (a judge run)."""
     numerics: Mapping[str, Any] | None = None
@@ -275,7 +276,7 @@ def render_card(
     metrics: MetricsSettings | None = None,
     seed: int = 0,
 ) -> Card:
-    """One judgments.jsonl's card: numbers (with intervals unless `metrics.bootstrap` is 0; its
+    """One judgments.jsonl's card (`metrics`: None, the defaults): numbers (with intervals unless `metrics.bootstrap` is 0; its
     rounds and `seed` also draw the answer-mass median's bootstrap rounds), pictures and
     card.md in the matching folder of `out_dir` (default: beside the file), images to the tracker."""
     m = metrics_settings(metrics)
@@ -294,9 +295,9 @@ def render_card(
         name,
         numbers,
         draw(judgments, numbers, folder, name, documents, about),
+        m.level,
         documents,
         card_intervals(judgments, numbers, m.bootstrap, m.level, seed),
-        m.level,
         length,
         run_numerics(path, run_dir),
         about,

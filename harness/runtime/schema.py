@@ -23,7 +23,7 @@ from harness.checks import at_least, non_empty, one_of
 from harness.checks import bad as _bad
 from harness.data.tasks import TASKS, task_spec
 from harness.errors import ConfigError
-from harness.judges.settings import ApiSettings, HFSettings, ModelSettings, VLLMSettings
+from harness.judges.settings import ApiSettings, CacheSettings, HFSettings, ModelSettings, VLLMSettings
 from harness.metrics.settings import MetricsSettings
 from harness.prompts import FAMILIES
 from harness.runtime import resolvers  # noqa: F401  (registers ${harness.per_gpu:...} for the launcher configs)
@@ -61,8 +61,6 @@ class HFBackendConf(HFSettings):
     """Built with hydra.utils.instantiate."""
     name: str = "hf"
     """The backend's name (in the run's config, not in the judge's identity)."""
-    prefix_reuse: bool = True
-    """Shared prefixes (chat header + source, + candidate A) once per call: fewer tokens, the same maths."""
 
 
 @dataclass
@@ -177,20 +175,15 @@ class DataConf:
 
 
 @dataclass
-class CacheConf:
+class CacheConf(CacheSettings):
     enabled: bool = True
     """The persistent request cache: re-running a finished run calls no model."""
     path: str = MISSING
     """The cache's SQLite file."""
-    chunk: int = 16
-    """Requests per judge call between cache commits (a streaming judge commits after every forward)."""
     per_job: bool | None = None
     """A cache file per multirun job (sweeps/<sweep>/<job>/ beside path), folded into path when the
     sweep ends; None = per job under hydra/launcher=slurm (one SQLite file written from many nodes is
     unsafe on NFS: docs/slurm.md)."""
-
-    def check(self) -> None:
-        at_least("cache.chunk", self.chunk, 1)
 
 
 @dataclass
