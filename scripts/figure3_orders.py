@@ -23,6 +23,7 @@ import numpy as np
 
 from harness.judging import load_judgments
 from harness.metrics.interval import ACROSS, bootstrap_interval, sentence
+from harness.metrics.settings import MetricsSettings
 from harness.metrics.summary import Summary, analyse
 from harness.zepo.figure3 import FIGURE3, HUMAN, MODE_WORD, figure3_intervals, figure3_rounds
 
@@ -38,8 +39,7 @@ def load_run(run: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[Summ
             p_cf=p_cf,
             shuffles=int(cfg["experiment"]["shuffles"]),
             seed=int(cfg["seed"]),
-            rounds=int(cfg["metrics"]["bootstrap"]),
-            level=float(cfg["metrics"]["level"]),
+            with_intervals=MetricsSettings.of(cfg["metrics"]),
         )
         rows.append({"index": k, **{m: s.metrics[m] for m in ("none", "permutation")}})
         summaries.append(s)

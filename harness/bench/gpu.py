@@ -95,11 +95,15 @@ def check_devices(device: str, reqs: list) -> dict[str, Any]:
     out = {}
     for arch in ("llama", "mistral"):
         path = ensure_tiny_model(arch)
-        ref = HFJudge(path, device="cpu", dtype="float32", batch_size=8, engine="hf").score_pairs(reqs)
+        ref = HFJudge(
+            path, device="cpu", dtype="float32", batch_size=8, engine="hf", prefix_reuse=False
+        ).score_pairs(reqs)
         for engine in ("packed", "hf"):
             for dtype in ("float32", "bfloat16"):
                 start = time.perf_counter()
-                got = HFJudge(path, device=device, dtype=dtype, batch_size=8, engine=engine).score_pairs(reqs)
+                got = HFJudge(
+                    path, device=device, dtype=dtype, batch_size=8, engine=engine, prefix_reuse=False
+                ).score_pairs(reqs)
                 out[f"{arch}_{engine}_{dtype}"] = {**_diff(ref, got), "seconds": time.perf_counter() - start}
             out[f"{arch}_{engine}_float32"]["ok"] = out[f"{arch}_{engine}_float32"]["max_abs_dp"] < 1e-4
     return out
@@ -110,7 +114,7 @@ def check_prefix(device: str, reqs: list) -> dict[str, Any]:
     out = {}
     path = ensure_tiny_model("llama")
     for dtype, tol in (("float32", 1e-4), ("bfloat16", 0.05)):
-        plain = HFJudge(path, device=device, dtype=dtype, batch_size=8)
+        plain = HFJudge(path, device=device, dtype=dtype, batch_size=8, prefix_reuse=False)
         reuse = HFJudge(
             path,
             device=device,
@@ -170,7 +174,9 @@ def check_vllm(device: str, reqs: list, tokenizer: str | None = None) -> dict[st
     path = tiny_llama3(tokenizer)
     if isinstance(path, str):
         return {"not_run": path}
-    ref = HFJudge(path, device="cpu", dtype="float32", batch_size=8, engine="hf").score_pairs(reqs)
+    ref = HFJudge(
+        path, device="cpu", dtype="float32", batch_size=8, engine="hf", prefix_reuse=False
+    ).score_pairs(reqs)
     out = {}
     gpu = {} if device == "cpu" else {"gpu_memory_utilization": 0.3}
     for dtype, tol in (("float32", 1e-4), ("bfloat16", 0.05)) if device != "cpu" else (("float32", 1e-4),):

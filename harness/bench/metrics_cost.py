@@ -23,6 +23,7 @@ from harness.bench.measure import machine
 from harness.bench.report import add_common, emit, positive, table
 from harness.bench.workloads import instant_judgments
 from harness.metrics import write_run
+from harness.metrics.settings import MetricsSettings
 from harness.metrics.summary import analyse
 
 HELP = "what write_run and the bootstrap cost at paper scale, with an instant judge"
@@ -34,7 +35,10 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--candidates", type=positive, default=16, help="candidates per document (default 16)")
     p.add_argument("--shuffles", type=positive, default=100, help="PairS shuffles (default 100)")
     p.add_argument(
-        "--bootstrap", type=positive, default=1000, help="bootstrap rounds over documents (default 1000)"
+        "--bootstrap",
+        type=positive,
+        default=MetricsSettings.bootstrap,
+        help=f"bootstrap rounds over documents (default {MetricsSettings.bootstrap}: metrics.bootstrap)",
     )
 
 
@@ -65,12 +69,14 @@ def main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         rows = {
             "write_run": cpu_and_wall(
-                args.rounds, lambda: write_run(Path(tmp), judgments, 0.5, **facts, bootstrap=0)
+                args.rounds,
+                lambda: write_run(Path(tmp), judgments, 0.5, **facts, metrics=MetricsSettings(bootstrap=0)),
             )
         }
     rows["analyse"] = cpu_and_wall(args.rounds, lambda: analyse(judgments, 0.5, args.shuffles, 0))
     rows["analyse + bootstrap"] = cpu_and_wall(
-        args.rounds, lambda: analyse(judgments, 0.5, args.shuffles, 0, rounds=args.bootstrap)
+        args.rounds,
+        lambda: analyse(judgments, 0.5, args.shuffles, 0, with_intervals=MetricsSettings(args.bootstrap)),
     )
     boot = {
         "median_s": rows["analyse + bootstrap"]["median_s"] - rows["analyse"]["median_s"],

@@ -30,6 +30,7 @@ from harness.errors import ConfigError
 from harness.files import write_json_atomic
 from harness.judging import ordered_pairs, write_judgments
 from harness.metrics.card import render_cards
+from harness.metrics.settings import MetricsSettings
 from harness.models.resolve import model_spec
 from harness.outputs import refuse_other_run, writable_folder
 from harness.prompts import default_instruction
@@ -139,7 +140,7 @@ def main(args: argparse.Namespace) -> int:
         docs = synthetic_run(
             out, args.task, args.aspect, args.docs, args.candidates, args.seed, args.data_dir
         )
-        render_cards(out, echo=lambda _: None, rounds=0)
+        render_cards(out, echo=lambda _: None, metrics=MetricsSettings(bootstrap=0))
         start = time.perf_counter()
         page = write_report(out, docs, config_view(json.loads((out / "config.json").read_text())))
         write_s = time.perf_counter() - start

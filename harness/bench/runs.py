@@ -26,6 +26,7 @@ from harness.bench.report import add_common, emit, num, positive, table
 from harness.bench.workloads import epoch_jobs, run_requests
 from harness.judges.cache import CachedJudge, ScoreCache
 from harness.judges.prefix import trie_work
+from harness.judges.settings import CacheSettings
 from harness.judges.wrappers import PreemptibleJudge
 from harness.judging import judge_instructions
 
@@ -38,7 +39,10 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--docs", type=positive, default=2, help="SummEval documents of the judge run (default 2)")
     p.add_argument("--candidates", type=positive, default=16, help="candidates per document (default 16)")
     p.add_argument(
-        "--chunk", type=positive, default=16, help="requests per call of the chunked row (cache.chunk)"
+        "--chunk",
+        type=positive,
+        default=CacheSettings.chunk,
+        help=f"requests per call of the chunked row (default {CacheSettings.chunk}: cache.chunk)",
     )
     p.add_argument(
         "--instructions", type=positive, default=5, help="instructions of the ZEPO epoch (default 5)"

@@ -31,6 +31,7 @@ from harness.judging import (
 )
 from harness.metrics import write_run
 from harness.metrics.length import candidate_lengths
+from harness.metrics.settings import MetricsSettings
 from harness.records import Document, Tracker
 from harness.runtime.attempts import ATTEMPTS, summed_calls
 from harness.runtime.context import experiment
@@ -51,11 +52,10 @@ def run_judge(
     shuffles: int = 100,
     seed: int = 0,
     progress: bool = True,
-    bootstrap: int = 1000,
-    level: float = 0.95,
+    metrics: MetricsSettings | None = None,
 ) -> dict[str, Any]:
     """Judge every ordered pair, write judgments.jsonl and results.json, log the metrics (and their
-    `bootstrap`-round intervals over the documents at `level`: metrics.bootstrap, metrics.level)."""
+    intervals over the documents, `metrics`: metrics.bootstrap and metrics.level, None: the defaults)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     before, start = work_counters(judge), time.perf_counter()
@@ -85,8 +85,7 @@ def run_judge(
         n_docs=len(docs),
         shuffles=shuffles,
         seed=seed,
-        bootstrap=bootstrap,
-        level=level,
+        metrics=metrics,
         lengths=candidate_lengths(docs),
         extra={
             "judge_calls": getattr(judge, "calls", None),
@@ -124,6 +123,5 @@ def main(cfg: Any, out_dir: Path) -> dict[str, Any]:
             shuffles=int(cfg.experiment.shuffles),
             seed=int(cfg.seed),
             progress=bool(cfg.progress),
-            bootstrap=int(cfg.metrics.bootstrap),
-            level=float(cfg.metrics.level),
+            metrics=MetricsSettings.of(cfg.metrics),
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness.metrics.settings import MetricsSettings
 from harness.runtime.context import experiment
 from harness.zepo.optimizers import log_rejections, show_progress
 from harness.zepo.paraphrases import generate_paraphrases, load_paraphrases
@@ -58,8 +59,7 @@ def main(cfg: Any, out_dir: Path) -> dict[str, Any]:
             ranking=str(exp.ranking),
             progress=bool(cfg.progress),
             extra={"model": cfg.model.get("name")},
-            bootstrap=int(cfg.metrics.bootstrap),
-            level=float(cfg.metrics.level),
+            metrics=MetricsSettings.of(cfg.metrics),
             reference=reference,
             shuffle=bool(exp.get("shuffle_candidates", False)),
         )

@@ -15,6 +15,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from harness.errors import ConfigError
+from harness.metrics.settings import MetricsSettings
 from harness.runtime.context import RunContext, experiment
 from harness.zepo import search
 from harness.zepo.run import run_zepo
@@ -55,8 +56,7 @@ def prepare(ctx: RunContext) -> dict[str, Any]:
         "settings": settings_from(cfg),
         "progress": bool(cfg.progress),
         "leak_search_docs": leak,
-        "bootstrap": int(cfg.metrics.bootstrap),
-        "level": float(cfg.metrics.level),
+        "intervals": MetricsSettings.of(cfg.metrics),
         "extra": {"model": cfg.model.get("name"), "paper_table": exp.get("paper_table")},
     }
 

@@ -37,6 +37,7 @@ from harness.files import open_sqlite, sqlite_errors
 from harness.judges.answers import logsumexp, renormalise
 from harness.judges.base import Judge, gather, innermost, streams, supports_progress
 from harness.judges.chat import NO_WEIGHTS
+from harness.judges.settings import CacheSettings
 from harness.records import PairRequest, PairScore
 
 log = logging.getLogger(__name__)
@@ -277,7 +278,8 @@ class ScoreCache:
 
 
 class CachedJudge:
-    """Serves cached scores and sends only misses to the wrapped judge: `chunk` at a time, or, when
+    """Serves cached scores and sends only misses to the wrapped judge: `chunk` at a time (None:
+    cache.chunk's default, CacheSettings), or, when
     the judge streams (`stream_scores`, the transformers judge), all in one call whose every
     finished forward is committed as it comes."""
 
@@ -285,12 +287,12 @@ class CachedJudge:
         self,
         judge: Judge,
         cache: ScoreCache,
-        chunk: int = 64,
+        chunk: int | None = None,
         on_progress: Callable[[int, int], None] | None = None,
     ) -> None:
         self.judge = judge
         self.cache = cache
-        self.chunk = chunk
+        self.chunk = CacheSettings.chunk if chunk is None else chunk
         self.identity = judge.identity
         self.numerics = getattr(judge, "numerics", None)
         self.calls = 0

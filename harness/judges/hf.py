@@ -55,9 +55,9 @@ class HFJudge(LocalJudge):
     """A transformers causal LM as a pairwise judge (CPU or CUDA, HF dirs and GGUF files).
 
     Built from `judge_model` (ModelSettings: conf/model) and `backend` (HFSettings: conf/backend/hf),
-    each keyword in `options` replacing the field of that name (`dtype` is the backend's). Built in
-    code, `prefix_reuse` is off (one forward per prompt: the reference path the tests compare
-    against); the shipped `backend=hf` config turns it on (harness.runtime.schema.HFBackendConf)."""
+    each keyword in `options` replacing the field of that name (`dtype` is the backend's). In code
+    as in a run, `prefix_reuse` is on (HFSettings); `prefix_reuse=False` is the reference path (one
+    forward per prompt) the tests compare against."""
 
     def __init__(
         self,

@@ -123,8 +123,9 @@ class HFSettings:
     """One of ENGINES: auto (packed for Llama/Mistral, no padding; else HF's forward) | packed | hf."""
     max_batch_tokens: int = 4096
     """Tokens per forward at most (a longer prompt runs alone): the rows' own packed, rows x the longest padded."""
-    prefix_reuse: bool = False
-    """Shared prefixes computed once per call; off: one forward per prompt, the reference path (the same maths)."""
+    prefix_reuse: bool = True
+    """Shared prefixes (chat header + source, + candidate A) once per call: fewer tokens, the same maths;
+    off: one forward per prompt, the reference path the tests compare against."""
     threads: int | None = None
     """CPU torch threads while judging (null: the run's OMP_NUM_THREADS or usable cores; in code, torch's own)."""
     kernels: str = "auto"
@@ -411,3 +412,15 @@ def with_options(options: Mapping[str, Any], *settings: Any) -> tuple[list[Any],
         if mine:
             out[i] = dataclasses.replace(s, **mine)
     return out, rest
+
+
+@dataclass
+class CacheSettings:
+    """How the request cache meets the judge (conf/config.yaml's `cache`; harness.runtime.schema.CacheConf
+    adds where the cache lives)."""
+
+    chunk: int = 16
+    """Requests per judge call between cache commits (a streaming judge commits after every forward)."""
+
+    def check(self) -> None:
+        at_least("cache.chunk", self.chunk, 1)

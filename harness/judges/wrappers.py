@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.errors import ConfigError
 from harness.judges.base import check_requests, gather, stream_window, streams, supports_progress
+from harness.judges.settings import CacheSettings
 from harness.records import PairRequest, PairScore
 
 PREEMPT_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
@@ -91,7 +92,8 @@ class PreemptibleJudge:
     the whole call): bounds the prefix tree and token ids the transformers judge holds at once (a
     document's pairs split across two windows recompute its prefix once more)."""
 
-    def __init__(self, judge: Any, chunk: int = 16) -> None:
+    def __init__(self, judge: Any, chunk: int | None = None) -> None:
+        chunk = CacheSettings.chunk if chunk is None else chunk
         if chunk < 1:
             raise ConfigError(f"cache.chunk must be >= 1, got {chunk}")
         self.judge = judge

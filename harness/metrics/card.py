@@ -41,6 +41,7 @@ from harness.metrics.mass import answer_mass_stats, answer_masses
 from harness.metrics.order import view_order_consistency
 from harness.metrics.plots import plot_answer_mass, plot_p_a_by_order, plot_reliability
 from harness.metrics.rates import view_a_rate
+from harness.metrics.settings import MetricsSettings, metrics_settings
 from harness.metrics.views import DocView, build_frame, document_views
 from harness.records import Judgment, Tracker
 from harness.results import RunResults
@@ -97,11 +98,12 @@ class Card:
     """CARD_KEYS -> value (NaN where undefined), plus 'threshold'."""
     pictures: Mapping[str, Path]
     """Picture kind -> PNG written (the reliability diagram is absent without human labels)."""
+    level: float
+    """The intervals' level (metrics.level)."""
     documents: str | None = None
     """Which documents the set covers (SET_FILE), when its writer said."""
     bounds: Mapping[str, Interval | None] | None = None
     """CARD_KEYS with an interval -> its Interval, with its documents (None: no intervals, rounds=0)."""
-    level: float = 0.95
     length_bias: Mapping[str, Any] | None = None
     """results.json's "length_bias" when a results.json beside the judgments has one (a judge run)."""
     numerics: Mapping[str, Any] | None = None
@@ -271,13 +273,13 @@ def render_card(
     out_dir: Path | None = None,
     tracker: Tracker | None = None,
     threshold: float = MIN_ANSWER_MASS,
-    rounds: int = 1000,
-    level: float = 0.95,
+    metrics: MetricsSettings | None = None,
     seed: int = 0,
 ) -> Card:
-    """One judgments.jsonl's card: numbers (with intervals unless `rounds` is 0; `rounds` and `seed`
-    also draw the answer-mass median's bootstrap rounds), pictures and
+    """One judgments.jsonl's card (`metrics`: None, the defaults): numbers (with intervals unless `metrics.bootstrap` is 0; its
+    rounds and `seed` also draw the answer-mass median's bootstrap rounds), pictures and
     card.md in the matching folder of `out_dir` (default: beside the file), images to the tracker."""
+    m = metrics_settings(metrics)
     rel = path.parent.relative_to(run_dir)
     name = "run" if rel == Path(".") else rel.as_posix()
     folder = (out_dir or run_dir) / rel
@@ -293,9 +295,9 @@ def render_card(
         name,
         numbers,
         draw(judgments, numbers, folder, name, documents, about),
+        m.level,
         documents,
-        card_intervals(judgments, numbers, rounds, level, seed),
-        level,
+        card_intervals(judgments, numbers, m.bootstrap, m.level, seed),
         length,
         run_numerics(path, run_dir),
         about,
@@ -350,18 +352,15 @@ def render_cards(
     out_dir: str | Path | None = None,
     threshold: float = MIN_ANSWER_MASS,
     echo: Callable[[str], None] = print,
-    rounds: int = 1000,
-    level: float = 0.95,
+    metrics: MetricsSettings | None = None,
     seed: int = 0,
 ) -> list[Card]:
     """The card of every judged set in a run: rendered, echoed, and one warning when the answer
-    mass is low anywhere. `rounds`, `level`, `seed`: the intervals' bootstrap (metrics.bootstrap,
-    metrics.level, the run's seed)."""
+    mass is low anywhere. `metrics` (None: the defaults), `seed`: the intervals' bootstrap
+    (metrics.bootstrap, metrics.level, the run's seed)."""
     run_dir = Path(run_dir)
     out = None if out_dir is None else Path(out_dir)
-    cards = [
-        render_card(p, run_dir, out, tracker, threshold, rounds, level, seed) for p in find_judgments(run_dir)
-    ]
+    cards = [render_card(p, run_dir, out, tracker, threshold, metrics, seed) for p in find_judgments(run_dir)]
     for card in cards:
         echo(card_text(card, out or run_dir))
     warning = low_mass_warning(cards)

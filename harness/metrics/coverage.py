@@ -51,6 +51,7 @@ from harness.metrics.interval import (
     rule,
     verdict,
 )
+from harness.metrics.settings import MetricsSettings
 from harness.metrics.summary import Summary, analyse, metric_set
 from harness.records import Judgment
 
@@ -245,7 +246,7 @@ SKIP = ("answer_mass_median", "answer_mass_low_share", "bc", "prob_gap")
 
 def _summary(judgments: list[Judgment], rounds: int, level: float) -> Summary:
     """What a run computes for its raw judgments (the "none" variant)."""
-    return analyse(judgments, shuffles=1, rounds=rounds, level=level, only=("none",))
+    return analyse(judgments, shuffles=1, with_intervals=MetricsSettings(rounds, level), only=("none",))
 
 
 def measure_cell(
@@ -255,11 +256,11 @@ def measure_cell(
     seed: int,
     methods: Sequence[str] = ("harness",),
     pairs: bool = True,
-    level: float = 0.95,
     rounds: int | None = None,
 ) -> Cells:
     """`sets` data sets of n documents drawn from `pop`, each through analyse (and, with `pairs`,
-    Summary.versus for B - A and A2 - A)."""
+    Summary.versus for B - A and A2 - A), at the runs' level (metrics.level's default)."""
+    level = MetricsSettings.level
     rng = np.random.default_rng([seed, n])
     cells = Cells({m: {} for m in methods})
     if (
@@ -341,14 +342,13 @@ def _cell(lo: np.ndarray, hi: np.ndarray, truth: float, n: int) -> Tally:
     return tally
 
 
-def figure3_cells(
-    n: int, sets: int, rounds: int, seed: int = 0, instructions: int = 12, level: float = 0.95
-) -> dict[str, Tally]:
+def figure3_cells(n: int, sets: int, rounds: int, seed: int = 0, instructions: int = 12) -> dict[str, Tally]:
     """Figure 3's statistic: Spearman rho across `instructions` of two per-instruction means over n
     documents (an objective and the Spearman with humans). Each document moves every instruction's
     two values together (N(0, 0.1) and N(0, 0.2) shared) plus N(0, 0.08) per instruction; the truth
     is the rho of the instructions' population means (drawn once, seeded). Intervals: the harness's
     t interval on bootstrap rounds (interval.bootstrap_bounds) and the plain percentile bootstrap."""
+    level = MetricsSettings.level
     rng = np.random.default_rng([seed, 3])
     f = -0.3 + 0.05 * rng.normal(size=instructions)
     s = 0.3 + 0.5 * (f + 0.3) + 0.03 * rng.normal(size=instructions)

@@ -33,6 +33,7 @@ from harness.metrics.mass import answer_mass_stats_of
 from harness.metrics.official import bc_prior_of, prob_gap_of, view_upper_a_rate
 from harness.metrics.order import view_order_consistency
 from harness.metrics.rates import confidence_p, view_a_rate
+from harness.metrics.settings import MetricsSettings, metrics_settings
 from harness.metrics.views import Frame, build_frame
 from harness.records import Judgment
 from harness.results import RunResults, write_results
@@ -164,7 +165,7 @@ class Summary:
             theirs,
             self.metrics[variant],
             other.metrics[ov],
-            self.loo.level if self.loo is not None else 0.95,
+            self.loo.level if self.loo is not None else MetricsSettings.level,
             prefix,
             None if self.masks is None else self.masks[variant],
             None if other.masks is None else other.masks[ov],
@@ -196,13 +197,12 @@ def analyse(
     shuffles: int = 100,
     seed: int = 0,
     bins: int = 10,
-    rounds: int = 0,
-    level: float = 0.95,
+    with_intervals: MetricsSettings | None = None,
     only: Sequence[str] | None = None,
 ) -> Summary:
-    """`summarize` with intervals over the documents (`rounds` 0: none, metrics.bootstrap; any other
-    value: the leave-one-document-out rows of harness/metrics/bootstrap.py at `level`). `only`: the
-    variants to compute (default all; harness-compare and the coverage simulation need one)."""
+    """`summarize` with intervals over the documents (`with_intervals` None or its bootstrap 0: none;
+    else the leave-one-document-out rows of harness/metrics/bootstrap.py at its level, with its
+    bootstrap rounds). `only`: the variants to compute (default all; harness-compare and the coverage simulation need one)."""
     frame = build_frame(judgments)
     want = set(only or ("none", "permutation", "batch", "contextual"))
     variants = {"none": frame.p} if "none" in want else {}
@@ -221,7 +221,8 @@ def analyse(
             "contextual-calibration view is left out; every other view is complete"
         )
     official = {"permutation": permutation_p(frame, "official")} if "permutation" in variants else {}
-    loo = LeaveOneOut.over(frame.doc_ids, level, rounds, seed) if rounds else None
+    iv = with_intervals
+    loo = LeaveOneOut.over(frame.doc_ids, iv.level, iv.bootstrap, seed) if iv and iv.bootstrap else None
     w = None if loo is None else np.vstack([loo.columns(frame.doc_ids), loo.boot_columns(frame.doc_ids)])
     out, reps, masks, boot, weights = {}, {}, {}, {}, {}
     for k, p in variants.items():
@@ -285,14 +286,13 @@ def write_run(
     shuffles: int,
     seed: int,
     extra: dict[str, Any] | None = None,
-    bootstrap: int = 1000,
-    level: float = 0.95,
+    metrics: MetricsSettings | None = None,
     lengths: Mapping[tuple[str, str], float] | None = None,
     numerics: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """judgments.jsonl + results.json of one judged set (the judge experiment; shard merges).
 
-    `bootstrap` (metrics.bootstrap; 0: no intervals) and `level` (metrics.level) give "intervals"
+    `metrics` (None: the defaults; its bootstrap 0: no intervals) and its level give "intervals"
     (variant -> metric -> [lo, hi], beside "metrics"), "interval_basis" (beside each: its documents,
     method and note, harness/metrics/interval.py), "interval" (how they were made) and
     "differences" (each debiased variant minus raw, paired). `lengths`
@@ -304,7 +304,9 @@ def write_run(
     `numerics`: the judge's dtype, its source, engine and device (harness.judges.cpu.numerics).
     `n_unreadable`: pairs whose answer could not be read (flagged, P(A) NaN, unjudged by every metric)."""
     write_judgments(out / "judgments.jsonl", judgments, p_cf)
-    summary = analyse(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed, rounds=bootstrap, level=level)
+    summary = analyse(
+        judgments, p_cf=p_cf, shuffles=shuffles, seed=seed, with_intervals=metrics_settings(metrics)
+    )
     results = {
         "task": task,
         "aspect": aspect,
@@ -380,7 +382,7 @@ def length_report(
         else {k: v for k, v in replicate(stats[0], loo.columns(frame.doc_ids)).items() if k in shown}
     )
     masks = None if loo is None else {k: loo.row_mask(frame.doc_ids, v) for k, v in support(stats[0]).items()}
-    level = loo.level if loo is not None else 0.95
+    level = loo.level if loo is not None else MetricsSettings.level
     raw_reps = None if summary.replicates is None else summary.replicates["none"]
     versus = paired_all(
         raw_reps,

@@ -39,6 +39,7 @@ from harness.errors import DataError, HarnessError
 from harness.judging import load_judgments
 from harness.metrics.bootstrap import NO_INTERVAL, check_settings
 from harness.metrics.interval import METHOD, Interval, holm, sentence, verdict
+from harness.metrics.settings import MetricsSettings
 from harness.metrics.summary import analyse
 from harness.records import Judgment
 from harness.report.rundiff import differs_lines, not_applicable
@@ -156,8 +157,9 @@ def compare(
         )
     seed = int(ra.get("seed", 0)) if seed is None else seed
     shuffles = int(ra.get("shuffles", 100))
-    sa = analyse(ja, p_cf=cfa, shuffles=shuffles, seed=seed, rounds=rounds, level=level)
-    sb = analyse(jb, p_cf=cfb, shuffles=shuffles, seed=seed, rounds=rounds, level=level)
+    iv = MetricsSettings(rounds, level)
+    sa = analyse(ja, p_cf=cfa, shuffles=shuffles, seed=seed, with_intervals=iv)
+    sb = analyse(jb, p_cf=cfb, shuffles=shuffles, seed=seed, with_intervals=iv)
     if variant not in sa.metrics or variant not in sb.metrics:
         raise DataError(
             f"variant {variant!r} is not in both runs (A has {', '.join(sa.metrics)}; B has "

@@ -52,13 +52,13 @@ from harness.judges.cpu import numerics_line
 from harness.judges.wrappers import PreemptibleJudge
 from harness.judging import check_pair_count
 from harness.metrics.card import render_cards
+from harness.metrics.settings import MetricsSettings
 from harness.prompts import resolve_instruction
 from harness.records import Document
 from harness.redaction import redact_overrides
 from harness.report.page import write_report
 from harness.report.prompt import config_view, judge_view
 from harness.runtime.attempts import Attempt, record_attempt
-from harness.runtime.schema import MetricsConf
 from harness.runtime.shard import select_shard, shard_spec
 from harness.runtime.sweep import cache_file, swept_overrides
 from harness.runtime.tracking import Tracker, run_name
@@ -338,8 +338,7 @@ class RunContext:
             render_cards(
                 self.out_dir,
                 self._tracker,
-                rounds=int(OmegaConf.select(c, "metrics.bootstrap", default=MetricsConf.bootstrap)),
-                level=float(OmegaConf.select(c, "metrics.level", default=MetricsConf.level)),
+                metrics=MetricsSettings.of(OmegaConf.select(c, "metrics", default=None)),
                 seed=int(OmegaConf.select(c, "seed", default=0)),
             )
         except (HarnessError, OSError) as e:

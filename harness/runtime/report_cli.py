@@ -31,6 +31,7 @@ from harness.files import jsonable, read_json, read_json_object
 from harness.judging import document_fingerprints
 from harness.metrics.bootstrap import check_settings
 from harness.metrics.card import find_judgments, render_cards
+from harness.metrics.settings import MetricsSettings
 from harness.outputs import refuse_other_run, writable_folder
 from harness.records import Document
 from harness.report.page import write_report
@@ -104,7 +105,9 @@ def report_run(run_dir: Path, args: argparse.Namespace, echo: Any, sweep: Path |
         read_json_object(run_dir / "results.json", "give the directory of a finished run")
     if find_judgments(run_dir):
         rounds, level, seed = run_settings(run_dir, args)
-        cards = render_cards(run_dir, out_dir=out, echo=echo, rounds=rounds, level=level, seed=seed)
+        cards = render_cards(
+            run_dir, out_dir=out, echo=echo, metrics=MetricsSettings(rounds, level), seed=seed
+        )
     elif not (run_dir / "results.json").is_file():
         raise DataError(
             "holds no judgments.jsonl and no results.json; give a run directory "

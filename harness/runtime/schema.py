@@ -23,8 +23,8 @@ from harness.checks import at_least, non_empty, one_of
 from harness.checks import bad as _bad
 from harness.data.tasks import TASKS, task_spec
 from harness.errors import ConfigError
-from harness.judges.settings import ApiSettings, HFSettings, ModelSettings, VLLMSettings
-from harness.metrics.bootstrap import check_settings
+from harness.judges.settings import ApiSettings, CacheSettings, HFSettings, ModelSettings, VLLMSettings
+from harness.metrics.settings import MetricsSettings
 from harness.prompts import FAMILIES
 from harness.runtime import resolvers  # noqa: F401  (registers ${harness.per_gpu:...} for the launcher configs)
 from harness.runtime.experiment_schema import (
@@ -61,8 +61,6 @@ class HFBackendConf(HFSettings):
     """Built with hydra.utils.instantiate."""
     name: str = "hf"
     """The backend's name (in the run's config, not in the judge's identity)."""
-    prefix_reuse: bool = True
-    """Shared prefixes (chat header + source, + candidate A) once per call: fewer tokens, the same maths."""
 
 
 @dataclass
@@ -177,32 +175,20 @@ class DataConf:
 
 
 @dataclass
-class CacheConf:
+class CacheConf(CacheSettings):
     enabled: bool = True
     """The persistent request cache: re-running a finished run calls no model."""
     path: str = MISSING
     """The cache's SQLite file."""
-    chunk: int = 16
-    """Requests per judge call between cache commits (a streaming judge commits after every forward)."""
     per_job: bool | None = None
     """A cache file per multirun job (sweeps/<sweep>/<job>/ beside path), folded into path when the
     sweep ends; None = per job under hydra/launcher=slurm (one SQLite file written from many nodes is
     unsafe on NFS: docs/slurm.md)."""
 
-    def check(self) -> None:
-        at_least("cache.chunk", self.chunk, 1)
-
 
 @dataclass
-class MetricsConf:
-    bootstrap: int = 1000
-    """0: no intervals; else every metric gets its interval over documents (t x the jackknife's RMSE,
-    harness/metrics/interval.py), and these bootstrap rounds serve the answer-mass median and Figure 3's rho."""
-    level: float = 0.95
-    """The intervals' confidence level."""
-
-    def check(self) -> None:
-        check_settings(self.bootstrap, self.level)
+class MetricsConf(MetricsSettings):
+    """metrics: harness.metrics.settings.MetricsSettings (bootstrap rounds, level)."""
 
 
 @dataclass

@@ -25,9 +25,9 @@ from harness.errors import ConfigError, DataError, located
 from harness.files import read_json_object, write_json_atomic
 from harness.judging import load_judgments
 from harness.metrics import write_run
+from harness.metrics.settings import MetricsSettings
 from harness.metrics.summary import lengths_of
 from harness.records import Document
-from harness.runtime.schema import MetricsConf
 
 # Settings that must agree for shards to be parts of one run (results.json keys).
 _SAME_RESULTS = ("task", "aspect", "family", "instruction", "judge", "shuffles", "seed")
@@ -126,10 +126,8 @@ def read_shard(path: str | Path) -> ShardRun:
 def _interval_settings(results: dict[str, Any]) -> dict[str, Any]:
     """The shards' bootstrap settings (results.json "interval"), so the merge's intervals use them."""
     meta = results.get("interval") or {}
-    return {
-        "bootstrap": int(meta.get("rounds", MetricsConf.bootstrap)),
-        "level": float(meta.get("level", MetricsConf.level)),
-    }
+    named = {"bootstrap": "rounds", "level": "level"}
+    return {"metrics": MetricsSettings.of({k: meta[v] for k, v in named.items() if v in meta})}
 
 
 def _shard_lengths(shards: Sequence[ShardRun]) -> dict[str, Any]:

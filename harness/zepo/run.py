@@ -33,6 +33,7 @@ from harness.judges.base import Judge
 from harness.judging import judge_instructions, write_judgments
 from harness.metrics.card import SET_FILE
 from harness.metrics.interval import MIN_DOCUMENTS, TOO_FEW, Interval, sentence
+from harness.metrics.settings import MetricsSettings, metrics_settings
 from harness.metrics.summary import analyse
 from harness.progress import counted
 from harness.records import Document, Judgment, Tracker
@@ -73,8 +74,7 @@ def evaluate(
     progress: bool,
     search_docs: Sequence[Document] = (),
     leak: bool = False,
-    bootstrap: int = 1000,
-    level: float = 0.95,
+    intervals: MetricsSettings | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every instruction of `instructions` (label -> text: "initial", "best") on the evaluation
     documents and the search documents, in ONE judge call for all of them and both sets
@@ -85,7 +85,9 @@ def evaluate(
 
     Per label, in `out_dir/eval_<label>/`: judgments.jsonl and every metric on the leaky set (all
     documents, as the paper evaluated) and on the held-out set (search documents excluded).
-    `metrics` is the configured view: leaky when `leak`, else held-out."""
+    `metrics` is the configured view: leaky when `leak`, else held-out. `intervals`: metrics.bootstrap
+    and metrics.level (None: the defaults)."""
+    iv = metrics_settings(intervals)
     searched = {d.id for d in search_docs}
     judged = [*(d for d in search_docs if d.id not in {e.id for e in docs}), *docs]
     texts = list(dict.fromkeys(instructions.values()))
@@ -100,12 +102,8 @@ def evaluate(
     by_text: dict[str, dict[str, Any]] = {}
     for text, (judgments, p_cf) in zip(texts, got):
         held = [j for j in judgments if j.doc_id not in searched]
-        leaky_s = analyse(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed, rounds=bootstrap, level=level)
-        held_s = (
-            analyse(held, p_cf=p_cf, shuffles=shuffles, seed=seed, rounds=bootstrap, level=level)
-            if held
-            else None
-        )
+        leaky_s = analyse(judgments, p_cf=p_cf, shuffles=shuffles, seed=seed, with_intervals=iv)
+        held_s = analyse(held, p_cf=p_cf, shuffles=shuffles, seed=seed, with_intervals=iv) if held else None
         leaky, heldout = leaky_s.metrics, None if held_s is None else held_s.metrics
         iv_leaky, iv_held = leaky_s.intervals(), None if held_s is None else held_s.intervals()
         on_leaky, on_held = leaky_s.basis(), None if held_s is None else held_s.basis()
@@ -274,11 +272,11 @@ def run_zepo(
     leak_search_docs: bool = False,
     extra: Mapping[str, Any] | None = None,
     after_epoch: Callable[[int], None] | None = None,
-    bootstrap: int = 1000,
-    level: float = 0.95,
+    intervals: MetricsSettings | None = None,
 ) -> dict[str, Any]:
     """Search on `search_docs` (each epoch one judge call), then evaluate the initial and the best
-    instruction on `eval_docs` (one judge call for both, `evaluate`).
+    instruction on `eval_docs` (one judge call for both, `evaluate`, with `intervals`: metrics.bootstrap
+    and metrics.level, None: the defaults).
 
     `after_epoch(epoch)` runs once each epoch is recorded (tests raise there to simulate a kill).
     """
@@ -324,8 +322,7 @@ def run_zepo(
         progress=progress,
         search_docs=search_docs,
         leak=leak_search_docs,
-        bootstrap=bootstrap,
-        level=level,
+        intervals=intervals,
     )
     final = {}
     for label, cand in chosen.items():

@@ -44,6 +44,7 @@ from harness.files import write_jsonl_atomic, write_text_atomic
 from harness.judges.base import Judge
 from harness.judging import judge_instructions, write_judgments
 from harness.metrics.bootstrap import interval_summary
+from harness.metrics.settings import MetricsSettings, metrics_settings
 from harness.metrics.summary import Summary
 from harness.metrics.summary import analyse as analyse_judgments
 from harness.records import Document, Tracker
@@ -114,8 +115,7 @@ def score_instructions(
     seed: int,
     progress: bool = False,
     out_dir: Path | None = None,
-    bootstrap: int = 0,
-    level: float = 0.95,
+    with_intervals: MetricsSettings | None = None,
     reference: str = "instruction 0",
     summaries_out: list[Summary] | None = None,
 ) -> list[dict[str, Any]]:
@@ -124,7 +124,7 @@ def score_instructions(
     Every instruction is judged in ONE judge call (harness.judging.judge_instructions: the same
     prompts and cache keys as one call each; each pair's content computed once for all of them).
 
-    With intervals on (metrics.bootstrap > 0) at `level`, each row also has "intervals" (variant ->
+    With intervals on (`with_intervals` given, its bootstrap > 0) at its level, each row also has "intervals" (variant ->
     KEEP metric -> [lo, hi]: harness/metrics/interval.py, every instruction with the same documents
     left out in turn) and "interval_basis" (each interval's documents and method) and, after the
     first row, "versus_reference": this instruction minus row 0 (`reference` names it in the
@@ -150,7 +150,7 @@ def score_instructions(
             folder.mkdir(parents=True, exist_ok=True)
             write_judgments(folder / "judgments.jsonl", judgments, p_cf)
         summary = analyse_judgments(
-            judgments, p_cf=p_cf, shuffles=shuffles, seed=seed, rounds=bootstrap, level=level
+            judgments, p_cf=p_cf, shuffles=shuffles, seed=seed, with_intervals=with_intervals
         )
         row: dict[str, Any] = {
             "index": i,
@@ -256,8 +256,7 @@ def run_sensitivity(
     ranking: str = "pairs",
     progress: bool = False,
     extra: Mapping[str, Any] | None = None,
-    bootstrap: int = 1000,
-    level: float = 0.95,
+    metrics: MetricsSettings | None = None,
     reference: str = "the initial instruction",
     shuffle: bool = False,
 ) -> dict[str, Any]:
@@ -281,6 +280,7 @@ def run_sensitivity(
         ),
         "humans_prefer_earlier": earlier_preferred(docs, aspect, max_candidates),
     }
+    m = metrics_settings(metrics)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / "paraphrases.txt", "\n".join(" ".join(t.split()) for t in instructions) + "\n")
@@ -296,8 +296,7 @@ def run_sensitivity(
         seed=seed,
         progress=progress,
         out_dir=out,
-        bootstrap=bootstrap,
-        level=level,
+        with_intervals=m,
         reference=reference,
         summaries_out=summaries,
     )
@@ -338,7 +337,7 @@ def run_sensitivity(
             for r in rows
         ],
         "versus_reference": [{"index": r["index"], **r["versus_reference"]} for r in rows[1:]],
-        "figure3": figure3_intervals(rows, summaries, level, len(docs)),
+        "figure3": figure3_intervals(rows, summaries, m.level, len(docs)),
         "candidate_order": order,
         "figures": make_figures(
             rows, key, out, f"{task}/{aspect}", tracker, box_label=(extra or {}).get("model")

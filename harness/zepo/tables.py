@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.metrics.interval import Interval, sentence
+from harness.metrics.settings import MetricsSettings
 from harness.results import RunResults
 from harness.zepo.figure3 import HUMAN, MODES, OBJECTIVES
 
@@ -135,7 +136,9 @@ def instruction_lines(results: RunResults) -> list[str]:
                         f"instruction {r['index']} - {ref.get('what', 'instruction 0')}: {SAID[k]}{debiased}"
                     )
                     iv = Interval.from_record(d)
-                    said.append("- " + sentence(label, d["diff"], iv, float(meta.get("level", 0.95))))
+                    said.append(
+                        "- " + sentence(label, d["diff"], iv, float(meta.get("level", MetricsSettings.level)))
+                    )
     if said:
         lines += [
             "",

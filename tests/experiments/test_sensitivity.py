@@ -13,6 +13,7 @@ from helpers.scripted import scripted_completion
 
 from harness.errors import DataError
 from harness.metrics.interval import METHOD, SCORE_METHOD
+from harness.metrics.settings import MetricsSettings
 from harness.zepo import plots
 from harness.zepo.figure3 import OBJECTIVES, analyse
 from harness.zepo.paraphrases import load_paraphrases
@@ -213,8 +214,7 @@ def _check_versus_reference(res, rows, out, printed):
             *load_judgments(out / "instructions" / f"{i:03d}" / "judgments.jsonl"),
             shuffles=5,
             seed=meta["seed"],
-            rounds=1000,
-            level=0.95,
+            with_intervals=MetricsSettings(),
         )
         for i in range(3)
     ]

@@ -29,7 +29,14 @@ needs_kernels = pytest.mark.skipif(_available() is not None, reason=f"vLLM's CPU
 @pytest.fixture(scope="module", params=["llama3", "mistral7b"])
 def reference(request):
     """HF's own forward (no packed engine) on a tiny model with head size 32, float32."""
-    return HFJudge(ensure_tiny_model(request.param), device="cpu", dtype="float32", batch_size=4, engine="hf")
+    return HFJudge(
+        ensure_tiny_model(request.param),
+        device="cpu",
+        dtype="float32",
+        batch_size=4,
+        engine="hf",
+        prefix_reuse=False,
+    )
 
 
 def _twin(judge: HFJudge, dtype: str = "float32", **kw) -> HFJudge:

@@ -98,7 +98,15 @@ def test_every_bf16_path_reads_float32_logits(bf16_judge, tiny_llama):
     with torch.inference_mode():
         want = torch.log_softmax(head.logits(_hidden(model, ROWS)), -1)[:, bf16_judge._answer_ids].tolist()
     assert bf16_judge.packed is not None
-    hf = HFJudge("twin", model=model, tokenizer=bf16_judge.tokenizer, device="cpu", engine="hf", batch_size=1)
+    hf = HFJudge(
+        "twin",
+        model=model,
+        tokenizer=bf16_judge.tokenizer,
+        device="cpu",
+        engine="hf",
+        batch_size=1,
+        prefix_reuse=False,
+    )
     assert hf.packed is None
     one = [hf.answer_logprobs([r])[0] for r in ROWS]  # HF's forward, one row: the same hidden state
     assert [x for r in one for x in r] == pytest.approx([x for r in want for x in r], abs=1e-5)

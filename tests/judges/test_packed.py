@@ -46,10 +46,12 @@ def _requests(n_docs: int = 3) -> list[PairRequest]:
 @pytest.fixture(scope="module", params=["llama", "mistral"])
 def hf_judge(request, tiny_llama, tiny_mistral):
     path = tiny_llama if request.param == "llama" else tiny_mistral
-    return HFJudge(path, device="cpu", dtype="float32", batch_size=4, engine="hf")
+    return HFJudge(path, device="cpu", dtype="float32", batch_size=4, engine="hf", prefix_reuse=False)
 
 
 def _twin(judge: HFJudge, **kw) -> HFJudge:
+    """The packed engine over the same weights (no prefix reuse unless `kw` asks)."""
+    kw = {"prefix_reuse": False, **kw}
     return HFJudge("twin", device="cpu", dtype="float32", model=judge.model, tokenizer=judge.tokenizer, **kw)
 
 
@@ -130,7 +132,9 @@ def test_sliding_window_between_one_and_two_prompts(tiny_mistral):
     )
     for window, packed_runs in ((longest + 1, True), (16, False)):
         model = AutoModelForCausalLM.from_pretrained(tiny_mistral, sliding_window=window).eval()
-        ref = HFJudge("w", model=model, tokenizer=tok, device="cpu", dtype="float32", engine="hf")
+        ref = HFJudge(
+            "w", model=model, tokenizer=tok, device="cpu", dtype="float32", engine="hf", prefix_reuse=False
+        )
         reuse = HFJudge("w", model=model, tokenizer=tok, device="cpu", dtype="float32", prefix_reuse=True)
         expected, got = ref.score_pairs(reqs), reuse.score_pairs(reqs)
         assert max(abs(e.p_a - g.p_a) for e, g in zip(expected, got)) < TOL
@@ -232,9 +236,9 @@ def test_bf16_engines_agree_within_the_bf16_bound(tiny_llama):
     of one bf16 model add in different orders, so they agree within the bf16 bounds (helpers.engines
     P_A_BOUND / LOGPROB_BOUND), not the float32 ones; all read float32 logits (harness.judges.head)."""
     reqs = _requests(1)
-    hf = HFJudge(tiny_llama, device="cpu", dtype="bfloat16", batch_size=4, engine="hf")
+    hf = HFJudge(tiny_llama, device="cpu", dtype="bfloat16", batch_size=4, engine="hf", prefix_reuse=False)
     want = hf.score_pairs(reqs)
-    for kw in ({}, {"prefix_reuse": True}):
+    for kw in ({"prefix_reuse": False}, {"prefix_reuse": True}):
         twin = HFJudge("twin", device="cpu", dtype="bfloat16", model=hf.model, tokenizer=hf.tokenizer, **kw)
         got = twin.score_pairs(reqs)
         dp = max(abs(e.p_a - g.p_a) for e, g in zip(want, got))

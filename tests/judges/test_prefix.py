@@ -60,7 +60,7 @@ def _requests(instructions: list[str]) -> list[PairRequest]:
 @pytest.fixture(scope="module", params=["llama", "mistral"])
 def plain_judge(request, tiny_llama, tiny_mistral):
     path = tiny_llama if request.param == "llama" else tiny_mistral
-    return HFJudge(path, device="cpu", dtype="float32", batch_size=4, engine="hf")
+    return HFJudge(path, device="cpu", dtype="float32", batch_size=4, engine="hf", prefix_reuse=False)
 
 
 def _twin(judge: HFJudge, batch_size: int, engine: str = "auto") -> HFJudge:
@@ -165,7 +165,9 @@ def test_sliding_window_falls_back_or_matches(tiny_mistral, window):
     model = AutoModelForCausalLM.from_pretrained(tiny_mistral, sliding_window=window).eval()
     tok = AutoTokenizer.from_pretrained(tiny_mistral)
     reqs = _requests(INSTRUCTIONS[:2])[:12]
-    plain = HFJudge("w", model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=4)
+    plain = HFJudge(
+        "w", model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=4, prefix_reuse=False
+    )
     reuse = HFJudge(
         "w", model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=3, prefix_reuse=True
     )

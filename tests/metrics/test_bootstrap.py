@@ -20,6 +20,7 @@ from harness.errors import ConfigError
 from harness.metrics import bootstrap as B
 from harness.metrics.debias import batch_p, permutation_p
 from harness.metrics.interval import METHOD, NO_SPREAD, SCORE_METHOD, TOO_FEW, jackknife_bounds
+from harness.metrics.settings import MetricsSettings
 from harness.metrics.summary import analyse, frame_metrics
 from harness.metrics.views import build_frame
 
@@ -158,7 +159,7 @@ def test_paired_difference_and_its_sentence():
 
 def test_analyse_intervals_hold_the_value_and_zero_rounds_turn_them_off():
     js = random_judgments(0)
-    on = analyse(js, p_cf=0.4, shuffles=5, rounds=200)
+    on = analyse(js, p_cf=0.4, shuffles=5, with_intervals=MetricsSettings(200))
     iv = on.intervals()
     assert iv is not None and set(iv) == set(on.metrics) == {"none", "permutation", "batch", "contextual"}
     lo, hi = iv["none"]["a_rate"]
@@ -168,7 +169,7 @@ def test_analyse_intervals_hold_the_value_and_zero_rounds_turn_them_off():
     assert basis["a_rate"] == {"n_documents": 4, "method": SCORE_METHOD, "note": None}  # a rate
     assert iv["none"]["ece"] is None and basis["ece"]["note"] == TOO_FEW  # ECE needs 8 documents
     assert "permutation - none" in on.differences()
-    off = analyse(js, p_cf=0.4, shuffles=5, rounds=0)
+    off = analyse(js, p_cf=0.4, shuffles=5, with_intervals=MetricsSettings(0))
     assert off.intervals() is None and off.meta()["note"] == "no intervals (metrics.bootstrap=0)"
     assert off.metrics == on.metrics
 

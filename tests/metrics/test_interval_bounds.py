@@ -32,6 +32,7 @@ from harness.metrics.interval import (
     rate_interval,
     recorded,
 )
+from harness.metrics.settings import MetricsSettings
 from harness.records import Judgment
 from harness.report.sections import metrics_table, plain
 
@@ -99,7 +100,7 @@ def test_results_card_and_page_label_the_bound_and_no_spread_alike(tmp_path):
         n_docs=13,
         shuffles=2,
         seed=0,
-        bootstrap=50,
+        metrics=MetricsSettings(50),
     )
     basis, ivs = res["interval_basis"]["none"], res["intervals"]["none"]
     assert (
@@ -109,7 +110,7 @@ def test_results_card_and_page_label_the_bound_and_no_spread_alike(tmp_path):
     assert (
         ivs["max_prob"] is not None and basis["max_prob"]["method"] == SCORE_METHOD
     )  # bounded: capped score
-    cards = render_cards(tmp_path, echo=lambda _: None, rounds=50)
+    cards = render_cards(tmp_path, echo=lambda _: None, metrics=MetricsSettings(50))
     card = (tmp_path / "card.md").read_text()
     lo = f"{0.05 ** (1 / 13):.3f}"
     assert f"A-rate 1.000 [{lo}, 1.000] (one-sided: every document at 1)" in card
@@ -144,7 +145,7 @@ def test_equal_candidate_counts_get_no_line(tmp_path):
         n_docs=12,
         shuffles=2,
         seed=0,
-        bootstrap=0,
+        metrics=MetricsSettings(0),
     )
-    render_cards(tmp_path, echo=lambda _: None, rounds=0)
+    render_cards(tmp_path, echo=lambda _: None, metrics=MetricsSettings(0))
     assert "candidates per document" not in (tmp_path / "card.md").read_text()

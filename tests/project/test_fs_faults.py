@@ -23,6 +23,7 @@ from helpers.fs import read_only
 
 from harness.errors import CacheError
 from harness.judges.cache import CachedJudge, ScoreCache, request_key
+from harness.metrics.settings import MetricsSettings
 from harness.records import PairRequest, PairScore
 
 TINY = [
@@ -319,7 +320,7 @@ def test_paper_tables_and_the_sensitivity_paraphrases_are_written_durably(
         out_dir=tmp_path / "study",
         max_candidates=2,
         shuffles=5,
-        bootstrap=0,
+        metrics=MetricsSettings(0),
     )
     monkeypatch.undo()
     for path in (

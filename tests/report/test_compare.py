@@ -17,6 +17,7 @@ from helpers.cli import run_in_process
 
 import harness.runtime.compare as compare  # harness-compare
 from harness.metrics.interval import EXACT_METHOD, METHOD, SCORE_METHOD
+from harness.metrics.settings import MetricsSettings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -163,13 +164,13 @@ def test_two_documents_make_no_distinguishable_claim(two_runs, tmp_path, capsys)
         n_docs=2,
         shuffles=4,
         seed=0,
-        bootstrap=200,
+        metrics=MetricsSettings(200),
     )
     text = json.dumps(res)
     assert "distinguishable from 0" not in text.replace("not distinguishable from 0", "")
     assert all(v is None for v in res["intervals"]["none"].values())
     assert {b["note"] for b in res["interval_basis"]["none"].values()} == {"too few documents to tell"}
-    cards = render_cards(a, echo=lambda _: None, rounds=200)
+    cards = render_cards(a, echo=lambda _: None, metrics=MetricsSettings(200))
     assert "none: 2 documents: too few documents to tell" in (a / "card.md").read_text()
     assert cards[0].bounds is not None and all(v.bounds is None for v in cards[0].bounds.values() if v)
     three = json.loads((two_runs[0] / "results.json").read_text())

@@ -28,6 +28,7 @@ from harness.bench.browser import Chromium, find_chromium
 from harness.judging import load_judgments
 from harness.metrics.card import render_cards
 from harness.metrics.correlation import view_correlations, win_rates
+from harness.metrics.settings import MetricsSettings
 from harness.metrics.summary import write_run
 from harness.metrics.views import document_views
 from harness.records import Candidate, Document, Judgment
@@ -114,7 +115,7 @@ def run(tmp_path_factory) -> Path:
         n_docs=len(docs),
         shuffles=5,
         seed=0,
-        bootstrap=20,
+        metrics=MetricsSettings(20),
     )
     root = logging.getLogger()
     handler, level = hydra_log(out / "run.log"), root.level
@@ -123,7 +124,7 @@ def run(tmp_path_factory) -> Path:
     try:
         log = logging.getLogger("harness.test")
         log.info("an info line: not a warning")
-        render_cards(out, echo=lambda _: None, rounds=0)  # logs the low-answer-mass warning
+        render_cards(out, echo=lambda _: None, metrics=MetricsSettings(0))  # logs the low-answer-mass warning
         for _ in range(2):
             log.warning("the same warning twice <b>not bold</b>")
         log.error("an error with a second line\nthe second line")
@@ -303,7 +304,7 @@ def test_a_pair_without_a_gold_label_says_so(tmp_path, browser):
         n_docs=1,
         shuffles=1,
         seed=0,
-        bootstrap=0,
+        metrics=MetricsSettings(0),
     )
     write_report(out, [doc], None)
     _load(browser, out / "report.html")

@@ -260,22 +260,119 @@ def test_the_signature_check_catches_a_restated_default():
     ]
 
 
-def test_code_and_config_build_the_same_settings():
-    """The drifted defaults, built in code, are the schema's: what a run gets, a library user gets."""
-    from harness.judges.settings import ApiSettings
-    from harness.runtime.schema import ApiBackendConf, ApiOptimizerConf, LocalOptimizerConf
+def test_code_and_config_build_the_same_settings(tmp_path):
+    """The drifted defaults, built in code, are the schema's: what a run gets, a library user gets
+    (prefix_reuse was False in code, True in config; the cache chunk 16, 16 and 64)."""
+    from harness.judges.cache import CachedJudge, ScoreCache
+    from harness.judges.settings import ApiSettings, CacheSettings, HFSettings
+    from harness.judges.wrappers import PreemptibleJudge
+    from harness.metrics.settings import MetricsSettings
+    from harness.runtime.schema import (
+        ApiBackendConf,
+        ApiOptimizerConf,
+        CacheConf,
+        HFBackendConf,
+        LocalOptimizerConf,
+        MetricsConf,
+    )
     from harness.zepo.settings import ApiOptimizerSettings, LocalSettings
 
     for code, conf in (
         (ApiSettings, ApiBackendConf),
         (LocalSettings, LocalOptimizerConf),
         (ApiOptimizerSettings, ApiOptimizerConf),
+        (HFSettings, HFBackendConf),
+        (CacheSettings, CacheConf),
+        (MetricsSettings, MetricsConf),
     ):
         built = dataclasses.asdict(code())
         assert built == {k: v for k, v in dataclasses.asdict(conf()).items() if k in built}, code
     assert ApiSettings().logprob_mode == "exact" and LocalSettings().max_new_tokens == 160
     assert (ApiOptimizerSettings().timeout_s, ApiOptimizerSettings().concurrency) == (60.0, 4)
     assert LocalSettings().min_ratio == 0.1 and LocalSettings().max_attempts == 4
+    assert HFSettings().prefix_reuse is True
+    assert (MetricsSettings().bootstrap, MetricsSettings().level) == (1000, 0.95)
+
+    class Judge:
+        identity = "j"
+
+    cached = CachedJudge(Judge(), ScoreCache(tmp_path / "c.sqlite"))
+    assert cached.chunk == PreemptibleJudge(cached).chunk == CacheConf().chunk == 16
+    cached.cache.close()
+
+
+METRIC_PACKAGES = ("metrics", "zepo", "experiments", "report", "runtime", "bench", "judges")
+"""The packages whose functions compute, write or show metrics with intervals."""
+
+
+def metric_functions() -> list[Any]:
+    """Every function, method and dataclass defined in METRIC_PACKAGES' modules, but for the
+    metrics settings' record and the schema extending it (where the defaults are written)."""
+    import importlib
+    import pkgutil
+
+    from harness.metrics.settings import MetricsSettings
+
+    found: list[Any] = []
+    for pkg in METRIC_PACKAGES:
+        package = importlib.import_module(f"harness.{pkg}")
+        for info in pkgutil.iter_modules(package.__path__):
+            if info.name == "__main__":
+                continue
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            for obj in vars(module).values():
+                if getattr(obj, "__module__", None) != module.__name__:
+                    continue
+                if inspect.isfunction(obj):
+                    found.append(obj)
+                elif inspect.isclass(obj) and not issubclass(obj, MetricsSettings):
+                    found += [obj] if dataclasses.is_dataclass(obj) else []
+                    for v in vars(obj).values():
+                        v = v.__func__ if isinstance(v, classmethod | staticmethod) else v
+                        found += [v] if inspect.isfunction(v) else []
+    return found
+
+
+def restated_metrics_setting(*fns: Any) -> list[str]:
+    """Parameters naming a metrics setting (`level`, `bootstrap`, or `rounds`: the bootstrap rounds)
+    whose default is that setting's own value: a second copy (a function takes MetricsSettings)."""
+    from harness.metrics.settings import MetricsSettings
+
+    field = {"level": "level", "bootstrap": "bootstrap", "rounds": "bootstrap"}
+    found = []
+    for fn in fns:
+        for p in inspect.signature(fn).parameters.values():
+            own = getattr(MetricsSettings, field.get(p.name, ""), ABSENT)
+            if own is not ABSENT and type(p.default) is type(own) and p.default == own:
+                found.append(
+                    f"{fn.__qualname__}({p.name}={p.default!r}) restates MetricsSettings.{field[p.name]}"
+                )
+    return found
+
+
+def test_no_metrics_function_restates_a_metrics_default():
+    fns = metric_functions()
+    names = {f.__qualname__ for f in fns}
+    assert {"render_cards", "analyse", "write_run", "run_zepo", "run_sensitivity", "Card"} <= names
+    assert not restated_metrics_setting(*fns)
+
+
+def test_the_metrics_check_catches_a_restated_level():
+    """Negative control: render_cards' old signature (rounds=1000, level=0.95) and a write_run-like
+    bootstrap=1000 are found; 0 rounds (intervals off), None and the record are not."""
+
+    def render_cards(run_dir: str, *, rounds: int = 1000, level: float = 0.95, seed: int = 0) -> None: ...
+
+    def write_run(out: str, bootstrap: int = 1000, chunk: int = 64) -> None: ...
+
+    def analyse(js: list, rounds: int = 0, level: float | None = None, metrics: Any = None) -> None: ...
+
+    where = "test_the_metrics_check_catches_a_restated_level.<locals>"
+    assert restated_metrics_setting(render_cards, write_run, analyse) == [
+        f"{where}.render_cards(rounds=1000) restates MetricsSettings.bootstrap",
+        f"{where}.render_cards(level=0.95) restates MetricsSettings.level",
+        f"{where}.write_run(bootstrap=1000) restates MetricsSettings.bootstrap",
+    ]
 
 
 def test_abb_reads_its_typed_config():

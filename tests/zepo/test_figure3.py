@@ -15,6 +15,7 @@ from scipy.stats import spearmanr
 from harness.errors import DataError
 from harness.judging import build_requests
 from harness.metrics.bootstrap import LeaveOneOut
+from harness.metrics.settings import MetricsSettings
 from harness.metrics.summary import Summary, analyse
 from harness.records import Candidate, Document, Judgment
 from harness.zepo.figure3 import (
@@ -304,7 +305,7 @@ def test_the_artefact_the_shuffle_removes():
         use = shuffle_candidates(docs, 0) if shuffled else docs
         rows, summ = [], []
         for k, s in enumerate(skills):
-            sm = analyse(_judged(use, s, k), shuffles=2, seed=0, rounds=200)
+            sm = analyse(_judged(use, s, k), shuffles=2, seed=0, with_intervals=MetricsSettings(200))
             rows.append({"index": k, **sm.metrics})
             summ.append(sm)
         if not shuffled:
