@@ -120,6 +120,7 @@ class HFJudge(ChatPrompts):
         self._facts: tuple[str, str] | None = None
         self._wrap: dict[str, Any] | None = None
         self.answers, self.pad_id = self._tokenizer_facts(judge_model)
+        self._answer_id_tensor: Any = None
         self._set_engine(backend)
         self.prompts = 0
         """Prompts scored so far (both paths)."""
@@ -371,6 +372,8 @@ class HFJudge(ChatPrompts):
             raise ConfigError(
                 "stream_scores needs the next-token read-out (readout: generate is scored in calls)"
             )
+        if needed is not None and not needed:
+            return  # every request cached: no tokenizer, no torch, no weights
         start = time.perf_counter()
         ids = self.encode(requests)
         want = set(range(len(ids))) if needed is None else set(needed)
