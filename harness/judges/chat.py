@@ -343,16 +343,21 @@ def readout_identity(chat_format: str, readout: str, max_new_tokens: int) -> lis
 def effective_system(chat: ChatPrompts) -> str:
     """The system text the model reads: model.system_prompt, else the one its chat template adds by
     itself (SmolLM2's; `system_role`); none without a template."""
-    if chat.system_prompt:
-        return chat.system_prompt
-    return system_role(chat.tokenizer)[1] if used_template(chat.tokenizer, chat.chat_template) else ""
+    return chat.system_prompt or chat.template_facts()[1]
+
+
+def template_facts(tokenizer: Any, chat_template: bool) -> tuple[str, str]:
+    """(the fingerprint of the chat template prompts are wrapped in, the system text that template
+    adds by itself): what a chat model's identity reads of its tokenizer."""
+    template = used_template(tokenizer, chat_template)
+    return template_fingerprint(template), system_role(tokenizer)[1] if template else ""
 
 
 def chat_identity(chat: ChatPrompts, system: str | None = None) -> list[str]:
     """Identity parts of how a chat model wraps its prompts: its template and the system text it
     reads (`system`: another, for the identities an older harness wrote)."""
     return [
-        f"tmpl={template_fingerprint(used_template(chat.tokenizer, chat.chat_template))}",
+        f"tmpl={chat.template_facts()[0]}",
         f"sys={template_fingerprint(effective_system(chat) if system is None else system)}",
     ]
 
@@ -415,6 +420,10 @@ class ChatPrompts:
         self.chat_template = bool(settings.chat_template)
         """False: prompts go in as plain text, without the tokenizer's chat template."""
         self.readout, self.max_new_tokens = settings.readout, int(settings.max_new_tokens)
+
+    def template_facts(self) -> tuple[str, str]:
+        """`template_facts` of this model's tokenizer (a judge may give them remembered instead)."""
+        return template_facts(self.tokenizer, self.chat_template)
 
     def format_prompt(self, prompt: str) -> str:
         """The exact text the model reads (chat template; see CHAT_FORMATS)."""

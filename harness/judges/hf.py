@@ -24,9 +24,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, HarnessError
 from harness.judges import cpu_kernels
-from harness.judges.chat import no_answer, weights_part
+from harness.judges.answers import AnswerTokens, resolve_answer_tokens
+from harness.judges.chat import (
+    context_length,
+    model_vocab_size,
+    no_answer,
+    template_facts,
+    weights_part,
+)
 from harness.judges.cpu import default_threads, dtype_source, numerics, torch_threads
 from harness.judges.device import dtype_name, pick_device
 from harness.judges.generate import GeneratedAnswer, generate_answer_logprobs
@@ -41,11 +48,26 @@ from harness.judges.packed import (
 )
 from harness.judges.prefix import PrefixScorer, supports_prefix_reuse
 from harness.judges.settings import HFSettings, ModelSettings, from_config, with_options
-from harness.judges.weights import config_value, load_config, load_tokenizer, load_weights
+from harness.judges.weights import (
+    config_value,
+    load_config,
+    load_tokenizer,
+    load_weights,
+    remember_tokenizer_facts,
+    tokenizer_facts,
+    tokenizer_facts_key,
+)
 from harness.models.resolve import resolve_model_path
 from harness.records import PairRequest, PairScore
 
 log = logging.getLogger(__name__)
+
+WRAP_PROBES = (
+    "\ue002",
+    "  \ue002 one\n\ntwo \u00e9\t{{ x }} {% if y %}\ue003 \n ",
+    "\ue002\ue000a\ue001 <s>",
+)
+"""User messages whose wrapping shows whether a template inserts a message as it is (or trimmed)."""
 
 GENERATE_KERNELS, FORWARD_KERNELS = "torch (HF's generate)", "torch (HF's forward)"
 """The `kernels` entry of numerics where the packed engine does not run (harness.judges.cpu_kernels)."""
@@ -88,17 +110,16 @@ class HFJudge(LocalJudge):
         gguf_file, revision = judge_model.gguf_file, judge_model.revision
         self._source = (str(path), gguf_file, revision, bool(judge_model.trust_remote_code))
         """Where the weights load from, on the first request the cache lacks (see `model`)."""
-        self._model, tokenizer, self.config = _without_weights(*self._source, model, tokenizer)
+        self._model, self._tokenizer, self.config = _without_weights(*self._source, model, tokenizer)
         self.batch_size = int(backend.batch_size)
         self.generate_batch_size = int(backend.generate_batch_size)
         """Prompts per `generate` call (readout=generate); `batch_size` is the forward's."""
         self.max_batch_tokens = int(backend.max_batch_tokens)
-        self.max_length = self.set_inputs(tokenizer, self.config, judge_model, str(path))
+        self.max_length = context_length(judge_model.max_length, self.config, str(path))
+        self._facts: tuple[str, str] | None = None
+        self._wrap: dict[str, Any] | None = None
+        self.answers, self.pad_id = self._tokenizer_facts(judge_model)
         self._answer_id_tensor: Any = None
-        pad = self.tokenizer.pad_token_id
-        self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
-        if self.pad_id is None:
-            self.pad_id = 0
         self._set_engine(backend)
         self.prompts = 0
         """Prompts scored so far (both paths)."""
@@ -131,6 +152,90 @@ class HFJudge(LocalJudge):
         if self._model is not None:  # a model handed in: what its engine runs
             self.numerics["kernels"] = self._engine_kernels()
         """What produced this judge's numbers (results.json "numerics", the card, the run's first lines)."""
+
+    def _tokenizer_facts(self, settings: ModelSettings) -> tuple[AnswerTokens, int]:
+        """(answers, padding id), with the chat template's facts (`template_facts`): what the
+        identity reads of the tokenizer. Remembered per tokenizer folder and settings
+        (harness.judges.weights.tokenizer_facts), so a run whose every request is cached never
+        loads the tokenizer (nor imports transformers): it loads on the first use of `tokenizer`."""
+        vocab = model_vocab_size(self.config)
+        key = None
+        if self._tokenizer is None and self._model is None:
+            kept = [list(settings.labels), settings.tie_label, vocab, self.chat_template]
+            kept += [self.system_prompt, self.chat_format]
+            key = tokenizer_facts_key(self._source[0], self._source[1], self._source[3], kept)
+            got = tokenizer_facts(key)
+            if got is not None:
+                try:
+                    variants = {k: tuple((t, int(i)) for t, i in v) for k, v in got["variants"].items()}
+                    answers = AnswerTokens(tuple(got["labels"]), variants, got["tie"], got["vocab_size"])
+                    self._facts = (str(got["template"]), str(got["system"]))
+                    self._wrap = got["wrap"] if isinstance(got["wrap"], dict) else None
+                    return answers, int(got["pad_id"])
+                except (KeyError, TypeError, ValueError) as e:  # a damaged record: computed again
+                    log.debug("tokenizer facts not used (%s)", e)
+        answers = resolve_answer_tokens(self.tokenizer, settings.labels, settings.tie_label, vocab)
+        pad = self.tokenizer.pad_token_id
+        pad_id = pad if pad is not None else self.tokenizer.eos_token_id
+        pad_id = 0 if pad_id is None else int(pad_id)
+        self._facts = template_facts(self.tokenizer, self.chat_template)
+        self._wrap = self._learn_wrap()
+        if key is not None:
+            facts = {"labels": list(answers.labels), "tie": answers.tie, "vocab_size": answers.vocab_size}
+            facts["variants"] = {k: [list(v) for v in vs] for k, vs in answers.variants.items()}
+            remember_tokenizer_facts(
+                key,
+                self._source[0],
+                {
+                    **facts,
+                    "pad_id": pad_id,
+                    "template": self._facts[0],
+                    "system": self._facts[1],
+                    "wrap": self._wrap,
+                },
+            )
+        return answers, pad_id
+
+    def _learn_wrap(self) -> dict[str, Any] | None:
+        """How `format_prompt` wraps a user message, where it is `prefix + message + suffix` (the
+        message trimmed, `trim`, as Llama-3's template does): checked on probes (whitespace, new
+        lines, non-ASCII, template syntax), else None (the tokenizer wraps every message)."""
+        try:
+            wrapped = self.format_prompt(WRAP_PROBES[0])
+            if wrapped.count(WRAP_PROBES[0]) != 1:
+                return None
+            prefix, suffix = wrapped.split(WRAP_PROBES[0])
+            for trim in (False, True):
+                if all(
+                    self.format_prompt(p) == prefix + (p.strip() if trim else p) + suffix for p in WRAP_PROBES
+                ):
+                    return {"prefix": prefix, "suffix": suffix, "trim": trim}
+        except HarnessError:
+            return None
+        return None
+
+    def format_prompt(self, prompt: str) -> str:
+        """The exact text the model reads (ChatPrompts.format_prompt): the remembered wrapping
+        (`_learn_wrap`) while the tokenizer is not loaded (the report page of a cached run)."""
+        wrap = self._wrap
+        if self._tokenizer is None and wrap is not None:
+            return wrap["prefix"] + (prompt.strip() if wrap["trim"] else prompt) + wrap["suffix"]
+        return super().format_prompt(prompt)
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer, loaded on first use (a run whose every request is cached uses none)."""
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(*self._source)
+        return self._tokenizer
+
+    @tokenizer.setter
+    def tokenizer(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self._facts = None
+
+    def template_facts(self) -> tuple[str, str]:
+        return self._facts if self._facts is not None else super().template_facts()
 
     def _set_engine(self, backend: HFSettings) -> None:
         """Prefix reuse, the engine and its kernels; the packed engine now if a model was handed in."""
@@ -392,11 +497,9 @@ def _without_weights(
     model: Any,
     tokenizer: Any,
 ) -> tuple[Any, Any, Any]:
-    """(model or None, tokenizer, config): the tokenizer and config read from `path`, the weights
-    not (HFJudge.model loads them on first use); a given model and tokenizer are used as they are."""
+    """(model or None, tokenizer or None, config): the config read from `path`, the tokenizer and
+    weights not (HFJudge loads them on first use); a given model and tokenizer are used as they are."""
     model = model if tokenizer is not None else None
-    if tokenizer is None:
-        tokenizer = load_tokenizer(path, gguf_file, revision, trust_remote_code)
     config = model.config if model is not None else load_config(path, gguf_file, revision, trust_remote_code)
     return model, tokenizer, config
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -111,15 +112,41 @@ def _tokenizer_key(path: str | Path, gguf_file: str | None, trust_remote_code: b
     folder = Path(os.path.expanduser(str(path)))
     if gguf_file or trust_remote_code or not folder.is_dir():
         return None
-    import transformers  # the version: another release may pick another class
-
     try:
         names = sorted(f.name for f in folder.iterdir())
         digests = {f.name: file_digest(f) for f in model_files(folder) if f.name.endswith(TEXT_SUFFIXES)}
     except (OSError, HarnessError):
         return None
-    facts = [str(path), transformers.__version__, names, digests]
+    facts = [str(path), transformers_version(), names, digests]
     return hashlib.sha256(json.dumps(facts).encode()).hexdigest()
+
+
+def transformers_version() -> str:
+    """The installed transformers' version, read from its metadata (importing it costs seconds):
+    another release may pick another tokenizer class or tokenize otherwise."""
+    return importlib.metadata.version("transformers")
+
+
+def tokenizer_facts_key(
+    path: str | Path, gguf_file: str | None, trust_remote_code: bool, settings: list[Any]
+) -> str | None:
+    """The memo key of what a judge reads of its tokenizer to build its identity (answer tokens,
+    padding id, chat template, the system text the template adds) under `settings` (labels, tie
+    label, vocabulary size, template on/off): the folder's tokenizer key (its files' digests and
+    the transformers version) and the settings. None where the tokenizer is not remembered."""
+    key = _tokenizer_key(path, gguf_file, trust_remote_code)
+    return None if key is None else hashlib.sha256(json.dumps([key, settings]).encode()).hexdigest()
+
+
+def tokenizer_facts(key: str | None) -> dict[str, Any] | None:
+    """The facts remembered under `key` (tokenizer_facts_key), or None."""
+    got = _memo(TOKENIZER_FACTS).get(key) if key else None
+    return got if isinstance(got, dict) else None
+
+
+def remember_tokenizer_facts(key: str, folder: str | Path, facts: dict[str, Any]) -> None:
+    """Keep a judge's tokenizer facts (atomic; see _remember)."""
+    _remember(TOKENIZER_FACTS, key, {**facts, "folder": os.path.realpath(folder)})
 
 
 def _remembered_tokenizer(path: str | Path, known: Any, kwargs: dict[str, Any]) -> Any:
@@ -137,27 +164,48 @@ def _remembered_tokenizer(path: str | Path, known: Any, kwargs: dict[str, Any]) 
 
 
 _tokenizers: dict[str, Any] | None = None
+"""The remembered tokenizer classes, once read (None: read the file again)."""
+_memos: dict[str, dict[str, Any]] = {}
+"""Other memo files of the model cache, by path, once read."""
+
+
+def _read_memo(path: Path) -> dict[str, Any]:
+    try:
+        raw = read_json(path) if path.is_file() else {}
+    except DataError:
+        raw = {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def _memo(name: str) -> dict[str, Any]:
+    """A memo file of the model cache (read once per process; an unreadable file is started afresh)."""
+    global _tokenizers
+    path = cache_dir() / name
+    if name == TOKENIZER_CLASSES:
+        if _tokenizers is None:
+            _tokenizers = _read_memo(path)
+        return _tokenizers
+    if str(path) not in _memos:
+        _memos[str(path)] = _read_memo(path)
+    return _memos[str(path)]
 
 
 def _tokenizer_classes() -> dict[str, Any]:
-    """The remembered classes (read once per process; an unreadable file is started afresh)."""
-    global _tokenizers
-    if _tokenizers is None:
-        path = cache_dir() / TOKENIZER_CLASSES
-        try:
-            raw = read_json(path) if path.is_file() else {}
-        except DataError:
-            raw = {}
-        _tokenizers = raw if isinstance(raw, dict) else {}
-    return _tokenizers
+    """The remembered classes."""
+    return _memo(TOKENIZER_CLASSES)
 
 
 def _remember_tokenizer(key: str, value: dict[str, str]) -> None:
-    """Keep one folder's class (atomic; another process's entries kept; a read-only cache only
-    costs AutoTokenizer next time)."""
-    known = _tokenizer_classes()
+    """Keep one folder's class."""
+    _remember(TOKENIZER_CLASSES, key, value)
+
+
+def _remember(name: str, key: str, value: dict[str, Any]) -> None:
+    """Keep one entry of a memo file (atomic; another process's entries kept; a read-only cache
+    only costs the work again next time)."""
+    known = _memo(name)
     known[key] = value
-    path = cache_dir() / TOKENIZER_CLASSES
+    path = cache_dir() / name
     try:
         merged = dict(known)
         if path.is_file():
@@ -173,10 +221,11 @@ def _remember_tokenizer(key: str, value: dict[str, str]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, merged)
     except OSError as e:
-        log.debug("tokenizer class not kept (%s)", e)
+        log.debug("%s not kept (%s)", name, e)
 
 
 TOKENIZER_CLASSES = "tokenizer_classes.json"
+TOKENIZER_FACTS = "tokenizer_facts.json"
 
 
 def load_config(

@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.judges.chat import ChatPrompts, used_template
+from harness.judges.base import template_fingerprint
+from harness.judges.chat import ChatPrompts
 from harness.judges.settings import ModelSettings, from_config
 from harness.judges.weights import load_tokenizer
 from harness.judging import model_judge
@@ -47,7 +48,7 @@ class ChatView:
 def local_view(judge: Any) -> ChatView:
     """The wrapping of a transformers or vLLM judge (both share format_chat and its settings)."""
     inner = model_judge(judge)
-    template = used_template(inner.tokenizer, inner.chat_template)
+    template = inner.template_facts()[0] != template_fingerprint(None)  # a judge's remembered facts
     system = inner.system_prompt
     note = (
         "the model's chat template, as the judge applied it (format_chat)"
@@ -81,7 +82,7 @@ def judge_view(judge: Any) -> ChatView:
     inner = model_judge(judge)
     if hasattr(inner, "endpoint"):
         return api_view(inner.endpoint, inner.system_prompt)
-    if hasattr(inner, "tokenizer") and hasattr(inner, "chat_format"):
+    if isinstance(inner, ChatPrompts):  # not hasattr(.., "tokenizer"): that would load it
         return local_view(inner)
     return ChatView(
         None, f"the judge {type(inner).__name__} keeps no chat template: the user message is shown"
