@@ -161,8 +161,12 @@ def work_unit(item: pytest.Item) -> str:
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        # A module whose tests ask for an engine at run time (request.getfixturevalue) names them
+        # in `session_engines(item)` (test_readme's API lines): they count as users too.
+        dynamic = getattr(getattr(item, "module", None), "session_engines", None)
+        uses = set(getattr(item, "fixturenames", ())) | (set(dynamic(item)) if dynamic else set())
         for name in ("vllm_judge", "served_smollm2"):
-            if name in getattr(item, "fixturenames", ()):
+            if name in uses:
                 _LAST_USER[name] = item
     # Each xdist worker collects (and must order) the tests itself; there `dist` reads "no" and
     # `loadgroup` says whether the controller distributes by group.

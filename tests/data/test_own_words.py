@@ -168,7 +168,7 @@ def test_zepo_runs_without_an_aspect_and_shows_accuracy(prefs, tmp_path):
     """ZEPO on the preference file as a user types it (no task.aspect), the API optimizer on a
     loopback server (test_zepo's scripted replies), objective fairness_prob."""
     from helpers.scripted import scripted_completion
-    from openai_server import OpenAIServer
+    from helpers.servers import OpenAIServer
 
     with OpenAIServer(script=scripted_completion) as srv:
         r = run_in_process(

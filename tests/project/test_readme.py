@@ -411,6 +411,13 @@ def xdist_unit(item: pytest.Item) -> str:
     return f"test_readme.py::{next((c.where for c in COMMANDS if ' '.join(c.argv) == root), cmd.where)}"
 
 
+def session_engines(item: pytest.Item) -> set[str]:
+    """The session engines this module's test asks for at run time (conftest keeps each engine up
+    until its last user): the served engine for the serve line and the API lines."""
+    cmd = getattr(item, "callspec", None) and item.callspec.params.get("cmd")
+    return {"served_smollm2"} if cmd is not None and plan(cmd)[0] in ("serve", "api") else set()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("cmd", COMMANDS, ids=[f"{c.where}" for c in COMMANDS])
 def test_documented_command(cmd, workspace, request):

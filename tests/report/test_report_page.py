@@ -314,7 +314,9 @@ def test_wandb_gets_the_texts_flags_gold_and_the_page(judge_run):
         if rec.get("type") == "artifact" and rec["artifact"]["type"] == "run-outputs"
     ]
     assert "report.html" in {e["path"] for e in art["manifest"]["contents"]}
-    (table,) = sorted((judge_run / "wandb").glob("offline-run-*/files/media/table/judgments_*.table.json"))
+    (table,) = sorted(
+        (judge_run / "wandb").glob("offline-run-*/files/judgments.table.json")
+    )  # its own artifact
     logged = json.loads(table.read_text())
     assert {"a_text", "b_text", "flags", "gold_a", "answer_mass"} <= set(logged["columns"])
     row = dict(zip(logged["columns"], logged["data"][0]))
