@@ -248,20 +248,7 @@ def judge_documents(
         progress,
         desc=f"judging {counted(len(requests), 'pair')} + the content-free probe",
     )
-    judgments = [
-        Judgment(
-            t.doc_id,
-            t.a_id,
-            t.b_id,
-            s.p_a,
-            dict(s.token_logprobs),
-            t.human_a,
-            t.human_b,
-            t.gold_a,
-            tuple(s.flags) + _mass_flags(s),
-        )
-        for t, s in zip(templates, scores)
-    ]
+    judgments = [judged(t, s) for t, s in zip(templates, scores)]
     refuse_all_unreadable(judge, judgments)
     return judgments, scores[-1].p_a
 
@@ -344,20 +331,7 @@ def judge_instructions(
         by_job[job][k] = s
     out = []
     for (_, templates), got in zip(built, by_job):
-        judgments = [
-            Judgment(
-                t.doc_id,
-                t.a_id,
-                t.b_id,
-                s.p_a,
-                dict(s.token_logprobs),
-                t.human_a,
-                t.human_b,
-                t.gold_a,
-                tuple(s.flags) + _mass_flags(s),
-            )
-            for t, s in zip(templates, got)
-        ]  # type: ignore[union-attr]
+        judgments = [judged(t, s) for t, s in zip(templates, got)]  # type: ignore[arg-type]
         refuse_all_unreadable(judge, judgments)
         out.append((judgments, got[-1].p_a))  # type: ignore[union-attr]
     return out
@@ -365,6 +339,21 @@ def judge_instructions(
 
 def _pair_key(r: PairRequest) -> tuple[str, str, str]:
     return (r.doc_id, r.a_id, r.b_id)
+
+
+def judged(t: Judgment, s: PairScore) -> Judgment:
+    """The judgment of request template `t` (its pair and human labels) with its score `s`."""
+    return Judgment(
+        t.doc_id,
+        t.a_id,
+        t.b_id,
+        s.p_a,
+        dict(s.token_logprobs),
+        t.human_a,
+        t.human_b,
+        t.gold_a,
+        tuple(s.flags) + _mass_flags(s),
+    )
 
 
 def _mass_flags(s: PairScore) -> tuple[str, ...]:
