@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.abb import SLICE as ABB_SLICE
 from helpers.cli import run_in_process
 from helpers.compose import compose
 from helpers.inprocess import environment
@@ -536,21 +537,7 @@ def test_abb_sweep_on_slurm_equals_the_local_sweep(slurm_cluster, job_env, tmp_p
 
     ensure_data(job_env["HARNESS_DATA_DIR"], mirror=shared_data, only=["arena_bench"])  # as on a login node
     slurm, local = _sweeps(
-        [
-            "experiment=abb",
-            "model=tiny_llama",
-            "task=arena_bench",
-            "task.offset=69",
-            "task.docs=3",
-            "experiment.models=[llama-13b,palm-2-chat-bison-001,claude-2.1]",
-            "experiment.kinds=[formatting,swap]",
-            "experiment.estimate=6",
-            "experiment.verify=6",
-            "experiment.jitter.samples=2",
-            "experiment.bootstrap=20",
-            "progress=false",
-            "experiment.tau_fraction=0.0625,0.125",
-        ],
+        [*ABB_SLICE, "experiment.tau_fraction=0.0625,0.125"],
         job_env,
         tmp_path,
     )
