@@ -17,6 +17,7 @@ import operator
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from harness.files import jsonable, write_jsonl_atomic, write_text_atomic
 from harness.judging import answer_mass
 from harness.metrics.bootstrap import interval_summary
 from harness.prompts import render
-from harness.records import Document, Judgment
+from harness.records import Candidate, Document, Judgment
 from harness.redaction import redact, redact_overrides
 from harness.runtime.schema import WandbConf
 
@@ -247,11 +248,15 @@ JUDGMENT_COLUMNS = [
     "b_text",
     "source",
     "instruction",
-    "prompt",
+    "prompt_template",
 ]
 """The W&B judgments table: each ordered pair with its reading, flags, human labels, both texts, the
-document's source (article, question or dialogue), the run's instruction and the prompt judged (the
-user message before the chat template: harness.prompts.render)."""
+document's source (article, question or dialogue), the run's instruction and the prompt judged as
+its template (the user message before the chat template, harness.prompts.render, with PROMPT_SLOTS
+standing for the row's own cells, a str.format template: `row_prompt` rebuilds it exactly). Not the prompt itself: it
+repeats the row's source and texts, half of the table's bytes (24,000 SummEval rows: 78 of 158 MB)."""
+PROMPT_SLOTS = ("source", "a_text", "b_text", "instruction")
+"""The columns a `prompt_template` cell names in braces ("{source}"), filled by `row_prompt`."""
 JUDGMENT_TYPES: dict[str, type] = {
     "p_a": float,
     "answer_mass": float,
@@ -269,14 +274,19 @@ def judgment_rows(
     instruction: str | None = None,
     family: str | None = None,
 ) -> list[list[Any]]:
-    """One row per judgment (JUDGMENT_COLUMNS); flags as one comma-separated string; the prompt is
-    None unless the run's instruction and family are given."""
-    by_id = {d.id: d for d in docs}
+    """One row per judgment (JUDGMENT_COLUMNS); flags as one comma-separated string; the prompt
+    template is None unless the run's instruction and family are given."""
+    by_id = {d.id: (d, {c.id: c for c in d.candidates}) for d in docs}
+    templates: dict[str, str] = {}  # per context (a document's own knowledge fact, if any)
     rows = []
     for j in judgments:
-        doc = by_id[j.doc_id]
-        a, b = doc.candidate(j.a_id), doc.candidate(j.b_id)
-        prompt = None if instruction is None or family is None else render(doc, a, b, instruction, family)
+        doc, cands = by_id[j.doc_id]
+        a, b = cands[j.a_id], cands[j.b_id]
+        template = None
+        if instruction is not None and family is not None:
+            template = templates.get(doc.context)
+            if template is None:
+                template = templates[doc.context] = prompt_template(doc, instruction, family)
         rows.append(
             [
                 j.doc_id,
@@ -292,10 +302,32 @@ def judgment_rows(
                 b.text,
                 doc.source,
                 instruction,
-                prompt,
+                template,
             ]
         )
     return rows
+
+
+def prompt_template(doc: Document, instruction: str, family: str) -> str:
+    """The prompt of `doc`'s pairs (harness.prompts.render) as a str.format template: "{source}",
+    "{a_text}", "{b_text}" and "{instruction}" where a row's cells go, any other brace doubled; the
+    document's context, which has no column, is written out."""
+    mark = {name: f"\x00{name}\x00" for name in PROMPT_SLOTS}  # no text holds a NUL
+    a, b = Candidate("a", mark["a_text"]), Candidate("b", mark["b_text"])
+    text = render(replace(doc, source=mark["source"]), a, b, mark["instruction"], family)
+    text = text.replace("{", "{{").replace("}", "}}")
+    for name, m in mark.items():
+        text = text.replace(m, "{" + name + "}")
+    return text
+
+
+def row_prompt(row: Mapping[str, Any]) -> str | None:
+    """The prompt a judgments-table row was judged with: its `prompt_template` formatted with the
+    row's cells (the instruction stripped, as render strips it). None where it has no template."""
+    template = row.get("prompt_template")
+    if template is None:
+        return None
+    return template.format_map({**row, "instruction": str(row["instruction"]).strip()})
 
 
 def run_name(

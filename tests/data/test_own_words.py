@@ -206,8 +206,10 @@ def test_zepo_runs_without_an_aspect_and_shows_accuracy(prefs, tmp_path):
 @pytest.mark.slow  # a two-job sweep with W&B offline
 def test_sweep_runs_are_named_by_what_varies_and_the_table_holds_the_prompts(prefs, tmp_path):
     """A two-instruction sweep, W&B offline: each run's W&B name ends in the instruction it judged
-    (the override that differs); the judgments table has the source, instruction and prompt."""
+    (the override that differs); the judgments table has the source, instruction and prompt (as its template)."""
     from helpers.wandb_offline import run_record
+
+    from harness.runtime.tracking import row_prompt
 
     sweep = tmp_path / "sweep"
     texts = ("Pick the better response: A or B.", "Which response is better? A or B.")
@@ -231,8 +233,9 @@ def test_sweep_runs_are_named_by_what_varies_and_the_table_holds_the_prompts(pre
         table = json.loads(saved.read_text())
         rows = [dict(zip(table["columns"], row)) for row in table["data"]]
         assert len(rows) == 24 and {row["instruction"] for row in rows} == {text}
-        assert all(row["source"] in row["prompt"] and row["a_text"] in row["prompt"] for row in rows)
-        assert all(row["prompt"].endswith(f"Question: {text}\nAnswer: ") for row in rows)
+        prompts = [row_prompt(row) for row in rows]  # each row's template, filled with its own cells
+        assert all(row["source"] in p and row["a_text"] in p for row, p in zip(rows, prompts))
+        assert all(p.endswith(f"Question: {text}\nAnswer: ") for p in prompts)
 
 
 def test_compare_names_only_the_judge_fields_that_differ(tmp_path):

@@ -81,3 +81,36 @@ def test_the_judgments_table_at_summevals_size_is_declared_not_inferred(tmp_path
     with pytest.raises(TypeError, match="row 123 column 'p_a': str '0.25', declared float"):
         t.log_table("judgments", JUDGMENT_COLUMNS, rows[:200], JUDGMENT_TYPES)
     t.finish()
+
+
+def test_the_judgments_table_holds_each_prompt_as_a_template_of_its_own_cells():
+    """The `prompt_template` cell, formatted with its row's cells (row_prompt), is the prompt the
+    judge was given (harness.prompts.render), for every family, with and without a context, where
+    the texts hold braces and slot names ("{b_text}") and the instruction has spaces around it; a
+    SummEval-like table is then about half as large as with the prompt in full (the source and
+    both texts are in it once, not twice). Control: the template filled with another row's texts
+    is not that row's prompt."""
+    from harness.prompts import FAMILIES, render
+    from harness.records import Candidate, Document, Judgment
+    from harness.runtime.tracking import JUDGMENT_COLUMNS, judgment_rows, row_prompt
+
+    for family in FAMILIES:
+        for context in ("", "Fact {b_text} }{ x"):
+            doc = Document(
+                "d",
+                "An article {a_text} {0} " * 100,
+                (Candidate("s1", "A summary {source} " * 10), Candidate("s2", "B {instruction}} " * 10)),
+                context=context,
+            )
+            judged = [Judgment("d", "s1", "s2", 0.5, {}), Judgment("d", "s2", "s1", 0.5, {})]
+            for instruction in (" Which is better? {b_text} ", "Which?"):
+                rows = judgment_rows(judged, [doc], instruction, family)
+                rows = [dict(zip(JUDGMENT_COLUMNS, r)) for r in rows]
+                a, b = doc.candidates
+                assert row_prompt(rows[0]) == render(doc, a, b, instruction, family)
+                assert row_prompt(rows[1]) == render(doc, b, a, instruction, family)
+                assert row_prompt({**rows[0], "a_text": b.text, "b_text": a.text}) != row_prompt(rows[0])
+                full = render(doc, a, b, instruction, family)
+                with_prompts = len(json.dumps([*rows[0].values(), full]))
+                assert len(json.dumps(list(rows[0].values()))) < 0.6 * with_prompts
+    assert row_prompt(dict(zip(JUDGMENT_COLUMNS, judgment_rows(judged, [doc])[0]))) is None
