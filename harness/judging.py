@@ -13,7 +13,7 @@ import itertools
 import json
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -385,20 +385,24 @@ def work_counters(judge: Any) -> dict[str, float]:
 
 
 def judge_work(
-    judge: Any, requests: Sequence[PairRequest], before: Mapping[str, float], judging_s: float
+    judge: Any,
+    requests: Callable[[], Sequence[PairRequest]],
+    before: Mapping[str, float],
+    judging_s: float,
 ) -> dict[str, Any]:
-    """What the judge did for `requests` since the counters were `before` (results.json's
-    `judge_work`): prompts it scored (cache misses), tokens it ran, the trie minimum of the
-    requests' token ids (the fewest tokens any prefix-sharing scheme runs for all of them), its
-    prompts/s, and its share of the judging step's wall time (the rest: cache, wrappers, I/O)."""
+    """What the judge did for `requests` (built only when the judge computed any: a cached run
+    renders its prompts once) since the counters were `before` (results.json's `judge_work`):
+    prompts it scored (cache misses), tokens it ran, the trie minimum of the requests' token ids
+    (the fewest tokens any prefix-sharing scheme runs for all of them), its prompts/s, and its
+    share of the judging step's wall time (the rest: cache, wrappers, I/O)."""
     now = work_counters(judge)
     work: dict[str, Any] = {k: now[k] - before.get(k, 0) for k in now}
     inner = model_judge(judge)
     computed = (
         work.get("prompts") != 0 and getattr(judge, "calls", None) != 0
     )  # a cached run tokenizes nothing
-    if hasattr(inner, "encode") and requests and computed:
-        work["trie_minimum"] = trie_size(inner.encode(requests))
+    if hasattr(inner, "encode") and computed and (built := requests()):
+        work["trie_minimum"] = trie_size(inner.encode(built))
     seconds = work.get("seconds")
     if seconds:
         work["prompts_per_s"] = work.get("prompts", 0) / seconds
@@ -413,13 +417,72 @@ def write_judgments(path: Path, judgments: Sequence[Judgment], p_cf: float) -> N
     rows = [judgment_to_row(j) for j in judgments]
     rows.append({"kind": "content_free", "p_a": p_cf})
     write_jsonl_atomic(path, rows)
+    _remember(Path(path), judgments, p_cf)
+
+
+REMEMBERED = 100_000
+"""The most judgments `load_judgments` keeps of the files this process wrote (the oldest files
+forgotten first): a run reads its judgments.jsonl back right after writing it, for its report card
+and its report.html (parsing 24,000 rows costs ~0.5 CPU-s each time); a multirun's jobs in one
+process do not pile up."""
+_written: dict[Path, tuple[bytes, list[Judgment], float]] = {}
+
+
+def _stamp(path: Path) -> bytes:
+    """The file's content digest (blake2b: ~20 ms for 24,000 rows, no parse)."""
+    return hashlib.blake2b(path.read_bytes(), digest_size=20).digest()
+
+
+def _remember(path: Path, judgments: Sequence[Judgment], p_cf: float | None) -> None:
+    """What `load_judgments` would read back from the file just written, when every judgment is
+    one it reads back as the same values (else nothing: it parses the file)."""
+    _written.pop(path.resolve(), None)
+    read = [_as_read(j) for j in judgments]
+    if len(read) > REMEMBERED or any(j is None for j in read) or not _finite_or_nan(p_cf):
+        return
+    if len({(j.doc_id, j.a_id, j.b_id) for j in judgments}) < len(read):  # refused when read
+        return
+    while _written and sum(len(v[1]) for v in _written.values()) + len(read) > REMEMBERED:
+        del _written[next(iter(_written))]
+    p = math.nan if p_cf is None else float(p_cf)  # null reads back as NaN
+    _written[path.resolve()] = (_stamp(path), read, p)  # type: ignore[arg-type]
+
+
+def _finite_or_nan(x: float | None) -> bool:
+    return x is None or (_number(x) and not math.isinf(x))
+
+
+def _as_read(j: Judgment) -> Judgment | None:
+    """`j` as judgment_from_row returns it from its judgments.jsonl row; None for one whose row
+    would not read back as these values (a NaN label, a non-string id: parsed, it is refused or
+    changed)."""
+    p_a = float(j.p_a)
+    logprobs = {str(k): float(v) for k, v in j.token_logprobs.items()}
+    labels = (j.human_a, j.human_b)
+    ok = (
+        all(type(x) is str for x in (j.doc_id, j.a_id, j.b_id))
+        and ((0 <= p_a <= 1) or (math.isnan(p_a) and bool(j.flags)))
+        and all(v == -math.inf or math.isfinite(v) for v in logprobs.values())
+        and all(x is None or (_number(x) and math.isfinite(x)) for x in labels)
+        and (j.gold_a is None or isinstance(j.gold_a, bool))
+        and all(type(f) is str for f in j.flags)
+    )
+    if not ok:
+        return None
+    human_a, human_b = (_opt(x, float) for x in labels)
+    return Judgment(j.doc_id, j.a_id, j.b_id, p_a, logprobs, human_a, human_b, j.gold_a, tuple(j.flags))
 
 
 def load_judgments(path: str | Path) -> tuple[list[Judgment], float | None]:
     """Read judgments.jsonl back: (pair judgments, content-free P(A) or None). A run judges each
-    ordered pair once, so a pair given twice is refused (which row would every metric use?)."""
-    judgments, p_cf = [], None
+    ordered pair once, so a pair given twice is refused (which row would every metric use?). A file
+    this process wrote, with the same bytes now, is not parsed again: its judgments as they read
+    back (`_remember`)."""
     path = Path(path)
+    kept = _written.get(path.resolve())
+    if kept is not None and path.is_file() and _stamp(path) == kept[0]:
+        return list(kept[1]), kept[2]
+    judgments, p_cf = [], None
     first: dict[tuple[str, str, str], int] = {}
     for i, line in enumerate(read_text(path).splitlines(), 1):
         try:

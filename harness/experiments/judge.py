@@ -68,9 +68,14 @@ def run_judge(
         max_candidates=max_candidates,
         progress=progress,
     )
-    requests = build_requests(docs, instruction, family, aspect, max_candidates)[0]
     work = judge_work(
-        judge, [*requests, content_free_request(instruction, family)], before, time.perf_counter() - start
+        judge,
+        lambda: [
+            *build_requests(docs, instruction, family, aspect, max_candidates)[0],
+            content_free_request(instruction, family),
+        ],
+        before,
+        time.perf_counter() - start,
     )
     results = write_run(
         out,

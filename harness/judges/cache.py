@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import operator
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -304,6 +305,11 @@ class CachedJudge:
         self._checked: set[str] = set()
         """Keys `check_requests` found fit by their stored length, not checked again by the call
         that follows it (that call empties it)."""
+        self._keyed: tuple[Sequence[PairRequest], list[str]] | None = None
+        """The requests `check_requests` keyed and their keys, taken by the calls that follow it
+        for the same request objects, in order, a window or chunk at a time (hashing 24,000
+        prompts once, not twice); released once the last is taken."""
+        self._keyed_at = 0
 
     def _missed(self, n: int) -> None:
         """Before the first `n` misses go to the model: one line per kind of row of this judge that
@@ -334,7 +340,23 @@ class CachedJudge:
         short for a prompt is refused even when a run with a longer one cached its answer): a request
         with a stored length is checked by it, without tokenizing; the others by the judge's own
         check (harness.judges.base.check_requests), which tokenizes them."""
-        self._checked = self._check([request_key(self.identity, r.prompt) for r in requests], requests)
+        keys = [request_key(self.identity, r.prompt) for r in requests]
+        self._keyed, self._keyed_at = (requests, keys), 0
+        self._checked = self._check(keys, requests)
+
+    def _keys(self, requests: Sequence[PairRequest]) -> list[str]:
+        """The requests' cache keys: those `check_requests` made, where these are the next of the
+        request objects it was given (the wrapper's windows and chunks); else hashed now."""
+        if self._keyed is not None:
+            given, keys = self._keyed
+            at, end = self._keyed_at, self._keyed_at + len(requests)
+            if end <= len(given) and all(map(operator.is_, given[at:end], requests)):
+                self._keyed_at = end
+                if end == len(given):
+                    self._keyed = None
+                return keys[at:end]
+            self._keyed = None
+        return [request_key(self.identity, r.prompt) for r in requests]
 
     def _check(self, keys: Sequence[str], requests: Sequence[PairRequest]) -> set[str]:
         """Check `requests` (keyed `keys`); the keys checked by their stored lengths."""
@@ -387,7 +409,7 @@ class CachedJudge:
         it needs, so what it computes does not depend on what the cache already held. A cached
         request is checked against the context by its stored length (`check_requests`); when
         every request is cached the model is not called at all, so no prompt is tokenized."""
-        keys = [request_key(self.identity, r.prompt) for r in requests]
+        keys = self._keys(requests)
         found = self.cache.get_many(keys)
         self._check_hits(keys, requests, found)
         at: dict[str, list[int]] = {}
@@ -430,7 +452,7 @@ class CachedJudge:
     def score_pairs(self, requests: Sequence[PairRequest], progress=None) -> list[PairScore]:
         if self.streaming:
             return gather(self.stream_scores(requests, progress), len(requests))
-        keys = [request_key(self.identity, r.prompt) for r in requests]
+        keys = self._keys(requests)
         found = self.cache.get_many(keys)
         # A hit skips the model, not the input checks: a prompt too long for THIS context is refused.
         self._check_hits(keys, requests, found)

@@ -36,7 +36,7 @@ from harness.judging import MIN_ANSWER_MASS, load_judgments
 from harness.metrics.bootstrap import LeaveOneOut, doc_stats, intervals, replicate, support
 from harness.metrics.calibration import calibration, calibration_pairs
 from harness.metrics.correlation import view_correlations
-from harness.metrics.interval import EXACT_METHOD, TOO_FEW, Interval, tidy
+from harness.metrics.interval import EXACT_METHOD, TOO_FEW, Interval, recorded, tidy
 from harness.metrics.mass import answer_mass_stats, answer_masses
 from harness.metrics.order import view_order_consistency
 from harness.metrics.plots import plot_answer_mass, plot_p_a_by_order, plot_reliability
@@ -200,6 +200,35 @@ def card_intervals(
     )
 
 
+INTERVAL_KEYS = tuple(
+    k for k in CARD_KEYS if k not in ("n_judgments", "n_docs", "n_order_pairs", "n_calibration")
+)
+"""The card's numbers with an interval (card_intervals' keys): the others are counts."""
+
+
+def recorded_intervals(
+    results: Mapping[str, Any], numbers: Mapping[str, Any], rounds: int, level: float, seed: int
+) -> dict[str, Interval | None] | None:
+    """The card's intervals as the results.json of the same judgments records them
+    (`summary.analyse` makes them as `card_intervals` does), without a second bootstrap: where the
+    file's "none" metrics equal the card's `numbers` and it was made with these rounds, level and
+    seed, and records each of INTERVAL_KEYS with its basis. None: compute them."""
+    meta = results.get("interval")
+    none = (results.get("metrics") or {}).get("none")
+    ivs = (results.get("intervals") or {}).get("none")
+    basis = (results.get("interval_basis") or {}).get("none")
+    if not rounds or not all(isinstance(x, Mapping) for x in (meta, none, ivs, basis)):
+        return None
+    if (meta.get("rounds"), meta.get("level"), meta.get("seed")) != (rounds, level, seed):
+        return None
+    if any(none.get(k) != numbers[k] for k in CARD_KEYS):  # another set's, or changed since (NaN: computed)
+        return None
+    got = {k: recorded(ivs.get(k), basis.get(k)) for k in INTERVAL_KEYS}
+    if not all(isinstance(basis.get(k), Mapping) and got[k] is not None for k in INTERVAL_KEYS):
+        return None
+    return got
+
+
 def split_by_order(
     judgments: Sequence[Judgment], views: Mapping[str, DocView]
 ) -> tuple[list[float], list[float]]:
@@ -288,8 +317,10 @@ def render_card(
     about = path.parent / SET_FILE
     documents = read_json(about).get("documents") if about.is_file() else None
     beside = path.parent / "results.json"
-    length = RunResults.read(beside).get("length_bias") if beside.is_file() else None
+    results = RunResults.read(beside) if beside.is_file() else {}
+    length = results.get("length_bias")
     about = run_about(run_dir)
+    bounds = recorded_intervals(results, numbers, m.bootstrap, m.level, seed)
     card = Card(
         path,
         name,
@@ -297,7 +328,7 @@ def render_card(
         draw(judgments, numbers, folder, name, documents, about),
         m.level,
         documents,
-        card_intervals(judgments, numbers, m.bootstrap, m.level, seed),
+        bounds if bounds is not None else card_intervals(judgments, numbers, m.bootstrap, m.level, seed),
         length,
         run_numerics(path, run_dir),
         about,

@@ -374,6 +374,41 @@ def test_rows_round_trip_through_the_strict_jsonl_file(tmp_path):
         judgment_from_row(row)
 
 
+def test_a_file_this_process_wrote_reads_back_as_parsing_it_does(tmp_path):
+    """load_judgments of a judgments.jsonl this process just wrote gives what parsing the file
+    gives (same values and types: int labels as floats, -inf, a flagged NaN, a numpy float), without
+    parsing it; rows that would not read back as written (a NaN label is null in the file) and a
+    file changed since (same size) are parsed. Control: the parse itself, with the memory cleared."""
+    from harness import judging
+    from harness.judging import load_judgments, write_judgments
+
+    def parsed(path):
+        judging._written.clear()
+        return load_judgments(path)
+
+    js = [
+        Judgment("d1", "a", "b", 0.25, {"A": -1.5, "B": float("-inf")}, 3, 2.5, True, ("x",)),
+        Judgment("d1", "b", "a", np.float64(0.75), {"A": np.float32(-0.5)}, None, None, None),
+        Judgment("d2", "a", "b", float("nan"), {}, flags=("unreadable",)),
+    ]
+    for p_cf in (0.5, float("nan"), None):
+        write_judgments(tmp_path / "j.jsonl", js, p_cf)
+        assert judging._written, "not remembered"
+        got, got_cf = load_judgments(tmp_path / "j.jsonl")
+        want, want_cf = parsed(tmp_path / "j.jsonl")
+        assert repr(got) == repr(want) and repr(got_cf) == repr(want_cf)
+        assert [type(j.human_a) for j in got] == [float, type(None), type(None)]
+
+    write_judgments(tmp_path / "j.jsonl", js, 0.5)
+    text = (tmp_path / "j.jsonl").read_text()
+    (tmp_path / "j.jsonl").write_text(text.replace('"p_a": 0.25', '"p_a": 0.35'))  # same size
+    assert load_judgments(tmp_path / "j.jsonl")[0][0].p_a == 0.35
+
+    nan_label = [Judgment("d1", "a", "b", 0.25, {"A": -1.5}, float("nan"), 1.0)]
+    write_judgments(tmp_path / "n.jsonl", nan_label, 0.5)
+    assert load_judgments(tmp_path / "n.jsonl")[0][0].human_a is None  # as the file says
+
+
 @pytest.mark.parametrize(
     "field,value",
     [

@@ -399,3 +399,49 @@ def test_picture_titles_say_leaky_or_held_out(tmp_path):
         title["plain"]["p_a_by_order"].startswith("plain: A-rate")
         and "[" not in title["plain"]["answer_mass"]
     )
+
+
+def test_the_card_takes_its_intervals_from_results_json_only_where_they_are_its_own(tmp_path):
+    """A judge run over 10 documents: the intervals its results.json records for the card's numbers
+    (recorded_intervals) are the ones card_intervals computes from judgments.jsonl (the same
+    intervals, documents, methods and notes), so the card reads them instead of bootstrapping
+    again. Controls: another seed, rounds or level, or a number that differs from the file's
+    (another set, or judgments changed since), and it computes them."""
+    import random
+
+    from harness.metrics.card import INTERVAL_KEYS, card_intervals, recorded_intervals
+    from harness.results import RunResults
+
+    rng = random.Random(3)
+    docs = [
+        Document(
+            f"d{k}",
+            "source",
+            tuple(Candidate(f"c{i}", f"text {i}", {"coherence": rng.uniform(1, 5)}) for i in range(4)),
+        )
+        for k in range(10)
+    ]
+    judge = PositionBiasedScriptedJudge(docs, 0.7, lambda r: rng.uniform(0.05, 0.95))
+    run_judge(
+        judge,
+        docs,
+        task="scripted",
+        aspect="coherence",
+        instruction="x",
+        family="summarization",
+        out_dir=tmp_path,
+        shuffles=5,
+        progress=False,
+    )
+    results = RunResults.read(tmp_path / "results.json")
+    judgments, _ = load_judgments(tmp_path / "judgments.jsonl")
+    numbers = card_numbers(judgments)
+    computed = card_intervals(judgments, numbers, 1000, 0.95, 0)
+    assert computed is not None and set(computed) == set(INTERVAL_KEYS)
+    assert sum(iv is not None and iv.bounds is not None for iv in computed.values()) >= 8
+    assert recorded_intervals(results, numbers, 1000, 0.95, 0) == computed
+    assert recorded_intervals(results, numbers, 1000, 0.95, 1) is None
+    assert recorded_intervals(results, numbers, 500, 0.95, 0) is None
+    assert recorded_intervals(results, numbers, 1000, 0.9, 0) is None
+    assert recorded_intervals(results, {**numbers, "a_rate": numbers["a_rate"] + 0.01}, 1000, 0.95, 0) is None
+    assert recorded_intervals(results, numbers, 0, 0.95, 0) is None
