@@ -453,24 +453,29 @@ def _finite_or_nan(x: float | None) -> bool:
 
 
 def _as_read(j: Judgment) -> Judgment | None:
-    """`j` as judgment_from_row returns it from its judgments.jsonl row; None for one whose row
-    would not read back as these values (a NaN label, a non-string id: parsed, it is refused or
-    changed)."""
-    p_a = float(j.p_a)
-    logprobs = {str(k): float(v) for k, v in j.token_logprobs.items()}
-    labels = (j.human_a, j.human_b)
-    ok = (
-        all(type(x) is str for x in (j.doc_id, j.a_id, j.b_id))
-        and ((0 <= p_a <= 1) or (math.isnan(p_a) and bool(j.flags)))
-        and all(v == -math.inf or math.isfinite(v) for v in logprobs.values())
-        and all(x is None or (_number(x) and math.isfinite(x)) for x in labels)
-        and (j.gold_a is None or isinstance(j.gold_a, bool))
-        and all(type(f) is str for f in j.flags)
-    )
-    if not ok:
+    """`j` as judgment_from_row returns it from its judgments.jsonl row (`j` itself where it holds
+    those types already); None for one whose row would not read back as these values (a NaN label,
+    a non-string id: parsed, it is refused or changed)."""
+    if not (type(j.doc_id) is str and type(j.a_id) is str and type(j.b_id) is str):
         return None
-    human_a, human_b = (_opt(x, float) for x in labels)
-    return Judgment(j.doc_id, j.a_id, j.b_id, p_a, logprobs, human_a, human_b, j.gold_a, tuple(j.flags))
+    p_a, lp, flags = float(j.p_a), j.token_logprobs, j.flags
+    if not (0.0 <= p_a <= 1.0 or (math.isnan(p_a) and flags)):
+        return None
+    if type(lp) is not dict or not all(type(k) is str and type(v) is float for k, v in lp.items()):
+        lp = {str(k): float(v) for k, v in lp.items()}
+    if not all(v == -math.inf or math.isfinite(v) for v in lp.values()):
+        return None
+    human = []
+    for x in (j.human_a, j.human_b):
+        if x is not None and not (_number(x) and math.isfinite(x)):
+            return None
+        human.append(None if x is None else float(x))
+    if not (j.gold_a is None or isinstance(j.gold_a, bool)) or not all(type(f) is str for f in flags):
+        return None
+    same = p_a is j.p_a and lp is j.token_logprobs and type(flags) is tuple
+    if same and all(x is y for x, y in zip(human, (j.human_a, j.human_b))):
+        return j
+    return Judgment(j.doc_id, j.a_id, j.b_id, p_a, lp, human[0], human[1], j.gold_a, tuple(flags))
 
 
 def load_judgments(path: str | Path) -> tuple[list[Judgment], float | None]:
