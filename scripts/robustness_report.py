@@ -370,6 +370,11 @@ KINDS = [
             "test_a_run_of_too_many_pairs_is_one_line_before_any_work",
         ),
     ),
+    (
+        R6_SILENT,
+        "tests/report/test_data_fingerprint.py",
+        ("test_the_report_of_every_experiment_says_when_its_data_changed",),
+    ),
     (R6_SILENT, "tests/data/test_own_data.py", ("test_an_empty_score_key_is_one_line_before_any_work",)),
     (
         R6_SILENT,
@@ -397,6 +402,7 @@ KINDS = [
             "test_report_out_onto_its_own_run_reports_in_place",
             "test_every_out_that_cannot_be_written_is_one_line_before_any_work",
             "test_a_damaged_multirun_yaml_is_one_line",
+            "test_a_job_whose_attempts_file_is_not_utf8_is_one_line",
             "test_out_of_range_seeds_and_digits_are_one_line",
             "test_an_engine_argument_of_the_wrong_type_is_one_line_before_any_work",
         ),

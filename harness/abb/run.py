@@ -278,13 +278,18 @@ def write_outputs(
             for it, o, b in zip(vector.items, vector.values, bounded)
         ],
     )
-    bj = {**result.to_json(), **extra, "retained_signal": sig, "reference_agreement": ref}
+    kept = {k: v for k, v in extra.items() if k != "documents_sha256"}  # results.json holds it, once
+    bj = {**result.to_json(), **kept, "retained_signal": sig, "reference_agreement": ref}
     abb.write_json(out / "abb.json", bj)
     metrics = retained.flat_metrics(bj, sig, ref)
     results = {
         "experiment": "abb",
         "summary": bj["summary"],
-        **{k: extra[k] for k in ("task", "judge", "numerics", "instruction") if k in extra},
+        **{
+            k: extra[k]
+            for k in ("task", "judge", "numerics", "instruction", "documents_sha256")
+            if k in extra
+        },
         "scores": extra.get("scores"),
         "guarantee": {k: bj["guarantee"][k] for k in ("kind", "claimed", "status", "statement")},
         "verdict": (bj["verification"] or {}).get("verdict"),

@@ -58,6 +58,7 @@ from harness.abb.scores import (
 )
 from harness.errors import ConfigError, DataError, located
 from harness.files import read_text, write_json_atomic, write_jsonl_atomic
+from harness.judging import document_fingerprints
 from harness.results import write_results
 from harness.runtime.context import RunContext, experiment
 from harness.zepo.optimizers import show_progress
@@ -137,6 +138,7 @@ def run_judged(ctx: RunContext, s: Settings) -> dict[str, Any]:
             "skipped_docs": skipped,
             "models": list(dict.fromkeys(it.model for it in items)),
         },
+        "documents_sha256": document_fingerprints([d for d in docs if d.id in scorer.by_doc]),
     }
     coords = (how.get("coords"), scorer.d if s.mode == "whole_set" else 1)
     return finish(

@@ -29,7 +29,7 @@ import numpy as np
 from harness.errors import ConfigError, DataError
 from harness.files import write_jsonl_atomic
 from harness.judges.base import Judge, innermost
-from harness.judging import score
+from harness.judging import document_fingerprints, score
 from harness.metrics import rank_correlations
 from harness.prompts import render_pointwise
 from harness.records import Document, PairRequest, Tracker
@@ -154,6 +154,7 @@ def run_pointwise(
         **dict(extra or {}),
         "instruction": instruction,
         "n_docs": len(docs),
+        "documents_sha256": document_fingerprints(docs),
         "n_scored": len(rows),
         "n_unread": sum(1 for r in rows if r["digit_probs"] is None),
         "metrics": {k: correlations(rows, k) for k in KINDS},

@@ -30,7 +30,7 @@ from typing import Any
 
 from harness.files import write_json_atomic, write_jsonl_atomic, write_text_atomic
 from harness.judges.base import Judge
-from harness.judging import judge_instructions, write_judgments
+from harness.judging import document_fingerprints, judge_instructions, write_judgments
 from harness.metrics.card import SET_FILE
 from harness.metrics.interval import MIN_DOCUMENTS, TOO_FEW, Interval, sentence
 from harness.metrics.settings import MetricsSettings, metrics_settings
@@ -348,6 +348,7 @@ def run_zepo(
         "leak_search_docs": leak_search_docs,
         "search_doc_ids": [d.id for d in search_docs],
         "eval_doc_ids": [d.id for d in eval_docs],
+        "documents_sha256": document_fingerprints([*search_docs, *eval_docs]),  # what the report checks
         "n_candidates": len(result.candidates),
         "optimizer_rejections": getattr(
             optimizer, "rejections", None

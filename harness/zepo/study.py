@@ -42,7 +42,7 @@ from typing import Any
 from harness.errors import ConfigError, DataError
 from harness.files import write_jsonl_atomic, write_text_atomic
 from harness.judges.base import Judge
-from harness.judging import judge_instructions, write_judgments
+from harness.judging import document_fingerprints, judge_instructions, write_judgments
 from harness.metrics.bootstrap import interval_summary
 from harness.metrics.settings import MetricsSettings, metrics_settings
 from harness.metrics.summary import Summary
@@ -269,6 +269,7 @@ def run_sensitivity(
         raise ConfigError(f"ranking must be 'pairs' or 'winrate', got {ranking!r}")
     if len(instructions) < 1:
         raise ConfigError("the sensitivity study needs at least one instruction")
+    judged = document_fingerprints(docs)  # the data as loaded (the report loads it so), before a shuffle
     if shuffle:
         docs = shuffle_candidates(docs, seed, max_candidates)
     order = {
@@ -313,6 +314,7 @@ def run_sensitivity(
         "judge_calls": getattr(judge, "calls", None),
         "n_instructions": len(rows),
         "n_docs": len(docs),
+        "documents_sha256": judged,
         "ranking": key,
         "analysis": analyse(rows, key),
         "reference": {"index": 0, "what": reference, "text": rows[0]["text"]},

@@ -303,10 +303,12 @@ def test_a_sweep_whose_jobs_all_failed_lists_each_job_and_why(failed_sweep, tmp_
         (b"hydra:\n  sweep: {dir: x}\n  note: \xff\n", "not UTF-8"),
     ],
 )
-def test_a_damaged_multirun_yaml_is_one_line(failed_sweep, tmp_path, capsys, content, want):
-    """A damaged or list-shaped multirun.yaml was a traceback in collect and report (sweep.py). Now it
-    is read as input files are: one line naming it."""
+def test_a_damaged_multirun_yaml_is_one_line(failed_sweep, runs, tmp_path, capsys, content, want):
+    """A damaged or list-shaped multirun.yaml was a traceback in collect and report (sweep.py) once a
+    job had finished (d2cc091: omegaconf's ConfigTypeError, yaml's ParserError, a
+    UnicodeDecodeError). Now it is read as input files are: one line naming it."""
     sweep = Path(shutil.copytree(failed_sweep, tmp_path / "sweep"))
+    shutil.copytree(runs / "whole", sweep / "2")  # a finished job: the old code then read the file
     (sweep / "multirun.yaml").write_bytes(content)
     for call in (
         lambda: collect.main(["table", str(sweep), "--no-figures"]),
@@ -315,6 +317,21 @@ def test_a_damaged_multirun_yaml_is_one_line(failed_sweep, tmp_path, capsys, con
         assert call() == 2
         line = _err(capsys)
         assert str(sweep / "multirun.yaml") in line and want in line, line
+
+
+def test_a_job_whose_attempts_file_is_not_utf8_is_one_line(failed_sweep, runs, tmp_path, capsys):
+    """A non-UTF-8 attempts.jsonl in a sweep's job was a traceback in collect and report (d2cc091: a
+    UnicodeDecodeError from attempts.py). Now one line naming the file."""
+    sweep = Path(shutil.copytree(failed_sweep, tmp_path / "sweep"))
+    shutil.copytree(runs / "whole", sweep / "2")
+    (sweep / "0" / "attempts.jsonl").write_bytes(b'{"attempt": "a", "note": "\xff"}\n')
+    for call in (
+        lambda: collect.main(["table", str(sweep), "--no-figures"]),
+        lambda: report_cli.main([str(sweep)]),
+    ):
+        assert call() == 2
+        line = _err(capsys)
+        assert str(sweep / "0" / "attempts.jsonl") in line and "not UTF-8" in line, line
 
 
 def test_out_of_range_seeds_and_digits_are_one_line(runs, capsys):
