@@ -8,6 +8,7 @@ metric with its documents and method beside it, and its card shows them, equal t
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -283,3 +284,46 @@ def test_compare_uses_the_runs_level_and_refuses_two_levels(two_runs, tmp_path, 
     assert err.count("\n") == 1 and "different levels (metrics.level 0.95 vs 0.9): give --level" in err
     assert compare.main([str(two_runs[0]), str(b90), "--bootstrap", "20", "--level", "0.9"]) == 0
     assert "distinguishable from 0 at 90%" in capsys.readouterr().out
+
+
+def _mixed_run(out: Path, sizes: list[int], shift: float) -> Path:
+    """A judge run written from made-up judgments (no model): one document per entry of `sizes`,
+    every ordered pair of its candidates judged."""
+    from harness.metrics import write_run
+    from harness.records import Judgment
+
+    judgments = [
+        Judgment(f"d{d:02d}", f"c{i}", f"c{k}", 0.5 + shift * (i - k) / m, {}, float(i % 5), float(k % 5))
+        for d, m in enumerate(sizes)
+        for i, k in itertools.permutations(range(m), 2)
+    ]
+    out.mkdir()
+    write_run(
+        out,
+        judgments,
+        None,
+        task="t",
+        aspect=None,
+        family="summarization",
+        instruction="x",
+        judge_identity="j",
+        n_docs=len(sizes),
+        shuffles=2,
+        seed=0,
+        metrics=MetricsSettings(0),
+    )
+    return out
+
+
+def test_compare_warns_when_candidate_counts_differ_more_than_5x(tmp_path):
+    """2 and 12 candidates per document: one warning line names the per-document correlations'
+    paired intervals as rough; CONTROL: 4 and 12 candidates (3x apart) get no such line."""
+    a = _mixed_run(tmp_path / "a", [2, 12, 2, 12], 0.05)
+    b = _mixed_run(tmp_path / "b", [2, 12, 2, 12], 0.08)
+    out = compare.compare(a, b, "none", 1, None, None)
+    said = [x for x in out if "candidates (more than 5x apart)" in x]
+    assert len(said) == 1 and said[0].startswith("warning: the documents have 2 to 12 candidates")
+    assert "spearman, kendall, spearman_pairs, kendall_pairs" in said[0]
+    even_a = _mixed_run(tmp_path / "ea", [4, 12, 4, 12], 0.05)
+    even_b = _mixed_run(tmp_path / "eb", [4, 12, 4, 12], 0.08)
+    assert not any("5x apart" in x for x in compare.compare(even_a, even_b, "none", 1, None, None))
