@@ -40,6 +40,7 @@ from harness.metrics.interval import EXACT_METHOD, TOO_FEW, Interval, tidy
 from harness.metrics.mass import answer_mass_stats, answer_masses
 from harness.metrics.order import view_order_consistency
 from harness.metrics.plots import plot_answer_mass, plot_p_a_by_order, plot_reliability
+from harness.metrics.ranges import unequal_note
 from harness.metrics.rates import view_a_rate
 from harness.metrics.settings import MetricsSettings, metrics_settings
 from harness.metrics.views import DocView, build_frame, document_views
@@ -154,21 +155,10 @@ def card_numbers(
     }
 
 
-UNEQUAL = 5
-"""Candidates per document more than this many times apart: the card says how each number weighs them."""
-
-
 def unequal_line(n: Mapping[str, Any]) -> str | None:
-    """One line when documents' candidate counts differ more than UNEQUAL-fold, else None."""
-    lo, hi = n.get("candidates_min", 0), n.get("candidates_max", 0)
-    if not lo or hi <= UNEQUAL * lo:
-        return None
-    return (
-        f"  documents     {lo} to {hi} candidates per document (more than {UNEQUAL}x apart): order consistency, "
-        f"ECE and accuracy pool pairs, so a {hi}-candidate document weighs {hi * (hi - 1) // max(lo * (lo - 1), 1)}x "
-        f"a {lo}-candidate one; the A-rate and Spearman/Kendall average documents equally; intervals over "
-        "such mixes: docs/report_card.md"
-    )
+    """One line when documents' candidate counts differ more than ranges.UNEQUAL-fold, else None."""
+    note = unequal_note(n.get("candidates_min", 0), n.get("candidates_max", 0))
+    return None if note is None else f"  documents     {note}; intervals over such mixes: docs/report_card.md"
 
 
 def card_intervals(

@@ -32,6 +32,7 @@ from harness.metrics.length import control_shift, controlled_p, length_bias
 from harness.metrics.mass import answer_mass_stats_of
 from harness.metrics.official import bc_prior_of, prob_gap_of, view_upper_a_rate
 from harness.metrics.order import view_order_consistency
+from harness.metrics.ranges import candidate_counts
 from harness.metrics.rates import confidence_p, view_a_rate
 from harness.metrics.settings import MetricsSettings, metrics_settings
 from harness.metrics.views import Frame, build_frame
@@ -300,6 +301,8 @@ def write_run(
     raw judgments' position and length coefficients with intervals from the same rows) and
     "candidate_words" (the lengths, so a shard merge can refit them).
 
+    "candidates_per_document" ({min, max, note}): the note says how each metric weighs documents
+    whose candidate counts differ more than 5-fold (harness/metrics/ranges.py), as the card does.
     `extra` adds run facts that are not metrics (e.g. judge_calls: requests that missed the cache).
     `numerics`: the judge's dtype, its source, engine and device (harness.judges.cpu.numerics).
     `n_unreadable`: pairs whose answer could not be read (flagged, P(A) NaN, unjudged by every metric)."""
@@ -317,6 +320,7 @@ def write_run(
         "n_docs": n_docs,
         "n_judgments": len(judgments),
         "n_unreadable": sum("unreadable" in j.flags for j in judgments),
+        "candidates_per_document": candidates_of(judgments),
         "p_content_free": p_cf,
         **({"content_free_unreadable": True} if p_cf is not None and math.isnan(p_cf) else {}),
         "shuffles": shuffles,
@@ -335,6 +339,15 @@ def write_run(
     }
     results = write_results(out / "results.json", results)
     return results
+
+
+def candidates_of(judgments: Sequence[Judgment]) -> dict[str, object]:
+    """results.json "candidates_per_document": the fewest and most candidates judged in a document,
+    and a note when they differ more than ranges.UNEQUAL-fold (how each metric weighs them)."""
+    per: dict[str, set[str]] = {}
+    for j in judgments:
+        per.setdefault(j.doc_id, set()).update((j.a_id, j.b_id))
+    return candidate_counts(len(c) for c in per.values())
 
 
 def words_by_document(lengths: Mapping[tuple[str, str], float]) -> dict[str, dict[str, float]]:
