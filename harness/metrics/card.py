@@ -33,14 +33,14 @@ from harness.errors import HarnessError
 from harness.files import read_json, write_text_atomic
 from harness.judges.cpu import numerics_line
 from harness.judging import MIN_ANSWER_MASS, load_judgments
-from harness.metrics.bootstrap import LeaveOneOut, doc_stats, intervals, replicate, support
+from harness.metrics.bootstrap import LeaveOneOut, doc_stats, replicate, support
 from harness.metrics.calibration import calibration, calibration_pairs
 from harness.metrics.correlation import view_correlations
 from harness.metrics.interval import EXACT_METHOD, TOO_FEW, Interval, tidy
 from harness.metrics.mass import answer_mass_stats, answer_masses
 from harness.metrics.order import view_order_consistency
 from harness.metrics.plots import plot_answer_mass, plot_p_a_by_order, plot_reliability
-from harness.metrics.ranges import unequal_note
+from harness.metrics.ranges import intervals, unequal_note
 from harness.metrics.rates import view_a_rate
 from harness.metrics.settings import MetricsSettings, metrics_settings
 from harness.metrics.views import DocView, build_frame, document_views
@@ -473,6 +473,8 @@ def _bounds_note(card: Card, key: str, fmt: Callable[[float], str]) -> str:
     said = [f"{iv.n} documents"] if iv.n != card.numbers["n_docs"] else []
     if iv.method == EXACT_METHOD:
         said.append(f"one-sided: every document at {'0' if iv.bounds[0] == 0 else '1'}")
+    if iv.note:
+        said.append(iv.note)
     return f" [{fmt(iv.bounds[0])}, {fmt(iv.bounds[1])}]" + (f" ({'; '.join(said)})" if said else "")
 
 

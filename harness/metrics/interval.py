@@ -11,7 +11,7 @@ Student's t with n - 1 degrees of freedom times the jackknife's root-mean-square
 For a mean over documents the jackknife's se is s / sqrt(n) and its bias 0: the t interval; for a
 pooled statistic the bias term widens it by the statistic's own small-sample bias. Correlations are
 handled on Fisher's z scale (atanh) and mapped back (on the raw scale where a value is +/-1), NLL
-on the log scale (LOG: its per-document values have a long right tail). Bounds are clipped to the
+on the log scale with a skew correction (harness/metrics/ranges.py). Bounds are clipped to the
 metric's range (RANGES). Below MIN_DOCUMENTS (MIN_DOCUMENTS_OF for ECE) there is no interval and
 every sentence says "too few documents to tell"; so does a metric undefined with a document left
 out. A difference B - A on the same documents is the same interval of the differences
@@ -53,8 +53,11 @@ SCORE_METHOD = (
 """What the interval of a rate (RATES) is."""
 EXACT_METHOD = "exact one-sided bound: every document at the bound"
 """What the interval of a rate that is exactly 0 or 1 in every document is."""
+SKEW_METHOD = "t (n-1 df) x jackknife RMSE over documents, log scale, jackknife acceleration"
+"""What NLL's interval is (harness/metrics/ranges.py: its values have a long right tail)."""
 SHORT = {
     METHOD: "t-jackknife",
+    SKEW_METHOD: "log-t-jackknife, skew-corrected",
     BOOT_METHOD: "t-bootstrap",
     SCORE_METHOD: "Wilson-jackknife",
     EXACT_METHOD: "exact one-sided",
@@ -77,8 +80,6 @@ correlation +/-1; ECE): the score interval of their value rescaled to [0, 1] (th
 covered 79-85% at 3-6 documents with P(A) 0.96 in every document; ECE's 89-90% at 12-30). The per-document correlations take it
 only where a document's value is +/-1 (2 candidates give nothing else: `at_the_bound`); otherwise
 Fisher's z t interval, which holds 93-96% on documents of 4-16 candidates."""
-LOG = frozenset({"nll"})
-"""On the log scale (P(A) 0.5-0.9, 2 candidates, 6 documents: raw 75-86% coverage, log 85-94%)."""
 FROM_RATE = {"fairness": "a_rate", "fairness_prob": "a_rate_prob"}
 """-|rate - 0.5|: its interval is the image of its rate's."""
 PER_DOCUMENT = 10.0
@@ -102,8 +103,9 @@ MIN_PAIRED_OF = {
 """Paired B - A of ratios pooled over judgments: with no difference, their t interval excluded 0
 in 7-11% of data sets at 3-6 documents of 4-16 candidates (docs/report_card.md)."""
 MIN_LABELLED = {"ece": 100}
-"""Labelled judgments ECE needs: its upward bias outruns its interval with fewer (P(A) 0.5,
-2-candidate documents, 12 documents, about 20 labelled pairs: 72% coverage)."""
+"""Labelled judgments ECE needs for a lower end: its upward bias outruns its interval with fewer
+(P(A) 0.5, 2-candidate documents, 12 documents, about 20 labelled pairs: 72% coverage); a run then
+gives its upper bound only (ranges.upper_only), a paired difference nothing."""
 TOO_FEW = "too few documents to tell"
 FISHER = frozenset(
     {"spearman", "kendall", "spearman_pairs", "kendall_pairs", "spearman_whole", "kendall_whole", ACROSS}
@@ -282,9 +284,6 @@ def jackknife_interval(
     rng = rng if value_range is None else value_range
     if bool(_flat(np.array(point), loo[None, :])[0]):
         return Interval(None, n, NO_SPREAD)
-    if metric in LOG and not difference and point > 0 and bool((loo > 0).all()):
-        lo, hi = jackknife_bounds(np.log(np.array(point)), np.log(loo)[None, :], level, df=df)
-        return Interval((float(np.exp(lo[0])), float(np.exp(hi[0]))), n, None)
     lo, hi = jackknife_bounds(np.array(point), loo[None, :], level, fisher, rng, df)
     return Interval((float(lo[0]), float(hi[0])), n, None)
 
@@ -365,16 +364,6 @@ def too_few_labelled(metric: str, *labelled: float | int | None) -> str | None:
     if need is None or not got or min(got) >= need:
         return None
     return f"too few labelled pairs to tell ({min(got)}; {metric} needs {need})"
-
-
-def sparse_labels(ivs: Mapping[str, Interval | None], labelled: float | int | None) -> dict[str, Interval]:
-    """The intervals of `ivs` that MIN_LABELLED withholds on `labelled` labelled judgments."""
-    out = {}
-    for k in MIN_LABELLED:
-        iv, why = ivs.get(k), too_few_labelled(k, labelled)
-        if iv is not None and iv.bounds is not None and why:
-            out[k] = Interval(None, iv.n, why)
-    return out
 
 
 def fairness_of(rate: Interval) -> Interval:

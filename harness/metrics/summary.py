@@ -18,7 +18,6 @@ from harness.metrics.bootstrap import (
     LeaveOneOut,
     as_lists,
     doc_stats,
-    intervals,
     no_interval_meta,
     paired_all,
     replicate,
@@ -32,7 +31,7 @@ from harness.metrics.length import control_shift, controlled_p, length_bias
 from harness.metrics.mass import answer_mass_stats_of
 from harness.metrics.official import bc_prior_of, prob_gap_of, view_upper_a_rate
 from harness.metrics.order import view_order_consistency
-from harness.metrics.ranges import candidate_counts
+from harness.metrics.ranges import candidate_counts, intervals
 from harness.metrics.rates import confidence_p, view_a_rate
 from harness.metrics.settings import MetricsSettings, metrics_settings
 from harness.metrics.views import Frame, build_frame
@@ -132,7 +131,14 @@ class Summary:
         if self.replicates is None or self.masks is None:
             return None
         return {
-            v: intervals(self.metrics[v], reps, self.masks[v], self.level, (self.boot or {}).get(v))
+            v: intervals(
+                self.metrics[v],
+                reps,
+                self.masks[v],
+                self.level,
+                (self.boot or {}).get(v),
+                (self.weights or {}).get(v),
+            )
             for v, reps in self.replicates.items()
         }
 

@@ -117,7 +117,10 @@ def test_results_card_and_page_label_the_bound_and_no_spread_alike(tmp_path):
     assert f"Spearman 0.000 (13 documents: {NO_SPREAD})" in card
     assert "[1.000, 1.000]" not in card and "[0.000, 0.000]" not in card  # no zero-width bracket
     assert "a_rate" in card.split(EXACT_METHOD)[0].split("intervals")[-1]  # the bracket's own method
-    assert "2 to 12 candidates per document (more than 5x apart)" in card and "weighs 66x" in card
+    assert (
+        "2 to 12 candidates per document (more than 5x apart)" in card
+        and "weigh a 12-candidate document 66x" in card
+    )
     assert cards[0].intervals["a_rate"] == pytest.approx(ivs["a_rate"])
     html = metrics_table(
         res["metrics"],
