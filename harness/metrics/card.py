@@ -40,7 +40,7 @@ from harness.metrics.interval import EXACT_METHOD, TOO_FEW, Interval, tidy
 from harness.metrics.mass import answer_mass_stats, answer_masses
 from harness.metrics.order import view_order_consistency
 from harness.metrics.plots import plot_answer_mass, plot_p_a_by_order, plot_reliability
-from harness.metrics.ranges import intervals, unequal_note
+from harness.metrics.ranges import decisions, intervals, unequal_note
 from harness.metrics.rates import view_a_rate
 from harness.metrics.settings import MetricsSettings, metrics_settings
 from harness.metrics.views import DocView, build_frame, document_views
@@ -187,6 +187,7 @@ def card_intervals(
         masks,
         level,
         {k: reps[k][loo.rounds :] for k in keep},
+        counts=decisions(stats.sums, loo.positions(frame.doc_ids), len(loo.ids)),
     )
 
 

@@ -326,11 +326,16 @@ def rate_bounds(
 
 
 def rate_interval(
-    point: float, loo: Sequence[float] | np.ndarray, level: float, metric: str | None = None
+    point: float,
+    loo: Sequence[float] | np.ndarray,
+    level: float,
+    metric: str | None = None,
+    per_document: float = PER_DOCUMENT,
 ) -> Interval:
     """The interval of a rate (RATES) from its n leave-one-document-out values: Wilson's score
     interval with the jackknife's effective n, or the exact one-sided bound when every document
-    sits at 0 or at 1 (module docstring); a BOUNDED mean's, on its range rescaled to [0, 1]."""
+    sits at 0 or at 1 (module docstring); a BOUNDED mean's, on its range rescaled to [0, 1].
+    `per_document`: the effective decisions per document the score interval counts at most."""
     loo = np.asarray(loo, dtype=float).ravel()
     n = int(loo.size)
     if n < min_documents(metric):
@@ -339,7 +344,7 @@ def rate_interval(
         return Interval(None, n, "undefined with a document left out", SCORE_METHOD)
     low, high = BOUNDED.get(metric or "", (0.0, 1.0))
     scale = lambda x: np.clip((np.asarray(x, dtype=float) - low) / (high - low), 0, 1)  # noqa: E731
-    lo, hi, exact = rate_bounds(scale(point), scale(loo)[None, :], level)
+    lo, hi, exact = rate_bounds(scale(point), scale(loo)[None, :], level, per_document)
     lo, hi = low + (high - low) * lo, low + (high - low) * hi
     return Interval((float(lo[0]), float(hi[0])), n, None, EXACT_METHOD if exact[0] else SCORE_METHOD)
 

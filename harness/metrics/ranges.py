@@ -34,6 +34,7 @@ from harness.metrics.interval import (
     METHOD,
     MIN_LABELLED,
     NO_SPREAD,
+    PER_DOCUMENT,
     RATES,
     SCORE_METHOD,
     SKEW_METHOD,
@@ -52,6 +53,22 @@ from harness.metrics.interval import (
 
 SKEWED = frozenset({"nll"})
 """Metrics whose interval is the log-scale t with the jackknife's acceleration (module docstring)."""
+DECISIONS = {
+    "a_rate": ("judged", 1.0, False),
+    "a_rate_prob": ("judged", 1.0, False),
+    "a_rate_upper": ("judged", 0.5, False),
+    "order_consistency": ("order_n", 1.0, True),
+    "accuracy": ("cal_n", 1.0, True),
+    "answer_mass_low_share": ("mass_n", 1.0, True),
+    "order_gap": ("order_n", 1.0, True),
+    "max_prob": ("judged", 1.0, True),
+    "entropy": ("judged", 1.0, True),
+    "brier": ("cal_n", 1.0, True),
+    "ece": ("cal_n", 1.0, True),
+}
+"""Each rate -> (the per-document count of its decisions in DocStats.sums, its share of that count,
+whether it is pooled over decisions (else a mean of per-document rates)): a document counts at
+most min(PER_DOCUMENT, its decisions) in the rate's score interval (`cap`)."""
 UNEQUAL = 5
 """Candidates per document more than this many times apart: the run says how each number weighs them."""
 
@@ -126,6 +143,24 @@ def upper_only(
     return out
 
 
+def decisions(sums: Mapping[str, np.ndarray], where: np.ndarray, rows: int) -> dict[str, np.ndarray]:
+    """{rate: (rows,) decisions per document} in the leave-one-out rows' document order (`where`:
+    each frame document's row), from DocStats.sums (DECISIONS)."""
+    return {k: np.bincount(where, sums[c] * f, rows) for k, (c, f, _) in DECISIONS.items() if c in sums}
+
+
+def cap(key: str, counts: np.ndarray | None) -> float:
+    """The most effective decisions per document a rate's score interval counts, on average:
+    (sum w)^2 / sum (w^2 / e) / n with e = min(PER_DOCUMENT, a document's decisions) and w its
+    weight (its decisions where the rate is pooled, else 1). Documents of 10 or more decisions give
+    PER_DOCUMENT; a 2-candidate document's upper-triangle rate, one decision, counts as one."""
+    if counts is None or key not in DECISIONS or not len(counts):
+        return PER_DOCUMENT
+    c = np.maximum(np.asarray(counts, dtype=float), 1.0)
+    w = c if DECISIONS[key][2] else np.ones_like(c)
+    return float(w.sum() ** 2 / (w**2 / np.minimum(PER_DOCUMENT, c)).sum() / len(c))
+
+
 def interval_of(
     key: str,
     value: float | int | None,
@@ -134,10 +169,12 @@ def interval_of(
     level: float,
     boot: np.ndarray | None = None,
     weights: np.ndarray | None = None,
+    counts: np.ndarray | None = None,
 ) -> Interval | None:
     """The interval of one metric from its leave-one-out rows over the documents `mask` keeps (its
     bootstrap rounds `boot` for BOOTSTRAPPED; `weights`, the judgments each document gives it: a
-    SKEWED metric's t takes Kish's df from them); None where the value itself is undefined."""
+    SKEWED metric's t takes Kish's df from them; `counts`: a rate's decisions per document, `cap`);
+    None where the value itself is undefined."""
     if value is None or not math.isfinite(float(value)):
         return None
     if key in BOOTSTRAPPED and boot is not None:
@@ -147,7 +184,8 @@ def interval_of(
         method = SCORE_METHOD if key in RATES else SKEW_METHOD if key in SKEWED else METHOD
         return Interval(None, len(kept), TOO_FEW, method)
     if key in RATES or at_the_bound(key, float(value), kept):
-        return rate_interval(float(value), kept, level, key)
+        per = cap(key, None if counts is None else np.asarray(counts, dtype=float)[mask])
+        return rate_interval(float(value), kept, level, key, per)
     if key in SKEWED:
         df = None if weights is None else kish_df(np.asarray(weights, dtype=float)[mask])
         return skewed_interval(float(value), kept, level, key, df)
@@ -161,12 +199,22 @@ def intervals(
     level: float,
     boot: Mapping[str, np.ndarray] | None = None,
     weights: Mapping[str, np.ndarray] | None = None,
+    counts: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, Interval | None]:
     """{metric: Interval} for every replicated metric (a run's results.json and card); None where
     the value itself is undefined. Fairness takes the image of its rate's interval
     (interval.FROM_RATE); ECE on too few labels its upper bound (`upper_only`)."""
     out = {
-        k: interval_of(k, point.get(k), r, masks[k], level, (boot or {}).get(k), (weights or {}).get(k))
+        k: interval_of(
+            k,
+            point.get(k),
+            r,
+            masks[k],
+            level,
+            (boot or {}).get(k),
+            (weights or {}).get(k),
+            (counts or {}).get(k),
+        )
         for k, r in reps.items()
     }
     out.update(upper_only(out, point, reps, masks, level))

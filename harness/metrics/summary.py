@@ -31,7 +31,7 @@ from harness.metrics.length import control_shift, controlled_p, length_bias
 from harness.metrics.mass import answer_mass_stats_of
 from harness.metrics.official import bc_prior_of, prob_gap_of, view_upper_a_rate
 from harness.metrics.order import view_order_consistency
-from harness.metrics.ranges import candidate_counts, intervals
+from harness.metrics.ranges import candidate_counts, decisions, intervals
 from harness.metrics.rates import confidence_p, view_a_rate
 from harness.metrics.settings import MetricsSettings, metrics_settings
 from harness.metrics.views import Frame, build_frame
@@ -121,6 +121,9 @@ class Summary:
     weights: dict[str, dict[str, np.ndarray]] | None = None
     """variant -> metric -> (rows,): the judgments each document gives the metric (bootstrap.SUPPORT's
     counts, in the rows' document order): a pooled ratio's paired t takes Kish's df from them."""
+    decisions: dict[str, dict[str, np.ndarray]] | None = None
+    """variant -> rate -> (rows,): each document's decisions (ranges.DECISIONS): what a rate's
+    score interval counts a document as, at most."""
 
     @property
     def level(self) -> float:
@@ -138,6 +141,7 @@ class Summary:
                 self.level,
                 (self.boot or {}).get(v),
                 (self.weights or {}).get(v),
+                (self.decisions or {}).get(v),
             )
             for v, reps in self.replicates.items()
         }
@@ -231,7 +235,7 @@ def analyse(
     iv = with_intervals
     loo = LeaveOneOut.over(frame.doc_ids, iv.level, iv.bootstrap, seed) if iv and iv.bootstrap else None
     w = None if loo is None else np.vstack([loo.columns(frame.doc_ids), loo.boot_columns(frame.doc_ids)])
-    out, reps, masks, boot, weights = {}, {}, {}, {}, {}
+    out, reps, masks, boot, weights, counts = {}, {}, {}, {}, {}, {}
     for k, p in variants.items():
         stats: list[DocStats] = []
         variant = frame.with_p(p)
@@ -259,9 +263,16 @@ def analyse(
             masks[k] = {m: loo.row_mask(frame.doc_ids, v) for m, v in support(stats[0]).items()}
             where = loo.positions(frame.doc_ids)
             weights[k] = {m: np.bincount(where, stats[0].sums[c], len(loo.ids)) for m, c in SUPPORT.items()}
+            counts[k] = decisions(stats[0].sums, where, len(loo.ids))
     on = loo is not None
     return Summary(
-        out, reps if on else None, loo, masks if on else None, boot if on else None, weights if on else None
+        out,
+        reps if on else None,
+        loo,
+        masks if on else None,
+        boot if on else None,
+        weights if on else None,
+        counts if on else None,
     )
 
 

@@ -152,3 +152,24 @@ def test_equal_candidate_counts_get_no_line(tmp_path):
     )
     render_cards(tmp_path, echo=lambda _: None, metrics=MetricsSettings(0))
     assert "candidates per document" not in (tmp_path / "card.md").read_text()
+
+
+def test_a_rate_counts_each_document_as_at_most_its_own_decisions():
+    """ranges.cap: documents of 10 or more decisions count PER_DOCUMENT (10) each; a mean of
+    per-document rates over 25 one-decision documents (2 candidates' upper triangle) and 25 of 435
+    counts 50^2 / (25 / 1 + 25 / 10) = 91 decisions in all, not 500; a pooled rate weighs documents
+    by their decisions. NEGATIVE CONTROL: with that cap the A-rate's score interval is wider."""
+    from harness.metrics import ranges as R
+
+    assert R.cap("a_rate", np.full(12, 12.0)) == pytest.approx(10.0)
+    mix = np.array([1.0] * 25 + [435.0] * 25)
+    assert R.cap("a_rate_upper", mix) * 50 == pytest.approx(2500 / 27.5)
+    assert R.cap("order_consistency", mix) * 50 == pytest.approx(
+        (25 + 25 * 435) ** 2 / (25 + 25 * 435**2 / 10)
+    )
+    assert R.cap("spearman", mix) == 10.0  # not a rate: PER_DOCUMENT
+    values = np.r_[np.ones(25), np.full(25, 0.956)]  # one decision each, all A; 435 each at 0.956
+    loo = (values.sum() - values) / 49
+    narrow = rate_interval(values.mean(), loo, 0.95, "a_rate_upper").bounds
+    wide = rate_interval(values.mean(), loo, 0.95, "a_rate_upper", R.cap("a_rate_upper", mix)).bounds
+    assert wide[0] < narrow[0] - 0.02, (narrow, wide)

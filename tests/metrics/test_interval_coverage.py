@@ -55,13 +55,13 @@ def test_rates_near_the_bound_hold_their_level_through_a_runs_path(near_bound):
     assert cells.single["harness"]["a_rate"].told == 40
 
 
-def _percentile_in_the_path(key, value, rows, mask, level, boot=None, weights=None):
+def _percentile_in_the_path(key, value, rows, mask, level, boot=None, weights=None, counts=None):
     """NEGATIVE CONTROL: the percentile bootstrap over documents as the run's interval_of."""
     got = B.percentile_interval(boot, level) if boot is not None else None
     return None if got is None else Interval((got[0], got[1]), int(np.sum(mask)))
 
 
-def _t_jackknife_in_the_path(key, value, rows, mask, level, boot=None, weights=None):
+def _t_jackknife_in_the_path(key, value, rows, mask, level, boot=None, weights=None, counts=None):
     """NEGATIVE CONTROL: the t x jackknife interval for every metric, as before rates took a score
     interval (zero-width where every document gives the same value)."""
     if value is None or not math.isfinite(value) or int(np.sum(mask)) < 3:
