@@ -143,3 +143,16 @@ def test_ece_and_nll_are_told_and_cover_at_p_a_one_half(mid_range_pairs, monkeyp
     monkeypatch.setattr(R, "upper_only", lambda *a, **k: {})
     bare = C.measure_cell(mid_range_pairs, 12, 40, 0, pairs=False).single["harness"]["ece"]
     assert bare.told >= 32 and bare.coverage < 0.85, bare
+
+
+@pytest.mark.slow
+def test_upper_triangle_rate_with_two_versus_thirty_candidates(monkeypatch):
+    """P(A) 0.96, half the documents 2 candidates (one upper-triangle decision each), half 30, 30
+    documents: every rate covers at least 88% of 40 data sets; NEGATIVE CONTROL: counting every
+    document as 10 decisions (no ranges.cap) covers the upper-triangle rate under 85% (measured
+    70%: the sets whose 2-candidate documents all say A look far surer than they are)."""
+    pop = C.population(dataclasses.replace(C.REGIMES["p96-2v30"], documents=120), 5)
+    assert failures(C.measure_cell(pop, 30, 40, 5, pairs=False), RATE_KEYS) == []
+    monkeypatch.setattr(R, "cap", lambda key, counts: 10.0)
+    flat = C.measure_cell(pop, 30, 40, 5, pairs=False).single["harness"]["a_rate_upper"]
+    assert flat.coverage < 0.85, flat
