@@ -65,10 +65,14 @@ DECISIONS = {
     "entropy": ("judged", 1.0, True),
     "brier": ("cal_n", 1.0, True),
     "ece": ("cal_n", 1.0, True),
+    **{k: ("judged", 0.5, False) for k in ("spearman", "kendall", "spearman_pairs", "kendall_pairs")},
 }
-"""Each rate -> (the per-document count of its decisions in DocStats.sums, its share of that count,
-whether it is pooled over decisions (else a mean of per-document rates)): a document counts at
-most min(PER_DOCUMENT, its decisions) in the rate's score interval (`cap`)."""
+"""Each rate or bounded mean -> (the per-document count of its decisions in DocStats.sums, its share
+of that count, whether it is pooled over decisions (else a mean of per-document values)): a
+document counts at most min(PER_DOCUMENT, its decisions) in the score interval (`cap`). A pair's
+value in [0, 1] counts as one decision (a Bernoulli has the largest variance of any value in
+[0, 1] with its mean); a per-document correlation as its document's unordered pairs (a
+2-candidate document's +/-1 is one decision)."""
 UNEQUAL = 5
 """Candidates per document more than this many times apart: the run says how each number weighs them."""
 

@@ -167,7 +167,7 @@ def test_a_rate_counts_each_document_as_at_most_its_own_decisions():
     assert R.cap("order_consistency", mix) * 50 == pytest.approx(
         (25 + 25 * 435) ** 2 / (25 + 25 * 435**2 / 10)
     )
-    assert R.cap("spearman", mix) == 10.0  # not a rate: PER_DOCUMENT
+    assert R.cap("spearman_whole", mix) == 10.0  # a pooled correlation takes no score interval
     values = np.r_[np.ones(25), np.full(25, 0.956)]  # one decision each, all A; 435 each at 0.956
     loo = (values.sum() - values) / 49
     narrow = rate_interval(values.mean(), loo, 0.95, "a_rate_upper").bounds
