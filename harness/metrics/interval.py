@@ -21,8 +21,8 @@ Rates (RATES: a share of decisions, 0 to 1, that a judge can pin at 0 or 1) take
 instead, which holds its level near the bound where the t interval collapses to [1, 1]: Wilson's
 interval with the t quantile, a continuity correction 1/(2 n_eff), and the effective number of
 decisions n_eff = p (1 - p) / (se^2 + bias^2) from the same jackknife, at most PER_DOCUMENT per
-document (a document's decisions move together; the cap also gives documents that all show the
-same rate an interval). When every document sits at the bound (the rate is exactly 0 or 1 in each)
+document, fewer where it has fewer decisions (ranges.cap; a document's decisions move together;
+the cap also gives documents that all show the same rate an interval). When every document sits at the bound (the rate is exactly 0 or 1 in each)
 the bound is exact and one-sided: a value in [0, 1] with mean mu is 1 with probability at most mu,
 so n documents all at 1 have probability at most mu^n, and [(1 - level)^(1/n), 1] holds mu with at
 least `level` (12 documents all-A: [0.779, 1]). Fairness, -|rate - 0.5|, is the image of its
@@ -47,9 +47,7 @@ METHOD = "t (n-1 df) x jackknife RMSE over documents"
 BOOT_METHOD = "t (n-1 df) x bootstrap RMSE over documents"
 """What the interval of a statistic the jackknife cannot follow is (a rank statistic across
 instructions, a median): the same t interval, its RMSE from percentile-bootstrap rounds."""
-SCORE_METHOD = (
-    "Wilson score (t, n-1 df; continuity-corrected) with the jackknife's effective n, at most 10 per document"
-)
+SCORE_METHOD = "Wilson score (t, n-1 df; continuity-corrected) with the jackknife's effective n, at most min(10, its decisions) per document"
 """What the interval of a rate (RATES) is."""
 EXACT_METHOD = "exact one-sided bound: every document at the bound"
 """What the interval of a rate that is exactly 0 or 1 in every document is."""
