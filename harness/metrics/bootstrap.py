@@ -42,17 +42,11 @@ from harness.metrics.interval import (
     MIN_PAIRED_OF,
     RATES,
     SCORE_METHOD,
-    TOO_FEW,
     Interval,
-    at_the_bound,
     bootstrap_interval,
-    fairness_of,
     jackknife_interval,
-    min_documents,
     p_value,
-    rate_interval,
     sentence,
-    sparse_labels,
     too_few_labelled,
 )
 from harness.metrics.views import EPS, Frame
@@ -449,45 +443,6 @@ def support(stats: DocStats) -> dict[str, np.ndarray]:
 BOOTSTRAPPED = ("answer_mass_median",)
 """Metrics the jackknife cannot follow (a median jumps between neighbouring values as a document
 leaves): their interval's RMSE comes from percentile-bootstrap rounds instead."""
-
-
-def interval_of(
-    key: str,
-    value: float | int | None,
-    rows: np.ndarray,
-    mask: np.ndarray,
-    level: float,
-    boot: np.ndarray | None = None,
-) -> Interval | None:
-    """The interval of one metric from its leave-one-out rows over the documents `mask` keeps (its
-    bootstrap rounds `boot` for BOOTSTRAPPED); None where the value itself is undefined."""
-    if value is None or not math.isfinite(float(value)):
-        return None
-    if key in BOOTSTRAPPED and boot is not None:
-        return bootstrap_interval(float(value), boot, int(np.sum(mask)), level, key)
-    kept = np.asarray(rows, dtype=float)[mask]
-    if len(kept) < min_documents(key):  # too few: the method named is the metric's usual one
-        return Interval(None, len(kept), TOO_FEW, SCORE_METHOD if key in RATES else METHOD)
-    if key in RATES or at_the_bound(key, float(value), kept):
-        return rate_interval(float(value), kept, level, key)
-    return jackknife_interval(float(value), np.asarray(rows, dtype=float)[mask], level, key)
-
-
-def intervals(
-    point: Mapping[str, float | int],
-    reps: Mapping[str, np.ndarray],
-    masks: Mapping[str, np.ndarray],
-    level: float,
-    boot: Mapping[str, np.ndarray] | None = None,
-) -> dict[str, Interval | None]:
-    """{metric: Interval} for every replicated metric; None where the value itself is undefined.
-    Fairness takes the image of its rate's interval (interval.FROM_RATE)."""
-    out = {k: interval_of(k, point.get(k), r, masks[k], level, (boot or {}).get(k)) for k, r in reps.items()}
-    out.update(sparse_labels(out, point.get("n_calibration")))
-    for k, rate in FROM_RATE.items():
-        if out.get(k) is not None and out.get(rate) is not None:
-            out[k] = fairness_of(out[rate])  # type: ignore[arg-type]
-    return out
 
 
 def as_lists(ivs: Mapping[str, Interval | None]) -> dict[str, list[float] | None]:

@@ -33,13 +33,14 @@ from harness.errors import HarnessError
 from harness.files import read_json, write_text_atomic
 from harness.judges.cpu import numerics_line
 from harness.judging import MIN_ANSWER_MASS, load_judgments
-from harness.metrics.bootstrap import LeaveOneOut, doc_stats, intervals, replicate, support
+from harness.metrics.bootstrap import LeaveOneOut, doc_stats, replicate, support
 from harness.metrics.calibration import calibration, calibration_pairs
 from harness.metrics.correlation import view_correlations
 from harness.metrics.interval import EXACT_METHOD, TOO_FEW, Interval, recorded, tidy
 from harness.metrics.mass import answer_mass_stats, answer_masses
 from harness.metrics.order import view_order_consistency
 from harness.metrics.plots import plot_answer_mass, plot_p_a_by_order, plot_reliability
+from harness.metrics.ranges import decisions, intervals, unequal_note
 from harness.metrics.rates import view_a_rate
 from harness.metrics.settings import MetricsSettings, metrics_settings
 from harness.metrics.views import DocView, build_frame, document_views
@@ -154,21 +155,10 @@ def card_numbers(
     }
 
 
-UNEQUAL = 5
-"""Candidates per document more than this many times apart: the card says how each number weighs them."""
-
-
 def unequal_line(n: Mapping[str, Any]) -> str | None:
-    """One line when documents' candidate counts differ more than UNEQUAL-fold, else None."""
-    lo, hi = n.get("candidates_min", 0), n.get("candidates_max", 0)
-    if not lo or hi <= UNEQUAL * lo:
-        return None
-    return (
-        f"  documents     {lo} to {hi} candidates per document (more than {UNEQUAL}x apart): order consistency, "
-        f"ECE and accuracy pool pairs, so a {hi}-candidate document weighs {hi * (hi - 1) // max(lo * (lo - 1), 1)}x "
-        f"a {lo}-candidate one; the A-rate and Spearman/Kendall average documents equally; intervals over "
-        "such mixes: docs/report_card.md"
-    )
+    """One line when documents' candidate counts differ more than ranges.UNEQUAL-fold, else None."""
+    note = unequal_note(n.get("candidates_min", 0), n.get("candidates_max", 0))
+    return None if note is None else f"  documents     {note}; intervals over such mixes: docs/report_card.md"
 
 
 def card_intervals(
@@ -197,6 +187,7 @@ def card_intervals(
         masks,
         level,
         {k: reps[k][loo.rounds :] for k in keep},
+        counts=decisions(stats.sums, loo.positions(frame.doc_ids), len(loo.ids)),
     )
 
 
@@ -514,6 +505,8 @@ def _bounds_note(card: Card, key: str, fmt: Callable[[float], str]) -> str:
     said = [f"{iv.n} documents"] if iv.n != card.numbers["n_docs"] else []
     if iv.method == EXACT_METHOD:
         said.append(f"one-sided: every document at {'0' if iv.bounds[0] == 0 else '1'}")
+    if iv.note:
+        said.append(iv.note)
     return f" [{fmt(iv.bounds[0])}, {fmt(iv.bounds[1])}]" + (f" ({'; '.join(said)})" if said else "")
 
 

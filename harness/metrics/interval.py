@@ -11,7 +11,7 @@ Student's t with n - 1 degrees of freedom times the jackknife's root-mean-square
 For a mean over documents the jackknife's se is s / sqrt(n) and its bias 0: the t interval; for a
 pooled statistic the bias term widens it by the statistic's own small-sample bias. Correlations are
 handled on Fisher's z scale (atanh) and mapped back (on the raw scale where a value is +/-1), NLL
-on the log scale (LOG: its per-document values have a long right tail). Bounds are clipped to the
+on the log scale with a skew correction (harness/metrics/ranges.py). Bounds are clipped to the
 metric's range (RANGES). Below MIN_DOCUMENTS (MIN_DOCUMENTS_OF for ECE) there is no interval and
 every sentence says "too few documents to tell"; so does a metric undefined with a document left
 out. A difference B - A on the same documents is the same interval of the differences
@@ -21,8 +21,8 @@ Rates (RATES: a share of decisions, 0 to 1, that a judge can pin at 0 or 1) take
 instead, which holds its level near the bound where the t interval collapses to [1, 1]: Wilson's
 interval with the t quantile, a continuity correction 1/(2 n_eff), and the effective number of
 decisions n_eff = p (1 - p) / (se^2 + bias^2) from the same jackknife, at most PER_DOCUMENT per
-document (a document's decisions move together; the cap also gives documents that all show the
-same rate an interval). When every document sits at the bound (the rate is exactly 0 or 1 in each)
+document, fewer where it has fewer decisions (ranges.cap; a document's decisions move together;
+the cap also gives documents that all show the same rate an interval). When every document sits at the bound (the rate is exactly 0 or 1 in each)
 the bound is exact and one-sided: a value in [0, 1] with mean mu is 1 with probability at most mu,
 so n documents all at 1 have probability at most mu^n, and [(1 - level)^(1/n), 1] holds mu with at
 least `level` (12 documents all-A: [0.779, 1]). Fairness, -|rate - 0.5|, is the image of its
@@ -47,14 +47,15 @@ METHOD = "t (n-1 df) x jackknife RMSE over documents"
 BOOT_METHOD = "t (n-1 df) x bootstrap RMSE over documents"
 """What the interval of a statistic the jackknife cannot follow is (a rank statistic across
 instructions, a median): the same t interval, its RMSE from percentile-bootstrap rounds."""
-SCORE_METHOD = (
-    "Wilson score (t, n-1 df; continuity-corrected) with the jackknife's effective n, at most 10 per document"
-)
+SCORE_METHOD = "Wilson score (t, n-1 df; continuity-corrected) with the jackknife's effective n, at most min(10, its decisions) per document"
 """What the interval of a rate (RATES) is."""
 EXACT_METHOD = "exact one-sided bound: every document at the bound"
 """What the interval of a rate that is exactly 0 or 1 in every document is."""
+SKEW_METHOD = "t (n-1 df) x jackknife RMSE over documents, log scale, jackknife acceleration"
+"""What NLL's interval is (harness/metrics/ranges.py: its values have a long right tail)."""
 SHORT = {
     METHOD: "t-jackknife",
+    SKEW_METHOD: "log-t-jackknife, skew-corrected",
     BOOT_METHOD: "t-bootstrap",
     SCORE_METHOD: "Wilson-jackknife",
     EXACT_METHOD: "exact one-sided",
@@ -77,8 +78,6 @@ correlation +/-1; ECE): the score interval of their value rescaled to [0, 1] (th
 covered 79-85% at 3-6 documents with P(A) 0.96 in every document; ECE's 89-90% at 12-30). The per-document correlations take it
 only where a document's value is +/-1 (2 candidates give nothing else: `at_the_bound`); otherwise
 Fisher's z t interval, which holds 93-96% on documents of 4-16 candidates."""
-LOG = frozenset({"nll"})
-"""On the log scale (P(A) 0.5-0.9, 2 candidates, 6 documents: raw 75-86% coverage, log 85-94%)."""
 FROM_RATE = {"fairness": "a_rate", "fairness_prob": "a_rate_prob"}
 """-|rate - 0.5|: its interval is the image of its rate's."""
 PER_DOCUMENT = 10.0
@@ -102,8 +101,9 @@ MIN_PAIRED_OF = {
 """Paired B - A of pooled ratios: with n - 1 df 7-11% excluded 0 with no difference at 3-6 documents; with
 Kish's df 1-6%, but a true one on 2-vs-30 mixes was held in 87-97% there (docs/report_card.md)."""
 MIN_LABELLED = {"ece": 100}
-"""Labelled judgments ECE needs: its upward bias outruns its interval with fewer (P(A) 0.5,
-2-candidate documents, 12 documents, about 20 labelled pairs: 72% coverage)."""
+"""Labelled judgments ECE needs for a lower end: its upward bias outruns its interval with fewer
+(P(A) 0.5, 2-candidate documents, 12 documents, about 20 labelled pairs: 72% coverage); a run then
+gives its upper bound only (ranges.upper_only), a paired difference nothing."""
 TOO_FEW = "too few documents to tell"
 FISHER = frozenset(
     {"spearman", "kendall", "spearman_pairs", "kendall_pairs", "spearman_whole", "kendall_whole", ACROSS}
@@ -282,9 +282,6 @@ def jackknife_interval(
     rng = rng if value_range is None else value_range
     if bool(_flat(np.array(point), loo[None, :])[0]):
         return Interval(None, n, NO_SPREAD)
-    if metric in LOG and not difference and point > 0 and bool((loo > 0).all()):
-        lo, hi = jackknife_bounds(np.log(np.array(point)), np.log(loo)[None, :], level, df=df)
-        return Interval((float(np.exp(lo[0])), float(np.exp(hi[0]))), n, None)
     lo, hi = jackknife_bounds(np.array(point), loo[None, :], level, fisher, rng, df)
     return Interval((float(lo[0]), float(hi[0])), n, None)
 
@@ -327,11 +324,16 @@ def rate_bounds(
 
 
 def rate_interval(
-    point: float, loo: Sequence[float] | np.ndarray, level: float, metric: str | None = None
+    point: float,
+    loo: Sequence[float] | np.ndarray,
+    level: float,
+    metric: str | None = None,
+    per_document: float = PER_DOCUMENT,
 ) -> Interval:
     """The interval of a rate (RATES) from its n leave-one-document-out values: Wilson's score
     interval with the jackknife's effective n, or the exact one-sided bound when every document
-    sits at 0 or at 1 (module docstring); a BOUNDED mean's, on its range rescaled to [0, 1]."""
+    sits at 0 or at 1 (module docstring); a BOUNDED mean's, on its range rescaled to [0, 1].
+    `per_document`: the effective decisions per document the score interval counts at most."""
     loo = np.asarray(loo, dtype=float).ravel()
     n = int(loo.size)
     if n < min_documents(metric):
@@ -340,7 +342,7 @@ def rate_interval(
         return Interval(None, n, "undefined with a document left out", SCORE_METHOD)
     low, high = BOUNDED.get(metric or "", (0.0, 1.0))
     scale = lambda x: np.clip((np.asarray(x, dtype=float) - low) / (high - low), 0, 1)  # noqa: E731
-    lo, hi, exact = rate_bounds(scale(point), scale(loo)[None, :], level)
+    lo, hi, exact = rate_bounds(scale(point), scale(loo)[None, :], level, per_document)
     lo, hi = low + (high - low) * lo, low + (high - low) * hi
     return Interval((float(lo[0]), float(hi[0])), n, None, EXACT_METHOD if exact[0] else SCORE_METHOD)
 
@@ -365,16 +367,6 @@ def too_few_labelled(metric: str, *labelled: float | int | None) -> str | None:
     if need is None or not got or min(got) >= need:
         return None
     return f"too few labelled pairs to tell ({min(got)}; {metric} needs {need})"
-
-
-def sparse_labels(ivs: Mapping[str, Interval | None], labelled: float | int | None) -> dict[str, Interval]:
-    """The intervals of `ivs` that MIN_LABELLED withholds on `labelled` labelled judgments."""
-    out = {}
-    for k in MIN_LABELLED:
-        iv, why = ivs.get(k), too_few_labelled(k, labelled)
-        if iv is not None and iv.bounds is not None and why:
-            out[k] = Interval(None, iv.n, why)
-    return out
 
 
 def fairness_of(rate: Interval) -> Interval:

@@ -18,7 +18,6 @@ from harness.metrics.bootstrap import (
     LeaveOneOut,
     as_lists,
     doc_stats,
-    intervals,
     no_interval_meta,
     paired_all,
     replicate,
@@ -32,6 +31,7 @@ from harness.metrics.length import control_shift, controlled_p, length_bias
 from harness.metrics.mass import answer_mass_stats_of
 from harness.metrics.official import bc_prior_of, prob_gap_of, view_upper_a_rate
 from harness.metrics.order import view_order_consistency
+from harness.metrics.ranges import candidate_counts, decisions, intervals
 from harness.metrics.rates import confidence_p, view_a_rate
 from harness.metrics.settings import MetricsSettings, metrics_settings
 from harness.metrics.views import Frame, build_frame
@@ -121,6 +121,9 @@ class Summary:
     weights: dict[str, dict[str, np.ndarray]] | None = None
     """variant -> metric -> (rows,): the judgments each document gives the metric (bootstrap.SUPPORT's
     counts, in the rows' document order): a pooled ratio's paired t takes Kish's df from them."""
+    decisions: dict[str, dict[str, np.ndarray]] | None = None
+    """variant -> rate -> (rows,): each document's decisions (ranges.DECISIONS): what a rate's
+    score interval counts a document as, at most."""
 
     @property
     def level(self) -> float:
@@ -131,7 +134,15 @@ class Summary:
         if self.replicates is None or self.masks is None:
             return None
         return {
-            v: intervals(self.metrics[v], reps, self.masks[v], self.level, (self.boot or {}).get(v))
+            v: intervals(
+                self.metrics[v],
+                reps,
+                self.masks[v],
+                self.level,
+                (self.boot or {}).get(v),
+                (self.weights or {}).get(v),
+                (self.decisions or {}).get(v),
+            )
             for v, reps in self.replicates.items()
         }
 
@@ -224,7 +235,7 @@ def analyse(
     iv = with_intervals
     loo = LeaveOneOut.over(frame.doc_ids, iv.level, iv.bootstrap, seed) if iv and iv.bootstrap else None
     w = None if loo is None else np.vstack([loo.columns(frame.doc_ids), loo.boot_columns(frame.doc_ids)])
-    out, reps, masks, boot, weights = {}, {}, {}, {}, {}
+    out, reps, masks, boot, weights, counts = {}, {}, {}, {}, {}, {}
     for k, p in variants.items():
         stats: list[DocStats] = []
         variant = frame.with_p(p)
@@ -252,9 +263,16 @@ def analyse(
             masks[k] = {m: loo.row_mask(frame.doc_ids, v) for m, v in support(stats[0]).items()}
             where = loo.positions(frame.doc_ids)
             weights[k] = {m: np.bincount(where, stats[0].sums[c], len(loo.ids)) for m, c in SUPPORT.items()}
+            counts[k] = decisions(stats[0].sums, where, len(loo.ids))
     on = loo is not None
     return Summary(
-        out, reps if on else None, loo, masks if on else None, boot if on else None, weights if on else None
+        out,
+        reps if on else None,
+        loo,
+        masks if on else None,
+        boot if on else None,
+        weights if on else None,
+        counts if on else None,
     )
 
 
@@ -300,6 +318,8 @@ def write_run(
     raw judgments' position and length coefficients with intervals from the same rows) and
     "candidate_words" (the lengths, so a shard merge can refit them).
 
+    "candidates_per_document" ({min, max, note}): the note says how each metric weighs documents
+    whose candidate counts differ more than 5-fold (harness/metrics/ranges.py), as the card does.
     `extra` adds run facts that are not metrics (e.g. judge_calls: requests that missed the cache).
     `numerics`: the judge's dtype, its source, engine and device (harness.judges.cpu.numerics).
     `n_unreadable`: pairs whose answer could not be read (flagged, P(A) NaN, unjudged by every metric)."""
@@ -317,6 +337,7 @@ def write_run(
         "n_docs": n_docs,
         "n_judgments": len(judgments),
         "n_unreadable": sum("unreadable" in j.flags for j in judgments),
+        "candidates_per_document": candidates_of(judgments),
         "p_content_free": p_cf,
         **({"content_free_unreadable": True} if p_cf is not None and math.isnan(p_cf) else {}),
         "shuffles": shuffles,
@@ -335,6 +356,15 @@ def write_run(
     }
     results = write_results(out / "results.json", results)
     return results
+
+
+def candidates_of(judgments: Sequence[Judgment]) -> dict[str, object]:
+    """results.json "candidates_per_document": the fewest and most candidates judged in a document,
+    and a note when they differ more than ranges.UNEQUAL-fold (how each metric weighs them)."""
+    per: dict[str, set[str]] = {}
+    for j in judgments:
+        per.setdefault(j.doc_id, set()).update((j.a_id, j.b_id))
+    return candidate_counts(len(c) for c in per.values())
 
 
 def words_by_document(lengths: Mapping[tuple[str, str], float]) -> dict[str, dict[str, float]]:

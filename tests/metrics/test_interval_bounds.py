@@ -117,7 +117,10 @@ def test_results_card_and_page_label_the_bound_and_no_spread_alike(tmp_path):
     assert f"Spearman 0.000 (13 documents: {NO_SPREAD})" in card
     assert "[1.000, 1.000]" not in card and "[0.000, 0.000]" not in card  # no zero-width bracket
     assert "a_rate" in card.split(EXACT_METHOD)[0].split("intervals")[-1]  # the bracket's own method
-    assert "2 to 12 candidates per document (more than 5x apart)" in card and "weighs 66x" in card
+    assert (
+        "2 to 12 candidates per document (more than 5x apart)" in card
+        and "weigh a 12-candidate document 66x" in card
+    )
     assert cards[0].intervals["a_rate"] == pytest.approx(ivs["a_rate"])
     html = metrics_table(
         res["metrics"],
@@ -149,3 +152,24 @@ def test_equal_candidate_counts_get_no_line(tmp_path):
     )
     render_cards(tmp_path, echo=lambda _: None, metrics=MetricsSettings(0))
     assert "candidates per document" not in (tmp_path / "card.md").read_text()
+
+
+def test_a_rate_counts_each_document_as_at_most_its_own_decisions():
+    """ranges.cap: documents of 10 or more decisions count PER_DOCUMENT (10) each; a mean of
+    per-document rates over 25 one-decision documents (2 candidates' upper triangle) and 25 of 435
+    counts 50^2 / (25 / 1 + 25 / 10) = 91 decisions in all, not 500; a pooled rate weighs documents
+    by their decisions. NEGATIVE CONTROL: with that cap the A-rate's score interval is wider."""
+    from harness.metrics import ranges as R
+
+    assert R.cap("a_rate", np.full(12, 12.0)) == pytest.approx(10.0)
+    mix = np.array([1.0] * 25 + [435.0] * 25)
+    assert R.cap("a_rate_upper", mix) * 50 == pytest.approx(2500 / 27.5)
+    assert R.cap("order_consistency", mix) * 50 == pytest.approx(
+        (25 + 25 * 435) ** 2 / (25 + 25 * 435**2 / 10)
+    )
+    assert R.cap("spearman_whole", mix) == 10.0  # a pooled correlation takes no score interval
+    values = np.r_[np.ones(25), np.full(25, 0.956)]  # one decision each, all A; 435 each at 0.956
+    loo = (values.sum() - values) / 49
+    narrow = rate_interval(values.mean(), loo, 0.95, "a_rate_upper").bounds
+    wide = rate_interval(values.mean(), loo, 0.95, "a_rate_upper", R.cap("a_rate_upper", mix)).bounds
+    assert wide[0] < narrow[0] - 0.02, (narrow, wide)

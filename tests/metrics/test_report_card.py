@@ -445,3 +445,37 @@ def test_the_card_takes_its_intervals_from_results_json_only_where_they_are_its_
     assert recorded_intervals(results, numbers, 1000, 0.9, 0) is None
     assert recorded_intervals(results, {**numbers, "a_rate": numbers["a_rate"] + 0.01}, 1000, 0.95, 0) is None
     assert recorded_intervals(results, numbers, 0, 0.95, 0) is None
+
+
+@pytest.mark.parametrize("sizes", [(2, 12), (4, 12)])
+def test_unequal_candidate_counts_are_said_on_the_card_and_in_results(tmp_path, sizes):
+    """Documents of 2 and 12 candidates (6x apart): card.md and results.json say how each metric
+    weighs them (pooled metrics 66x, the A-rate and per-document correlations equally), in the same
+    words; NEGATIVE CONTROL: 4 and 12 (3x apart) say nothing."""
+    docs = [
+        Document(
+            f"d{k}", "source", tuple(Candidate(f"c{i}", f"t{i}", {"coherence": float(i)}) for i in range(m))
+        )
+        for k, m in enumerate(sizes)
+    ]
+    run_judge(
+        PositionBiasedScriptedJudge(docs, 0.5, lambda r: 0.9),
+        docs,
+        task="scripted",
+        aspect="coherence",
+        instruction="x",
+        family="summarization",
+        out_dir=tmp_path,
+        shuffles=1,
+        progress=False,
+    )
+    got = json.loads((tmp_path / "results.json").read_text())["candidates_per_document"]
+    render_cards(tmp_path, echo=lambda _: None)
+    card = (tmp_path / "card.md").read_text()
+    assert (got["min"], got["max"]) == sizes
+    if sizes == (2, 12):
+        assert got["note"].startswith("2 to 12 candidates per document (more than 5x apart)")
+        assert "weigh a 12-candidate document 66x a 2-candidate one" in got["note"]
+        assert got["note"] in card
+    else:
+        assert got["note"] is None and "candidates per document" not in card
