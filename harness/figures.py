@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+
 F = TypeVar("F", bound=Callable[..., Any])
 _KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("figure_key", default=None)
 
@@ -83,8 +85,6 @@ def _source_hash(module: str) -> str:
 def _feed(h: Any, value: Any) -> None:
     """Hash a picture argument by content: arrays by dtype, shape and bytes, containers item by
     item, anything else by type and repr."""
-    import numpy as np
-
     if isinstance(value, np.ndarray):
         h.update(f"ndarray {value.dtype.str} {value.shape}".encode())
         h.update(np.ascontiguousarray(value).tobytes())
@@ -116,14 +116,26 @@ def picture_key(fn: Callable[..., Any], arguments: Mapping[str, Any]) -> str:
     return h.hexdigest()
 
 
-def stored_key(path: Path) -> str | None:
-    """The "Key" chunk of a PNG save() wrote (None: no file, no key, not a PNG)."""
-    from PIL import Image, UnidentifiedImageError
+PNG = b"\x89PNG\r\n\x1a\n"
 
+
+def stored_key(path: Path) -> str | None:
+    """The "Key" text chunk of a PNG save() wrote (None: no file, no key, not a PNG), read from the
+    chunks before the image data, where save() writes its text."""
     try:
-        with Image.open(path) as img:
-            return getattr(img, "text", {}).get("Key")
-    except (OSError, UnidentifiedImageError, ValueError):
+        with open(path, "rb") as f:
+            if f.read(8) != PNG:
+                return None
+            while True:
+                head = f.read(8)
+                if len(head) < 8 or head[4:] in (b"IDAT", b"IEND"):
+                    return None
+                data = f.read(int.from_bytes(head[:4], "big"))
+                f.read(4)  # the chunk's CRC
+                name, _, value = data.partition(b"\0")
+                if head[4:] == b"tEXt" and name == b"Key":
+                    return value.decode("latin-1")
+    except OSError:
         return None
 
 
