@@ -79,3 +79,31 @@ def test_report_draws_no_card_picture_it_drew_before(tmp_path, shared_data):
     redrawn = render_cards(tmp_path, echo=lambda _: None, metrics=settings)[0].pictures
     assert all(redrawn[k].stat().st_mtime_ns != stamps[k][0] for k in ("p_a_by_order", "reliability"))
     assert redrawn["answer_mass"].stat().st_mtime_ns == stamps["answer_mass"][0]  # its masses did not change
+
+
+@pytest.mark.slow  # three harness commands, each its own process
+def test_harness_bench_sweep_times_collect_and_report_over_copies_of_one_run(tmp_path, shared_data):
+    """`harness-bench sweep --jobs 4` over a synthetic run: a multirun folder whose multirun.yaml
+    lists 4 jobs with distinct overrides, each job's page and the index written, three steps timed;
+    a --job without results.json is one line, exit non-zero."""
+    from helpers.cli import bench_json, run_bench
+
+    from harness.runtime.sweep import listed_jobs
+
+    job = tmp_path / "job"
+    job.mkdir()
+    synthetic_run(job, "summeval", "coherence", 2, 3, 0, shared_data)
+    got = bench_json(
+        run_bench(["sweep", "--job", str(job), "--jobs", "4", "--out", str(tmp_path / "o")], tmp_path)
+    )
+    assert got["jobs"] == 4 and got["pages"] == 4 and got["index"] is True and got["judgments_per_job"] == 12
+    assert [s["step"] for s in got["steps"]] == [
+        "harness-collect table",
+        "harness-report",
+        "harness-report again",
+    ]
+    assert all(s["cpu_s"] > 0 for s in got["steps"])
+    jobs = listed_jobs(tmp_path / "o" / "sweep")
+    assert len({tuple(o) for _, o, _ in jobs}) == 4 and all(d is not None and d.is_dir() for _, _, d in jobs)
+    bad = run_bench(["sweep", "--job", str(tmp_path / "nothing")], tmp_path)
+    assert bad.returncode != 0 and "holds no results.json" in bad.stderr and "Traceback" not in bad.stderr
