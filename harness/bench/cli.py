@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from harness.bench import gpu, metrics_cost, numerics, page, profiling, runs, scale, speed
+from harness.bench import gpu, metrics_cost, numerics, page, profiling, runs, scale, speed, sweep
 from harness.errors import HarnessError
 from harness.outputs import writable_file
 
@@ -26,6 +26,7 @@ SUBCOMMANDS = {
     "page": page,
     "gpu": gpu,
     "scale": scale,
+    "sweep": sweep,
     **({"vllm-path": vllm_path} if vllm_path is not None else {}),
 }
 

@@ -3,10 +3,14 @@ real task slice (every ordered pair of --docs documents x --candidates candidate
 is 24,000 pairs), its page written as a run writes it, then loaded in headless Chromium with the
 network off (harness.bench.browser).
 
+`--run RUN_DIR` opens that run's own report.html instead (e.g. a 24,000-judgment run of
+`harness-bench scale --out`): nothing is written.
+
 The JSON line: pairs, page MB, seconds to write it (prompts checked pair by pair against SmolLM2's
-chat template), Chromium's load time (navigation start to the end of the load event, the first page
-of rows drawn), the time to filter and to turn a page, and the machine. P(A) and log-probs are
-seeded random numbers: the page's size and speed do not depend on them.
+chat template), Chromium's load time (navigation start to the end of the load event: the page's
+script runs inline, so its first page of rows is drawn by then; the median of --loads loads in one
+Chromium, each load listed), the time to filter and to turn a page, and the machine. P(A) and
+log-probs are seeded random numbers: the page's size and speed do not depend on them.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import json
 import math
 import os
 import random
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -55,6 +60,10 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out", type=Path, default=None, help="keep the run folder here (default: a temporary one)"
     )
+    p.add_argument(
+        "--run", type=Path, default=None, help="time this run's own report.html (no synthetic run)"
+    )
+    p.add_argument("--loads", type=positive, default=3, help="page loads, the median reported (default 3)")
 
 
 def synthetic_run(
@@ -132,20 +141,28 @@ def _synthetic(folder: Path) -> bool:
 def main(args: argparse.Namespace) -> int:
     if find_chromium() is None:
         raise ConfigError("no Chromium found: install it (Debian: apt-get install chromium) to time the page")
-    if args.out is not None:  # before any work: a folder to write, holding no run but an earlier page's
+    if args.run is not None and not (args.run / "report.html").is_file():
+        raise ConfigError(f"{args.run}: holds no report.html; give --run a finished run directory")
+    if args.out is not None and args.run is None:  # before any work: a folder holding no run but a page's
         refuse_other_run(writable_folder(args.out), same=_synthetic)
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(args.out or tmp)
-        out.mkdir(parents=True, exist_ok=True)
-        docs = synthetic_run(
-            out, args.task, args.aspect, args.docs, args.candidates, args.seed, args.data_dir
-        )
-        render_cards(out, echo=lambda _: None, metrics=MetricsSettings(bootstrap=0))
-        start = time.perf_counter()
-        page = write_report(out, docs, config_view(json.loads((out / "config.json").read_text())))
-        write_s = time.perf_counter() - start
+        out = Path(args.run or args.out or tmp)
+        write_s = None
+        if args.run is None:
+            out.mkdir(parents=True, exist_ok=True)
+            docs = synthetic_run(
+                out, args.task, args.aspect, args.docs, args.candidates, args.seed, args.data_dir
+            )
+            render_cards(out, echo=lambda _: None, metrics=MetricsSettings(bootstrap=0))
+            start = time.perf_counter()
+            page = write_report(out, docs, config_view(json.loads((out / "config.json").read_text())))
+            write_s = time.perf_counter() - start
+        page = out / "report.html"
         with Chromium() as browser:
-            loaded = browser.load(page)
+            loads = [browser.load(page) for _ in range(args.loads)]
+            loaded = loads[0]
+            loaded.errors = [e for got in loads for e in got.errors]
+            loaded.requests = [r for got in loads for r in got.requests]
             status = browser.evaluate("document.getElementById('pairs-status').textContent")
             t0 = time.perf_counter()
             browser.evaluate("document.getElementById('tag-flip').click()")
@@ -156,8 +173,10 @@ def main(args: argparse.Namespace) -> int:
         result: dict[str, Any] = {
             "pairs": sum(1 for _ in (out / "judgments.jsonl").open()) - 1,
             "page_mb": round(page.stat().st_size / 1e6, 2),
-            "write_s": round(write_s, 1),
-            "chromium_load_s": round(loaded.load_ms / 1000, 2),
+            "write_s": None if write_s is None else round(write_s, 1),
+            "chromium_load_s": round(statistics.median(got.load_ms for got in loads) / 1000, 2),
+            "chromium_loads_s": [round(got.load_ms / 1000, 2) for got in loads],
+            "load_1min": round(os.getloadavg()[0], 1),
             "filter_s": round(filter_s, 2),
             "next_page_s": round(page_s, 2),
             "errors": loaded.errors,
@@ -170,7 +189,7 @@ def main(args: argparse.Namespace) -> int:
             [
                 ("pairs", lambda r: str(r["pairs"])),
                 ("page MB", lambda r: f"{r['page_mb']:.2f}"),
-                ("write s", lambda r: f"{r['write_s']:.1f}"),
+                ("write s", lambda r: "-" if r["write_s"] is None else f"{r['write_s']:.1f}"),
                 ("load s", lambda r: f"{r['chromium_load_s']:.2f}"),
                 ("filter s", lambda r: f"{r['filter_s']:.2f}"),
                 ("next page s", lambda r: f"{r['next_page_s']:.2f}"),

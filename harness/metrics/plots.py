@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.figures import pyplot, save
+from harness.figures import kept, pyplot, save
 
 
+@kept
 def plot_reliability(
     p: np.ndarray, y: np.ndarray, path: str | Path, bins: int = 10, title: str = "reliability"
 ) -> Path | None:
@@ -44,6 +45,7 @@ def plot_reliability(
     return save(fig, path)
 
 
+@kept
 def plot_p_a_by_order(
     listed: Sequence[float], swapped: Sequence[float], path: str | Path, title: str = "P(A) by order"
 ) -> Path:
@@ -68,6 +70,7 @@ def plot_p_a_by_order(
     return save(fig, path)
 
 
+@kept
 def plot_answer_mass(
     masses: np.ndarray, threshold: float, path: str | Path, title: str = "answer-token mass"
 ) -> Path:

@@ -141,12 +141,11 @@ def collect_runs(root: str | Path) -> list[Run]:
     """The runs below `root`. A shard sweep's merged runs (`merged/`, harness.runtime.sweep_end)
     stand for its shards: the shards (task.num_shards > 1) are left out when they are there."""
     found = find_runs(root)
+    inside = {p.resolve() for p in found}
     outside = [  # jobs multirun.yaml lists in folders outside root (hydra.sweep.subdir=../x_N, /abs/x_N)
         d
         for _, _, d in listed_jobs(Path(root))
-        if d is not None
-        and (d / "results.json").is_file()
-        and d.resolve() not in {p.resolve() for p in found}
+        if d is not None and (d / "results.json").is_file() and d.resolve() not in inside
     ]
     runs = [read_run(p) for p in [*found, *outside]]
     if any("merged" in rel(r.path, Path(root)).parts for r in runs):

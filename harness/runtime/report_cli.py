@@ -57,15 +57,34 @@ def run_settings(run_dir: Path, args: argparse.Namespace) -> tuple[int, float, i
     return rounds, level, seed
 
 
-def documents(run_dir: Path) -> tuple[list[Document] | None, str | None]:
+class Loaded(dict):
+    """What one harness-report call loaded, by the config sections it came from: the jobs of a
+    sweep share their task's documents and their judge's tokenizer, so each is loaded once."""
+
+    def get_or(self, kind: str, part: Any, make: Any) -> Any:
+        try:
+            key = (kind, json.dumps(part, sort_keys=True, default=str))
+        except (TypeError, ValueError):
+            return make()
+        if key not in self:
+            self[key] = make()
+        return self[key]
+
+
+def documents(run_dir: Path, loaded: Loaded | None = None) -> tuple[list[Document] | None, str | None]:
     """The run's documents, loaded as its config.json says (None and the reason when they cannot be)."""
     path = run_dir / "config.json"
     if not path.is_file():
         return None, "config.json not found: candidate texts and prompts are not shown"
     config = read_json(path)
+    loaded = Loaded() if loaded is None else loaded
     try:
-        return load_documents(config["task"], config["data"]), None
-    except (HarnessError, OSError, KeyError, TypeError) as e:
+        return loaded.get_or(
+            "documents",
+            [config.get("task"), config.get("data")],
+            lambda: load_documents(config["task"], config["data"]),
+        ), None
+    except (HarnessError, OSError, KeyError, TypeError, AttributeError) as e:
         return None, (
             f"the task's documents could not be loaded ({e}): candidate texts and prompts are not shown; "
             "fetch the data (harness-fetch --mirror DIR or HARNESS_DATA_MIRROR) and run harness-report again"
@@ -91,14 +110,28 @@ def changed_documents(run_dir: Path, docs: list[Document] | None) -> str | None:
     )
 
 
-def chat_view(run_dir: Path) -> ChatView | None:
+def chat_view(run_dir: Path, loaded: Loaded | None = None) -> ChatView | None:
     path = run_dir / "config.json"
-    return config_view(read_json(path)) if path.is_file() else None
+    if not path.is_file():
+        return None
+    config = read_json(path)
+    if not isinstance(config, dict):
+        return config_view(config)
+    return (Loaded() if loaded is None else loaded).get_or(
+        "view", [config.get("model"), config.get("backend")], lambda: config_view(config)
+    )
 
 
-def report_run(run_dir: Path, args: argparse.Namespace, echo: Any, sweep: Path | None = None) -> list[Any]:
+def report_run(
+    run_dir: Path,
+    args: argparse.Namespace,
+    echo: Any,
+    sweep: Path | None = None,
+    loaded: Loaded | None = None,
+) -> list[Any]:
     """Cards (when the run judged pairs) and report.html of one run (`sweep`: the sweep directory it
-    is reported as a job of, whose index.html its page links); returns the cards."""
+    is reported as a job of, whose index.html its page links; `loaded`: what earlier jobs of this
+    call loaded); returns the cards."""
     cards = []
     out = None if args.out is None else Path(args.out)
     if (run_dir / "results.json").is_file():  # an array, null, NaN or Infinity: one line, before any card
@@ -114,7 +147,7 @@ def report_run(run_dir: Path, args: argparse.Namespace, echo: Any, sweep: Path |
             "(outputs/<experiment>/<stamp>) or a sweep directory (multirun/<experiment>/<stamp>)",
             where=str(run_dir),
         )
-    docs, note = documents(run_dir)
+    docs, note = documents(run_dir, loaded)
     changed = changed_documents(run_dir, docs)
     if changed is not None:
         docs, note = None, changed
@@ -139,7 +172,7 @@ def report_run(run_dir: Path, args: argparse.Namespace, echo: Any, sweep: Path |
             rel = p.relative_to(run_dir)
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(p, out / rel)
-    page = write_report(target, docs, chat_view(run_dir) if docs is not None else None, note, sweep)
+    page = write_report(target, docs, chat_view(run_dir, loaded) if docs is not None else None, note, sweep)
     echo(f"report: {page}")
     return cards
 
@@ -196,7 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise DataError(
                     "--out works for one run; a sweep's jobs are reported in place", where=str(root)
                 )
-            cards = [c for job in find_runs(root) for c in report_run(job, args, echo, root)]
+            loaded = Loaded()
+            cards = [c for job in find_runs(root) for c in report_run(job, args, echo, root, loaded)]
             echo(f"index: {write_index(root)}")
         else:
             if args.out is not None:  # before any card: a folder to write, holding no other run

@@ -84,14 +84,19 @@ def _keys(job: Sequence[str]) -> set[str]:
 
 
 def job_name(
-    num: int, overrides: Sequence[str] | None = None, jobs: Sequence[Sequence[str]] | None = None
+    num: int,
+    overrides: Sequence[str] | None = None,
+    jobs: Sequence[Sequence[str]] | None = None,
+    swept: set[str] | None = None,
 ) -> str:
     """`job 1 (task.path=bad.jsonl)`: the number and the settings that tell it from the sweep's other
-    `jobs` (default: the sweep running here; all its overrides when no sweep is known)."""
+    `jobs` (default: the sweep running here; all its overrides when no sweep is known); `swept`:
+    their varying keys, when the caller has them (naming every job of a sweep stays linear)."""
     jobs = _SWEEP.get("jobs") or [] if jobs is None else jobs
     if overrides is None:
         overrides = jobs[num] if 0 <= num < len(jobs) else []
-    swept = varying(jobs) if len(jobs) > 1 else set()
+    if swept is None:
+        swept = varying(jobs) if len(jobs) > 1 else set()
     shown = [o for o in overrides if override_key(o) in swept] or list(overrides)
     return f"job {num}" + (f" ({' '.join(shown)})" if shown else "")
 
@@ -130,8 +135,9 @@ def listed_jobs(root: Path) -> list[tuple[str, list[str], Path | None]]:
         return []
     cfg, jobs = read_multirun(path)
     subdir = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir")
+    swept = varying(jobs) if len(jobs) > 1 else set()
     return [
-        (job_name(num, job, jobs), list(job), run_dir)
+        (job_name(num, job, jobs, swept), list(job), run_dir)
         for num, (job, run_dir) in enumerate(zip(jobs, job_dirs(root, jobs, subdir)))
     ]
 
