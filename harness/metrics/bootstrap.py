@@ -507,9 +507,11 @@ def paired_all(
     boot_a: Mapping[str, np.ndarray] | None = None,
     boot_b: Mapping[str, np.ndarray] | None = None,
     dfs: Mapping[str, float] | None = None,
+    withheld: Mapping[str, str] | None = None,
 ) -> dict[str, dict[str, object]]:
     """`paired` for every metric both arms have (a document counts when either arm rests on it);
-    `dfs`: a metric's t degrees of freedom where not n - 1 (interval.kish_df)."""
+    `dfs`: a metric's t degrees of freedom where not n - 1 (interval.kish_df); `withheld`: metric ->
+    why it gets no interval."""
     keys = [
         k for k in point_a if k in point_b and k not in NO_INTERVAL and isinstance(point_a[k], (int, float))
     ]
@@ -532,7 +534,8 @@ def paired_all(
             mask(k),
             k,
             boots(k),
-            too_few_labelled(k, point_a.get("n_calibration"), point_b.get("n_calibration")),
+            (withheld or {}).get(k)
+            or too_few_labelled(k, point_a.get("n_calibration"), point_b.get("n_calibration")),
             (dfs or {}).get(k),
         )
         for k in keys

@@ -122,6 +122,25 @@ def unequal_note(lo: int, hi: int) -> str | None:
     )
 
 
+PER_DOCUMENT_CORRELATIONS = ("spearman", "kendall", "spearman_pairs", "kendall_pairs")
+"""Correlations averaged over documents equally."""
+UNEQUAL_PAIRED = (*PER_DOCUMENT_CORRELATIONS, "spearman_whole", "kendall_whole")
+"""The correlations whose paired B - A interval under-covers a true difference on candidate counts
+more than UNEQUAL-fold apart (docs/report_card.md, "Two runs"): withheld there."""
+
+
+def unequal_withheld(lo: int, hi: int) -> dict[str, str]:
+    """metric -> why `Summary.versus` gives no paired interval: the correlations (UNEQUAL_PAIRED) when
+    documents' candidate counts (over both runs) differ more than UNEQUAL-fold, else {}."""
+    if not lo or hi <= UNEQUAL * lo:
+        return {}
+    why = (
+        f"{lo} to {hi} candidates per document (more than {UNEQUAL}x apart): no paired interval, a "
+        "correlation's held a true difference in only 60-95% of simulated such mixes"
+    )
+    return dict.fromkeys(UNEQUAL_PAIRED, why)
+
+
 def upper_only(
     ivs: Mapping[str, Interval | None],
     point: Mapping[str, float | int],

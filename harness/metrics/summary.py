@@ -31,7 +31,7 @@ from harness.metrics.length import control_shift, controlled_p, length_bias
 from harness.metrics.mass import answer_mass_stats_of
 from harness.metrics.official import bc_prior_of, prob_gap_of, view_upper_a_rate
 from harness.metrics.order import view_order_consistency
-from harness.metrics.ranges import candidate_counts, decisions, intervals
+from harness.metrics.ranges import candidate_counts, decisions, intervals, unequal_withheld
 from harness.metrics.rates import confidence_p, view_a_rate
 from harness.metrics.settings import MetricsSettings, metrics_settings
 from harness.metrics.views import Frame, build_frame
@@ -124,6 +124,9 @@ class Summary:
     decisions: dict[str, dict[str, np.ndarray]] | None = None
     """variant -> rate -> (rows,): each document's decisions (ranges.DECISIONS): what a rate's
     score interval counts a document as, at most."""
+    candidates: tuple[int, int] = (0, 0)
+    """The fewest and most candidates judged in a document: `versus` withholds the per-document
+    correlations' paired intervals where they differ more than ranges.UNEQUAL-fold."""
 
     @property
     def level(self) -> float:
@@ -171,6 +174,8 @@ class Summary:
             dfs = {k: kish_df(w + theirs_w[k]) for k, w in mine_w.items() if k in theirs_w}
         mine = None if self.replicates is None else self.replicates[variant]
         theirs = None if other.replicates is None else other.replicates[ov]
+        lo = min(self.candidates[0], other.candidates[0])
+        hi = max(self.candidates[1], other.candidates[1])
         return paired_all(
             mine,
             theirs,
@@ -183,6 +188,7 @@ class Summary:
             None if self.boot is None else self.boot[variant],
             None if other.boot is None else other.boot[ov],
             dfs,
+            unequal_withheld(lo, hi),
         )
 
     def differences(self) -> dict[str, dict[str, dict[str, Any]]]:
@@ -265,6 +271,7 @@ def analyse(
             weights[k] = {m: np.bincount(where, stats[0].sums[c], len(loo.ids)) for m, c in SUPPORT.items()}
             counts[k] = decisions(stats[0].sums, where, len(loo.ids))
     on = loo is not None
+    sizes = candidates_of(judgments)
     return Summary(
         out,
         reps if on else None,
@@ -273,6 +280,7 @@ def analyse(
         boot if on else None,
         weights if on else None,
         counts if on else None,
+        (int(sizes["min"]), int(sizes["max"])),
     )
 
 

@@ -38,8 +38,8 @@ from harness.checks import within_optional
 from harness.errors import DataError, HarnessError
 from harness.judging import load_judgments
 from harness.metrics.bootstrap import NO_INTERVAL, check_settings
-from harness.metrics.card import UNEQUAL
 from harness.metrics.interval import METHOD, Interval, holm, sentence, verdict
+from harness.metrics.ranges import UNEQUAL, UNEQUAL_PAIRED
 from harness.metrics.settings import MetricsSettings
 from harness.metrics.summary import analyse
 from harness.records import Judgment
@@ -113,12 +113,10 @@ def aspect_warning(ra: dict[str, Any], rb: dict[str, Any]) -> str | None:
     )
 
 
-PER_DOCUMENT_CORRELATIONS = ("spearman", "kendall", "spearman_pairs", "kendall_pairs")
-
-
 def unequal_warning(judgments: list[Judgment]) -> str | None:
     """One line when the documents' candidate counts differ more than UNEQUAL-fold: there the paired
-    intervals of the per-document correlations under-cover a true difference (docs/report_card.md)."""
+    intervals of the per-document correlations under-cover a true difference (docs/report_card.md),
+    and Summary.versus withholds them (ranges.unequal_withheld)."""
     seen: dict[str, set[str]] = {}
     for j in judgments:
         seen.setdefault(j.doc_id, set()).update((j.a_id, j.b_id))
@@ -127,10 +125,10 @@ def unequal_warning(judgments: list[Judgment]) -> str | None:
     if not lo or hi <= UNEQUAL * lo:
         return None
     return (
-        f"warning: the documents have {lo} to {hi} candidates (more than {UNEQUAL}x apart): the paired "
-        f"intervals of {', '.join(PER_DOCUMENT_CORRELATIONS)} weigh every document equally, and on such "
-        "mixes (2 vs 30 candidates) they held a true difference in only 60-83% (win-rate Spearman, Kendall) "
-        "and 89-95% (PairS) of simulated runs of 3-20 documents (docs/report_card.md): read them as rough"
+        f"warning: the documents have {lo} to {hi} candidates (more than {UNEQUAL}x apart): no paired "
+        f"interval is given for {', '.join(UNEQUAL_PAIRED)}: on such mixes (2 vs 30 candidates) their "
+        "intervals held a true difference in only 60-83% (win-rate Spearman, Kendall), 89-95% (PairS) "
+        "and 87-93% (pooled) of simulated runs of 3-20 documents (docs/report_card.md)"
     )
 
 

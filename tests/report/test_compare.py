@@ -316,14 +316,24 @@ def _mixed_run(out: Path, sizes: list[int], shift: float) -> Path:
 
 
 def test_compare_warns_when_candidate_counts_differ_more_than_5x(tmp_path):
-    """2 and 12 candidates per document: one warning line names the per-document correlations'
-    paired intervals as rough; CONTROL: 4 and 12 candidates (3x apart) get no such line."""
+    """2 and 12 candidates per document: one warning line, and the correlations' paired intervals
+    (which under-cover on such mixes) are withheld with the reason on their own lines;
+    CONTROL: 4 and 12 candidates (3x apart) get no such line and no such reason."""
     a = _mixed_run(tmp_path / "a", [2, 12, 2, 12], 0.05)
     b = _mixed_run(tmp_path / "b", [2, 12, 2, 12], 0.08)
     out = compare.compare(a, b, "none", 1, None, None)
     said = [x for x in out if "candidates (more than 5x apart)" in x]
     assert len(said) == 1 and said[0].startswith("warning: the documents have 2 to 12 candidates")
-    assert "spearman, kendall, spearman_pairs, kendall_pairs" in said[0]
+    assert "spearman, kendall, spearman_pairs, kendall_pairs, spearman_whole, kendall_whole" in said[0]
+    withheld = [x.split()[0] for x in out if "5x apart): no paired interval, a correlation" in x]
+    assert withheld == [
+        "spearman",
+        "kendall",
+        "spearman_pairs",
+        "kendall_pairs",
+        "spearman_whole",
+        "kendall_whole",
+    ]
     even_a = _mixed_run(tmp_path / "ea", [4, 12, 4, 12], 0.05)
     even_b = _mixed_run(tmp_path / "eb", [4, 12, 4, 12], 0.08)
     assert not any("5x apart" in x for x in compare.compare(even_a, even_b, "none", 1, None, None))
