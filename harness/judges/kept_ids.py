@@ -8,9 +8,12 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 
-KEPT_IDS = 1 << 25
-"""Token ids a judge keeps at most (int32: 128 MiB); past it the least recently used prompts are
-dropped, and tokenized again if asked for."""
+KEPT_IDS = 1 << 27
+"""Token ids a judge keeps at most (int32: 512 MiB); past it the least recently used prompts are
+dropped, and tokenized again if asked for. A run reads its prompts' ids three times in turn (the
+request checks, each window of the judge's calls, the work report's trie minimum), so a run whose
+prompts do not fit tokenizes them all three times: 1 << 27 holds a 100,000-judgment SummEval run
+(about 75 million tokens, 300 MB); 1 << 25 held 45,000 of them."""
 
 
 class PromptIds:
