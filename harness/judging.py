@@ -401,8 +401,9 @@ def judge_work(
     computed = (
         work.get("prompts") != 0 and getattr(judge, "calls", None) != 0
     )  # a cached run tokenizes nothing
-    if hasattr(inner, "encode") and computed and (built := requests()):
-        work["trie_minimum"] = trie_size(inner.encode(built))
+    rows = getattr(inner, "token_rows", None) or getattr(inner, "encode", None)
+    if rows is not None and computed and (built := requests()):
+        work["trie_minimum"] = trie_size(rows(built))
     seconds = work.get("seconds")
     if seconds:
         work["prompts_per_s"] = work.get("prompts", 0) / seconds

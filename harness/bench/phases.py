@@ -1,4 +1,4 @@
-"""Where a run's seconds go, by phase: `python -m harness.bench.phases [--stub] OUT.json RUN_ARGS...` runs
+"""Where a run's seconds go, by phase: `python -m harness.bench.phases [--stub] [--cycle] OUT.json RUN_ARGS...` runs
 `python -m harness.run RUN_ARGS...` in this process with a timer around each phase's functions and
 writes {phase: {"wall_s", "cpu_s"}} to OUT.json when the run ends (`harness-bench scale` reads it).
 
@@ -11,6 +11,7 @@ are wrapped (a Python call each, nothing per line), so the run's own cost is wha
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import inspect
@@ -156,28 +157,58 @@ def install(clock: Clock) -> None:
                     setattr(mod, key, swaps[id(value)])
 
 
+def stub_steps(self: Any, ids: list[list[int]], want: set[int]) -> Any:
+    """`HFJudge._logprob_steps` without the model: seeded random answer log-probs, 256 rows a step."""
+    rng, order = random.Random(len(ids)), sorted(want)
+    n = len(self.answers.all_ids)
+    for at in range(0, len(order), 256):
+        yield [(i, [math.log(rng.uniform(0.01, 0.5)) for _ in range(n)]) for i in order[at : at + 256]]
+
+
 def stub_judge() -> None:
-    """The transformers judge with its forwards replaced by seeded random answer log-probs (for
-    `--modes stub`: the harness's whole path, tokenizing and the request cache included, at the
-    cost of no model; the judge's identity is unchanged, so the cache it fills serves a cached run)."""
-    hf_judge = importlib.import_module("harness.judges.hf").HFJudge  # after the clock started: timed
+    """The transformers judge with its forwards replaced by `stub_steps` (for `--modes stub`: the
+    harness's whole path, tokenizing and the request cache included, at the cost of no model; the
+    judge's identity is unchanged, so the cache it fills serves a cached run)."""
+    importlib.import_module(
+        "harness.judges.hf"
+    ).HFJudge._logprob_steps = stub_steps  # after the clock started
 
-    def steps(self: Any, ids: list[list[int]], want: set[int]) -> Any:
-        rng, order = random.Random(len(ids)), sorted(want)
-        n = len(self.answers.all_ids)
-        for at in range(0, len(order), 256):
-            yield [(i, [math.log(rng.uniform(0.01, 0.5)) for _ in range(n)]) for i in order[at : at + 256]]
 
-    hf_judge._logprob_steps = steps
+def cycled_documents() -> None:
+    """A run's task beyond its file's documents (`--cycle`, for `harness-bench scale` past SummEval's
+    100 documents = 24,000 judgments): the documents again, in order, each copy's id suffixed `#r`
+    and its source ending in a line naming the copy, so every prompt (and its cache key) is distinct
+    and each is tokenized and judged like a document of its own."""
+    context = importlib.import_module("harness.runtime.context")
+    real = context.load_task
+
+    def load(name: str, data_dir: Any = None, limit: int | None = None, **kw: Any) -> list[Any]:
+        docs = real(name, data_dir=data_dir, limit=None, **kw)
+        if limit is None or limit <= len(docs):
+            return docs[:limit]
+        out = []
+        for k in range(limit):
+            r, d = divmod(k, len(docs))
+            doc = docs[d]
+            out.append(
+                doc
+                if r == 0
+                else dataclasses.replace(doc, id=f"{doc.id}#{r}", source=f"{doc.source}\n(copy {r})")
+            )
+        return out
+
+    context.load_task = load
 
 
 def main(argv: list[str]) -> int:
-    stub = argv[:1] == ["--stub"]
-    out, run_args = argv[stub:][0], argv[stub:][1:]
+    flags = {a for a in argv[:2] if a in ("--stub", "--cycle")}
+    out, run_args = argv[len(flags)], argv[len(flags) + 1 :]
     clock = Clock()
     install(clock)
-    if stub:
+    if "--stub" in flags:
         stub_judge()
+    if "--cycle" in flags:
+        cycled_documents()
     run_main = importlib.import_module("harness.runtime.entry").main  # imported under the clock: timed
 
     sys.argv = ["harness.run", *run_args]

@@ -2,7 +2,8 @@
 
 Each size is a real `experiment=judge` run (`python -m harness.run`, a process of its own) over the
 first N/240 SummEval documents x all 16 candidates (240 ordered pairs each: 24,000 is all of
-SummEval), judged by `--model` (default tiny_llama3: the real Llama-3 tokenizer and chat template,
+SummEval; past it the documents repeat, each copy's prompts made distinct by a line naming the
+copy: 100,080 is 417 documents), judged by `--model` (default tiny_llama3: the real Llama-3 tokenizer and chat template,
 tiny random weights, so the judge costs next to nothing and what is left is the harness). Each size
 runs `--modes` on one fresh request cache: uncached (every prompt reaches the judge), then cached (none
 does); `stub` instead of uncached fills the cache with seeded random answers at no model cost. Per run: the CPU-seconds of the run's processes (W&B's service included), wall seconds, the
@@ -33,6 +34,9 @@ from harness.errors import ConfigError
 HELP = "the harness's own cost (phases, CPU-s, peak RSS) of a cached and an uncached run at 1,200 to 24,000 judgments"
 PAIRS_PER_DOC = 240
 """SummEval: 16 candidates, 16 x 15 ordered pairs per document."""
+SUMMEVAL_PAIRS = 100 * PAIRS_PER_DOC
+"""All of SummEval (100 documents). A larger size repeats the documents, each copy's id and source
+marked so that every prompt is distinct (harness.bench.phases.cycled_documents)."""
 
 
 def sizes(text: str) -> list[int]:
@@ -97,6 +101,7 @@ def one_run(n: int, mode: str, args: argparse.Namespace, root: Path) -> dict[str
         "-m",
         "harness.bench.phases",
         *(["--stub"] if mode == "stub" else []),
+        *(["--cycle"] if n > SUMMEVAL_PAIRS else []),
         str(phases),
         "experiment=judge",
         f"model={args.model}",

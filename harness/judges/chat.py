@@ -440,6 +440,12 @@ class ChatPrompts:
         check_ids(ids, self.max_length, lambda k: request_name(requests[k]))  # the context may have changed
         return ids
 
+    def token_rows(self, requests: Sequence[PairRequest]) -> list[array]:
+        """`encode`'s ids as the kept int32 rows themselves (4 bytes a token, not copied into lists
+        of ints at about 36), for a reader that only counts them (the run's trie minimum)."""
+        rows = self._rows(requests)
+        return [rows[r.prompt] for r in requests]
+
     def _rows(self, requests: Sequence[PairRequest]) -> dict[str, array]:
         """prompt -> its token ids (int32), the prompts not kept tokenized ENCODE_CHUNK at a time
         (what the tokenizer builds per prompt, offsets and token strings included, is held for one

@@ -36,9 +36,12 @@ done with the unique-token minimum (`trie_size`).
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from harness.judges.base import gather
 from harness.judges.head import FloatHead
@@ -62,18 +65,32 @@ def trie_size(rows: Sequence[Sequence[int]]) -> int:
 def trie_work(rows: Sequence[Sequence[int]]) -> dict[str, int]:
     """The least work of exact next-token scoring of these token rows: each distinct prefix
     computed once (tokens), each distinct row's last token read (heads), and each of those tokens
-    attending to itself and every token before it (pairs)."""
+    attending to itself and every token before it (pairs).
+
+    The rows are compared as int32 bytes (a kept row, `array("i")`, is not copied into a list: a
+    run's 24,000 prompts as lists of ints take about 36 bytes a token, as bytes 4): the order is
+    token by token, so rows sharing a prefix still sit together, which is all the count needs."""
     tokens = heads = pairs = 0
-    prev: list[int] | None = None
-    for row in sorted(list(r) for r in rows):
-        if row == prev:
-            continue
-        start = common_prefix_len(prev, row) if prev is not None else 0
+    prev: np.ndarray | None = None
+    for key in sorted({_row_bytes(r) for r in rows}):
+        row = np.frombuffer(key, dtype=np.int32)
+        start = 0
+        if prev is not None:
+            n = min(len(prev), len(row))
+            differ = np.flatnonzero(prev[:n] != row[:n])
+            start = int(differ[0]) if len(differ) else n
         tokens += len(row) - start
         pairs += (len(row) * (len(row) + 1) - start * (start + 1)) // 2
         heads += 1
         prev = row
     return {"tokens": tokens, "heads": heads, "pairs": pairs}
+
+
+def _row_bytes(row: Sequence[int]) -> bytes:
+    """A row's token ids as native int32 bytes (an int32 array's own, else converted)."""
+    if isinstance(row, array) and row.typecode == "i":
+        return row.tobytes()
+    return array("i", row).tobytes()
 
 
 @dataclass(eq=False)
