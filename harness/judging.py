@@ -13,7 +13,7 @@ import itertools
 import json
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +201,18 @@ def build_requests(
     return requests, templates
 
 
+def iter_requests(
+    docs: Sequence[Document], instruction: str, family: str, max_candidates: int | None = None
+) -> Iterator[PairRequest]:
+    """`build_requests`' requests one at a time, then the content-free probe's: what a judge was
+    asked, rendered again for its work report without a list of every prompt (at SummEval's size,
+    24,000 prompts of about 4 KB each) held at once."""
+    for doc in docs:
+        for a, b in ordered_pairs(doc, max_candidates):
+            yield PairRequest(doc.id, a.id, b.id, render(doc, a, b, instruction, family))
+    yield content_free_request(instruction, family)
+
+
 def content_free_request(instruction: str, family: str) -> PairRequest:
     """Zhao et al. (2021): the same prompt with every content slot set to 'N/A'."""
     doc = Document(
@@ -371,6 +383,10 @@ the model (shared prefixes once), seconds scoring (score_pairs and stream_scores
 loads (0 when every request came from the cache: the weights are read on the first miss)."""
 
 
+WORK_CHUNK = 1024
+"""Requests `judge_work` renders and looks up at a time for its trie minimum."""
+
+
 def model_judge(judge: Any) -> Any:
     """The judge that runs the model, under the request cache and preemption wrappers (`.judge`)."""
     while getattr(judge, "judge", None) is not None:
@@ -386,7 +402,7 @@ def work_counters(judge: Any) -> dict[str, float]:
 
 def judge_work(
     judge: Any,
-    requests: Callable[[], Sequence[PairRequest]],
+    requests: Callable[[], Iterable[PairRequest]],
     before: Mapping[str, float],
     judging_s: float,
 ) -> dict[str, Any]:
@@ -402,8 +418,13 @@ def judge_work(
         work.get("prompts") != 0 and getattr(judge, "calls", None) != 0
     )  # a cached run tokenizes nothing
     rows = getattr(inner, "token_rows", None) or getattr(inner, "encode", None)
-    if rows is not None and computed and (built := requests()):
-        work["trie_minimum"] = trie_size(rows(built))
+    if rows is not None and computed:
+        ids: list[Sequence[int]] = []
+        them = iter(requests())
+        while part := list(itertools.islice(them, WORK_CHUNK)):  # not every prompt's text at once
+            ids.extend(rows(part))
+        if ids:
+            work["trie_minimum"] = trie_size(ids)
     seconds = work.get("seconds")
     if seconds:
         work["prompts_per_s"] = work.get("prompts", 0) / seconds

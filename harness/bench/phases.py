@@ -28,7 +28,11 @@ from typing import Any
 PHASES: dict[str, tuple[str, ...]] = {
     "imports": ("importlib._bootstrap:_find_and_load",),
     "tokenizer": ("harness.judges.weights:load_tokenizer",),
-    "requests": ("harness.judging:build_requests", "harness.judging:content_free_request"),
+    "requests": (
+        "harness.judging:build_requests",
+        "harness.judging:iter_requests",
+        "harness.judging:content_free_request",
+    ),
     "tokenize+check": (
         "harness.judges.chat:ChatPrompts.encode",
         "harness.judges.cache:CachedJudge.check_requests",

@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.heap import release_freed_memory
 from harness.judges.base import Judge
 from harness.judging import (
-    build_requests,
-    content_free_request,
     document_fingerprints,
+    iter_requests,
     judge_documents,
     judge_work,
     work_counters,
@@ -70,13 +70,11 @@ def run_judge(
     )
     work = judge_work(
         judge,
-        lambda: [
-            *build_requests(docs, instruction, family, aspect, max_candidates)[0],
-            content_free_request(instruction, family),
-        ],
+        lambda: iter_requests(docs, instruction, family, max_candidates),
         before,
         time.perf_counter() - start,
     )
+    release_freed_memory()  # the requests' prompts and the judge's windows, dropped
     results = write_run(
         out,
         judgments,
