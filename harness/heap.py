@@ -23,9 +23,11 @@ def _malloc_trim() -> Callable[[int], int] | None:
         return None
 
 
-def release_freed_memory() -> bool:
-    """Collect garbage, then return free heap pages to the system (True where glibc did it)."""
-    gc.collect()
+def release_freed_memory(collect: bool = True) -> bool:
+    """Collect garbage (`collect`), then return free heap pages to the system, every malloc arena's
+    (a tokenizer's worker threads allocate in arenas of their own): True where glibc did it."""
+    if collect:
+        gc.collect()
     trim = _malloc_trim()
     if trim is None:
         return False

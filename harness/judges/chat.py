@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, JudgeInputError
+from harness.heap import release_freed_memory
 from harness.judges.answers import AnswerTokens
 from harness.judges.base import template_fingerprint
 from harness.judges.head import LOGITS_SUFFIX
@@ -474,6 +475,8 @@ class ChatPrompts:
             for r, ids in zip(part, encoded):
                 rows[r.prompt] = array("i", ids)
                 kept.put(r.prompt, rows[r.prompt])
+            del encoded
+            release_freed_memory(collect=False)  # the tokenizer's threads' output for the chunk
         return rows
 
     def forget_ids(self) -> None:
