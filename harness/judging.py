@@ -171,6 +171,15 @@ def ordered_pairs(doc: Document, max_candidates: int | None = None) -> list[tupl
     return list(itertools.permutations(cands, 2))
 
 
+def _pair_requests(
+    docs: Sequence[Document], instruction: str, family: str, max_candidates: int | None
+) -> Iterator[tuple[Document, Candidate, Candidate, PairRequest]]:
+    """Every ordered pair of every document with its rendered request, in judging order."""
+    for doc in docs:
+        for a, b in ordered_pairs(doc, max_candidates):
+            yield doc, a, b, PairRequest(doc.id, a.id, b.id, render(doc, a, b, instruction, family))
+
+
 def build_requests(
     docs: Sequence[Document],
     instruction: str,
@@ -180,24 +189,23 @@ def build_requests(
 ) -> tuple[list[PairRequest], list[Judgment]]:
     """Requests for all ordered pairs, and Judgment templates carrying the human labels."""
     requests, templates = [], []
-    for doc in docs:
-        for a, b in ordered_pairs(doc, max_candidates):
-            requests.append(PairRequest(doc.id, a.id, b.id, render(doc, a, b, instruction, family)))
-            # A gold label says which of the pair humans prefer only when the pair holds the gold
-            # candidate; a pair of two others has none (not "B wins" in both orders).
-            gold = doc.gold == a.id if doc.gold in (a.id, b.id) else None
-            templates.append(
-                Judgment(
-                    doc.id,
-                    a.id,
-                    b.id,
-                    float("nan"),
-                    {},
-                    a.scores.get(aspect) if aspect else None,
-                    b.scores.get(aspect) if aspect else None,
-                    gold,
-                )
+    for doc, a, b, request in _pair_requests(docs, instruction, family, max_candidates):
+        requests.append(request)
+        # A gold label says which of the pair humans prefer only when the pair holds the gold
+        # candidate; a pair of two others has none (not "B wins" in both orders).
+        gold = doc.gold == a.id if doc.gold in (a.id, b.id) else None
+        templates.append(
+            Judgment(
+                doc.id,
+                a.id,
+                b.id,
+                float("nan"),
+                {},
+                a.scores.get(aspect) if aspect else None,
+                b.scores.get(aspect) if aspect else None,
+                gold,
             )
+        )
     return requests, templates
 
 
@@ -207,9 +215,8 @@ def iter_requests(
     """`build_requests`' requests one at a time, then the content-free probe's: what a judge was
     asked, rendered again for its work report without a list of every prompt (at SummEval's size,
     24,000 prompts of about 4 KB each) held at once."""
-    for doc in docs:
-        for a, b in ordered_pairs(doc, max_candidates):
-            yield PairRequest(doc.id, a.id, b.id, render(doc, a, b, instruction, family))
+    for *_, request in _pair_requests(docs, instruction, family, max_candidates):
+        yield request
     yield content_free_request(instruction, family)
 
 
