@@ -110,9 +110,14 @@ def candidate_counts(sizes: Iterable[int]) -> dict[str, object]:
     return {"min": lo, "max": hi, "note": unequal_note(lo, hi)}
 
 
+def unequal(lo: int, hi: int) -> bool:
+    """Documents' candidate counts, fewest `lo` and most `hi`, more than UNEQUAL-fold apart."""
+    return bool(lo) and hi > UNEQUAL * lo
+
+
 def unequal_note(lo: int, hi: int) -> str | None:
     """One sentence when documents' candidate counts differ more than UNEQUAL-fold, else None."""
-    if not lo or hi <= UNEQUAL * lo:
+    if not unequal(lo, hi):
         return None
     return (
         f"{lo} to {hi} candidates per document (more than {UNEQUAL}x apart): the pooled metrics (order "
@@ -122,9 +127,7 @@ def unequal_note(lo: int, hi: int) -> str | None:
     )
 
 
-PER_DOCUMENT_CORRELATIONS = ("spearman", "kendall", "spearman_pairs", "kendall_pairs")
-"""Correlations averaged over documents equally."""
-UNEQUAL_PAIRED = (*PER_DOCUMENT_CORRELATIONS, "spearman_whole", "kendall_whole")
+UNEQUAL_PAIRED = ("spearman", "kendall", "spearman_pairs", "kendall_pairs", "spearman_whole", "kendall_whole")
 """The correlations whose paired B - A interval under-covers a true difference on candidate counts
 more than UNEQUAL-fold apart (docs/report_card.md, "Two runs"): withheld there."""
 
@@ -132,7 +135,7 @@ more than UNEQUAL-fold apart (docs/report_card.md, "Two runs"): withheld there."
 def unequal_withheld(lo: int, hi: int) -> dict[str, str]:
     """metric -> why `Summary.versus` gives no paired interval: the correlations (UNEQUAL_PAIRED) when
     documents' candidate counts (over both runs) differ more than UNEQUAL-fold, else {}."""
-    if not lo or hi <= UNEQUAL * lo:
+    if not unequal(lo, hi):
         return {}
     why = (
         f"{lo} to {hi} candidates per document (more than {UNEQUAL}x apart): no paired interval, a "

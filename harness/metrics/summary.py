@@ -174,8 +174,6 @@ class Summary:
             dfs = {k: kish_df(w + theirs_w[k]) for k, w in mine_w.items() if k in theirs_w}
         mine = None if self.replicates is None else self.replicates[variant]
         theirs = None if other.replicates is None else other.replicates[ov]
-        lo = min(self.candidates[0], other.candidates[0])
-        hi = max(self.candidates[1], other.candidates[1])
         return paired_all(
             mine,
             theirs,
@@ -188,7 +186,7 @@ class Summary:
             None if self.boot is None else self.boot[variant],
             None if other.boot is None else other.boot[ov],
             dfs,
-            unequal_withheld(lo, hi),
+            unequal_withheld(*both_candidates(self, other)),
         )
 
     def differences(self) -> dict[str, dict[str, dict[str, Any]]]:
@@ -206,6 +204,11 @@ class Summary:
             "interval_basis": None if ivs is None else {v: basis_of(g) for v, g in ivs.items()},
             "differences": self.differences(),
         }
+
+
+def both_candidates(a: Summary, b: Summary) -> tuple[int, int]:
+    """The fewest and the most candidates judged in a document of either run."""
+    return min(a.candidates[0], b.candidates[0]), max(a.candidates[1], b.candidates[1])
 
 
 def analyse(

@@ -39,9 +39,9 @@ from harness.errors import DataError, HarnessError
 from harness.judging import load_judgments
 from harness.metrics.bootstrap import NO_INTERVAL, check_settings
 from harness.metrics.interval import METHOD, Interval, holm, sentence, verdict
-from harness.metrics.ranges import UNEQUAL, UNEQUAL_PAIRED
+from harness.metrics.ranges import UNEQUAL, UNEQUAL_PAIRED, unequal
 from harness.metrics.settings import MetricsSettings
-from harness.metrics.summary import analyse
+from harness.metrics.summary import analyse, both_candidates
 from harness.records import Judgment
 from harness.report.rundiff import differs_lines, not_applicable
 from harness.results import RunResults
@@ -113,16 +113,11 @@ def aspect_warning(ra: dict[str, Any], rb: dict[str, Any]) -> str | None:
     )
 
 
-def unequal_warning(judgments: list[Judgment]) -> str | None:
-    """One line when the documents' candidate counts differ more than UNEQUAL-fold: there the paired
-    intervals of the per-document correlations under-cover a true difference (docs/report_card.md),
-    and Summary.versus withholds them (ranges.unequal_withheld)."""
-    seen: dict[str, set[str]] = {}
-    for j in judgments:
-        seen.setdefault(j.doc_id, set()).update((j.a_id, j.b_id))
-    sizes = [len(c) for c in seen.values()]
-    lo, hi = min(sizes, default=0), max(sizes, default=0)
-    if not lo or hi <= UNEQUAL * lo:
+def unequal_warning(lo: int, hi: int) -> str | None:
+    """One line when the documents' candidate counts (fewest `lo`, most `hi`, over both runs) differ
+    more than UNEQUAL-fold: there the paired intervals of the correlations under-cover a true
+    difference (docs/report_card.md), and Summary.versus withholds them (ranges.unequal_withheld)."""
+    if not unequal(lo, hi):
         return None
     return (
         f"warning: the documents have {lo} to {hi} candidates (more than {UNEQUAL}x apart): no paired "
@@ -199,7 +194,11 @@ def compare(
     ]
     if rounds:
         lines.append(family)
-    for warning in (aspect_warning(ra, rb), numerics_warning(ra, rb), unequal_warning(ja)):
+    for warning in (
+        aspect_warning(ra, rb),
+        numerics_warning(ra, rb),
+        unequal_warning(*both_candidates(sa, sb)),
+    ):
         if warning:
             lines.append(warning)
     if int(rb.get("shuffles", shuffles)) != shuffles:
