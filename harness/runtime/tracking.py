@@ -286,7 +286,7 @@ def judgment_rows(
         if instruction is not None and family is not None:
             template = templates.get(doc.context)
             if template is None:
-                template = templates[doc.context] = prompt_template(doc, instruction, family)
+                template = templates[doc.context] = prompt_template(doc, family)
         rows.append(
             [
                 j.doc_id,
@@ -308,10 +308,11 @@ def judgment_rows(
     return rows
 
 
-def prompt_template(doc: Document, instruction: str, family: str) -> str:
+def prompt_template(doc: Document, family: str) -> str:
     """The prompt of `doc`'s pairs (harness.prompts.render) as a str.format template: "{source}",
     "{a_text}", "{b_text}" and "{instruction}" where a row's cells go, any other brace doubled; the
-    document's context, which has no column, is written out."""
+    document's context, which has no column, is written out. The same for every instruction: the
+    row's own instruction cell fills it."""
     mark = {name: f"\x00{name}\x00" for name in PROMPT_SLOTS}  # no text holds a NUL
     a, b = Candidate("a", mark["a_text"]), Candidate("b", mark["b_text"])
     text = render(replace(doc, source=mark["source"]), a, b, mark["instruction"], family)
