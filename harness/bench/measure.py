@@ -16,6 +16,7 @@ import datetime
 import functools
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import time
@@ -208,3 +209,16 @@ def machine(device: str = "cpu") -> dict[str, Any]:
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name() if device.startswith("cuda") else None,
     }
+
+
+def run_child(
+    cmd: list[str], env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess, float, float, float]:
+    """`cmd` as its own process: its result, its CPU-seconds (user + system), its wall seconds and
+    the 1-minute load when it started."""
+    load = os.getloadavg()[0]
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return done, cpu, wall, load

@@ -18,15 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from harness.bench.measure import machine
+from harness.bench.measure import machine, run_child
 from harness.bench.phases import ORDER
 from harness.bench.report import add_common, emit, table
 from harness.errors import ConfigError
@@ -112,10 +109,7 @@ def one_run(n: int, mode: str, args: argparse.Namespace, root: Path) -> dict[str
         *args.override,
     ]
     env = {**os.environ, "HARNESS_CACHE": str(root / f"cache-{n}")}
-    load = os.getloadavg()[0]
-    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    done, cpu, wall, load = run_child(cmd, env)
     if done.returncode != 0 or not phases.exists():
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise ConfigError(f"the {n}-judgment {mode} run failed (exit {done.returncode}): {tail[0]}")
@@ -123,7 +117,7 @@ def one_run(n: int, mode: str, args: argparse.Namespace, root: Path) -> dict[str
     return {
         "judgments": n,
         "mode": mode,
-        "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 2),
+        "cpu_s": round(cpu, 2),
         "wall_s": round(wall, 2),
         "peak_rss_mb": round(got.pop("peak_rss_kb") / 1024, 1),
         "load_1min": load,

@@ -16,17 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from harness.bench.measure import machine
+from harness.bench.measure import machine, run_child
 from harness.bench.report import emit, positive, table
 from harness.errors import ConfigError
 from harness.outputs import refuse_other_run, writable_folder
@@ -83,14 +79,10 @@ def make_sweep(job: Path, root: Path, n: int) -> list[list[str]]:
 
 def timed(name: str, cmd: list[str]) -> dict[str, Any]:
     """One command as its own process: its CPU-s (user + system), wall, the load when it started."""
-    load = os.getloadavg()[0]
-    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    done, cpu, wall, load = run_child(cmd)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise ConfigError(f"{name} failed (exit {done.returncode}): {tail[0]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"step": name, "cpu_s": round(cpu, 2), "wall_s": round(wall, 2), "load_1min": round(load, 1)}
 
 
